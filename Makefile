@@ -1,0 +1,35 @@
+# `make train` and `make test` work on a fresh clone: the first use creates .venv and installs, later uses reuse it.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+ARGS ?=
+
+.PHONY: install train test lint format clean
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt -e .
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install the project with its dev tools
+
+train: $(STAMP)  ## train the default experiment (digits, CNN); pass overrides with ARGS="model=mlp ..."
+	$(PY) scripts/train.py $(ARGS)
+
+test: $(STAMP)  ## the whole test suite
+	$(PY) -m pytest -q $(ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(STAMP)
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+
+clean:  ## run outputs and caches (keeps .venv)
+	find outputs -mindepth 1 -not -name .gitkeep -delete
+	rm -rf .pytest_cache .ruff_cache
+	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +

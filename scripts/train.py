@@ -1,0 +1,24 @@
+"""Train a model: `python scripts/train.py model=resnet18 data=cifar10 precision=amp`.
+
+Thin on purpose: Hydra composes and validates the config, lab.workflows.train does the work. torch is imported
+only inside main(), so `--help` and `--cfg job` answer without loading it.
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+from lab.cli import user_errors
+from lab.config import validate
+
+
+@hydra.main(config_path="../conf", config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    with user_errors():
+        validate(cfg)
+        from lab.workflows.train import run
+
+        return run(cfg)
+
+
+if __name__ == "__main__":
+    main()

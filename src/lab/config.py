@@ -1,0 +1,277 @@
+"""Structured config schema, registered in Hydra's ConfigStore.
+
+Each YAML file in ``conf/<group>/`` extends one of these dataclasses (``defaults: [<schema>]``), so Hydra
+rejects unknown keys and wrong types while composing. Value checks (``lr > 0``...) live in
+``__post_init__`` and run in :func:`validate`, before any work starts.
+
+This module must not import torch: it is imported by every entry script, and ``--help`` / ``--cfg job``
+stay fast only if nothing heavy is loaded before Hydra prints and exits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from lab.errors import ConfigError
+
+__all__ = ["ConfigError", "TrainConfig", "register", "validate"]
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _one_of(key: str, value: str, options: tuple[str, ...]) -> None:
+    _require(value in options, f"{key}={value!r} is not valid; choose one of {', '.join(options)}")
+
+
+# --------------------------------------------------------------------------- trainer
+@dataclass
+class TrainerConfig:
+    max_epochs: int = 10
+    max_steps: int = -1  # optimizer steps; -1 = limited by max_epochs only
+    grad_accum_steps: int = 1
+    grad_clip: Optional[float] = 1.0  # max global grad norm; null = no clipping
+    log_every_n_steps: int = 50
+    val_every_n_epochs: int = 1
+    ckpt_every_n_steps: int = 0  # 0 = only at epoch ends
+    limit_train_batches: int = -1  # -1 = all; debug runs use a few
+    limit_val_batches: int = -1
+    overfit_batches: int = 0  # >0: train and validate on this many fixed batches (debug=overfit)
+    device: str = "auto"  # auto | cpu | cuda | mps
+    compile: bool = False
+    channels_last: bool = False
+    deterministic: bool = False
+    cudnn_benchmark: bool = False
+    tf32: bool = True
+    detect_anomaly: bool = False
+    progress_bar: str = "auto"  # auto (only on a TTY) | on | off
+
+    def __post_init__(self) -> None:
+        _require(self.max_epochs >= 1, f"trainer.max_epochs must be >= 1, got {self.max_epochs}")
+        _require(self.max_steps == -1 or self.max_steps >= 1,
+                 f"trainer.max_steps must be -1 (no limit) or >= 1, got {self.max_steps}")
+        _require(self.grad_accum_steps >= 1,
+                 f"trainer.grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
+        _require(self.grad_clip is None or self.grad_clip > 0,
+                 f"trainer.grad_clip must be > 0 or null, got {self.grad_clip}")
+        _require(self.log_every_n_steps >= 1,
+                 f"trainer.log_every_n_steps must be >= 1, got {self.log_every_n_steps}")
+        _require(self.val_every_n_epochs >= 1,
+                 f"trainer.val_every_n_epochs must be >= 1, got {self.val_every_n_epochs}")
+        _require(self.ckpt_every_n_steps >= 0,
+                 f"trainer.ckpt_every_n_steps must be >= 0, got {self.ckpt_every_n_steps}")
+        _require(self.overfit_batches >= 0,
+                 f"trainer.overfit_batches must be >= 0, got {self.overfit_batches}")
+        _one_of("trainer.device", self.device, ("auto", "cpu", "cuda", "mps"))
+        _one_of("trainer.progress_bar", self.progress_bar, ("auto", "on", "off"))
+
+
+# --------------------------------------------------------------------------- data
+@dataclass
+class DataConfig:
+    name: str = "digits"  # digits | mnist | fashion_mnist | cifar10 | image_folder | synthetic
+    root: str = "data"
+    download: bool = False
+    batch_size: int = 64  # per device
+    eval_batch_size: Optional[int] = None  # null = batch_size
+    num_workers: int = 0
+    pin_memory: Optional[bool] = None  # null = auto: only when training on CUDA
+    persistent_workers: bool = True  # only meaningful with num_workers > 0
+    num_classes: Optional[int] = None  # null = what the dataset says
+    in_channels: int = 1
+    image_size: int = 8
+    split_seed: int = 0  # fixes the train/val(/test) split, independent of the training seed
+    val_fraction: float = 0.15
+    test_fraction: float = 0.15  # only for datasets without an official test split (digits)
+    augment: bool = False
+    mean: Optional[List[float]] = None  # null = the dataset's own statistics
+    std: Optional[List[float]] = None
+    num_samples: int = 2048  # synthetic only
+
+    def __post_init__(self) -> None:
+        _one_of("data.name", self.name,
+                ("digits", "mnist", "fashion_mnist", "cifar10", "image_folder", "synthetic"))
+        _require(self.batch_size >= 1, f"data.batch_size must be >= 1, got {self.batch_size}")
+        _require(self.eval_batch_size is None or self.eval_batch_size >= 1,
+                 f"data.eval_batch_size must be >= 1 or null, got {self.eval_batch_size}")
+        _require(self.num_workers >= 0, f"data.num_workers must be >= 0, got {self.num_workers}")
+        _require(self.num_classes is None or self.num_classes >= 2,
+                 f"data.num_classes must be >= 2 or null, got {self.num_classes}")
+        _require(self.in_channels >= 1, f"data.in_channels must be >= 1, got {self.in_channels}")
+        _require(self.image_size >= 1, f"data.image_size must be >= 1, got {self.image_size}")
+        _require(0 < self.val_fraction < 1, f"data.val_fraction must be in (0, 1), got {self.val_fraction}")
+        _require(0 <= self.test_fraction < 1 and self.val_fraction + self.test_fraction < 1,
+                 "data.test_fraction must be in [0, 1) and val_fraction + test_fraction < 1")
+        _require((self.mean is None) == (self.std is None), "set both data.mean and data.std, or neither")
+        if self.std is not None:
+            _require(all(s > 0 for s in self.std), f"data.std values must be > 0, got {self.std}")
+        _require(self.num_samples >= 1, f"data.num_samples must be >= 1, got {self.num_samples}")
+
+
+# --------------------------------------------------------------------------- models
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+
+
+@dataclass
+class MLPConfig(ModelConfig):
+    name: str = "mlp"
+    hidden_dims: List[int] = field(default_factory=lambda: [256, 128])
+    dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        _require(all(h >= 1 for h in self.hidden_dims), f"model.hidden_dims must be >= 1, got {self.hidden_dims}")
+        _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class CNNConfig(ModelConfig):
+    name: str = "cnn"
+    channels: List[int] = field(default_factory=lambda: [32, 64, 128])
+    dropout: float = 0.1
+    grad_checkpointing: bool = False  # recompute block activations in backward: less memory, ~30% more compute
+
+    def __post_init__(self) -> None:
+        _require(len(self.channels) >= 1 and all(c >= 1 for c in self.channels),
+                 f"model.channels must be a non-empty list of positive ints, got {self.channels}")
+        _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class TorchvisionConfig(ModelConfig):
+    name: str = "torchvision"
+    arch: str = "resnet18"  # any name from torchvision.models.list_models(torchvision.models)
+    small_input: bool = False  # resnets: 3x3 stride-1 stem without max-pool, for 8-32 px images
+
+
+# --------------------------------------------------------------------------- optimizer / scheduler
+@dataclass
+class OptimizerConfig:
+    _target_: str = MISSING
+    _partial_: bool = True  # lab.optim calls it with the parameter groups
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        _require(self.lr > 0, f"optimizer.lr must be > 0, got {self.lr}")
+        _require(self.weight_decay >= 0, f"optimizer.weight_decay must be >= 0, got {self.weight_decay}")
+
+
+@dataclass
+class AdamWConfig(OptimizerConfig):
+    _target_: str = "torch.optim.AdamW"
+    lr: float = 3e-3
+    weight_decay: float = 0.05
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+
+
+@dataclass
+class SGDConfig(OptimizerConfig):
+    _target_: str = "torch.optim.SGD"
+    lr: float = 0.1
+    weight_decay: float = 5e-4
+    momentum: float = 0.9
+    nesterov: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.momentum >= 0, f"optimizer.momentum must be >= 0, got {self.momentum}")
+        _require(not self.nesterov or self.momentum > 0, "optimizer.nesterov=true needs optimizer.momentum > 0")
+
+
+@dataclass
+class SchedulerConfig:
+    name: str = "cosine"  # cosine | step | onecycle | plateau | constant
+    warmup_steps: int = 0  # linear warmup, in optimizer steps
+    min_lr_ratio: float = 0.0  # cosine: final lr = lr * min_lr_ratio
+    step_size: int = 1000  # step: decay every step_size optimizer steps
+    gamma: float = 0.1  # step: decay factor
+    factor: float = 0.5  # plateau: decay factor
+    patience: int = 2  # plateau: validations without improvement before decaying
+    monitor: str = "val/loss"  # plateau: metric it watches
+    mode: str = "min"
+
+    def __post_init__(self) -> None:
+        _one_of("scheduler.name", self.name, ("cosine", "step", "onecycle", "plateau", "constant"))
+        _require(self.warmup_steps >= 0, f"scheduler.warmup_steps must be >= 0, got {self.warmup_steps}")
+        _require(0 <= self.min_lr_ratio <= 1, f"scheduler.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        _require(self.step_size >= 1, f"scheduler.step_size must be >= 1, got {self.step_size}")
+        _require(0 < self.gamma <= 1 and 0 < self.factor < 1, "scheduler.gamma must be in (0, 1], factor in (0, 1)")
+        _one_of("scheduler.mode", self.mode, ("min", "max"))
+
+
+# --------------------------------------------------------------------------- precision / dist
+@dataclass
+class PrecisionConfig:
+    name: str = "fp32"  # fp32 | amp | bf16 | fp16
+    dtype: Optional[str] = None  # autocast dtype: float16 | bfloat16; null = full precision
+    grad_scaler: bool = False  # loss scaling, needed for float16 gradients
+
+    def __post_init__(self) -> None:
+        _one_of("precision.name", self.name, ("fp32", "amp", "bf16", "fp16"))
+        if self.dtype is not None:
+            _one_of("precision.dtype", self.dtype, ("float16", "bfloat16"))
+
+
+@dataclass
+class DistConfig:
+    strategy: str = "none"  # none (ddp / fsdp arrive with the distributed issue)
+
+    def __post_init__(self) -> None:
+        _one_of("dist.strategy", self.strategy, ("none",))
+
+
+# --------------------------------------------------------------------------- top level
+@dataclass
+class TrainConfig:
+    task_name: str = "train"
+    seed: int = 42
+    ckpt_path: Optional[str] = None  # resume from this checkpoint
+    tags: List[str] = field(default_factory=list)
+    optimized_metric: str = "val/acc_best"  # what train returns to sweepers
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: Any = MISSING  # typed by the chosen model's own schema (conf/model/*.yaml)
+    optimizer: Any = MISSING
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+
+    def __post_init__(self) -> None:
+        _require(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
+    cs.store(group="data", name="data_schema", node=DataConfig)
+    cs.store(group="model", name="mlp_schema", node=MLPConfig)
+    cs.store(group="model", name="cnn_schema", node=CNNConfig)
+    cs.store(group="model", name="torchvision_schema", node=TorchvisionConfig)
+    cs.store(group="optimizer", name="adamw_schema", node=AdamWConfig)
+    cs.store(group="optimizer", name="sgd_schema", node=SGDConfig)
+    cs.store(group="scheduler", name="scheduler_schema", node=SchedulerConfig)
+    cs.store(group="precision", name="precision_schema", node=PrecisionConfig)
+    cs.store(group="dist", name="dist_schema", node=DistConfig)
+
+
+def validate(cfg: DictConfig) -> None:
+    """Run every schema's value checks (``__post_init__``); raise ConfigError naming the bad key."""
+    try:
+        OmegaConf.to_object(cfg)
+    except ConfigError:
+        raise
+    except Exception as err:  # interpolation errors, missing values: Hydra/OmegaConf explain them well
+        raise ConfigError(str(err).splitlines()[0]) from err
+
+
+register()

@@ -1,0 +1,168 @@
+"""Builders for the in-memory datasets: digits, MNIST / Fashion-MNIST, CIFAR-10 and synthetic noise."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lab.config import ConfigError
+from lab.data.common import (
+    DataCfg,
+    DataModule,
+    check_fixed_shape,
+    make_meta,
+    resolve_num_classes,
+    resolve_stats,
+    split_indices,
+)
+from lab.data.tensor_dataset import TensorImageDataset
+from lab.data.transforms import RandomShiftFlip
+
+# Usual per-channel statistics of the official training sets, over pixels scaled to [0,1].
+MNIST_STATS = ([0.1307], [0.3081])
+FASHION_MNIST_STATS = ([0.2860], [0.3530])
+CIFAR10_STATS = ([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616])
+FASHION_MNIST_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
+                         "Bag", "Ankle boot"]
+DIGIT_CLASSES = [str(i) for i in range(10)]
+
+
+def _train_augment(cfg: DataCfg, padding: int, flip: bool) -> RandomShiftFlip | None:
+    return RandomShiftFlip(padding, flip) if cfg.augment else None
+
+
+def build_digits(cfg: DataCfg) -> DataModule:
+    """sklearn's bundled 8x8 digits (1,797 images, values 0..16): train/val/test carved by split_seed."""
+    from sklearn.datasets import load_digits
+
+    check_fixed_shape(cfg, "digits", 1, 8)
+    num_classes = resolve_num_classes(cfg, "digits", 10)
+    digits = load_digits()
+    images = torch.from_numpy(digits.images.astype(np.uint8)).unsqueeze(1)  # (N,1,8,8), values 0..16
+    labels = torch.from_numpy(digits.target).long()
+
+    # test first, then val out of the rest, so the test split does not change when val_fraction does
+    if cfg.test_fraction > 0:
+        rest, test_idx = split_indices(labels, cfg.test_fraction, cfg.split_seed)
+    else:
+        rest, test_idx = torch.arange(len(labels)), None
+    keep, val_held = split_indices(labels[rest], cfg.val_fraction / (1 - cfg.test_fraction), cfg.split_seed)
+    train_idx, val_idx = rest[keep], rest[val_held]
+
+    # own statistics from the train split only, so nothing about val/test leaks into the inputs
+    train_pixels = images[train_idx].float() / 16.0
+    own_mean = train_pixels.mean(dim=(0, 2, 3)).tolist()
+    own_std = train_pixels.std(dim=(0, 2, 3), unbiased=False).tolist()
+    mean, std = resolve_stats(cfg, 1, own_mean, own_std)
+
+    full = TensorImageDataset(images, labels, scale=16.0, mean=mean, std=std)
+    return DataModule(
+        train=full.subset(train_idx, _train_augment(cfg, padding=1, flip=False)),  # digits are not mirror-symmetric
+        val=full.subset(val_idx),
+        test=None if test_idx is None else full.subset(test_idx),
+        meta=make_meta(num_classes, 1, 8, mean, std, DIGIT_CLASSES),
+    )
+
+
+def _mnist_files(raw: Path) -> list[Path]:
+    kinds = ("images-idx3-ubyte", "labels-idx1-ubyte")
+    return [raw / f"{split}-{kind}" for split in ("train", "t10k") for kind in kinds]
+
+
+def build_mnist(cfg: DataCfg) -> DataModule:
+    """MNIST or Fashion-MNIST from the raw idx files; val carved from the official train set."""
+    from torchvision import datasets  # lazy: torchvision is slow to import
+
+    fashion = cfg.name == "fashion_mnist"
+    cls = datasets.FashionMNIST if fashion else datasets.MNIST
+    check_fixed_shape(cfg, cfg.name, 1, 28)
+    num_classes = resolve_num_classes(cfg, cfg.name, 10)
+    raw = Path(cfg.root).expanduser() / cls.__name__ / "raw"
+    missing = [p.name for p in _mnist_files(raw) if not p.is_file()]
+    if missing and not cfg.download:
+        raise ConfigError(f"data.name={cfg.name}: missing {', '.join(missing)} in {raw}; "
+                          f"pass data.download=true or data.root=<folder holding {cls.__name__}/raw>")
+
+    official_train = cls(str(Path(cfg.root).expanduser()), train=True, download=cfg.download)
+    official_test = cls(str(Path(cfg.root).expanduser()), train=False, download=False)
+    mean, std = resolve_stats(cfg, 1, *(FASHION_MNIST_STATS if fashion else MNIST_STATS))
+    train_full = TensorImageDataset(official_train.data.unsqueeze(1), official_train.targets, scale=255.0,
+                                    mean=mean, std=std)
+    test = TensorImageDataset(official_test.data.unsqueeze(1), official_test.targets, scale=255.0,
+                              mean=mean, std=std)
+    train_idx, val_idx = split_indices(train_full.labels, cfg.val_fraction, cfg.split_seed)
+    class_names = FASHION_MNIST_CLASSES if fashion else DIGIT_CLASSES
+    return DataModule(
+        train=train_full.subset(train_idx, _train_augment(cfg, padding=2, flip=False)),
+        val=train_full.subset(val_idx),
+        test=test,
+        meta=make_meta(num_classes, 1, 28, mean, std, class_names),
+    )
+
+
+def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    # The official format is a pickle; only open CIFAR files you trust (pickles can run code).
+    with path.open("rb") as f:
+        batch = pickle.load(f, encoding="bytes")
+    data = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+    return torch.from_numpy(data.copy()), torch.tensor(batch[b"labels"], dtype=torch.long)
+
+
+def _cifar_dir(cfg: DataCfg) -> Path:
+    root = Path(cfg.root).expanduser()
+    folder = root / "cifar-10-batches-py"
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch", "batches.meta"]
+    missing = [n for n in names if not (folder / n).is_file()]
+    if missing and cfg.download:
+        from torchvision import datasets
+
+        # torchvision fetches and md5-checks the archive; we then read the extracted pickles ourselves
+        datasets.CIFAR10(str(root), train=True, download=True)
+        missing = [n for n in names if not (folder / n).is_file()]
+    if missing:
+        raise ConfigError(f"data.name=cifar10: missing {', '.join(missing)} in {folder}; "
+                          "pass data.download=true or data.root=<folder holding cifar-10-batches-py>")
+    return folder
+
+
+def build_cifar10(cfg: DataCfg) -> DataModule:
+    """CIFAR-10 from the python-format batches; val carved from the 50k train images."""
+    check_fixed_shape(cfg, "cifar10", 3, 32)
+    num_classes = resolve_num_classes(cfg, "cifar10", 10)
+    folder = _cifar_dir(cfg)
+    parts = [_read_cifar_batch(folder / f"data_batch_{i}") for i in range(1, 6)]
+    with (folder / "batches.meta").open("rb") as f:
+        class_names = [name.decode() for name in pickle.load(f, encoding="bytes")[b"label_names"]]
+
+    mean, std = resolve_stats(cfg, 3, *CIFAR10_STATS)
+    train_full = TensorImageDataset(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]),
+                                    scale=255.0, mean=mean, std=std)
+    test = TensorImageDataset(*_read_cifar_batch(folder / "test_batch"), scale=255.0, mean=mean, std=std)
+    train_idx, val_idx = split_indices(train_full.labels, cfg.val_fraction, cfg.split_seed)
+    return DataModule(
+        train=train_full.subset(train_idx, _train_augment(cfg, padding=4, flip=True)),
+        val=train_full.subset(val_idx),
+        test=test,
+        meta=make_meta(num_classes, 3, 32, mean, std, class_names),
+    )
+
+
+def build_synthetic(cfg: DataCfg) -> DataModule:
+    """Gaussian noise images with random labels, for throughput benchmarks (nothing to learn)."""
+    num_classes = cfg.num_classes or 10
+    c, s = cfg.in_channels, cfg.image_size
+    n_eval = max(1, round(cfg.num_samples * cfg.val_fraction))
+    gen = torch.Generator().manual_seed(cfg.split_seed)
+
+    def make(n: int) -> TensorImageDataset:
+        # already ~N(0,1): meta mean 0 / std 1 makes normalization the identity
+        x = torch.randn(n, c, s, s, generator=gen)
+        y = torch.randint(0, num_classes, (n,), generator=gen)
+        return TensorImageDataset(x, y, scale=1.0, mean=[0.0] * c, std=[1.0] * c)
+
+    train, val, test = make(cfg.num_samples), make(n_eval), make(n_eval)
+    meta = make_meta(num_classes, c, s, [0.0] * c, [1.0] * c, [f"class_{i}" for i in range(num_classes)])
+    return DataModule(train=train, val=val, test=test, meta=meta)

@@ -1,0 +1,90 @@
+"""User image folders: ``root/{train,val}/<class>/*.png|jpg|jpeg`` plus an optional ``root/test``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+from lab.config import ConfigError
+from lab.data.common import DataCfg, DataModule, make_meta, resolve_num_classes, resolve_stats
+from lab.data.transforms import EvalTransform, TrainImageTransform, eval_transform, pil_mode
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+LAYOUT = "<root>/train/<class>/*.png|jpg|jpeg, <root>/val/<class>/..., optional <root>/test/<class>/..."
+
+
+class ImageFolderDataset(Dataset):
+    """Images read from disk on every access; ``samples`` is a list of (path, class index)."""
+
+    def __init__(self, samples: list[tuple[str, int]], transform: Callable[[Image.Image], torch.Tensor]) -> None:
+        self.samples = samples
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        path, label = self.samples[index]
+        with Image.open(path) as img:
+            return self.transform(img), label
+
+
+def _class_dirs(split_dir: Path) -> list[str]:
+    # hidden folders (.ipynb_checkpoints, .DS_Store-like clutter) are never classes
+    return sorted(p.name for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _scan(split_dir: Path, class_names: list[str], every_class: bool = False) -> list[tuple[str, int]]:
+    samples = []
+    for label, name in enumerate(class_names):
+        files = sorted(p for p in (split_dir / name).iterdir()
+                       if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith("."))
+        if every_class and not files:  # a class the model never sees in training cannot be learned
+            raise ConfigError(f"data.root: no .png/.jpg/.jpeg images in {split_dir / name}; remove the folder "
+                              "or add images")
+        samples += [(str(p), label) for p in files]
+    if not samples:
+        raise ConfigError(f"data.root: no .png/.jpg/.jpeg images under {split_dir}; expected layout {LAYOUT}")
+    return samples
+
+
+def _split_samples(root: Path, split: str, class_names: list[str]) -> list[tuple[str, int]]:
+    """Samples of val/test, whose class folders must match train's so label indices mean the same thing."""
+    split_dir = root / split
+    names = _class_dirs(split_dir)
+    if names != class_names:
+        raise ConfigError(f"data.root={root}: {split}/ has classes {names} but train/ has {class_names}; "
+                          "every split needs the same class sub-folders (an empty folder is fine)")
+    return _scan(split_dir, class_names)
+
+
+def build_image_folder(cfg: DataCfg) -> DataModule:
+    root = Path(cfg.root).expanduser()
+    for split in ("train", "val"):
+        if not (root / split).is_dir():
+            raise ConfigError(f"data.root={cfg.root}: {root / split} does not exist; expected layout {LAYOUT}")
+    pil_mode(cfg.in_channels)  # fail on e.g. in_channels=2 before scanning anything
+    class_names = _class_dirs(root / "train")
+    if len(class_names) < 2:
+        raise ConfigError(f"data.root={cfg.root}: found {len(class_names)} class folder(s) in {root / 'train'}; "
+                          f"need at least 2 (expected layout {LAYOUT})")
+    num_classes = resolve_num_classes(cfg, f"image_folder {root}", len(class_names))
+    train_samples = _scan(root / "train", class_names, every_class=True)
+    val_samples = _split_samples(root, "val", class_names)
+    test_samples = _split_samples(root, "test", class_names) if (root / "test").is_dir() else None
+
+    c, s = cfg.in_channels, cfg.image_size
+    mean, std = resolve_stats(cfg, c, [0.5] * c, [0.5] * c)
+    meta = make_meta(num_classes, c, s, mean, std, class_names)
+    evaluate = eval_transform(meta)  # the same object inference uses, so val/test match it exactly
+    train_tf: TrainImageTransform | EvalTransform = TrainImageTransform(c, s, mean, std) if cfg.augment else evaluate
+    return DataModule(
+        train=ImageFolderDataset(train_samples, train_tf),
+        val=ImageFolderDataset(val_samples, evaluate),
+        test=None if test_samples is None else ImageFolderDataset(test_samples, evaluate),
+        meta=meta,
+    )

@@ -1,0 +1,122 @@
+"""Image -> normalized tensor transforms, and cheap batched augmentation for in-memory tensors.
+
+:func:`eval_transform` is the single definition of "what the model expects": image_folder val/test items
+are produced by it, and inference on user images calls it with the ``meta`` saved in the checkpoint.
+Transforms are classes (not closures) so DataLoader workers can pickle them under the spawn start method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from lab.config import ConfigError
+
+
+def normalize(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Normalize (C,H,W) or (N,C,H,W) float images in [0,1] with per-channel ``mean``/``std`` of shape (C,)."""
+    return (x - mean.view(-1, 1, 1)) / std.view(-1, 1, 1)
+
+
+def pil_mode(in_channels: int) -> str:
+    if in_channels == 1:
+        return "L"
+    if in_channels == 3:
+        return "RGB"
+    raise ConfigError(f"data.in_channels={in_channels} cannot be read from image files; use 1 (grayscale) or 3 (RGB)")
+
+
+def pil_to_unit_tensor(img: Image.Image) -> torch.Tensor:
+    """8-bit PIL image (L or RGB) -> float32 (C,H,W) in [0,1]."""
+    array = np.asarray(img, dtype=np.uint8)
+    if array.ndim == 2:
+        array = array[:, :, None]
+    return torch.from_numpy(array.copy()).permute(2, 0, 1).float().div_(255.0)
+
+
+def to_mode(img: Image.Image, mode: str) -> Image.Image:
+    """Convert to L/RGB; 16-bit grayscale is rescaled first, since PIL's own conversion clips it at 255."""
+    if img.mode.startswith("I;16"):
+        img = Image.fromarray((np.asarray(img).astype(np.float32) / 257.0).round().astype(np.uint8), mode="L")
+    return img.convert(mode)
+
+
+class ToNormalizedTensor:
+    """PIL image already in the right mode and size -> normalized float32 tensor."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        self.mean = torch.tensor(list(mean), dtype=torch.float32)
+        self.std = torch.tensor(list(std), dtype=torch.float32)
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        return normalize(pil_to_unit_tensor(img), self.mean, self.std)
+
+
+class EvalTransform:
+    """Any PIL image -> the normalized float32 (C, image_size, image_size) tensor the model expects."""
+
+    def __init__(self, in_channels: int, image_size: int, mean: Sequence[float], std: Sequence[float]) -> None:
+        self.mode = pil_mode(in_channels)
+        self.size = image_size
+        self.to_tensor = ToNormalizedTensor(mean, std)
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        img = to_mode(img, self.mode)
+        if img.size != (self.size, self.size):
+            img = img.resize((self.size, self.size), Image.Resampling.BILINEAR)
+        return self.to_tensor(img)
+
+
+def eval_transform(meta: Mapping[str, Any]) -> EvalTransform:
+    """The deterministic PIL -> tensor transform for a dataset's ``meta`` (see :class:`lab.data.DataModule`)."""
+    return EvalTransform(meta["in_channels"], meta["image_size"], meta["mean"], meta["std"])
+
+
+class TrainImageTransform:
+    """Light augmentation for user image folders: random resized crop (mild) + horizontal flip."""
+
+    def __init__(self, in_channels: int, image_size: int, mean: Sequence[float], std: Sequence[float]) -> None:
+        from torchvision.transforms import v2  # imported lazily: torchvision is slow to import
+
+        self.mode = pil_mode(in_channels)
+        # scale >= 0.7 keeps most of the object in view; the usual ImageNet 0.08 is too harsh for small data
+        self.augment = v2.Compose([
+            v2.RandomResizedCrop(image_size, scale=(0.7, 1.0), antialias=True),
+            v2.RandomHorizontalFlip(),
+        ])
+        self.to_tensor = ToNormalizedTensor(mean, std)
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        return self.to_tensor(self.augment(to_mode(img, self.mode)))
+
+
+class RandomShiftFlip:
+    """Per-sample random crop after zero padding (= random shift), optionally + horizontal flip, on a batch.
+
+    Works on (N,C,H,W) images in [0,1] before normalization, so padding is black as in the usual CIFAR
+    recipe (RandomCrop(32, padding=4) + RandomHorizontalFlip), but draws every sample's offsets in one go
+    instead of looping over the batch.
+    """
+
+    def __init__(self, padding: int, flip: bool) -> None:
+        self.padding = padding
+        self.flip = flip
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        n, c, h, w = x.shape
+        p = self.padding
+        if p > 0:
+            padded = F.pad(x, (p, p, p, p))
+            rows = torch.randint(0, 2 * p + 1, (n, 1)) + torch.arange(h)  # (N,H) source row of each output row
+            cols = torch.randint(0, 2 * p + 1, (n, 1)) + torch.arange(w)
+            x = padded[torch.arange(n).view(n, 1, 1, 1), torch.arange(c).view(1, c, 1, 1),
+                       rows.view(n, 1, h, 1), cols.view(n, 1, 1, w)]
+        if self.flip:
+            flipped = torch.rand(n) < 0.5
+            x = torch.where(flipped.view(n, 1, 1, 1), x.flip(-1), x)
+        return x

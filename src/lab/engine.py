@@ -1,0 +1,303 @@
+"""The training loop: autocast, loss scaling, accumulation, clipping, validation, best tracking, checkpoints.
+
+It knows nothing of classification: the task supplies the loss and the metrics. Host-device syncs happen only at
+logging, validation and checkpoint time, so the step itself runs as fast as a hand-written loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from lab import checkpoint
+from lab.errors import UserError
+from lab.optim import WarmupPlateau
+from lab.runtime import Precision, epoch_generator_seed, peak_memory_mb
+from lab.tracking import Tracker
+
+log = logging.getLogger(__name__)
+
+
+def batches_per_epoch(loader: torch.utils.data.DataLoader, limit: int) -> int:
+    """Training batches per epoch after `trainer.limit_train_batches` (-1 = all)."""
+    batches = len(loader) if limit < 0 else min(limit, len(loader))
+    if batches == 0:
+        raise UserError("the training loader yields no batch; lower data.batch_size or check the dataset")
+    return batches
+
+
+@dataclass
+class Progress:
+    epoch: int = 0  # epoch in progress, 0-based
+    global_step: int = 0  # optimizer steps taken
+    batch_in_epoch: int = 0  # batches of `epoch` already trained on (mid-epoch checkpoints)
+    best_metric: float | None = None
+    best_epoch: int | None = None
+
+
+@dataclass
+class _Window:
+    """What happened since the last log line. Losses stay on the device until then (no per-step sync)."""
+
+    start: float = field(default_factory=time.perf_counter)
+    data_time: float = 0.0
+    samples: int = 0
+    losses: list[torch.Tensor] = field(default_factory=list)
+    loss_steps: list[int] = field(default_factory=list)
+    loss_sizes: list[int] = field(default_factory=list)
+    grad_norm: torch.Tensor | None = None
+
+
+class Trainer:
+    def __init__(self, *, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, task: Any,
+                 train_loader: torch.utils.data.DataLoader, val_loader: torch.utils.data.DataLoader | None,
+                 device: torch.device, precision: Precision, trainer_cfg: Any, tracker: Tracker, run_dir: Path,
+                 checkpoint_extras: dict[str, Any], seed: int, train_generator: torch.Generator | None) -> None:
+        self.cfg = trainer_cfg
+        self.model = model  # the plain module: what checkpoints hold
+        self.optimizer, self.scheduler, self.task = optimizer, scheduler, task
+        self.train_loader, self.val_loader = train_loader, val_loader
+        self.device, self.precision = device, precision
+        self.tracker, self.checkpoint_extras = tracker, checkpoint_extras
+        self.ckpt_dir = Path(run_dir) / "checkpoints"
+        self.seed, self.train_generator = seed, train_generator
+        self.scaler = torch.amp.GradScaler(device.type, enabled=precision.grad_scaler)
+        self.progress = Progress()
+        self.skipped_steps = 0
+        self.last_val: dict[str, float] = {}
+        self.window = _Window()
+        self.memory_format = torch.channels_last if trainer_cfg.channels_last else torch.preserve_format
+        self.forward = torch.compile(model) if trainer_cfg.compile else model
+        self.batches_per_epoch = batches_per_epoch(train_loader, trainer_cfg.limit_train_batches)
+        self.bar_enabled = {"on": True, "off": False, "auto": sys.stderr.isatty()}[trainer_cfg.progress_bar]
+
+    # ------------------------------------------------------------------ public
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.batches_per_epoch / self.cfg.grad_accum_steps)
+
+    def fit(self) -> dict[str, Any]:
+        cfg = self.cfg
+        self.window = _Window()
+        with torch.autograd.set_detect_anomaly(cfg.detect_anomaly):
+            for epoch in range(self.progress.epoch, cfg.max_epochs):
+                self.progress.epoch = epoch
+                finished = self._train_epoch(epoch)
+                last = self._done() or epoch == cfg.max_epochs - 1
+                improved = False
+                if self.val_loader is not None and ((epoch + 1) % cfg.val_every_n_epochs == 0 or last):
+                    improved = self._validate_and_track(epoch)
+                if finished:
+                    self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
+                self._save_checkpoints(best=improved)
+                if self._done():
+                    break
+        return self.summary()
+
+    @torch.inference_mode()
+    def evaluate(self, loader: torch.utils.data.DataLoader, limit: int = -1) -> dict[str, float]:
+        """Exact metrics over the loader (eval mode, no autograd); restores the previous mode."""
+        was_training = self.model.training
+        self.model.eval()
+        metrics = self.task.metrics(self.device)
+        for index, (inputs, targets) in enumerate(loader):
+            if 0 <= limit <= index:
+                break
+            inputs, targets = self._to_device(inputs, targets)
+            with self.precision.autocast(self.device):
+                logits = self.forward(inputs)
+            metrics.update(logits, targets)
+        self.model.train(was_training)
+        return metrics.compute()
+
+    def summary(self) -> dict[str, Any]:
+        monitor = f"val/{self.task.monitor}"
+        out = {f"{monitor}_best": self.progress.best_metric, "best_epoch": self.progress.best_epoch,
+               "global_step": self.progress.global_step, "epochs": self.progress.epoch}
+        out.update(self.last_val)
+        if self.scaler.is_enabled():
+            out["train/skipped_steps"] = self.skipped_steps
+        return out
+
+    def checkpoint_payload(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "progress": asdict(self.progress),
+            "rng": checkpoint.capture_rng(),
+            **self.checkpoint_extras,
+        }
+
+    def restore(self, ckpt: dict[str, Any]) -> None:
+        """Continue a run exactly: weights, optimizer moments, LR schedule, loss scale, position and RNG."""
+        checkpoint.load_model_state(self.model, ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.scheduler.load_state_dict(ckpt["scheduler"])
+        if ckpt.get("scaler"):
+            self.scaler.load_state_dict(ckpt["scaler"])
+        self.progress = Progress(**ckpt["progress"])
+        checkpoint.restore_rng(ckpt["rng"])
+        log.info("resumed at epoch %d, step %d (batch %d of the epoch)", self.progress.epoch + 1,
+                 self.progress.global_step, self.progress.batch_in_epoch)
+
+    # ------------------------------------------------------------------ training
+    def _done(self) -> bool:
+        return 0 < self.cfg.max_steps <= self.progress.global_step
+
+    def _to_device(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # non_blocking only overlaps with compute when the loader pinned the memory (pin_memory on CUDA).
+        inputs = inputs.to(self.device, non_blocking=True)
+        if inputs.ndim == 4:
+            inputs = inputs.contiguous(memory_format=self.memory_format)
+        return inputs, targets.to(self.device, non_blocking=True)
+
+    def _train_epoch(self, epoch: int) -> bool:
+        """One pass over the training loader; False when max_steps stopped it early."""
+        self.model.train()
+        if self.train_generator is not None:
+            # Reseeded per epoch so the order depends on (seed, epoch) only: resume replays it exactly.
+            self.train_generator.manual_seed(epoch_generator_seed(self.seed, epoch))
+        sampler = getattr(self.train_loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)  # DistributedSampler: a new shuffle every epoch, the same on every rank
+        accum, total = self.cfg.grad_accum_steps, self.batches_per_epoch
+        skip = self.progress.batch_in_epoch
+        batches = iter(self.train_loader)
+        for _ in range(skip):  # resumed mid-epoch: same order, so skip what the checkpoint already trained on
+            next(batches)
+        bar = tqdm(total=total, initial=skip, desc=f"epoch {epoch + 1}/{self.cfg.max_epochs}", leave=False,
+                   disable=not self.bar_enabled, dynamic_ncols=True)
+        fetch_start = time.perf_counter()
+        for index in range(skip, total):
+            inputs, targets = self._to_device(*next(batches))
+            self.window.data_time += time.perf_counter() - fetch_start
+            # The loss is divided by the micro-batches in this accumulation group (the last group may be short),
+            # so accumulated gradients equal those of one large batch.
+            group_start = index - index % accum
+            group_size = min(accum, total - group_start)
+            with self.precision.autocast(self.device):
+                loss = self.task.loss(self.forward(inputs), targets)
+            self.scaler.scale(loss / group_size).backward()
+            self.window.losses.append(loss.detach())
+            self.window.loss_steps.append(self.progress.global_step + 1)
+            self.window.loss_sizes.append(len(targets))
+            self.window.samples += len(targets)
+            bar.update()
+            if index + 1 == group_start + group_size:
+                self._optimizer_step()
+                self.progress.batch_in_epoch = index + 1
+                step = self.progress.global_step
+                if step % self.cfg.log_every_n_steps == 0:
+                    self._log_window(epoch, bar)
+                if self.cfg.ckpt_every_n_steps and step % self.cfg.ckpt_every_n_steps == 0:
+                    self._save_checkpoints(best=False)
+                if self._done():
+                    bar.close()
+                    return index + 1 == total
+            fetch_start = time.perf_counter()
+        bar.close()
+        return True
+
+    def _optimizer_step(self) -> None:
+        cfg = self.cfg
+        logging_now = (self.progress.global_step + 1) % cfg.log_every_n_steps == 0
+        scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else None
+        if cfg.grad_clip is not None or logging_now:
+            # Gradients must be unscaled before their norm means anything (and before clipping).
+            self.scaler.unscale_(self.optimizer)
+            max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
+            self.window.grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        self.scaler.step(self.optimizer)  # skips the update when fp16 gradients overflowed
+        self.scaler.update()
+        if scale_before is not None and self.scaler.get_scale() < scale_before:
+            self.skipped_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.progress.global_step += 1
+
+    def _check_losses(self) -> torch.Tensor:
+        """The window's per-micro-batch losses on the host; stop at the first non-finite one (no scaler)."""
+        losses = torch.stack(self.window.losses).float().cpu() if self.window.losses else torch.zeros(0)
+        bad = (~torch.isfinite(losses)).nonzero()
+        if len(bad) and not self.scaler.is_enabled():
+            index = int(bad[0])
+            raise UserError(
+                f"loss became {losses[index].item()} at optimizer step {self.window.loss_steps[index]} "
+                f"(epoch {self.progress.epoch + 1}); lower optimizer.lr, set trainer.grad_clip, try precision=bf16 "
+                "or fp32, or check the inputs (the first-batch report in the log)")
+        return losses
+
+    def _log_window(self, epoch: int, bar: tqdm) -> None:
+        losses = self._check_losses()
+        sizes = torch.tensor(self.window.loss_sizes, dtype=torch.float32)
+        finite = torch.isfinite(losses)
+        loss = float((losses[finite] * sizes[finite]).sum() / sizes[finite].sum()) if finite.any() else math.nan
+        elapsed = max(time.perf_counter() - self.window.start, 1e-9)
+        metrics = {
+            "train/loss": loss,
+            "train/lr": self.scheduler.get_last_lr()[0],
+            "train/grad_norm": float(self.window.grad_norm) if self.window.grad_norm is not None else math.nan,
+            "train/throughput": self.window.samples / elapsed,
+            "train/data_wait": min(1.0, self.window.data_time / elapsed),
+            "train/mem_peak_mb": peak_memory_mb(self.device),
+        }
+        if self.scaler.is_enabled():
+            metrics["train/grad_scale"] = self.scaler.get_scale()
+            metrics["train/skipped_steps"] = self.skipped_steps
+        step = self.progress.global_step
+        self.tracker.log(metrics, step=step, epoch=epoch)
+        if bar.disable:
+            log.info("epoch %d step %d  loss %.4f  lr %.3g  grad_norm %.3g  %.0f samples/s  data %.0f%%", epoch + 1,
+                     step, loss, metrics["train/lr"], metrics["train/grad_norm"], metrics["train/throughput"],
+                     100 * metrics["train/data_wait"])
+        else:
+            bar.set_postfix(loss=f"{loss:.4f}", lr=f"{metrics['train/lr']:.2e}", refresh=False)
+        self.window = _Window()
+
+    @contextlib.contextmanager
+    def _paused_window(self) -> Iterator[None]:
+        """Validation and checkpoint time must not count against training throughput."""
+        start = time.perf_counter()
+        yield
+        self.window.start += time.perf_counter() - start
+
+    # ------------------------------------------------------------------ validation and checkpoints
+    def _validate_and_track(self, epoch: int) -> bool:
+        with self._paused_window():
+            metrics = {f"val/{k}": v for k, v in self.evaluate(self.val_loader, self.cfg.limit_val_batches).items()}
+        monitor = f"val/{self.task.monitor}"
+        value = metrics[monitor]
+        best = self.progress.best_metric
+        sign = 1 if self.task.monitor_mode == "max" else -1
+        improved = best is None or sign * (value - best) > 0
+        if improved:
+            self.progress.best_metric, self.progress.best_epoch = value, epoch + 1
+        metrics[f"{monitor}_best"] = self.progress.best_metric
+        if isinstance(self.scheduler, WarmupPlateau):
+            self.scheduler.step_metric(metrics[self.scheduler.monitor])
+        self.last_val = metrics
+        self.tracker.log(metrics, step=self.progress.global_step, epoch=epoch)
+        log.info("epoch %d/%d step %d  %s", epoch + 1, self.cfg.max_epochs, self.progress.global_step,
+                 "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        return improved
+
+    def _save_checkpoints(self, best: bool) -> None:
+        with self._paused_window():
+            self._check_losses()  # never write weights that went NaN over good ones
+            last = self.ckpt_dir / "last.pt"
+            checkpoint.save(last, self.checkpoint_payload())
+            if best:
+                checkpoint.copy(last, self.ckpt_dir / "best.pt")

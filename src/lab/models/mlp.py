@@ -1,0 +1,28 @@
+"""Multi-layer perceptron on flattened pixels: the fastest baseline, and BatchNorm-free on purpose
+(so a sample's logits never depend on the rest of its batch)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import nn
+
+from lab.models.registry import register
+
+
+def make_mlp(in_features: int, hidden_dims: list[int], num_classes: int, dropout: float) -> nn.Sequential:
+    layers: list[nn.Module] = [nn.Flatten()]
+    width = in_features
+    for hidden in hidden_dims:
+        layers += [nn.Linear(width, hidden), nn.ReLU(inplace=True), nn.Dropout(dropout)]
+        width = hidden
+    layers.append(nn.Linear(width, num_classes))
+    return nn.Sequential(*layers)
+
+
+@register("mlp")
+def build_mlp(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
+    # Sized from meta rather than with Lazy modules so parameter counts and torchinfo work before any forward.
+    in_features = int(meta["in_channels"]) * int(meta["image_size"]) ** 2
+    return make_mlp(in_features, [int(h) for h in cfg.hidden_dims], int(meta["num_classes"]), float(cfg.dropout))

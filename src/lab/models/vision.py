@@ -1,0 +1,79 @@
+"""Any torchvision classification model by name (random init only), adapted to the data's channels and size."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torchvision
+from torch import nn
+from torchvision.models import ResNet
+
+from lab.config import ConfigError
+from lab.models.registry import register
+
+
+class ChannelAdapter(nn.Module):
+    """Learned 1x1 projection from the data's channels to the 3 every non-ResNet torchvision model expects.
+
+    Named submodules (rather than nn.Sequential) keep state-dict keys readable: ``adapter.*``, ``net.*``.
+    """
+
+    def __init__(self, in_channels: int, net: nn.Module) -> None:
+        super().__init__()
+        self.adapter = nn.Conv2d(in_channels, 3, kernel_size=1)
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(self.adapter(x))
+
+
+def classification_archs() -> list[str]:
+    return torchvision.models.list_models(module=torchvision.models)
+
+
+def _arch_kwargs(arch: str, meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Constructor arguments some archs need so that forward returns plain logits for this data."""
+    if arch in ("googlenet", "inception_v3"):
+        # Auxiliary heads make train-mode forward return a namedtuple instead of a logits tensor;
+        # init_weights=True is the current default, passed to silence the "default will change" warning.
+        return {"aux_logits": False, "init_weights": True}
+    if arch.startswith("vit_"):
+        return {"image_size": int(meta["image_size"])}  # positional embeddings are sized for one input size
+    return {}
+
+
+def _resnet_stem(resnet: ResNet, in_channels: int, small_input: bool) -> None:
+    """Replace the stem in place: new input channels and/or the CIFAR-style 3x3 stride-1 stem without max-pool
+    (the 7x7/2 conv + max-pool would shrink a 32 px image to 8 px before the first residual block)."""
+    old = resnet.conv1
+    if small_input:
+        resnet.conv1 = nn.Conv2d(in_channels, old.out_channels, kernel_size=3, stride=1, padding=1, bias=False)
+        resnet.maxpool = nn.Identity()
+    elif in_channels != old.in_channels:
+        resnet.conv1 = nn.Conv2d(in_channels, old.out_channels, kernel_size=old.kernel_size, stride=old.stride,
+                                 padding=old.padding, bias=False)
+
+
+@register("torchvision")
+def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
+    arch = str(cfg.arch)
+    archs = classification_archs()
+    if arch not in archs:
+        # Close spellings first (a typo is the usual cause), else a few common choices.
+        suggestions = difflib.get_close_matches(arch, archs, n=3) or ["resnet18", "mobilenet_v3_small", "vit_b_16"]
+        raise ConfigError(f"model.arch={arch!r} is not a torchvision classification model; see "
+                          f"torchvision.models.list_models(module=torchvision.models); e.g. {', '.join(suggestions)}")
+    in_channels = int(meta["in_channels"])
+    net = torchvision.models.get_model(arch, weights=None, num_classes=int(meta["num_classes"]),
+                                       **_arch_kwargs(arch, meta))
+    is_resnet_family = isinstance(net, ResNet)  # also resnext*, wide_resnet*: same stem
+    if cfg.small_input and not is_resnet_family:
+        raise ConfigError(f"model.small_input=true only applies to ResNet-family archs, not {arch!r}; "
+                          "set model.small_input=false")
+    if is_resnet_family:
+        _resnet_stem(net, in_channels, bool(cfg.small_input))
+        return net
+    return net if in_channels == 3 else ChannelAdapter(in_channels, net)

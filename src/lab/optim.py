@@ -1,0 +1,108 @@
+"""Optimizer with no weight decay on norms and biases, and LR schedules with linear warmup."""
+
+from __future__ import annotations
+
+import math
+
+import hydra.utils
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR, OneCycleLR, ReduceLROnPlateau
+
+_NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two groups: decayed weights, and norm parameters + biases (decaying those only hurts)."""
+    decay, no_decay, seen = [], [], set()
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            if not param.requires_grad or id(param) in seen:
+                continue
+            seen.add(id(param))
+            skip = isinstance(module, _NORM_TYPES) or name.endswith("bias") or param.ndim <= 1
+            (no_decay if skip else decay).append(param)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def build_optimizer(optimizer_cfg, model: nn.Module) -> torch.optim.Optimizer:
+    factory = hydra.utils.instantiate(optimizer_cfg, _convert_="all")  # a functools.partial (_partial_: true)
+    return factory(parameter_groups(model, optimizer_cfg.weight_decay))
+
+
+class WarmupMultiplier:
+    """LR multiplier per optimizer step: linear warmup, then the chosen decay shape.
+
+    A class rather than a lambda so LambdaLR can store it in the checkpoint as plain numbers.
+    """
+
+    def __init__(self, name: str, total_steps: int, warmup_steps: int, min_lr_ratio: float = 0.0,
+                 step_size: int = 1, gamma: float = 1.0) -> None:
+        self.name, self.total_steps, self.warmup_steps = name, total_steps, warmup_steps
+        self.min_lr_ratio, self.step_size, self.gamma = min_lr_ratio, step_size, gamma
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        done = step - self.warmup_steps
+        if self.name == "cosine":
+            # T_max = the steps after warmup, so the last optimizer step lands on min_lr_ratio.
+            progress = min(1.0, done / max(1, self.total_steps - self.warmup_steps - 1))
+            return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        if self.name == "step":
+            return self.gamma ** (done // self.step_size)
+        return 1.0  # constant
+
+
+class WarmupPlateau:
+    """ReduceLROnPlateau (stepped per validation) after a per-step linear warmup."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, warmup_steps: int, monitor: str, mode: str, factor: float,
+                 patience: int) -> None:
+        self.optimizer, self.warmup_steps, self.steps = optimizer, warmup_steps, 0
+        self.monitor = monitor  # the validation metric it watches, e.g. val/loss
+        self.base_lrs = [group["lr"] for group in optimizer.param_groups]
+        self.plateau = ReduceLROnPlateau(optimizer, mode=mode, factor=factor, patience=patience)
+        self._apply_warmup()
+
+    def _apply_warmup(self) -> None:
+        if self.steps < self.warmup_steps:
+            for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+                group["lr"] = base * (self.steps + 1) / self.warmup_steps
+        elif self.steps == self.warmup_steps:
+            for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+                group["lr"] = base
+
+    def step(self) -> None:
+        self.steps += 1
+        self._apply_warmup()
+
+    def step_metric(self, value: float) -> None:
+        if self.steps >= self.warmup_steps:
+            self.plateau.step(value)
+
+    def get_last_lr(self) -> list[float]:
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict:
+        return {"steps": self.steps, "base_lrs": self.base_lrs, "plateau": self.plateau.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps, self.base_lrs = state["steps"], state["base_lrs"]
+        self.plateau.load_state_dict(state["plateau"])
+
+
+def build_scheduler(scheduler_cfg, optimizer: torch.optim.Optimizer, total_steps: int):
+    """A scheduler stepped once per optimizer step (`plateau` also takes `step_metric` per validation)."""
+    cfg = scheduler_cfg
+    if cfg.name == "plateau":
+        return WarmupPlateau(optimizer, cfg.warmup_steps, cfg.monitor, cfg.mode, cfg.factor, cfg.patience)
+    if cfg.name == "onecycle":
+        max_lrs = [group["lr"] for group in optimizer.param_groups]
+        pct_start = min(0.99, max(1, cfg.warmup_steps) / max(total_steps, 1))
+        return OneCycleLR(optimizer, max_lr=max_lrs, total_steps=max(total_steps, 2), pct_start=pct_start)
+    multiplier = WarmupMultiplier(cfg.name, total_steps, cfg.warmup_steps, cfg.min_lr_ratio, cfg.step_size, cfg.gamma)
+    return LambdaLR(optimizer, multiplier)

@@ -1,0 +1,201 @@
+"""Model zoo: shapes, gradient flow, registry errors and the CNN's gradient checkpointing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+
+from lab import models
+from lab.config import CNNConfig, ConfigError, MLPConfig, TorchvisionConfig
+from lab.models import registry
+from lab.models.vision import ChannelAdapter
+
+NUM_CLASSES = 5
+
+
+def make_meta(in_channels: int, image_size: int, num_classes: int = NUM_CLASSES) -> dict[str, Any]:
+    return {"num_classes": num_classes, "in_channels": in_channels, "image_size": image_size,
+            "mean": [0.5] * in_channels, "std": [0.25] * in_channels,
+            "class_names": [str(i) for i in range(num_classes)]}
+
+
+# Small widths keep every test fast on 2 CPU cores; the configs go through OmegaConf as in a real run.
+def mlp_cfg(**kw: Any) -> Any:
+    return OmegaConf.structured(MLPConfig(hidden_dims=[32, 16], **kw))
+
+
+def cnn_cfg(**kw: Any) -> Any:
+    return OmegaConf.structured(CNNConfig(channels=[8, 16, 16], **kw))
+
+
+def resnet18_cfg() -> Any:
+    return OmegaConf.structured(TorchvisionConfig(arch="resnet18", small_input=True))
+
+
+def squeezenet_cfg() -> Any:
+    # squeezenet1_1: ~0.7M parameters and no BatchNorm, the quickest torchvision model that works at 32 px.
+    return OmegaConf.structured(TorchvisionConfig(arch="squeezenet1_1"))
+
+
+# (config factory, [(in_channels, image_size), ...]): two input sizes and both channel counts per model.
+CASES: dict[str, tuple[Callable[[], Any], list[tuple[int, int]]]] = {
+    "mlp": (mlp_cfg, [(1, 8), (3, 28)]),
+    "cnn": (cnn_cfg, [(1, 8), (3, 28)]),
+    "resnet18": (resnet18_cfg, [(1, 16), (3, 32)]),
+    "squeezenet": (squeezenet_cfg, [(1, 32), (3, 48)]),
+}
+SHAPE_PARAMS = [(name, c, s) for name, (_, sizes) in CASES.items() for c, s in sizes]
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+
+
+def build(name: str, in_channels: int, image_size: int) -> nn.Module:
+    return models.build(CASES[name][0](), make_meta(in_channels, image_size))
+
+
+@pytest.mark.parametrize(("name", "in_channels", "image_size"), SHAPE_PARAMS)
+def test_output_is_logits_of_shape_batch_by_classes(name: str, in_channels: int, image_size: int) -> None:
+    model = build(name, in_channels, image_size)
+    for mode in (True, False):
+        model.train(mode)
+        out = model(torch.randn(2, in_channels, image_size, image_size))
+        assert out.shape == (2, NUM_CLASSES)
+        assert out.dtype == torch.float32
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gradients_reach_every_trainable_parameter(name: str) -> None:
+    in_channels, image_size = CASES[name][1][0]  # 1 channel: also exercises the resnet stem / 1x1 adapter
+    model = build(name, in_channels, image_size).train()
+    x = torch.randn(4, in_channels, image_size, image_size)
+    loss = nn.functional.cross_entropy(model(x), torch.arange(4) % NUM_CLASSES)
+    loss.backward()
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    missing = [n for n, p in params if p.grad is None or not torch.isfinite(p.grad).all()]
+    assert not missing, f"no or non-finite gradient for {missing}"
+    nonzero = sum(bool(p.grad.abs().sum() > 0) for _, p in params)
+    # A dead ReLU can zero a whole tensor's gradient at random init; "most" is what a wiring bug would break.
+    assert nonzero >= 0.9 * len(params), f"only {nonzero}/{len(params)} parameters got a nonzero gradient"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_eval_mode_is_deterministic(name: str) -> None:
+    in_channels, image_size = CASES[name][1][1]
+    model = build(name, in_channels, image_size).eval()
+    x = torch.randn(3, in_channels, image_size, image_size)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), model(x), rtol=0, atol=0)
+
+
+def test_mlp_is_batchnorm_free_so_samples_are_independent_of_their_batch() -> None:
+    model = models.build(mlp_cfg(dropout=0.0), make_meta(1, 8)).train()
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    x = torch.randn(6, 1, 8, 8)
+    torch.testing.assert_close(model(x)[:2], model(x[:2]))  # train mode too: no batch statistics anywhere
+
+
+def test_mlp_is_sized_from_meta_before_any_forward() -> None:
+    model = models.build(mlp_cfg(), make_meta(3, 4, num_classes=7))
+    expected = (3 * 4 * 4 * 32 + 32) + (32 * 16 + 16) + (16 * 7 + 7)
+    assert sum(p.numel() for p in model.parameters()) == expected  # would fail with uninitialized Lazy modules
+
+
+def test_build_accepts_the_dataclass_as_well_as_dictconfig() -> None:
+    model = models.build(CNNConfig(channels=[4]), make_meta(1, 8))
+    assert model(torch.randn(2, 1, 8, 8)).shape == (2, NUM_CLASSES)
+
+
+def test_cnn_gradient_checkpointing_matches_the_plain_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    meta = make_meta(3, 16)
+    plain = models.build(cnn_cfg(dropout=0.0), meta).train()
+    ckpt = models.build(cnn_cfg(dropout=0.0, grad_checkpointing=True), meta).train()
+    ckpt.load_state_dict(plain.state_dict())
+
+    calls: list[int] = []
+    real_checkpoint = models.cnn.checkpoint
+
+    def counting_checkpoint(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real_checkpoint(*args, **kwargs)
+
+    monkeypatch.setattr(models.cnn, "checkpoint", counting_checkpoint)
+    x = torch.randn(4, 3, 16, 16)
+    out_plain, out_ckpt = plain(x), ckpt(x)
+    out_plain.square().sum().backward()
+    out_ckpt.square().sum().backward()
+
+    assert len(calls) == len(ckpt.blocks)  # it really recomputed, once per block
+    torch.testing.assert_close(out_ckpt, out_plain)
+    grads = dict(plain.named_parameters())
+    for name, p in ckpt.named_parameters():
+        torch.testing.assert_close(p.grad, grads[name].grad, msg=name)
+    # Recomputation must not update BatchNorm running statistics a second time.
+    for (name, b_ckpt), b_plain in zip(ckpt.named_buffers(), plain.buffers()):
+        torch.testing.assert_close(b_ckpt, b_plain, msg=name)
+
+    calls.clear()
+    ckpt.eval()
+    with torch.no_grad():
+        ckpt(x)
+    ckpt.train()
+    with torch.no_grad():
+        ckpt(x)
+    assert not calls  # nothing to save activations for: no checkpointing in eval or under no_grad
+
+
+def test_resnet_stem_adapts_to_channels_and_small_inputs() -> None:
+    small = models.build(resnet18_cfg(), make_meta(1, 32))
+    assert (small.conv1.in_channels, small.conv1.kernel_size, small.conv1.stride) == (1, (3, 3), (1, 1))
+    assert isinstance(small.maxpool, nn.Identity)
+    standard = models.build(OmegaConf.structured(TorchvisionConfig(arch="resnet18")), make_meta(1, 32))
+    assert (standard.conv1.in_channels, standard.conv1.kernel_size, standard.conv1.stride) == (1, (7, 7), (2, 2))
+    assert isinstance(standard.maxpool, nn.MaxPool2d)
+    assert standard(torch.randn(2, 1, 32, 32)).shape == (2, NUM_CLASSES)
+
+
+def test_non_resnet_gets_a_1x1_channel_adapter_only_when_needed() -> None:
+    assert isinstance(build("squeezenet", 1, 32), ChannelAdapter)
+    assert not isinstance(build("squeezenet", 3, 32), ChannelAdapter)
+
+
+def test_unknown_model_name_lists_available_models() -> None:
+    with pytest.raises(ConfigError, match="available: cnn, mlp, torchvision") as err:
+        models.build(OmegaConf.create({"name": "transformer"}), make_meta(1, 8))
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_torchvision_arch_is_a_config_error_with_a_hint() -> None:
+    cfg = OmegaConf.structured(TorchvisionConfig(arch="resnet19"))
+    with pytest.raises(ConfigError, match=r"resnet19.*list_models.*resnet18") as err:
+        models.build(cfg, make_meta(3, 32))
+    assert "\n" not in str(err.value)
+
+
+def test_small_input_is_rejected_for_non_resnet_archs() -> None:
+    cfg = OmegaConf.structured(TorchvisionConfig(arch="squeezenet1_1", small_input=True))
+    with pytest.raises(ConfigError, match="small_input"):
+        models.build(cfg, make_meta(3, 32))
+
+
+def test_register_adds_a_buildable_model_and_rejects_a_conflicting_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_BUILDERS", dict(registry._BUILDERS))  # leave the real registry untouched
+
+    @models.register("linear")
+    def build_linear(cfg: Any, meta: dict[str, Any]) -> nn.Module:
+        return nn.Sequential(nn.Flatten(), nn.Linear(meta["in_channels"] * meta["image_size"] ** 2,
+                                                     meta["num_classes"]))
+
+    assert "linear" in models.available()
+    model = models.build(OmegaConf.create({"name": "linear"}), make_meta(1, 8))
+    assert model(torch.randn(2, 1, 8, 8)).shape == (2, NUM_CLASSES)
+
+    with pytest.raises(ValueError, match="already registered"):
+        models.register("mlp")(build_linear)
