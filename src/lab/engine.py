@@ -258,7 +258,7 @@ class Trainer:
             metrics["train/grad_scale"] = self.scaler.get_scale()
             metrics["train/skipped_steps"] = self.skipped_steps
         step = self.progress.global_step
-        self.tracker.log(metrics, step=step, epoch=epoch)
+        self.tracker.log(metrics, step=step, epoch=epoch + 1)
         if bar.disable:
             log.info("epoch %d step %d  loss %.4f  lr %.3g  grad_norm %.3g  %.0f samples/s  data %.0f%%", epoch + 1,
                      step, loss, metrics["train/lr"], metrics["train/grad_norm"], metrics["train/throughput"],
@@ -289,7 +289,7 @@ class Trainer:
         if isinstance(self.scheduler, WarmupPlateau):
             self.scheduler.step_metric(metrics[self.scheduler.monitor])
         self.last_val = metrics
-        self.tracker.log(metrics, step=self.progress.global_step, epoch=epoch)
+        self.tracker.log(metrics, step=self.progress.global_step, epoch=epoch + 1)
         log.info("epoch %d/%d step %d  %s", epoch + 1, self.cfg.max_epochs, self.progress.global_step,
                  "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         return improved

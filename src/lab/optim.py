@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import hydra.utils
 import torch
@@ -33,28 +34,27 @@ def build_optimizer(optimizer_cfg, model: nn.Module) -> torch.optim.Optimizer:
     return factory(parameter_groups(model, optimizer_cfg.weight_decay))
 
 
-class WarmupMultiplier:
+def warmup_multiplier(name: str, total_steps: int, warmup_steps: int, min_lr_ratio: float = 0.0,
+                      step_size: int = 1, gamma: float = 1.0) -> Callable[[int], float]:
     """LR multiplier per optimizer step: linear warmup, then the chosen decay shape.
 
-    A class rather than a lambda so LambdaLR can store it in the checkpoint as plain numbers.
+    A plain function on purpose: LambdaLR checkpoints only its step counter then, so a resumed run follows the
+    schedule of its *current* config (e.g. more epochs) from the step where it stopped.
     """
 
-    def __init__(self, name: str, total_steps: int, warmup_steps: int, min_lr_ratio: float = 0.0,
-                 step_size: int = 1, gamma: float = 1.0) -> None:
-        self.name, self.total_steps, self.warmup_steps = name, total_steps, warmup_steps
-        self.min_lr_ratio, self.step_size, self.gamma = min_lr_ratio, step_size, gamma
-
-    def __call__(self, step: int) -> float:
-        if step < self.warmup_steps:
-            return (step + 1) / self.warmup_steps
-        done = step - self.warmup_steps
-        if self.name == "cosine":
+    def multiplier(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        done = step - warmup_steps
+        if name == "cosine":
             # T_max = the steps after warmup, so the last optimizer step lands on min_lr_ratio.
-            progress = min(1.0, done / max(1, self.total_steps - self.warmup_steps - 1))
-            return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-        if self.name == "step":
-            return self.gamma ** (done // self.step_size)
+            progress = min(1.0, done / max(1, total_steps - warmup_steps - 1))
+            return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        if name == "step":
+            return gamma ** (done // step_size)
         return 1.0  # constant
+
+    return multiplier
 
 
 class WarmupPlateau:
@@ -104,5 +104,5 @@ def build_scheduler(scheduler_cfg, optimizer: torch.optim.Optimizer, total_steps
         max_lrs = [group["lr"] for group in optimizer.param_groups]
         pct_start = min(0.99, max(1, cfg.warmup_steps) / max(total_steps, 1))
         return OneCycleLR(optimizer, max_lr=max_lrs, total_steps=max(total_steps, 2), pct_start=pct_start)
-    multiplier = WarmupMultiplier(cfg.name, total_steps, cfg.warmup_steps, cfg.min_lr_ratio, cfg.step_size, cfg.gamma)
-    return LambdaLR(optimizer, multiplier)
+    return LambdaLR(optimizer, warmup_multiplier(cfg.name, total_steps, cfg.warmup_steps, cfg.min_lr_ratio,
+                                                 cfg.step_size, cfg.gamma))

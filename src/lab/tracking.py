@@ -41,6 +41,7 @@ class Tracker:
         return self
 
     def log(self, metrics: dict[str, float], step: int, epoch: int | None = None) -> None:
+        """One event: `step` = global optimizer step, `epoch` = 1-based epoch it belongs to."""
         record = {"step": step, "epoch": epoch, **{k: _plain(v) for k, v in metrics.items()}}
         self._metrics_file.write(json.dumps(record) + "\n")
 

@@ -120,10 +120,13 @@ def test_eval_transform_accepts_any_mode_and_size(digits: DataModule) -> None:
     assert x.dtype == torch.float32 and x.shape == (1, 8, 8)
     rgb = eval_transform({**digits.meta, "in_channels": 3, "image_size": 5, "mean": [0.5] * 3, "std": [0.5] * 3})
     assert rgb(img).shape == (3, 5, 5)
-    sixteen_bit = Image.fromarray(np.full((8, 8), 65535, dtype=np.uint16))  # PIL's own convert("L") clips it
-    assert torch.allclose(eval_transform({**digits.meta, "mean": [0.0], "std": [1.0]})(sixteen_bit), torch.ones(1, 8, 8))
-    half = Image.fromarray(np.full((8, 8), 32896, dtype=np.uint16))  # 128 * 257: mid-grey, not white
-    assert torch.allclose(eval_transform({**digits.meta, "mean": [0.0], "std": [1.0]})(half), torch.full((1, 8, 8), 128 / 255))
+
+
+def test_eval_transform_rescales_16_bit_grayscale(digits: DataModule) -> None:
+    unit = eval_transform({**digits.meta, "mean": [0.0], "std": [1.0]})  # output = pixel value in [0,1]
+    white, grey = (Image.fromarray(np.full((8, 8), v, dtype=np.uint16)) for v in (65535, 128 * 257))
+    assert torch.allclose(unit(white), torch.ones(1, 8, 8))
+    assert torch.allclose(unit(grey), torch.full((1, 8, 8), 128 / 255))  # PIL's own convert("L") gives 255
 
 
 def test_random_shift_flip_moves_each_sample_by_its_own_offset() -> None:

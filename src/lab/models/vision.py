@@ -7,9 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torchvision
 from torch import nn
-from torchvision.models import ResNet
 
 from lab.config import ConfigError
 from lab.models.registry import register
@@ -31,6 +29,8 @@ class ChannelAdapter(nn.Module):
 
 
 def classification_archs() -> list[str]:
+    import torchvision  # imported on use: it costs ~1 s of start-up that mlp/cnn runs need not pay
+
     return torchvision.models.list_models(module=torchvision.models)
 
 
@@ -45,7 +45,7 @@ def _arch_kwargs(arch: str, meta: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _resnet_stem(resnet: ResNet, in_channels: int, small_input: bool) -> None:
+def _resnet_stem(resnet: nn.Module, in_channels: int, small_input: bool) -> None:
     """Replace the stem in place: new input channels and/or the CIFAR-style 3x3 stride-1 stem without max-pool
     (the 7x7/2 conv + max-pool would shrink a 32 px image to 8 px before the first residual block)."""
     old = resnet.conv1
@@ -66,6 +66,9 @@ def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
         suggestions = difflib.get_close_matches(arch, archs, n=3) or ["resnet18", "mobilenet_v3_small", "vit_b_16"]
         raise ConfigError(f"model.arch={arch!r} is not a torchvision classification model; see "
                           f"torchvision.models.list_models(module=torchvision.models); e.g. {', '.join(suggestions)}")
+    import torchvision
+    from torchvision.models import ResNet
+
     in_channels = int(meta["in_channels"])
     net = torchvision.models.get_model(arch, weights=None, num_classes=int(meta["num_classes"]),
                                        **_arch_kwargs(arch, meta))

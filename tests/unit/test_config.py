@@ -1,0 +1,225 @@
+"""lab.config + conf/: every group option composes and validates; bad overrides fail early with the key named.
+
+Compose-time failures (unknown key, wrong type) come from Hydra/OmegaConf because every option extends a schema;
+value failures come from the schemas' ``__post_init__`` through ``lab.config.validate`` as ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from helpers import CONF_DIR, GROUPS, PYTHON, REPO, TRAIN_SCRIPT, group_options, script_env
+from lab.config import ConfigError, TrainConfig, validate
+
+# Options whose YAML leaves a mandatory value (???) for the user: the override a real run would pass.
+REQUIRED_OVERRIDES: dict[tuple[str, str], list[str]] = {("data", "image_folder"): ["data.root=/path/to/images"]}
+
+ALL_OPTIONS = [(group, option) for group in GROUPS for option in group_options(group)]
+
+
+def test_every_group_has_options() -> None:
+    for group in GROUPS:
+        assert group_options(group), f"conf/{group}/ has no options"
+    assert len(ALL_OPTIONS) >= 20  # the discovery itself works (no silently empty parametrization)
+
+
+# --------------------------------------------------------------------------- composing the options
+def test_defaults(compose) -> None:
+    cfg = compose()
+    validate(cfg)
+    assert cfg.model.name == "cnn"
+    assert cfg.data.name == "digits"
+    assert cfg.optimizer._target_ == "torch.optim.AdamW"
+    assert cfg.scheduler.name == "cosine"
+    assert cfg.precision.name == "fp32"
+    assert cfg.dist.strategy == "none"
+    assert cfg.seed == 42
+    assert "hydra" not in cfg  # return_hydra_config=False
+
+
+@pytest.mark.parametrize(("group", "option"), ALL_OPTIONS, ids=[f"{g}={o}" for g, o in ALL_OPTIONS])
+def test_every_option_composes_and_validates(compose, group: str, option: str) -> None:
+    cfg = compose([f"{group}={option}", *REQUIRED_OVERRIDES.get((group, option), [])])
+    validate(cfg)
+    obj = OmegaConf.to_object(cfg)
+    assert isinstance(obj, TrainConfig)
+
+
+def _yaml_leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            yield from _yaml_leaves(value, f"{path}.")
+        else:
+            yield path, value
+
+
+def _assert_option_applied(cfg: DictConfig, group: str, option: str) -> None:
+    """Every value written in conf/<group>/<option>.yaml is what the composed config holds."""
+    path = CONF_DIR / group / f"{option}.yaml"
+    is_global = any(line.strip() == "# @package _global_" for line in path.read_text().splitlines()[:3])
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    for entry in raw.pop("defaults", []):
+        if isinstance(entry, dict):  # `override /model: mlp` in an experiment
+            for key, sub_option in entry.items():
+                if key.startswith("override /"):
+                    _assert_option_applied(cfg, key.removeprefix("override /"), sub_option)
+    prefix = "" if is_global else f"{group}."
+    for leaf, expected in _yaml_leaves(raw, prefix):
+        parent_path, _, key = leaf.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_path) if parent_path else cfg
+        assert parent is not None and key in parent, f"{path.name}: {leaf} is not in the composed config"
+        if expected == "???":
+            assert OmegaConf.is_missing(parent, key), f"{path.name}: {leaf} should stay mandatory (???)"
+            continue
+        actual = parent[key]
+        if isinstance(actual, (DictConfig, ListConfig)):
+            actual = OmegaConf.to_container(actual)
+        assert actual == expected, f"{path.name}: {leaf} is {actual!r} in the composed config, not {expected!r}"
+
+
+def _values_param(group: str, option: str):
+    if (group, option) == ("data", "image_folder"):
+        reason = ("conf/data/image_folder.yaml sets root: ??? over the schema default 'data'; OmegaConf's merge "
+                  "never lets ??? replace a value, so data.root silently becomes 'data' instead of mandatory")
+        return pytest.param(group, option, id=f"{group}={option}", marks=pytest.mark.xfail(strict=True, reason=reason))
+    return pytest.param(group, option, id=f"{group}={option}")
+
+
+@pytest.mark.parametrize(("group", "option"), [_values_param(g, o) for g, o in ALL_OPTIONS])
+def test_every_option_values_reach_the_composed_config(compose, group: str, option: str) -> None:
+    _assert_option_applied(compose([f"{group}={option}"]), group, option)
+
+
+def test_experiment_switches_groups(compose) -> None:
+    cfg = compose(["experiment=digits_mlp"])
+    assert cfg.model.name == "mlp" and "hidden_dims" in cfg.model and "channels" not in cfg.model
+    assert cfg.optimizer.lr == pytest.approx(2e-3)
+
+
+def test_command_line_overrides_win(compose) -> None:
+    cfg = compose(["optimizer=sgd", "optimizer.lr=0.5", "model=mlp", "model.hidden_dims=[8]", "seed=7"])
+    validate(cfg)
+    assert cfg.optimizer._target_ == "torch.optim.SGD" and cfg.optimizer.lr == 0.5
+    assert list(cfg.model.hidden_dims) == [8] and cfg.seed == 7
+
+
+# --------------------------------------------------------------------------- bad overrides
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["model.foo=1"], "model.foo"),
+        (["trainer.bogus=1"], "trainer.bogus"),
+        (["model.hidden_dims=[8]"], "model.hidden_dims"),  # an mlp key on the default cnn: typed per model
+        (["bogus_top_level=1"], "bogus_top_level"),
+        (["data.batch_size=abc"], "data.batch_size"),
+        (["trainer.max_epochs=1.5"], "trainer.max_epochs"),
+        (["trainer.compile=maybe"], "trainer.compile"),
+        (["optimizer=sgd", "optimizer.nesterov=sometimes"], "optimizer.nesterov"),
+    ],
+)
+def test_unknown_keys_and_wrong_types_fail_while_composing(compose, overrides: list[str], key: str) -> None:
+    with pytest.raises(ConfigCompositionException, match=re.escape(key)):
+        compose(overrides)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["optimizer.lr=-1"], "optimizer.lr"),
+        (["optimizer.lr=0"], "optimizer.lr"),
+        (["optimizer=sgd", "optimizer.lr=-1"], "optimizer.lr"),
+        (["optimizer=sgd", "optimizer.momentum=0"], "optimizer.nesterov"),
+        (["optimizer.weight_decay=-0.1"], "optimizer.weight_decay"),
+        (["data.batch_size=0"], "data.batch_size"),
+        (["data.name=imagenet"], "data.name"),
+        (["data.val_fraction=1.0"], "data.val_fraction"),
+        (["trainer.grad_accum_steps=0"], "trainer.grad_accum_steps"),
+        (["trainer.max_epochs=0"], "trainer.max_epochs"),
+        (["trainer.max_steps=0"], "trainer.max_steps"),
+        (["trainer.grad_clip=0"], "trainer.grad_clip"),
+        (["trainer.device=tpu"], "trainer.device"),
+        (["scheduler.warmup_steps=-5"], "scheduler.warmup_steps"),
+        (["scheduler.name=linear"], "scheduler.name"),
+        (["scheduler.min_lr_ratio=2"], "scheduler.min_lr_ratio"),
+        (["precision.dtype=float8"], "precision.dtype"),
+        (["model=mlp", "model.dropout=1.0"], "model.dropout"),
+        (["model.channels=[]"], "model.channels"),
+        (["seed=-1"], "seed"),
+    ],
+)
+def test_bad_values_raise_config_error_naming_the_key(compose, overrides: list[str], key: str) -> None:
+    cfg = compose(overrides)  # types are fine: composing succeeds, the value check is validate's job
+    with pytest.raises(ConfigError, match=rf"(^|\W){re.escape(key)}\W"):
+        validate(cfg)
+
+
+def test_seed_zero_is_a_valid_seed(compose) -> None:
+    cfg = compose(["seed=0"])
+    validate(cfg)
+    assert OmegaConf.to_object(cfg).seed == 0
+
+
+# --------------------------------------------------------------------------- the CLI (subprocesses: keep these few)
+def _run_train(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, str(TRAIN_SCRIPT), *args], cwd=REPO, env=script_env(), capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_cli_unknown_option_lists_the_valid_ones() -> None:
+    proc = _run_train("precision=fp17")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "fp17" in out
+    for option in group_options("precision"):
+        assert re.search(rf"^\s*{option}\s*$", out, re.MULTILINE), f"{option} not listed in:\n{out}"
+    assert set(group_options("precision")) >= {"fp32", "amp", "bf16", "fp16"}
+
+
+def test_cli_bad_value_is_one_error_line_without_traceback(tmp_path) -> None:
+    proc = _run_train("optimizer.lr=-1", f"hydra.run.dir={tmp_path}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Traceback" not in out
+    error_lines = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1, out
+    assert "optimizer.lr" in error_lines[0]
+
+
+def _imported_modules(importtime_stderr: str) -> set[str]:
+    """Module names from `python -X importtime` lines: 'import time: <self> | <cumulative> | <indent><name>'."""
+    modules = set()
+    for line in importtime_stderr.splitlines():
+        if not line.startswith("import time:"):
+            continue
+        fields = line.split("|")
+        if len(fields) == 3 and fields[0].split(":")[1].strip().isdigit():
+            modules.add(fields[2].strip())
+    return modules
+
+
+def test_cli_cfg_job_prints_the_config_without_importing_torch() -> None:
+    proc = subprocess.run([PYTHON, "-X", "importtime", str(TRAIN_SCRIPT), "--cfg", "job"], cwd=REPO,
+                          env=script_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    printed = OmegaConf.create(proc.stdout)
+    assert printed.seed == 42 and printed.model.name == "cnn" and printed.optimizer.lr == pytest.approx(3e-3)
+    modules = _imported_modules(proc.stderr)
+    assert {"hydra", "omegaconf", "lab.config"} <= modules  # the parsing works: these must be there
+    heavy = sorted(m for m in modules if m.split(".")[0] in {"torch", "torchvision", "numpy"})
+    assert not heavy, f"--cfg job imported {heavy[:5]}"
+
+
+def test_cli_help_lists_groups_and_config() -> None:
+    proc = _run_train("--help")
+    assert proc.returncode == 0, proc.stderr
+    for group in GROUPS:
+        assert re.search(rf"^{group}: ", proc.stdout, re.MULTILINE), f"--help does not list the {group} group"
+    assert "seed: 42" in proc.stdout
