@@ -3,9 +3,12 @@ because tests/conftest.py lives there)."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -38,3 +41,43 @@ def script_env() -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key != "HYDRA_FULL_ERROR"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
     return env
+
+
+@dataclass
+class Run:
+    proc: subprocess.CompletedProcess
+    dir: Path
+
+    @property
+    def output(self) -> str:
+        return self.proc.stdout + self.proc.stderr
+
+    def metrics(self) -> list[dict]:
+        return [json.loads(line) for line in (self.dir / "metrics.jsonl").read_text().splitlines()]
+
+    def summary(self) -> dict:
+        return json.loads((self.dir / "summary.json").read_text())
+
+    def weights(self, name: str = "last.pt") -> dict:
+        import torch
+
+        return torch.load(self.dir / "checkpoints" / name, weights_only=True)["model"]
+
+
+def run_script(
+    script: str, *overrides: str, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Run scripts/<script> the way a user does, in a subprocess."""
+    return subprocess.run(
+        [PYTHON, str(REPO / "scripts" / script), *overrides],
+        cwd=cwd or REPO,
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def max_abs_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a if a[k].numel())

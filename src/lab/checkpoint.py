@@ -72,16 +72,24 @@ def save(path: str | Path, payload: dict[str, Any]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    torch.save({"format_version": FORMAT_VERSION, **payload}, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save({"format_version": FORMAT_VERSION, **payload}, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a partial file (disk full...) would only take space; the old one is intact
+        raise
 
 
 def copy(src: str | Path, dst: str | Path) -> None:
     """Atomic copy (e.g. last.pt -> best.pt)."""
     dst = Path(dst)
     tmp = dst.with_name(f".{dst.name}.tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -93,18 +101,33 @@ def load(path: str | Path) -> dict[str, Any]:
     except Exception as err:
         lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
         reason = next((line for line in lines if "Unpickler error" in line), lines[0])
-        raise UserError(f"cannot read checkpoint {path}: {reason} (corrupt, or not a checkpoint of this "
-                        "template?)") from err
+        raise UserError(
+            f"cannot read checkpoint {path}: {reason} (corrupt, or not a checkpoint of this template?)"
+        ) from err
     if not isinstance(ckpt, dict) or ckpt.get("format_version") != FORMAT_VERSION or "model" not in ckpt:
         raise UserError(f"{path} is not a format-{FORMAT_VERSION} checkpoint of this template")
     return ckpt
 
 
 def load_model_state(model: nn.Module, state: dict[str, Any], strict: bool = True) -> None:
-    """Load weights, tolerating wrapper prefixes; name the missing/unexpected keys instead of a bare KeyError."""
-    result = unwrap(model).load_state_dict(strip_wrapper_prefixes(state), strict=False)
-    if result.missing_keys or result.unexpected_keys:
-        detail = f"missing keys {result.missing_keys[:5]}, unexpected keys {result.unexpected_keys[:5]}"
+    """Load weights, tolerating wrapper prefixes; name the missing/unexpected/misshapen keys instead of a bare error."""
+    target = unwrap(model)
+    state = strip_wrapper_prefixes(state)
+    own = target.state_dict()
+    # load_state_dict raises a bare RuntimeError on a shape mismatch even with strict=False: set those keys aside.
+    mismatched = {
+        key: (tuple(value.shape), tuple(own[key].shape))
+        for key, value in state.items()
+        if isinstance(value, torch.Tensor) and isinstance(own.get(key), torch.Tensor) and value.shape != own[key].shape
+    }
+    result = target.load_state_dict({k: v for k, v in state.items() if k not in mismatched}, strict=False)
+    missing = [key for key in result.missing_keys if key not in mismatched]
+    if missing or result.unexpected_keys or mismatched:
+        detail = f"missing keys {missing[:5]}, unexpected keys {result.unexpected_keys[:5]}"
+        if mismatched:
+            detail += ", shape mismatches " + ", ".join(
+                f"{key}: checkpoint {saved} vs model {wanted}" for key, (saved, wanted) in list(mismatched.items())[:5]
+            )
         if strict:
             raise UserError(f"checkpoint does not fit the model ({detail}); was it trained with another model config?")
         log.warning("loaded non-strictly, skipped: %s", detail)

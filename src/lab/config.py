@@ -11,7 +11,7 @@ stay fast only if nothing heavy is loaded before Hydra prints and exits.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -36,7 +36,7 @@ class TrainerConfig:
     max_epochs: int = 10
     max_steps: int = -1  # optimizer steps; -1 = limited by max_epochs only
     grad_accum_steps: int = 1
-    grad_clip: Optional[float] = 1.0  # max global grad norm; null = no clipping
+    grad_clip: float | None = 1.0  # max global grad norm; null = no clipping
     log_every_n_steps: int = 50
     val_every_n_epochs: int = 1
     ckpt_every_n_steps: int = 0  # 0 = only at epoch ends
@@ -54,20 +54,25 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         _require(self.max_epochs >= 1, f"trainer.max_epochs must be >= 1, got {self.max_epochs}")
-        _require(self.max_steps == -1 or self.max_steps >= 1,
-                 f"trainer.max_steps must be -1 (no limit) or >= 1, got {self.max_steps}")
-        _require(self.grad_accum_steps >= 1,
-                 f"trainer.grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
-        _require(self.grad_clip is None or self.grad_clip > 0,
-                 f"trainer.grad_clip must be > 0 or null, got {self.grad_clip}")
-        _require(self.log_every_n_steps >= 1,
-                 f"trainer.log_every_n_steps must be >= 1, got {self.log_every_n_steps}")
-        _require(self.val_every_n_epochs >= 1,
-                 f"trainer.val_every_n_epochs must be >= 1, got {self.val_every_n_epochs}")
-        _require(self.ckpt_every_n_steps >= 0,
-                 f"trainer.ckpt_every_n_steps must be >= 0, got {self.ckpt_every_n_steps}")
-        _require(self.overfit_batches >= 0,
-                 f"trainer.overfit_batches must be >= 0, got {self.overfit_batches}")
+        _require(
+            self.max_steps == -1 or self.max_steps >= 1,
+            f"trainer.max_steps must be -1 (no limit) or >= 1, got {self.max_steps}",
+        )
+        _require(self.grad_accum_steps >= 1, f"trainer.grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
+        _require(
+            self.grad_clip is None or self.grad_clip > 0, f"trainer.grad_clip must be > 0 or null, got {self.grad_clip}"
+        )
+        _require(self.log_every_n_steps >= 1, f"trainer.log_every_n_steps must be >= 1, got {self.log_every_n_steps}")
+        _require(
+            self.val_every_n_epochs >= 1, f"trainer.val_every_n_epochs must be >= 1, got {self.val_every_n_epochs}"
+        )
+        _require(
+            self.ckpt_every_n_steps >= 0, f"trainer.ckpt_every_n_steps must be >= 0, got {self.ckpt_every_n_steps}"
+        )
+        for key in ("limit_train_batches", "limit_val_batches"):
+            value = getattr(self, key)
+            _require(value == -1 or value >= 1, f"trainer.{key} must be -1 (all) or >= 1, got {value}")
+        _require(self.overfit_batches >= 0, f"trainer.overfit_batches must be >= 0, got {self.overfit_batches}")
         _one_of("trainer.device", self.device, ("auto", "cpu", "cuda", "mps"))
         _one_of("trainer.progress_bar", self.progress_bar, ("auto", "on", "off"))
 
@@ -79,35 +84,40 @@ class DataConfig:
     root: str = "data"
     download: bool = False
     batch_size: int = 64  # per device
-    eval_batch_size: Optional[int] = None  # null = batch_size
+    eval_batch_size: int | None = None  # null = batch_size
     num_workers: int = 0
-    pin_memory: Optional[bool] = None  # null = auto: only when training on CUDA
+    pin_memory: bool | None = None  # null = auto: only when training on CUDA
     persistent_workers: bool = True  # only meaningful with num_workers > 0
-    num_classes: Optional[int] = None  # null = what the dataset says
+    num_classes: int | None = None  # null = what the dataset says
     in_channels: int = 1
     image_size: int = 8
     split_seed: int = 0  # fixes the train/val(/test) split, independent of the training seed
     val_fraction: float = 0.15
     test_fraction: float = 0.15  # only for datasets without an official test split (digits)
     augment: bool = False
-    mean: Optional[List[float]] = None  # null = the dataset's own statistics
-    std: Optional[List[float]] = None
+    mean: list[float] | None = None  # null = the dataset's own statistics
+    std: list[float] | None = None
     num_samples: int = 2048  # synthetic only
 
     def __post_init__(self) -> None:
-        _one_of("data.name", self.name,
-                ("digits", "mnist", "fashion_mnist", "cifar10", "image_folder", "synthetic"))
+        _one_of("data.name", self.name, ("digits", "mnist", "fashion_mnist", "cifar10", "image_folder", "synthetic"))
         _require(self.batch_size >= 1, f"data.batch_size must be >= 1, got {self.batch_size}")
-        _require(self.eval_batch_size is None or self.eval_batch_size >= 1,
-                 f"data.eval_batch_size must be >= 1 or null, got {self.eval_batch_size}")
+        _require(
+            self.eval_batch_size is None or self.eval_batch_size >= 1,
+            f"data.eval_batch_size must be >= 1 or null, got {self.eval_batch_size}",
+        )
         _require(self.num_workers >= 0, f"data.num_workers must be >= 0, got {self.num_workers}")
-        _require(self.num_classes is None or self.num_classes >= 2,
-                 f"data.num_classes must be >= 2 or null, got {self.num_classes}")
+        _require(
+            self.num_classes is None or self.num_classes >= 2,
+            f"data.num_classes must be >= 2 or null, got {self.num_classes}",
+        )
         _require(self.in_channels >= 1, f"data.in_channels must be >= 1, got {self.in_channels}")
         _require(self.image_size >= 1, f"data.image_size must be >= 1, got {self.image_size}")
         _require(0 < self.val_fraction < 1, f"data.val_fraction must be in (0, 1), got {self.val_fraction}")
-        _require(0 <= self.test_fraction < 1 and self.val_fraction + self.test_fraction < 1,
-                 "data.test_fraction must be in [0, 1) and val_fraction + test_fraction < 1")
+        _require(
+            0 <= self.test_fraction < 1 and self.val_fraction + self.test_fraction < 1,
+            "data.test_fraction must be in [0, 1) and val_fraction + test_fraction < 1",
+        )
         _require((self.mean is None) == (self.std is None), "set both data.mean and data.std, or neither")
         if self.std is not None:
             _require(all(s > 0 for s in self.std), f"data.std values must be > 0, got {self.std}")
@@ -123,7 +133,7 @@ class ModelConfig:
 @dataclass
 class MLPConfig(ModelConfig):
     name: str = "mlp"
-    hidden_dims: List[int] = field(default_factory=lambda: [256, 128])
+    hidden_dims: list[int] = field(default_factory=lambda: [256, 128])
     dropout: float = 0.1
 
     def __post_init__(self) -> None:
@@ -134,13 +144,15 @@ class MLPConfig(ModelConfig):
 @dataclass
 class CNNConfig(ModelConfig):
     name: str = "cnn"
-    channels: List[int] = field(default_factory=lambda: [32, 64, 128])
+    channels: list[int] = field(default_factory=lambda: [32, 64, 128])
     dropout: float = 0.1
     grad_checkpointing: bool = False  # recompute block activations in backward: less memory, ~30% more compute
 
     def __post_init__(self) -> None:
-        _require(len(self.channels) >= 1 and all(c >= 1 for c in self.channels),
-                 f"model.channels must be a non-empty list of positive ints, got {self.channels}")
+        _require(
+            len(self.channels) >= 1 and all(c >= 1 for c in self.channels),
+            f"model.channels must be a non-empty list of positive ints, got {self.channels}",
+        )
         _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
 
 
@@ -169,7 +181,7 @@ class AdamWConfig(OptimizerConfig):
     _target_: str = "torch.optim.AdamW"
     lr: float = 3e-3
     weight_decay: float = 0.05
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
 
 
@@ -212,7 +224,7 @@ class SchedulerConfig:
 @dataclass
 class PrecisionConfig:
     name: str = "fp32"  # fp32 | amp | bf16 | fp16
-    dtype: Optional[str] = None  # autocast dtype: float16 | bfloat16; null = full precision
+    dtype: str | None = None  # autocast dtype: float16 | bfloat16; null = full precision
     grad_scaler: bool = False  # loss scaling, needed for float16 gradients
 
     def __post_init__(self) -> None:
@@ -234,8 +246,8 @@ class DistConfig:
 class TrainConfig:
     task_name: str = "train"
     seed: int = 42
-    ckpt_path: Optional[str] = None  # resume from this checkpoint
-    tags: List[str] = field(default_factory=list)
+    ckpt_path: str | None = None  # resume from this checkpoint
+    tags: list[str] = field(default_factory=list)
     optimized_metric: str = "val/acc_best"  # what train returns to sweepers
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     data: DataConfig = field(default_factory=DataConfig)

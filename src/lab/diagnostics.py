@@ -23,8 +23,9 @@ def warn_if_frozen(model: nn.Module) -> None:
     frozen = [name for name, p in model.named_parameters() if not p.requires_grad]
     if frozen:
         shown = ", ".join(frozen[:8]) + (" ..." if len(frozen) > 8 else "")
-        log.warning("!!! %d parameter tensors are FROZEN (requires_grad=False) and will not train: %s", len(frozen),
-                    shown)
+        log.warning(
+            "!!! %d parameter tensors are FROZEN (requires_grad=False) and will not train: %s", len(frozen), shown
+        )
 
 
 def model_summary(model: nn.Module, example: torch.Tensor) -> str:
@@ -33,8 +34,14 @@ def model_summary(model: nn.Module, example: torch.Tensor) -> str:
 
     was_training = model.training
     try:
-        stats = torchinfo.summary(model, input_data=example, verbose=0, mode="eval", device=example.device,
-                                  col_names=("output_size", "num_params", "trainable"))
+        stats = torchinfo.summary(
+            model,
+            input_data=example,
+            verbose=0,
+            mode="eval",
+            device=example.device,
+            col_names=("output_size", "num_params", "trainable"),
+        )
         return str(stats)
     except Exception as err:  # a summary must never stop training
         return f"(torchinfo could not summarise the model: {err})"
@@ -48,9 +55,13 @@ def check_first_batch(inputs: torch.Tensor, targets: torch.Tensor, num_classes: 
         raise UserError("the first training batch contains NaN or inf inputs; check the dataset and its transforms")
     low, high = int(targets.min()), int(targets.max())
     if low < 0 or high >= num_classes:
-        raise UserError(f"labels range over [{low}, {high}] but the model has {num_classes} classes; "
-                        "set data.num_classes or fix the labels")
+        raise UserError(
+            f"labels range over [{low}, {high}] but the model has {num_classes} classes; "
+            "set data.num_classes or fix the labels"
+        )
     x = inputs.float()
-    return (f"first batch: inputs {tuple(inputs.shape)} {inputs.dtype} range [{x.min():.3f}, {x.max():.3f}] "
-            f"mean {x.mean():.3f} std {x.std():.3f}; targets {tuple(targets.shape)} {targets.dtype} "
-            f"range [{low}, {high}]")
+    return (
+        f"first batch: inputs {tuple(inputs.shape)} {inputs.dtype} range [{x.min():.3f}, {x.max():.3f}] "
+        f"mean {x.mean():.3f} std {x.std():.3f}; targets {tuple(targets.shape)} {targets.dtype} "
+        f"range [{low}, {high}]"
+    )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from tqdm import tqdm
 
@@ -60,11 +61,26 @@ class _Window:
 
 
 class Trainer:
-    def __init__(self, *, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, task: Any,
-                 train_loader: torch.utils.data.DataLoader, val_loader: torch.utils.data.DataLoader | None,
-                 device: torch.device, precision: Precision, trainer_cfg: Any, tracker: Tracker, run_dir: Path,
-                 checkpoint_extras: dict[str, Any], seed: int, train_generator: torch.Generator | None) -> None:
-        self.cfg = trainer_cfg
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+        task: Any,
+        train_loader: torch.utils.data.DataLoader,
+        val_loader: torch.utils.data.DataLoader | None,
+        device: torch.device,
+        precision: Precision,
+        trainer_cfg: Any,
+        tracker: Tracker,
+        run_dir: Path,
+        checkpoint_extras: dict[str, Any],
+        seed: int,
+        train_generator: torch.Generator | None,
+    ) -> None:
+        # A plain dataclass, not a DictConfig: OmegaConf attribute access costs microseconds, several per step.
+        self.cfg = OmegaConf.to_object(trainer_cfg) if isinstance(trainer_cfg, DictConfig) else trainer_cfg
         self.model = model  # the plain module: what checkpoints hold
         self.optimizer, self.scheduler, self.task = optimizer, scheduler, task
         self.train_loader, self.val_loader = train_loader, val_loader
@@ -77,7 +93,6 @@ class Trainer:
         self.skipped_steps = 0
         self.last_val: dict[str, float] = {}
         self.window = _Window()
-        self.memory_format = torch.channels_last if trainer_cfg.channels_last else torch.preserve_format
         self.forward = torch.compile(model) if trainer_cfg.compile else model
         self.batches_per_epoch = batches_per_epoch(train_loader, trainer_cfg.limit_train_batches)
         self.bar_enabled = {"on": True, "off": False, "auto": sys.stderr.isatty()}[trainer_cfg.progress_bar]
@@ -93,7 +108,7 @@ class Trainer:
         with torch.autograd.set_detect_anomaly(cfg.detect_anomaly):
             for epoch in range(self.progress.epoch, cfg.max_epochs):
                 self.progress.epoch = epoch
-                finished = self._train_epoch(epoch)
+                finished = self.train_epoch(epoch)
                 last = self._done() or epoch == cfg.max_epochs - 1
                 improved = False
                 if self.val_loader is not None and ((epoch + 1) % cfg.val_every_n_epochs == 0 or last):
@@ -123,8 +138,12 @@ class Trainer:
 
     def summary(self) -> dict[str, Any]:
         monitor = f"val/{self.task.monitor}"
-        out = {f"{monitor}_best": self.progress.best_metric, "best_epoch": self.progress.best_epoch,
-               "global_step": self.progress.global_step, "epochs": self.progress.epoch}
+        out = {
+            f"{monitor}_best": self.progress.best_metric,
+            "best_epoch": self.progress.best_epoch,
+            "global_step": self.progress.global_step,
+            "epochs": self.progress.epoch,
+        }
         out.update(self.last_val)
         if self.scaler.is_enabled():
             out["train/skipped_steps"] = self.skipped_steps
@@ -150,8 +169,12 @@ class Trainer:
             self.scaler.load_state_dict(ckpt["scaler"])
         self.progress = Progress(**ckpt["progress"])
         checkpoint.restore_rng(ckpt["rng"])
-        log.info("resumed at epoch %d, step %d (batch %d of the epoch)", self.progress.epoch + 1,
-                 self.progress.global_step, self.progress.batch_in_epoch)
+        log.info(
+            "resumed at epoch %d, step %d (batch %d of the epoch)",
+            self.progress.epoch + 1,
+            self.progress.global_step,
+            self.progress.batch_in_epoch,
+        )
 
     # ------------------------------------------------------------------ training
     def _done(self) -> bool:
@@ -160,11 +183,11 @@ class Trainer:
     def _to_device(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # non_blocking only overlaps with compute when the loader pinned the memory (pin_memory on CUDA).
         inputs = inputs.to(self.device, non_blocking=True)
-        if inputs.ndim == 4:
-            inputs = inputs.contiguous(memory_format=self.memory_format)
+        if self.cfg.channels_last and inputs.ndim == 4:
+            inputs = inputs.contiguous(memory_format=torch.channels_last)
         return inputs, targets.to(self.device, non_blocking=True)
 
-    def _train_epoch(self, epoch: int) -> bool:
+    def train_epoch(self, epoch: int) -> bool:
         """One pass over the training loader; False when max_steps stopped it early."""
         self.model.train()
         if self.train_generator is not None:
@@ -178,8 +201,14 @@ class Trainer:
         batches = iter(self.train_loader)
         for _ in range(skip):  # resumed mid-epoch: same order, so skip what the checkpoint already trained on
             next(batches)
-        bar = tqdm(total=total, initial=skip, desc=f"epoch {epoch + 1}/{self.cfg.max_epochs}", leave=False,
-                   disable=not self.bar_enabled, dynamic_ncols=True)
+        bar = tqdm(
+            total=total,
+            initial=skip,
+            desc=f"epoch {epoch + 1}/{self.cfg.max_epochs}",
+            leave=False,
+            disable=not self.bar_enabled,
+            dynamic_ncols=True,
+        )
         fetch_start = time.perf_counter()
         for index in range(skip, total):
             inputs, targets = self._to_device(*next(batches))
@@ -190,7 +219,7 @@ class Trainer:
             group_size = min(accum, total - group_start)
             with self.precision.autocast(self.device):
                 loss = self.task.loss(self.forward(inputs), targets)
-            self.scaler.scale(loss / group_size).backward()
+            self.scaler.scale(loss / group_size if group_size > 1 else loss).backward()
             self.window.losses.append(loss.detach())
             self.window.loss_steps.append(self.progress.global_step + 1)
             self.window.loss_sizes.append(len(targets))
@@ -237,7 +266,8 @@ class Trainer:
             raise UserError(
                 f"loss became {losses[index].item()} at optimizer step {self.window.loss_steps[index]} "
                 f"(epoch {self.progress.epoch + 1}); lower optimizer.lr, set trainer.grad_clip, try precision=bf16 "
-                "or fp32, or check the inputs (the first-batch report in the log)")
+                "or fp32, or check the inputs (the first-batch report in the log)"
+            )
         return losses
 
     def _log_window(self, epoch: int, bar: tqdm) -> None:
@@ -260,9 +290,16 @@ class Trainer:
         step = self.progress.global_step
         self.tracker.log(metrics, step=step, epoch=epoch + 1)
         if bar.disable:
-            log.info("epoch %d step %d  loss %.4f  lr %.3g  grad_norm %.3g  %.0f samples/s  data %.0f%%", epoch + 1,
-                     step, loss, metrics["train/lr"], metrics["train/grad_norm"], metrics["train/throughput"],
-                     100 * metrics["train/data_wait"])
+            log.info(
+                "epoch %d step %d  loss %.4f  lr %.3g  grad_norm %.3g  %.0f samples/s  data %.0f%%",
+                epoch + 1,
+                step,
+                loss,
+                metrics["train/lr"],
+                metrics["train/grad_norm"],
+                metrics["train/throughput"],
+                100 * metrics["train/data_wait"],
+            )
         else:
             bar.set_postfix(loss=f"{loss:.4f}", lr=f"{metrics['train/lr']:.2e}", refresh=False)
         self.window = _Window()
@@ -287,11 +324,21 @@ class Trainer:
             self.progress.best_metric, self.progress.best_epoch = value, epoch + 1
         metrics[f"{monitor}_best"] = self.progress.best_metric
         if isinstance(self.scheduler, WarmupPlateau):
+            if self.scheduler.monitor not in metrics:
+                raise UserError(
+                    f"scheduler.monitor={self.scheduler.monitor!r} is not a validation metric; "
+                    f"choose one of {', '.join(metrics)}"
+                )
             self.scheduler.step_metric(metrics[self.scheduler.monitor])
         self.last_val = metrics
         self.tracker.log(metrics, step=self.progress.global_step, epoch=epoch + 1)
-        log.info("epoch %d/%d step %d  %s", epoch + 1, self.cfg.max_epochs, self.progress.global_step,
-                 "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        log.info(
+            "epoch %d/%d step %d  %s",
+            epoch + 1,
+            self.cfg.max_epochs,
+            self.progress.global_step,
+            "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
+        )
         return improved
 
     def _save_checkpoints(self, best: bool) -> None:

@@ -34,8 +34,9 @@ def build_optimizer(optimizer_cfg, model: nn.Module) -> torch.optim.Optimizer:
     return factory(parameter_groups(model, optimizer_cfg.weight_decay))
 
 
-def warmup_multiplier(name: str, total_steps: int, warmup_steps: int, min_lr_ratio: float = 0.0,
-                      step_size: int = 1, gamma: float = 1.0) -> Callable[[int], float]:
+def warmup_multiplier(
+    name: str, total_steps: int, warmup_steps: int, min_lr_ratio: float = 0.0, step_size: int = 1, gamma: float = 1.0
+) -> Callable[[int], float]:
     """LR multiplier per optimizer step: linear warmup, then the chosen decay shape.
 
     A plain function on purpose: LambdaLR checkpoints only its step counter then, so a resumed run follows the
@@ -60,8 +61,9 @@ def warmup_multiplier(name: str, total_steps: int, warmup_steps: int, min_lr_rat
 class WarmupPlateau:
     """ReduceLROnPlateau (stepped per validation) after a per-step linear warmup."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, warmup_steps: int, monitor: str, mode: str, factor: float,
-                 patience: int) -> None:
+    def __init__(
+        self, optimizer: torch.optim.Optimizer, warmup_steps: int, monitor: str, mode: str, factor: float, patience: int
+    ) -> None:
         self.optimizer, self.warmup_steps, self.steps = optimizer, warmup_steps, 0
         self.monitor = monitor  # the validation metric it watches, e.g. val/loss
         self.base_lrs = [group["lr"] for group in optimizer.param_groups]
@@ -104,5 +106,7 @@ def build_scheduler(scheduler_cfg, optimizer: torch.optim.Optimizer, total_steps
         max_lrs = [group["lr"] for group in optimizer.param_groups]
         pct_start = min(0.99, max(1, cfg.warmup_steps) / max(total_steps, 1))
         return OneCycleLR(optimizer, max_lr=max_lrs, total_steps=max(total_steps, 2), pct_start=pct_start)
-    return LambdaLR(optimizer, warmup_multiplier(cfg.name, total_steps, cfg.warmup_steps, cfg.min_lr_ratio,
-                                                 cfg.step_size, cfg.gamma))
+    return LambdaLR(
+        optimizer,
+        warmup_multiplier(cfg.name, total_steps, cfg.warmup_steps, cfg.min_lr_ratio, cfg.step_size, cfg.gamma),
+    )

@@ -36,7 +36,8 @@ class Tracker:
 
     def start(self) -> Tracker:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._metrics_file = open(self.run_dir / "metrics.jsonl", "a", buffering=1)  # line-buffered: tail -f works
+        self._metrics_file = open(self.run_dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115  (closed in finish)
+        # line-buffered: `tail -f metrics.jsonl` shows each event as it happens
         self._started = time.monotonic()
         return self
 

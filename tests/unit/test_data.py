@@ -42,8 +42,14 @@ def test_digits_items_are_normalized_float_images(digits: DataModule) -> None:
     xs, ys = all_items(digits.train)
     assert abs(xs.mean().item()) < 1e-4 and abs(xs.std().item() - 1) < 1e-3  # train's own statistics
     assert ys.min() >= 0 and ys.max() < 10 and len(ys.unique()) == 10
-    assert digits.meta == {"num_classes": 10, "in_channels": 1, "image_size": 8, "mean": digits.meta["mean"],
-                           "std": digits.meta["std"], "class_names": [str(i) for i in range(10)]}
+    assert digits.meta == {
+        "num_classes": 10,
+        "in_channels": 1,
+        "image_size": 8,
+        "mean": digits.meta["mean"],
+        "std": digits.meta["std"],
+        "class_names": [str(i) for i in range(10)],
+    }
 
 
 def test_digits_splits_partition_the_data_by_the_fractions(digits: DataModule) -> None:
@@ -79,12 +85,15 @@ def test_config_mean_std_are_used_and_broadcast() -> None:
     assert torch.allclose(dm.val[0][0], (raw - 0.5) / 0.25)
 
 
-@pytest.mark.parametrize(("overrides", "key"), [
-    ({"num_classes": 5}, r"data\.num_classes=5 .* set data\.num_classes=10"),
-    ({"image_size": 28}, r"data\.image_size=28 .* set data\.image_size=8"),
-    ({"in_channels": 3}, r"data\.in_channels=3 .* set data\.in_channels=1"),
-    ({"mean": [0.1, 0.2], "std": [1.0, 1.0]}, r"data\.mean has 2 values"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"num_classes": 5}, r"data\.num_classes=5 .* set data\.num_classes=10"),
+        ({"image_size": 28}, r"data\.image_size=28 .* set data\.image_size=8"),
+        ({"in_channels": 3}, r"data\.in_channels=3 .* set data\.in_channels=1"),
+        ({"mean": [0.1, 0.2], "std": [1.0, 1.0]}, r"data\.mean has 2 values"),
+    ],
+)
 def test_digits_config_mismatch_raises(overrides: dict, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         build(data_cfg(**overrides))
@@ -150,8 +159,9 @@ def write_idx(raw: Path, prefix: str, images: np.ndarray, labels: np.ndarray) ->
     (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, n) + labels.tobytes())
 
 
-@pytest.mark.parametrize(("name", "folder", "mean"),
-                         [("mnist", "MNIST", 0.1307), ("fashion_mnist", "FashionMNIST", 0.2860)])
+@pytest.mark.parametrize(
+    ("name", "folder", "mean"), [("mnist", "MNIST", 0.1307), ("fashion_mnist", "FashionMNIST", 0.2860)]
+)
 def test_mnist_family_reads_raw_idx_files(tmp_path: Path, name: str, folder: str, mean: float) -> None:
     rng = np.random.default_rng(0)
     train_x, test_x = (rng.integers(0, 256, (n, 28, 28), dtype=np.uint8) for n in (40, 12))
@@ -181,12 +191,17 @@ def write_cifar(root: Path, per_batch: int = 6, n_test: int = 10) -> np.ndarray:
     test_data = None
     for name, n in [(f"data_batch_{i}", per_batch) for i in range(1, 6)] + [("test_batch", n_test)]:
         data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
-        batch = {b"batch_label": name.encode(), b"labels": [i % 10 for i in range(n)], b"data": data,
-                 b"filenames": [f"{i}.png".encode() for i in range(n)]}
+        batch = {
+            b"batch_label": name.encode(),
+            b"labels": [i % 10 for i in range(n)],
+            b"data": data,
+            b"filenames": [f"{i}.png".encode() for i in range(n)],
+        }
         (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
         test_data = data
-    names = [n.encode() for n in ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
-                                  "truck")]
+    names = [
+        n.encode() for n in ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+    ]
     (folder / "batches.meta").write_bytes(pickle.dumps({b"label_names": names, b"num_vis": 3072}, protocol=2))
     return test_data
 
@@ -291,14 +306,21 @@ def test_make_loader_shuffle_is_reproducible(tiny: DataModule) -> None:
     cfg = data_cfg(batch_size=1)
 
     def order(seed: int) -> list[float]:
-        loader = make_loader(tiny.train, cfg, train=True, generator=torch.Generator().manual_seed(seed),
-                             pin_memory=False)
+        loader = make_loader(
+            tiny.train, cfg, train=True, generator=torch.Generator().manual_seed(seed), pin_memory=False
+        )
         return [x.sum().item() for x, _ in loader]
 
     assert order(0) == order(0)
     assert order(0) != order(1)
-    sampled = make_loader(tiny.train, cfg, train=True, generator=None, pin_memory=False,
-                          sampler=torch.utils.data.SequentialSampler(tiny.train))
+    sampled = make_loader(
+        tiny.train,
+        cfg,
+        train=True,
+        generator=None,
+        pin_memory=False,
+        sampler=torch.utils.data.SequentialSampler(tiny.train),
+    )
     assert [y.item() for _, y in sampled] == tiny.train.labels.tolist()
 
 
@@ -320,8 +342,9 @@ def test_seed_worker_seeds_numpy_per_worker() -> None:
     cfg = data_cfg(batch_size=1, num_workers=2, persistent_workers=False)
 
     def draws(seed: int) -> dict[int, list[int]]:
-        loader = make_loader(NumpyDraws(), cfg, train=False, generator=torch.Generator().manual_seed(seed),
-                             pin_memory=False)
+        loader = make_loader(
+            NumpyDraws(), cfg, train=False, generator=torch.Generator().manual_seed(seed), pin_memory=False
+        )
         out: dict[int, list[int]] = {0: [], 1: []}
         for worker, value in loader:
             out[int(worker)].append(int(value))

@@ -19,9 +19,14 @@ NUM_CLASSES = 5
 
 
 def make_meta(in_channels: int, image_size: int, num_classes: int = NUM_CLASSES) -> dict[str, Any]:
-    return {"num_classes": num_classes, "in_channels": in_channels, "image_size": image_size,
-            "mean": [0.5] * in_channels, "std": [0.25] * in_channels,
-            "class_names": [str(i) for i in range(num_classes)]}
+    return {
+        "num_classes": num_classes,
+        "in_channels": in_channels,
+        "image_size": image_size,
+        "mean": [0.5] * in_channels,
+        "std": [0.25] * in_channels,
+        "class_names": [str(i) for i in range(num_classes)],
+    }
 
 
 # Small widths keep every test fast on 2 CPU cores; the configs go through OmegaConf as in a real run.
@@ -190,8 +195,9 @@ def test_register_adds_a_buildable_model_and_rejects_a_conflicting_name(monkeypa
 
     @models.register("linear")
     def build_linear(cfg: Any, meta: dict[str, Any]) -> nn.Module:
-        return nn.Sequential(nn.Flatten(), nn.Linear(meta["in_channels"] * meta["image_size"] ** 2,
-                                                     meta["num_classes"]))
+        return nn.Sequential(
+            nn.Flatten(), nn.Linear(meta["in_channels"] * meta["image_size"] ** 2, meta["num_classes"])
+        )
 
     assert "linear" in models.available()
     model = models.build(OmegaConf.create({"name": "linear"}), make_meta(1, 8))

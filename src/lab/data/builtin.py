@@ -25,8 +25,18 @@ from lab.data.transforms import RandomShiftFlip
 MNIST_STATS = ([0.1307], [0.3081])
 FASHION_MNIST_STATS = ([0.2860], [0.3530])
 CIFAR10_STATS = ([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616])
-FASHION_MNIST_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker",
-                         "Bag", "Ankle boot"]
+FASHION_MNIST_CLASSES = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]
 DIGIT_CLASSES = [str(i) for i in range(10)]
 
 
@@ -83,16 +93,18 @@ def build_mnist(cfg: DataCfg) -> DataModule:
     raw = Path(cfg.root).expanduser() / cls.__name__ / "raw"
     missing = [p.name for p in _mnist_files(raw) if not p.is_file()]
     if missing and not cfg.download:
-        raise ConfigError(f"data.name={cfg.name}: missing {', '.join(missing)} in {raw}; "
-                          f"pass data.download=true or data.root=<folder holding {cls.__name__}/raw>")
+        raise ConfigError(
+            f"data.name={cfg.name}: missing {', '.join(missing)} in {raw}; "
+            f"pass data.download=true or data.root=<folder holding {cls.__name__}/raw>"
+        )
 
     official_train = cls(str(Path(cfg.root).expanduser()), train=True, download=cfg.download)
     official_test = cls(str(Path(cfg.root).expanduser()), train=False, download=False)
     mean, std = resolve_stats(cfg, 1, *(FASHION_MNIST_STATS if fashion else MNIST_STATS))
-    train_full = TensorImageDataset(official_train.data.unsqueeze(1), official_train.targets, scale=255.0,
-                                    mean=mean, std=std)
-    test = TensorImageDataset(official_test.data.unsqueeze(1), official_test.targets, scale=255.0,
-                              mean=mean, std=std)
+    train_full = TensorImageDataset(
+        official_train.data.unsqueeze(1), official_train.targets, scale=255.0, mean=mean, std=std
+    )
+    test = TensorImageDataset(official_test.data.unsqueeze(1), official_test.targets, scale=255.0, mean=mean, std=std)
     train_idx, val_idx = split_indices(train_full.labels, cfg.val_fraction, cfg.split_seed)
     class_names = FASHION_MNIST_CLASSES if fashion else DIGIT_CLASSES
     return DataModule(
@@ -123,8 +135,10 @@ def _cifar_dir(cfg: DataCfg) -> Path:
         datasets.CIFAR10(str(root), train=True, download=True)
         missing = [n for n in names if not (folder / n).is_file()]
     if missing:
-        raise ConfigError(f"data.name=cifar10: missing {', '.join(missing)} in {folder}; "
-                          "pass data.download=true or data.root=<folder holding cifar-10-batches-py>")
+        raise ConfigError(
+            f"data.name=cifar10: missing {', '.join(missing)} in {folder}; "
+            "pass data.download=true or data.root=<folder holding cifar-10-batches-py>"
+        )
     return folder
 
 
@@ -138,8 +152,9 @@ def build_cifar10(cfg: DataCfg) -> DataModule:
         class_names = [name.decode() for name in pickle.load(f, encoding="bytes")[b"label_names"]]
 
     mean, std = resolve_stats(cfg, 3, *CIFAR10_STATS)
-    train_full = TensorImageDataset(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]),
-                                    scale=255.0, mean=mean, std=std)
+    train_full = TensorImageDataset(
+        torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), scale=255.0, mean=mean, std=std
+    )
     test = TensorImageDataset(*_read_cifar_batch(folder / "test_batch"), scale=255.0, mean=mean, std=std)
     train_idx, val_idx = split_indices(train_full.labels, cfg.val_fraction, cfg.split_seed)
     return DataModule(

@@ -32,35 +32,50 @@ class DataModule:
 def check_fixed_shape(cfg: DataCfg, dataset: str, in_channels: int, image_size: int) -> None:
     """Datasets with a fixed image shape must agree with the config the model is built from."""
     if cfg.in_channels != in_channels:
-        raise ConfigError(f"data.in_channels={cfg.in_channels} but {dataset} images have {in_channels} channel(s); "
-                          f"set data.in_channels={in_channels}")
+        raise ConfigError(
+            f"data.in_channels={cfg.in_channels} but {dataset} images have {in_channels} channel(s); "
+            f"set data.in_channels={in_channels}"
+        )
     if cfg.image_size != image_size:
-        raise ConfigError(f"data.image_size={cfg.image_size} but {dataset} images are {image_size}x{image_size}; "
-                          f"set data.image_size={image_size}")
+        raise ConfigError(
+            f"data.image_size={cfg.image_size} but {dataset} images are {image_size}x{image_size}; "
+            f"set data.image_size={image_size}"
+        )
 
 
 def resolve_num_classes(cfg: DataCfg, dataset: str, actual: int) -> int:
     if cfg.num_classes is not None and cfg.num_classes != actual:
-        raise ConfigError(f"data.num_classes={cfg.num_classes} but {dataset} has {actual} classes; "
-                          f"set data.num_classes={actual} or null")
+        raise ConfigError(
+            f"data.num_classes={cfg.num_classes} but {dataset} has {actual} classes; "
+            f"set data.num_classes={actual} or null"
+        )
     return actual
 
 
-def resolve_stats(cfg: DataCfg, in_channels: int, default_mean: Sequence[float],
-                  default_std: Sequence[float]) -> tuple[list[float], list[float]]:
+def resolve_stats(
+    cfg: DataCfg, in_channels: int, default_mean: Sequence[float], default_std: Sequence[float]
+) -> tuple[list[float], list[float]]:
     """Config mean/std when given (one value is broadcast to every channel), else the dataset's defaults."""
     if cfg.mean is None or cfg.std is None:
         return [float(m) for m in default_mean], [float(s) for s in default_std]
     mean, std = [float(m) for m in cfg.mean], [float(s) for s in cfg.std]
     for key, values in (("data.mean", mean), ("data.std", std)):
         if len(values) not in (1, in_channels):
-            raise ConfigError(f"{key} has {len(values)} values but the images have {in_channels} channel(s); "
-                              f"give 1 or {in_channels} values")
+            raise ConfigError(
+                f"{key} has {len(values)} values but the images have {in_channels} channel(s); "
+                f"give 1 or {in_channels} values"
+            )
     return mean * (in_channels // len(mean)), std * (in_channels // len(std))
 
 
-def make_meta(num_classes: int, in_channels: int, image_size: int, mean: Sequence[float], std: Sequence[float],
-              class_names: Sequence[str]) -> dict[str, Any]:
+def make_meta(
+    num_classes: int,
+    in_channels: int,
+    image_size: int,
+    mean: Sequence[float],
+    std: Sequence[float],
+    class_names: Sequence[str],
+) -> dict[str, Any]:
     return {
         "num_classes": int(num_classes),
         "in_channels": int(in_channels),
@@ -84,7 +99,8 @@ def split_indices(labels: torch.Tensor, fraction: float, seed: int) -> tuple[tor
     counts = torch.bincount(labels)
     counts = counts[counts > 0]
     stratify = y if counts.min() >= 2 and len(counts) <= min(n_held, len(y) - n_held) else None
-    kept, held = train_test_split(torch.arange(len(y)).numpy(), test_size=fraction, random_state=seed,
-                                  shuffle=True, stratify=stratify)
+    kept, held = train_test_split(
+        torch.arange(len(y)).numpy(), test_size=fraction, random_state=seed, shuffle=True, stratify=stratify
+    )
     # sorted so item order follows the source data and does not depend on sklearn's shuffling
     return torch.from_numpy(kept).sort().values, torch.from_numpy(held).sort().values

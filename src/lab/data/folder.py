@@ -41,11 +41,15 @@ def _class_dirs(split_dir: Path) -> list[str]:
 def _scan(split_dir: Path, class_names: list[str], every_class: bool = False) -> list[tuple[str, int]]:
     samples = []
     for label, name in enumerate(class_names):
-        files = sorted(p for p in (split_dir / name).iterdir()
-                       if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith("."))
+        files = sorted(
+            p
+            for p in (split_dir / name).iterdir()
+            if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")
+        )
         if every_class and not files:  # a class the model never sees in training cannot be learned
-            raise ConfigError(f"data.root: no .png/.jpg/.jpeg images in {split_dir / name}; remove the folder "
-                              "or add images")
+            raise ConfigError(
+                f"data.root: no .png/.jpg/.jpeg images in {split_dir / name}; remove the folder or add images"
+            )
         samples += [(str(p), label) for p in files]
     if not samples:
         raise ConfigError(f"data.root: no .png/.jpg/.jpeg images under {split_dir}; expected layout {LAYOUT}")
@@ -57,8 +61,10 @@ def _split_samples(root: Path, split: str, class_names: list[str]) -> list[tuple
     split_dir = root / split
     names = _class_dirs(split_dir)
     if names != class_names:
-        raise ConfigError(f"data.root={root}: {split}/ has classes {names} but train/ has {class_names}; "
-                          "every split needs the same class sub-folders (an empty folder is fine)")
+        raise ConfigError(
+            f"data.root={root}: {split}/ has classes {names} but train/ has {class_names}; "
+            "every split needs the same class sub-folders (an empty folder is fine)"
+        )
     return _scan(split_dir, class_names)
 
 
@@ -70,8 +76,10 @@ def build_image_folder(cfg: DataCfg) -> DataModule:
     pil_mode(cfg.in_channels)  # fail on e.g. in_channels=2 before scanning anything
     class_names = _class_dirs(root / "train")
     if len(class_names) < 2:
-        raise ConfigError(f"data.root={cfg.root}: found {len(class_names)} class folder(s) in {root / 'train'}; "
-                          f"need at least 2 (expected layout {LAYOUT})")
+        raise ConfigError(
+            f"data.root={cfg.root}: found {len(class_names)} class folder(s) in {root / 'train'}; "
+            f"need at least 2 (expected layout {LAYOUT})"
+        )
     num_classes = resolve_num_classes(cfg, f"image_folder {root}", len(class_names))
     train_samples = _scan(root / "train", class_names, every_class=True)
     val_samples = _split_samples(root, "val", class_names)

@@ -40,8 +40,10 @@ def make_loader(
     if train:
         n = len(sampler) if sampler is not None else len(dataset)  # type: ignore[arg-type]
         if n < batch_size:
-            raise ConfigError(f"data.batch_size={batch_size} is larger than the {n} training samples, so an epoch "
-                              f"would have no full batch; set data.batch_size <= {n}")
+            raise ConfigError(
+                f"data.batch_size={batch_size} is larger than the {n} training samples, so an epoch "
+                f"would have no full batch; set data.batch_size <= {n}"
+            )
     return DataLoader(
         dataset,
         batch_size=batch_size,

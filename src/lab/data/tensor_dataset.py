@@ -60,9 +60,18 @@ class TensorImageDataset(Dataset):
         xs = self._batch(index)
         return list(zip(xs.unbind(0), self.labels[index].tolist()))
 
-    def subset(self, index: torch.Tensor, augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
-               ) -> TensorImageDataset:
+    def subset(
+        self,
+        index: torch.Tensor,
+        augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> TensorImageDataset:
         """A new dataset holding rows ``index`` (copied, so the parent can be freed) with its own augment."""
-        return TensorImageDataset(self.images[index], self.labels[index], scale=self.scale,
-                                  mean=self.mean.tolist(), std=self.std.tolist(), augment=augment,
-                                  source_indices=self.source_indices[index])
+        return TensorImageDataset(
+            self.images[index],
+            self.labels[index],
+            scale=self.scale,
+            mean=self.mean.tolist(),
+            std=self.std.tolist(),
+            augment=augment,
+            source_indices=self.source_indices[index],
+        )

@@ -85,10 +85,12 @@ class TrainImageTransform:
 
         self.mode = pil_mode(in_channels)
         # scale >= 0.7 keeps most of the object in view; the usual ImageNet 0.08 is too harsh for small data
-        self.augment = v2.Compose([
-            v2.RandomResizedCrop(image_size, scale=(0.7, 1.0), antialias=True),
-            v2.RandomHorizontalFlip(),
-        ])
+        self.augment = v2.Compose(
+            [
+                v2.RandomResizedCrop(image_size, scale=(0.7, 1.0), antialias=True),
+                v2.RandomHorizontalFlip(),
+            ]
+        )
         self.to_tensor = ToNormalizedTensor(mean, std)
 
     def __call__(self, img: Image.Image) -> torch.Tensor:
@@ -114,8 +116,12 @@ class RandomShiftFlip:
             padded = F.pad(x, (p, p, p, p))
             rows = torch.randint(0, 2 * p + 1, (n, 1)) + torch.arange(h)  # (N,H) source row of each output row
             cols = torch.randint(0, 2 * p + 1, (n, 1)) + torch.arange(w)
-            x = padded[torch.arange(n).view(n, 1, 1, 1), torch.arange(c).view(1, c, 1, 1),
-                       rows.view(n, 1, h, 1), cols.view(n, 1, 1, w)]
+            x = padded[
+                torch.arange(n).view(n, 1, 1, 1),
+                torch.arange(c).view(1, c, 1, 1),
+                rows.view(n, 1, h, 1),
+                cols.view(n, 1, 1, w),
+            ]
         if self.flip:
             flipped = torch.rand(n) < 0.5
             x = torch.where(flipped.view(n, 1, 1, 1), x.flip(-1), x)

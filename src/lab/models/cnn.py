@@ -40,13 +40,15 @@ def _preserved_buffers(module: nn.Module) -> Iterator[None]:
 
 
 class SmallCNN(nn.Module):
-    def __init__(self, in_channels: int, channels: list[int], num_classes: int, dropout: float,
-                 grad_checkpointing: bool = False) -> None:
+    def __init__(
+        self, in_channels: int, channels: list[int], num_classes: int, dropout: float, grad_checkpointing: bool = False
+    ) -> None:
         super().__init__()
         widths = [in_channels, *channels]
         self.blocks = nn.ModuleList(conv_block(cin, cout) for cin, cout in itertools.pairwise(widths))
-        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout),
-                                  nn.Linear(channels[-1], num_classes))
+        self.head = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(channels[-1], num_classes)
+        )
         self.grad_checkpointing = grad_checkpointing
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -53,8 +53,14 @@ def _resnet_stem(resnet: nn.Module, in_channels: int, small_input: bool) -> None
         resnet.conv1 = nn.Conv2d(in_channels, old.out_channels, kernel_size=3, stride=1, padding=1, bias=False)
         resnet.maxpool = nn.Identity()
     elif in_channels != old.in_channels:
-        resnet.conv1 = nn.Conv2d(in_channels, old.out_channels, kernel_size=old.kernel_size, stride=old.stride,
-                                 padding=old.padding, bias=False)
+        resnet.conv1 = nn.Conv2d(
+            in_channels,
+            old.out_channels,
+            kernel_size=old.kernel_size,
+            stride=old.stride,
+            padding=old.padding,
+            bias=False,
+        )
 
 
 @register("torchvision")
@@ -64,18 +70,22 @@ def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     if arch not in archs:
         # Close spellings first (a typo is the usual cause), else a few common choices.
         suggestions = difflib.get_close_matches(arch, archs, n=3) or ["resnet18", "mobilenet_v3_small", "vit_b_16"]
-        raise ConfigError(f"model.arch={arch!r} is not a torchvision classification model; see "
-                          f"torchvision.models.list_models(module=torchvision.models); e.g. {', '.join(suggestions)}")
+        raise ConfigError(
+            f"model.arch={arch!r} is not a torchvision classification model; see "
+            f"torchvision.models.list_models(module=torchvision.models); e.g. {', '.join(suggestions)}"
+        )
     import torchvision
     from torchvision.models import ResNet
 
     in_channels = int(meta["in_channels"])
-    net = torchvision.models.get_model(arch, weights=None, num_classes=int(meta["num_classes"]),
-                                       **_arch_kwargs(arch, meta))
+    net = torchvision.models.get_model(
+        arch, weights=None, num_classes=int(meta["num_classes"]), **_arch_kwargs(arch, meta)
+    )
     is_resnet_family = isinstance(net, ResNet)  # also resnext*, wide_resnet*: same stem
     if cfg.small_input and not is_resnet_family:
-        raise ConfigError(f"model.small_input=true only applies to ResNet-family archs, not {arch!r}; "
-                          "set model.small_input=false")
+        raise ConfigError(
+            f"model.small_input=true only applies to ResNet-family archs, not {arch!r}; set model.small_input=false"
+        )
     if is_resnet_family:
         _resnet_stem(net, in_channels, bool(cfg.small_input))
         return net

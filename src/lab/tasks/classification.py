@@ -19,8 +19,14 @@ class ClassificationMetrics:
         loss_sum = F.cross_entropy(logits, targets, reduction="sum")
         topk = logits.topk(self.top_k, dim=1).indices
         hits = topk == targets.unsqueeze(1)
-        batch = torch.stack([loss_sum.double(), hits[:, 0].sum().double(), hits.any(dim=1).sum().double(),
-                             loss_sum.new_full((), float(targets.numel()), dtype=torch.float64)])
+        batch = torch.stack(
+            [
+                loss_sum.double(),
+                hits[:, 0].sum().double(),
+                hits.any(dim=1).sum().double(),
+                loss_sum.new_full((), float(targets.numel()), dtype=torch.float64),
+            ]
+        )
         self.totals += batch
 
     def compute(self) -> dict[str, float]:

@@ -73,13 +73,24 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     extras = {
         "config": OmegaConf.to_container(cfg, resolve=True),
         "data_meta": meta,
-        "provenance": {"git_commit": prov["git_commit"], "git_dirty": prov["git_dirty"],
-                       "versions": prov["versions"]},
+        "provenance": {"git_commit": prov["git_commit"], "git_dirty": prov["git_dirty"], "versions": prov["versions"]},
     }
-    trainer = Trainer(model=model, optimizer=optimizer, scheduler=scheduler, task=task, train_loader=train_loader,
-                      val_loader=val_loader, device=device, precision=precision, trainer_cfg=cfg.trainer,
-                      tracker=tracker, run_dir=run_dir, checkpoint_extras=extras, seed=cfg.seed,
-                      train_generator=generator)
+    trainer = Trainer(
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        task=task,
+        train_loader=train_loader,
+        val_loader=val_loader,
+        device=device,
+        precision=precision,
+        trainer_cfg=cfg.trainer,
+        tracker=tracker,
+        run_dir=run_dir,
+        checkpoint_extras=extras,
+        seed=cfg.seed,
+        train_generator=generator,
+    )
     status = "failed"
     try:
         _report(trainer, train_loader, meta, run_dir)
@@ -107,8 +118,12 @@ def _report(trainer: Trainer, loader: torch.utils.data.DataLoader, meta: dict, r
     log.info("device %s, precision %s", trainer.device, trainer.precision.describe())
     log.info("%s", first_batch)
     log.info("model:\n%s", summary)
-    log.info("parameters: %s trainable, %s frozen; %d optimizer steps per epoch", f"{counts['trainable']:,}",
-             f"{counts['frozen']:,}", trainer.steps_per_epoch)
+    log.info(
+        "parameters: %s trainable, %s frozen; %d optimizer steps per epoch",
+        f"{counts['trainable']:,}",
+        f"{counts['frozen']:,}",
+        trainer.steps_per_epoch,
+    )
     diagnostics.warn_if_frozen(trainer.model)
 
 

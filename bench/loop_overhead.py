@@ -1,0 +1,143 @@
+"""Training-step overhead of the template's Trainer against a minimal hand-written PyTorch loop.
+
+Same model, data, loader, optimizer and LR schedule, in one process; the loops alternate so machine noise hits
+all of them. Prints steps/s and the ratio to the hand-written loop of (a) the template's step loop with logging
+every 50 steps (goal >= 0.95) and (b) its whole fit(), which also writes last.pt after every epoch.
+
+    python bench/loop_overhead.py [--epochs 5] [--repeats 3] [overrides ...]   e.g. model=mlp data=synthetic
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+
+import lab.config
+from lab import data, models, runtime
+from lab.engine import Trainer
+from lab.optim import build_optimizer, build_scheduler
+from lab.tasks import Classification
+from lab.tracking import Tracker
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def hand_written(model, loader, optimizer, scheduler, device, epochs: int) -> int:
+    """The loop a careful user writes by hand: nothing but the math."""
+    model.train()
+    steps = 0
+    for _ in range(epochs):
+        for inputs, targets in loader:
+            inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+            loss = F.cross_entropy(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()
+            steps += 1
+    return steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                "trainer.log_every_n_steps=50",
+                "trainer.grad_clip=null",
+                "trainer.progress_bar=off",
+                f"trainer.max_epochs={args.epochs}",
+                *args.overrides,
+            ],
+        )
+    lab.config.validate(cfg)
+    runtime.seed_everything(cfg.seed)
+    device = runtime.select_device(cfg.trainer.device)
+    precision = runtime.resolve_precision(cfg.precision, device)
+    datamodule = data.build(cfg.data)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    loader = data.make_loader(
+        datamodule.train, cfg.data, train=True, generator=generator, pin_memory=device.type == "cuda"
+    )
+    template_model = models.build(cfg.model, datamodule.meta).to(device)
+    plain_model = copy.deepcopy(template_model)
+    total_steps = args.epochs * len(loader) * args.repeats
+
+    def fresh(model):
+        optimizer = build_optimizer(cfg.optimizer, model)
+        return optimizer, build_scheduler(cfg.scheduler, optimizer, total_steps)
+
+    plain_opt, plain_sched = fresh(plain_model)
+    hand_written(plain_model, loader, plain_opt, plain_sched, device, 1)  # warm-up (allocator, kernels)
+    best = {"hand-written": 0.0, "template steps": 0.0, "template fit": 0.0}
+
+    def timed(name: str, fn) -> None:
+        start = time.perf_counter()
+        steps = fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best[name] = max(best[name], steps / (time.perf_counter() - start))
+
+    with tempfile.TemporaryDirectory() as run_dir:
+        for _ in range(args.repeats):
+            timed(
+                "hand-written", lambda: hand_written(plain_model, loader, plain_opt, plain_sched, device, args.epochs)
+            )
+            for name in ("template steps", "template fit"):
+                optimizer, scheduler = fresh(template_model)
+                trainer = Trainer(
+                    model=template_model,
+                    optimizer=optimizer,
+                    scheduler=scheduler,
+                    task=Classification(datamodule.meta["num_classes"]),
+                    train_loader=loader,
+                    val_loader=None,
+                    device=device,
+                    precision=precision,
+                    trainer_cfg=cfg.trainer,
+                    tracker=Tracker(run_dir).start(),
+                    run_dir=Path(run_dir),
+                    checkpoint_extras={},
+                    seed=cfg.seed,
+                    train_generator=generator,
+                )
+
+                def steps(trainer=trainer, name=name) -> int:
+                    if name == "template fit":  # + the per-epoch last.pt checkpoint
+                        trainer.fit()
+                    else:
+                        for epoch in range(args.epochs):
+                            trainer.train_epoch(epoch)
+                            trainer.progress.batch_in_epoch = 0
+                    return trainer.progress.global_step
+
+                timed(name, steps)
+                trainer.tracker.finish()
+
+    print(
+        f"model={cfg.model.name} data={cfg.data.name} batch={cfg.data.batch_size} device={device} "
+        f"precision={precision.name} steps/epoch={len(loader)} epochs={args.epochs} repeats={args.repeats}"
+    )
+    for name, value in best.items():
+        print(f"{name:>15}: {value:8.1f} steps/s")
+    for name in ("template steps", "template fit"):
+        print(f"ratio {name}/hand-written: {best[name] / best['hand-written']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

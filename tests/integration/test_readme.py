@@ -1,0 +1,71 @@
+"""Every command the README shows must work as written (shortened with debug=fast where it trains)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def readme_commands() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
+    return [line for line in lines if line.startswith(("python ", "make train "))]
+
+
+def test_the_readme_starts_with_the_two_setup_commands():
+    assert (REPO / "README.md").read_text().startswith("```bash\nmake train\nmake test\n```\n")
+
+
+def test_readme_shows_the_commands_this_test_runs():
+    commands = readme_commands()
+    assert any("-m " in c for c in commands) and any("ckpt_path=" in c for c in commands)
+    assert any(c.startswith("python bench/") for c in commands)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("readme") / "base"
+    proc = subprocess.run(
+        [sys.executable, "scripts/train.py", "debug=fast", f"hydra.run.dir={run_dir}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+@pytest.mark.parametrize("command", readme_commands())
+def test_readme_command_runs(command, tmp_path, finished_run):
+    command = command.replace("outputs/train/<run>", str(finished_run))
+    if command.startswith("make train "):  # the Makefile passes ARGS through to scripts/train.py
+        command = "python scripts/train.py " + shlex.split(command)[2].removeprefix("ARGS=")
+    args = shlex.split(command)
+    args[0] = sys.executable
+    if args[1].startswith("bench/"):
+        args += ["--epochs", "1", "--repeats", "1"]
+    elif "--cfg" not in args:
+        if not any(a.startswith("debug=") for a in args):
+            args.append("debug=fast")
+        args.append(f"hydra.sweep.dir={tmp_path}" if "-m" in args else f"hydra.run.dir={tmp_path}")
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+
+
+def test_help_lists_the_groups():
+    proc = subprocess.run(
+        [sys.executable, "scripts/train.py", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0
+    for group in ("model:", "data:", "optimizer:", "scheduler:", "precision:", "dist:"):
+        assert group in proc.stdout
