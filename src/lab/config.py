@@ -241,6 +241,25 @@ class DistConfig:
         _one_of("dist.strategy", self.strategy, ("none",))
 
 
+# --------------------------------------------------------------------------- logger
+@dataclass
+class LoggerConfig:
+    name: str = "wandb"  # wandb | none (the local metrics.jsonl / summary.json mirror is written either way)
+    mode: str = "auto"  # auto: online when credentials exist (WANDB_API_KEY or netrc), else offline | WANDB_MODE
+    project: str | None = None  # null: $WANDB_PROJECT, else "lab"
+    entity: str | None = None  # null: $WANDB_ENTITY or your default entity
+    group: str | None = None  # null: the sweep's name for multirun jobs
+    tags: list[str] = field(default_factory=list)  # added to the top-level `tags`
+    init_timeout: float = 30.0  # seconds to reach the server before falling back to offline
+    log_checkpoints: str = "none"  # none | best | last: upload that checkpoint as a model artifact at the end
+
+    def __post_init__(self) -> None:
+        _one_of("logger.name", self.name, ("wandb", "none"))
+        _one_of("logger.mode", self.mode, ("auto", "online", "offline", "disabled"))
+        _one_of("logger.log_checkpoints", self.log_checkpoints, ("none", "best", "last"))
+        _require(self.init_timeout > 0, f"logger.init_timeout must be > 0, got {self.init_timeout}")
+
+
 # --------------------------------------------------------------------------- top level
 @dataclass
 class TrainConfig:
@@ -256,6 +275,7 @@ class TrainConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
 
     def __post_init__(self) -> None:
         _require(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
@@ -274,6 +294,7 @@ def register() -> None:
     cs.store(group="scheduler", name="scheduler_schema", node=SchedulerConfig)
     cs.store(group="precision", name="precision_schema", node=PrecisionConfig)
     cs.store(group="dist", name="dist_schema", node=DistConfig)
+    cs.store(group="logger", name="logger_schema", node=LoggerConfig)
 
 
 def validate(cfg: DictConfig) -> None:

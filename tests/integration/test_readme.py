@@ -13,6 +13,12 @@ from helpers import REPO
 
 pytestmark = pytest.mark.slow
 
+# the benchmarks' shortest settings: the test checks that they run, not their figures
+QUICK_BENCH_ARGS = {
+    "bench/loop_overhead.py": ["--epochs", "1", "--repeats", "1"],
+    "bench/tracking_overhead.py": ["--runs", "1"],
+}
+
 
 def readme_commands() -> list[str]:
     text = (REPO / "README.md").read_text()
@@ -53,7 +59,7 @@ def test_readme_command_runs(command, tmp_path, finished_run):
     args = shlex.split(command)
     args[0] = sys.executable
     if args[1].startswith("bench/"):
-        args += ["--epochs", "1", "--repeats", "1"]
+        args += QUICK_BENCH_ARGS[args[1]]
     elif "--cfg" not in args:
         if not any(a.startswith("debug=") for a in args):
             args.append("debug=fast")

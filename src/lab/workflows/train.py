@@ -13,11 +13,10 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from lab import checkpoint, data, diagnostics, models, provenance, runtime
+from lab import checkpoint, data, diagnostics, models, provenance, runtime, tracking
 from lab.engine import Trainer, batches_per_epoch
 from lab.optim import build_optimizer, build_scheduler
 from lab.tasks import Classification
-from lab.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     scheduler = build_scheduler(cfg.scheduler, optimizer, _planned_steps(cfg.trainer, steps_per_epoch))
 
     prov = provenance.collect()
-    tracker = Tracker(run_dir, prov).start()
+    tracker = tracking.from_config(cfg, run_dir, "train", prov).start()
     extras = {
         "config": OmegaConf.to_container(cfg, resolve=True),
         "data_meta": meta,
@@ -99,6 +98,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
         summary = trainer.fit()
         summary.update(_test(trainer, datamodule.test, cfg, pin, run_dir))
         tracker.summary(summary)
+        if cfg.logger.log_checkpoints != "none":
+            which = cfg.logger.log_checkpoints
+            tracker.log_checkpoint(run_dir / "checkpoints" / f"{which}.pt", alias=which)
         status = "completed"
     finally:
         tracker.finish(status)
@@ -114,6 +116,7 @@ def _report(trainer: Trainer, loader: torch.utils.data.DataLoader, meta: dict, r
     example, _ = trainer._to_device(inputs[:2], targets[:2])
     summary = diagnostics.model_summary(trainer.model, example)
     (run_dir / "model_summary.txt").write_text(summary + "\n")
+    trainer.tracker.save_file(run_dir / "model_summary.txt")
     counts = diagnostics.parameter_counts(trainer.model)
     log.info("device %s, precision %s", trainer.device, trainer.precision.describe())
     log.info("%s", first_batch)

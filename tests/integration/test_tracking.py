@@ -1,0 +1,194 @@
+"""Every run's wandb record holds its resolved config, git commit and metrics (read back from the offline files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from helpers import REPO, script_env
+from wandb_reader import find_run_files, read_run
+
+pytestmark = pytest.mark.slow
+
+
+def _git(*args, cwd):
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def project_copy(tmp_path):
+    """The template as a fresh git checkout of its own, so the commit under test is one this test made."""
+    repo = tmp_path / "repo"
+    for part in ("conf", "src", "scripts"):
+        shutil.copytree(REPO / part, repo / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    _git("init", "-q", cwd=repo)
+    _git("add", "-A", cwd=repo)
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "snapshot", cwd=repo)
+    return repo
+
+
+def _isolated_env(tmp_path, **extra):
+    env = script_env()
+    for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "WANDB_DIR", "WANDB_PROJECT"):
+        env.pop(key, None)
+    env["NETRC"] = str(tmp_path / "no-netrc")
+    env.update(extra)
+    return env
+
+
+def _train(repo, run_dir, *overrides, env, cwd):
+    proc = subprocess.run(
+        [sys.executable, str(repo / "scripts/train.py"), f"hydra.run.dir={run_dir}", *overrides],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def test_train_run_records_config_commit_dirty_flag_and_metrics(project_copy, tmp_path):
+    # run from another directory, importing the copy's package: provenance must come from the code's checkout
+    env = _isolated_env(tmp_path, PYTHONPATH=str(project_copy / "src"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    head = _git("rev-parse", "HEAD", cwd=project_copy)
+    overrides = [
+        "model=mlp",
+        "model.hidden_dims=[32]",
+        "optimizer.lr=0.002",
+        "trainer.max_epochs=2",
+        "trainer.log_every_n_steps=5",
+        "tags=[smoke]",
+    ]
+    clean = tmp_path / "clean"
+    _train(project_copy, clean, *overrides, env=env, cwd=elsewhere)
+
+    (run_file,) = find_run_files(clean / "wandb")
+    run = read_run(run_file)
+    assert run.git_commit == head and run.job_type == "train" and run.tags == ["smoke"]
+    assert run.config["provenance"] == {
+        "git_commit": head,
+        "git_branch": _git("branch", "--show-current", cwd=project_copy),
+        "git_dirty": False,
+    }
+    hydra_config = yaml.safe_load((clean / ".hydra/config.yaml").read_text())
+    for key, value in hydra_config.items():
+        assert run.config[key] == value, key
+    assert run.config["model"]["hidden_dims"] == [32] and run.config["optimizer"]["lr"] == 0.002
+    assert "optimizer.lr=0.002" in run.config["hydra_overrides"]
+
+    train_rows = [row for row in run.history if "train/loss" in row]
+    assert [row["_step"] for row in train_rows] == [5, 10, 15, 20, 25, 30, 35]  # 19 steps/epoch x 2
+    val_rows = [row for row in run.history if "val/acc" in row]
+    assert [(row["_step"], row["epoch"]) for row in val_rows] == [(19, 1), (38, 2)]
+    summary = json.loads((clean / "summary.json").read_text())
+    assert run.summary["val/acc_best"] == summary["val/acc_best"] > 0.5
+    assert summary["wandb_id"] == run.run_id and summary["git_commit"] == head and summary["git_dirty"] is False
+    assert run.exit_code == 0
+
+    # a modified file: dirty flag, and the diff is kept with the run
+    with open(project_copy / "conf/model/mlp.yaml", "a") as handle:
+        handle.write("# local tweak under test\n")
+    dirty = tmp_path / "dirty"
+    _train(project_copy, dirty, *overrides, "trainer.max_epochs=1", env=env, cwd=elsewhere)
+    run = read_run(find_run_files(dirty / "wandb")[0])
+    assert run.git_commit == head and run.config["provenance"]["git_dirty"] is True
+    assert "+# local tweak under test" in (dirty / "provenance/git.diff").read_text()
+    assert (find_run_files(dirty / "wandb")[0].parent / "files/provenance/git.diff").is_file()
+
+
+def test_outside_a_git_checkout_the_run_says_so(project_copy, tmp_path):
+    shutil.rmtree(project_copy / ".git")
+    env = _isolated_env(tmp_path, PYTHONPATH=str(project_copy / "src"))
+    proc = _train(project_copy, tmp_path / "run", "debug=fast", "model=mlp", env=env, cwd=tmp_path)
+    env_json = json.loads((tmp_path / "run/provenance/env.json").read_text())
+    assert env_json["git_commit"] is None and "not a git checkout" in env_json["git_note"]
+    assert proc.returncode == 0
+
+
+def test_multirun_jobs_are_separate_runs_in_one_group(tmp_path):
+    env = _isolated_env(tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "scripts/train.py",
+            "-m",
+            f"hydra.sweep.dir={tmp_path}/sweep",
+            "debug=fast",
+            "model=mlp",
+            "optimizer.lr=0.001,0.002",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    runs = [read_run(find_run_files(tmp_path / "sweep" / str(job) / "wandb")[0]) for job in (0, 1)]
+    assert runs[0].run_id != runs[1].run_id
+    assert runs[0].group == runs[1].group == "train-sweep"
+    assert [r.config["optimizer"]["lr"] for r in runs] == [0.001, 0.002]
+    assert runs[0].name == "0:debug=fast,model=mlp,optimizer.lr=0.001" and all(r.exit_code == 0 for r in runs)
+
+
+def test_logger_none_never_touches_wandb(tmp_path):
+    env = _isolated_env(tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "scripts/train.py",
+            f"hydra.run.dir={tmp_path}/run",
+            "debug=fast",
+            "model=mlp",
+            "logger=none",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert " wandb" not in proc.stderr  # -X importtime lists every module imported
+    assert not (tmp_path / "run/wandb").exists()
+    assert (tmp_path / "run/metrics.jsonl").is_file() and (tmp_path / "run/provenance/env.json").is_file()
+
+
+def test_online_without_credentials_falls_back_to_offline_quickly(tmp_path):
+    env = _isolated_env(tmp_path, WANDB_BASE_URL="http://127.0.0.1:9")  # nothing listens there
+    start = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "scripts/train.py",
+            f"hydra.run.dir={tmp_path}/run",
+            "debug=fast",
+            "model=mlp",
+            "logger.mode=online",
+            "logger.init_timeout=5",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert time.monotonic() - start < 60
+    assert "logging offline instead" in proc.stdout + proc.stderr
+    (run_file,) = find_run_files(tmp_path / "run/wandb")  # only the offline run, no half-made online one
+    assert read_run(run_file).exit_code == 0
+    assert os.path.basename(run_file.parent).startswith("offline-run-")
