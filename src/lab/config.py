@@ -235,10 +235,26 @@ class PrecisionConfig:
 
 @dataclass
 class DistConfig:
-    strategy: str = "none"  # none (ddp / fsdp arrive with the distributed issue)
+    strategy: str = "none"  # none | ddp | fsdp
+    nproc: Any = "auto"  # processes on this node: auto = one per GPU, 2 on a CPU-only machine
+    backend: str = "auto"  # auto (nccl on CUDA, gloo on CPU) | nccl | gloo
+    sync_bn: bool = False  # SyncBatchNorm: batch statistics over all ranks (small per-GPU batches)
+    find_unused_parameters: bool = False  # DDP: only for models whose forward skips parameters
+    lr_scaling: str = "none"  # none | linear | sqrt: lr *= (effective batch / base_batch_size)^(1 or 1/2)
+    base_batch_size: int | None = None  # the effective batch optimizer.lr was tuned for; null = data.batch_size
+    reshard_after_forward: bool = True  # FSDP2: free gathered parameters after forward (less memory)
+    master_port: int | None = None  # spawned jobs: rendezvous port; null = a free one
+    timeout_s: float = 600.0  # collective timeout: a stuck rank fails the job instead of hanging it
 
     def __post_init__(self) -> None:
-        _one_of("dist.strategy", self.strategy, ("none",))
+        _one_of("dist.strategy", self.strategy, ("none", "ddp", "fsdp"))
+        _require(self.nproc == "auto" or (isinstance(self.nproc, int) and self.nproc >= 1),
+                 f"dist.nproc must be auto or an int >= 1, got {self.nproc!r}")
+        _one_of("dist.backend", self.backend, ("auto", "nccl", "gloo"))
+        _one_of("dist.lr_scaling", self.lr_scaling, ("none", "linear", "sqrt"))
+        _require(self.base_batch_size is None or self.base_batch_size >= 1,
+                 f"dist.base_batch_size must be >= 1 or null, got {self.base_batch_size}")
+        _require(self.timeout_s > 0, f"dist.timeout_s must be > 0, got {self.timeout_s}")
 
 
 # --------------------------------------------------------------------------- logger
@@ -276,6 +292,9 @@ class TrainConfig:
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    # name -> {_target_: ..., ...}: objects with on_validation_end(trainer, metrics, epoch) / on_fit_end(trainer,
+    # summary) hooks, instantiated per run (e.g. the Optuna pruning callback a sweep adds)
+    callbacks: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _require(self.seed >= 0, f"seed must be >= 0, got {self.seed}")

@@ -11,7 +11,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,7 @@ class Trainer:
         checkpoint_extras: dict[str, Any],
         seed: int,
         train_generator: torch.Generator | None,
+        callbacks: Sequence[Any] = (),
     ) -> None:
         # A plain dataclass, not a DictConfig: OmegaConf attribute access costs microseconds, several per step.
         self.cfg = OmegaConf.to_object(trainer_cfg) if isinstance(trainer_cfg, DictConfig) else trainer_cfg
@@ -88,6 +89,7 @@ class Trainer:
         self.tracker, self.checkpoint_extras = tracker, checkpoint_extras
         self.ckpt_dir = Path(run_dir) / "checkpoints"
         self.seed, self.train_generator = seed, train_generator
+        self.callbacks = list(callbacks)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.grad_scaler)
         self.progress = Progress()
         self.skipped_steps = 0
@@ -118,7 +120,9 @@ class Trainer:
                 self._save_checkpoints(best=improved)
                 if self._done():
                     break
-        return self.summary()
+        summary = self.summary()
+        self._call("on_fit_end", summary)
+        return summary
 
     @torch.inference_mode()
     def evaluate(self, loader: torch.utils.data.DataLoader, limit: int = -1) -> dict[str, float]:
@@ -175,6 +179,13 @@ class Trainer:
             self.progress.global_step,
             self.progress.batch_in_epoch,
         )
+
+    def _call(self, hook: str, *args: Any) -> None:
+        """Run a hook on every callback that has it (a callback may raise to stop the run, e.g. pruning)."""
+        for callback in self.callbacks:
+            method = getattr(callback, hook, None)
+            if method is not None:
+                method(self, *args)
 
     # ------------------------------------------------------------------ training
     def _done(self) -> bool:
@@ -339,6 +350,7 @@ class Trainer:
             self.progress.global_step,
             "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()),
         )
+        self._call("on_validation_end", metrics, epoch + 1)
         return improved
 
     def _save_checkpoints(self, best: bool) -> None:

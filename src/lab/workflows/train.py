@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import hydra.utils
 import torch
 from omegaconf import DictConfig, OmegaConf
 
@@ -89,6 +90,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
         checkpoint_extras=extras,
         seed=cfg.seed,
         train_generator=generator,
+        callbacks=[hydra.utils.instantiate(spec) for spec in cfg.callbacks.values()],
     )
     status = "failed"
     try:
@@ -102,6 +104,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
             which = cfg.logger.log_checkpoints
             tracker.log_checkpoint(run_dir / "checkpoints" / f"{which}.pt", alias=which)
         status = "completed"
+    except BaseException as err:
+        status = getattr(err, "run_status", "failed")  # e.g. a pruned sweep trial
+        raise
     finally:
         tracker.finish(status)
     result = summary.get(cfg.optimized_metric)
