@@ -248,12 +248,16 @@ class DistConfig:
 
     def __post_init__(self) -> None:
         _one_of("dist.strategy", self.strategy, ("none", "ddp", "fsdp"))
-        _require(self.nproc == "auto" or (isinstance(self.nproc, int) and self.nproc >= 1),
-                 f"dist.nproc must be auto or an int >= 1, got {self.nproc!r}")
+        _require(
+            self.nproc == "auto" or (isinstance(self.nproc, int) and self.nproc >= 1),
+            f"dist.nproc must be auto or an int >= 1, got {self.nproc!r}",
+        )
         _one_of("dist.backend", self.backend, ("auto", "nccl", "gloo"))
         _one_of("dist.lr_scaling", self.lr_scaling, ("none", "linear", "sqrt"))
-        _require(self.base_batch_size is None or self.base_batch_size >= 1,
-                 f"dist.base_batch_size must be >= 1 or null, got {self.base_batch_size}")
+        _require(
+            self.base_batch_size is None or self.base_batch_size >= 1,
+            f"dist.base_batch_size must be >= 1 or null, got {self.base_batch_size}",
+        )
         _require(self.timeout_s > 0, f"dist.timeout_s must be > 0, got {self.timeout_s}")
 
 

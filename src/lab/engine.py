@@ -30,6 +30,48 @@ from lab.tracking import Tracker
 log = logging.getLogger(__name__)
 
 
+def to_device(
+    inputs: torch.Tensor, targets: torch.Tensor, device: torch.device, channels_last: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one place batches move to the device. non_blocking overlaps the copy with compute only when the
+    loader pinned the memory (pin_memory, on CUDA)."""
+    inputs = inputs.to(device, non_blocking=True)
+    if channels_last and inputs.ndim == 4:
+        inputs = inputs.contiguous(memory_format=torch.channels_last)
+    return inputs, targets.to(device, non_blocking=True)
+
+
+@torch.inference_mode()
+def evaluate(
+    model: nn.Module,
+    loader: torch.utils.data.DataLoader,
+    metrics: Any,
+    *,
+    device: torch.device,
+    precision: Precision,
+    forward: Any = None,
+    limit: int = -1,
+    channels_last: bool = False,
+) -> Any:
+    """Feed the loader through the model in eval mode (no autograd) into `metrics`, a task accumulator.
+
+    `forward` is the callable to run (a compiled or DDP-wrapped view of `model`); the model's train/eval mode
+    is restored afterwards. Returns `metrics` for the caller to `compute()`.
+    """
+    forward = forward or model
+    was_training = model.training
+    model.eval()
+    for index, (inputs, targets) in enumerate(loader):
+        if 0 <= limit <= index:
+            break
+        inputs, targets = to_device(inputs, targets, device, channels_last)
+        with precision.autocast(device):
+            logits = forward(inputs)
+        metrics.update(logits, targets)
+    model.train(was_training)
+    return metrics
+
+
 def batches_per_epoch(loader: torch.utils.data.DataLoader, limit: int) -> int:
     """Training batches per epoch after `trainer.limit_train_batches` (-1 = all)."""
     batches = len(loader) if limit < 0 else min(limit, len(loader))
@@ -124,20 +166,19 @@ class Trainer:
         self._call("on_fit_end", summary)
         return summary
 
-    @torch.inference_mode()
     def evaluate(self, loader: torch.utils.data.DataLoader, limit: int = -1) -> dict[str, float]:
         """Exact metrics over the loader (eval mode, no autograd); restores the previous mode."""
-        was_training = self.model.training
-        self.model.eval()
         metrics = self.task.metrics(self.device)
-        for index, (inputs, targets) in enumerate(loader):
-            if 0 <= limit <= index:
-                break
-            inputs, targets = self._to_device(inputs, targets)
-            with self.precision.autocast(self.device):
-                logits = self.forward(inputs)
-            metrics.update(logits, targets)
-        self.model.train(was_training)
+        evaluate(
+            self.model,
+            loader,
+            metrics,
+            device=self.device,
+            precision=self.precision,
+            forward=self.forward,
+            limit=limit,
+            channels_last=self.cfg.channels_last,
+        )
         return metrics.compute()
 
     def summary(self) -> dict[str, Any]:
@@ -192,11 +233,7 @@ class Trainer:
         return 0 < self.cfg.max_steps <= self.progress.global_step
 
     def _to_device(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # non_blocking only overlaps with compute when the loader pinned the memory (pin_memory on CUDA).
-        inputs = inputs.to(self.device, non_blocking=True)
-        if self.cfg.channels_last and inputs.ndim == 4:
-            inputs = inputs.contiguous(memory_format=torch.channels_last)
-        return inputs, targets.to(self.device, non_blocking=True)
+        return to_device(inputs, targets, self.device, self.cfg.channels_last)
 
     def train_epoch(self, epoch: int) -> bool:
         """One pass over the training loader; False when max_steps stopped it early."""

@@ -103,6 +103,15 @@ class Tracker:
                     self.save_file(self.run_dir / "provenance" / name)
         return self
 
+    def run_ref(self) -> dict[str, str | None]:
+        """How other runs refer to this one: its run dir and wandb id/path (None without wandb)."""
+        run = self.wandb_run
+        return {
+            "run_dir": str(self.run_dir),
+            "wandb_id": run.id if run else None,
+            "wandb_path": run.path if run else None,
+        }
+
     def log(self, metrics: dict[str, float], step: int, epoch: int | None = None) -> None:
         """One event: `step` = global optimizer step, `epoch` = 1-based epoch it belongs to."""
         if not self.is_writer:

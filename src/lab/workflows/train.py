@@ -73,7 +73,12 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     extras = {
         "config": OmegaConf.to_container(cfg, resolve=True),
         "data_meta": meta,
-        "provenance": {"git_commit": prov["git_commit"], "git_dirty": prov["git_dirty"], "versions": prov["versions"]},
+        "provenance": {
+            "git_commit": prov["git_commit"],
+            "git_dirty": prov["git_dirty"],
+            "versions": prov["versions"],
+            **tracker.run_ref(),  # lets eval/export runs link back to this training run
+        },
     }
     trainer = Trainer(
         model=model,
