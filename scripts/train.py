@@ -4,11 +4,14 @@ Thin on purpose: Hydra composes and validates the config, lab.workflows.train do
 only inside main(), so `--help` and `--cfg job` answer without loading it.
 """
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
 from lab.cli import user_errors
 from lab.config import validate
+from lab.distributed.env import keep_hydra_outputs_to_rank_zero
 
 
 @hydra.main(config_path="../conf", config_name="train", version_base="1.3")
@@ -21,4 +24,6 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    # under torchrun/srun every rank runs this script; only rank 0 may create the run dir (the others get scratch)
+    sys.argv = keep_hydra_outputs_to_rank_zero(sys.argv)
     main()

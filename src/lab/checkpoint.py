@@ -92,10 +92,15 @@ def copy(src: str | Path, dst: str | Path) -> None:
         raise
 
 
+def require_file(path: str | Path | None) -> None:
+    """A missing checkpoint path is a user mistake: say which path and what to pass instead."""
+    if path is not None and not Path(path).is_file():
+        raise UserError(f"checkpoint not found: {path} (pass ckpt_path=<run dir>/checkpoints/last.pt)")
+
+
 def load(path: str | Path) -> dict[str, Any]:
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"checkpoint not found: {path} (pass ckpt_path=<run dir>/checkpoints/last.pt)")
+    require_file(path)
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:

@@ -22,6 +22,7 @@ from torch import nn
 from tqdm import tqdm
 
 from lab import checkpoint
+from lab.distributed.parallel import Parallel
 from lab.errors import UserError
 from lab.optim import WarmupPlateau
 from lab.runtime import Precision, epoch_generator_seed, peak_memory_mb
@@ -61,12 +62,16 @@ def evaluate(
     forward = forward or model
     was_training = model.training
     model.eval()
+    # a distributed shard may end in padding (equal batch counts keep ranks in step): count only real samples
+    remaining = getattr(loader.sampler, "num_valid", None)
     for index, (inputs, targets) in enumerate(loader):
         if 0 <= limit <= index:
             break
         inputs, targets = to_device(inputs, targets, device, channels_last)
         with precision.autocast(device):
             logits = forward(inputs)
+        if remaining is not None:
+            logits, targets, remaining = logits[:remaining], targets[:remaining], remaining - len(targets)
         metrics.update(logits, targets)
     model.train(was_training)
     return metrics
@@ -121,10 +126,14 @@ class Trainer:
         seed: int,
         train_generator: torch.Generator | None,
         callbacks: Sequence[Any] = (),
+        forward: nn.Module | None = None,
+        parallel: Parallel | None = None,
     ) -> None:
         # A plain dataclass, not a DictConfig: OmegaConf attribute access costs microseconds, several per step.
         self.cfg = OmegaConf.to_object(trainer_cfg) if isinstance(trainer_cfg, DictConfig) else trainer_cfg
         self.model = model  # the plain module: what checkpoints hold
+        self.parallel = parallel or Parallel()
+        self.wrapped = forward or model  # DDP / FSDP view of the model (the model itself in one process)
         self.optimizer, self.scheduler, self.task = optimizer, scheduler, task
         self.train_loader, self.val_loader = train_loader, val_loader
         self.device, self.precision = device, precision
@@ -137,7 +146,7 @@ class Trainer:
         self.skipped_steps = 0
         self.last_val: dict[str, float] = {}
         self.window = _Window()
-        self.forward = torch.compile(model) if trainer_cfg.compile else model
+        self.forward = torch.compile(self.wrapped) if trainer_cfg.compile else self.wrapped
         self.batches_per_epoch = batches_per_epoch(train_loader, trainer_cfg.limit_train_batches)
         self.bar_enabled = {"on": True, "off": False, "auto": sys.stderr.isatty()}[trainer_cfg.progress_bar]
 
@@ -175,10 +184,12 @@ class Trainer:
             metrics,
             device=self.device,
             precision=self.precision,
-            forward=self.forward,
+            # the plain module: DDP's forward would sync buffers; FSDP's module is the model itself
+            forward=self.model if self.parallel.strategy == "ddp" else self.forward,
             limit=limit,
             channels_last=self.cfg.channels_last,
         )
+        self.parallel.reduce_metrics(metrics)
         return metrics.compute()
 
     def summary(self) -> dict[str, Any]:
@@ -195,25 +206,30 @@ class Trainer:
         return out
 
     def checkpoint_payload(self) -> dict[str, Any]:
+        """The checkpoint's content; a collective under FSDP (gathers the shards), so every rank calls it."""
+        rng = self.parallel.gather(checkpoint.capture_rng())
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": self.parallel.model_state(self.model),
+            "optimizer": self.parallel.optimizer_state(self.model, self.optimizer),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "progress": asdict(self.progress),
-            "rng": checkpoint.capture_rng(),
+            # rank 0's streams, plus every rank's for an exact distributed resume
+            "rng": {**rng[0], "per_rank": rng} if len(rng) > 1 else rng[0],
             **self.checkpoint_extras,
         }
 
     def restore(self, ckpt: dict[str, Any]) -> None:
         """Continue a run exactly: weights, optimizer moments, LR schedule, loss scale, position and RNG."""
-        checkpoint.load_model_state(self.model, ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.parallel.load_model_state(self.model, ckpt["model"])
+        self.parallel.load_optimizer_state(self.model, self.optimizer, ckpt["optimizer"])
         self.scheduler.load_state_dict(ckpt["scheduler"])
         if ckpt.get("scaler"):
             self.scaler.load_state_dict(ckpt["scaler"])
         self.progress = Progress(**ckpt["progress"])
-        checkpoint.restore_rng(ckpt["rng"])
+        per_rank = ckpt["rng"].get("per_rank")
+        same_world = per_rank is not None and len(per_rank) == self.parallel.world_size
+        checkpoint.restore_rng(per_rank[self.parallel.rank] if same_world else ckpt["rng"])
         log.info(
             "resumed at epoch %d, step %d (batch %d of the epoch)",
             self.progress.epoch + 1,
@@ -265,15 +281,18 @@ class Trainer:
             # so accumulated gradients equal those of one large batch.
             group_start = index - index % accum
             group_size = min(accum, total - group_start)
-            with self.precision.autocast(self.device):
-                loss = self.task.loss(self.forward(inputs), targets)
-            self.scaler.scale(loss / group_size if group_size > 1 else loss).backward()
+            final_micro_step = index + 1 == group_start + group_size
+            # no gradient all-reduce until the last micro-step of the group (DDP no_sync / FSDP sync off)
+            with self.parallel.accumulation(self.wrapped, sync=final_micro_step):
+                with self.precision.autocast(self.device):
+                    loss = self.task.loss(self.forward(inputs), targets)
+                self.scaler.scale(loss / group_size if group_size > 1 else loss).backward()
             self.window.losses.append(loss.detach())
             self.window.loss_steps.append(self.progress.global_step + 1)
             self.window.loss_sizes.append(len(targets))
             self.window.samples += len(targets)
             bar.update()
-            if index + 1 == group_start + group_size:
+            if final_micro_step:
                 self._optimizer_step()
                 self.progress.batch_in_epoch = index + 1
                 step = self.progress.global_step
@@ -306,8 +325,14 @@ class Trainer:
         self.progress.global_step += 1
 
     def _check_losses(self) -> torch.Tensor:
-        """The window's per-micro-batch losses on the host; stop at the first non-finite one (no scaler)."""
-        losses = torch.stack(self.window.losses).float().cpu() if self.window.losses else torch.zeros(0)
+        """The window's per-micro-batch losses, averaged over ranks, on the host; stop at the first non-finite one
+        (without a GradScaler, which skips such steps itself). Every rank sees the same values, so all stop."""
+        if not self.window.losses:
+            return torch.zeros(0)
+        sizes = torch.tensor(self.window.loss_sizes, dtype=torch.float64, device=self.device)
+        sums = torch.stack([torch.stack(self.window.losses).double() * sizes, sizes])
+        sums = self.parallel.all_reduce_sum_(sums).cpu()
+        losses = sums[0] / sums[1]
         bad = (~torch.isfinite(losses)).nonzero()
         if len(bad) and not self.scaler.is_enabled():
             index = int(bad[0])
@@ -320,15 +345,18 @@ class Trainer:
 
     def _log_window(self, epoch: int, bar: tqdm) -> None:
         losses = self._check_losses()
-        sizes = torch.tensor(self.window.loss_sizes, dtype=torch.float32)
+        sizes = torch.tensor(self.window.loss_sizes, dtype=torch.float64)
         finite = torch.isfinite(losses)
         loss = float((losses[finite] * sizes[finite]).sum() / sizes[finite].sum()) if finite.any() else math.nan
         elapsed = max(time.perf_counter() - self.window.start, 1e-9)
+        grad_norm = self.window.grad_norm
+        if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
+            grad_norm = grad_norm.full_tensor()
         metrics = {
             "train/loss": loss,
             "train/lr": self.scheduler.get_last_lr()[0],
-            "train/grad_norm": float(self.window.grad_norm) if self.window.grad_norm is not None else math.nan,
-            "train/throughput": self.window.samples / elapsed,
+            "train/grad_norm": float(grad_norm) if grad_norm is not None else math.nan,
+            "train/throughput": self.window.samples * self.parallel.world_size / elapsed,
             "train/data_wait": min(1.0, self.window.data_time / elapsed),
             "train/mem_peak_mb": peak_memory_mb(self.device),
         }
@@ -393,7 +421,10 @@ class Trainer:
     def _save_checkpoints(self, best: bool) -> None:
         with self._paused_window():
             self._check_losses()  # never write weights that went NaN over good ones
-            last = self.ckpt_dir / "last.pt"
-            checkpoint.save(last, self.checkpoint_payload())
-            if best:
-                checkpoint.copy(last, self.ckpt_dir / "best.pt")
+            payload = self.checkpoint_payload()
+            if self.parallel.is_main:  # one writer; the others wait so nobody reads a half-written file
+                last = self.ckpt_dir / "last.pt"
+                checkpoint.save(last, payload)
+                if best:
+                    checkpoint.copy(last, self.ckpt_dir / "best.pt")
+            self.parallel.barrier()

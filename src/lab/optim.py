@@ -29,6 +29,15 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
+def lr_scale(dist_cfg, batch_size: int, world_size: int, grad_accum_steps: int) -> float:
+    """LR multiplier for the effective batch (per device x devices x accumulation) against the batch the LR was
+    tuned for (dist.base_batch_size, default data.batch_size): linear (Goyal et al.) or square-root scaling."""
+    if dist_cfg.lr_scaling == "none":
+        return 1.0
+    ratio = batch_size * world_size * grad_accum_steps / (dist_cfg.base_batch_size or batch_size)
+    return ratio if dist_cfg.lr_scaling == "linear" else math.sqrt(ratio)
+
+
 def build_optimizer(optimizer_cfg, model: nn.Module) -> torch.optim.Optimizer:
     factory = hydra.utils.instantiate(optimizer_cfg, _convert_="all")  # a functools.partial (_partial_: true)
     return factory(parameter_groups(model, optimizer_cfg.weight_decay))

@@ -16,11 +16,11 @@ from lab.errors import ConfigError
 log = logging.getLogger(__name__)
 
 
-def select_device(name: str) -> torch.device:
-    """One device, decided once; every tensor move in the run goes through it."""
+def select_device(name: str, local_rank: int = 0) -> torch.device:
+    """One device, decided once; every tensor move in the run goes through it. Rank r of a node gets GPU r."""
     if name == "auto":
         if torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
+            return torch.device("cuda", local_rank)
         if torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
@@ -28,7 +28,7 @@ def select_device(name: str) -> torch.device:
         raise ConfigError("trainer.device=cuda but CUDA is not available; use trainer.device=auto or cpu")
     if name == "mps" and not torch.backends.mps.is_available():
         raise ConfigError("trainer.device=mps but MPS is not available; use trainer.device=auto or cpu")
-    return torch.device(name)
+    return torch.device(name, local_rank) if name == "cuda" else torch.device(name)
 
 
 def seed_everything(seed: int) -> None:

@@ -8,6 +8,7 @@ credentials it writes offline (sync later with `wandb sync`), and an unreachable
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -15,6 +16,7 @@ import netrc
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -111,6 +113,21 @@ class Tracker:
             "wandb_id": run.id if run else None,
             "wandb_path": run.path if run else None,
         }
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Tracker]:
+        """start() ... finish(status): "completed", or the stopping exception's `run_status` ("failed" by
+        default, "pruned" for a pruned sweep trial), so a crashed run is still recorded as such."""
+        self.start()
+        status = "failed"
+        try:
+            yield self
+            status = "completed"
+        except BaseException as err:
+            status = getattr(err, "run_status", "failed")
+            raise
+        finally:
+            self.finish(status)
 
     def log(self, metrics: dict[str, float], step: int, epoch: int | None = None) -> None:
         """One event: `step` = global optimizer step, `epoch` = 1-based epoch it belongs to."""
@@ -219,32 +236,44 @@ class Tracker:
         return run
 
 
-def from_config(cfg: Any, run_dir: str | Path, job_type: str, provenance: dict, rank: int = 0) -> Tracker:
-    """A Tracker for a Hydra job: resolved config + overrides, a name from the overrides, multirun jobs grouped."""
-    from omegaconf import OmegaConf
-
-    config = OmegaConf.to_container(cfg, resolve=True)
-    name, group = None, None
+def job_identity(cfg: Any, run_dir: str | Path) -> dict[str, Any]:
+    """Name, sweep group and overrides of the current Hydra job (computed where Hydra runs; spawned workers
+    receive it ready-made): the name comes from the overrides, multirun jobs are grouped by sweep."""
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
         hydra_cfg = HydraConfig.get()
-    except ValueError:  # called outside a Hydra job (tests, notebooks)
-        hydra_cfg = None
-    if hydra_cfg is not None:
-        config["hydra_overrides"] = list(hydra_cfg.overrides.task)
-        name = hydra_cfg.job.override_dirname or Path(run_dir).name
-        if hydra_cfg.mode == RunMode.MULTIRUN:
-            group = f"{cfg.task_name}-{Path(hydra_cfg.sweep.dir).name}"
-            name = f"{hydra_cfg.job.num}:{name}"
+    except ValueError:  # outside a Hydra job (tests, notebooks)
+        return {"name": None, "group": None, "overrides": []}
+    name = hydra_cfg.job.override_dirname or Path(run_dir).name
+    group = None
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        group = f"{cfg.task_name}-{Path(hydra_cfg.sweep.dir).name}"
+        name = f"{hydra_cfg.job.num}:{name}"
+    return {"name": name, "group": group, "overrides": list(hydra_cfg.overrides.task)}
+
+
+def from_config(
+    cfg: Any,
+    run_dir: str | Path,
+    job_type: str,
+    provenance: dict,
+    rank: int = 0,
+    identity: dict[str, Any] | None = None,
+) -> Tracker:
+    """A Tracker for a job: the resolved config plus the Hydra overrides, named and grouped by `job_identity`."""
+    from omegaconf import OmegaConf
+
+    identity = identity or job_identity(cfg, run_dir)
+    config = {**OmegaConf.to_container(cfg, resolve=True), "hydra_overrides": identity["overrides"]}
     return Tracker(
         run_dir,
         logger_cfg=cfg.logger,
         job_type=job_type,
         config=config,
-        name=name,
-        group=group,
+        name=identity["name"],
+        group=identity["group"],
         tags=list(cfg.get("tags", [])),
         rank=rank,
         provenance=provenance,

@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
 import hydra.utils
 import torch
 from omegaconf import DictConfig, OmegaConf
+from torch.distributed.elastic.multiprocessing.errors import record
 
 from lab import checkpoint, data, diagnostics, models, provenance, runtime, tracking
-from lab.engine import Trainer, batches_per_epoch
-from lab.optim import build_optimizer, build_scheduler
+from lab.config import TrainConfig
+from lab.distributed import env as dist_env
+from lab.distributed import launch
+from lab.distributed.parallel import Parallel
+from lab.engine import Trainer, batches_per_epoch, to_device
+from lab.optim import build_optimizer, build_scheduler, lr_scale
 from lab.tasks import Classification
 
 log = logging.getLogger(__name__)
@@ -40,11 +46,40 @@ def _planned_steps(trainer_cfg: Any, steps_per_epoch: int) -> int:
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
+    """Train; with dist=ddp|fsdp outside torchrun/SLURM, spawn the ranks here and return rank 0's result."""
     run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
-    resume = checkpoint.load(cfg.ckpt_path) if cfg.ckpt_path else None  # fail on a bad path before any work
+    identity = tracking.job_identity(cfg, run_dir)
+    if cfg.dist.strategy != "none" and not dist_env.launched_as_worker():
+        checkpoint.require_file(cfg.ckpt_path)  # fail before starting processes
+        container = OmegaConf.to_container(cfg, resolve=True)
+        return launch.spawn(_spawned_worker, (container, str(run_dir), identity), cfg.dist)
+    return _join_and_train(cfg, run_dir, identity)
 
-    runtime.seed_everything(cfg.seed)
-    device = runtime.select_device(cfg.trainer.device)
+
+@record  # the failing rank's traceback reaches the launcher, which names it
+def _spawned_worker(container: dict, run_dir: str, identity: dict) -> float | None:
+    cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), container)  # typed again, as Hydra gave it
+    launch.configure_worker_logging(Path(run_dir) / f"{cfg.task_name}.log")
+    return _join_and_train(cfg, Path(run_dir), identity)
+
+
+def _join_and_train(cfg: DictConfig, run_dir: Path, identity: dict) -> float | None:
+    parallel = launch.init(cfg.dist)
+    try:
+        if not parallel.is_main:
+            logging.getLogger().setLevel(logging.WARNING)  # one rank speaks; the others only warn
+        shared_dir = Path(parallel.broadcast(str(run_dir)))  # torchrun/srun: every rank adopts rank 0's run dir
+        if shared_dir != run_dir and run_dir.name.startswith("lab-rank"):
+            shutil.rmtree(run_dir, ignore_errors=True)  # the scratch dir Hydra got on this non-zero rank
+        return _train(cfg, shared_dir, identity, parallel)
+    finally:
+        launch.shutdown()
+
+
+def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -> float | None:
+    resume = checkpoint.load(cfg.ckpt_path) if cfg.ckpt_path else None  # fail on a bad path before any work
+    runtime.seed_everything(cfg.seed)  # the same on every rank: identical initial weights
+    device = runtime.select_device(cfg.trainer.device, parallel.local_rank)
     runtime.configure_backends(cfg.trainer, device)
     precision = runtime.resolve_precision(cfg.precision, device)
 
@@ -55,51 +90,61 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
         train_set = val_set = _overfit_subset(train_set, cfg.trainer.overfit_batches, cfg.data.batch_size)
     # Pinned host memory only pays off with asynchronous copies to a CUDA device.
     pin = cfg.data.pin_memory if cfg.data.pin_memory is not None else device.type == "cuda"
-    generator = torch.Generator().manual_seed(cfg.seed)
-    train_loader = data.make_loader(train_set, cfg.data, train=True, generator=generator, pin_memory=pin)
-    val_loader = data.make_loader(val_set, cfg.data, train=False, generator=None, pin_memory=pin)
+    loader_seed = cfg.seed * 1000 + parallel.rank  # worker augmentation streams differ per rank
+    generator = torch.Generator().manual_seed(loader_seed)
+    sampler = parallel.train_sampler(train_set, seed=runtime.epoch_generator_seed(cfg.seed, 0))
+    train_loader = data.make_loader(
+        train_set, cfg.data, train=True, generator=generator, pin_memory=pin, sampler=sampler
+    )
+    val_loader = data.make_loader(
+        val_set, cfg.data, train=False, generator=None, pin_memory=pin, sampler=parallel.eval_sampler(val_set)
+    )
 
     model = models.build(cfg.model, meta).to(device)
     if cfg.trainer.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    task = Classification(meta["num_classes"])
-    optimizer = build_optimizer(cfg.optimizer, model)
-    batches = batches_per_epoch(train_loader, cfg.trainer.limit_train_batches)
-    steps_per_epoch = math.ceil(batches / cfg.trainer.grad_accum_steps)
-    scheduler = build_scheduler(cfg.scheduler, optimizer, _planned_steps(cfg.trainer, steps_per_epoch))
-
     prov = provenance.collect()
-    tracker = tracking.from_config(cfg, run_dir, "train", prov).start()
-    extras = {
-        "config": OmegaConf.to_container(cfg, resolve=True),
-        "data_meta": meta,
-        "provenance": {
-            "git_commit": prov["git_commit"],
-            "git_dirty": prov["git_dirty"],
-            "versions": prov["versions"],
-            **tracker.run_ref(),  # lets eval/export runs link back to this training run
-        },
-    }
-    trainer = Trainer(
-        model=model,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        task=task,
-        train_loader=train_loader,
-        val_loader=val_loader,
-        device=device,
-        precision=precision,
-        trainer_cfg=cfg.trainer,
-        tracker=tracker,
-        run_dir=run_dir,
-        checkpoint_extras=extras,
-        seed=cfg.seed,
-        train_generator=generator,
-        callbacks=[hydra.utils.instantiate(spec) for spec in cfg.callbacks.values()],
-    )
-    status = "failed"
-    try:
-        _report(trainer, train_loader, meta, run_dir)
+    tracker = tracking.from_config(cfg, run_dir, "train", prov, rank=parallel.rank, identity=identity)
+    with tracker.session():
+        _report(model, train_loader, meta, run_dir, device, precision, tracker, parallel)
+        model, forward = parallel.wrap(model, cfg.dist, device, precision)  # before the optimizer: FSDP swaps params
+        if parallel.world_size > 1:
+            runtime.seed_everything(cfg.seed + parallel.rank)  # dropout etc. differ per rank from here on
+        optimizer = build_optimizer(_scaled_optimizer_cfg(cfg, parallel, tracker), model)
+        batches = batches_per_epoch(train_loader, cfg.trainer.limit_train_batches)
+        steps_per_epoch = math.ceil(batches / cfg.trainer.grad_accum_steps)
+        scheduler = build_scheduler(cfg.scheduler, optimizer, _planned_steps(cfg.trainer, steps_per_epoch))
+        log.info("%d optimizer steps per epoch", steps_per_epoch)
+
+        extras = {
+            "config": OmegaConf.to_container(cfg, resolve=True),
+            "data_meta": meta,
+            "provenance": {
+                "git_commit": prov["git_commit"],
+                "git_dirty": prov["git_dirty"],
+                "versions": prov["versions"],
+                **tracker.run_ref(),  # lets eval/export runs link back to this training run
+            },
+        }
+        trainer = Trainer(
+            model=model,
+            forward=forward,
+            parallel=parallel,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            task=Classification(meta["num_classes"]),
+            train_loader=train_loader,
+            val_loader=val_loader,
+            device=device,
+            precision=precision,
+            trainer_cfg=cfg.trainer,
+            tracker=tracker,
+            run_dir=run_dir,
+            checkpoint_extras=extras,
+            seed=loader_seed,
+            train_generator=generator,
+            callbacks=[hydra.utils.instantiate(spec) for spec in cfg.callbacks.values()],
+        )
         if resume is not None:
             trainer.restore(resume)
         summary = trainer.fit()
@@ -108,36 +153,62 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
         if cfg.logger.log_checkpoints != "none":
             which = cfg.logger.log_checkpoints
             tracker.log_checkpoint(run_dir / "checkpoints" / f"{which}.pt", alias=which)
-        status = "completed"
-    except BaseException as err:
-        status = getattr(err, "run_status", "failed")  # e.g. a pruned sweep trial
-        raise
-    finally:
-        tracker.finish(status)
     result = summary.get(cfg.optimized_metric)
     log.info("done: %s = %s; run dir %s", cfg.optimized_metric, result, run_dir)
     return result
 
 
-def _report(trainer: Trainer, loader: torch.utils.data.DataLoader, meta: dict, run_dir: Path) -> None:
-    """What is about to train, on what: logged and kept in the run dir."""
+def _scaled_optimizer_cfg(cfg: DictConfig, parallel: Parallel, tracker: tracking.Tracker) -> DictConfig:
+    """optimizer.lr, scaled to the effective batch when dist.lr_scaling asks for it (logged either way)."""
+    scale = lr_scale(cfg.dist, cfg.data.batch_size, parallel.world_size, cfg.trainer.grad_accum_steps)
+    effective = cfg.data.batch_size * parallel.world_size * cfg.trainer.grad_accum_steps
+    lr = cfg.optimizer.lr * scale
+    log.info(
+        "effective batch %d (%d per device x %d devices x %d accumulation); lr %.4g (%s scaling x%.3g)",
+        effective,
+        cfg.data.batch_size,
+        parallel.world_size,
+        cfg.trainer.grad_accum_steps,
+        lr,
+        cfg.dist.lr_scaling,
+        scale,
+    )
+    tracker.summary({"effective_batch_size": effective, "lr_scaled": lr})
+    return OmegaConf.merge(cfg.optimizer, {"lr": lr})
+
+
+def _report(
+    model: torch.nn.Module,
+    loader: torch.utils.data.DataLoader,
+    meta: dict,
+    run_dir: Path,
+    device: torch.device,
+    precision: runtime.Precision,
+    tracker: tracking.Tracker,
+    parallel: Parallel,
+) -> None:
+    """What is about to train, on what: checked on every rank, logged and kept in the run dir by rank 0.
+    Runs on the plain model, before any DDP/FSDP wrapping (a sharded forward would be a collective)."""
     inputs, targets = next(iter(loader))
     first_batch = diagnostics.check_first_batch(inputs, targets, meta["num_classes"])
-    example, _ = trainer._to_device(inputs[:2], targets[:2])
-    summary = diagnostics.model_summary(trainer.model, example)
+    if not parallel.is_main:
+        return
+    example, _ = to_device(inputs[:2], targets[:2], device)
+    summary = diagnostics.model_summary(model, example)
     (run_dir / "model_summary.txt").write_text(summary + "\n")
-    trainer.tracker.save_file(run_dir / "model_summary.txt")
-    counts = diagnostics.parameter_counts(trainer.model)
-    log.info("device %s, precision %s", trainer.device, trainer.precision.describe())
+    tracker.save_file(run_dir / "model_summary.txt")
+    counts = diagnostics.parameter_counts(model)
+    log.info(
+        "device %s, precision %s, %d process(es) (%s)",
+        device,
+        precision.describe(),
+        parallel.world_size,
+        parallel.strategy,
+    )
     log.info("%s", first_batch)
     log.info("model:\n%s", summary)
-    log.info(
-        "parameters: %s trainable, %s frozen; %d optimizer steps per epoch",
-        f"{counts['trainable']:,}",
-        f"{counts['frozen']:,}",
-        trainer.steps_per_epoch,
-    )
-    diagnostics.warn_if_frozen(trainer.model)
+    log.info("parameters: %s trainable, %s frozen", f"{counts['trainable']:,}", f"{counts['frozen']:,}")
+    diagnostics.warn_if_frozen(model)
 
 
 def _test(trainer: Trainer, test_set: Any, cfg: DictConfig, pin: bool, run_dir: Path) -> dict[str, float]:
@@ -145,8 +216,10 @@ def _test(trainer: Trainer, test_set: Any, cfg: DictConfig, pin: bool, run_dir: 
     best = run_dir / "checkpoints" / "best.pt"
     if test_set is None or not best.is_file():
         return {}
-    checkpoint.load_model_state(trainer.model, checkpoint.load(best)["model"])
-    loader = data.make_loader(test_set, cfg.data, train=False, generator=None, pin_memory=pin)
+    trainer.parallel.load_model_state(trainer.model, checkpoint.load(best)["model"])
+    loader = data.make_loader(
+        test_set, cfg.data, train=False, generator=None, pin_memory=pin, sampler=trainer.parallel.eval_sampler(test_set)
+    )
     metrics = {f"test/{k}": v for k, v in trainer.evaluate(loader, cfg.trainer.limit_val_batches).items()}
     trainer.tracker.log(metrics, step=trainer.progress.global_step)
     log.info("test (best checkpoint): %s", "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))

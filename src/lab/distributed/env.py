@@ -1,0 +1,54 @@
+"""Which process am I? Reads torchrun's and SLURM's environment. No torch import (entry scripts use it early)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+
+_TORCHRUN_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _slurm_head_node() -> str:
+    """First host of the allocation: where rank 0 runs and the rendezvous store listens."""
+    if int(os.environ.get("SLURM_NNODES", "1")) == 1:
+        return "127.0.0.1"
+    nodelist = os.environ["SLURM_JOB_NODELIST"]
+    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    return out.stdout.split()[0]
+
+
+def adopt_slurm_ranks() -> None:
+    """One SLURM task per rank (`srun`, submitit with tasks_per_node=GPUs): expose it the way torchrun does."""
+    if any(key in os.environ for key in _TORCHRUN_KEYS):
+        return
+    if int(os.environ.get("SLURM_NTASKS", "1")) <= 1 or "SLURM_PROCID" not in os.environ:
+        return
+    os.environ.update(
+        RANK=os.environ["SLURM_PROCID"],
+        LOCAL_RANK=os.environ.get("SLURM_LOCALID", "0"),
+        WORLD_SIZE=os.environ["SLURM_NTASKS"],
+        LOCAL_WORLD_SIZE=os.environ.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0],
+        MASTER_ADDR=_slurm_head_node(),
+        # every task derives the same port from the job id: no communication needed to agree on it
+        MASTER_PORT=str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000),
+    )
+
+
+def launched_as_worker() -> bool:
+    """True when an external launcher (torchrun, srun, submitit) already started one process per rank."""
+    adopt_slurm_ranks()
+    return all(key in os.environ for key in _TORCHRUN_KEYS)
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def keep_hydra_outputs_to_rank_zero(argv: list[str]) -> list[str]:
+    """Every rank runs the Hydra entry point, but only rank 0 may write the run dir: the others get a scratch
+    directory, no .hydra/ and console-only logging; after start-up rank 0 tells them the real run dir."""
+    if not launched_as_worker() or rank() == 0 or "-m" in argv or "--multirun" in argv:
+        return argv
+    scratch = tempfile.mkdtemp(prefix=f"lab-rank{rank()}-")
+    return [*argv, f"hydra.run.dir={scratch}", "hydra.output_subdir=null", "hydra/job_logging=stdout"]

@@ -1,0 +1,121 @@
+"""Starting the processes: spawn local workers with torch's elastic launcher, or join a torchrun/SLURM job.
+
+`python scripts/train.py dist=ddp` spawns `dist.nproc` workers through `elastic_launch` (the engine behind
+torchrun) with a c10d rendezvous on a free local port; under torchrun/srun the processes already exist and only
+join the process group. Either way a failing rank ends the whole job with that rank's error.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from lab.distributed import env
+from lab.distributed.parallel import Parallel
+from lab.errors import ConfigError, UserError
+
+log = logging.getLogger(__name__)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def resolve_nproc(dist_cfg: Any) -> int:
+    if dist_cfg.nproc != "auto":
+        return int(dist_cfg.nproc)
+    return torch.cuda.device_count() or 2  # one process per GPU; two on a CPU-only machine (gloo)
+
+
+def spawn(worker: Callable[..., Any], args: tuple, dist_cfg: Any) -> Any:
+    """Run `worker(*args)` in `dist.nproc` local processes; return rank 0's result or raise naming the failed rank."""
+    nproc = resolve_nproc(dist_cfg)
+    port = dist_cfg.master_port or free_port()
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=uuid.uuid4().hex,
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"127.0.0.1:{port}",
+        max_restarts=0,  # a failure ends the job (restarts belong to torchrun/SLURM requeue setups)
+        monitor_interval=0.2,
+        start_method="spawn",
+    )
+    log.info("launching %d %s workers (rendezvous 127.0.0.1:%d)", nproc, dist_cfg.strategy, port)
+    try:
+        results = elastic_launch(config, worker)(*args)
+    except ChildFailedError as err:
+        raise UserError(_describe_failure(err)) from None
+    return results[0]
+
+
+def _describe_failure(err: ChildFailedError) -> str:
+    """The first failing rank and the last line of its error (the worker's own message, e.g. a UserError)."""
+    rank, failure = min(err.failures.items())
+    message = failure.message
+    if isinstance(message, dict):
+        message = message.get("message", "")
+    lines = [line for line in str(message).splitlines() if line.strip()]
+    reason = lines[-1] if lines else f"exit code {failure.exitcode}"
+    for prefix in ("lab.errors.UserError: ", "lab.errors.ConfigError: ", "UserError: ", "ConfigError: "):
+        reason = reason.removeprefix(prefix)
+    return f"rank {rank} failed: {reason}"
+
+
+def configure_worker_logging(log_file: Path) -> None:
+    """Spawned workers start with bare logging: rank 0 appends to the run's log file and prints like Hydra's job
+    logging; the other ranks print warnings only."""
+    rank = int(os.environ.get("RANK", "0"))
+    root = logging.getLogger()
+    root.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+    formatter = logging.Formatter(f"[%(asctime)s][rank{rank}][%(name)s][%(levelname)s] %(message)s", "%H:%M:%S")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stdout)]
+    if rank == 0:
+        handlers.append(logging.FileHandler(log_file))
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+
+
+def init(dist_cfg: Any) -> Parallel:
+    """Join the process group described by the environment (spawned, torchrun or SLURM); no-op for dist=none."""
+    if dist_cfg.strategy == "none":
+        return Parallel()
+    if not env.launched_as_worker():
+        raise ConfigError(
+            f"dist={dist_cfg.strategy} needs one process per rank: start it through scripts/train.py "
+            "or torchrun, not by calling the worker directly"
+        )
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available()
+    backend = dist_cfg.backend if dist_cfg.backend != "auto" else ("nccl" if use_cuda else "gloo")
+    if use_cuda:
+        torch.cuda.set_device(local_rank)  # before the process group: NCCL binds each rank to its device
+    dist.init_process_group(
+        backend=backend,
+        timeout=datetime.timedelta(seconds=dist_cfg.timeout_s),
+        device_id=torch.device("cuda", local_rank) if backend == "nccl" else None,
+    )
+    return Parallel(
+        strategy=dist_cfg.strategy, rank=dist.get_rank(), local_rank=local_rank, world_size=dist.get_world_size()
+    )
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

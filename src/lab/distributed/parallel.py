@@ -1,0 +1,166 @@
+"""How the ranks cooperate: model wrapping (DDP / FSDP2), samplers, reductions, full-state checkpoints.
+
+`Parallel()` with the defaults is the single-process case, where every method is a cheap no-op; the engine and
+workflows call the same methods either way, so there is one code path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.utils.data import DistributedSampler, Sampler
+
+from lab import checkpoint
+
+log = logging.getLogger(__name__)
+
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+class ShardSampler(Sampler[int]):
+    """Evaluation shard of one rank: every rank gets the same number of indices (collectives stay in step), the
+    shorter shards padded with a repeat that `num_valid` tells the evaluation loop to ignore: exact metrics."""
+
+    def __init__(self, size: int, rank: int = 0, world_size: int = 1) -> None:
+        self.indices = list(range(rank, size, world_size))
+        self.num_valid = len(self.indices)
+        per_rank = math.ceil(size / world_size)
+        self.indices += self.indices[-1:] * (per_rank - self.num_valid) if self.indices else [0] * per_rank
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+@dataclass
+class Parallel:
+    strategy: str = "none"  # none | ddp | fsdp
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @property
+    def active(self) -> bool:
+        return self.strategy != "none" and dist.is_initialized()
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    # ------------------------------------------------------------------ data
+    def train_sampler(self, dataset: Any, seed: int) -> DistributedSampler:
+        """The same shuffle for every strategy: a permutation of (seed + epoch), rank r takes every r-th index.
+        So dist=none with batch 64 sees exactly the samples that 2 DDP ranks with batch 32 see together."""
+        return DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank, shuffle=True, seed=seed)
+
+    def eval_sampler(self, dataset: Any) -> ShardSampler:
+        return ShardSampler(len(dataset), self.rank, self.world_size)
+
+    # ------------------------------------------------------------------ model
+    def wrap(self, model: nn.Module, dist_cfg: Any, device: torch.device, precision: Any) -> tuple[nn.Module, Any]:
+        """Returns (module, forward): the module checkpoints see, and the callable the training step runs."""
+        if not self.active:
+            return model, model
+        if self.strategy == "ddp":
+            if dist_cfg.sync_bn:
+                if device.type == "cuda":
+                    model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+                else:
+                    log.info("dist.sync_bn=true has no effect on %s: SyncBatchNorm needs CUDA", device.type)
+            ddp = nn.parallel.DistributedDataParallel(
+                model,
+                device_ids=[device.index] if device.type == "cuda" else None,
+                find_unused_parameters=dist_cfg.find_unused_parameters,
+            )
+            return model, ddp
+        return self._fully_shard(model, dist_cfg, precision), model
+
+    @staticmethod
+    def _fully_shard(model: nn.Module, dist_cfg: Any, precision: Any) -> nn.Module:
+        """FSDP2: shard every top-level child that owns parameters, then the root (gathers overlap per child)."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        dtype = precision.autocast_dtype
+        # params compute in the precision group's dtype; gradients are reduced in fp32 for accuracy
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
+        for child in model.children():
+            if any(True for _ in child.parameters()):
+                fully_shard(child, reshard_after_forward=dist_cfg.reshard_after_forward, mp_policy=policy)
+        return fully_shard(model, reshard_after_forward=dist_cfg.reshard_after_forward, mp_policy=policy)
+
+    def accumulation(self, forward: Any, sync: bool) -> contextlib.AbstractContextManager:
+        """Skip the gradient all-reduce on non-final micro-steps: one reduction per optimizer step, not per batch."""
+        if not self.active:
+            return contextlib.nullcontext()
+        if self.strategy == "ddp":
+            return contextlib.nullcontext() if sync else forward.no_sync()
+        forward.set_requires_gradient_sync(sync)
+        return contextlib.nullcontext()
+
+    # ------------------------------------------------------------------ communication
+    def all_reduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.active:
+            dist.all_reduce(tensor)
+        return tensor
+
+    def reduce_metrics(self, metrics: Any) -> None:
+        """Task accumulators keep their running sums as tensor attributes: sum each across ranks."""
+        if self.active:
+            for value in vars(metrics).values():
+                if isinstance(value, torch.Tensor):
+                    dist.all_reduce(value)
+
+    def barrier(self) -> None:
+        if self.active:
+            dist.barrier()
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's value, on every rank."""
+        if not self.active:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj: Any) -> list[Any]:
+        if not self.active:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    # ------------------------------------------------------------------ checkpoint state (collective for FSDP)
+    def model_state(self, model: nn.Module) -> dict[str, Any]:
+        """Full, unsharded, wrapper-free weights (on rank 0 for FSDP)."""
+        if self.strategy == "fsdp" and self.active:
+            return get_model_state_dict(model, options=_FULL)
+        return model.state_dict()
+
+    def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """Keyed by parameter name for every strategy, so a checkpoint resumes under any other strategy."""
+        return get_optimizer_state_dict(model, optimizer, options=_FULL)
+
+    def load_model_state(self, model: nn.Module, state: dict[str, Any]) -> None:
+        if self.strategy == "fsdp" and self.active:
+            set_model_state_dict(model, checkpoint.strip_wrapper_prefixes(state), options=_FULL)
+        else:
+            checkpoint.load_model_state(model, state)
+
+    def load_optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))

@@ -1,0 +1,181 @@
+"""DDP and FSDP on CPU (gloo): equivalence with one process, every launch mode, failures that end the job."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from helpers import REPO, max_abs_diff, run_script, script_env
+
+pytestmark = pytest.mark.slow
+
+# BN-free, dropout-free model and a fixed number of steps: the only difference left is how the batch is split
+EQUIVALENCE = [
+    "model=mlp",
+    "model.dropout=0",
+    "trainer.max_steps=12",
+    "trainer.log_every_n_steps=4",
+    "trainer.max_epochs=1",
+    "logger=none",
+    "data.val_fraction=0.125",
+]  # 225 val samples: odd
+
+
+def _train_losses(run):
+    return [row["train/loss"] for row in run.metrics() if "train/loss" in row]
+
+
+@pytest.fixture(scope="module")
+def single_process_run(tmp_path_factory):
+    from helpers import Run
+
+    run_dir = tmp_path_factory.mktemp("single") / "run"
+    proc = run_script("train.py", f"hydra.run.dir={run_dir}", *EQUIVALENCE, "data.batch_size=64")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return Run(proc, run_dir)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_ranks_of_32_match_one_process_of_64(train, single_process_run, strategy):
+    run = train(*EQUIVALENCE, f"dist={strategy}", "dist.nproc=2", "data.batch_size=32")
+    assert "launching 2 " + strategy in run.output
+    assert max_abs_diff(single_process_run.weights(), run.weights()) <= 1e-5
+    assert _train_losses(run) == pytest.approx(_train_losses(single_process_run), abs=1e-5)
+    # validation is exact over the whole split (no padded duplicates counted)
+    single_val = [r for r in single_process_run.metrics() if "val/acc" in r][-1]
+    ddp_val = [r for r in run.metrics() if "val/acc" in r][-1]
+    assert ddp_val["val/acc"] == pytest.approx(single_val["val/acc"], abs=1e-9)
+    assert ddp_val["val/loss"] == pytest.approx(single_val["val/loss"], abs=1e-5)
+    # one run dir, one writer: a single set of records
+    assert sorted(p.name for p in run.dir.iterdir() if p.is_file()) == [
+        "metrics.jsonl",
+        "model_summary.txt",
+        "summary.json",
+        "train.log",
+    ]
+    ckpt = torch.load(run.dir / "checkpoints/last.pt", weights_only=True)
+    assert not any(key.startswith(("module.", "_orig_mod.")) for key in ckpt["model"])
+    assert len(ckpt["rng"]["per_rank"]) == 2
+
+
+def test_ddp_with_batchnorm_sync_bn_accumulation_and_lr_scaling(train):
+    run = train(
+        "dist=ddp",
+        "dist.nproc=2",
+        "model=cnn",
+        "dist.sync_bn=true",
+        "trainer.max_epochs=2",
+        "trainer.grad_accum_steps=2",
+        "dist.lr_scaling=linear",
+        "logger=none",
+    )
+    assert (
+        "effective batch 256 (64 per device x 2 devices x 2 accumulation); lr 0.012 (linear scaling x4)" in run.output
+    )
+    summary = run.summary()
+    assert summary["lr_scaled"] == pytest.approx(0.012) and summary["val/acc_best"] > 0.5
+
+
+def test_checkpoints_move_between_ddp_and_one_process(train):
+    ddp = train("dist=ddp", "dist.nproc=2", "model=mlp", "trainer.max_epochs=1", "logger=none")
+    single = train("model=mlp", "trainer.max_epochs=2", f"ckpt_path={ddp.dir}/checkpoints/last.pt", "logger=none")
+    assert "resumed at epoch 2" in single.output
+    back = train(
+        "dist=ddp",
+        "dist.nproc=2",
+        "model=mlp",
+        "trainer.max_epochs=3",
+        f"ckpt_path={single.dir}/checkpoints/last.pt",
+        "logger=none",
+    )
+    assert "resumed at epoch 3" in back.output and back.summary()["epochs"] == 3
+
+
+def test_a_failing_rank_ends_the_job_quickly_with_its_error(tmp_path):
+    start = time.monotonic()
+    proc = run_script(
+        "train.py",
+        f"hydra.run.dir={tmp_path}/run",
+        "dist=ddp",
+        "dist.nproc=2",
+        "model=mlp",
+        "scheduler=plateau",
+        "scheduler.monitor=val/bogus",
+        "logger=none",
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert time.monotonic() - start < 30
+    assert "failed: scheduler.monitor='val/bogus' is not a validation metric" in proc.stderr, proc.stderr[-2000:]
+
+
+def _torchrun(*args, cwd, timeout=240):
+    command = [sys.executable, "-m", "torch.distributed.run", *args]
+    return subprocess.Popen(
+        command, cwd=cwd, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_torchrun_standalone_leaves_one_run_dir(tmp_path):
+    proc = _torchrun(
+        "--standalone",
+        "--nproc_per_node=2",
+        str(REPO / "scripts/train.py"),
+        "dist=ddp",
+        "model=mlp",
+        "debug=fast",
+        "logger=none",
+        cwd=tmp_path,
+    )
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-3000:]
+    runs = list((tmp_path / "outputs/train").iterdir())
+    assert len(runs) == 1 and (runs[0] / ".hydra/config.yaml").is_file() and (runs[0] / "summary.json").is_file()
+    assert not list(tmp_path.glob("lab-rank*"))
+
+
+def test_two_nodes_on_localhost_leave_one_run_dir(tmp_path):
+    port = 29500 + (int(time.time()) % 1000)
+    nodes = [
+        _torchrun(
+            "--nnodes=2",
+            f"--node_rank={rank}",
+            "--nproc_per_node=1",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            "--rdzv-id=lab-test",
+            str(REPO / "scripts/train.py"),
+            "dist=ddp",
+            "model=mlp",
+            "debug=fast",
+            "logger=none",
+            cwd=tmp_path,
+        )
+        for rank in (0, 1)
+    ]
+    for node in nodes:
+        _, err = node.communicate(timeout=240)
+        assert node.returncode == 0, err[-3000:]
+    runs = list((tmp_path / "outputs/train").iterdir())
+    assert len(runs) == 1 and (runs[0] / "summary.json").is_file()
+
+
+def test_multirun_of_ddp_jobs(tmp_path):
+    proc = run_script(
+        "train.py",
+        "-m",
+        f"hydra.sweep.dir={tmp_path}",
+        "dist=ddp",
+        "dist.nproc=2",
+        "model=mlp",
+        "debug=fast",
+        "logger=none",
+        "optimizer.lr=0.001,0.002",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for job in ("0", "1"):
+        assert (tmp_path / job / "summary.json").is_file()
