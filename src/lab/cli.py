@@ -9,10 +9,24 @@ from collections.abc import Iterator
 from lab.errors import ConfigError, UserError
 
 
+def in_multirun() -> bool:
+    """True inside a job of a Hydra sweep (`-m`, or a config that sets hydra.mode=MULTIRUN)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.initialized() and HydraConfig.get().mode.name == "MULTIRUN"
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn user mistakes into one clear line and a non-zero exit instead of a traceback."""
+    """Turn user mistakes into one clear line and a non-zero exit instead of a traceback.
+
+    Inside a sweep the error is re-raised instead: Hydra records an exception as that job's failure and goes on
+    with the next job, while SystemExit (not an Exception) would escape Hydra and end the whole sweep. The sweep
+    summary reports the job's error and the sweep's exit code (lab/sweep_summary.py).
+    """
     try:
         yield
     except (ConfigError, UserError) as err:
+        if in_multirun():
+            raise
         sys.exit(f"error: {err}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -179,3 +180,20 @@ def test_multirun_of_ddp_jobs(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     for job in ("0", "1"):
         assert (tmp_path / job / "summary.json").is_file()
+
+
+def test_submitit_local_launcher_runs_a_ddp_job(tmp_path):
+    proc = run_script(
+        "train.py",
+        "-m",
+        f"hydra.sweep.dir={tmp_path}",
+        "hydra/launcher=submitit_local",
+        "dist=ddp",
+        "dist.nproc=2",
+        "model=mlp",
+        "debug=fast",
+        "logger=none",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "0/summary.json").read_text())
+    assert summary["status"] == "completed" and summary["effective_batch_size"] == 128  # 64 x 2 ranks

@@ -1,4 +1,5 @@
-"""Every command the README shows must work as written (shortened with debug=fast where it trains)."""
+"""Every command the README shows must work as written (shortened with debug=fast where it trains; placeholders
+such as outputs/train/<run> point at runs the module makes)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ pytestmark = pytest.mark.slow
 QUICK_BENCH_ARGS = {
     "bench/loop_overhead.py": ["--epochs", "1", "--repeats", "1"],
     "bench/tracking_overhead.py": ["--runs", "1"],
+    "bench/sweep_overhead.py": ["--jobs", "2"],
 }
 
 
@@ -51,9 +53,55 @@ def finished_run(tmp_path_factory):
     return run_dir
 
 
+@pytest.fixture(scope="module")
+def finished_export(finished_run):
+    """An export run dir (model.onnx, model.pt2 and their manifest) for the README's `outputs/export/<run>`."""
+    run_dir = finished_run.parent / "export"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "scripts/export.py",
+            f"ckpt_path={finished_run}/checkpoints/best.pt",
+            "export.formats=[onnx,pt2]",
+            "logger=none",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def sample_images(tmp_path_factory):
+    """A few digit images for the README's `path/to/images/`."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    folder = tmp_path_factory.mktemp("images")
+    for index, image in enumerate(load_digits().images[:5]):
+        Image.fromarray((image * 255 / 16).round().astype(np.uint8)).save(folder / f"{index}.png")
+    return folder
+
+
+# placeholder in a README command -> fixture that provides it (created only when a command needs it)
+PLACEHOLDERS = {
+    "outputs/train/<run>": "finished_run",
+    "outputs/export/<run>": "finished_export",
+    "path/to/images/": "sample_images",
+}
+
+
 @pytest.mark.parametrize("command", readme_commands())
-def test_readme_command_runs(command, tmp_path, finished_run):
-    command = command.replace("outputs/train/<run>", str(finished_run))
+def test_readme_command_runs(command, tmp_path, request):
+    for placeholder, fixture in PLACEHOLDERS.items():
+        if placeholder in command:
+            path = str(request.getfixturevalue(fixture))
+            command = command.replace(placeholder, path + ("/" if placeholder.endswith("/") else ""))
     if command.startswith("make train "):  # the Makefile passes ARGS through to scripts/train.py
         command = "python scripts/train.py " + shlex.split(command)[2].removeprefix("ARGS=")
     args = shlex.split(command)
@@ -61,9 +109,13 @@ def test_readme_command_runs(command, tmp_path, finished_run):
     if args[1].startswith("bench/"):
         args += QUICK_BENCH_ARGS[args[1]]
     elif "--cfg" not in args:
-        if not any(a.startswith("debug=") for a in args):
+        # only training has a debug group; eval/export/infer are already quick on a debug checkpoint
+        if args[1] == "scripts/train.py" and not any(a.startswith("debug=") for a in args):
             args.append("debug=fast")
-        args.append(f"hydra.sweep.dir={tmp_path}" if "-m" in args else f"hydra.run.dir={tmp_path}")
+        search = any(a.startswith("hparams_search=") for a in args)  # a sweep without -m (hydra.mode=MULTIRUN)
+        args.append(f"hydra.sweep.dir={tmp_path}" if "-m" in args or search else f"hydra.run.dir={tmp_path}")
+        if search:  # a study of its own, not the one under outputs/, and two trials only
+            args += [f"hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db", "hydra.sweeper.n_trials=2"]
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
 

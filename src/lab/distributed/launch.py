@@ -65,13 +65,13 @@ def spawn(worker: Callable[..., Any], args: tuple, dist_cfg: Any) -> Any:
 
 
 def _describe_failure(err: ChildFailedError) -> str:
-    """The first failing rank and the last line of its error (the worker's own message, e.g. a UserError)."""
+    """The first failing rank and its exception line (the worker's own message, e.g. a UserError)."""
     rank, failure = min(err.failures.items())
     message = failure.message
-    if isinstance(message, dict):
+    if isinstance(message, dict):  # written by @record: {"message": "<Type>: <text>", "extraInfo": {...}}
         message = message.get("message", "")
     lines = [line for line in str(message).splitlines() if line.strip()]
-    reason = lines[-1] if lines else f"exit code {failure.exitcode}"
+    reason = lines[0] if lines else f"exit code {failure.exitcode}"
     for prefix in ("lab.errors.UserError: ", "lab.errors.ConfigError: ", "UserError: ", "ConfigError: "):
         reason = reason.removeprefix(prefix)
     return f"rank {rank} failed: {reason}"
@@ -92,9 +92,15 @@ def configure_worker_logging(log_file: Path) -> None:
         root.addHandler(handler)
 
 
-def init(dist_cfg: Any) -> Parallel:
+def init(dist_cfg: Any, device_name: str = "auto") -> Parallel:
     """Join the process group described by the environment (spawned, torchrun or SLURM); no-op for dist=none."""
     if dist_cfg.strategy == "none":
+        world = int(os.environ.get("WORLD_SIZE", "1")) if env.launched_as_worker() else 1
+        if world > 1:
+            raise ConfigError(
+                f"{world} processes were launched (torchrun/srun) but dist=none would train {world} "
+                "independent copies; add dist=ddp or dist=fsdp"
+            )
         return Parallel()
     if not env.launched_as_worker():
         raise ConfigError(
@@ -102,7 +108,7 @@ def init(dist_cfg: Any) -> Parallel:
             "or torchrun, not by calling the worker directly"
         )
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = torch.cuda.is_available()
+    use_cuda = torch.cuda.is_available() and device_name in ("auto", "cuda")
     backend = dist_cfg.backend if dist_cfg.backend != "auto" else ("nccl" if use_cuda else "gloo")
     if use_cuda:
         torch.cuda.set_device(local_rank)  # before the process group: NCCL binds each rank to its device

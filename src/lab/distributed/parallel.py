@@ -48,6 +48,17 @@ class ShardSampler(Sampler[int]):
         return len(self.indices)
 
 
+def _shard_units(model: nn.Module) -> list[nn.Module]:
+    """Top-level blocks with parameters; containers (ModuleList/Dict have no forward) contribute their items."""
+    units = []
+    for child in model.children():
+        if isinstance(child, (nn.ModuleList, nn.ModuleDict)):
+            units += _shard_units(child)
+        elif any(True for _ in child.parameters()):
+            units.append(child)
+    return units
+
+
 @dataclass
 class Parallel:
     strategy: str = "none"  # none | ddp | fsdp
@@ -93,15 +104,14 @@ class Parallel:
 
     @staticmethod
     def _fully_shard(model: nn.Module, dist_cfg: Any, precision: Any) -> nn.Module:
-        """FSDP2: shard every top-level child that owns parameters, then the root (gathers overlap per child)."""
+        """FSDP2: shard every top-level block that owns parameters, then the root (gathers overlap per block)."""
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         dtype = precision.autocast_dtype
         # params compute in the precision group's dtype; gradients are reduced in fp32 for accuracy
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
-        for child in model.children():
-            if any(True for _ in child.parameters()):
-                fully_shard(child, reshard_after_forward=dist_cfg.reshard_after_forward, mp_policy=policy)
+        for unit in _shard_units(model):
+            fully_shard(unit, reshard_after_forward=dist_cfg.reshard_after_forward, mp_policy=policy)
         return fully_shard(model, reshard_after_forward=dist_cfg.reshard_after_forward, mp_policy=policy)
 
     def accumulation(self, forward: Any, sync: bool) -> contextlib.AbstractContextManager:

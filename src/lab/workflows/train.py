@@ -64,7 +64,7 @@ def _spawned_worker(container: dict, run_dir: str, identity: dict) -> float | No
 
 
 def _join_and_train(cfg: DictConfig, run_dir: Path, identity: dict) -> float | None:
-    parallel = launch.init(cfg.dist)
+    parallel = launch.init(cfg.dist, cfg.trainer.device)
     try:
         if not parallel.is_main:
             logging.getLogger().setLevel(logging.WARNING)  # one rank speaks; the others only warn

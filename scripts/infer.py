@@ -1,0 +1,26 @@
+"""Predict images or tensors with a checkpoint or an exported model.
+
+    python scripts/infer.py ckpt_path=outputs/export/<run>/model.onnx input=path/to/images/
+
+Thin on purpose: Hydra composes and validates the config, lab.workflows.infer does the work. torch is imported
+only inside main(), so `--help` and `--cfg job` answer without loading it.
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+from lab.cli import user_errors
+from lab.config import validate
+
+
+@hydra.main(config_path="../conf", config_name="infer", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    with user_errors():
+        validate(cfg)
+        from lab.workflows.infer import run
+
+        return run(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Hydra sweep syntax -> Optuna distributions, and sampled values -> job overrides.
+
+`interval(a, b)` -> float in [a, b] (`int(interval(a, b))` or `tag(int, ...)`: integer); `range(a, b, s)` ->
+a, a+s, ... below b (integer or stepped float); `choice(x, y)` or `x,y` -> categorical; `tag(log, ...)` samples
+interval/range on a log scale. Anything else is a fixed override passed to every trial.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep
+from hydra.errors import ConfigCompositionException  # printed as one line by Hydra, no traceback
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+
+_PRIMITIVE = (str, int, float, bool, type(None))
+
+
+@dataclass
+class Param:
+    key: str  # the override's key as written, with a +/++ prefix if any
+    distribution: BaseDistribution
+    texts: dict[Any, str]  # categorical value -> its override text (as Hydra's parser printed it)
+
+    def override(self, value: Any) -> str:
+        text = self.texts[value] if value in self.texts else repr(value)
+        return f"{self.key}={text}"
+
+
+def _range(sweep: RangeSweep, log: bool) -> BaseDistribution:
+    count = math.ceil((sweep.stop - sweep.start) / sweep.step)
+    if count < 1:
+        raise ConfigCompositionException(f"range({sweep.start}, {sweep.stop}, {sweep.step}) is empty")
+    last = sweep.start + (count - 1) * sweep.step
+    if all(isinstance(v, int) for v in (sweep.start, sweep.stop, sweep.step)):
+        return IntDistribution(sweep.start, last, step=1 if log else sweep.step, log=log)
+    if log:
+        raise ConfigCompositionException(
+            "tag(log, range(...)) needs integer bounds; use tag(log, interval(a, b)) for floats"
+        )
+    return FloatDistribution(sweep.start, last, step=sweep.step)
+
+
+def _param(override: Override) -> Param:
+    sweep = override.value()
+    key = override.get_key_element()
+    log = "log" in sweep.tags
+    if isinstance(sweep, IntervalSweep):
+        if "int" in sweep.tags or (isinstance(sweep.start, int) and isinstance(sweep.end, int)):
+            return Param(key, IntDistribution(int(sweep.start), int(sweep.end), log=log), {})
+        return Param(key, FloatDistribution(sweep.start, sweep.end, log=log), {})
+    if isinstance(sweep, RangeSweep):
+        return Param(key, _range(sweep, log), {})
+    if isinstance(sweep, ChoiceSweep):
+        texts = list(override.sweep_string_iterator())
+        values = list(sweep.list) if all(isinstance(v, _PRIMITIVE) for v in sweep.list) else texts
+        return Param(key, CategoricalDistribution(values), dict(zip(values, texts)))
+    raise ConfigCompositionException(f"{override.input_line}: unsupported sweep {type(sweep).__name__}")
+
+
+def search_space(overrides: Sequence[Override]) -> tuple[dict[str, Param], list[str]]:
+    """Sweep overrides -> {parameter name: Param}; the rest -> fixed override strings. Later overrides of the
+    same key win (the command line after hydra.sweeper.params)."""
+    params: dict[str, Param] = {}
+    fixed: dict[str, str] = {}
+    for override in overrides:
+        name = override.key_or_group
+        params.pop(name, None)
+        fixed.pop(name, None)
+        if override.is_sweep_override():
+            params[name] = _param(override)
+        else:
+            fixed[name] = f"{override.get_key_element()}={override.get_value_element_as_str()}"
+    return params, list(fixed.values())

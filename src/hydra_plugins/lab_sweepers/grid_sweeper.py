@@ -1,0 +1,48 @@
+"""`hydra/sweeper=lab_grid` (the template's default): Hydra's basic grid sweeper, except that a failed job does
+not end the sweep. Hydra's BasicSweeper re-raises the first failed job's exception after each batch, which
+skips `on_multirun_end` (no sweep summary) and discards the jobs of later batches. Here every job runs, the sweep
+returns normally, and the summary callback reports the failures and sets the exit code. With
+`sweep.fail_fast=true` no batch starts after one that had a failed job.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from lab.sweep_jobs import fail_fast, launcher_width, outcome
+
+log = logging.getLogger(__name__)
+
+
+class GridSweeper(BasicSweeper):
+    def sweep(self, arguments: list[str]) -> Any:
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        stop_on_failure = fail_fast(self.config)
+        batch_size = self.max_batch_size or (launcher_width(self.config) if stop_on_failure else None)
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        overrides = parser.parse_overrides([*self._parse_config(), *arguments])
+        self.overrides = self.split_arguments(overrides, batch_size)
+
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+
+        returns, first_job = [], 0
+        while not self.is_done():
+            batch = self.get_job_batch()
+            self.validate_batch_is_legal(batch)  # composition errors stop the sweep before any job runs
+            results = self.launcher.launch(batch, initial_job_idx=first_job)
+            returns.append(results)
+            first_job += len(batch)
+            failed = [first_job - len(batch) + i for i, r in enumerate(results) if outcome(r).failed]
+            if stop_on_failure and failed and not self.is_done():
+                left = sum(len(b) for b in self.overrides[self.batch_index :])
+                log.error("sweep.fail_fast: job #%d failed; not launching the %d remaining jobs", failed[0], left)
+                break
+        return returns

@@ -1,0 +1,126 @@
+"""Model files from a plain eval-mode module: ONNX (dynamo exporter), torch.export (.pt2), TorchScript.
+
+Every writer gets the module `lab.restore` built (never a DDP / torch.compile wrapper, never channels_last) and
+puts it in eval mode itself, so dropout is off and BatchNorm uses its running statistics in every artifact. The
+batch axis is dynamic in all of them; the parity check then runs batch sizes other than the traced one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from lab.errors import UserError
+
+log = logging.getLogger(__name__)
+
+INPUT_NAME, OUTPUT_NAME = "input", "logits"
+# Not 1: torch.export specializes sizes 0 and 1, so a batch-1 example would pin the batch axis to 1.
+EXAMPLE_BATCH = 2
+_PROTOBUF_LIMIT = 2**31 - 2**26  # ONNX files are protobufs (2 GiB max); bigger weights go to a .data file
+
+
+@dataclass
+class Written:
+    files: list[Path]  # the artifact first, then companions (ONNX external weights)
+    opset: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def quiet_logs(*names: str) -> Iterator[None]:
+    """Raise these loggers (the root logger when none is named) to WARNING for the duration: the ONNX
+    toolchain reports every optimization pass at INFO, dozens of lines that would bury the parity figures."""
+    loggers = [logging.getLogger(name) for name in names] or [logging.getLogger()]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+Writer = Callable[[nn.Module, torch.Tensor, Path, "int | None"], Written]
+
+
+def _batch_dynamic() -> tuple[dict[int, torch.export.Dim]]:
+    return ({0: torch.export.Dim("batch", min=1)},)
+
+
+def write_onnx(model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None) -> Written:
+    """torch.onnx.export with the dynamo exporter (torch.export graph -> ONNX via onnxscript)."""
+    import onnx
+
+    model.eval()
+    weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    with quiet_logs("onnxscript", "onnx_ir", "torch.onnx"):
+        torch.onnx.export(
+            model,
+            (example,),
+            str(path),
+            dynamo=True,
+            dynamic_shapes=_batch_dynamic(),
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            opset_version=opset,
+            external_data=weight_bytes > _PROTOBUF_LIMIT,  # one self-contained file whenever it fits
+            verbose=False,
+        )
+    header = onnx.load(str(path), load_external_data=False)
+    default_opset = next(o.version for o in header.opset_import if o.domain in ("", "ai.onnx"))
+    data_file = path.with_name(path.name + ".data")
+    return Written([path, *([data_file] if data_file.is_file() else [])], opset=default_opset)
+
+
+def write_pt2(model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None) -> Written:
+    """torch.export.export + torch.export.save: a graph that runs without the model's Python code."""
+    model.eval()
+    program = torch.export.export(model, (example,), dynamic_shapes=_batch_dynamic())
+    torch.export.save(program, str(path))
+    return Written([path])
+
+
+def write_torchscript(model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None) -> Written:
+    """torch.jit.trace: TorchScript is deprecated in PyTorch; kept for runtimes that still load it (C++ libtorch)."""
+    note = "TorchScript is deprecated in PyTorch; exported for existing deployments only, prefer pt2 or onnx"
+    log.warning("%s", note)
+    model.eval()
+    with warnings.catch_warnings():
+        # the line above says it once; torch repeats it for every traced method
+        warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=FutureWarning)
+        warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=DeprecationWarning)
+        # trace rather than script: forward may hold any Python; parity then checks the trace generalizes
+        traced = torch.jit.trace(model, example)
+        traced.save(str(path))
+    return Written([path], notes=[note])
+
+
+# format -> (file name in the run dir, writer). The export workflow looks writers up here at call time.
+WRITERS: dict[str, tuple[str, Writer]] = {
+    "onnx": ("model.onnx", write_onnx),
+    "pt2": ("model.pt2", write_pt2),
+    "torchscript": ("model.torchscript.pt", write_torchscript),
+}
+
+
+def write(fmt: str, model: nn.Module, example: torch.Tensor, folder: Path, opset: int | None = None) -> Written:
+    """Write one format into `folder`; an exporter failure becomes one line (its traceback goes to the log)."""
+    name, writer = WRITERS[fmt]
+    try:
+        return writer(model, example, folder / name, opset)
+    except Exception as err:
+        log.exception("%s export failed", fmt)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(
+            f"{fmt} export failed: {first} (full report in the run's export.log; "
+            f"drop {fmt} from export.formats to export the others)"
+        ) from err

@@ -1,0 +1,132 @@
+"""Runners that map a normalized (N, C, H, W) float32 batch to (N, K) logits, one per model format.
+
+Export's parity check and scripts/infer.py use the same runners, so what was verified at export time is what
+runs at inference time. Artifacts run as their users run them: onnxruntime's InferenceSession,
+`torch.export.load(...).module()`, `torch.jit.load`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from lab.errors import UserError
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "export_manifest.json"
+
+
+class Backend(Protocol):
+    name: str
+
+    def __call__(self, inputs: torch.Tensor) -> torch.Tensor: ...
+
+
+class EagerBackend:
+    """The PyTorch module itself (eval mode, no autograd)."""
+
+    name = "eager"
+
+    def __init__(self, model: nn.Module, device: torch.device | None = None) -> None:
+        self.device = device or torch.device("cpu")
+        self.model = model.eval().to(self.device)
+
+    @torch.inference_mode()
+    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.model(inputs.to(self.device)).float().cpu()
+
+
+class OnnxBackend:
+    """An .onnx file through onnxruntime; CUDA's execution provider when asked for and installed."""
+
+    name = "onnx"
+
+    def __init__(self, path: str | Path, device: torch.device | None = None) -> None:
+        import onnxruntime as ort
+
+        available = ort.get_available_providers()
+        wanted = ["CUDAExecutionProvider"] if device is not None and device.type == "cuda" else []
+        providers = [p for p in wanted if p in available] + ["CPUExecutionProvider"]
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # errors only: ORT's warnings about unused initializers are noise here
+        try:
+            self.session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+        except Exception as err:  # onnxruntime raises its own Fail / InvalidGraph / NoSuchFile types
+            raise UserError(f"onnxruntime cannot load {path}: {str(err).splitlines()[0]}") from err
+        self.input_name = self.session.get_inputs()[0].name
+
+    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+        array = np.ascontiguousarray(inputs.detach().cpu().numpy(), dtype=np.float32)
+        (logits,) = self.session.run(None, {self.input_name: array})
+        return torch.from_numpy(logits)
+
+
+class ExportedProgramBackend:
+    """A .pt2 file from `torch.export.save`, run as the GraphModule `torch.export.load(...).module()` gives."""
+
+    name = "pt2"
+
+    def __init__(self, path: str | Path) -> None:
+        try:
+            program = torch.export.load(str(path))
+        except Exception as err:
+            raise UserError(f"torch.export.load cannot read {path}: {str(err).splitlines()[0]}") from err
+        self.module = program.module()
+
+    @torch.inference_mode()
+    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.module(inputs.cpu()).float()
+
+
+class TorchScriptBackend:
+    """A TorchScript archive (`torch.jit.load`); TorchScript is deprecated in torch, kept for old deployments."""
+
+    name = "torchscript"
+
+    def __init__(self, path: str | Path) -> None:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=FutureWarning)
+            try:
+                self.module = torch.jit.load(str(path), map_location="cpu").eval()
+            except Exception as err:
+                raise UserError(f"torch.jit.load cannot read {path}: {str(err).splitlines()[0]}") from err
+
+    @torch.inference_mode()
+    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.module(inputs.cpu()).float()
+
+
+def read_manifest(artifact: str | Path) -> dict[str, Any]:
+    """The export_manifest.json next to an exported artifact: preprocessing and class names for inference."""
+    path = Path(artifact).with_name(MANIFEST)
+    if not path.is_file():
+        raise UserError(
+            f"{artifact} needs {MANIFEST} next to it (preprocessing and class names); "
+            "keep the export run dir together, or export again with scripts/export.py"
+        )
+    try:
+        manifest = json.loads(path.read_text())
+        manifest["data_meta"]["class_names"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise UserError(f"{path} is not a valid export manifest ({type(err).__name__}: {err})") from err
+    return manifest
+
+
+def artifact_backend(path: str | Path, device: torch.device | None = None) -> Backend:
+    """The runner for an exported file, by its suffix."""
+    path = Path(path)
+    if path.suffix == ".onnx":
+        return OnnxBackend(path, device)
+    if path.suffix == ".pt2":
+        return ExportedProgramBackend(path)
+    if path.name.endswith(".torchscript.pt"):
+        return TorchScriptBackend(path)
+    raise UserError(f"{path}: not an exported model (.onnx, .pt2 or .torchscript.pt)")

@@ -1,0 +1,80 @@
+"""Report figures drawn with Pillow (already a dependency; matplotlib would add ~40 MB for one heat map)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from PIL import Image, ImageDraw, ImageFont
+
+_MARGIN_TOP = 40
+_LABEL_CHARS = 14  # class names are cut to this many characters on the axes
+
+
+def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    try:
+        return ImageFont.load_default(size=size)  # scalable when Pillow has FreeType
+    except (TypeError, OSError):
+        return ImageFont.load_default()
+
+
+def _text(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font, fill: str, align: str) -> None:
+    """Text placed by its bounding box (anchors need FreeType; the bitmap fallback font has none).
+    align: "center" centers on xy; "right" ends at x and centers vertically; "left" starts at x."""
+    x0, y0, x1, y1 = draw.textbbox((0, 0), text, font=font)
+    w, h = x1 - x0, y1 - y0
+    x = {"center": xy[0] - w / 2, "right": xy[0] - w, "left": xy[0]}[align]
+    draw.text((x - x0, xy[1] - h / 2 - y0), text, fill=fill, font=font)
+
+
+def _paste_vertical(image: Image.Image, text: str, font, center: tuple[float, float]) -> None:
+    """Text rotated 90 degrees (reads bottom to top), centered on `center`."""
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    width = measure.textbbox((0, 0), text, font=font)[2] + 4
+    strip = Image.new("RGB", (width, 16), "white")
+    _text(ImageDraw.Draw(strip), (width / 2, 8), text, font, "black", "center")
+    rotated = strip.rotate(90, expand=True)
+    image.paste(rotated, (int(center[0] - rotated.width / 2), int(center[1] - rotated.height / 2)))
+
+
+def confusion_matrix_png(
+    matrix: Sequence[Sequence[int]], class_names: Sequence[str], path: str | Path, title: str = ""
+) -> Path:
+    """Rows = true class, columns = predicted class; each cell shaded by its share of the row (the class's
+    recall on the diagonal), with its count printed while cells are big enough to read."""
+    k = len(matrix)
+    cell = max(8, min(48, 720 // max(k, 1)))
+    font, label_font = _font(max(8, cell // 3)), _font(12)
+    names = [str(name)[:_LABEL_CHARS] for name in class_names]
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    label_w = 4 + max((measure.textbbox((0, 0), n, font=label_font)[2] for n in names), default=8)
+    left, top = 28 + label_w + 8, _MARGIN_TOP + label_w + 6
+    grid = k * cell
+    title_w = measure.textbbox((0, 0), title, font=label_font)[2] if title else 0
+    image = Image.new("RGB", (max(left + grid + 16, title_w + 16), top + grid + 16), "white")
+    draw = ImageDraw.Draw(image)
+    draw.text((8, 4), title, fill="black", font=label_font)
+    _text(draw, (left + grid / 2, _MARGIN_TOP - 10), "predicted class", label_font, "black", "center")
+    _paste_vertical(image, "true class", label_font, (14, top + grid / 2))
+
+    for i, row in enumerate(matrix):
+        total = sum(row) or 1
+        for j, count in enumerate(row):
+            share = count / total
+            shade = int(255 * (1 - share))
+            x0, y0 = left + j * cell, top + i * cell
+            draw.rectangle([x0, y0, x0 + cell, y0 + cell], fill=(shade, shade, 255), outline=(220, 220, 220))
+            if cell >= 20 and count:
+                ink = "white" if share > 0.5 else "black"
+                _text(draw, (x0 + cell / 2, y0 + cell / 2), str(count), font, ink, "center")
+    for index, name in enumerate(names):
+        center = index * cell + cell / 2
+        _text(draw, (left - 6, top + center), name, label_font, "black", "right")
+        # column labels read bottom to top, ending just above their column
+        strip = Image.new("RGB", (label_w, 16), "white")
+        _text(ImageDraw.Draw(strip), (label_w - 2, 8), name, label_font, "black", "right")
+        image.paste(strip.rotate(90, expand=True), (int(left + center - 8), top - label_w - 4))
+
+    path = Path(path)
+    image.save(path)
+    return path

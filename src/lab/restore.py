@@ -1,0 +1,108 @@
+"""A trained model and its data, rebuilt from a checkpoint alone: what eval, export and infer start from.
+
+The checkpoint's own resolved `config` and `data_meta` decide the architecture and the preprocessing, so a
+model is never paired with another run's settings. The model is the plain module from `lab.models.build`
+in eval mode: no DDP / torch.compile / channels_last wrapper can reach an evaluation or an export.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from lab import checkpoint, data, models
+from lab.config import DataConfig
+from lab.errors import ConfigError, UserError
+
+META_KEYS = ("num_classes", "in_channels", "image_size", "mean", "std", "class_names")
+
+
+@dataclass
+class Restored:
+    path: Path
+    model: nn.Module  # eval mode, on the CPU, fp32
+    meta: dict[str, Any]  # data_meta: shapes, normalization, class names
+    config: dict[str, Any]  # the training run's resolved config
+    provenance: dict[str, Any]  # git commit, versions, and the training run's dir / wandb id
+    progress: dict[str, Any]  # epoch, global_step, best_metric when the checkpoint was written
+
+    @property
+    def global_step(self) -> int:
+        return int(self.progress.get("global_step", 0))
+
+    def source(self) -> dict[str, Any]:
+        """How runs made from this checkpoint point back at the training run (wandb config, manifests)."""
+        keys = ("run_dir", "wandb_id", "wandb_path", "git_commit", "git_dirty")
+        return {
+            "ckpt_path": str(self.path),
+            **{key: self.provenance.get(key) for key in keys},
+            "epoch": self.progress.get("epoch"),
+            "global_step": self.progress.get("global_step"),
+        }
+
+
+def load(path: str | Path) -> Restored:
+    """Checkpoint -> plain eval-mode model with its weights; a UserError names what is missing or wrong."""
+    path = Path(path).expanduser()
+    ckpt = checkpoint.load(path)
+    config, meta = ckpt.get("config"), ckpt.get("data_meta")
+    if not isinstance(config, dict) or "model" not in config or "data" not in config:
+        raise UserError(f"{path} holds no training config (config.model / config.data); was it written by train.py?")
+    missing = [key for key in META_KEYS if key not in (meta or {})]
+    if missing:
+        raise UserError(f"{path} has no data_meta {missing}: cannot rebuild the preprocessing the model expects")
+    model = models.build(OmegaConf.create(config["model"]), meta)
+    checkpoint.load_model_state(model, ckpt["model"])
+    model.eval()
+    return Restored(
+        path=path,
+        model=model,
+        meta=dict(meta),
+        config=config,
+        provenance=dict(ckpt.get("provenance") or {}),
+        progress=dict(ckpt.get("progress") or {}),
+    )
+
+
+def data_config(restored: Restored, overrides: Mapping[str, Any] | DictConfig | None) -> DictConfig:
+    """The checkpoint's data config with the non-null CLI overrides (root, batch sizes, workers) on top,
+    checked by the same schema as training's."""
+    changes = {k: v for k, v in dict(overrides or {}).items() if v is not None}
+    merged = OmegaConf.merge(OmegaConf.structured(DataConfig), restored.config["data"], changes)
+    try:
+        OmegaConf.to_object(merged)  # runs DataConfig.__post_init__
+    except ConfigError:
+        raise
+    except Exception as err:
+        raise ConfigError(f"the checkpoint's data config does not fit this version's schema: {err}") from err
+    return merged
+
+
+def build_data(restored: Restored, overrides: Mapping[str, Any] | DictConfig | None = None) -> data.DataModule:
+    """The training run's dataset, rebuilt; refuses data whose meta (classes, shape, normalization) differs
+    from what the model was trained on, e.g. an image_folder root with other class folders."""
+    cfg = data_config(restored, overrides)
+    datamodule = data.build(cfg)
+    for key in META_KEYS:
+        saved, rebuilt = restored.meta[key], datamodule.meta[key]
+        if not _same(saved, rebuilt):
+            raise UserError(
+                f"the data under data.root={cfg.root} gives {key}={rebuilt} but the checkpoint was trained with "
+                f"{key}={saved}; point data.root at the dataset the model was trained on"
+            )
+    return datamodule
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        # statistics recomputed from the same pixels agree to float rounding, not necessarily bit for bit
+        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-9)
+    return a == b

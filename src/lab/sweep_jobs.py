@@ -1,0 +1,61 @@
+"""What became of one sweep job, and when a sweep stops launching: shared by the sweepers and the sweep summary.
+
+No torch, no optuna: imported by Hydra plugins at start-up and by the summary callback in every job.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import DictConfig, OmegaConf
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # completed | failed | pruned (a stopping exception's `run_status`)
+    value: float | None  # what the job returned (the optimized metric); None if it has none
+    error: str | None  # "<ExceptionType>: <message>" for a job that did not complete
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+
+def describe(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def outcome(ret: JobReturn) -> Outcome:
+    if ret.status == JobStatus.COMPLETED:
+        return Outcome("completed", _number(ret._return_value), None)
+    # JobReturn.return_value re-raises a failed job's exception (and prints to stderr): read the stored one.
+    err = ret._return_value
+    return Outcome(getattr(err, "run_status", "failed"), None, describe(err))
+
+
+def fail_fast(config: DictConfig) -> bool:
+    """`sweep.fail_fast` of the sweep's config: stop launching after a batch that had a failed job."""
+    return bool(OmegaConf.select(config, "sweep.fail_fast", default=False))
+
+
+def launcher_width(config: DictConfig) -> int:
+    """How many jobs the configured launcher runs at once: the batch size that keeps fail_fast from waiting for
+    jobs that never had to start, without making a parallel launcher run one job at a time."""
+    launcher = config.hydra.launcher
+    n_jobs = OmegaConf.select(launcher, "n_jobs", default=None)  # joblib; -1 = one per CPU
+    if n_jobs is not None:
+        return (os.cpu_count() or 1) if n_jobs < 0 else max(1, n_jobs)
+    return max(1, OmegaConf.select(launcher, "array_parallelism", default=1))  # submitit; basic launcher: 1

@@ -1,0 +1,198 @@
+"""Hydra callback: the table of a multirun, written to `<sweep dir>/sweep_summary.{csv,md}` and printed.
+
+Each job writes `sweep_job.json` into its own run dir when it ends (in the job's process: the same code works
+under the basic, joblib and submitit launchers); at the end of the multirun the records are gathered, joined with
+each run's `summary.json`, sorted by the optimized metric and written out. A sweep with failed jobs then exits
+non-zero naming them, after every job ran and the summary was written (`sweep.fail_fast=true` stops earlier).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from lab.errors import ConfigError, UserError
+from lab.sweep_jobs import outcome
+
+log = logging.getLogger(__name__)
+
+JOB_RECORD = "sweep_job.json"
+_STATUS_ORDER = {"completed": 0, "pruned": 1, "failed": 2}
+
+
+@dataclass
+class Row:
+    job: int
+    status: str
+    value: float | None
+    best_epoch: int | None
+    wall_s: float | None
+    overrides: list[str]
+    run_dir: str
+    error: str | None
+
+
+def _excluded(override: str, exclude_keys: set[str]) -> bool:
+    return override.split("=", 1)[0].lstrip("+~") in exclude_keys
+
+
+def _last_logged(metrics_file: Path, key: str) -> float | None:
+    """The last value of `key` in a run's metrics.jsonl: what a pruned run had reached when it stopped."""
+    if not metrics_file.is_file():
+        return None
+    value = None
+    for line in metrics_file.read_text().splitlines():
+        event = json.loads(line)
+        if isinstance(event.get(key), (int, float)):
+            value = float(event[key])
+    return value
+
+
+def collect(sweep_dir: Path, metric: str) -> list[Row]:
+    rows = []
+    for record_file in sweep_dir.rglob(JOB_RECORD):
+        record = json.loads(record_file.read_text())
+        run_dir = record_file.parent
+        summary_file = run_dir / "summary.json"
+        summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+        value = record["value"]
+        if value is None and record["status"] != "failed":
+            value = _last_logged(run_dir / "metrics.jsonl", metric)
+        rows.append(
+            Row(
+                job=record["job"],
+                status=record["status"],
+                value=value,
+                best_epoch=summary.get("best_epoch"),
+                wall_s=record["wall_s"],
+                overrides=record["overrides"],
+                run_dir=str(run_dir),
+                error=record["error"],
+            )
+        )
+    return rows
+
+
+def sort_rows(rows: list[Row], direction: str) -> list[Row]:
+    """Completed jobs first, best metric first; then pruned, then failed; ties by job number."""
+    sign = -1 if direction == "maximize" else 1
+
+    def key(row: Row) -> tuple:
+        missing = row.value is None
+        return (_STATUS_ORDER.get(row.status, 3), missing, sign * row.value if not missing else 0.0, row.job)
+
+    return sorted(rows, key=key)
+
+
+def _varying(rows: list[Row]) -> set[str]:
+    """The overrides that differ between jobs: the table shows those, the rest is common to all."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        for override in row.overrides:
+            counts[override] = counts.get(override, 0) + 1
+    return {o for o, n in counts.items() if n < len(rows)} if len(rows) > 1 else set(counts)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def to_csv(rows: list[Row], metric: str) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["rank", "job", "status", metric, "best_epoch", "wall_s", "overrides", "run_dir", "error"])
+    for rank, row in enumerate(rows, 1):
+        overrides = " ".join(row.overrides)
+        writer.writerow(
+            [rank, row.job, row.status, row.value, row.best_epoch, row.wall_s, overrides, row.run_dir, row.error]
+        )
+    return out.getvalue()
+
+
+def to_markdown(rows: list[Row], metric: str) -> str:
+    shown = _varying(rows)
+    common = sorted({o for row in rows for o in row.overrides} - shown)
+    lines = [
+        f"| rank | job | status | {metric} | best epoch | wall s | overrides | run dir | error |",
+        "|---:|---:|---|---:|---:|---:|---|---|---|",
+    ]
+    for rank, row in enumerate(rows, 1):
+        wall = f"{row.wall_s:.1f}" if row.wall_s is not None else ""
+        cells = [rank, row.job, row.status, _fmt(row.value), _fmt(row.best_epoch), wall]
+        cells += [" ".join(o for o in row.overrides if o in shown), row.run_dir, row.error or ""]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    if common:
+        lines.append(f"\nCommon to every job: `{' '.join(common)}`")
+    return "\n".join(lines) + "\n"
+
+
+class SweepSummary(Callback):
+    def __init__(self, filename: str = "sweep_summary") -> None:
+        self.filename = filename
+        self._job_start = self._job_start_wall = 0.0
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._job_start, self._job_start_wall = time.monotonic(), time.time()
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if config.hydra.mode.name != "MULTIRUN":
+            return
+        result = outcome(job_return)
+        job = config.hydra.job.num
+        if result.failed:
+            err = job_return._return_value
+            # a user mistake is one line; anything else keeps its traceback in the job's log for debugging
+            trace = None if isinstance(err, (ConfigError, UserError)) else (type(err), err, err.__traceback__)
+            log.error("job #%d failed: %s", job, result.error, exc_info=trace)
+        elif result.status != "completed":
+            log.info("job #%d %s: %s", job, result.status, result.error)
+        exclude = set(config.hydra.job.config.override_dirname.exclude_keys)
+        record = {
+            "job": job,
+            "pid": os.getpid(),  # which process ran it (the sweep's own, a joblib worker, a SLURM task)
+            "start": self._job_start_wall,
+            "status": result.status,
+            "value": result.value,
+            "error": result.error,
+            "wall_s": round(time.monotonic() - self._job_start, 2),
+            "end": time.time(),
+            "overrides": [o for o in job_return.overrides or [] if not _excluded(o, exclude)],
+        }
+        run_dir = Path(config.hydra.runtime.output_dir)
+        (run_dir / JOB_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        metric = OmegaConf.select(config, "optimized_metric", default=None) or "value"
+        direction = OmegaConf.select(config, "sweep.direction", default="maximize")
+        rows = sort_rows(collect(sweep_dir, metric), direction)
+        if not rows:
+            return
+        (sweep_dir / f"{self.filename}.csv").write_text(to_csv(rows, metric))
+        table = to_markdown(rows, metric)
+        md = sweep_dir / f"{self.filename}.md"
+        md.write_text(f"# Sweep {sweep_dir}\n\n{table}")
+        print(f"\nSweep summary ({len(rows)} jobs, sorted by {metric}, {direction}): {md}")
+        print(table)
+        best = rows[0]
+        if best.status == "completed":
+            print(f"best: job #{best.job} {metric}={_fmt(best.value)}  {' '.join(best.overrides)}")
+        failed = [row for row in rows if row.status == "failed"]
+        if failed:
+            # SystemExit, not an exception: Hydra turns a callback's exception into a warning and exits 0
+            names = "; ".join(f"#{row.job} {row.error}" for row in failed)
+            sys.exit(f"error: {len(failed)} of {len(rows)} sweep jobs failed ({names}); overrides and logs: {md}")

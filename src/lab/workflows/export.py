@@ -1,0 +1,168 @@
+"""Orchestration of one export: checkpoint -> plain eval-mode model -> each format -> parity -> manifest.
+
+Each artifact is run by the runner inference uses (onnxruntime, torch.export.load, torch.jit.load) on real
+validation samples and compared with the eager model. An artifact above `export.tolerance` is deleted, its
+figures stay in export_manifest.json, and the run exits non-zero. Returns the worst max |logit difference|.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from lab import data, exporting, restore
+from lab.errors import UserError
+from lab.exporting import manifest, quantize
+from lab.inference import EagerBackend, OnnxBackend, artifact_backend
+from lab.workflows.common import hydra_run_dir, start_tracker
+
+log = logging.getLogger(__name__)
+
+
+def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
+    run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
+    opts = cfg.export
+    restored = restore.load(cfg.ckpt_path)
+    data_cfg = restore.data_config(restored, cfg.data)
+    val_loader = data.make_loader(
+        restore.build_data(restored, cfg.data).val, data_cfg, train=False, generator=None, pin_memory=False
+    )
+    batches = exporting.sample_batches(val_loader, opts.parity_samples)
+    example = batches[0][: exporting.EXAMPLE_BATCH]
+    eager = EagerBackend(restored.model)  # CPU, fp32, eval mode: the reference every artifact must match
+    reference = [eager(b) for b in batches]
+
+    tracker, prov = start_tracker(
+        cfg,
+        run_dir,
+        "export",
+        restored.source(),
+        restored.config["model"],
+        data=OmegaConf.to_container(data_cfg, resolve=True),
+    )
+    status = "failed"
+    try:
+        artifacts, opset = {}, None
+        for fmt in opts.formats:
+            written = exporting.write(fmt, restored.model, example, run_dir, opts.opset)
+            opset = written.opset or opset
+            parity = exporting.compare(artifact_backend(written.files[0]), batches, reference, opts.tolerance)
+            artifacts[fmt] = _record(fmt, written, parity)
+        quantization = None
+        if opts.quantize == "int8" and artifacts["onnx"]["status"] == "ok":
+            quantization = _int8(run_dir, val_loader, example, opts.latency_runs)
+            artifacts["onnx_int8"] = quantization.pop("artifact")
+        path = manifest.write(
+            run_dir,
+            manifest.build(
+                meta=restored.meta,
+                model_config=restored.config["model"],
+                source_run=restored.source(),
+                provenance=prov,
+                artifacts=artifacts,
+                opset=opset,
+                tolerance=opts.tolerance,
+                quantization=quantization,
+            ),
+        )
+        tracker.save_file(path)
+        figures = _figures(artifacts, quantization)
+        tracker.log(figures, step=restored.global_step)
+        tracker.summary(figures)
+        failed = {fmt: a for fmt, a in artifacts.items() if a["status"] != "ok"}
+        if failed:
+            raise UserError(_failure_message(failed, opts.tolerance, path))
+        status = "completed"
+    finally:
+        tracker.finish(status)
+    log.info("exported %s to %s", ", ".join(artifacts), run_dir)
+    return max(a["parity"]["max_abs_diff"] for a in artifacts.values() if "parity" in a)
+
+
+def _failure_message(failed: dict[str, dict], tolerance: float, manifest_path: Path) -> str:
+    parts = [
+        f"{fmt} max |logits - eager| = {a['parity']['max_abs_diff']:.3g} > export.tolerance={tolerance:g} "
+        f"(top-1 agreement {a['parity']['top1_agreement']:.3f}), {a['file']} removed"
+        for fmt, a in failed.items()
+    ]
+    return f"parity check failed: {'; '.join(parts)}; figures in {manifest_path}"
+
+
+def _record(fmt: str, written: exporting.Written, parity: exporting.Parity) -> dict[str, Any]:
+    """The manifest entry of one artifact; a failed one is deleted so nothing downstream can pick it up."""
+    main = written.files[0]
+    entry: dict[str, Any] = {
+        "file": main.name,
+        "files": [f.name for f in written.files],
+        "bytes": sum(f.stat().st_size for f in written.files),
+        "sha256": manifest.sha256(main),
+        "parity": parity.as_dict(),
+        "notes": written.notes,
+    }
+    log.info(
+        "%s: %s, max |logits - eager| %.3g on %d validation samples (batch sizes %s), top-1 agreement %.4f",
+        fmt,
+        main.name,
+        parity.max_abs_diff,
+        parity.samples,
+        parity.batch_sizes,
+        parity.top1_agreement,
+    )
+    if parity.passed:
+        entry["status"] = "ok"
+    else:
+        for f in written.files:
+            f.unlink(missing_ok=True)
+        entry.update(status="failed_parity", removed=True)
+        log.error("%s: above export.tolerance=%g, %s removed", fmt, parity.tolerance, main.name)
+    return entry
+
+
+def _int8(run_dir: Path, val_loader: Any, example: Any, runs: int) -> dict[str, Any]:
+    """Quantize model.onnx, then accuracy on the val split and latency at batch 1 / 32, both vs the fp32 model."""
+    int8_path = quantize.quantize_int8(run_dir / "model.onnx", run_dir / "model.int8.onnx")
+    figures = quantize.compare_int8(
+        OnnxBackend(run_dir / "model.onnx"), OnnxBackend(int8_path), val_loader, example, runs
+    )
+    log.info(
+        "int8: val acc %.4f vs fp32 %.4f (delta %+.4f); latency %s",
+        figures["val_acc_int8"],
+        figures["val_acc_fp32"],
+        figures["val_acc_delta"],
+        ", ".join(
+            f"{b}: {v['int8_ms']:.3f} ms vs {v['fp32_ms']:.3f} ms fp32 (x{v['speedup']:.2f})"
+            for b, v in figures["latency"].items()
+        ),
+    )
+    artifact = {
+        "file": int8_path.name,
+        "files": [int8_path.name],
+        "bytes": int8_path.stat().st_size,
+        "sha256": manifest.sha256(int8_path),
+        "status": "ok",
+        "notes": [
+            "dynamic INT8 (onnxruntime.quantization.quantize_dynamic): approximate by design, not held to "
+            "export.tolerance; see quantization for its accuracy"
+        ],
+    }
+    return {"method": "dynamic", "weight_type": "int8", **figures, "artifact": artifact}
+
+
+def _figures(artifacts: dict[str, dict], quantization: dict | None) -> dict[str, float]:
+    """Flat metric names for wandb: export/<format>/max_abs_diff, export/int8/val_acc_delta, ..."""
+    out: dict[str, float] = {}
+    for fmt, a in artifacts.items():
+        if "parity" in a:
+            out[f"export/{fmt}/max_abs_diff"] = a["parity"]["max_abs_diff"]
+            out[f"export/{fmt}/top1_agreement"] = a["parity"]["top1_agreement"]
+            out[f"export/{fmt}/passed"] = float(a["status"] == "ok")
+    if quantization:
+        for key in ("val_acc_fp32", "val_acc_int8", "val_acc_delta", "top1_agreement"):
+            out[f"export/int8/{key}"] = quantization[key]
+        for batch, v in quantization["latency"].items():
+            for key, value in v.items():
+                out[f"export/int8/{batch}_{key}"] = value
+    return out

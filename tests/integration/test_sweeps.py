@@ -1,0 +1,203 @@
+"""Hydra multirun sweeps through the real CLI: grid, failures, Optuna (resume, pruning), launchers, experiments."""
+
+from __future__ import annotations
+
+import csv
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from helpers import REPO, script_env
+from wandb_reader import find_run_files, read_run
+
+pytestmark = pytest.mark.slow
+
+QUICK = ["debug=fast", "model=mlp"]
+
+
+def _sweep(sweep_dir: Path, *overrides: str, env: dict | None = None, multirun: bool = True):
+    args = [sys.executable, str(REPO / "scripts/train.py"), *(["-m"] if multirun else [])]
+    return subprocess.run(
+        [*args, f"hydra.sweep.dir={sweep_dir}", *overrides],
+        cwd=REPO,
+        env=env or script_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+
+def _summary_rows(sweep_dir: Path) -> list[dict]:
+    with open(sweep_dir / "sweep_summary.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _job(sweep_dir: Path, num: int, name: str = "summary.json") -> dict:
+    return json.loads((sweep_dir / str(num) / name).read_text())
+
+
+def test_grid_sweep_runs_every_job_in_one_wandb_group_and_ranks_them(tmp_path):
+    env = script_env()
+    for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "WANDB_DIR", "WANDB_PROJECT"):
+        env.pop(key, None)
+    env["NETRC"] = str(tmp_path / "no-netrc")  # offline wandb runs, read back from their files
+    sweep = tmp_path / "grid"
+    proc = _sweep(sweep, *QUICK, "optimizer.lr=1e-3,3e-3", "seed=1,2", env=env)
+    _ok(proc)
+
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
+    runs = [read_run(find_run_files(sweep / str(job) / "wandb")[0]) for job in range(4)]
+    assert len({run.run_id for run in runs}) == 4 and {run.group for run in runs} == {"train-grid"}
+    assert [(r.config["optimizer"]["lr"], r.config["seed"]) for r in runs] == [
+        (0.001, 1),
+        (0.001, 2),
+        (0.003, 1),
+        (0.003, 2),
+    ]
+
+    rows = _summary_rows(sweep)
+    assert len(rows) == 4 and {row["status"] for row in rows} == {"completed"}
+    values = [float(row["val/acc_best"]) for row in rows]
+    assert values == sorted(values, reverse=True)  # best first (val/acc_best: maximize)
+    for row in rows:  # each row is its own job's result
+        summary = _job(sweep, int(row["job"]))
+        assert float(row["val/acc_best"]) == summary["val/acc_best"]
+        assert int(row["best_epoch"]) == summary["best_epoch"] and row["run_dir"] == str(sweep / row["job"])
+    assert f"optimizer.lr=0.001 seed=1 | {sweep}/0" in (sweep / "sweep_summary.md").read_text()
+    assert f"best: job #{rows[0]['job']} val/acc_best=" in proc.stdout
+
+
+def test_a_failing_job_does_not_stop_the_sweep_and_the_exit_code_says_so(tmp_path):
+    sweep = tmp_path / "fail"
+    # job 1 raises inside training (after its first validation): plateau watches a metric that does not exist
+    proc = _sweep(sweep, *QUICK, "logger=none", "scheduler=cosine,plateau,constant", "scheduler.monitor=val/bogus")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stdout + proc.stderr  # a user mistake: one line, in the summary and the exit
+    assert "error: 1 of 3 sweep jobs failed (#1 UserError: scheduler.monitor='val/bogus'" in proc.stderr
+
+    rows = {row["job"]: row for row in _summary_rows(sweep)}
+    assert [rows[j]["status"] for j in "012"] == ["completed", "failed", "completed"]
+    assert "scheduler.monitor='val/bogus' is not a validation metric" in rows["1"]["error"]
+    assert rows["1"]["val/acc_best"] == "" and float(rows["2"]["val/acc_best"]) > 0
+    assert _job(sweep, 1)["status"] == "failed" and _job(sweep, 2)["status"] == "completed"
+    assert "job #1 failed: UserError" in (sweep / "1" / "train.log").read_text()
+
+
+def test_fail_fast_stops_launching_after_a_failure(tmp_path):
+    sweep = tmp_path / "fast"
+    proc = _sweep(sweep, *QUICK, "logger=none", "sweep.fail_fast=true", "data.batch_size=0,64,32")
+    assert proc.returncode == 1 and "data.batch_size must be >= 1" in proc.stderr
+    assert not (sweep / "1").exists() and not (sweep / "2").exists()
+    (row,) = _summary_rows(sweep)
+    assert row["status"] == "failed" and row["error"].startswith("ConfigError: data.batch_size")
+
+
+def test_optuna_study_resumes_to_n_trials_and_prunes_bad_trials(tmp_path):
+    storage = f"sqlite:///{tmp_path}/study.db"
+    search = [
+        "hparams_search=optuna",  # sets hydra.mode=MULTIRUN: no -m
+        *QUICK,
+        "logger=none",
+        "trainer.max_epochs=3",
+        f"hydra.sweeper.storage={storage}",
+        "hydra.sweeper.study_name=resume-test",
+        "hydra.sweeper.sampler.seed=10",  # draws 0.03, 1e-8, 0.03, 1e-8: a good trial completes first
+        "hydra.sweeper.pruner.n_startup_trials=1",
+        "hydra.sweeper.pruner.n_warmup_steps=0",
+        # the command line replaces the example space: one clearly useless learning rate, the rest fixed
+        "optimizer.lr=choice(0.03,1e-8)",
+        "optimizer.weight_decay=0.0",
+        "data.batch_size=64",
+    ]
+    first = _sweep(tmp_path / "first", *search, "hydra.sweeper.n_trials=4", multirun=False)
+    _ok(first)
+    study = optuna.load_study(study_name="resume-test", storage=storage)
+    before = [(t.number, t.state, t.params) for t in study.trials]
+    assert len(before) == 4
+
+    second = _sweep(tmp_path / "second", *search, "hydra.sweeper.n_trials=6", multirun=False)
+    _ok(second)
+    trials = optuna.load_study(study_name="resume-test", storage=storage).trials
+    assert [(t.number, t.state, t.params) for t in trials[:4]] == before  # the same study, continued
+    assert [t.number for t in trials] == list(range(6))
+    assert sorted(p.name for p in (tmp_path / "second").iterdir() if p.is_dir()) == ["4", "5"]  # job = trial number
+
+    states = {t.state for t in trials}
+    assert TrialState.COMPLETE in states and TrialState.PRUNED in states
+    for trial in trials:
+        assert trial.user_attrs["run_dir"].endswith(f"/{trial.number}")
+        if trial.state == TrialState.PRUNED:  # only the useless learning rate falls below the median
+            assert trial.params["optimizer.lr"] == 1e-8
+            run_dir = Path(trial.user_attrs["run_dir"])
+            assert json.loads((run_dir / "summary.json").read_text())["status"] == "pruned"
+        if trial.state == TrialState.COMPLETE:
+            assert (
+                trial.value
+                == json.loads((Path(trial.user_attrs["run_dir"]) / "summary.json").read_text())["val/acc_best"]
+            )
+    rows = _summary_rows(tmp_path / "second")
+    assert {row["job"] for row in rows} == {"4", "5"}
+
+
+def test_joblib_runs_jobs_in_parallel_processes(tmp_path):
+    sweep = tmp_path / "joblib"
+    _ok(_sweep(sweep, *QUICK, "logger=none", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2"))
+    jobs = [_job(sweep, n, "sweep_job.json") for n in (0, 1)]
+    assert jobs[0]["pid"] != jobs[1]["pid"]
+    assert jobs[0]["start"] < jobs[1]["end"] and jobs[1]["start"] < jobs[0]["end"]  # they overlapped
+    assert [row["status"] for row in _summary_rows(sweep)] == ["completed"] * 2
+
+
+def test_submitit_local_launcher(tmp_path):
+    sweep = tmp_path / "submitit"
+    _ok(_sweep(sweep, *QUICK, "logger=none", "hydra/launcher=submitit_local", "seed=3"))
+    assert _job(sweep, 0)["status"] == "completed"
+    assert list((sweep / ".submitit").rglob("*_log.out"))  # submitit's own job logs
+    (row,) = _summary_rows(sweep)
+    assert row["status"] == "completed"
+
+
+def _write_tiny_cifar10(root: Path, per_batch: int) -> None:
+    """CIFAR-10's python format (pickled dicts of uint8 rows, 3x32x32 each), small: no download here."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]:
+        batch = {
+            b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+            b"labels": [i % 10 for i in range(per_batch)],
+        }
+        (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
+    names = [f"class{i}".encode() for i in range(10)]
+    (folder / "batches.meta").write_bytes(pickle.dumps({b"label_names": names}, protocol=2))
+
+
+def test_every_experiment_runs_in_one_sweep(tmp_path):
+    _write_tiny_cifar10(tmp_path / "cifar", per_batch=40)
+    sweep = tmp_path / "experiments"
+    proc = _sweep(
+        sweep,
+        "experiment=glob(*)",
+        "debug=fast",
+        "logger=none",
+        f"data.root={tmp_path / 'cifar'}",  # digits ignores it
+        "data.batch_size=32",
+        "data.num_workers=0",
+    )
+    _ok(proc)
+    experiments = sorted(p.stem for p in (REPO / "conf/experiment").glob("*.yaml"))
+    assert {"cifar10_fast", "cifar10_resnet18", "digits_mlp"} <= set(experiments)
+    rows = _summary_rows(sweep)
+    assert sorted(row["overrides"].split("experiment=")[1].split()[0] for row in rows) == experiments
+    assert {row["status"] for row in rows} == {"completed"}

@@ -1,0 +1,169 @@
+"""lab.exporting and lab.inference in process: parity checks that can fail, eval-mode writers, input discovery,
+the shared preprocessing, batched top-k."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch import nn
+
+from lab import exporting
+from lab.data import eval_transform
+from lab.data.common import make_meta
+from lab.errors import UserError
+from lab.exporting.writers import write_pt2, write_torchscript
+from lab.inference import EagerBackend, ExportedProgramBackend, Samples, TorchScriptBackend, discover, predict
+from lab.models.cnn import SmallCNN
+
+META = make_meta(3, 1, 8, [0.5], [0.25], ["cat", "dog", "emu"])
+
+
+def _batches() -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    return [torch.randn(4, 1, 8, 8), torch.randn(3, 1, 8, 8), torch.randn(1, 1, 8, 8)]
+
+
+class Shifted:
+    """A backend that adds `delta` to one logit of every sample: a broken export."""
+
+    name = "shifted"
+
+    def __init__(self, backend, delta: float) -> None:
+        self.backend, self.delta = backend, delta
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.backend(x).clone()
+        out[:, 0] += self.delta
+        return out
+
+
+# --------------------------------------------------------------------------- parity
+def test_parity_passes_for_the_same_model_and_fails_above_the_tolerance() -> None:
+    eager = EagerBackend(SmallCNN(1, [4, 8], 3, dropout=0.0))
+    batches = _batches()
+    reference = [eager(b) for b in batches]
+    same = exporting.compare(eager, batches, reference, tolerance=1e-4)
+    assert same.passed and same.max_abs_diff == 0 and same.top1_agreement == 1 and same.samples == 8
+    assert same.batch_sizes == [1, 3, 4]
+
+    broken = exporting.compare(Shifted(eager, 1e-3), batches, reference, tolerance=1e-4)
+    assert not broken.passed and broken.max_abs_diff == pytest.approx(1e-3, rel=1e-3)
+    assert broken.as_dict()["passed"] is False
+    assert exporting.compare(Shifted(eager, 1e-3), batches, reference, tolerance=1e-2).passed
+
+
+def test_parity_fails_on_nan_and_on_wrong_shapes() -> None:
+    eager = EagerBackend(SmallCNN(1, [4], 3, dropout=0.0))
+    batches = _batches()
+    reference = [eager(b) for b in batches]
+    assert not exporting.compare(Shifted(eager, math.nan), batches, reference, tolerance=1.0).passed
+    assert not exporting.compare(lambda x: eager(x)[:, :2], batches, reference, tolerance=1.0).passed
+
+
+def test_sample_batches_take_the_requested_samples_plus_a_batch_of_one() -> None:
+    data = torch.utils.data.TensorDataset(torch.randn(10, 1, 8, 8), torch.zeros(10, dtype=torch.long))
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    batches = exporting.sample_batches(loader, 6)
+    assert [len(b) for b in batches] == [4, 2, 1]
+    assert torch.equal(batches[-1][0], data.tensors[0][0])
+
+
+# --------------------------------------------------------------------------- writers
+@pytest.mark.parametrize(
+    ("writer", "backend", "name"),
+    [(write_pt2, ExportedProgramBackend, "m.pt2"), (write_torchscript, TorchScriptBackend, "m.torchscript.pt")],
+)
+def test_writers_export_the_eval_mode_model_with_a_dynamic_batch(tmp_path, writer, backend, name) -> None:
+    """A model handed over in train mode (dropout on, BatchNorm on batch statistics) still exports its eval-mode
+    function: outputs per sample, independent of the batch, equal to eager eval at batch sizes 1 and 5."""
+    torch.manual_seed(0)
+    model = SmallCNN(1, [4, 8], 3, dropout=0.5)
+    with torch.no_grad():  # non-trivial running statistics, so train-mode BN would differ from eval-mode BN
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.running_mean.uniform_(-1, 1)
+                module.running_var.uniform_(0.5, 2)
+    model.train()
+    written = writer(model, torch.randn(exporting.EXAMPLE_BATCH, 1, 8, 8), tmp_path / name, None)
+    runner = backend(written.files[0])
+    reference = EagerBackend(model)
+    for size in (1, 5):
+        x = torch.randn(size, 1, 8, 8)
+        assert torch.allclose(runner(x), reference(x), atol=1e-5), size
+
+
+# --------------------------------------------------------------------------- inputs
+def _png(path, value: int = 128, size: int = 8, mode: str = "L") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new(mode, (size, size), value if mode == "L" else (value,) * 3).save(path)
+
+
+def test_discover_files_folders_and_globs(tmp_path) -> None:
+    _png(tmp_path / "a.png")
+    _png(tmp_path / "sub" / "b.JPG")
+    _png(tmp_path / ".ipynb_checkpoints" / "a-copy.png")  # hidden folder: not an input
+    (tmp_path / "notes.txt").write_text("x")
+    assert discover(str(tmp_path)) == [tmp_path / "a.png", tmp_path / "sub" / "b.JPG"]
+    assert discover(str(tmp_path / "a.png")) == [tmp_path / "a.png"]
+    assert discover(f"{tmp_path}/**/*.JPG") == [tmp_path / "sub" / "b.JPG"]
+    for spec, message in [
+        (tmp_path / "missing", "does not exist"),
+        (tmp_path / "notes.txt", "is not an image"),
+        (f"{tmp_path}/*.gif", "matches no"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            discover(str(spec))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=r"no \.png/\.jpg/\.jpeg images"):
+        discover(str(tmp_path / "empty"))
+
+
+def test_images_use_the_eval_transform_and_corrupt_ones_are_skipped(tmp_path) -> None:
+    _png(tmp_path / "gray.png", 51)
+    _png(tmp_path / "big_rgb.png", 204, size=32, mode="RGB")  # converted to L and resized, as in evaluation
+    (tmp_path / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\ngarbage")
+    files = [tmp_path / "broken.png", tmp_path / "gray.png", tmp_path / "big_rgb.png"]
+    samples = Samples(files, META)
+    items = dict(samples)
+    assert list(items) == [str(tmp_path / "gray.png"), str(tmp_path / "big_rgb.png")]
+    assert [s["path"] for s in samples.skipped] == [str(tmp_path / "broken.png")]
+    with Image.open(tmp_path / "big_rgb.png") as image:
+        assert torch.equal(items[str(tmp_path / "big_rgb.png")], eval_transform(META)(image))
+    assert torch.allclose(items[str(tmp_path / "gray.png")], torch.full((1, 8, 8), (0.2 - 0.5) / 0.25))
+
+
+def test_tensor_files_uint8_pixels_match_the_image_path_and_floats_pass_through(tmp_path) -> None:
+    pixels = np.random.default_rng(0).integers(0, 256, (2, 1, 8, 8), dtype=np.uint8)
+    Image.fromarray(pixels[1, 0]).save(tmp_path / "one.png")
+    np.save(tmp_path / "pixels.npy", pixels)
+    from_npy = dict(Samples([tmp_path / "pixels.npy"], META))
+    from_png = dict(Samples([tmp_path / "one.png"], META))
+    assert list(from_npy) == [f"{tmp_path / 'pixels.npy'}[0]", f"{tmp_path / 'pixels.npy'}[1]"]
+    assert torch.equal(from_npy[f"{tmp_path / 'pixels.npy'}[1]"], from_png[str(tmp_path / "one.png")])
+
+    normalized = torch.randn(3, 1, 8, 8)
+    torch.save(normalized, tmp_path / "inputs.pt")
+    assert torch.equal(torch.stack([t for _, t in Samples([tmp_path / "inputs.pt"], META)]), normalized)
+
+    torch.save(torch.randn(3, 3, 8, 8), tmp_path / "rgb.pt")
+    with pytest.raises(UserError, match=r"expected \(N, 1, H, W\)"):
+        list(Samples([tmp_path / "rgb.pt"], META))
+    (tmp_path / "bad.npy").write_bytes(b"not numpy")
+    with pytest.raises(UserError, match="cannot read the tensor file"):
+        list(Samples([tmp_path / "bad.npy"], META))
+
+
+# --------------------------------------------------------------------------- predict
+def test_predict_batches_do_not_change_results_and_top_k_is_capped() -> None:
+    model = SmallCNN(1, [4], 3, dropout=0.0)
+    samples = [(f"x{i}", torch.randn(1, 8, 8)) for i in range(7)]
+    one_batch = predict(EagerBackend(model), samples, batch_size=64, top_k=5)
+    small_batches = predict(EagerBackend(model), samples, batch_size=3, top_k=5)
+    assert [p.path for p in small_batches] == [f"x{i}" for i in range(7)]
+    for a, b in zip(one_batch, small_batches):
+        assert a.indices == b.indices and a.probs == pytest.approx(b.probs, abs=1e-6)
+        assert len(a.indices) == 3 and sum(a.probs) == pytest.approx(1.0) and a.probs == sorted(a.probs)[::-1]
