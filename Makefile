@@ -19,7 +19,7 @@ train: $(STAMP)  ## train the default experiment (digits, CNN); pass overrides w
 	$(PY) scripts/train.py $(ARGS)
 
 test: $(STAMP)  ## the whole test suite
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n 2 $(ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

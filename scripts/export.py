@@ -9,17 +9,12 @@ only inside main(), so `--help` and `--cfg job` answer without loading it.
 import hydra
 from omegaconf import DictConfig
 
-from lab.cli import user_errors
-from lab.config import validate
+from lab.cli import run_workflow
 
 
 @hydra.main(config_path="../conf", config_name="export", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    with user_errors():
-        validate(cfg)
-        from lab.workflows.export import run
-
-        return run(cfg)
+    return run_workflow(cfg, "export")
 
 
 if __name__ == "__main__":

@@ -9,18 +9,13 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from lab.cli import user_errors
-from lab.config import validate
+from lab.cli import run_workflow
 from lab.distributed.env import keep_hydra_outputs_to_rank_zero
 
 
 @hydra.main(config_path="../conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    with user_errors():
-        validate(cfg)
-        from lab.workflows.train import run
-
-        return run(cfg)
+    return run_workflow(cfg, "train")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 from collections.abc import Iterator
+from typing import Any
 
+from lab.config import validate
 from lab.errors import ConfigError, UserError
 
 
@@ -30,3 +33,10 @@ def user_errors() -> Iterator[None]:
         if in_multirun():
             raise
         sys.exit(f"error: {err}")
+
+
+def run_workflow(cfg: Any, workflow: str) -> Any:
+    """What every entry script does: validate the config, then import (torch-heavy) and run lab.workflows.<x>."""
+    with user_errors():
+        validate(cfg)
+        return importlib.import_module(f"lab.workflows.{workflow}").run(cfg)

@@ -19,7 +19,7 @@ from lab.engine import evaluate
 from lab.errors import UserError
 from lab.tasks import Classification
 from lab.tracking import write_json
-from lab.workflows.common import hydra_run_dir, start_tracker
+from lab.workflows.common import hydra_run_dir, linked_tracker
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +45,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     loader = data.make_loader(dataset, data_cfg, train=False, generator=None, pin_memory=pin)
 
     data_config = OmegaConf.to_container(data_cfg, resolve=True)
-    tracker, _ = start_tracker(cfg, run_dir, "eval", restored.source(), restored.config["model"], data=data_config)
-    status = "failed"
-    try:
+    tracker, _ = linked_tracker(cfg, run_dir, "eval", restored.source(), restored.config["model"], data=data_config)
+    with tracker.session():
         log.info("evaluating %s on the %s split (%d samples), %s", restored.path, split, len(dataset), device)
         metrics = Classification(restored.meta["num_classes"]).metrics(device, confusion=True)
         evaluate(model, loader, metrics, device=device, precision=precision, channels_last=channels_last)
@@ -64,9 +63,6 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         for name in ("eval.json", "confusion_matrix.png"):
             tracker.save_file(run_dir / name)
         log.info("%s", "  ".join(f"{k} {v:.4f}" for k, v in scalars.items()))
-        status = "completed"
-    finally:
-        tracker.finish(status)
     log.info("wrote %s and %s", run_dir / "eval.json", run_dir / "confusion_matrix.png")
     return scalars[f"{split}/acc"]
 

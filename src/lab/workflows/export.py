@@ -17,7 +17,7 @@ from lab import data, exporting, restore
 from lab.errors import UserError
 from lab.exporting import manifest, quantize
 from lab.inference import EagerBackend, OnnxBackend, artifact_backend
-from lab.workflows.common import hydra_run_dir, start_tracker
+from lab.workflows.common import hydra_run_dir, linked_tracker
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     eager = EagerBackend(restored.model)  # CPU, fp32, eval mode: the reference every artifact must match
     reference = [eager(b) for b in batches]
 
-    tracker, prov = start_tracker(
+    tracker, prov = linked_tracker(
         cfg,
         run_dir,
         "export",
@@ -43,8 +43,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         restored.config["model"],
         data=OmegaConf.to_container(data_cfg, resolve=True),
     )
-    status = "failed"
-    try:
+    with tracker.session():
         artifacts, opset = {}, None
         for fmt in opts.formats:
             written = exporting.write(fmt, restored.model, example, run_dir, opts.opset)
@@ -75,9 +74,6 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         failed = {fmt: a for fmt, a in artifacts.items() if a["status"] != "ok"}
         if failed:
             raise UserError(_failure_message(failed, opts.tolerance, path))
-        status = "completed"
-    finally:
-        tracker.finish(status)
     log.info("exported %s to %s", ", ".join(artifacts), run_dir)
     return max(a["parity"]["max_abs_diff"] for a in artifacts.values() if "parity" in a)
 

@@ -17,7 +17,7 @@ from lab import restore, runtime
 from lab.errors import UserError
 from lab.exporting.manifest import sha256
 from lab.inference import EagerBackend, Samples, artifact_backend, discover, predict, read_manifest, write_predictions
-from lab.workflows.common import hydra_run_dir, start_tracker
+from lab.workflows.common import hydra_run_dir, linked_tracker
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +35,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
     device = runtime.select_device(cfg.device)
     backend, meta, source, model_config = _open(model_path, device)
 
-    tracker, _ = start_tracker(cfg, run_dir, "infer", source, model_config)
-    status = "failed"
-    try:
+    tracker, _ = linked_tracker(cfg, run_dir, "infer", source, model_config)
+    with tracker.session():
         samples = Samples(files, meta)
         log.info("predicting %d file(s) from %s with the %s backend", len(files), cfg.input, backend.name)
         predictions = predict(backend, samples, cfg.infer.batch_size, cfg.infer.top_k)
@@ -51,9 +50,6 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
             {"infer/predicted": len(predictions), "infer/skipped": len(samples.skipped), "backend": backend.name}
         )
         log.info("%d predicted, %d skipped (unreadable); wrote %s", len(predictions), len(samples.skipped), paths[0])
-        status = "completed"
-    finally:
-        tracker.finish(status)
     return len(predictions)
 
 

@@ -24,14 +24,9 @@ from lab.distributed.parallel import Parallel
 from lab.engine import Trainer, batches_per_epoch, to_device
 from lab.optim import build_optimizer, build_scheduler, lr_scale
 from lab.tasks import Classification
+from lab.workflows.common import hydra_run_dir
 
 log = logging.getLogger(__name__)
-
-
-def hydra_run_dir() -> Path:
-    from hydra.core.hydra_config import HydraConfig
-
-    return Path(HydraConfig.get().runtime.output_dir)
 
 
 def _overfit_subset(dataset: torch.utils.data.Dataset, batches: int, batch_size: int) -> torch.utils.data.Dataset:
