@@ -6,13 +6,12 @@ logging, validation and checkpoint time, so the step itself runs as fast as a ha
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,57 +23,13 @@ from tqdm import tqdm
 from lab import checkpoint
 from lab.distributed.parallel import Parallel
 from lab.errors import UserError
+from lab.evaluation import evaluate, to_device
 from lab.optim import WarmupPlateau
 from lab.runtime import Precision, epoch_generator_seed, peak_memory_mb
+from lab.step_window import StepWindow
 from lab.tracking import Tracker
 
 log = logging.getLogger(__name__)
-
-
-def to_device(
-    inputs: torch.Tensor, targets: torch.Tensor, device: torch.device, channels_last: bool = False
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The one place batches move to the device. non_blocking overlaps the copy with compute only when the
-    loader pinned the memory (pin_memory, on CUDA)."""
-    inputs = inputs.to(device, non_blocking=True)
-    if channels_last and inputs.ndim == 4:
-        inputs = inputs.contiguous(memory_format=torch.channels_last)
-    return inputs, targets.to(device, non_blocking=True)
-
-
-@torch.inference_mode()
-def evaluate(
-    model: nn.Module,
-    loader: torch.utils.data.DataLoader,
-    metrics: Any,
-    *,
-    device: torch.device,
-    precision: Precision,
-    forward: Any = None,
-    limit: int = -1,
-    channels_last: bool = False,
-) -> Any:
-    """Feed the loader through the model in eval mode (no autograd) into `metrics`, a task accumulator.
-
-    `forward` is the callable to run (a compiled or DDP-wrapped view of `model`); the model's train/eval mode
-    is restored afterwards. Returns `metrics` for the caller to `compute()`.
-    """
-    forward = forward or model
-    was_training = model.training
-    model.eval()
-    # a distributed shard may end in padding (equal batch counts keep ranks in step): count only real samples
-    remaining = getattr(loader.sampler, "num_valid", None)
-    for index, (inputs, targets) in enumerate(loader):
-        if 0 <= limit <= index:
-            break
-        inputs, targets = to_device(inputs, targets, device, channels_last)
-        with precision.autocast(device):
-            logits = forward(inputs)
-        if remaining is not None:
-            logits, targets, remaining = logits[:remaining], targets[:remaining], remaining - len(targets)
-        metrics.update(logits, targets)
-    model.train(was_training)
-    return metrics
 
 
 def batches_per_epoch(loader: torch.utils.data.DataLoader, limit: int) -> int:
@@ -92,19 +47,6 @@ class Progress:
     batch_in_epoch: int = 0  # batches of `epoch` already trained on (mid-epoch checkpoints)
     best_metric: float | None = None
     best_epoch: int | None = None
-
-
-@dataclass
-class _Window:
-    """What happened since the last log line. Losses stay on the device until then (no per-step sync)."""
-
-    start: float = field(default_factory=time.perf_counter)
-    data_time: float = 0.0
-    samples: int = 0
-    losses: list[torch.Tensor] = field(default_factory=list)
-    loss_steps: list[int] = field(default_factory=list)
-    loss_sizes: list[int] = field(default_factory=list)
-    grad_norm: torch.Tensor | None = None
 
 
 class Trainer:
@@ -145,7 +87,7 @@ class Trainer:
         self.progress = Progress()
         self.skipped_steps = 0
         self.last_val: dict[str, float] = {}
-        self.window = _Window()
+        self.window = StepWindow()
         self.forward = torch.compile(self.wrapped) if trainer_cfg.compile else self.wrapped
         self.batches_per_epoch = batches_per_epoch(train_loader, trainer_cfg.limit_train_batches)
         self.bar_enabled = {"on": True, "off": False, "auto": sys.stderr.isatty()}[trainer_cfg.progress_bar]
@@ -157,7 +99,7 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         cfg = self.cfg
-        self.window = _Window()
+        self.window = StepWindow()
         with torch.autograd.set_detect_anomaly(cfg.detect_anomaly):
             for epoch in range(self.progress.epoch, cfg.max_epochs):
                 self.progress.epoch = epoch
@@ -287,10 +229,7 @@ class Trainer:
                 with self.precision.autocast(self.device):
                     loss = self.task.loss(self.forward(inputs), targets)
                 self.scaler.scale(loss / group_size if group_size > 1 else loss).backward()
-            self.window.losses.append(loss.detach())
-            self.window.loss_steps.append(self.progress.global_step + 1)
-            self.window.loss_sizes.append(len(targets))
-            self.window.samples += len(targets)
+            self.window.add(loss, step=self.progress.global_step + 1, size=len(targets))
             bar.update()
             if final_micro_step:
                 self._optimizer_step()
@@ -325,39 +264,28 @@ class Trainer:
         self.progress.global_step += 1
 
     def _check_losses(self) -> torch.Tensor:
-        """The window's per-micro-batch losses, averaged over ranks, on the host; stop at the first non-finite one
-        (without a GradScaler, which skips such steps itself). Every rank sees the same values, so all stop."""
-        if not self.window.losses:
-            return torch.zeros(0)
-        sizes = torch.tensor(self.window.loss_sizes, dtype=torch.float64, device=self.device)
-        sums = torch.stack([torch.stack(self.window.losses).double() * sizes, sizes])
-        sums = self.parallel.all_reduce_sum_(sums).cpu()
-        losses = sums[0] / sums[1]
+        """The window's per-micro-batch losses (averaged over ranks); stop at the first non-finite one, unless a
+        GradScaler skips such steps itself. Every rank sees the same values, so every rank stops."""
+        losses = self.window.losses_over_ranks(self.parallel, self.device)
         bad = (~torch.isfinite(losses)).nonzero()
         if len(bad) and not self.scaler.is_enabled():
             index = int(bad[0])
             raise UserError(
-                f"loss became {losses[index].item()} at optimizer step {self.window.loss_steps[index]} "
+                f"loss became {losses[index].item()} at optimizer step {self.window.steps[index]} "
                 f"(epoch {self.progress.epoch + 1}); lower optimizer.lr, set trainer.grad_clip, try precision=bf16 "
                 "or fp32, or check the inputs (the first-batch report in the log)"
             )
         return losses
 
     def _log_window(self, epoch: int, bar: tqdm) -> None:
-        losses = self._check_losses()
-        sizes = torch.tensor(self.window.loss_sizes, dtype=torch.float64)
-        finite = torch.isfinite(losses)
-        loss = float((losses[finite] * sizes[finite]).sum() / sizes[finite].sum()) if finite.any() else math.nan
-        elapsed = max(time.perf_counter() - self.window.start, 1e-9)
-        grad_norm = self.window.grad_norm
-        if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
-            grad_norm = grad_norm.full_tensor()
+        loss = self.window.mean_loss(self._check_losses())
+        throughput, data_wait = self.window.rates(self.parallel.world_size)
         metrics = {
             "train/loss": loss,
             "train/lr": self.scheduler.get_last_lr()[0],
-            "train/grad_norm": float(grad_norm) if grad_norm is not None else math.nan,
-            "train/throughput": self.window.samples * self.parallel.world_size / elapsed,
-            "train/data_wait": min(1.0, self.window.data_time / elapsed),
+            "train/grad_norm": self.window.grad_norm_value(),
+            "train/throughput": throughput,
+            "train/data_wait": data_wait,
             "train/mem_peak_mb": peak_memory_mb(self.device),
         }
         if self.scaler.is_enabled():
@@ -373,23 +301,16 @@ class Trainer:
                 loss,
                 metrics["train/lr"],
                 metrics["train/grad_norm"],
-                metrics["train/throughput"],
-                100 * metrics["train/data_wait"],
+                throughput,
+                100 * data_wait,
             )
         else:
             bar.set_postfix(loss=f"{loss:.4f}", lr=f"{metrics['train/lr']:.2e}", refresh=False)
-        self.window = _Window()
-
-    @contextlib.contextmanager
-    def _paused_window(self) -> Iterator[None]:
-        """Validation and checkpoint time must not count against training throughput."""
-        start = time.perf_counter()
-        yield
-        self.window.start += time.perf_counter() - start
+        self.window = StepWindow()
 
     # ------------------------------------------------------------------ validation and checkpoints
     def _validate_and_track(self, epoch: int) -> bool:
-        with self._paused_window():
+        with self.window.paused():
             metrics = {f"val/{k}": v for k, v in self.evaluate(self.val_loader, self.cfg.limit_val_batches).items()}
         monitor = f"val/{self.task.monitor}"
         value = metrics[monitor]
@@ -419,7 +340,7 @@ class Trainer:
         return improved
 
     def _save_checkpoints(self, best: bool) -> None:
-        with self._paused_window():
+        with self.window.paused():
             self._check_losses()  # never write weights that went NaN over good ones
             payload = self.checkpoint_payload()
             if self.parallel.is_main:  # one writer; the others wait so nobody reads a half-written file

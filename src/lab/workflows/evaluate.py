@@ -15,8 +15,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from lab import data, plots, restore, runtime
-from lab.engine import evaluate
 from lab.errors import UserError
+from lab.evaluation import evaluate
 from lab.tasks import Classification
 from lab.tracking import write_json
 from lab.workflows.common import hydra_run_dir, linked_tracker

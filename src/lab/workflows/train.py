@@ -21,7 +21,8 @@ from lab.config import TrainConfig
 from lab.distributed import env as dist_env
 from lab.distributed import launch
 from lab.distributed.parallel import Parallel
-from lab.engine import Trainer, batches_per_epoch, to_device
+from lab.engine import Trainer, batches_per_epoch
+from lab.evaluation import to_device
 from lab.optim import build_optimizer, build_scheduler, lr_scale
 from lab.tasks import Classification
 from lab.workflows.common import hydra_run_dir

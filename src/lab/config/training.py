@@ -1,33 +1,15 @@
-"""Structured config schema, registered in Hydra's ConfigStore.
-
-Each YAML file in ``conf/<group>/`` extends one of these dataclasses (``defaults: [<schema>]``), so Hydra
-rejects unknown keys and wrong types while composing. Value checks (``lr > 0``...) live in
-``__post_init__`` and run in :func:`validate`, before any work starts.
-
-This module must not import torch: it is imported by every entry script, and ``--help`` / ``--cfg job``
-stay fast only if nothing heavy is loaded before Hydra prints and exits.
-"""
+"""Schema of training runs (conf/train.yaml and its groups): trainer, data, model, optimizer, scheduler,
+precision, dist, logger, sweep."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING
 
-from lab.errors import ConfigError
-
-__all__ = ["ConfigError", "TrainConfig", "register", "validate"]
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
-def _one_of(key: str, value: str, options: tuple[str, ...]) -> None:
-    _require(value in options, f"{key}={value!r} is not valid; choose one of {', '.join(options)}")
+from lab.config.checks import one_of as _one_of
+from lab.config.checks import require as _require
 
 
 # --------------------------------------------------------------------------- trainer
@@ -313,155 +295,3 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _require(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
-
-
-# --------------------------------------------------------------------------- eval / export / infer
-_CKPT_HINT = "e.g. ckpt_path=outputs/train/<run>/checkpoints/best.pt"
-
-
-@dataclass
-class CheckpointDataConfig:
-    """What eval/export may change in a checkpoint's own `data` config: where the files are and how they are
-    batched; null keeps the checkpoint's value. What the model sees (dataset, image size, normalization, split
-    seeds) stays as trained, so a split means the same samples it meant in training."""
-
-    root: str | None = None
-    download: bool | None = None
-    batch_size: int | None = None
-    eval_batch_size: int | None = None
-    num_workers: int | None = None
-
-    def __post_init__(self) -> None:
-        for key in ("batch_size", "eval_batch_size"):
-            value = getattr(self, key)
-            _require(value is None or value >= 1, f"data.{key} must be >= 1 or null, got {value}")
-        _require(
-            self.num_workers is None or self.num_workers >= 0,
-            f"data.num_workers must be >= 0 or null, got {self.num_workers}",
-        )
-
-
-@dataclass
-class EvalOptions:
-    split: str = "test"  # test | val: the split of the checkpoint's own dataset to score
-
-    def __post_init__(self) -> None:
-        _one_of("eval.split", self.split, ("test", "val"))
-
-
-@dataclass
-class EvalConfig:
-    task_name: str = "eval"
-    ckpt_path: str | None = None  # required: the checkpoint to score
-    device: str = "auto"  # auto | cpu | cuda | mps
-    tags: list[str] = field(default_factory=list)
-    eval: EvalOptions = field(default_factory=EvalOptions)
-    data: CheckpointDataConfig = field(default_factory=CheckpointDataConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-
-    def __post_init__(self) -> None:
-        _require(bool(self.ckpt_path), f"ckpt_path is required: the checkpoint to evaluate, {_CKPT_HINT}")
-        _one_of("device", self.device, ("auto", "cpu", "cuda", "mps"))
-
-
-EXPORT_FORMATS = ("onnx", "pt2", "torchscript")
-
-
-@dataclass
-class ExportOptions:
-    formats: list[str] = field(default_factory=lambda: ["onnx", "pt2"])  # any of onnx | pt2 | torchscript
-    tolerance: float = 1e-4  # max |logits - eager logits| on validation samples; above it the export fails
-    opset: int | None = None  # ONNX opset; null = what torch.onnx recommends
-    parity_samples: int = 256  # validation samples the parity check runs on
-    quantize: str | None = None  # null | int8: dynamic INT8 ONNX model (needs onnx in formats)
-    latency_runs: int = 50  # timed runs per batch size for the int8-vs-fp32 latency figures
-
-    def __post_init__(self) -> None:
-        _require(len(self.formats) >= 1, f"export.formats must name at least one of {', '.join(EXPORT_FORMATS)}")
-        for name in self.formats:
-            _one_of("export.formats", name, EXPORT_FORMATS)
-        _require(len(set(self.formats)) == len(self.formats), f"export.formats has duplicates: {self.formats}")
-        _require(self.tolerance > 0, f"export.tolerance must be > 0, got {self.tolerance}")
-        _require(self.opset is None or self.opset >= 18, f"export.opset must be >= 18 or null, got {self.opset}")
-        _require(self.parity_samples >= 1, f"export.parity_samples must be >= 1, got {self.parity_samples}")
-        if self.quantize is not None:
-            _one_of("export.quantize", self.quantize, ("int8",))
-            _require(
-                "onnx" in self.formats, "export.quantize=int8 quantizes the ONNX model: add onnx to export.formats"
-            )
-        _require(self.latency_runs >= 1, f"export.latency_runs must be >= 1, got {self.latency_runs}")
-
-
-@dataclass
-class ExportConfig:
-    task_name: str = "export"
-    ckpt_path: str | None = None  # required: the checkpoint to export
-    tags: list[str] = field(default_factory=list)
-    export: ExportOptions = field(default_factory=ExportOptions)
-    data: CheckpointDataConfig = field(default_factory=CheckpointDataConfig)  # validation samples for parity
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-
-    def __post_init__(self) -> None:
-        _require(bool(self.ckpt_path), f"ckpt_path is required: the checkpoint to export, {_CKPT_HINT}")
-
-
-@dataclass
-class InferOptions:
-    top_k: int = 5  # labels kept per input (capped at the number of classes)
-    batch_size: int = 64
-
-    def __post_init__(self) -> None:
-        _require(self.top_k >= 1, f"infer.top_k must be >= 1, got {self.top_k}")
-        _require(self.batch_size >= 1, f"infer.batch_size must be >= 1, got {self.batch_size}")
-
-
-@dataclass
-class InferConfig:
-    task_name: str = "infer"
-    # required: a checkpoint (.pt, eager), or model.onnx / model.pt2 next to its export_manifest.json
-    ckpt_path: str | None = None
-    input: str | None = None  # required: an image file, a folder, a glob ("imgs/*.png"), or a .npy / .pt tensor
-    device: str = "auto"  # auto | cpu | cuda | mps (eager checkpoints and onnxruntime's CUDA provider)
-    tags: list[str] = field(default_factory=list)
-    infer: InferOptions = field(default_factory=InferOptions)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-
-    def __post_init__(self) -> None:
-        _require(
-            bool(self.ckpt_path),
-            f"ckpt_path is required: a checkpoint ({_CKPT_HINT}) or an exported model.onnx / model.pt2",
-        )
-        _require(bool(self.input), "input is required: an image, a folder, a glob like 'imgs/*.png', or a .npy/.pt")
-        _one_of("device", self.device, ("auto", "cpu", "cuda", "mps"))
-
-
-def register() -> None:
-    cs = ConfigStore.instance()
-    cs.store(name="train_schema", node=TrainConfig)
-    cs.store(name="eval_schema", node=EvalConfig)
-    cs.store(name="export_schema", node=ExportConfig)
-    cs.store(name="infer_schema", node=InferConfig)
-    cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
-    cs.store(group="data", name="data_schema", node=DataConfig)
-    cs.store(group="model", name="mlp_schema", node=MLPConfig)
-    cs.store(group="model", name="cnn_schema", node=CNNConfig)
-    cs.store(group="model", name="torchvision_schema", node=TorchvisionConfig)
-    cs.store(group="optimizer", name="adamw_schema", node=AdamWConfig)
-    cs.store(group="optimizer", name="sgd_schema", node=SGDConfig)
-    cs.store(group="scheduler", name="scheduler_schema", node=SchedulerConfig)
-    cs.store(group="precision", name="precision_schema", node=PrecisionConfig)
-    cs.store(group="dist", name="dist_schema", node=DistConfig)
-    cs.store(group="logger", name="logger_schema", node=LoggerConfig)
-
-
-def validate(cfg: DictConfig) -> None:
-    """Run every schema's value checks (``__post_init__``); raise ConfigError naming the bad key."""
-    try:
-        OmegaConf.to_object(cfg)
-    except ConfigError:
-        raise
-    except Exception as err:  # interpolation errors, missing values: Hydra/OmegaConf explain them well
-        raise ConfigError(str(err).splitlines()[0]) from err
-
-
-register()

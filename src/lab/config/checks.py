@@ -1,0 +1,14 @@
+"""Value checks for the schemas' ``__post_init__``: each failure is one ConfigError naming the key and the fix."""
+
+from __future__ import annotations
+
+from lab.errors import ConfigError
+
+
+def require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def one_of(key: str, value: str, options: tuple[str, ...]) -> None:
+    require(value in options, f"{key}={value!r} is not valid; choose one of {', '.join(options)}")

@@ -1,0 +1,65 @@
+"""The training metrics between two log lines, kept cheap: losses stay on the device until the line is written,
+so the step itself never waits for the GPU."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator
+
+import torch
+
+from lab.distributed.parallel import Parallel
+
+
+class StepWindow:
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.data_time = 0.0  # seconds spent waiting for batches
+        self.samples = 0
+        self.losses: list[torch.Tensor] = []  # one per micro-batch, on the device
+        self.steps: list[int] = []  # the optimizer step each loss belongs to
+        self.sizes: list[int] = []
+        self.grad_norm: torch.Tensor | None = None  # at the last optimizer step
+
+    def add(self, loss: torch.Tensor, step: int, size: int) -> None:
+        self.losses.append(loss.detach())
+        self.steps.append(step)
+        self.sizes.append(size)
+        self.samples += size
+
+    def losses_over_ranks(self, parallel: Parallel, device: torch.device) -> torch.Tensor:
+        """Each micro-batch's loss averaged over all ranks (one all-reduce), on the host."""
+        if not self.losses:
+            return torch.zeros(0, dtype=torch.float64)
+        sizes = torch.tensor(self.sizes, dtype=torch.float64, device=device)
+        sums = torch.stack([torch.stack(self.losses).double() * sizes, sizes])
+        sums = parallel.all_reduce_sum_(sums).cpu()
+        return sums[0] / sums[1]
+
+    def mean_loss(self, losses: torch.Tensor) -> float:
+        """Sample-weighted mean of the finite losses (fp16 steps the GradScaler skipped are left out)."""
+        sizes = torch.tensor(self.sizes, dtype=torch.float64)
+        finite = torch.isfinite(losses)
+        if not finite.any():
+            return math.nan
+        return float((losses[finite] * sizes[finite]).sum() / sizes[finite].sum())
+
+    def rates(self, world_size: int) -> tuple[float, float]:
+        """(samples/s over all ranks, fraction of the time spent waiting for data)."""
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        return self.samples * world_size / elapsed, min(1.0, self.data_time / elapsed)
+
+    def grad_norm_value(self) -> float:
+        norm = self.grad_norm
+        if norm is None:
+            return math.nan
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP: a DTensor
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Validation and checkpoint time must not count against training throughput."""
+        start = time.perf_counter()
+        yield
+        self.start += time.perf_counter() - start
