@@ -39,7 +39,7 @@ def evaluate(
     `forward` is the callable to run (a compiled or DDP-wrapped view of `model`); the model's train/eval mode
     is restored afterwards. Returns `metrics` for the caller to `compute()`.
     """
-    forward = forward or model
+    forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
     was_training = model.training
     model.eval()
     # a distributed shard may end in padding (equal batch counts keep ranks in step): count only real samples

@@ -127,6 +127,7 @@ def test_multirun_jobs_are_separate_runs_in_one_group(tmp_path):
             "debug=fast",
             "model=mlp",
             "optimizer.lr=0.001,0.002",
+            "logger.log_checkpoints=best",
         ],
         cwd=REPO,
         env=env,
@@ -139,7 +140,8 @@ def test_multirun_jobs_are_separate_runs_in_one_group(tmp_path):
     assert runs[0].run_id != runs[1].run_id
     assert runs[0].group == runs[1].group == "train-sweep"
     assert [r.config["optimizer"]["lr"] for r in runs] == [0.001, 0.002]
-    assert runs[0].name == "0:debug=fast,model=mlp,optimizer.lr=0.001" and all(r.exit_code == 0 for r in runs)
+    assert runs[0].name.startswith("0:debug=fast,") and all(r.exit_code == 0 for r in runs)
+    assert [r.artifacts for r in runs] == [[f"model-{r.run_id}"] for r in runs]  # best.pt as a model artifact
 
 
 def test_logger_none_never_touches_wandb(tmp_path):

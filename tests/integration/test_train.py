@@ -193,3 +193,10 @@ def test_two_runs_started_together_get_their_own_directories(tmp_path):
     runs = sorted((tmp_path / "outputs" / "train").iterdir())
     assert len(runs) == 2 and all((r / "summary.json").is_file() for r in runs)
     shutil.rmtree(tmp_path / "outputs")
+
+
+def test_compiled_model_trains_and_saves_plain_weights(train):
+    run = train("trainer.compile=true", "trainer.channels_last=true", "model=cnn", "debug=fast", "logger=none")
+    weights = run.weights()
+    assert not any(key.startswith(("_orig_mod.", "module.")) for key in weights)
+    assert run.summary()["status"] == "completed"
