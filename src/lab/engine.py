@@ -75,7 +75,8 @@ class Trainer:
         self.cfg = OmegaConf.to_object(trainer_cfg) if isinstance(trainer_cfg, DictConfig) else trainer_cfg
         self.model = model  # the plain module: what checkpoints hold
         self.parallel = parallel or Parallel()
-        self.wrapped = model if forward is None else forward  # DDP / FSDP view of the model (the model itself in one process)
+        # the DDP / FSDP view of the model (the model itself in one process)
+        self.wrapped = model if forward is None else forward
         self.optimizer, self.scheduler, self.task = optimizer, scheduler, task
         self.train_loader, self.val_loader = train_loader, val_loader
         self.device, self.precision = device, precision
