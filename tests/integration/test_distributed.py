@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from helpers import REPO, max_abs_diff, run_script, script_env
+from lab.distributed.launch import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -123,9 +124,8 @@ def test_a_failing_rank_ends_the_job_quickly_with_its_error(tmp_path):
 
 def _torchrun(*args, cwd, timeout=240):
     command = [sys.executable, "-m", "torch.distributed.run", *args]
-    return subprocess.Popen(
-        command, cwd=cwd, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    env = {**script_env(), "TMPDIR": str(cwd)}  # where non-zero ranks make their scratch dirs: checked below
+    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_torchrun_standalone_leaves_one_run_dir(tmp_path):
@@ -147,7 +147,7 @@ def test_torchrun_standalone_leaves_one_run_dir(tmp_path):
 
 
 def test_two_nodes_on_localhost_leave_one_run_dir(tmp_path):
-    port = 29500 + (int(time.time()) % 1000)
+    port = free_port()
     nodes = [
         _torchrun(
             "--nnodes=2",
@@ -170,6 +170,7 @@ def test_two_nodes_on_localhost_leave_one_run_dir(tmp_path):
         assert node.returncode == 0, err[-3000:]
     runs = list((tmp_path / "outputs/train").iterdir())
     assert len(runs) == 1 and (runs[0] / "summary.json").is_file()
+    assert not list(tmp_path.glob("lab-rank*"))  # the other rank's scratch dir is gone
 
 
 def test_multirun_of_ddp_jobs(tmp_path):

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -42,13 +42,7 @@ def test_readme_shows_the_commands_this_test_runs():
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("readme") / "base"
-    proc = subprocess.run(
-        [sys.executable, "scripts/train.py", "debug=fast", f"hydra.run.dir={run_dir}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_script("train.py", "debug=fast", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
 
@@ -57,19 +51,12 @@ def finished_run(tmp_path_factory):
 def finished_export(finished_run):
     """An export run dir (model.onnx, model.pt2 and their manifest) for the README's `outputs/export/<run>`."""
     run_dir = finished_run.parent / "export"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "scripts/export.py",
-            f"ckpt_path={finished_run}/checkpoints/best.pt",
-            "export.formats=[onnx,pt2]",
-            "logger=none",
-            f"hydra.run.dir={run_dir}",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = run_script(
+        "export.py",
+        f"ckpt_path={finished_run}/checkpoints/best.pt",
+        "export.formats=[onnx,pt2]",
+        "logger=none",
+        f"hydra.run.dir={run_dir}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
