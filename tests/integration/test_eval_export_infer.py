@@ -9,6 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from helpers import PYTHON, REPO, Run, run_script, script_env
 from wandb_reader import find_run_files, read_run
@@ -108,7 +109,9 @@ def test_eval_reproduces_training_metrics_and_logs_a_linked_wandb_run(trained, b
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     assert record.job_type == "eval" and record.git_commit == head
     assert record.config["ckpt_path"] == str(best) and record.config["eval"] == {"split": "val"}
-    assert record.config["data"]["name"] == "digits" and record.config["model"]["name"] == "cnn"
+    assert record.config["data_effective"]["name"] == "digits" and record.config["model"]["name"] == "cnn"
+    hydra_config = yaml.safe_load((val.dir / ".hydra/config.yaml").read_text())
+    assert all(record.config[key] == value for key, value in hydra_config.items())  # the job's config, verbatim
     source = record.config["source_run"]
     assert source["wandb_id"] == summary["wandb_id"] and source["run_dir"] == str(trained.dir)
     assert record.config["provenance"]["git_commit"] == head

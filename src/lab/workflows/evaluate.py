@@ -45,7 +45,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     loader = data.make_loader(dataset, data_cfg, train=False, generator=None, pin_memory=pin)
 
     data_config = OmegaConf.to_container(data_cfg, resolve=True)
-    tracker, _ = linked_tracker(cfg, run_dir, "eval", restored.source(), restored.config["model"], data=data_config)
+    tracker, _ = linked_tracker(
+        cfg, run_dir, "eval", restored.source(), restored.config["model"], data_effective=data_config
+    )
     with tracker.session():
         log.info("evaluating %s on the %s split (%d samples), %s", restored.path, split, len(dataset), device)
         metrics = Classification(restored.meta["num_classes"]).metrics(device, confusion=True)

@@ -41,7 +41,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         "export",
         restored.source(),
         restored.config["model"],
-        data=OmegaConf.to_container(data_cfg, resolve=True),
+        data_effective=OmegaConf.to_container(data_cfg, resolve=True),
     )
     with tracker.session():
         artifacts, opset = {}, None
