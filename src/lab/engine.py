@@ -7,7 +7,6 @@ logging, validation and checkpoint time, so the step itself runs as fast as a ha
 from __future__ import annotations
 
 import logging
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -94,10 +93,6 @@ class Trainer:
         self.bar_enabled = {"on": True, "off": False, "auto": sys.stderr.isatty()}[trainer_cfg.progress_bar]
 
     # ------------------------------------------------------------------ public
-    @property
-    def steps_per_epoch(self) -> int:
-        return math.ceil(self.batches_per_epoch / self.cfg.grad_accum_steps)
-
     def fit(self) -> dict[str, Any]:
         cfg = self.cfg
         self.window = StepWindow()
@@ -191,9 +186,6 @@ class Trainer:
     def _done(self) -> bool:
         return 0 < self.cfg.max_steps <= self.progress.global_step
 
-    def _to_device(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return to_device(inputs, targets, self.device, self.cfg.channels_last)
-
     def train_epoch(self, epoch: int) -> bool:
         """One pass over the training loader; False when max_steps stopped it early."""
         self.model.train()
@@ -218,7 +210,7 @@ class Trainer:
         )
         fetch_start = time.perf_counter()
         for index in range(skip, total):
-            inputs, targets = self._to_device(*next(batches))
+            inputs, targets = to_device(*next(batches), self.device, self.cfg.channels_last)
             self.window.data_time += time.perf_counter() - fetch_start
             # The loss is divided by the micro-batches in this accumulation group (the last group may be short),
             # so accumulated gradients equal those of one large batch.
