@@ -128,22 +128,26 @@ def _torchrun(*args, cwd, timeout=240):
     return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+TORCHRUN_TRAIN = (str(REPO / "scripts/train.py"), "dist=ddp", "model=mlp", "debug=fast", "logger=none")
+
+
+def _assert_one_run_dir(cwd):
+    """One run dir, written by rank 0, and no scratch dir of another rank left behind."""
+    runs = list((cwd / "outputs/train").iterdir())
+    assert len(runs) == 1 and (runs[0] / ".hydra/config.yaml").is_file() and (runs[0] / "summary.json").is_file()
+    assert not list(cwd.glob("lab-rank*"))
+
+
 def test_torchrun_standalone_leaves_one_run_dir(tmp_path):
     proc = _torchrun(
         "--standalone",
         "--nproc_per_node=2",
-        str(REPO / "scripts/train.py"),
-        "dist=ddp",
-        "model=mlp",
-        "debug=fast",
-        "logger=none",
+        *TORCHRUN_TRAIN,
         cwd=tmp_path,
     )
     _, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err[-3000:]
-    runs = list((tmp_path / "outputs/train").iterdir())
-    assert len(runs) == 1 and (runs[0] / ".hydra/config.yaml").is_file() and (runs[0] / "summary.json").is_file()
-    assert not list(tmp_path.glob("lab-rank*"))
+    _assert_one_run_dir(tmp_path)
 
 
 def test_two_nodes_on_localhost_leave_one_run_dir(tmp_path):
@@ -156,11 +160,7 @@ def test_two_nodes_on_localhost_leave_one_run_dir(tmp_path):
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint=127.0.0.1:{port}",
             "--rdzv-id=lab-test",
-            str(REPO / "scripts/train.py"),
-            "dist=ddp",
-            "model=mlp",
-            "debug=fast",
-            "logger=none",
+            *TORCHRUN_TRAIN,
             cwd=tmp_path,
         )
         for rank in (0, 1)
@@ -168,9 +168,7 @@ def test_two_nodes_on_localhost_leave_one_run_dir(tmp_path):
     for node in nodes:
         _, err = node.communicate(timeout=240)
         assert node.returncode == 0, err[-3000:]
-    runs = list((tmp_path / "outputs/train").iterdir())
-    assert len(runs) == 1 and (runs[0] / "summary.json").is_file()
-    assert not list(tmp_path.glob("lab-rank*"))  # the other rank's scratch dir is gone
+    _assert_one_run_dir(tmp_path)
 
 
 def test_multirun_of_ddp_jobs(tmp_path):

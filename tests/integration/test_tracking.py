@@ -43,17 +43,15 @@ def _isolated_env(tmp_path, **extra):
     return env
 
 
-def _train(repo, run_dir, *overrides, env, cwd):
-    proc = subprocess.run(
-        [sys.executable, str(repo / "scripts/train.py"), f"hydra.run.dir={run_dir}", *overrides],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def _python(*args, env, cwd=REPO, timeout=300):
+    """Run `python <args>` and require success."""
+    proc = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
+
+
+def _train(repo, run_dir, *overrides, env, cwd):
+    return _python(str(repo / "scripts/train.py"), f"hydra.run.dir={run_dir}", *overrides, env=env, cwd=cwd)
 
 
 def test_train_run_records_config_commit_dirty_flag_and_metrics(project_copy, tmp_path):
@@ -118,24 +116,16 @@ def test_outside_a_git_checkout_the_run_says_so(project_copy, tmp_path):
 
 def test_multirun_jobs_are_separate_runs_in_one_group(tmp_path):
     env = _isolated_env(tmp_path)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "scripts/train.py",
-            "-m",
-            f"hydra.sweep.dir={tmp_path}/sweep",
-            "debug=fast",
-            "model=mlp",
-            "optimizer.lr=0.001,0.002",
-            "logger.log_checkpoints=best",
-        ],
-        cwd=REPO,
+    _python(
+        "scripts/train.py",
+        "-m",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+        "debug=fast",
+        "model=mlp",
+        "optimizer.lr=0.001,0.002",
+        "logger.log_checkpoints=best",
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
     runs = [read_run(find_run_files(tmp_path / "sweep" / str(job) / "wandb")[0]) for job in (0, 1)]
     assert runs[0].run_id != runs[1].run_id
     assert runs[0].group == runs[1].group == "train-sweep"
@@ -146,24 +136,16 @@ def test_multirun_jobs_are_separate_runs_in_one_group(tmp_path):
 
 def test_logger_none_never_touches_wandb(tmp_path):
     env = _isolated_env(tmp_path)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-X",
-            "importtime",
-            "scripts/train.py",
-            f"hydra.run.dir={tmp_path}/run",
-            "debug=fast",
-            "model=mlp",
-            "logger=none",
-        ],
-        cwd=REPO,
+    proc = _python(
+        "-X",
+        "importtime",
+        "scripts/train.py",
+        f"hydra.run.dir={tmp_path}/run",
+        "debug=fast",
+        "model=mlp",
+        "logger=none",
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
     assert " wandb" not in proc.stderr  # -X importtime lists every module imported
     assert not (tmp_path / "run/wandb").exists()
     assert (tmp_path / "run/metrics.jsonl").is_file() and (tmp_path / "run/provenance/env.json").is_file()
@@ -172,23 +154,16 @@ def test_logger_none_never_touches_wandb(tmp_path):
 def test_online_without_credentials_falls_back_to_offline_quickly(tmp_path):
     env = _isolated_env(tmp_path, WANDB_BASE_URL="http://127.0.0.1:9")  # nothing listens there
     start = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "scripts/train.py",
-            f"hydra.run.dir={tmp_path}/run",
-            "debug=fast",
-            "model=mlp",
-            "logger.mode=online",
-            "logger.init_timeout=5",
-        ],
-        cwd=REPO,
+    proc = _python(
+        "scripts/train.py",
+        f"hydra.run.dir={tmp_path}/run",
+        "debug=fast",
+        "model=mlp",
+        "logger.mode=online",
+        "logger.init_timeout=5",
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
     assert time.monotonic() - start < 60
     assert "logging offline instead" in proc.stdout + proc.stderr
     (run_file,) = find_run_files(tmp_path / "run/wandb")  # only the offline run, no half-made online one
