@@ -34,6 +34,9 @@ def _offline_run(tmp_path, config):
         run.log({"train/loss": 1 / step, "epoch": step // 10}, step=step)
     run.summary["val/acc_best"] = 0.5
     run.finish()
+    # finish() can return before wandb-core has written the last partial block of the run file
+    # (seen on a loaded CI machine: the file stopped at exactly 2 * BLOCK); teardown waits for it.
+    wandb.teardown()
     (path,) = find_run_files(tmp_path)
     return path
 
