@@ -10,7 +10,6 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from lab.optim import WarmupPlateau
 from lab.runtime import Precision, epoch_generator_seed, peak_memory_mb
 from lab.step_window import StepWindow
 from lab.tracking import Tracker
+from lab.training_state import Progress, TrainingState
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +37,6 @@ def batches_per_epoch(loader: torch.utils.data.DataLoader, limit: int) -> int:
     if batches == 0:
         raise UserError("the training loader yields no batch; lower data.batch_size or check the dataset")
     return batches
-
-
-@dataclass
-class Progress:
-    epoch: int = 0  # epoch in progress, 0-based
-    global_step: int = 0  # optimizer steps taken
-    batch_in_epoch: int = 0  # batches of `epoch` already trained on (mid-epoch checkpoints)
-    best_metric: float | None = None
-    best_epoch: int | None = None
 
 
 class Trainer:
@@ -79,12 +70,12 @@ class Trainer:
         self.optimizer, self.scheduler, self.task = optimizer, scheduler, task
         self.train_loader, self.val_loader = train_loader, val_loader
         self.device, self.precision = device, precision
-        self.tracker, self.checkpoint_extras = tracker, checkpoint_extras
+        self.tracker = tracker
         self.ckpt_dir = Path(run_dir) / "checkpoints"
         self.seed, self.train_generator = seed, train_generator
         self.callbacks = list(callbacks)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.grad_scaler)
-        self.progress = Progress()
+        self.state = TrainingState(model, optimizer, scheduler, self.scaler, self.parallel, checkpoint_extras)
         self.skipped_steps = 0
         self.last_val: dict[str, float] = {}
         self.window = StepWindow()
@@ -143,37 +134,9 @@ class Trainer:
             out["train/skipped_steps"] = self.skipped_steps
         return out
 
-    def checkpoint_payload(self) -> dict[str, Any]:
-        """The checkpoint's content; a collective under FSDP (gathers the shards), so every rank calls it."""
-        rng = self.parallel.gather(checkpoint.capture_rng())
-        return {
-            "model": self.parallel.model_state(self.model),
-            "optimizer": self.parallel.optimizer_state(self.model, self.optimizer),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "progress": asdict(self.progress),
-            # rank 0's streams, plus every rank's for an exact distributed resume
-            "rng": {**rng[0], "per_rank": rng} if len(rng) > 1 else rng[0],
-            **self.checkpoint_extras,
-        }
-
-    def restore(self, ckpt: dict[str, Any]) -> None:
-        """Continue a run exactly: weights, optimizer moments, LR schedule, loss scale, position and RNG."""
-        self.parallel.load_model_state(self.model, ckpt["model"])
-        self.parallel.load_optimizer_state(self.model, self.optimizer, ckpt["optimizer"])
-        self.scheduler.load_state_dict(ckpt["scheduler"])
-        if ckpt.get("scaler"):
-            self.scaler.load_state_dict(ckpt["scaler"])
-        self.progress = Progress(**ckpt["progress"])
-        per_rank = ckpt["rng"].get("per_rank")
-        same_world = per_rank is not None and len(per_rank) == self.parallel.world_size
-        checkpoint.restore_rng(per_rank[self.parallel.rank] if same_world else ckpt["rng"])
-        log.info(
-            "resumed at epoch %d, step %d (batch %d of the epoch)",
-            self.progress.epoch + 1,
-            self.progress.global_step,
-            self.progress.batch_in_epoch,
-        )
+    @property
+    def progress(self) -> Progress:
+        return self.state.progress  # replaced when a checkpoint is loaded
 
     def _call(self, hook: str, *args: Any) -> None:
         """Run a hook on every callback that has it (a callback may raise to stop the run, e.g. pruning)."""
@@ -306,20 +269,10 @@ class Trainer:
         with self.window.paused():
             metrics = {f"val/{k}": v for k, v in self.evaluate(self.val_loader, self.cfg.limit_val_batches).items()}
         monitor = f"val/{self.task.monitor}"
-        value = metrics[monitor]
-        best = self.progress.best_metric
-        sign = 1 if self.task.monitor_mode == "max" else -1
-        improved = best is None or sign * (value - best) > 0
-        if improved:
-            self.progress.best_metric, self.progress.best_epoch = value, epoch + 1
+        improved = self.progress.record(metrics[monitor], epoch + 1, self.task.monitor_mode)
         metrics[f"{monitor}_best"] = self.progress.best_metric
         if isinstance(self.scheduler, WarmupPlateau):
-            if self.scheduler.monitor not in metrics:
-                raise UserError(
-                    f"scheduler.monitor={self.scheduler.monitor!r} is not a validation metric; "
-                    f"choose one of {', '.join(metrics)}"
-                )
-            self.scheduler.step_metric(metrics[self.scheduler.monitor])
+            self.scheduler.step_validation(metrics)
         self.last_val = metrics
         self.tracker.log(metrics, step=self.progress.global_step, epoch=epoch + 1)
         log.info(
@@ -335,7 +288,7 @@ class Trainer:
     def _save_checkpoints(self, best: bool) -> None:
         with self.window.paused():
             self._check_losses()  # never write weights that went NaN over good ones
-            payload = self.checkpoint_payload()
+            payload = self.state.payload()
             if self.parallel.is_main:  # one writer; the others wait so nobody reads a half-written file
                 last = self.ckpt_dir / "last.pt"
                 checkpoint.save(last, payload)

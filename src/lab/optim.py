@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR, OneCycleLR, ReduceLROnPlateau
 
+from lab.errors import UserError
+
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)
 
 
@@ -94,6 +96,14 @@ class WarmupPlateau:
     def step_metric(self, value: float) -> None:
         if self.steps >= self.warmup_steps:
             self.plateau.step(value)
+
+    def step_validation(self, metrics: dict[str, float]) -> None:
+        """Step on this epoch's validation metrics, by the one named in `monitor`."""
+        if self.monitor not in metrics:
+            raise UserError(
+                f"scheduler.monitor={self.monitor!r} is not a validation metric; choose one of {', '.join(metrics)}"
+            )
+        self.step_metric(metrics[self.monitor])
 
     def get_last_lr(self) -> list[float]:
         return [group["lr"] for group in self.optimizer.param_groups]

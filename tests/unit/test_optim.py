@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from lab.config import validate
+from lab.errors import UserError
 from lab.optim import WarmupPlateau, build_optimizer, build_scheduler, parameter_groups
 
 
@@ -198,6 +199,18 @@ def test_plateau_mode_max(compose) -> None:
     assert sched.get_last_lr() == pytest.approx([LR])
     sched.step_metric(0.6)
     assert sched.get_last_lr() == pytest.approx([LR * 0.5])
+
+
+def test_plateau_reads_its_monitor_from_the_validation_metrics(compose) -> None:
+    _, sched = _scheduler(
+        compose, "plateau", 100, "scheduler.monitor=val/acc", "scheduler.mode=max", "scheduler.warmup_steps=0"
+    )
+    sched.step_validation({"val/loss": 0.3, "val/acc": 0.9})
+    assert sched.plateau.best == 0.9
+    with pytest.raises(
+        UserError, match=r"scheduler.monitor='val/acc' is not a validation metric; choose one of val/loss"
+    ):
+        sched.step_validation({"val/loss": 0.3})
 
 
 # --------------------------------------------------------------------------- resume

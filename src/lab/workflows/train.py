@@ -142,7 +142,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
             callbacks=[hydra.utils.instantiate(spec) for spec in cfg.callbacks.values()],
         )
         if resume is not None:
-            trainer.restore(resume)
+            trainer.state.load(resume)
         summary = trainer.fit()
         summary.update(_test(trainer, datamodule.test, cfg, pin, run_dir))
         tracker.summary(summary)

@@ -1,0 +1,79 @@
+"""Everything a resume needs, and how it becomes a checkpoint payload and back.
+
+The Trainer steps the model; this object owns what a checkpoint captures: weights, optimizer moments, the LR schedule,
+the loss scale, the position in training and the RNG streams of every rank.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from lab import checkpoint
+from lab.distributed.parallel import Parallel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Progress:
+    epoch: int = 0  # epoch in progress, 0-based
+    global_step: int = 0  # optimizer steps taken
+    batch_in_epoch: int = 0  # batches of `epoch` already trained on (mid-epoch checkpoints)
+    best_metric: float | None = None
+    best_epoch: int | None = None
+
+    def record(self, value: float, epoch: int, mode: str) -> bool:
+        """Keep the best monitored value (`mode` max or min); True when `value` is a new best (NaN never is)."""
+        sign = 1 if mode == "max" else -1
+        improved = self.best_metric is None or sign * (value - self.best_metric) > 0
+        if improved:
+            self.best_metric, self.best_epoch = value, epoch
+        return improved
+
+
+@dataclass
+class TrainingState:
+    model: nn.Module  # the plain module, never the DDP / FSDP / compiled view: checkpoints hold no `module.` prefix
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler
+    parallel: Parallel
+    extras: dict[str, Any]  # saved as they are (config, data_meta, provenance): what eval and export rebuild from
+    progress: Progress = field(default_factory=Progress)
+
+    def payload(self) -> dict[str, Any]:
+        """The checkpoint's content; a collective under FSDP (gathers the shards), so every rank calls it."""
+        rng = self.parallel.gather(checkpoint.capture_rng())
+        return {
+            "model": self.parallel.model_state(self.model),
+            "optimizer": self.parallel.optimizer_state(self.model, self.optimizer),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "progress": asdict(self.progress),
+            # rank 0's streams, plus every rank's for an exact distributed resume
+            "rng": {**rng[0], "per_rank": rng} if len(rng) > 1 else rng[0],
+            **self.extras,
+        }
+
+    def load(self, ckpt: dict[str, Any]) -> None:
+        """Continue a run exactly: weights, optimizer moments, LR schedule, loss scale, position and RNG."""
+        self.parallel.load_model_state(self.model, ckpt["model"])
+        self.parallel.load_optimizer_state(self.model, self.optimizer, ckpt["optimizer"])
+        self.scheduler.load_state_dict(ckpt["scheduler"])
+        if ckpt.get("scaler"):
+            self.scaler.load_state_dict(ckpt["scaler"])
+        self.progress = Progress(**ckpt["progress"])
+        per_rank = ckpt["rng"].get("per_rank")
+        same_world = per_rank is not None and len(per_rank) == self.parallel.world_size
+        checkpoint.restore_rng(per_rank[self.parallel.rank] if same_world else ckpt["rng"])
+        log.info(
+            "resumed at epoch %d, step %d (batch %d of the epoch)",
+            self.progress.epoch + 1,
+            self.progress.global_step,
+            self.progress.batch_in_epoch,
+        )
