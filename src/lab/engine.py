@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,15 @@ from lab.distributed.parallel import Parallel
 from lab.errors import UserError
 from lab.evaluation import evaluate, to_device
 from lab.optim import WarmupPlateau
-from lab.runtime import Precision, epoch_generator_seed, peak_memory_mb
+from lab.runtime import Precision, epoch_generator_seed, peak_memory_mb, reset_peak_memory
 from lab.step_window import StepWindow
 from lab.tracking import Tracker
 from lab.training_state import Progress, TrainingState
 
 log = logging.getLogger(__name__)
+# With fp16 the GradScaler skips the optimizer step when gradients overflowed (the first steps, typically) while the
+# schedule still advances one step: intended, so torch's warning about the order would only mislead.
+warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
 
 
 def batches_per_epoch(loader: torch.utils.data.DataLoader, limit: int) -> int:
@@ -75,8 +79,9 @@ class Trainer:
         self.seed, self.train_generator = seed, train_generator
         self.callbacks = list(callbacks)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.grad_scaler)
-        self.state = TrainingState(model, optimizer, scheduler, self.scaler, self.parallel, checkpoint_extras)
-        self.skipped_steps = 0
+        self.state = TrainingState(model, optimizer, scheduler, self.scaler, self.parallel, device, checkpoint_extras)
+        # fp16 steps the GradScaler skipped, counted on the device: reading the scale every step would sync
+        self.skipped_steps = torch.zeros((), dtype=torch.int64, device=device)
         self.last_val: dict[str, float] = {}
         self.window = StepWindow()
         self.forward = torch.compile(self.wrapped) if trainer_cfg.compile else self.wrapped
@@ -87,6 +92,7 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         cfg = self.cfg
         self.window = StepWindow()
+        reset_peak_memory(self.device)  # the peak of training alone: not the model summary, not a previous job
         with torch.autograd.set_detect_anomaly(cfg.detect_anomaly):
             for epoch in range(self.progress.epoch, cfg.max_epochs):
                 self.progress.epoch = epoch
@@ -107,6 +113,7 @@ class Trainer:
     def evaluate(self, loader: torch.utils.data.DataLoader, limit: int = -1) -> dict[str, float]:
         """Exact metrics over the loader (eval mode, no autograd); restores the previous mode."""
         metrics = self.task.metrics(self.device)
+        self.parallel.sync_buffers(self.model)  # every rank scores with the statistics the checkpoint will hold
         evaluate(
             self.model,
             loader,
@@ -131,7 +138,7 @@ class Trainer:
         }
         out.update(self.last_val)
         if self.scaler.is_enabled():
-            out["train/skipped_steps"] = self.skipped_steps
+            out["train/skipped_steps"] = int(self.skipped_steps)
         return out
 
     @property
@@ -205,7 +212,8 @@ class Trainer:
     def _optimizer_step(self) -> None:
         cfg = self.cfg
         logging_now = (self.progress.global_step + 1) % cfg.log_every_n_steps == 0
-        scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else None
+        # the scale as a device tensor (get_scale() would copy it to the host): it drops only when a step is skipped
+        scale_before = self.scaler._get_scale_async().clone() if self.scaler.is_enabled() else None
         if cfg.grad_clip is not None or logging_now:
             # Gradients must be unscaled before their norm means anything (and before clipping).
             self.scaler.unscale_(self.optimizer)
@@ -213,8 +221,8 @@ class Trainer:
             self.window.grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         self.scaler.step(self.optimizer)  # skips the update when fp16 gradients overflowed
         self.scaler.update()
-        if scale_before is not None and self.scaler.get_scale() < scale_before:
-            self.skipped_steps += 1
+        if scale_before is not None:
+            self.skipped_steps += self.scaler._get_scale_async() < scale_before
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.progress.global_step += 1
@@ -246,7 +254,7 @@ class Trainer:
         }
         if self.scaler.is_enabled():
             metrics["train/grad_scale"] = self.scaler.get_scale()
-            metrics["train/skipped_steps"] = self.skipped_steps
+            metrics["train/skipped_steps"] = int(self.skipped_steps)
         step = self.progress.global_step
         self.tracker.log(metrics, step=step, epoch=epoch + 1)
         if bar.disable:
@@ -263,6 +271,7 @@ class Trainer:
         else:
             bar.set_postfix(loss=f"{loss:.4f}", lr=f"{metrics['train/lr']:.2e}", refresh=False)
         self.window = StepWindow()
+        reset_peak_memory(self.device)  # each logged peak covers its own window
 
     # ------------------------------------------------------------------ validation and checkpoints
     def _validate_and_track(self, epoch: int) -> bool:
@@ -274,6 +283,7 @@ class Trainer:
         if isinstance(self.scheduler, WarmupPlateau):
             self.scheduler.step_validation(metrics)
         self.last_val = metrics
+        reset_peak_memory(self.device)  # validation's activations are not training's peak
         self.tracker.log(metrics, step=self.progress.global_step, epoch=epoch + 1)
         log.info(
             "epoch %d/%d step %d  %s",

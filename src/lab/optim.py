@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 
@@ -40,9 +41,14 @@ def lr_scale(dist_cfg, batch_size: int, world_size: int, grad_accum_steps: int) 
     return ratio if dist_cfg.lr_scaling == "linear" else math.sqrt(ratio)
 
 
-def build_optimizer(optimizer_cfg, model: nn.Module) -> torch.optim.Optimizer:
+def build_optimizer(optimizer_cfg, model: nn.Module, device: torch.device | None = None) -> torch.optim.Optimizer:
+    """The configured optimizer over `parameter_groups`. On CUDA, torch's fused implementation when the optimizer
+    has one and the config does not choose: one kernel per step, and with a GradScaler it skips overflowed steps
+    on the device, where the unfused path reads `found_inf` back to the host every step."""
     factory = hydra.utils.instantiate(optimizer_cfg, _convert_="all")  # a functools.partial (_partial_: true)
-    return factory(parameter_groups(model, optimizer_cfg.weight_decay))
+    choosable = "fused" in inspect.signature(factory.func).parameters and factory.keywords.get("fused") is None
+    extra = {"fused": True} if choosable and device is not None and device.type == "cuda" else {}
+    return factory(parameter_groups(model, optimizer_cfg.weight_decay), **extra)
 
 
 def warmup_multiplier(

@@ -16,11 +16,21 @@ from lab.errors import ConfigError
 log = logging.getLogger(__name__)
 
 
+def cuda_index(local_rank: int) -> int:
+    """The GPU of local rank r among the GPUs this process can see. A launcher that gives each rank its own GPU
+    (`srun --gpus-per-task=1`, a joblib worker with CUDA_VISIBLE_DEVICES) leaves one visible device, index 0,
+    whatever the rank: `cuda:LOCAL_RANK` would be an invalid ordinal there."""
+    visible = torch.cuda.device_count()
+    if visible == 0:
+        raise ConfigError("no CUDA device is visible (CUDA_VISIBLE_DEVICES?); use trainer.device=cpu")
+    return local_rank % visible
+
+
 def select_device(name: str, local_rank: int = 0) -> torch.device:
-    """One device, decided once; every tensor move in the run goes through it. Rank r of a node gets GPU r."""
+    """One device, decided once; every tensor move in the run goes through it. Rank r of a node gets its GPU."""
     if name == "auto":
         if torch.cuda.is_available():
-            return torch.device("cuda", local_rank)
+            return torch.device("cuda", cuda_index(local_rank))
         if torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
@@ -28,7 +38,7 @@ def select_device(name: str, local_rank: int = 0) -> torch.device:
         raise ConfigError("trainer.device=cuda but CUDA is not available; use trainer.device=auto or cpu")
     if name == "mps" and not torch.backends.mps.is_available():
         raise ConfigError("trainer.device=mps but MPS is not available; use trainer.device=auto or cpu")
-    return torch.device(name, local_rank) if name == "cuda" else torch.device(name)
+    return torch.device(name, cuda_index(local_rank)) if name == "cuda" else torch.device(name)
 
 
 def seed_everything(seed: int) -> None:
@@ -44,20 +54,20 @@ def epoch_generator_seed(seed: int, epoch: int) -> int:
 
 
 def configure_backends(trainer_cfg, device: torch.device) -> None:
-    """Determinism, cuDNN autotuning and TF32. The CUDA-only switches say so when they cannot apply."""
-    if trainer_cfg.deterministic:
+    """Determinism, cuDNN autotuning and TF32, each set both ways: these are process-wide flags, and a joblib
+    worker or an eval after training in the same process must not inherit the previous job's."""
+    deterministic = bool(trainer_cfg.deterministic)
+    if deterministic:
         # cuBLAS needs this before its first call to be deterministic; harmless elsewhere.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.backends.cudnn.deterministic = True
-    if device.type != "cuda":
-        if trainer_cfg.cudnn_benchmark:
-            log.info("trainer.cudnn_benchmark has no effect on %s (cuDNN is CUDA-only)", device.type)
-        return
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    torch.backends.cudnn.deterministic = deterministic
     # benchmark autotunes conv algorithms per input shape: faster for fixed shapes, slower when shapes vary.
-    torch.backends.cudnn.benchmark = trainer_cfg.cudnn_benchmark and not trainer_cfg.deterministic
-    torch.backends.cuda.matmul.allow_tf32 = trainer_cfg.tf32
-    torch.backends.cudnn.allow_tf32 = trainer_cfg.tf32
+    torch.backends.cudnn.benchmark = bool(trainer_cfg.cudnn_benchmark) and not deterministic
+    torch.backends.cuda.matmul.allow_tf32 = bool(trainer_cfg.tf32)
+    torch.backends.cudnn.allow_tf32 = bool(trainer_cfg.tf32)
+    if device.type != "cuda" and trainer_cfg.cudnn_benchmark:
+        log.info("trainer.cudnn_benchmark has no effect on %s (cuDNN is CUDA-only)", device.type)
 
 
 @dataclass(frozen=True)
@@ -99,8 +109,25 @@ def resolve_precision(precision_cfg, device: torch.device) -> Precision:
     return Precision(name, dtype, scaler)
 
 
+def apply_channels_last(model: torch.nn.Module, enabled: bool, strategy: str) -> torch.nn.Module:
+    """trainer.channels_last: NHWC weights, so convolutions run in the layout tensor cores prefer (the inputs are
+    made NHWC where batches reach the device). Under FSDP only the inputs: FSDP2 shards parameters as flat
+    contiguous views and refuses NHWC-strided ones, and a convolution follows its input's memory format anyway.
+    Eval applies the same rule with the training run's strategy, so it computes what validation computed."""
+    if enabled and strategy != "fsdp":
+        return model.to(memory_format=torch.channels_last)
+    return model
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak-memory measurement (CUDA); the CPU's peak RSS cannot be reset."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
 def peak_memory_mb(device: torch.device) -> float:
-    """Peak allocated accelerator memory, or the process's peak resident memory on CPU."""
+    """Peak allocated accelerator memory since the last reset_peak_memory, or the process's peak resident memory
+    on CPU."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     import resource

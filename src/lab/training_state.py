@@ -43,12 +43,14 @@ class TrainingState:
     scheduler: Any
     scaler: torch.amp.GradScaler
     parallel: Parallel
+    device: torch.device  # whose CUDA generator is saved and restored
     extras: dict[str, Any]  # saved as they are (config, data_meta, provenance): what eval and export rebuild from
     progress: Progress = field(default_factory=Progress)
 
     def payload(self) -> dict[str, Any]:
         """The checkpoint's content; a collective under FSDP (gathers the shards), so every rank calls it."""
-        rng = self.parallel.gather(checkpoint.capture_rng())
+        rng = self.parallel.gather(checkpoint.capture_rng(self.device))
+        self.parallel.sync_buffers(self.model)  # rank 0 writes: its BatchNorm statistics are the ones validated
         return {
             "model": self.parallel.model_state(self.model),
             "optimizer": self.parallel.optimizer_state(self.model, self.optimizer),
@@ -70,7 +72,7 @@ class TrainingState:
         self.progress = Progress(**ckpt["progress"])
         per_rank = ckpt["rng"].get("per_rank")
         same_world = per_rank is not None and len(per_rank) == self.parallel.world_size
-        checkpoint.restore_rng(per_rank[self.parallel.rank] if same_world else ckpt["rng"])
+        checkpoint.restore_rng(per_rank[self.parallel.rank] if same_world else ckpt["rng"], self.device)
         log.info(
             "resumed at epoch %d, step %d (batch %d of the epoch)",
             self.progress.epoch + 1,

@@ -361,3 +361,46 @@ def test_seed_worker_derives_seeds_from_torch() -> None:
     seed_worker(0)
     assert np.random.randint(0, 2**31) == np.random.RandomState(123).randint(0, 2**31)
     assert random.random() == random.Random(123).random()
+
+
+class Augmented(torch.utils.data.Dataset):
+    """Each item draws from the worker's torch RNG, as random augmentation does."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return torch.rand(1), index
+
+
+def _epoch_batches(loader, epoch: int) -> list[list[float]]:
+    loader.sampler.set_epoch(epoch)
+    return [x.flatten().tolist() for x, _ in loader]
+
+
+def test_persistent_workers_augment_by_epoch_so_a_resumed_run_draws_the_same():
+    # a loader that trained epoch 0 vs a fresh one (a resumed run) starting at epoch 1: persistent workers, seeded
+    # once at start-up, would carry epoch 0's draws into epoch 1
+    cfg = data_cfg(batch_size=4, num_workers=2, persistent_workers=True)
+
+    def loader():
+        dataset = Augmented()
+        sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=1, rank=0, seed=5)  # as training uses
+        generator = torch.Generator().manual_seed(5)
+        return make_loader(dataset, cfg, train=True, generator=generator, pin_memory=False, sampler=sampler)
+
+    straight = loader()
+    epoch0 = _epoch_batches(straight, 0)
+    epoch1 = _epoch_batches(straight, 1)
+    assert _epoch_batches(loader(), 1) == epoch1
+    assert epoch1 != epoch0 and len({tuple(b) for b in epoch0 + epoch1}) == 8  # fresh draws per epoch and worker
+
+
+def test_evaluation_loaders_leave_the_global_rng_alone(tiny: DataModule):
+    # every new iterator draws a base seed; from the global RNG it would shift dropout at every validation
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    for workers in (0, 2):
+        list(make_loader(tiny.val, data_cfg(num_workers=workers), train=False, generator=None, pin_memory=False))
+    assert torch.equal(torch.rand(3), expected)

@@ -165,6 +165,7 @@ class AdamWConfig(OptimizerConfig):
     weight_decay: float = 0.05
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
+    fused: bool | None = None  # null: torch's fused kernel on CUDA (no host sync with a GradScaler), default elsewhere
 
 
 @dataclass
@@ -174,6 +175,7 @@ class SGDConfig(OptimizerConfig):
     weight_decay: float = 5e-4
     momentum: float = 0.9
     nesterov: bool = True
+    fused: bool | None = None  # null: torch's fused kernel on CUDA, default elsewhere
 
     def __post_init__(self) -> None:
         super().__post_init__()

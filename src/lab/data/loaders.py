@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, get_worker_info
 
 from lab.config import ConfigError
 from lab.data.common import DataCfg
+from lab.runtime import epoch_generator_seed
 
 
 def seed_worker(worker_id: int) -> None:
@@ -25,6 +28,66 @@ def seed_worker(worker_id: int) -> None:
     np.random.seed(seed)
 
 
+def _reseed(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
+class EpochSeededSampler(Sampler):
+    """The training sampler, each index tagged with its epoch's seed: ``(tag, index)``.
+
+    Persistent DataLoader workers are seeded once, when the first iterator starts them, so their augmentation
+    streams would run on across epochs and a run resumed at epoch e (fresh workers) would augment differently
+    from one that never stopped. The tag travels with the indices into the workers, where
+    :class:`EpochSeededDataset` reseeds once per epoch from (loader seed, epoch, worker id) alone.
+    """
+
+    def __init__(self, sampler: Sampler, seed: int) -> None:
+        self.sampler, self.seed, self.epoch = sampler, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        tag = epoch_generator_seed(self.seed, self.epoch)
+        return ((tag, index) for index in self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)  # type: ignore[arg-type]
+
+
+class EpochSeededDataset(Dataset):
+    """Reads ``(tag, index)`` keys from :class:`EpochSeededSampler`; a worker that sees a new tag reseeds torch,
+    numpy and random with (tag, worker id) before fetching, so augmentation depends on the epoch, not the past."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+        self.tag: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def _enter(self, tag: int) -> None:
+        if tag != self.tag:
+            info = get_worker_info()
+            _reseed(tag * 1_009 + (info.id if info is not None else 0))
+            self.tag = tag
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        tag, index = key
+        self._enter(tag)
+        return self.dataset[index]
+
+    def __getitems__(self, keys: Sequence[tuple[int, int]]) -> list[Any]:
+        self._enter(keys[0][0])
+        indices = [index for _, index in keys]
+        fetch = getattr(self.dataset, "__getitems__", None)
+        return fetch(indices) if fetch is not None else [self.dataset[i] for i in indices]
+
+
 def make_loader(
     dataset: Dataset,
     cfg: DataCfg,
@@ -35,7 +98,8 @@ def make_loader(
     sampler: Sampler | None = None,
 ) -> DataLoader:
     """Train loaders shuffle (unless a sampler is given) and drop the last partial batch, whose size could be
-    1 and break BatchNorm; eval loaders keep every sample in order."""
+    1 and break BatchNorm; eval loaders keep every sample in order. With workers, training augmentation is
+    reseeded per epoch (:class:`EpochSeededSampler`); the loader's seed is ``generator``'s initial seed."""
     batch_size = cfg.batch_size if train else (cfg.eval_batch_size or cfg.batch_size)
     if train:
         n = len(sampler) if sampler is not None else len(dataset)  # type: ignore[arg-type]
@@ -44,6 +108,16 @@ def make_loader(
                 f"data.batch_size={batch_size} is larger than the {n} training samples, so an epoch "
                 f"would have no full batch; set data.batch_size <= {n}"
             )
+        if cfg.num_workers > 0:  # worker augmentation seeded per epoch: exact resume with workers
+            sampler = EpochSeededSampler(
+                sampler if sampler is not None else RandomSampler(dataset, generator=generator),
+                seed=generator.initial_seed() if generator is not None else torch.initial_seed(),
+            )
+            dataset = EpochSeededDataset(dataset)
+    if generator is None:
+        # every new iterator draws its workers' base seed from this generator, or from the global RNG when there
+        # is none: an evaluation loader would then shift the training stream (dropout) at every validation
+        generator = torch.Generator().manual_seed(0)
     return DataLoader(
         dataset,
         batch_size=batch_size,

@@ -7,13 +7,14 @@ join the process group. Either way a failing rank ends the whole job with that r
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
 import socket
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from lab import runtime
 from lab.distributed import env
 from lab.distributed.parallel import Parallel
 from lab.errors import ConfigError, UserError
@@ -56,12 +58,38 @@ def spawn(worker: Callable[..., Any], args: tuple, dist_cfg: Any) -> Any:
         monitor_interval=0.2,
         start_method="spawn",
     )
-    log.info("launching %d %s workers (rendezvous 127.0.0.1:%d)", nproc, dist_cfg.strategy, port)
+    threads = threads_per_rank(nproc)
+    log.info(
+        "launching %d %s workers (rendezvous 127.0.0.1:%d, %s threads each)", nproc, dist_cfg.strategy, port, threads
+    )
     try:
-        results = elastic_launch(config, worker)(*args)
+        with _environment(OMP_NUM_THREADS=threads):
+            results = elastic_launch(config, worker)(*args)
     except ChildFailedError as err:
         raise UserError(_describe_failure(err)) from None
     return results[0]
+
+
+def threads_per_rank(nproc: int) -> str:
+    """OMP_NUM_THREADS for each spawned rank: the user's setting, else this machine's cores shared out. torchrun
+    sets it (to 1) but the elastic launcher does not, and N ranks each using every core oversubscribe the CPU."""
+    return os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Set variables for the processes started inside (they inherit os.environ); restore them afterwards, since
+    a multirun worker goes on to other jobs."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _describe_failure(err: ChildFailedError) -> str:
@@ -110,12 +138,13 @@ def init(dist_cfg: Any, device_name: str = "auto") -> Parallel:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = torch.cuda.is_available() and device_name in ("auto", "cuda")
     backend = dist_cfg.backend if dist_cfg.backend != "auto" else ("nccl" if use_cuda else "gloo")
-    if use_cuda:
-        torch.cuda.set_device(local_rank)  # before the process group: NCCL binds each rank to its device
+    gpu = runtime.cuda_index(local_rank) if use_cuda else None
+    if gpu is not None:
+        torch.cuda.set_device(gpu)  # before the process group: NCCL binds each rank to its device
     dist.init_process_group(
         backend=backend,
         timeout=datetime.timedelta(seconds=dist_cfg.timeout_s),
-        device_id=torch.device("cuda", local_rank) if backend == "nccl" else None,
+        device_id=torch.device("cuda", gpu) if backend == "nccl" and gpu is not None else None,
     )
     return Parallel(
         strategy=dist_cfg.strategy, rank=dist.get_rank(), local_rank=local_rank, world_size=dist.get_world_size()

@@ -48,6 +48,17 @@ class ShardSampler(Sampler[int]):
         return len(self.indices)
 
 
+_BATCH_NORMS = (nn.modules.batchnorm._BatchNorm,)  # BatchNorm1d/2d/3d and SyncBatchNorm
+
+
+def _sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:
+    """dist.sync_bn: batch statistics over all ranks (DDP and FSDP alike). SyncBatchNorm runs on CUDA only."""
+    if device.type != "cuda":
+        log.warning("dist.sync_bn=true has no effect on %s: SyncBatchNorm needs CUDA", device.type)
+        return model
+    return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+
+
 def _shard_units(model: nn.Module) -> list[nn.Module]:
     """Top-level blocks with parameters; containers (ModuleList/Dict have no forward) contribute their items."""
     units = []
@@ -88,12 +99,9 @@ class Parallel:
         """Returns (module, forward): the module checkpoints see, and the callable the training step runs."""
         if not self.active:
             return model, model
+        if dist_cfg.sync_bn:
+            model = _sync_batchnorm(model, device)
         if self.strategy == "ddp":
-            if dist_cfg.sync_bn:
-                if device.type == "cuda":
-                    model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-                else:
-                    log.info("dist.sync_bn=true has no effect on %s: SyncBatchNorm needs CUDA", device.type)
             ddp = nn.parallel.DistributedDataParallel(
                 model,
                 device_ids=[device.index] if device.type == "cuda" else None,
@@ -104,15 +112,25 @@ class Parallel:
 
     @staticmethod
     def _fully_shard(model: nn.Module, dist_cfg: Any, precision: Any) -> nn.Module:
-        """FSDP2: shard every top-level block that owns parameters, then the root (gathers overlap per block)."""
+        """FSDP2: shard every top-level block that owns parameters, then the root (gathers overlap per block).
+
+        BatchNorm modules get their own fp32 unit first: under a bf16/fp16 param policy their weights would be
+        cast while their running statistics stay fp32, which batch_norm rejects (and fp32 statistics are the
+        numerically sound choice anyway, as under autocast in one process)."""
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         dtype = precision.autocast_dtype
         # params compute in the precision group's dtype; gradients are reduced in fp32 for accuracy
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
+        reshard = dist_cfg.reshard_after_forward
+        norms = [m for m in model.modules() if isinstance(m, _BATCH_NORMS) and any(True for _ in m.parameters())]
+        if dtype is not None:
+            for norm in norms:
+                fully_shard(norm, reshard_after_forward=reshard, mp_policy=MixedPrecisionPolicy())
         for unit in _shard_units(model):
-            fully_shard(unit, reshard_after_forward=dist_cfg.reshard_after_forward, mp_policy=policy)
-        return fully_shard(model, reshard_after_forward=dist_cfg.reshard_after_forward, mp_policy=policy)
+            if not (dtype is not None and unit in norms):  # a top-level BatchNorm is its own unit already
+                fully_shard(unit, reshard_after_forward=reshard, mp_policy=policy)
+        return fully_shard(model, reshard_after_forward=reshard, mp_policy=policy)
 
     def accumulation(self, forward: Any, sync: bool) -> contextlib.AbstractContextManager:
         """Skip the gradient all-reduce on non-final micro-steps: one reduction per optimizer step, not per batch."""
@@ -135,6 +153,14 @@ class Parallel:
             for value in vars(metrics).values():
                 if isinstance(value, torch.Tensor):
                     dist.all_reduce(value)
+
+    def sync_buffers(self, model: nn.Module) -> None:
+        """Give every rank rank 0's buffers (BatchNorm running statistics). Each rank updates its own from its own
+        batches (DDP re-broadcasts only at the next training forward; FSDP2 never does), so without this the ranks
+        would validate with different statistics and checkpoints would hold statistics the metrics never saw."""
+        if self.active:
+            for buffer in model.buffers():
+                dist.broadcast(buffer, src=0)
 
     def barrier(self) -> None:
         if self.active:

@@ -74,16 +74,22 @@ class ExportedProgramBackend:
 
     name = "pt2"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, device: torch.device | None = None) -> None:
+        self.device = device or torch.device("cpu")
         try:
             program = torch.export.load(str(path))
         except Exception as err:
             raise UserError(f"torch.export.load cannot read {path}: {str(err).splitlines()[0]}") from err
+        if self.device.type != "cpu":
+            from torch.export.passes import move_to_device_pass
+
+            # rewrites the graph's device constants too, which moving the module's parameters alone would miss
+            program = move_to_device_pass(program, self.device)
         self.module = program.module()
 
     @torch.inference_mode()
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
-        return self.module(inputs.cpu()).float()
+        return self.module(inputs.to(self.device)).float().cpu()
 
 
 class TorchScriptBackend:
@@ -91,17 +97,18 @@ class TorchScriptBackend:
 
     name = "torchscript"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, device: torch.device | None = None) -> None:
+        self.device = device or torch.device("cpu")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=FutureWarning)
             try:
-                self.module = torch.jit.load(str(path), map_location="cpu").eval()
+                self.module = torch.jit.load(str(path), map_location=self.device).eval()
             except Exception as err:
                 raise UserError(f"torch.jit.load cannot read {path}: {str(err).splitlines()[0]}") from err
 
     @torch.inference_mode()
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
-        return self.module(inputs.cpu()).float()
+        return self.module(inputs.to(self.device)).float().cpu()
 
 
 def read_manifest(artifact: str | Path) -> dict[str, Any]:
@@ -126,7 +133,7 @@ def artifact_backend(path: str | Path, device: torch.device | None = None) -> Ba
     if path.suffix == ".onnx":
         return OnnxBackend(path, device)
     if path.suffix == ".pt2":
-        return ExportedProgramBackend(path)
+        return ExportedProgramBackend(path, device)
     if path.name.endswith(".torchscript.pt"):
-        return TorchScriptBackend(path)
+        return TorchScriptBackend(path, device)
     raise UserError(f"{path}: not an exported model (.onnx, .pt2 or .torchscript.pt)")

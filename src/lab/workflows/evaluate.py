@@ -11,7 +11,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from lab import data, plots, restore, runtime
@@ -36,11 +35,10 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
 
     device = runtime.select_device(cfg.device)
     trained = OmegaConf.create(restored.config)
+    runtime.configure_backends(trained.trainer, device)  # TF32 / cuDNN as in training: the same numbers on GPU
     precision = runtime.resolve_precision(trained.precision, device)
-    channels_last = bool(trained.trainer.get("channels_last", False))
-    model = restored.model.to(device)
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
+    channels_last = bool(trained.trainer.channels_last)
+    model = runtime.apply_channels_last(restored.model.to(device), channels_last, trained.dist.strategy)
     pin = data_cfg.pin_memory if data_cfg.pin_memory is not None else device.type == "cuda"
     loader = data.make_loader(dataset, data_cfg, train=False, generator=None, pin_memory=pin)
 

@@ -97,8 +97,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     )
 
     model = models.build(cfg.model, meta).to(device)
-    if cfg.trainer.channels_last:
-        model = model.to(memory_format=torch.channels_last)
+    model = runtime.apply_channels_last(model, cfg.trainer.channels_last, cfg.dist.strategy)
     prov = provenance.collect()
     tracker = tracking.from_config(cfg, run_dir, "train", prov, rank=parallel.rank, identity=identity)
     with tracker.session():
@@ -106,7 +105,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
         model, forward = parallel.wrap(model, cfg.dist, device, precision)  # before the optimizer: FSDP swaps params
         if parallel.world_size > 1:
             runtime.seed_everything(cfg.seed + parallel.rank)  # dropout etc. differ per rank from here on
-        optimizer = build_optimizer(_scaled_optimizer_cfg(cfg, parallel, tracker), model)
+        optimizer = build_optimizer(_scaled_optimizer_cfg(cfg, parallel, tracker), model, device)
         batches = batches_per_epoch(train_loader, cfg.trainer.limit_train_batches)
         steps_per_epoch = math.ceil(batches / cfg.trainer.grad_accum_steps)
         scheduler = build_scheduler(cfg.scheduler, optimizer, _planned_steps(cfg.trainer, steps_per_epoch))
