@@ -19,6 +19,7 @@ QUICK_BENCH_ARGS = {
     "bench/loop_overhead.py": ["--epochs", "1", "--repeats", "1"],
     "bench/tracking_overhead.py": ["--runs", "1"],
     "bench/sweep_overhead.py": ["--jobs", "2"],
+    "bench/gpu_smoke.py": ["--checks", "fsdp_batchnorm_bf16"],
 }
 
 
