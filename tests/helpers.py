@@ -22,7 +22,7 @@ TRAIN_SCRIPT = REPO / "scripts" / "train.py"
 PYTHON = sys.executable
 
 # Config groups whose options are files in conf/<group>/*.yaml.
-GROUPS = ("data", "model", "optimizer", "scheduler", "precision", "dist", "trainer", "debug", "experiment")
+GROUPS = ("task", "data", "model", "optimizer", "scheduler", "precision", "dist", "trainer", "debug", "experiment")
 
 
 def compose_config(overrides: Sequence[str] = (), config_name: str = "train") -> DictConfig:

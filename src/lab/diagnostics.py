@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,7 +30,7 @@ def warn_if_frozen(model: nn.Module) -> None:
         )
 
 
-def model_summary(model: nn.Module, example: torch.Tensor) -> str:
+def model_summary(model: nn.Module, example: Any, device: torch.device) -> str:
     """torchinfo's layer table for one example batch; restores train/eval mode afterwards."""
     import torchinfo
 
@@ -39,7 +41,7 @@ def model_summary(model: nn.Module, example: torch.Tensor) -> str:
             input_data=example,
             verbose=0,
             mode="eval",
-            device=example.device,
+            device=device,
             col_names=("output_size", "num_params", "trainable"),
         )
         return str(stats)
@@ -49,19 +51,29 @@ def model_summary(model: nn.Module, example: torch.Tensor) -> str:
         model.train(was_training)
 
 
-def check_first_batch(inputs: torch.Tensor, targets: torch.Tensor, num_classes: int) -> str:
-    """Catch broken data before it costs an epoch: NaNs, labels out of range, an unnormalized input range."""
-    if not torch.isfinite(inputs).all():
-        raise UserError("the first training batch contains NaN or inf inputs; check the dataset and its transforms")
-    low, high = int(targets.min()), int(targets.max())
-    if low < 0 or high >= num_classes:
-        raise UserError(
-            f"labels range over [{low}, {high}] but the model has {num_classes} classes; "
-            "set data.num_classes or fix the labels"
+def check_first_batch(inputs: Any, targets: Any, task: Any) -> str:
+    """Catch broken data before it costs an epoch: non-finite inputs, then the task's own checks (label range,
+    finite targets, tokens in the vocabulary). Returns the report line."""
+    described = []
+    for name, tensor in _tensors(inputs, "inputs"):
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise UserError(
+                f"the first training batch contains NaN or inf {name}; check the dataset and its transforms"
+            )
+        x = tensor.float()
+        described.append(
+            f"{name} {tuple(tensor.shape)} {tensor.dtype} range [{x.min():.3f}, {x.max():.3f}] "
+            f"mean {x.mean():.3f} std {x.std() if x.numel() > 1 else 0.0:.3f}"
         )
-    x = inputs.float()
-    return (
-        f"first batch: inputs {tuple(inputs.shape)} {inputs.dtype} range [{x.min():.3f}, {x.max():.3f}] "
-        f"mean {x.mean():.3f} std {x.std():.3f}; targets {tuple(targets.shape)} {targets.dtype} "
-        f"range [{low}, {high}]"
-    )
+    return f"first batch: {'; '.join(described)}; targets {_shapes(targets)}: {task.check_first_batch(inputs, targets)}"
+
+
+def _tensors(data: Any, name: str) -> list[tuple[str, torch.Tensor]]:
+    if isinstance(data, torch.Tensor):
+        return [(name, data)]
+    items = data.items() if isinstance(data, Mapping) else enumerate(data)
+    return [pair for key, value in items for pair in _tensors(value, f"{name}[{key}]")]
+
+
+def _shapes(data: Any) -> str:
+    return ", ".join(f"{tuple(t.shape)} {t.dtype}" for _, t in _tensors(data, "targets"))

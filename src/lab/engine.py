@@ -10,7 +10,7 @@ import logging
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,12 @@ from torch import nn
 from tqdm import tqdm
 
 from lab import checkpoint
+from lab.batches import size as batch_size
+from lab.batches import split as split_batch
+from lab.batches import to_device
 from lab.distributed.parallel import Parallel
 from lab.errors import UserError
-from lab.evaluation import evaluate, to_device
+from lab.evaluation import evaluate
 from lab.optim import WarmupPlateau
 from lab.runtime import Precision, epoch_generator_seed, peak_memory_mb, reset_peak_memory
 from lab.step_window import StepWindow
@@ -166,48 +169,59 @@ class Trainer:
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)  # DistributedSampler: a new shuffle every epoch, the same on every rank
         accum, total = self.cfg.grad_accum_steps, self.batches_per_epoch
-        skip = self.progress.batch_in_epoch
+        position = self.progress.batch_in_epoch  # resumed mid-epoch: a group boundary of the same order
         batches = iter(self.train_loader)
-        for _ in range(skip):  # resumed mid-epoch: same order, so skip what the checkpoint already trained on
+        for _ in range(position):  # skip what the checkpoint already trained on
             next(batches)
         bar = tqdm(
             total=total,
-            initial=skip,
+            initial=position,
             desc=f"epoch {epoch + 1}/{self.cfg.max_epochs}",
             leave=False,
             disable=not self.bar_enabled,
             dynamic_ncols=True,
         )
-        fetch_start = time.perf_counter()
-        for index in range(skip, total):
-            inputs, targets = to_device(*next(batches), self.device, self.cfg.channels_last)
-            self.window.data_time += time.perf_counter() - fetch_start
-            # The loss is divided by the micro-batches in this accumulation group (the last group may be short),
-            # so accumulated gradients equal those of one large batch.
-            group_start = index - index % accum
-            group_size = min(accum, total - group_start)
-            final_micro_step = index + 1 == group_start + group_size
-            # no gradient all-reduce until the last micro-step of the group (DDP no_sync / FSDP sync off)
-            with self.parallel.accumulation(self.wrapped, sync=final_micro_step):
-                with self.precision.autocast(self.device):
-                    loss = self.task.loss(self.forward(inputs), targets)
-                self.scaler.scale(loss / group_size if group_size > 1 else loss).backward()
-            self.window.add(loss, step=self.progress.global_step + 1, size=len(targets))
-            bar.update()
-            if final_micro_step:
-                self._optimizer_step()
-                self.progress.batch_in_epoch = index + 1
-                step = self.progress.global_step
-                if step % self.cfg.log_every_n_steps == 0:
-                    self._log_window(epoch, bar)
-                if self.cfg.ckpt_every_n_steps and step % self.cfg.ckpt_every_n_steps == 0:
-                    self._save_checkpoints(best=False)
-                if self._done():
-                    bar.close()
-                    return index + 1 == total
-            fetch_start = time.perf_counter()
+        while position < total:
+            group = [self._next_batch(batches) for _ in range(min(accum, total - position))]  # the last may be short
+            self.train_step(group)
+            position += len(group)
+            bar.update(len(group))
+            self.progress.batch_in_epoch = position
+            step = self.progress.global_step
+            if step % self.cfg.log_every_n_steps == 0:
+                self._log_window(epoch, bar)
+            if self.cfg.ckpt_every_n_steps and step % self.cfg.ckpt_every_n_steps == 0:
+                self._save_checkpoints(best=False)
+            if self._done():
+                bar.close()
+                return position == total
         bar.close()
         return True
+
+    def train_step(self, group: list[tuple[Any, Any]]) -> None:
+        """One optimizer step over the micro-batches of an accumulation group.
+
+        Each micro-batch's summed loss is divided by the weight (samples, or unmasked tokens) of the whole group
+        averaged over ranks, so the gradient equals that of one large batch even when micro-batches carry
+        different token counts; DDP/FSDP then average over ranks. No host sync: all of it stays on the device.
+        """
+        weights = [self.task.weight(targets) for _, targets in group]
+        total = self.parallel.mean_over_ranks(torch.stack(weights).sum())
+        for index, (inputs, targets) in enumerate(group):
+            # no gradient all-reduce until the group's last micro-batch (DDP no_sync / FSDP sync off)
+            with self.parallel.accumulation(self.wrapped, sync=index == len(group) - 1):
+                with self.precision.autocast(self.device):
+                    outputs = self.forward(inputs)
+                loss = self.task.loss(outputs, targets)  # summed, fp32
+                self.scaler.scale(loss / total).backward()
+            self.window.add(loss, weights[index], step=self.progress.global_step + 1, samples=batch_size(targets))
+        self._optimizer_step()
+
+    def _next_batch(self, batches: Iterator[Any]) -> tuple[Any, Any]:
+        fetch_start = time.perf_counter()
+        batch = to_device(split_batch(next(batches)), self.device, self.cfg.channels_last)
+        self.window.data_time += time.perf_counter() - fetch_start
+        return batch
 
     def _optimizer_step(self) -> None:
         cfg = self.cfg
@@ -227,10 +241,10 @@ class Trainer:
         self.scheduler.step()
         self.progress.global_step += 1
 
-    def _check_losses(self) -> torch.Tensor:
+    def _check_losses(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The window's per-micro-batch losses (averaged over ranks); stop at the first non-finite one, unless a
         GradScaler skips such steps itself. Every rank sees the same values, so every rank stops."""
-        losses = self.window.losses_over_ranks(self.parallel, self.device)
+        losses, weights = self.window.losses_over_ranks(self.parallel)
         bad = (~torch.isfinite(losses)).nonzero()
         if len(bad) and not self.scaler.is_enabled():
             index = int(bad[0])
@@ -239,10 +253,10 @@ class Trainer:
                 f"(epoch {self.progress.epoch + 1}); lower optimizer.lr, set trainer.grad_clip, try precision=bf16 "
                 "or fp32, or check the inputs (the first-batch report in the log)"
             )
-        return losses
+        return losses, weights
 
     def _log_window(self, epoch: int, bar: tqdm) -> None:
-        loss = self.window.mean_loss(self._check_losses())
+        loss = self.window.mean_loss(*self._check_losses())
         throughput, data_wait = self.window.rates(self.parallel.world_size)
         metrics = {
             "train/loss": loss,
@@ -278,7 +292,11 @@ class Trainer:
         with self.window.paused():
             metrics = {f"val/{k}": v for k, v in self.evaluate(self.val_loader, self.cfg.limit_val_batches).items()}
         monitor = f"val/{self.task.monitor}"
-        improved = self.progress.record(metrics[monitor], epoch + 1, self.task.monitor_mode)
+        if monitor not in metrics:
+            raise UserError(
+                f"task.monitor={self.task.monitor!r} is not a validation metric; choose one of {', '.join(metrics)}"
+            )
+        improved = self.progress.record(metrics[monitor], epoch + 1, self.task.mode)
         metrics[f"{monitor}_best"] = self.progress.best_metric
         if isinstance(self.scheduler, WarmupPlateau):
             self.scheduler.step_validation(metrics)

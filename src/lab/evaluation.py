@@ -1,5 +1,5 @@
-"""Evaluation shared by training (validation, test) and the eval/export workflows: batches to the device, the
-model in eval mode without autograd, exact sums in the task's metric accumulator."""
+"""Evaluation shared by training (validation, test) and the eval workflow: the model in eval mode without autograd,
+batches fed into the task's exact metric accumulator."""
 
 from __future__ import annotations
 
@@ -8,18 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from lab import batches
 from lab.runtime import Precision
-
-
-def to_device(
-    inputs: torch.Tensor, targets: torch.Tensor, device: torch.device, channels_last: bool = False
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The one place batches move to the device. non_blocking overlaps the copy with compute only when the
-    loader pinned the memory (pin_memory, on CUDA)."""
-    inputs = inputs.to(device, non_blocking=True)
-    if channels_last and inputs.ndim == 4:
-        inputs = inputs.contiguous(memory_format=torch.channels_last)
-    return inputs, targets.to(device, non_blocking=True)
 
 
 @torch.inference_mode()
@@ -44,14 +34,15 @@ def evaluate(
     model.eval()
     # a distributed shard may end in padding (equal batch counts keep ranks in step): count only real samples
     remaining = getattr(loader.sampler, "num_valid", None)
-    for index, (inputs, targets) in enumerate(loader):
+    for index, batch in enumerate(loader):
         if 0 <= limit <= index:
             break
-        inputs, targets = to_device(inputs, targets, device, channels_last)
+        inputs, targets = batches.to_device(batches.split(batch), device, channels_last)
         with precision.autocast(device):
-            logits = forward(inputs)
+            outputs = forward(inputs)
         if remaining is not None:
-            logits, targets, remaining = logits[:remaining], targets[:remaining], remaining - len(targets)
-        metrics.update(logits, targets)
+            outputs, targets = batches.head(outputs, remaining), batches.head(targets, remaining)
+            remaining -= batches.size(targets)
+        metrics.update(outputs, targets)
     model.train(was_training)
     return metrics

@@ -16,19 +16,19 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from lab import checkpoint, data, models
-from lab.config import DataConfig
+from lab import checkpoint, data, models, tasks
+from lab.config import ClassificationTaskConfig
+from lab.data.datasets import checked_config
 from lab.errors import ConfigError, UserError
-
-META_KEYS = ("num_classes", "in_channels", "image_size", "mean", "std", "class_names")
 
 
 @dataclass
 class Restored:
     path: Path
     model: nn.Module  # eval mode, on the CPU, fp32
-    meta: dict[str, Any]  # data_meta: shapes, normalization, class names
+    meta: dict[str, Any]  # data_meta: shapes, normalization, class names, target statistics, vocabulary
     config: dict[str, Any]  # the training run's resolved config
+    task: Any  # the training run's task (lab.tasks.Task)
     provenance: dict[str, Any]  # git commit, versions, and the training run's dir / wandb id
     progress: dict[str, Any]  # epoch, global_step, best_metric when the checkpoint was written
 
@@ -54,17 +54,18 @@ def load(path: str | Path) -> Restored:
     config, meta = ckpt.get("config"), ckpt.get("data_meta")
     if not isinstance(config, dict) or "model" not in config or "data" not in config:
         raise UserError(f"{path} holds no training config (config.model / config.data); was it written by train.py?")
-    missing = [key for key in META_KEYS if key not in (meta or {})]
-    if missing:
-        raise UserError(f"{path} has no data_meta {missing}: cannot rebuild the preprocessing the model expects")
+    if not isinstance(meta, dict) or not meta:
+        raise UserError(f"{path} has no data_meta: cannot rebuild the model and the preprocessing it expects")
+    meta = upgrade_meta(meta)
     model = models.build(OmegaConf.create(config["model"]), meta)
     checkpoint.load_model_state(model, ckpt["model"])
     model.eval()
     return Restored(
         path=path,
         model=model,
-        meta=dict(meta),
+        meta=meta,
         config=config,
+        task=tasks.build(OmegaConf.create(task_config(config)), meta),
         provenance=dict(ckpt.get("provenance") or {}),
         progress=dict(ckpt.get("progress") or {}),
     )
@@ -74,29 +75,44 @@ def data_config(restored: Restored, overrides: Mapping[str, Any] | DictConfig | 
     """The checkpoint's data config with the non-null CLI overrides (root, batch sizes, workers) on top,
     checked by the same schema as training's."""
     changes = {k: v for k, v in dict(overrides or {}).items() if v is not None}
-    merged = OmegaConf.merge(OmegaConf.structured(DataConfig), restored.config["data"], changes)
+    merged = OmegaConf.merge(OmegaConf.create(restored.config["data"]), changes)
     try:
-        OmegaConf.to_object(merged)  # runs DataConfig.__post_init__
+        return checked_config(merged)  # the dataset's own schema and value checks
     except ConfigError:
         raise
     except Exception as err:
         raise ConfigError(f"the checkpoint's data config does not fit this version's schema: {err}") from err
-    return merged
 
 
 def build_data(restored: Restored, overrides: Mapping[str, Any] | DictConfig | None = None) -> data.DataModule:
-    """The training run's dataset, rebuilt; refuses data whose meta (classes, shape, normalization) differs
-    from what the model was trained on, e.g. an image_folder root with other class folders."""
+    """The training run's dataset, rebuilt; refuses data whose meta (classes, shape, normalization, vocabulary)
+    differs from what the model was trained on, e.g. an image_folder root with other class folders."""
     cfg = data_config(restored, overrides)
     datamodule = data.build(cfg)
-    for key in META_KEYS:
-        saved, rebuilt = restored.meta[key], datamodule.meta[key]
+    rebuilt_meta = upgrade_meta(datamodule.meta)
+    for key, saved in restored.meta.items():
+        rebuilt = rebuilt_meta.get(key)
         if not _same(saved, rebuilt):
             raise UserError(
                 f"the data under data.root={cfg.root} gives {key}={rebuilt} but the checkpoint was trained with "
                 f"{key}={saved}; point data.root at the dataset the model was trained on"
             )
     return datamodule
+
+
+def task_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The run's task config; checkpoints from before tasks existed were classification runs."""
+    return config.get("task") or OmegaConf.to_container(OmegaConf.structured(ClassificationTaskConfig))
+
+
+def upgrade_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """data_meta of checkpoints from before the generic keys: derive input_shape and num_outputs."""
+    meta = dict(meta)
+    if "input_shape" not in meta and "in_channels" in meta:
+        meta["input_shape"] = [int(meta["in_channels"]), int(meta["image_size"]), int(meta["image_size"])]
+    if "num_outputs" not in meta and "num_classes" in meta:
+        meta["num_outputs"] = int(meta["num_classes"])
+    return meta
 
 
 def _same(a: Any, b: Any) -> bool:

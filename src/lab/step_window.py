@@ -18,33 +18,32 @@ class StepWindow:
         self.start = time.perf_counter()
         self.data_time = 0.0  # seconds spent waiting for batches
         self.samples = 0
-        self.losses: list[torch.Tensor] = []  # one per micro-batch, on the device
+        self.loss_sums: list[torch.Tensor] = []  # one per micro-batch, on the device
+        self.weights: list[torch.Tensor] = []  # what each sum is over (samples, tokens), on the device
         self.steps: list[int] = []  # the optimizer step each loss belongs to
-        self.sizes: list[int] = []
         self.grad_norm: torch.Tensor | None = None  # at the last optimizer step
 
-    def add(self, loss: torch.Tensor, step: int, size: int) -> None:
-        self.losses.append(loss.detach())
+    def add(self, loss_sum: torch.Tensor, weight: torch.Tensor, step: int, samples: int) -> None:
+        self.loss_sums.append(loss_sum.detach())
+        self.weights.append(weight)
         self.steps.append(step)
-        self.sizes.append(size)
-        self.samples += size
+        self.samples += samples
 
-    def losses_over_ranks(self, parallel: Parallel, device: torch.device) -> torch.Tensor:
-        """Each micro-batch's loss averaged over all ranks (one all-reduce), on the host."""
-        if not self.losses:
-            return torch.zeros(0, dtype=torch.float64)
-        sizes = torch.tensor(self.sizes, dtype=torch.float64, device=device)
-        sums = torch.stack([torch.stack(self.losses).double() * sizes, sizes])
+    def losses_over_ranks(self, parallel: Parallel) -> tuple[torch.Tensor, torch.Tensor]:
+        """(each micro-batch's mean loss over all ranks, its total weight), on the host, after one all-reduce."""
+        if not self.loss_sums:
+            return torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64)
+        sums = torch.stack([torch.stack(self.loss_sums).double(), torch.stack(self.weights).double()])
         sums = parallel.all_reduce_sum_(sums).cpu()
-        return sums[0] / sums[1]
+        return sums[0] / sums[1], sums[1]
 
-    def mean_loss(self, losses: torch.Tensor) -> float:
-        """Sample-weighted mean of the finite losses (fp16 steps the GradScaler skipped are left out)."""
-        sizes = torch.tensor(self.sizes, dtype=torch.float64)
+    @staticmethod
+    def mean_loss(losses: torch.Tensor, weights: torch.Tensor) -> float:
+        """Weighted mean of the finite losses (fp16 steps the GradScaler skipped are left out)."""
         finite = torch.isfinite(losses)
         if not finite.any():
             return math.nan
-        return float((losses[finite] * sizes[finite]).sum() / sizes[finite].sum())
+        return float((losses[finite] * weights[finite]).sum() / weights[finite].sum())
 
     def rates(self, world_size: int) -> tuple[float, float]:
         """(samples/s over all ranks, fraction of the time spent waiting for data)."""

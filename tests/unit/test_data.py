@@ -43,6 +43,8 @@ def test_digits_items_are_normalized_float_images(digits: DataModule) -> None:
     assert abs(xs.mean().item()) < 1e-4 and abs(xs.std().item() - 1) < 1e-3  # train's own statistics
     assert ys.min() >= 0 and ys.max() < 10 and len(ys.unique()) == 10
     assert digits.meta == {
+        "input_shape": [1, 8, 8],
+        "num_outputs": 10,
         "num_classes": 10,
         "in_channels": 1,
         "image_size": 8,

@@ -25,7 +25,7 @@ def test_confusion_matrix_and_per_class_accuracy_by_hand() -> None:
         [[5.0, 0, 0, 0], [0, 5.0, 0, 0], [0, 5.0, 0, 0], [0, 0, 5.0, 0], [5.0, 0, 0, 0]],
     )
     targets = torch.tensor([0, 1, 0, 2, 2])
-    metrics = Classification(num_classes=4).metrics(CPU, confusion=True)
+    metrics = Classification(num_classes=4).metrics(CPU, full=True)
     metrics.update(logits[:2], targets[:2])  # two batches: counts accumulate
     metrics.update(logits[2:], targets[2:])
     assert metrics.confusion_matrix() == [[1, 1, 0, 0], [0, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0]]

@@ -16,8 +16,9 @@ from lab.data import eval_transform
 from lab.data.common import make_meta
 from lab.errors import UserError
 from lab.exporting.writers import write_pt2, write_torchscript
-from lab.inference import EagerBackend, ExportedProgramBackend, Samples, TorchScriptBackend, discover, predict
+from lab.inference import EagerBackend, ExportedProgramBackend, Samples, TorchScriptBackend, discover, top_k_records
 from lab.models.cnn import SmallCNN
+from lab.tasks import Classification
 
 META = make_meta(3, 1, 8, [0.5], [0.25], ["cat", "dog", "emu"])
 
@@ -46,8 +47,9 @@ def test_parity_passes_for_the_same_model_and_fails_above_the_tolerance() -> Non
     eager = EagerBackend(SmallCNN(1, [4, 8], 3, dropout=0.0))
     batches = _batches()
     reference = [eager(b) for b in batches]
-    same = exporting.compare(eager, batches, reference, tolerance=1e-4)
+    same = exporting.compare(eager, batches, reference, tolerance=1e-4, agreement=Classification(3).agreement)
     assert same.passed and same.max_abs_diff == 0 and same.top1_agreement == 1 and same.samples == 8
+    assert exporting.compare(eager, batches, reference, tolerance=1e-4).top1_agreement is None  # no decision
     assert same.batch_sizes == [1, 3, 4]
 
     broken = exporting.compare(Shifted(eager, 1e-3), batches, reference, tolerance=1e-4)
@@ -161,9 +163,13 @@ def test_tensor_files_uint8_pixels_match_the_image_path_and_floats_pass_through(
 def test_predict_batches_do_not_change_results_and_top_k_is_capped() -> None:
     model = SmallCNN(1, [4], 3, dropout=0.0)
     samples = [(f"x{i}", torch.randn(1, 8, 8)) for i in range(7)]
-    one_batch = predict(EagerBackend(model), samples, batch_size=64, top_k=5)
-    small_batches = predict(EagerBackend(model), samples, batch_size=3, top_k=5)
-    assert [p.path for p in small_batches] == [f"x{i}" for i in range(7)]
+    labels = ["a", "b", "c"]
+    one_batch = top_k_records(EagerBackend(model), samples, batch_size=64, top_k=5, labels=labels)
+    small_batches = top_k_records(EagerBackend(model), samples, batch_size=3, top_k=5, labels=labels)
+    assert [p["path"] for p in small_batches] == [f"x{i}" for i in range(7)]
     for a, b in zip(one_batch, small_batches):
-        assert a.indices == b.indices and a.probs == pytest.approx(b.probs, abs=1e-6)
-        assert len(a.indices) == 3 and sum(a.probs) == pytest.approx(1.0) and a.probs == sorted(a.probs)[::-1]
+        probs = [entry["prob"] for entry in a["top_k"]]
+        assert [e["index"] for e in a["top_k"]] == [e["index"] for e in b["top_k"]]
+        assert probs == pytest.approx([e["prob"] for e in b["top_k"]], abs=1e-6)
+        assert len(probs) == 3 and sum(probs) == pytest.approx(1.0) and probs == sorted(probs)[::-1]
+        assert a["label"] == a["top_k"][0]["label"]

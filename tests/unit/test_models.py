@@ -20,6 +20,8 @@ NUM_CLASSES = 5
 
 def make_meta(in_channels: int, image_size: int, num_classes: int = NUM_CLASSES) -> dict[str, Any]:
     return {
+        "input_shape": [in_channels, image_size, image_size],
+        "num_outputs": num_classes,
         "num_classes": num_classes,
         "in_channels": in_channels,
         "image_size": image_size,
@@ -191,7 +193,8 @@ def test_small_input_is_rejected_for_non_resnet_archs() -> None:
 
 
 def test_register_adds_a_buildable_model_and_rejects_a_conflicting_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "_BUILDERS", dict(registry._BUILDERS))  # leave the real registry untouched
+    registry.MODELS.available()  # discovered first, so the copy below holds every shipped model
+    monkeypatch.setattr(registry.MODELS, "_entries", dict(registry.MODELS._entries))  # the real table stays as is
 
     @models.register("linear")
     def build_linear(cfg: Any, meta: dict[str, Any]) -> nn.Module:

@@ -175,7 +175,14 @@ def test_onecycle_peaks_at_lr_after_warmup_and_ends_low(compose) -> None:
 
 def test_plateau_warms_up_per_step_then_decays_on_a_stalled_metric(compose) -> None:
     opt, sched = _scheduler(
-        compose, "plateau", 100, "scheduler.warmup_steps=3", "scheduler.patience=2", "scheduler.factor=0.5"
+        compose,
+        "plateau",
+        100,
+        "scheduler.warmup_steps=3",
+        "scheduler.patience=2",
+        "scheduler.factor=0.5",
+        "scheduler.monitor=val/loss",
+        "scheduler.mode=min",
     )
     assert isinstance(sched, WarmupPlateau) and sched.monitor == "val/loss"
     lrs = _drive(opt, sched, 2)

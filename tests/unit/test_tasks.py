@@ -21,20 +21,22 @@ def _cross_entropy_by_hand(logits: list[list[float]], targets: list[int]) -> lis
     return [math.log(sum(math.exp(v) for v in row)) - row[t] for row, t in zip(logits, targets)]
 
 
-def test_loss_is_mean_cross_entropy() -> None:
-    expected = sum(_cross_entropy_by_hand(LOGITS, TARGETS)) / 2
-    loss = Classification(num_classes=3).loss(torch.tensor(LOGITS), torch.tensor(TARGETS))
+def test_loss_is_summed_cross_entropy_and_the_weight_counts_samples() -> None:
+    task = Classification(num_classes=3)
+    expected = sum(_cross_entropy_by_hand(LOGITS, TARGETS))
+    loss = task.loss(torch.tensor(LOGITS), torch.tensor(TARGETS))
     assert loss.dtype == torch.float32 and loss.ndim == 0
     assert loss.item() == pytest.approx(expected, rel=1e-6)
     # log(e^2 + e^1 + e^0.1) - 2 = 0.4170300, log(e^0.5 + e^2.5 + e^-1) + 1 = 3.6531782
-    assert loss.item() == pytest.approx((0.4170300 + 3.6531782) / 2, abs=1e-6)
+    assert loss.item() == pytest.approx(0.4170300 + 3.6531782, abs=1e-6)
+    assert task.weight(torch.tensor(TARGETS)).item() == 2  # the engine divides by the group's weight
 
 
 def test_loss_of_half_precision_logits_is_computed_in_fp32() -> None:
     logits = torch.tensor(LOGITS, dtype=torch.bfloat16)
     loss = Classification(num_classes=3).loss(logits, torch.tensor(TARGETS))
     assert loss.dtype == torch.float32
-    expected = sum(_cross_entropy_by_hand(logits.float().tolist(), TARGETS)) / 2
+    expected = sum(_cross_entropy_by_hand(logits.float().tolist(), TARGETS))
     assert loss.item() == pytest.approx(expected, rel=1e-6)
 
 
@@ -47,12 +49,12 @@ def test_loss_with_label_smoothing() -> None:
         log_p = [v - log_z for v in row]
         expected -= sum(((1 - eps) * (c == t) + eps / k) * log_p[c] for c in range(k))
     loss = Classification(num_classes=k, label_smoothing=eps).loss(torch.tensor(LOGITS), torch.tensor(TARGETS))
-    assert loss.item() == pytest.approx(expected / 2, rel=1e-6)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
 
 
 def test_task_interface() -> None:
     task = Classification(num_classes=10)
-    assert task.monitor == "acc" and task.monitor_mode == "max"
+    assert task.monitor == "acc" and task.mode == "max" and task.dynamic_dims == (0,)
     assert isinstance(task.metrics(CPU), ClassificationMetrics)
 
 

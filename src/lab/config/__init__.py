@@ -16,14 +16,23 @@ from omegaconf import DictConfig, OmegaConf
 from lab.config.tools import EvalConfig, ExportConfig, InferConfig
 from lab.config.training import (
     AdamWConfig,
+    ClassificationTaskConfig,
     CNNConfig,
+    CsvConfig,
     DataConfig,
+    DiabetesConfig,
     DistConfig,
+    GPTConfig,
+    LanguageModelTaskConfig,
+    LoaderConfig,
     LoggerConfig,
     MLPConfig,
     PrecisionConfig,
+    RegressionTaskConfig,
     SchedulerConfig,
     SGDConfig,
+    TaskConfig,
+    TextConfig,
     TorchvisionConfig,
     TrainConfig,
     TrainerConfig,
@@ -32,13 +41,22 @@ from lab.errors import ConfigError
 
 __all__ = [
     "CNNConfig",
+    "ClassificationTaskConfig",
     "ConfigError",
+    "CsvConfig",
     "DataConfig",
+    "DiabetesConfig",
     "EvalConfig",
     "ExportConfig",
+    "GPTConfig",
     "InferConfig",
+    "LanguageModelTaskConfig",
+    "LoaderConfig",
     "LoggerConfig",
     "MLPConfig",
+    "RegressionTaskConfig",
+    "TaskConfig",
+    "TextConfig",
     "TorchvisionConfig",
     "TrainConfig",
     "register",
@@ -53,7 +71,14 @@ def register() -> None:
     cs.store(name="export_schema", node=ExportConfig)
     cs.store(name="infer_schema", node=InferConfig)
     cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
+    cs.store(group="task", name="classification_schema", node=ClassificationTaskConfig)
+    cs.store(group="task", name="regression_schema", node=RegressionTaskConfig)
+    cs.store(group="task", name="language_model_schema", node=LanguageModelTaskConfig)
     cs.store(group="data", name="data_schema", node=DataConfig)
+    cs.store(group="data", name="diabetes_schema", node=DiabetesConfig)
+    cs.store(group="data", name="csv_schema", node=CsvConfig)
+    cs.store(group="data", name="text_schema", node=TextConfig)
+    cs.store(group="model", name="gpt_schema", node=GPTConfig)
     cs.store(group="model", name="mlp_schema", node=MLPConfig)
     cs.store(group="model", name="cnn_schema", node=CNNConfig)
     cs.store(group="model", name="torchvision_schema", node=TorchvisionConfig)
@@ -75,4 +100,13 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(str(err).splitlines()[0]) from err
 
 
+def _direction(mode: str) -> str:
+    """${lab.direction:${task.mode}}: a task's max/min as the sweepers' maximize/minimize."""
+    if mode not in ("max", "min"):
+        raise ConfigError(f"task.mode={mode!r} is not valid; choose one of max, min")
+    return "maximize" if mode == "max" else "minimize"
+
+
 register()
+if not OmegaConf.has_resolver("lab.direction"):
+    OmegaConf.register_new_resolver("lab.direction", _direction)

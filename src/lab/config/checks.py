@@ -11,4 +11,6 @@ def require(ok: bool, message: str) -> None:
 
 
 def one_of(key: str, value: str, options: tuple[str, ...]) -> None:
+    if isinstance(value, str) and value.startswith("${"):
+        return  # a schema default that interpolates another key (${task.mode}): checked once resolved
     require(value in options, f"{key}={value!r} is not valid; choose one of {', '.join(options)}")

@@ -100,12 +100,17 @@ class ExportConfig:
 
 @dataclass
 class InferOptions:
-    top_k: int = 5  # labels kept per input (capped at the number of classes)
+    top_k: int = 5  # classification: labels kept per input; language models: sample from the k likeliest tokens
     batch_size: int = 64
+    max_new_tokens: int = 200  # language models: tokens generated after the prompt
+    temperature: float = 0.8  # language models: < 1 sharper, > 1 more random
+    seed: int = 0  # language models: the sampling is reproducible by seed
 
     def __post_init__(self) -> None:
         _require(self.top_k >= 1, f"infer.top_k must be >= 1, got {self.top_k}")
         _require(self.batch_size >= 1, f"infer.batch_size must be >= 1, got {self.batch_size}")
+        _require(self.max_new_tokens >= 1, f"infer.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        _require(self.temperature > 0, f"infer.temperature must be > 0, got {self.temperature}")
 
 
 @dataclass
@@ -113,7 +118,9 @@ class InferConfig:
     task_name: str = "infer"
     # required: a checkpoint (.pt, eager), or model.onnx / model.pt2 next to its export_manifest.json
     ckpt_path: str | None = None
-    input: str | None = None  # required: an image file, a folder, a glob ("imgs/*.png"), or a .npy / .pt tensor
+    # images (a file, a folder, a glob "imgs/*.png"), a .npy / .pt tensor, or table rows (.csv / .npy)
+    input: str | None = None
+    prompt: str | None = None  # language models: the text to continue (instead of input)
     device: str = "auto"  # auto | cpu | cuda | mps (eager checkpoints and onnxruntime's CUDA provider)
     tags: list[str] = field(default_factory=list)
     infer: InferOptions = field(default_factory=InferOptions)
@@ -124,5 +131,9 @@ class InferConfig:
             bool(self.ckpt_path),
             f"ckpt_path is required: a checkpoint ({_CKPT_HINT}) or an exported model.onnx / model.pt2",
         )
-        _require(bool(self.input), "input is required: an image, a folder, a glob like 'imgs/*.png', or a .npy/.pt")
+        _require(
+            bool(self.input) or self.prompt is not None,
+            "input is required: an image, a folder, a glob like 'imgs/*.png', a .npy/.pt/.csv file "
+            "(or prompt='...' for a language model)",
+        )
         _one_of("device", self.device, ("auto", "cpu", "cuda", "mps"))

@@ -61,49 +61,150 @@ class TrainerConfig:
 
 # --------------------------------------------------------------------------- data
 @dataclass
-class DataConfig:
-    name: str = "digits"  # digits | mnist | fashion_mnist | cifar10 | image_folder | synthetic
+class LoaderConfig:
+    """Keys every dataset has: where its files are, how it is split and batched. A dataset's own schema extends
+    this one (a fork's new dataset too: its module registers the schema with its builder)."""
+
+    name: str = MISSING
     root: str = "data"
-    download: bool = False
     batch_size: int = 64  # per device
     eval_batch_size: int | None = None  # null = batch_size
     num_workers: int = 0
     pin_memory: bool | None = None  # null = auto: only when training on CUDA
     persistent_workers: bool = True  # only meaningful with num_workers > 0
-    num_classes: int | None = None  # null = what the dataset says
-    in_channels: int = 1
-    image_size: int = 8
     split_seed: int = 0  # fixes the train/val(/test) split, independent of the training seed
     val_fraction: float = 0.15
-    test_fraction: float = 0.15  # only for datasets without an official test split (digits)
-    augment: bool = False
-    mean: list[float] | None = None  # null = the dataset's own statistics
-    std: list[float] | None = None
-    num_samples: int = 2048  # synthetic only
+    test_fraction: float = 0.15  # only for datasets without an official test split
 
     def __post_init__(self) -> None:
-        _one_of("data.name", self.name, ("digits", "mnist", "fashion_mnist", "cifar10", "image_folder", "synthetic"))
         _require(self.batch_size >= 1, f"data.batch_size must be >= 1, got {self.batch_size}")
         _require(
             self.eval_batch_size is None or self.eval_batch_size >= 1,
             f"data.eval_batch_size must be >= 1 or null, got {self.eval_batch_size}",
         )
         _require(self.num_workers >= 0, f"data.num_workers must be >= 0, got {self.num_workers}")
+        _require(0 < self.val_fraction < 1, f"data.val_fraction must be in (0, 1), got {self.val_fraction}")
+        _require(
+            0 <= self.test_fraction < 1 and self.val_fraction + self.test_fraction < 1,
+            "data.test_fraction must be in [0, 1) and val_fraction + test_fraction < 1",
+        )
+
+
+@dataclass
+class DataConfig(LoaderConfig):
+    """Image classification datasets: digits | mnist | fashion_mnist | cifar10 | image_folder | synthetic."""
+
+    name: str = "digits"
+    download: bool = False
+    num_classes: int | None = None  # null = what the dataset says
+    in_channels: int = 1
+    image_size: int = 8
+    augment: bool = False
+    mean: list[float] | None = None  # null = the dataset's own statistics
+    std: list[float] | None = None
+    num_samples: int = 2048  # synthetic only
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         _require(
             self.num_classes is None or self.num_classes >= 2,
             f"data.num_classes must be >= 2 or null, got {self.num_classes}",
         )
         _require(self.in_channels >= 1, f"data.in_channels must be >= 1, got {self.in_channels}")
         _require(self.image_size >= 1, f"data.image_size must be >= 1, got {self.image_size}")
-        _require(0 < self.val_fraction < 1, f"data.val_fraction must be in (0, 1), got {self.val_fraction}")
-        _require(
-            0 <= self.test_fraction < 1 and self.val_fraction + self.test_fraction < 1,
-            "data.test_fraction must be in [0, 1) and val_fraction + test_fraction < 1",
-        )
         _require((self.mean is None) == (self.std is None), "set both data.mean and data.std, or neither")
         if self.std is not None:
             _require(all(s > 0 for s in self.std), f"data.std values must be > 0, got {self.std}")
         _require(self.num_samples >= 1, f"data.num_samples must be >= 1, got {self.num_samples}")
+
+
+@dataclass
+class DiabetesConfig(LoaderConfig):
+    """scikit-learn's bundled diabetes table: 442 patients, 10 features, disease progression after a year."""
+
+    name: str = "diabetes"
+
+
+@dataclass
+class CsvConfig(LoaderConfig):
+    """A user's own table: one row per sample, numeric feature columns, one target column."""
+
+    name: str = "csv"
+    path: str = MISSING  # the .csv file (header row required)
+    target: str = MISSING  # the target column's name
+    features: list[str] | None = None  # null = every other column
+    target_type: str = "${task.target_type}"  # class (labels) | value (regression); follows the task
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _one_of("data.target_type", self.target_type, ("class", "value"))
+
+
+@dataclass
+class TextConfig(LoaderConfig):
+    """A text corpus for character/byte-level language modelling, cut into windows of block_size tokens."""
+
+    name: str = "text"
+    path: str | None = None  # a text file; null = Python's own standard-library sources (always there offline)
+    level: str = "char"  # char (vocabulary of the corpus' characters) | byte (256 symbols, any text)
+    block_size: int = 64  # tokens per training window (the model's context)
+    max_chars: int = 1_000_000  # cap on the corpus read (null-path corpus included)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _one_of("data.level", self.level, ("char", "byte"))
+        _require(self.block_size >= 2, f"data.block_size must be >= 2, got {self.block_size}")
+        _require(self.max_chars >= 1, f"data.max_chars must be >= 1, got {self.max_chars}")
+
+
+# --------------------------------------------------------------------------- tasks
+@dataclass
+class TaskConfig:
+    """What is learned. `monitor` (a validation metric without "val/") and `mode` drive best.pt, the plateau
+    scheduler and sweeps; `target_type` tells table datasets how to read their target column."""
+
+    name: str = MISSING
+    monitor: str = MISSING
+    mode: str = MISSING  # max | min
+    target_type: str = MISSING  # class | value | tokens
+
+    def __post_init__(self) -> None:
+        _one_of("task.mode", self.mode, ("max", "min"))
+
+
+@dataclass
+class ClassificationTaskConfig(TaskConfig):
+    name: str = "classification"
+    monitor: str = "acc"
+    mode: str = "max"
+    target_type: str = "class"
+    label_smoothing: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(0 <= self.label_smoothing < 1, f"task.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+
+
+@dataclass
+class RegressionTaskConfig(TaskConfig):
+    name: str = "regression"
+    monitor: str = "rmse"
+    mode: str = "min"
+    target_type: str = "value"
+
+
+@dataclass
+class LanguageModelTaskConfig(TaskConfig):
+    name: str = "language_model"
+    monitor: str = "loss"
+    mode: str = "min"
+    target_type: str = "tokens"
+    samples: int = 3  # eval: generations written to samples.txt
+    sample_tokens: int = 120  # eval: length of each generation
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.samples >= 0 and self.sample_tokens >= 1, "task.samples must be >= 0, sample_tokens >= 1")
 
 
 # --------------------------------------------------------------------------- models
@@ -143,6 +244,25 @@ class TorchvisionConfig(ModelConfig):
     name: str = "torchvision"
     arch: str = "resnet18"  # any name from torchvision.models.list_models(torchvision.models)
     small_input: bool = False  # resnets: 3x3 stride-1 stem without max-pool, for 8-32 px images
+
+
+@dataclass
+class GPTConfig(ModelConfig):
+    """A small decoder-only transformer (causal scaled_dot_product_attention, tied embeddings)."""
+
+    name: str = "gpt"
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.1
+    grad_checkpointing: bool = False  # recompute each block in backward: less activation memory
+
+    def __post_init__(self) -> None:
+        _require(self.n_layer >= 1 and self.n_head >= 1, "model.n_layer and model.n_head must be >= 1")
+        _require(
+            self.n_embd % self.n_head == 0, f"model.n_embd={self.n_embd} must be a multiple of n_head={self.n_head}"
+        )
+        _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
 
 
 # --------------------------------------------------------------------------- optimizer / scheduler
@@ -192,8 +312,8 @@ class SchedulerConfig:
     gamma: float = 0.1  # step: decay factor
     factor: float = 0.5  # plateau: decay factor
     patience: int = 2  # plateau: validations without improvement before decaying
-    monitor: str = "val/loss"  # plateau: metric it watches
-    mode: str = "min"
+    monitor: str = "val/${task.monitor}"  # plateau: metric it watches (default: the task's monitor)
+    mode: str = "${task.mode}"
 
     def __post_init__(self) -> None:
         _one_of("scheduler.name", self.name, ("cosine", "step", "onecycle", "plateau", "constant"))
@@ -268,7 +388,8 @@ class LoggerConfig:
 @dataclass
 class SweepConfig:
     fail_fast: bool = False  # true: launch no further jobs after one fails; false: run them all, exit non-zero
-    direction: str = "maximize"  # of optimized_metric: sorts the sweep summary; hparams_search=optuna follows it
+    # of optimized_metric: sorts the sweep summary; hparams_search=optuna follows it. Default: the task's mode
+    direction: str = "${lab.direction:${task.mode}}"
 
     def __post_init__(self) -> None:
         _one_of("sweep.direction", self.direction, ("maximize", "minimize"))
@@ -281,9 +402,10 @@ class TrainConfig:
     seed: int = 42
     ckpt_path: str | None = None  # resume from this checkpoint
     tags: list[str] = field(default_factory=list)
-    optimized_metric: str = "val/acc_best"  # what train returns to sweepers
+    optimized_metric: str = "val/${task.monitor}_best"  # what train returns to sweepers
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    task: Any = MISSING  # typed by the chosen task's own schema (conf/task/*.yaml)
+    data: Any = MISSING  # typed by the chosen dataset's own schema (conf/data/*.yaml)
     model: Any = MISSING  # typed by the chosen model's own schema (conf/model/*.yaml)
     optimizer: Any = MISSING
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

@@ -10,9 +10,9 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import Dataset
 
-from lab.config import ConfigError, DataConfig
+from lab.config import ConfigError, DataConfig, LoaderConfig
 
-DataCfg = DataConfig | DictConfig
+DataCfg = DataConfig | LoaderConfig | DictConfig
 
 
 @dataclass
@@ -76,7 +76,11 @@ def make_meta(
     std: Sequence[float],
     class_names: Sequence[str],
 ) -> dict[str, Any]:
+    """Meta of an image classification dataset: the generic keys every model reads (``input_shape`` of one
+    sample, ``num_outputs``) plus what preprocessing and class labels need."""
     return {
+        "input_shape": [int(in_channels), int(image_size), int(image_size)],
+        "num_outputs": int(num_classes),
         "num_classes": int(num_classes),
         "in_channels": int(in_channels),
         "image_size": int(image_size),

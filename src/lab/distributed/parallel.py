@@ -147,6 +147,14 @@ class Parallel:
             dist.all_reduce(tensor)
         return tensor
 
+    def mean_over_ranks(self, value: torch.Tensor) -> torch.Tensor:
+        """The mean of a device scalar over ranks (a copy; the value itself when alone)."""
+        if not self.active:
+            return value
+        total = value.detach().clone()
+        dist.all_reduce(total)
+        return total / self.world_size
+
     def reduce_metrics(self, metrics: Any) -> None:
         """Task accumulators keep their running sums as tensor attributes: sum each across ranks."""
         if self.active:

@@ -8,7 +8,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from lab.exporting.writers import INPUT_NAME, OUTPUT_NAME
+import torch
+
+from lab.exporting.writers import AXIS_NAMES, INPUT_NAME, OUTPUT_NAME
 from lab.inference.backends import MANIFEST
 from lab.tracking import write_json
 
@@ -31,22 +33,42 @@ def _version(package: str) -> str | None:
 
 
 def preprocessing(meta: dict[str, Any]) -> dict[str, Any]:
-    """How to turn an image into the input tensor, in words a non-Python runtime can follow."""
-    c, size = meta["in_channels"], meta["image_size"]
-    return {
-        "function": "lab.data.eval_transform(data_meta)",
-        "color_mode": "L (grayscale)" if c == 1 else "RGB",
-        "resize": f"{size}x{size}, bilinear (only when the image has another size)",
-        "scale": "8-bit pixels / 255 -> [0, 1]",
-        "mean": meta["mean"],
-        "std": meta["std"],
-        "normalize": "(x - mean[c]) / std[c] per channel",
-    }
+    """How raw inputs become the input tensor, in words a non-Python runtime can follow (data_meta has the
+    numbers: image normalization, feature and target statistics, the vocabulary)."""
+    if "image_size" in meta:
+        c, size = meta["in_channels"], meta["image_size"]
+        return {
+            "function": "lab.data.eval_transform(data_meta)",
+            "color_mode": "L (grayscale)" if c == 1 else "RGB",
+            "resize": f"{size}x{size}, bilinear (only when the image has another size)",
+            "scale": "8-bit pixels / 255 -> [0, 1]",
+            "mean": meta["mean"],
+            "std": meta["std"],
+            "normalize": "(x - mean[c]) / std[c] per channel",
+        }
+    if "feature_mean" in meta:
+        return {
+            "features": meta["feature_names"],
+            "normalize": "(x - feature_mean[i]) / feature_std[i] per feature (data_meta)",
+            **({"target": "outputs * target_std + target_mean"} if "target_mean" in meta else {}),
+        }
+    if "vocab_size" in meta:
+        return {"tokens": f"{meta['level']}-level ids, vocabulary in data_meta ({meta['vocab_size']} symbols)"}
+    return {"note": "see data_meta"}
+
+
+def _tensor_spec(name: str, tensor: torch.Tensor, dynamic_dims: tuple[int, ...]) -> dict[str, Any]:
+    shape = [AXIS_NAMES.get(d, f"dim{d}") if d in dynamic_dims else int(n) for d, n in enumerate(tensor.shape)]
+    return {"name": name, "shape": shape, "dtype": str(tensor.dtype).removeprefix("torch.")}
 
 
 def build(
     *,
     meta: dict[str, Any],
+    task_config: dict[str, Any],
+    example: torch.Tensor,
+    output: torch.Tensor,
+    dynamic_dims: tuple[int, ...],
     model_config: dict[str, Any],
     source_run: dict[str, Any],
     provenance: dict[str, Any],
@@ -55,7 +77,6 @@ def build(
     tolerance: float,
     quantization: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    c, size, k = meta["in_channels"], meta["image_size"], meta["num_classes"]
     return {
         "format_version": FORMAT_VERSION,
         "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -63,12 +84,15 @@ def build(
         "git_dirty": provenance.get("git_dirty"),
         "versions": {p: _version(p) for p in ("torch", "onnx", "onnxruntime", "onnxscript")},
         "source_run": source_run,
+        "task": task_config,
         "model": model_config,
-        "input": {"name": INPUT_NAME, "shape": ["batch", c, size, size], "dtype": "float32", "layout": "NCHW"},
-        "output": {"name": OUTPUT_NAME, "shape": ["batch", k], "dtype": "float32", "note": "logits; softmax them"},
-        "dynamic_axes": {"batch": "dim 0 of input and output, any size >= 1"},
+        "input": _tensor_spec(INPUT_NAME, example, dynamic_dims),
+        "output": _tensor_spec(OUTPUT_NAME, output, dynamic_dims),
+        "dynamic_axes": {
+            AXIS_NAMES.get(d, f"dim{d}"): f"dim {d} of input and output, any size >= 1" for d in dynamic_dims
+        },
         "preprocessing": preprocessing(meta),
-        "class_names": meta["class_names"],
+        "class_names": meta.get("class_names"),
         "data_meta": meta,
         "opset": opset,
         "tolerance": tolerance,

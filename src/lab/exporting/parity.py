@@ -1,14 +1,15 @@
-"""Does an exported model compute what the eager model computes? Logits compared on real validation samples."""
+"""Does an exported model compute what the eager model computes? Outputs compared on real validation samples."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
 from torch.utils.data import DataLoader
 
+from lab import batches as batching
 from lab.inference.backends import Backend
 
 
@@ -16,8 +17,8 @@ from lab.inference.backends import Backend
 class Parity:
     samples: int
     batch_sizes: list[int]  # distinct batch sizes run: the traced one is not among them, so a fixed axis shows
-    max_abs_diff: float  # max |logits - eager logits| over every sample and class
-    top1_agreement: float  # fraction of samples whose argmax matches eager's
+    max_abs_diff: float  # max |outputs - eager outputs| over every sample and output
+    top1_agreement: float | None  # share of decisions (argmax) that match eager's; None for tasks without one
     tolerance: float
 
     @property
@@ -28,35 +29,46 @@ class Parity:
         return {**asdict(self), "passed": self.passed}
 
 
-def sample_batches(loader: DataLoader, samples: int) -> list[torch.Tensor]:
+def sample_batches(loader: DataLoader, samples: int, dynamic_dims: Sequence[int] = (0,)) -> list[torch.Tensor]:
     """The first `samples` inputs of the loader in its own batches (the last one possibly short), plus a batch of
-    one: dynamic-batch bugs (a size baked in at trace time) show up as a failure instead of passing silently."""
+    one (and, with a dynamic sequence axis, a shorter sequence): a size baked in at trace time shows up as a
+    failure instead of passing silently."""
     batches, taken = [], 0
-    for inputs, _ in loader:
-        batch = inputs[: samples - taken]
-        batches.append(batch)
-        taken += len(batch)
+    for batch in loader:
+        inputs, _ = batching.split(batch)
+        inputs = inputs[: samples - taken]
+        batches.append(inputs)
+        taken += len(inputs)
         if taken >= samples:
             break
     if not batches:
         raise ValueError("the validation loader is empty: no samples to check parity on")
-    return [*batches, batches[0][:1]]
+    extra = [batches[0][:1]]
+    if 1 in dynamic_dims and batches[0].shape[1] > 1:
+        extra.append(batches[0][:3, : batches[0].shape[1] // 2])
+    return [*batches, *extra]
 
 
 def compare(
-    candidate: Backend, batches: Sequence[torch.Tensor], reference: Sequence[torch.Tensor], tolerance: float
+    candidate: Backend,
+    batches: Sequence[torch.Tensor],
+    reference: Sequence[torch.Tensor],
+    tolerance: float,
+    agreement: Callable[[torch.Tensor, torch.Tensor], float | None] = lambda ref, out: None,
 ) -> Parity:
-    """Run `candidate` on `batches` and compare with the eager logits `reference` (same order)."""
-    worst, agree, count = 0.0, 0, 0
+    """Run `candidate` on `batches` and compare with the eager outputs `reference` (same order). `agreement` is
+    the task's share of matching decisions in one batch (top-1 for classes and tokens), or None."""
+    worst, agree, count = 0.0, 0.0, 0
     for inputs, expected in zip(batches, reference):
         got = candidate(inputs).float()
         if got.shape != expected.shape:
             return Parity(count, _sizes(batches), math.inf, 0.0, tolerance)
         diff = float((got - expected).abs().max()) if got.numel() else 0.0
         worst = diff if math.isnan(diff) else max(worst, diff)
-        agree += int((got.argmax(1) == expected.argmax(1)).sum())
+        share = agreement(expected, got)
+        agree = None if share is None else agree + share * len(inputs)
         count += len(inputs)
-    return Parity(count, _sizes(batches), worst, agree / max(count, 1), tolerance)
+    return Parity(count, _sizes(batches), worst, None if agree is None else agree / max(count, 1), tolerance)
 
 
 def _sizes(batches: Sequence[torch.Tensor]) -> list[int]:

@@ -2,7 +2,8 @@
 
 Every writer gets the module `lab.restore` built (never a DDP / torch.compile wrapper, never channels_last) and
 puts it in eval mode itself, so dropout is off and BatchNorm uses its running statistics in every artifact. The
-batch axis is dynamic in all of them; the parity check then runs batch sizes other than the traced one.
+batch axis (and a sequence axis where the task has one) is dynamic in all of them; the parity check then runs
+sizes other than the traced ones.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from lab.errors import UserError
 
 log = logging.getLogger(__name__)
 
-INPUT_NAME, OUTPUT_NAME = "input", "logits"
+INPUT_NAME, OUTPUT_NAME = "input", "output"
 # Not 1: torch.export specializes sizes 0 and 1, so a batch-1 example would pin the batch axis to 1.
 EXAMPLE_BATCH = 2
 _PROTOBUF_LIMIT = 2**31 - 2**26  # ONNX files are protobufs (2 GiB max); bigger weights go to a .data file
@@ -49,14 +50,23 @@ def quiet_logs(*names: str) -> Iterator[None]:
             logger.setLevel(level)
 
 
-Writer = Callable[[nn.Module, torch.Tensor, Path, "int | None"], Written]
+Writer = Callable[[nn.Module, torch.Tensor, Path, "int | None", "tuple[int, ...]"], Written]
+AXIS_NAMES = {0: "batch", 1: "sequence"}
 
 
-def _batch_dynamic() -> tuple[dict[int, torch.export.Dim]]:
-    return ({0: torch.export.Dim("batch", min=1)},)
+def dynamic_shapes(example: torch.Tensor, dims: tuple[int, ...]) -> tuple[dict[int, torch.export.Dim]]:
+    """The input axes that accept any size: the batch, and for sequence models the sequence up to the length the
+    model was built for (the example's, e.g. its position embeddings)."""
+    axes = {}
+    for dim in dims:
+        name = AXIS_NAMES.get(dim, f"dim{dim}")
+        axes[dim] = torch.export.Dim(name, min=1) if dim == 0 else torch.export.Dim(name, min=1, max=example.shape[dim])
+    return (axes,)
 
 
-def write_onnx(model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None) -> Written:
+def write_onnx(
+    model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None, dims: tuple[int, ...] = (0,)
+) -> Written:
     """torch.onnx.export with the dynamo exporter (torch.export graph -> ONNX via onnxscript)."""
     import onnx
 
@@ -68,7 +78,7 @@ def write_onnx(model: nn.Module, example: torch.Tensor, path: Path, opset: int |
             (example,),
             str(path),
             dynamo=True,
-            dynamic_shapes=_batch_dynamic(),
+            dynamic_shapes=dynamic_shapes(example, dims),
             input_names=[INPUT_NAME],
             output_names=[OUTPUT_NAME],
             opset_version=opset,
@@ -81,15 +91,19 @@ def write_onnx(model: nn.Module, example: torch.Tensor, path: Path, opset: int |
     return Written([path, *([data_file] if data_file.is_file() else [])], opset=default_opset)
 
 
-def write_pt2(model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None) -> Written:
+def write_pt2(
+    model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None, dims: tuple[int, ...] = (0,)
+) -> Written:
     """torch.export.export + torch.export.save: a graph that runs without the model's Python code."""
     model.eval()
-    program = torch.export.export(model, (example,), dynamic_shapes=_batch_dynamic())
+    program = torch.export.export(model, (example,), dynamic_shapes=dynamic_shapes(example, dims))
     torch.export.save(program, str(path))
     return Written([path])
 
 
-def write_torchscript(model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None) -> Written:
+def write_torchscript(
+    model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None, dims: tuple[int, ...] = (0,)
+) -> Written:
     """torch.jit.trace: TorchScript is deprecated in PyTorch; kept for runtimes that still load it (C++ libtorch)."""
     note = "TorchScript is deprecated in PyTorch; exported for existing deployments only, prefer pt2 or onnx"
     log.warning("%s", note)
@@ -112,11 +126,14 @@ WRITERS: dict[str, tuple[str, Writer]] = {
 }
 
 
-def write(fmt: str, model: nn.Module, example: torch.Tensor, folder: Path, opset: int | None = None) -> Written:
-    """Write one format into `folder`; an exporter failure becomes one line (its traceback goes to the log)."""
+def write(
+    fmt: str, model: nn.Module, example: torch.Tensor, folder: Path, opset: int | None = None, dims: tuple = (0,)
+) -> Written:
+    """Write one format into `folder` with `dims` of the input dynamic; an exporter failure becomes one line (its
+    traceback goes to the log)."""
     name, writer = WRITERS[fmt]
     try:
-        return writer(model, example, folder / name, opset)
+        return writer(model, example, folder / name, opset, tuple(dims))
     except Exception as err:
         log.exception("%s export failed", fmt)
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

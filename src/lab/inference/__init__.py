@@ -11,7 +11,7 @@ from lab.inference.backends import (
     read_manifest,
 )
 from lab.inference.inputs import Samples, discover
-from lab.inference.predict import predict, write_predictions
+from lab.inference.predict import batched_outputs, top_k_records, write_predictions
 
 __all__ = [
     "MANIFEST",
@@ -22,8 +22,9 @@ __all__ = [
     "Samples",
     "TorchScriptBackend",
     "artifact_backend",
+    "batched_outputs",
     "discover",
-    "predict",
     "read_manifest",
+    "top_k_records",
     "write_predictions",
 ]

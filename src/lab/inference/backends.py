@@ -1,4 +1,5 @@
-"""Runners that map a normalized (N, C, H, W) float32 batch to (N, K) logits, one per model format.
+"""Runners that map a batch of model inputs (normalized images, table rows, int64 tokens) to outputs, one per
+model format.
 
 Export's parity check and scripts/infer.py use the same runners, so what was verified at export time is what
 runs at inference time. Artifacts run as their users run them: onnxruntime's InferenceSession,
@@ -64,7 +65,8 @@ class OnnxBackend:
         self.input_name = self.session.get_inputs()[0].name
 
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
-        array = np.ascontiguousarray(inputs.detach().cpu().numpy(), dtype=np.float32)
+        array = inputs.detach().cpu()
+        array = np.ascontiguousarray((array.float() if array.is_floating_point() else array).numpy())  # int64 tokens
         (logits,) = self.session.run(None, {self.input_name: array})
         return torch.from_numpy(logits)
 
@@ -112,7 +114,7 @@ class TorchScriptBackend:
 
 
 def read_manifest(artifact: str | Path) -> dict[str, Any]:
-    """The export_manifest.json next to an exported artifact: preprocessing and class names for inference."""
+    """The export_manifest.json next to an exported artifact: the task, data_meta and preprocessing for inference."""
     path = Path(artifact).with_name(MANIFEST)
     if not path.is_file():
         raise UserError(
@@ -121,7 +123,7 @@ def read_manifest(artifact: str | Path) -> dict[str, Any]:
         )
     try:
         manifest = json.loads(path.read_text())
-        manifest["data_meta"]["class_names"]
+        manifest["data_meta"]["input_shape"]
     except (ValueError, KeyError, TypeError) as err:
         raise UserError(f"{path} is not a valid export manifest ({type(err).__name__}: {err})") from err
     return manifest

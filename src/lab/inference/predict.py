@@ -1,10 +1,9 @@
-"""Batched top-k prediction and the predictions.csv / predictions.json files."""
+"""Batched prediction and the predictions.csv / predictions.json files every task's records go into."""
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,63 +13,56 @@ from lab.inference.backends import Backend
 from lab.tracking import write_json
 
 
-@dataclass
-class Prediction:
-    path: str
-    indices: list[int]  # top-k class indices, most likely first
-    probs: list[float]  # their softmax probabilities
-
-
-def predict(
-    backend: Backend, samples: Iterable[tuple[str, torch.Tensor]], batch_size: int, top_k: int
-) -> list[Prediction]:
-    """Stack samples into batches of `batch_size`, run the backend, keep each sample's top-k."""
-    out: list[Prediction] = []
+def batched_outputs(
+    backend: Backend, samples: Iterable[tuple[str, torch.Tensor]], batch_size: int
+) -> Iterator[tuple[list[str], torch.Tensor]]:
+    """(names, outputs) per batch of `batch_size` samples stacked together."""
     names: list[str] = []
     tensors: list[torch.Tensor] = []
-
-    def flush() -> None:
-        logits = backend(torch.stack(tensors)).float()
-        probs, indices = logits.softmax(dim=1).topk(min(top_k, logits.shape[1]), dim=1)
-        out.extend(Prediction(n, i, p) for n, i, p in zip(names, indices.tolist(), probs.tolist()))
-        names.clear()
-        tensors.clear()
-
     for name, tensor in samples:
         names.append(name)
         tensors.append(tensor)
         if len(tensors) == batch_size:
-            flush()
+            yield names, backend(torch.stack(tensors)).float()
+            names, tensors = [], []
     if tensors:
-        flush()
-    return out
+        yield names, backend(torch.stack(tensors)).float()
+
+
+def top_k_records(
+    backend: Backend, samples: Iterable[tuple[str, torch.Tensor]], batch_size: int, top_k: int, labels: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Class predictions: the top-k labels with softmax probabilities, most likely first."""
+    records = []
+    for names, logits in batched_outputs(backend, samples, batch_size):
+        probs, indices = logits.softmax(dim=1).topk(min(top_k, logits.shape[1]), dim=1)
+        for name, index, prob in zip(names, indices.tolist(), probs.tolist()):
+            ranked = [{"label": labels[i], "index": i, "prob": p} for i, p in zip(index, prob)]
+            records.append({"path": name, "label": ranked[0]["label"], "top_k": ranked})
+    return records
+
+
+def _csv_row(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's scalar fields; a ranked "top_k" list becomes top1_label, top1_prob, top2_label, ..."""
+    ranked = "top_k" in record  # its first label is top1_label
+    row = {k: v for k, v in record.items() if not isinstance(v, list | dict) and not (ranked and k == "label")}
+    for rank, entry in enumerate(record.get("top_k", []), 1):
+        row[f"top{rank}_label"], row[f"top{rank}_prob"] = entry["label"], f"{entry['prob']:.6f}"
+    return row
 
 
 def write_predictions(
-    predictions: Sequence[Prediction],
-    class_names: Sequence[str],
-    run_dir: Path,
-    skipped: Sequence[dict[str, str]],
-    header: dict[str, Any],
+    records: Sequence[dict[str, Any]], run_dir: Path, skipped: Sequence[dict[str, str]], header: dict[str, Any]
 ) -> tuple[Path, Path]:
-    """predictions.csv (one row per input: path, then label/probability pairs, most likely first) and
-    predictions.json (the same plus what was skipped and why, and which model made them)."""
-    k = max((len(p.indices) for p in predictions), default=0)
+    """predictions.csv (one row per input, scalar fields only) and predictions.json (the full records plus what
+    was skipped and why, and which model made them)."""
+    rows = [_csv_row(record) for record in records]
+    columns = list(dict.fromkeys(key for row in rows for key in row))
     csv_path = run_dir / "predictions.csv"
     with csv_path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["path", *[f"top{r}_{col}" for r in range(1, k + 1) for col in ("label", "prob")]])
-        for p in predictions:
-            pairs = [v for i, prob in zip(p.indices, p.probs) for v in (class_names[i], f"{prob:.6f}")]
-            writer.writerow([p.path, *pairs])
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
     json_path = run_dir / "predictions.json"
-    rows = [
-        {
-            "path": p.path,
-            "label": class_names[p.indices[0]],
-            "top_k": [{"label": class_names[i], "index": i, "prob": prob} for i, prob in zip(p.indices, p.probs)],
-        }
-        for p in predictions
-    ]
-    write_json(json_path, {**header, "predictions": rows, "skipped": list(skipped)})
+    write_json(json_path, {**header, "predictions": list(records), "skipped": list(skipped)})
     return csv_path, json_path

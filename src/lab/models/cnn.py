@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from lab.models.registry import register
+from lab.models.registry import image_channels, register
 
 
 def conv_block(in_channels: int, out_channels: int) -> nn.Sequential:
@@ -71,9 +71,9 @@ def _checkpoint_contexts(block: nn.Module) -> tuple[Any, Any]:
 @register("cnn")
 def build_cnn(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     return SmallCNN(
-        in_channels=int(meta["in_channels"]),
+        in_channels=image_channels(meta, "cnn"),
         channels=[int(c) for c in cfg.channels],
-        num_classes=int(meta["num_classes"]),
+        num_classes=int(meta["num_outputs"]),
         dropout=float(cfg.dropout),
         grad_checkpointing=bool(cfg.grad_checkpointing),
     )

@@ -1,8 +1,9 @@
-"""Multi-layer perceptron on flattened pixels: the fastest baseline, and BatchNorm-free on purpose
-(so a sample's logits never depend on the rest of its batch)."""
+"""Multi-layer perceptron on flattened inputs (pixels or table rows): the fastest baseline, and BatchNorm-free on
+purpose (so a sample's outputs never depend on the rest of its batch)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,5 +25,5 @@ def make_mlp(in_features: int, hidden_dims: list[int], num_classes: int, dropout
 @register("mlp")
 def build_mlp(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     # Sized from meta rather than with Lazy modules so parameter counts and torchinfo work before any forward.
-    in_features = int(meta["in_channels"]) * int(meta["image_size"]) ** 2
-    return make_mlp(in_features, [int(h) for h in cfg.hidden_dims], int(meta["num_classes"]), float(cfg.dropout))
+    in_features = math.prod(int(d) for d in meta["input_shape"])
+    return make_mlp(in_features, [int(h) for h in cfg.hidden_dims], int(meta["num_outputs"]), float(cfg.dropout))

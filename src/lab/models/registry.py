@@ -1,4 +1,5 @@
-"""Name -> builder table behind :func:`lab.models.build`; forks add a model by registering a builder."""
+"""The model table behind :func:`lab.models.build`: a fork adds a model as a new module in ``lab/models/`` whose
+builder is decorated with ``@register("name")`` (found without editing any ``__init__``)."""
 
 from __future__ import annotations
 
@@ -7,41 +8,28 @@ from typing import Any
 
 from torch import nn
 
-from lab.config import ConfigError
+from lab.errors import ConfigError
+from lab.registry import Registry
 
-# A builder receives the model config (DictConfig or dataclass, read by attribute) and the data module's meta.
+# A builder receives the model config (read by attribute) and the dataset's meta (input_shape, num_outputs, ...).
 Builder = Callable[[Any, Mapping[str, Any]], nn.Module]
 
-_BUILDERS: dict[str, Builder] = {}
+MODELS = Registry("model", "lab.models")
+register = MODELS.register
+available = MODELS.available
 
 
-def register(name: str) -> Callable[[Builder], Builder]:
-    """Decorator: make ``builder`` reachable as ``model.name=<name>``."""
-
-    def decorator(builder: Builder) -> Builder:
-        previous = _BUILDERS.get(name)
-        # Re-importing the same module (reloads, notebooks) is harmless; two different builders claiming
-        # one name is a fork bug that would otherwise silently pick whichever module imported last.
-        if previous is not None and _qualified(previous) != _qualified(builder):
-            raise ValueError(f"model {name!r} is already registered by {_qualified(previous)}")
-        _BUILDERS[name] = builder
-        return builder
-
-    return decorator
-
-
-def available() -> list[str]:
-    """Registered model names, sorted."""
-    return sorted(_BUILDERS)
+def image_channels(meta: Mapping[str, Any], model: str) -> int:
+    """Channels of (C, H, W) image inputs; a clear error when the dataset's samples are not images."""
+    shape = list(meta["input_shape"])
+    if len(shape) != 3:
+        raise ConfigError(
+            f"model={model} takes images (C, H, W) but the dataset's samples have shape {shape}; "
+            "use model=mlp (tables) or a model for this kind of input"
+        )
+    return int(shape[0])
 
 
 def build(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     """Build the model named ``cfg.name`` for the data described by ``meta``."""
-    name = cfg.name
-    if name not in _BUILDERS:
-        raise ConfigError(f"model.name={name!r} is not a registered model; available: {', '.join(available())}")
-    return _BUILDERS[name](cfg, meta)
-
-
-def _qualified(fn: Callable[..., Any]) -> str:
-    return f"{fn.__module__}.{fn.__qualname__}"
+    return MODELS.build(cfg, meta)

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from lab.config import ConfigError
-from lab.models.registry import register
+from lab.models.registry import image_channels, register
 
 
 class ChannelAdapter(nn.Module):
@@ -41,7 +41,7 @@ def _arch_kwargs(arch: str, meta: Mapping[str, Any]) -> dict[str, Any]:
         # init_weights=True is the current default, passed to silence the "default will change" warning.
         return {"aux_logits": False, "init_weights": True}
     if arch.startswith("vit_"):
-        return {"image_size": int(meta["image_size"])}  # positional embeddings are sized for one input size
+        return {"image_size": int(meta["input_shape"][-1])}  # positional embeddings are sized for one input size
     return {}
 
 
@@ -77,9 +77,9 @@ def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     import torchvision
     from torchvision.models import ResNet
 
-    in_channels = int(meta["in_channels"])
+    in_channels = image_channels(meta, "torchvision")
     net = torchvision.models.get_model(
-        arch, weights=None, num_classes=int(meta["num_classes"]), **_arch_kwargs(arch, meta)
+        arch, weights=None, num_classes=int(meta["num_outputs"]), **_arch_kwargs(arch, meta)
     )
     is_resnet_family = isinstance(net, ResNet)  # also resnext*, wide_resnet*: same stem
     if cfg.small_input and not is_resnet_family:

@@ -3,8 +3,18 @@ the confusion matrix and per-class accuracy."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
 import torch
 import torch.nn.functional as F
+
+from lab import plots
+from lab.config import ClassificationTaskConfig
+from lab.errors import UserError
+from lab.tasks.base import Predictions, ReportContext
+from lab.tasks.registry import TASKS
 
 
 class ClassificationMetrics:
@@ -59,19 +69,77 @@ class ClassificationMetrics:
         return [row[i] / sum(row) if sum(row) else None for i, row in enumerate(matrix)]
 
 
+@TASKS.register("classification", config=ClassificationTaskConfig)
+def build_classification(cfg: Any, meta: Mapping[str, Any]) -> Classification:
+    if "num_classes" not in meta:
+        raise UserError(
+            "task=classification needs class labels, but this dataset gives none (no num_classes in its meta); "
+            "pick the task that fits the data (task=regression for values, task=language_model for text)"
+        )
+    return Classification(int(meta["num_classes"]), float(cfg.label_smoothing), meta.get("class_names"))
+
+
 class Classification:
-    """What the engine needs from a task: a training loss, an evaluation accumulator and the metric to monitor."""
+    """Cross-entropy over class logits (N, K); accuracy (top-1, top-5) as the monitor."""
 
+    name = "classification"
     monitor = "acc"  # higher is better; best.pt tracks val/acc
-    monitor_mode = "max"
+    mode = "max"
+    dynamic_dims = (0,)
 
-    def __init__(self, num_classes: int, label_smoothing: float = 0.0) -> None:
+    def __init__(
+        self, num_classes: int, label_smoothing: float = 0.0, class_names: Sequence[str] | None = None
+    ) -> None:
         self.num_classes = num_classes
         self.label_smoothing = label_smoothing
+        self.class_names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
+
+    @property
+    def monitor_mode(self) -> str:
+        return self.mode
+
+    def check_first_batch(self, inputs: Any, targets: Any) -> str:
+        if not isinstance(targets, torch.Tensor) or targets.is_floating_point() or targets.ndim != 1:
+            found = f"{targets.dtype} {tuple(targets.shape)}" if isinstance(targets, torch.Tensor) else type(targets)
+            raise UserError(
+                f"task=classification needs one integer class label per sample, but the targets are {found}; "
+                "use task=regression for continuous targets"
+            )
+        low, high = int(targets.min()), int(targets.max())
+        if low < 0 or high >= self.num_classes:
+            raise UserError(
+                f"labels range over [{low}, {high}] but the model has {self.num_classes} classes; "
+                "set data.num_classes or fix the labels"
+            )
+        return f"class labels in [{low}, {high}] of {self.num_classes}"
+
+    def weight(self, targets: torch.Tensor) -> torch.Tensor:
+        return torch.full((), float(len(targets)), device=targets.device)  # a fill, not a host-to-device copy
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         # Cross-entropy in fp32: under autocast, logits may be fp16/bf16 and log-softmax loses precision there.
-        return F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing)
+        return F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing, reduction="sum")
 
-    def metrics(self, device: torch.device, confusion: bool = False) -> ClassificationMetrics:
-        return ClassificationMetrics(self.num_classes, device, confusion=confusion)
+    def metrics(self, device: torch.device, full: bool = False) -> ClassificationMetrics:
+        return ClassificationMetrics(self.num_classes, device, confusion=full)
+
+    def report(self, metrics: ClassificationMetrics, context: ReportContext) -> tuple[dict[str, Any], list[Path]]:
+        per_class = dict(zip(self.class_names, metrics.per_class_accuracy()))
+        matrix = metrics.confusion_matrix()  # [true][predicted]
+        figure = context.run_dir / "confusion_matrix.png"
+        title = f"{context.title}, acc {metrics.compute()['acc']:.4f}"
+        plots.confusion_matrix_png(matrix, self.class_names, figure, title)
+        extra = {"per_class_acc": per_class, "class_names": self.class_names, "confusion_matrix": matrix}
+        return extra, [figure]
+
+    def agreement(self, reference: torch.Tensor, outputs: torch.Tensor) -> float | None:
+        return float((reference.argmax(-1) == outputs.argmax(-1)).float().mean())
+
+    def predict(self, backend: Any, cfg: Any, meta: dict[str, Any]) -> Predictions:
+        """Images (a file, a folder, a glob) or image tensors (.npy/.pt) -> top-k labels with probabilities."""
+        from lab.inference.inputs import Samples, discover
+        from lab.inference.predict import top_k_records
+
+        samples = Samples(discover(cfg.input), meta)
+        records = top_k_records(backend, samples, cfg.infer.batch_size, cfg.infer.top_k, self.class_names)
+        return Predictions(records, samples.skipped)

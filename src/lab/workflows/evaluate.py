@@ -1,22 +1,22 @@
-"""Orchestration of one evaluation: checkpoint -> its own model and data -> one split -> eval.json + figure.
+"""Orchestration of one evaluation: checkpoint -> its own model, data and task -> one split -> eval.json + the
+task's artifacts (confusion matrix, predicted-vs-true plot, sample generations).
 
-The numbers come from the same code training validates with (`engine.evaluate` + the task's metrics), on the
-checkpoint's data config, precision and channels_last setting, so scoring best.pt on `val` reproduces the
-`val/acc` training logged for it. Returns `<split>/acc`.
+The numbers come from the same code training validates with (`evaluation.evaluate` + the task's metrics), on the
+checkpoint's data config, precision, channels_last and backend switches, so scoring best.pt on `val` reproduces the
+validation metrics training logged for it. Returns `<split>/<the task's monitor>`.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from lab import data, plots, restore, runtime
+from lab import data, restore, runtime
 from lab.errors import UserError
 from lab.evaluation import evaluate
-from lab.tasks import Classification
+from lab.tasks import ReportContext
 from lab.tracking import write_json
 from lab.workflows.common import hydra_run_dir, linked_tracker
 
@@ -46,36 +46,39 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     tracker, _ = linked_tracker(
         cfg, run_dir, "eval", restored.source(), restored.config["model"], data_effective=data_config
     )
+    task = restored.task
     with tracker.session():
         log.info("evaluating %s on the %s split (%d samples), %s", restored.path, split, len(dataset), device)
-        metrics = Classification(restored.meta["num_classes"]).metrics(device, confusion=True)
+        metrics = task.metrics(device, full=True)
         evaluate(model, loader, metrics, device=device, precision=precision, channels_last=channels_last)
-        report = _report(metrics, restored, split, len(dataset))
-        scalars = {f"{split}/{key}": value for key, value in report["metrics"].items()}
+        scores = metrics.compute()
+        title = f"{restored.path.name} - {split} split, {len(dataset)} samples"
+        extra, files = task.report(metrics, ReportContext(run_dir, title, model, device, restored.meta))
+        report = {
+            "task": task.name,
+            "split": split,
+            "num_samples": len(dataset),
+            "metrics": scores,  # under the task's own names
+            **extra,
+            "checkpoint": restored.source(),
+        }
+        scalars = {f"{split}/{key}": value for key, value in scores.items()}
         tracker.log(scalars, step=restored.global_step, epoch=restored.progress.get("epoch"))
-        per_class = {f"{split}/acc_per_class/{name}": acc for name, acc in report["per_class_acc"].items()}
-        tracker.summary({**scalars, **per_class, "split": split, "num_samples": len(dataset)})
+        tracker.summary({**scalars, "split": split, "num_samples": len(dataset), **_flat(split, extra)})
         write_json(run_dir / "eval.json", report)
-        title = f"{restored.path.name} - {split} split, {len(dataset)} samples, acc {report['metrics']['acc']:.4f}"
-        plots.confusion_matrix_png(
-            report["confusion_matrix"], restored.meta["class_names"], run_dir / "confusion_matrix.png", title
-        )
-        for name in ("eval.json", "confusion_matrix.png"):
-            tracker.save_file(run_dir / name)
+        for path in [run_dir / "eval.json", *files]:
+            tracker.save_file(path)
         log.info("%s", "  ".join(f"{k} {v:.4f}" for k, v in scalars.items()))
-    log.info("wrote %s and %s", run_dir / "eval.json", run_dir / "confusion_matrix.png")
-    return scalars[f"{split}/acc"]
+    log.info("wrote %s", ", ".join(str(p) for p in [run_dir / "eval.json", *files]))
+    return scalars[f"{split}/{task.monitor}"]
 
 
-def _report(metrics: Any, restored: restore.Restored, split: str, num_samples: int) -> dict[str, Any]:
-    names = restored.meta["class_names"]
-    per_class = metrics.per_class_accuracy()
+def _flat(split: str, extra: dict) -> dict[str, float | None]:
+    """Per-group scalars of a report (per-class accuracy...) as summary keys: <split>/<entry>/<name>."""
     return {
-        "split": split,
-        "num_samples": num_samples,
-        "metrics": metrics.compute(),  # loss, acc (top-1), acc_top5
-        "per_class_acc": dict(zip(names, per_class)),
-        "class_names": names,
-        "confusion_matrix": metrics.confusion_matrix(),  # [true][predicted]
-        "checkpoint": restored.source(),
+        f"{split}/{key}/{name}": value
+        for key, group in extra.items()
+        if isinstance(group, dict)
+        for name, value in group.items()
+        if isinstance(value, int | float) or value is None
     }

@@ -30,7 +30,13 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     val_loader = data.make_loader(
         restore.build_data(restored, cfg.data).val, data_cfg, train=False, generator=None, pin_memory=False
     )
-    batches = exporting.sample_batches(val_loader, opts.parity_samples)
+    task = restored.task
+    if opts.quantize and task.name != "classification":
+        raise UserError(
+            f"export.quantize={opts.quantize} reports top-1 accuracy and is for classification models; this is a "
+            f"{task.name} model: drop export.quantize"
+        )
+    batches = exporting.sample_batches(val_loader, opts.parity_samples, task.dynamic_dims)
     example = batches[0][: exporting.EXAMPLE_BATCH]
     eager = EagerBackend(restored.model)  # CPU, fp32, eval mode: the reference every artifact must match
     reference = [eager(b) for b in batches]
@@ -46,9 +52,10 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     with tracker.session():
         artifacts, opset = {}, None
         for fmt in opts.formats:
-            written = exporting.write(fmt, restored.model, example, run_dir, opts.opset)
+            written = exporting.write(fmt, restored.model, example, run_dir, opts.opset, task.dynamic_dims)
             opset = written.opset or opset
-            parity = exporting.compare(artifact_backend(written.files[0]), batches, reference, opts.tolerance)
+            backend = artifact_backend(written.files[0])
+            parity = exporting.compare(backend, batches, reference, opts.tolerance, task.agreement)
             artifacts[fmt] = _record(fmt, written, parity)
         quantization = None
         if opts.quantize == "int8" and artifacts["onnx"]["status"] == "ok":
@@ -58,6 +65,10 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
             run_dir,
             manifest.build(
                 meta=restored.meta,
+                task_config=restore.task_config(restored.config),
+                example=example,
+                output=reference[0],
+                dynamic_dims=task.dynamic_dims,
                 model_config=restored.config["model"],
                 source_run=restored.source(),
                 provenance=prov,
@@ -80,11 +91,16 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
 
 def _failure_message(failed: dict[str, dict], tolerance: float, manifest_path: Path) -> str:
     parts = [
-        f"{fmt} max |logits - eager| = {a['parity']['max_abs_diff']:.3g} > export.tolerance={tolerance:g} "
-        f"(top-1 agreement {a['parity']['top1_agreement']:.3f}), {a['file']} removed"
+        f"{fmt} max |outputs - eager| = {a['parity']['max_abs_diff']:.3g} > export.tolerance={tolerance:g}"
+        f"{_agreement(a['parity'])}, {a['file']} removed"
         for fmt, a in failed.items()
     ]
     return f"parity check failed: {'; '.join(parts)}; figures in {manifest_path}"
+
+
+def _agreement(parity: dict[str, Any]) -> str:
+    share = parity["top1_agreement"]
+    return "" if share is None else f" (top-1 agreement {share:.4f})"
 
 
 def _record(fmt: str, written: exporting.Written, parity: exporting.Parity) -> dict[str, Any]:
@@ -99,13 +115,13 @@ def _record(fmt: str, written: exporting.Written, parity: exporting.Parity) -> d
         "notes": written.notes,
     }
     log.info(
-        "%s: %s, max |logits - eager| %.3g on %d validation samples (batch sizes %s), top-1 agreement %.4f",
+        "%s: %s, max |outputs - eager| %.3g on %d validation samples (batch sizes %s)%s",
         fmt,
         main.name,
         parity.max_abs_diff,
         parity.samples,
         parity.batch_sizes,
-        parity.top1_agreement,
+        _agreement(parity.as_dict()),
     )
     if parity.passed:
         entry["status"] = "ok"
@@ -153,7 +169,8 @@ def _figures(artifacts: dict[str, dict], quantization: dict | None) -> dict[str,
     for fmt, a in artifacts.items():
         if "parity" in a:
             out[f"export/{fmt}/max_abs_diff"] = a["parity"]["max_abs_diff"]
-            out[f"export/{fmt}/top1_agreement"] = a["parity"]["top1_agreement"]
+            if a["parity"]["top1_agreement"] is not None:
+                out[f"export/{fmt}/top1_agreement"] = a["parity"]["top1_agreement"]
             out[f"export/{fmt}/passed"] = float(a["status"] == "ok")
     if quantization:
         for key in ("val_acc_fp32", "val_acc_int8", "val_acc_delta", "top1_agreement"):

@@ -1,6 +1,6 @@
 """Orchestration of one training run: config -> runtime -> data -> model -> optimizer -> Trainer -> records.
 
-Returns the monitored metric (`optimized_metric`, default val/acc_best) so Hydra sweepers can optimise it.
+Returns the monitored metric (`optimized_metric`, default val/<the task's monitor>_best) for Hydra sweepers.
 """
 
 from __future__ import annotations
@@ -16,15 +16,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from lab import checkpoint, data, diagnostics, models, provenance, runtime, tracking
+from lab import batches, checkpoint, data, diagnostics, models, provenance, runtime, tasks, tracking
 from lab.config import TrainConfig
 from lab.distributed import env as dist_env
 from lab.distributed import launch
 from lab.distributed.parallel import Parallel
 from lab.engine import Trainer, batches_per_epoch
-from lab.evaluation import to_device
 from lab.optim import build_optimizer, build_scheduler, lr_scale
-from lab.tasks import Classification
 from lab.workflows.common import hydra_run_dir
 
 log = logging.getLogger(__name__)
@@ -81,6 +79,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
 
     datamodule = data.build(cfg.data)
     meta = datamodule.meta
+    task = tasks.build(cfg.task, meta)
     train_set, val_set = datamodule.train, datamodule.val
     if cfg.trainer.overfit_batches:
         train_set = val_set = _overfit_subset(train_set, cfg.trainer.overfit_batches, cfg.data.batch_size)
@@ -101,7 +100,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     prov = provenance.collect()
     tracker = tracking.from_config(cfg, run_dir, "train", prov, rank=parallel.rank, identity=identity)
     with tracker.session():
-        _report(model, train_loader, meta, run_dir, device, precision, tracker, parallel)
+        _report(model, task, train_loader, run_dir, device, precision, tracker, parallel)
         model, forward = parallel.wrap(model, cfg.dist, device, precision)  # before the optimizer: FSDP swaps params
         if parallel.world_size > 1:
             runtime.seed_everything(cfg.seed + parallel.rank)  # dropout etc. differ per rank from here on
@@ -127,7 +126,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
             parallel=parallel,
             optimizer=optimizer,
             scheduler=scheduler,
-            task=Classification(meta["num_classes"]),
+            task=task,
             train_loader=train_loader,
             val_loader=val_loader,
             device=device,
@@ -174,8 +173,8 @@ def _scaled_optimizer_cfg(cfg: DictConfig, parallel: Parallel, tracker: tracking
 
 def _report(
     model: torch.nn.Module,
+    task: tasks.Task,
     loader: torch.utils.data.DataLoader,
-    meta: dict,
     run_dir: Path,
     device: torch.device,
     precision: runtime.Precision,
@@ -184,12 +183,12 @@ def _report(
 ) -> None:
     """What is about to train, on what: checked on every rank, logged and kept in the run dir by rank 0.
     Runs on the plain model, before any DDP/FSDP wrapping (a sharded forward would be a collective)."""
-    inputs, targets = next(iter(loader))
-    first_batch = diagnostics.check_first_batch(inputs, targets, meta["num_classes"])
+    inputs, targets = batches.split(next(iter(loader)))
+    first_batch = diagnostics.check_first_batch(inputs, targets, task)
     if not parallel.is_main:
         return
-    example, _ = to_device(inputs[:2], targets[:2], device)
-    summary = diagnostics.model_summary(model, example)
+    example = batches.to_device(batches.head(inputs, 2), device)
+    summary = diagnostics.model_summary(model, example, device)
     (run_dir / "model_summary.txt").write_text(summary + "\n")
     tracker.save_file(run_dir / "model_summary.txt")
     counts = diagnostics.parameter_counts(model)
