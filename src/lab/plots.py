@@ -78,3 +78,40 @@ def confusion_matrix_png(
     path = Path(path)
     image.save(path)
     return path
+
+
+def predicted_vs_true_png(
+    predicted: Sequence[float], true: Sequence[float], path: str | Path, title: str = "", unit: str = ""
+) -> Path:
+    """Regression: each sample a dot at (true, predicted) on equal axes, with the y = x diagonal a perfect model
+    would lie on."""
+    size, left, top, pad = 480, 64, _MARGIN_TOP + 8, 24
+    values = [*predicted, *true] or [0.0, 1.0]
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    low, high = low - 0.05 * span, high + 0.05 * span
+
+    def at(x: float, y: float) -> tuple[float, float]:
+        return left + (x - low) / (high - low) * size, top + size - (y - low) / (high - low) * size
+
+    font = _font(12)
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    title_w = measure.textbbox((0, 0), title, font=font)[2] if title else 0
+    image = Image.new("RGB", (max(left + size + pad, title_w + 16), top + size + 48), "white")
+    draw = ImageDraw.Draw(image)
+    draw.text((8, 4), title, fill="black", font=font)
+    draw.rectangle([left, top, left + size, top + size], outline="black")
+    draw.line([at(low, low), at(high, high)], fill=(200, 60, 60), width=1)
+    for x, y in zip(true, predicted):
+        cx, cy = at(x, y)
+        draw.ellipse([cx - 2.5, cy - 2.5, cx + 2.5, cy + 2.5], fill=(40, 80, 200))
+    for value in (low, (low + high) / 2, high):
+        x, y = at(value, value)
+        _text(draw, (x, top + size + 10), f"{value:.3g}", font, "black", "center")
+        _text(draw, (left - 6, y), f"{value:.3g}", font, "black", "right")
+    suffix = f" ({unit})" if unit else ""
+    _text(draw, (left + size / 2, top + size + 30), f"true{suffix}", font, "black", "center")
+    _paste_vertical(image, f"predicted{suffix}", font, (14, top + size / 2))
+    path = Path(path)
+    image.save(path)
+    return path

@@ -76,7 +76,9 @@ def build_classification(cfg: Any, meta: Mapping[str, Any]) -> Classification:
             "task=classification needs class labels, but this dataset gives none (no num_classes in its meta); "
             "pick the task that fits the data (task=regression for values, task=language_model for text)"
         )
-    return Classification(int(meta["num_classes"]), float(cfg.label_smoothing), meta.get("class_names"))
+    task = Classification(int(meta["num_classes"]), float(cfg.label_smoothing), meta.get("class_names"))
+    task.monitor, task.mode = cfg.monitor, cfg.mode
+    return task
 
 
 class Classification:
@@ -136,10 +138,18 @@ class Classification:
         return float((reference.argmax(-1) == outputs.argmax(-1)).float().mean())
 
     def predict(self, backend: Any, cfg: Any, meta: dict[str, Any]) -> Predictions:
-        """Images (a file, a folder, a glob) or image tensors (.npy/.pt) -> top-k labels with probabilities."""
+        """Images (a file, a folder, a glob), image tensors (.npy/.pt), or table rows (.csv/.npy) for a model
+        trained on a table -> top-k labels with probabilities."""
         from lab.inference.inputs import Samples, discover
         from lab.inference.predict import top_k_records
+        from lab.inference.rows import read_rows
 
-        samples = Samples(discover(cfg.input), meta)
+        if not cfg.input:
+            raise UserError("input= is required: images, a folder or glob of them, a .npy/.pt tensor or .csv rows")
+        if "feature_names" in meta:  # trained on a table
+            samples, skipped = read_rows(cfg.input, meta), []
+        else:
+            samples = Samples(discover(cfg.input), meta)
+            skipped = samples.skipped
         records = top_k_records(backend, samples, cfg.infer.batch_size, cfg.infer.top_k, self.class_names)
-        return Predictions(records, samples.skipped)
+        return Predictions(records, skipped)

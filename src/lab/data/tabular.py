@@ -1,0 +1,158 @@
+"""Tables: scikit-learn's bundled diabetes data and a user's own CSV file.
+
+Features are standardised with the train split's mean and std; a value target too (its statistics go into meta
+so that metrics and predictions are reported in the target's own units). A class target becomes label indices
+with the class names in meta. Items are ``(float32 features (F,), target)``.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from lab.config import ConfigError, CsvConfig, DiabetesConfig
+from lab.data.common import DataModule, split_indices
+from lab.data.datasets import register
+
+
+class TableDataset(Dataset):
+    """Rows of one feature matrix with their targets; whole batches are fetched with one index operation."""
+
+    def __init__(self, features: torch.Tensor, targets: torch.Tensor) -> None:
+        self.features, self.targets = features, targets
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.features[index], self.targets[index]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        index = torch.as_tensor(indices, dtype=torch.long)
+        return list(zip(self.features[index].unbind(0), self.targets[index].unbind(0)))
+
+
+def table_module(
+    features: np.ndarray,
+    targets: np.ndarray,
+    *,
+    feature_names: Sequence[str],
+    target_name: str,
+    class_names: Sequence[str] | None,
+    cfg: Any,
+) -> DataModule:
+    """Split (by data.split_seed), standardise with the train split's statistics, and describe it in meta."""
+    x = torch.from_numpy(np.asarray(features, dtype=np.float64))
+    classes = class_names is not None
+    y = torch.from_numpy(np.asarray(targets)).long() if classes else torch.from_numpy(np.asarray(targets, np.float64))
+    strata = y if classes else torch.zeros(len(y), dtype=torch.long)  # stratified by class when there are classes
+    if cfg.test_fraction > 0:
+        rest, test_idx = split_indices(strata, cfg.test_fraction, cfg.split_seed)
+    else:
+        rest, test_idx = torch.arange(len(y)), None
+    keep, held = split_indices(strata[rest], cfg.val_fraction / (1 - cfg.test_fraction), cfg.split_seed)
+    train_idx, val_idx = rest[keep], rest[held]
+
+    mean, std = x[train_idx].mean(0), x[train_idx].std(0, unbiased=False).clamp_min(1e-12)
+    x = ((x - mean) / std).float()
+    meta: dict[str, Any] = {
+        "input_shape": [x.shape[1]],
+        "feature_names": [str(n) for n in feature_names],
+        "feature_mean": mean.tolist(),
+        "feature_std": std.tolist(),
+        "target_name": str(target_name),
+    }
+    if classes:
+        meta.update(num_outputs=len(class_names), num_classes=len(class_names), class_names=list(class_names))
+    else:
+        t_mean, t_std = float(y[train_idx].mean()), float(y[train_idx].std(unbiased=False)) or 1.0
+        y = ((y - t_mean) / t_std).float()
+        meta.update(num_outputs=1, target_mean=t_mean, target_std=t_std)
+
+    def part(index: torch.Tensor | None) -> TableDataset | None:
+        return None if index is None else TableDataset(x[index], y[index])
+
+    return DataModule(train=part(train_idx), val=part(val_idx), test=part(test_idx), meta=meta)
+
+
+@register("diabetes", config=DiabetesConfig)
+def build_diabetes(cfg: Any) -> DataModule:
+    """442 patients, 10 baseline features (age, sex, BMI, blood pressure, six serum measurements); the target is
+    a measure of disease progression one year later (25..346)."""
+    from sklearn.datasets import load_diabetes
+
+    data = load_diabetes(scaled=False)
+    return table_module(
+        data.data, data.target, feature_names=data.feature_names, target_name="progression", class_names=None, cfg=cfg
+    )
+
+
+@register("csv", config=CsvConfig)
+def build_csv(cfg: Any) -> DataModule:
+    header, rows = read_csv(Path(cfg.path))
+    if cfg.target not in header:
+        raise ConfigError(f"data.target={cfg.target!r} is not a column of {cfg.path}; its columns: {', '.join(header)}")
+    features = list(cfg.features) if cfg.features else [c for c in header if c != cfg.target]
+    unknown = [c for c in features if c not in header]
+    if unknown or not features:
+        raise ConfigError(f"data.features {unknown or '[]'} are not columns of {cfg.path}; its columns: {header}")
+    matrix = numeric_columns(rows, header, features, cfg.path)
+    raw = [row[header.index(cfg.target)] for row in rows]
+    if cfg.target_type == "class":
+        class_names = sorted(set(raw), key=_natural)
+        targets = np.array([class_names.index(v) for v in raw])
+        if len(class_names) < 2:
+            raise ConfigError(f"data.target={cfg.target!r} has one value only in {cfg.path}: nothing to classify")
+    else:
+        class_names = None
+        targets = numeric_columns(rows, header, [cfg.target], cfg.path)[:, 0]
+    return table_module(
+        matrix, targets, feature_names=features, target_name=cfg.target, class_names=class_names, cfg=cfg
+    )
+
+
+def read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of a CSV file with a header row; a ConfigError names what is wrong with it."""
+    if not path.is_file():
+        raise ConfigError(f"data.path={path} does not exist; give a .csv file with a header row")
+    with path.open(newline="") as f:
+        table = [row for row in csv.reader(f) if row]
+    if len(table) < 2:
+        raise ConfigError(f"data.path={path} has no data rows under its header")
+    header, rows = [h.strip() for h in table[0]], table[1:]
+    short = next((i for i, row in enumerate(rows, 2) if len(row) != len(header)), None)
+    if short is not None:
+        raise ConfigError(f"{path} line {short} has {len(rows[short - 2])} fields, the header {len(header)}")
+    return header, rows
+
+
+def numeric_columns(rows: list[list[str]], header: list[str], columns: list[str], path: Any) -> np.ndarray:
+    """The columns as a float matrix; names the first cell that is not a number."""
+    index = [header.index(c) for c in columns]
+    out = np.empty((len(rows), len(index)))
+    for r, row in enumerate(rows):
+        for c, i in enumerate(index):
+            try:
+                out[r, c] = float(row[i])
+            except ValueError:
+                raise ConfigError(
+                    f"{path} line {r + 2}, column {columns[c]!r}: {row[i]!r} is not a number (feature columns and a "
+                    "regression target must be numeric; list the numeric ones in data.features)"
+                ) from None
+    if not np.isfinite(out).all():
+        raise ConfigError(f"{path}: columns {columns} hold NaN or inf values; fill or drop those rows")
+    return out
+
+
+def _natural(value: str) -> tuple:
+    """Class names in numeric order when they are numbers ("2" before "10"), else alphabetical."""
+    try:
+        return (0, float(value), value)
+    except ValueError:
+        return (1, 0.0, value)
