@@ -1,0 +1,106 @@
+"""Text for language modelling: a corpus as token ids (characters or bytes), cut into windows of block_size.
+
+``data.path`` names any text file; with none, the corpus is Python's own standard-library sources, read in a fixed
+order (real text that every machine has offline). Splits are contiguous parts of the corpus (train first, then val,
+then test) so that no window of validation text was trained on. Items are ``(ids[:-1], ids[1:])``: inputs and
+next-token targets, int64 of length block_size. The vocabulary goes into meta; ``encode``/``decode`` use it.
+"""
+
+from __future__ import annotations
+
+import sysconfig
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from lab.config import ConfigError, TextConfig
+from lab.data.common import DataModule
+from lab.data.datasets import register
+from lab.errors import UserError
+
+IGNORE_INDEX = -100  # targets at padded positions: no loss, no weight, no metric
+
+
+class TokenWindows(Dataset):
+    """Non-overlapping windows of block_size + 1 ids; item i is (window[:-1], window[1:])."""
+
+    def __init__(self, ids: torch.Tensor, block_size: int) -> None:
+        self.ids, self.block_size = ids, block_size
+        self.count = max(0, (len(ids) - 1) // block_size)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = index * self.block_size
+        window = self.ids[start : start + self.block_size + 1]
+        return window[:-1], window[1:]
+
+
+def stdlib_corpus(max_chars: int) -> str:
+    """Python's standard-library sources in sorted path order, up to max_chars characters."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    parts, size = [], 0
+    for path in sorted(root.glob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        parts.append(text)
+        size += len(text)
+        if size >= max_chars:
+            break
+    return "".join(parts)[:max_chars]
+
+
+def read_corpus(cfg: Any) -> str:
+    if cfg.path is None:
+        return stdlib_corpus(cfg.max_chars)
+    path = Path(cfg.path).expanduser()
+    if not path.is_file():
+        raise ConfigError(
+            f"data.path={cfg.path} does not exist; give a text file (or data.path=null for the built-in corpus)"
+        )
+    text = path.read_text(encoding="utf-8", errors="replace")[: cfg.max_chars]
+    if not text:
+        raise ConfigError(f"data.path={cfg.path} is empty")
+    return text
+
+
+def encode(text: str, meta: Mapping[str, Any]) -> list[int]:
+    """Token ids of `text`; a UserError names the characters the vocabulary lacks."""
+    if meta["level"] == "byte":
+        return list(text.encode("utf-8"))
+    index = {ch: i for i, ch in enumerate(meta["vocab"])}
+    unknown = sorted({ch for ch in text if ch not in index})
+    if unknown:
+        raise UserError(
+            f"the text has characters the model never saw: {''.join(unknown)!r}; use only characters of its "
+            f"{len(index)}-symbol vocabulary (data_meta.vocab)"
+        )
+    return [index[ch] for ch in text]
+
+
+def decode(ids: Sequence[int], meta: Mapping[str, Any]) -> str:
+    if meta["level"] == "byte":
+        return bytes(ids).decode("utf-8", errors="replace")
+    return "".join(meta["vocab"][i] for i in ids)
+
+
+@register("text", config=TextConfig)
+def build_text(cfg: Any) -> DataModule:
+    text = read_corpus(cfg)
+    vocab = None if cfg.level == "byte" else sorted(set(text))
+    meta: dict[str, Any] = {"level": cfg.level, "vocab": vocab, "vocab_size": 256 if vocab is None else len(vocab)}
+    ids = torch.tensor(encode(text, meta), dtype=torch.long)
+    n_test, n_val = int(len(ids) * cfg.test_fraction), int(len(ids) * cfg.val_fraction)
+    n_train = len(ids) - n_val - n_test
+    parts = [ids[:n_train], ids[n_train : n_train + n_val], ids[n_train + n_val :]]
+    train, val, test = (TokenWindows(part, cfg.block_size) for part in parts)
+    if len(train) == 0 or len(val) == 0:
+        raise ConfigError(
+            f"the corpus ({len(ids)} tokens) is too short for windows of data.block_size={cfg.block_size} in every "
+            "split; give a longer text or a smaller block_size"
+        )
+    meta.update(input_shape=[cfg.block_size], num_outputs=meta["vocab_size"], block_size=cfg.block_size)
+    return DataModule(train=train, val=val, test=test if len(test) else None, meta=meta)
