@@ -69,7 +69,8 @@ class Registry:
         if schema is None or not isinstance(cfg, DictConfig):
             return cfg
         try:
-            merged = OmegaConf.merge(OmegaConf.structured(schema), cfg)
+            # resolved first: an interpolation (${task.target_type}) points outside this node
+            merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.to_container(cfg, resolve=True))
             OmegaConf.to_object(merged)  # runs __post_init__
         except ConfigError:
             raise

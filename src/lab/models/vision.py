@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lab.config import ConfigError
+from lab.config import ConfigError, TorchvisionConfig
 from lab.models.registry import image_channels, register
 
 
@@ -63,7 +63,7 @@ def _resnet_stem(resnet: nn.Module, in_channels: int, small_input: bool) -> None
         )
 
 
-@register("torchvision")
+@register("torchvision", config=TorchvisionConfig)
 def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     arch = str(cfg.arch)
     archs = classification_archs()

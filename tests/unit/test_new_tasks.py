@@ -1,0 +1,220 @@
+"""Regression and language modelling in-process: losses and metrics by hand, token-weighted accumulation, the
+table and text datasets, the GPT model, and the task config wiring (monitor, direction, plateau)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from lab import data, models, tasks
+from lab.config import CsvConfig, TextConfig, validate
+from lab.data.text import IGNORE_INDEX, decode, encode
+from lab.engine import Trainer
+from lab.errors import ConfigError, UserError
+from lab.optim import build_optimizer, build_scheduler
+from lab.runtime import resolve_precision
+from lab.tasks.language_model import LanguageModel, TokenMetrics
+from lab.tasks.regression import Regression
+from lab.tracking import Tracker
+
+CPU = torch.device("cpu")
+
+
+# --------------------------------------------------------------------------- regression
+def test_regression_metrics_by_hand_in_the_targets_units():
+    task = Regression(target_mean=100.0, target_std=10.0)
+    predicted, true = torch.tensor([[0.5], [1.0], [-1.0]]), torch.tensor([0.0, 1.0, -2.0])  # standardised
+    assert task.loss(predicted, true).item() == pytest.approx(0.25 + 0 + 1)  # summed squared error
+    assert task.weight(true).item() == 3
+    metrics = task.metrics(CPU, full=True)
+    metrics.update(predicted[:1], true[:1])
+    metrics.update(predicted[1:], true[1:])  # two batches: sums accumulate
+    scores = metrics.compute()
+    assert scores["loss"] == pytest.approx(1.25 / 3)
+    assert scores["rmse"] == pytest.approx(math.sqrt(1.25 / 3) * 10)
+    assert scores["mae"] == pytest.approx(1.5 / 3 * 10)
+    variance = (0 + 1 + 4) / 3 - (-1 / 3) ** 2
+    assert scores["r2"] == pytest.approx(1 - (1.25 / 3) / variance)
+    assert metrics.predicted_and_true() == ([105.0, 110.0, 90.0], [100.0, 110.0, 80.0])
+
+
+def test_regression_refuses_class_labels_and_a_wrong_output_width():
+    task = Regression()
+    with pytest.raises(UserError, match="needs real-valued targets"):
+        task.check_first_batch(torch.randn(4, 3), torch.tensor([1, 2, 3, 4]))
+    with pytest.raises(UserError, match="one output per target value"):
+        task.loss(torch.randn(4, 3), torch.randn(4))
+
+
+# --------------------------------------------------------------------------- language model
+META = {"level": "char", "vocab": list("abc "), "vocab_size": 4, "block_size": 8, "input_shape": [8], "num_outputs": 4}
+
+
+def test_token_loss_ignores_padding_and_is_fp32_under_low_precision_logits():
+    task = LanguageModel(META)
+    logits = torch.randn(2, 3, 4, dtype=torch.bfloat16)
+    targets = torch.tensor([[1, 2, IGNORE_INDEX], [0, IGNORE_INDEX, IGNORE_INDEX]])
+    loss = task.loss(logits, targets)
+    flat = logits.float().reshape(-1, 4)
+    by_hand = -sum(flat[i].log_softmax(-1)[t] for i, t in [(0, 1), (1, 2), (3, 0)])
+    assert loss.dtype == torch.float32 and loss.item() == pytest.approx(float(by_hand), rel=1e-5)
+    assert task.weight(targets).item() == 3  # tokens, not sequences
+    metrics = TokenMetrics(CPU)
+    metrics.update(logits, targets)
+    scores = metrics.compute()
+    assert scores["loss"] == pytest.approx(float(by_hand) / 3, rel=1e-5)
+    assert scores["perplexity"] == pytest.approx(math.exp(scores["loss"]))
+
+
+def _padded_batches(generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Two micro-batches of 2 sequences with 7 and 2 real target tokens: uneven weights."""
+    out = []
+    for lengths in ((4, 3), (1, 1)):
+        x = torch.randint(0, 4, (2, 5), generator=generator)
+        y = torch.full((2, 5), IGNORE_INDEX)
+        for row, n in enumerate(lengths):
+            y[row, :n] = torch.randint(0, 4, (n,), generator=generator)
+        out.append((x, y))
+    return out
+
+
+def test_accumulation_over_uneven_token_counts_equals_the_large_batch(compose, tmp_path: Path):
+    """Two micro-batches (7 and 2 tokens) accumulated = one batch of both: the loss is weighted by tokens over
+    the whole group, not averaged per micro-batch (which would weigh the 2 tokens like the 7)."""
+    micro = _padded_batches(torch.Generator().manual_seed(0))
+    cfg = compose(["optimizer=sgd", "optimizer.momentum=0", "optimizer.nesterov=false", "optimizer.weight_decay=0"])
+    results = []
+    for group in (micro, [tuple(torch.cat(parts) for parts in zip(*micro))]):
+        torch.manual_seed(0)
+        model = models.build(
+            OmegaConf.create({"name": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 8, "dropout": 0.0}), META
+        )
+        optimizer = build_optimizer(cfg.optimizer, model)
+        trainer = Trainer(
+            model=model,
+            optimizer=optimizer,
+            scheduler=build_scheduler(cfg.scheduler, optimizer, 1),
+            task=LanguageModel(META),
+            train_loader=[group],
+            val_loader=None,
+            device=CPU,
+            precision=resolve_precision(cfg.precision, CPU),
+            trainer_cfg=cfg.trainer,
+            tracker=Tracker(tmp_path).start(),
+            run_dir=tmp_path,
+            checkpoint_extras={},
+            seed=0,
+            train_generator=None,
+        )
+        trainer.train_step(group)
+        trainer.tracker.finish()
+        results.append({k: v.clone() for k, v in model.state_dict().items()})
+    for key, value in results[0].items():
+        torch.testing.assert_close(value, results[1][key], rtol=0, atol=1e-6, msg=key)
+
+
+def test_gpt_is_causal_and_takes_any_length_up_to_its_block():
+    torch.manual_seed(0)
+    model = models.build(
+        OmegaConf.create({"name": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 16, "dropout": 0.0}), META
+    )
+    model.eval()
+    x = torch.randint(0, 4, (2, 8))
+    changed = x.clone()
+    changed[:, 5] = (x[:, 5] + 1) % 4
+    a, b = model(x), model(changed)
+    assert a.shape == (2, 8, 4)
+    torch.testing.assert_close(a[:, :5], b[:, :5])  # positions before 5 never see it
+    assert not torch.allclose(a[:, 5:], b[:, 5:])
+    torch.testing.assert_close(model(x[:, :3]), a[:, :3])
+    with pytest.raises(ConfigError, match="token sequences"):
+        models.build(OmegaConf.create({"name": "gpt"}), {"input_shape": [10], "num_outputs": 1})
+
+
+def test_text_vocabulary_round_trip_and_unknown_characters(tmp_path: Path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("hello world, " * 200)
+    module = data.build(OmegaConf.structured(TextConfig(path=str(corpus), block_size=16)))
+    meta = module.meta
+    assert meta["vocab"] == sorted(set("hello world, ")) and meta["input_shape"] == [16]
+    x, y = module.train[0]
+    assert x.dtype == torch.int64 and x.shape == (16,) and torch.equal(x[1:], y[:-1])  # y is x shifted by one
+    assert decode(encode("hello", meta), meta) == "hello"
+    with pytest.raises(UserError, match="never saw"):
+        encode("hello!", meta)
+    byte_level = data.build(OmegaConf.structured(TextConfig(path=str(corpus), level="byte")))
+    assert byte_level.meta["vocab_size"] == 256 and decode(encode("é", byte_level.meta), byte_level.meta) == "é"
+
+
+def test_builtin_corpus_is_python_source_and_deterministic():
+    first = data.build(OmegaConf.structured(TextConfig(max_chars=5000)))
+    second = data.build(OmegaConf.structured(TextConfig(max_chars=5000)))
+    assert torch.equal(first.train.ids, second.train.ids)
+    assert "def " in decode(first.train.ids.tolist(), first.meta)
+
+
+# --------------------------------------------------------------------------- csv tables
+def _csv(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "table.csv"
+    path.write_text(text)
+    return str(path)
+
+
+def test_csv_reads_features_and_a_class_or_value_target(tmp_path: Path):
+    rows = "".join(f"{i},{i % 3},{'cat' if i % 2 else 'dog'},{2.5 * i}\n" for i in range(40))
+    path = _csv(tmp_path, "x1,x2,label,price\n" + rows)
+    classes = data.build(
+        OmegaConf.structured(CsvConfig(path=path, target="label", features=["x1", "x2"], target_type="class"))
+    )
+    assert classes.meta["class_names"] == ["cat", "dog"] and classes.meta["input_shape"] == [2]
+    values = data.build(
+        OmegaConf.structured(CsvConfig(path=path, target="price", features=["x1", "x2"], target_type="value"))
+    )
+    assert values.meta["num_outputs"] == 1 and values.meta["target_mean"] > 0
+    features = torch.stack([x for x, _ in values.train])
+    assert features.mean(0).abs().max() < 1e-5  # standardised with the train split's statistics
+
+
+@pytest.mark.parametrize(
+    ("text", "target", "message"),
+    [
+        ("a,b\n1,2\n3,4\n", "c", "data.target='c' is not a column"),
+        ("a,b\n1,2\nx,4\n" + "1,2\n" * 10, "b", "line 3, column 'a': 'x' is not a number"),
+        ("a,b\n1,2\n3\n", "b", "line 3 has 1 fields"),
+        ("a,b\n", "b", "no data rows"),
+    ],
+)
+def test_csv_mistakes_name_the_problem(tmp_path: Path, text: str, target: str, message: str):
+    with pytest.raises(ConfigError, match=message):
+        data.build(OmegaConf.structured(CsvConfig(path=_csv(tmp_path, text), target=target, target_type="value")))
+
+
+# --------------------------------------------------------------------------- config wiring
+@pytest.mark.parametrize(
+    ("task", "monitor", "mode", "direction"),
+    [
+        ("classification", "acc", "max", "maximize"),
+        ("regression", "rmse", "min", "minimize"),
+        ("language_model", "loss", "min", "minimize"),
+    ],
+)
+def test_best_checkpoint_plateau_and_sweeps_follow_the_task_monitor(compose, task, monitor, mode, direction):
+    cfg = compose([f"task={task}", "scheduler=plateau"])
+    assert cfg.optimized_metric == f"val/{monitor}_best" and cfg.sweep.direction == direction
+    assert cfg.scheduler.monitor == f"val/{monitor}" and cfg.scheduler.mode == mode
+
+
+def test_every_shipped_experiment_is_valid(compose):
+    for name in ("diabetes_regression", "char_lm"):
+        validate(compose([f"experiment={name}"]))
+
+
+def test_an_unknown_task_dataset_or_model_name_suggests_the_nearest():
+    with pytest.raises(ConfigError, match=r"task.name='regresion' is not a registered task; did you mean 'regression'"):
+        tasks.build(OmegaConf.create({"name": "regresion"}), {})
+    with pytest.raises(ConfigError, match=r"data.name='imagenet' is not a registered data"):
+        data.build(OmegaConf.create({"name": "imagenet"}))
