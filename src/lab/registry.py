@@ -29,8 +29,9 @@ class Entry:
 
 
 class Registry:
-    def __init__(self, kind: str, package: str) -> None:
+    def __init__(self, kind: str, package: str, noun: str | None = None) -> None:
         self.kind, self.package = kind, package  # kind: the config group ("model", "data", "task")
+        self.noun = noun or kind  # what one option is called in messages ("dataset")
         self._entries: dict[str, Entry] = {}
         self._discovered = False
 
@@ -57,7 +58,7 @@ class Registry:
             close = difflib.get_close_matches(name, self._entries, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(
-                f"{self.kind}.name={name!r} is not a registered {self.kind}; {hint}available: "
+                f"{self.kind}.name={name!r} is not a registered {self.noun}; {hint}available: "
                 f"{', '.join(self.available())} (a new one is a module in {self.package.replace('.', '/')}/ "
                 f"with @register({name!r}))"
             )
@@ -75,7 +76,7 @@ class Registry:
         except ConfigError:
             raise
         except OmegaConfBaseException as err:
-            raise ConfigError(f"{self.kind}: {str(err).splitlines()[0]} (the {cfg.name} {self.kind} config)") from err
+            raise ConfigError(f"{self.kind}: {str(err).splitlines()[0]} (the {cfg.name} {self.noun} config)") from err
         return merged
 
     def build(self, cfg: Any, *args: Any) -> Any:

@@ -216,5 +216,5 @@ def test_every_shipped_experiment_is_valid(compose):
 def test_an_unknown_task_dataset_or_model_name_suggests_the_nearest():
     with pytest.raises(ConfigError, match=r"task.name='regresion' is not a registered task; did you mean 'regression'"):
         tasks.build(OmegaConf.create({"name": "regresion"}), {})
-    with pytest.raises(ConfigError, match=r"data.name='imagenet' is not a registered data"):
+    with pytest.raises(ConfigError, match=r"data.name='imagenet' is not a registered dataset"):
         data.build(OmegaConf.create({"name": "imagenet"}))

@@ -1,8 +1,8 @@
 """Datasets, transforms and loaders: ``build(cfg)`` -> :class:`DataModule`, then ``make_loader`` per split."""
 
 from lab.data.common import DataModule
-from lab.data.datasets import build
+from lab.data.datasets import build, checked_config
 from lab.data.loaders import make_loader, seed_worker
 from lab.data.transforms import eval_transform
 
-__all__ = ["DataModule", "build", "eval_transform", "make_loader", "seed_worker"]
+__all__ = ["DataModule", "build", "checked_config", "eval_transform", "make_loader", "seed_worker"]

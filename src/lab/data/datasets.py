@@ -11,7 +11,7 @@ from typing import Any
 from lab.data.common import DataModule
 from lab.registry import Registry
 
-DATASETS = Registry("data", "lab.data")
+DATASETS = Registry("data", "lab.data", noun="dataset")
 register = DATASETS.register
 
 

@@ -117,3 +117,24 @@ def load_tensor_file(path: Path, meta: Mapping[str, Any], transform: Any) -> tor
             f"or normalized float inputs (N, {c}, {size}, {size})"
         )
     return data.float()
+
+
+def load_array(spec: str, meta: Mapping[str, Any]) -> list[tuple[str, torch.Tensor]]:
+    """(name, row) for each row of a .npy / .pt array of model inputs, (N, *input_shape) as the model takes them."""
+    path = Path(spec).expanduser()
+    shape = [int(d) for d in meta["input_shape"]]
+    wanted = f"(N, {', '.join(map(str, shape))})"
+    if not path.is_file() or path.suffix.lower() not in TENSOR_SUFFIXES:
+        raise UserError(f"input={spec}: give a .npy or .pt array of model inputs, shape {wanted}")
+    try:
+        data = (
+            np.load(path, allow_pickle=False) if path.suffix.lower() == ".npy" else torch.load(path, weights_only=True)
+        )
+    except Exception as err:
+        raise UserError(f"input={spec}: cannot read the array ({str(err).splitlines()[0]})") from err
+    array = torch.as_tensor(data)
+    array = array.unsqueeze(0) if list(array.shape) == shape else array  # one sample
+    if list(array.shape[1:]) != shape:
+        raise UserError(f"input={spec} has shape {tuple(array.shape)}; the model takes {wanted}")
+    array = array.float() if array.is_floating_point() else array
+    return [(f"{path}[{i}]", row) for i, row in enumerate(array)]

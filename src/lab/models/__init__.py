@@ -4,6 +4,6 @@ Every module of this package is imported on the first lookup: a fork adds a mode
 is decorated with ``@register("name")``, plus ``conf/model/<name>.yaml``.
 """
 
-from lab.models.registry import Builder, available, build, register
+from lab.models.registry import MODELS, Builder, available, build, register
 
-__all__ = ["Builder", "available", "build", "register"]
+__all__ = ["MODELS", "Builder", "available", "build", "register"]

@@ -71,3 +71,41 @@ class Task(Protocol):
 
     def predict(self, backend: Any, infer_cfg: Any, meta: dict[str, Any]) -> Predictions:
         """infer.py: read ``infer_cfg.input`` (files, rows, a prompt), run ``backend`` and turn outputs into records."""
+
+
+class BaseTask:
+    """Defaults for a new task: subclass it and write ``loss`` and ``metrics`` (and set ``name``, ``monitor`` and
+    ``mode``). Every sample weighs the same; eval writes eval.json only; export parity is max |diff| alone; infer
+    runs the model on the rows of a .npy / .pt array and records the raw outputs."""
+
+    name = "task"
+    monitor = "loss"
+    mode = "min"
+    dynamic_dims: tuple[int, ...] = (0,)
+
+    def check_first_batch(self, inputs: Any, targets: Any) -> str:
+        return f"targets {tuple(targets.shape)} {targets.dtype}" if isinstance(targets, torch.Tensor) else ""
+
+    def weight(self, targets: Any) -> torch.Tensor:
+        from lab.batches import size
+
+        device = targets.device if isinstance(targets, torch.Tensor) else None
+        return torch.full((), float(size(targets)), device=device)
+
+    def report(self, metrics: Metrics, context: ReportContext) -> tuple[dict[str, Any], list[Path]]:
+        return {}, []
+
+    def agreement(self, reference: torch.Tensor, outputs: torch.Tensor) -> float | None:
+        return None
+
+    def predict(self, backend: Any, cfg: Any, meta: dict[str, Any]) -> Predictions:
+        from lab.inference.inputs import load_array
+        from lab.inference.predict import batched_outputs
+
+        rows = load_array(cfg.input, meta)
+        records = [
+            {"path": name, "output": output}
+            for names, outputs in batched_outputs(backend, rows, cfg.infer.batch_size)
+            for name, output in zip(names, outputs.tolist())
+        ]
+        return Predictions(records, [])

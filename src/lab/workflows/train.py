@@ -42,12 +42,22 @@ def _planned_steps(trainer_cfg: Any, steps_per_epoch: int) -> int:
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     """Train; with dist=ddp|fsdp outside torchrun/SLURM, spawn the ranks here and return rank 0's result."""
     run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
+    _check_options(cfg)
     identity = tracking.job_identity(cfg, run_dir)
     if cfg.dist.strategy != "none" and not dist_env.launched_as_worker():
         checkpoint.require_file(cfg.ckpt_path)  # fail before starting processes
         container = OmegaConf.to_container(cfg, resolve=True)
         return launch.spawn(_spawned_worker, (container, str(run_dir), identity), cfg.dist)
     return _join_and_train(cfg, run_dir, identity)
+
+
+def _check_options(cfg: DictConfig) -> None:
+    """Each chosen option against its own schema before any work: names that are not registered (with the nearest
+    one), unknown keys and bad values, for a fork's dataset, model or task as for the shipped ones. The data node
+    takes its schema's defaults too (a fork's conf/data/<name>.yaml may list only what differs)."""
+    cfg.data = data.checked_config(cfg.data)
+    models.MODELS.checked(cfg.model)
+    tasks.TASKS.checked(cfg.task)
 
 
 @record  # the failing rank's traceback reaches the launcher, which names it
