@@ -5,6 +5,10 @@ all of them. Prints steps/s and the ratio to the hand-written loop of (a) the te
 every 50 steps (goal >= 0.95) and (b) its whole fit(), which also writes last.pt after every epoch.
 
     python bench/loop_overhead.py [--epochs 5] [--repeats 3] [overrides ...]   e.g. model=mlp data=synthetic
+    python bench/loop_overhead.py --all-tasks     one row per shipped task: classification, regression, LM
+
+The hand-written loop computes each task's loss the way one writes it by hand (cross-entropy, MSE, token
+cross-entropy); the template goes through the Task interface, token weights and accumulation groups included.
 """
 
 from __future__ import annotations
@@ -21,23 +25,35 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
 import lab.config
-from lab import data, models, runtime
+from lab import data, models, runtime, tasks
 from lab.engine import Trainer
 from lab.optim import build_optimizer, build_scheduler
-from lab.tasks import Classification
 from lab.tracking import Tracker
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
-def hand_written(model, loader, optimizer, scheduler, device, epochs: int) -> int:
+# task -> the loss as one writes it in a hand-written loop
+HAND_LOSSES = {
+    "classification": lambda out, y: F.cross_entropy(out, y),
+    "regression": lambda out, y: F.mse_loss(out.reshape(y.shape), y),
+    "language_model": lambda out, y: F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)),
+}
+TASK_ROWS = {  # --all-tasks: the shipped experiment of each task
+    "classification": [],
+    "regression": ["experiment=diabetes_regression"],
+    "language_model": ["experiment=char_lm", "data.max_chars=60000"],
+}
+
+
+def hand_written(model, loader, optimizer, scheduler, device, epochs: int, loss_fn) -> int:
     """The loop a careful user writes by hand: nothing but the math."""
     model.train()
     steps = 0
     for _ in range(epochs):
         for inputs, targets in loader:
             inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
-            loss = F.cross_entropy(model(inputs), targets)
+            loss = loss_fn(model(inputs), targets)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -50,9 +66,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--all-tasks", action="store_true", help="one row per shipped task (ignores overrides)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    for overrides in TASK_ROWS.values() if args.all_tasks else [args.overrides]:
+        measure(args, overrides)
+
+
+def measure(args: argparse.Namespace, overrides: list[str]) -> None:
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(
@@ -62,7 +84,7 @@ def main() -> None:
                 "trainer.grad_clip=null",
                 "trainer.progress_bar=off",
                 f"trainer.max_epochs={args.epochs}",
-                *args.overrides,
+                *overrides,
             ],
         )
     lab.config.validate(cfg)
@@ -74,6 +96,8 @@ def main() -> None:
     loader = data.make_loader(
         datamodule.train, cfg.data, train=True, generator=generator, pin_memory=device.type == "cuda"
     )
+    task = tasks.build(cfg.task, datamodule.meta)
+    loss_fn = HAND_LOSSES[cfg.task.name]
     template_model = models.build(cfg.model, datamodule.meta).to(device)
     plain_model = copy.deepcopy(template_model)
     total_steps = args.epochs * len(loader) * args.repeats
@@ -83,7 +107,7 @@ def main() -> None:
         return optimizer, build_scheduler(cfg.scheduler, optimizer, total_steps)
 
     plain_opt, plain_sched = fresh(plain_model)
-    hand_written(plain_model, loader, plain_opt, plain_sched, device, 1)  # warm-up (allocator, kernels)
+    hand_written(plain_model, loader, plain_opt, plain_sched, device, 1, loss_fn)  # warm-up (allocator, kernels)
     best = {"hand-written": 0.0, "template steps": 0.0, "template fit": 0.0}
 
     def timed(name: str, fn) -> None:
@@ -96,7 +120,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as run_dir:
         for _ in range(args.repeats):
             timed(
-                "hand-written", lambda: hand_written(plain_model, loader, plain_opt, plain_sched, device, args.epochs)
+                "hand-written",
+                lambda: hand_written(plain_model, loader, plain_opt, plain_sched, device, args.epochs, loss_fn),
             )
             for name in ("template steps", "template fit"):
                 optimizer, scheduler = fresh(template_model)
@@ -104,7 +129,7 @@ def main() -> None:
                     model=template_model,
                     optimizer=optimizer,
                     scheduler=scheduler,
-                    task=Classification(datamodule.meta["num_classes"]),
+                    task=task,
                     train_loader=loader,
                     val_loader=None,
                     device=device,
@@ -130,7 +155,7 @@ def main() -> None:
                 trainer.tracker.finish()
 
     print(
-        f"model={cfg.model.name} data={cfg.data.name} batch={cfg.data.batch_size} device={device} "
+        f"task={cfg.task.name} model={cfg.model.name} data={cfg.data.name} batch={cfg.data.batch_size} device={device} "
         f"precision={precision.name} steps/epoch={len(loader)} epochs={args.epochs} repeats={args.repeats}"
     )
     for name, value in best.items():

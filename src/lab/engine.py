@@ -206,7 +206,7 @@ class Trainer:
         different token counts; DDP/FSDP then average over ranks. No host sync: all of it stays on the device.
         """
         weights = [self.task.weight(targets) for _, targets in group]
-        total = self.parallel.mean_over_ranks(torch.stack(weights).sum())
+        total = self.parallel.mean_over_ranks(weights[0] if len(group) == 1 else torch.stack(weights).sum())
         for index, (inputs, targets) in enumerate(group):
             # no gradient all-reduce until the group's last micro-batch (DDP no_sync / FSDP sync off)
             with self.parallel.accumulation(self.wrapped, sync=index == len(group) - 1):

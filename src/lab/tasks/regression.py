@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from lab import plots
 from lab.config import RegressionTaskConfig
@@ -91,7 +92,7 @@ class Regression:
                 f"the model gives {tuple(outputs.shape)} outputs for {tuple(targets.shape)} targets; a regression "
                 "model needs one output per target value (num_outputs in data_meta)"
             )
-        return (outputs.float().reshape(targets.shape) - targets.float()).square().sum()
+        return F.mse_loss(outputs.float().reshape(targets.shape), targets.float(), reduction="sum")
 
     def metrics(self, device: torch.device, full: bool = False) -> RegressionMetrics:
         return RegressionMetrics(self.target_mean, self.target_std, device, keep=full)
