@@ -169,8 +169,8 @@ from lab.exporting import writers
 
 name, write_onnx = writers.WRITERS["onnx"]
 
-def perturbed(model, example, path, opset):
-    written = write_onnx(model, example, path, opset)
+def perturbed(model, example, path, opset, dims):
+    written = write_onnx(model, example, path, opset, dims)
     proto = onnx.load(str(path))
     weight = max(proto.graph.initializer, key=lambda t: int(np.prod(t.dims)))  # the largest weight tensor
     weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * 1.01, weight.name))

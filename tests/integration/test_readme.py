@@ -76,11 +76,21 @@ def sample_images(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def houses_csv(tmp_path_factory):
+    """A small table with a numeric `price` target for the README's `data/houses.csv`."""
+    path = tmp_path_factory.mktemp("table") / "houses.csv"
+    rows = [f"{rooms},{area},{2 * rooms + 0.5 * area}" for rooms in range(1, 9) for area in range(20, 140, 10)]
+    path.write_text("rooms,area,price\n" + "\n".join(rows) + "\n")
+    return path
+
+
 # placeholder in a README command -> fixture that provides it (created only when a command needs it)
 PLACEHOLDERS = {
     "outputs/train/<run>": "finished_run",
     "outputs/export/<run>": "finished_export",
     "path/to/images/": "sample_images",
+    "data/houses.csv": "houses_csv",
 }
 
 

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-import yaml
+from omegaconf import OmegaConf
 
 from helpers import REPO, script_env
 from wandb_reader import find_run_files, read_run
@@ -79,7 +79,8 @@ def test_train_run_records_config_commit_dirty_flag_and_metrics(project_copy, tm
         "git_branch": _git("branch", "--show-current", cwd=project_copy),
         "git_dirty": False,
     }
-    hydra_config = yaml.safe_load((clean / ".hydra/config.yaml").read_text())
+    # resolved as the run resolved it (optimized_metric: val/${task.monitor}_best -> val/acc_best)
+    hydra_config = OmegaConf.to_container(OmegaConf.load(clean / ".hydra/config.yaml"), resolve=True)
     for key, value in hydra_config.items():
         assert run.config[key] == value, key
     assert run.config["model"]["hidden_dims"] == [32] and run.config["optimizer"]["lr"] == 0.002

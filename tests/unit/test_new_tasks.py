@@ -218,3 +218,36 @@ def test_an_unknown_task_dataset_or_model_name_suggests_the_nearest():
         tasks.build(OmegaConf.create({"name": "regresion"}), {})
     with pytest.raises(ConfigError, match=r"data.name='imagenet' is not a registered dataset"):
         data.build(OmegaConf.create({"name": "imagenet"}))
+
+
+def test_gpt_gradient_checkpointing_gives_the_same_gradients():
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        cfg = {
+            "name": "gpt",
+            "n_layer": 2,
+            "n_head": 2,
+            "n_embd": 16,
+            "dropout": 0.0,
+            "grad_checkpointing": checkpointing,
+        }
+        model = models.build(OmegaConf.create(cfg), META).train()
+        model(torch.randint(0, 4, (2, 8))).square().mean().backward()
+        grads.append({name: p.grad.clone() for name, p in model.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, msg=name)
+
+
+def test_dict_batches_split_move_and_slice():
+    from lab import batches
+
+    batch = {"tokens": torch.arange(6).view(3, 2), "mask": torch.ones(3, 2), "targets": torch.tensor([1, 2, 3])}
+    inputs, targets = batches.split(batch)
+    assert set(inputs) == {"tokens", "mask"} and torch.equal(targets, batch["targets"])
+    moved = batches.to_device((inputs, targets), CPU)
+    assert batches.size(moved[0]) == 3 and torch.equal(batches.head(moved[0], 2)["tokens"], batch["tokens"][:2])
+    single, _ = batches.split({"inputs": torch.zeros(2, 3), "labels": torch.zeros(2)})
+    assert isinstance(single, torch.Tensor)  # one input left: the tensor itself
+    with pytest.raises(ValueError, match="targets"):
+        batches.split({"x": torch.zeros(1)})

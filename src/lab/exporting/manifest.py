@@ -59,7 +59,8 @@ def preprocessing(meta: dict[str, Any]) -> dict[str, Any]:
 
 def _tensor_spec(name: str, tensor: torch.Tensor, dynamic_dims: tuple[int, ...]) -> dict[str, Any]:
     shape = [AXIS_NAMES.get(d, f"dim{d}") if d in dynamic_dims else int(n) for d, n in enumerate(tensor.shape)]
-    return {"name": name, "shape": shape, "dtype": str(tensor.dtype).removeprefix("torch.")}
+    spec = {"name": name, "shape": shape, "dtype": str(tensor.dtype).removeprefix("torch.")}
+    return {**spec, "layout": "NCHW"} if name == INPUT_NAME and tensor.ndim == 4 else spec
 
 
 def build(
