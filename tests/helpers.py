@@ -81,3 +81,33 @@ def run_script(
 def max_abs_diff(a: dict, b: dict) -> float:
     assert a.keys() == b.keys()
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in a if a[k].numel())
+
+
+def in_process_trainer(cfg: DictConfig, model, task, loader, run_dir: Path, total_steps: int = 100):
+    """A Trainer on the CPU for unit tests: the config's optimizer, schedule, precision and trainer settings; no
+    validation loader; a local-only Tracker in `run_dir` (call `trainer.tracker.finish()` when done)."""
+    import torch
+
+    from lab.engine import Trainer
+    from lab.optim import build_optimizer, build_scheduler
+    from lab.runtime import resolve_precision
+    from lab.tracking import Tracker
+
+    cpu = torch.device("cpu")
+    optimizer = build_optimizer(cfg.optimizer, model)
+    return Trainer(
+        model=model,
+        optimizer=optimizer,
+        scheduler=build_scheduler(cfg.scheduler, optimizer, total_steps),
+        task=task,
+        train_loader=loader,
+        val_loader=None,
+        device=cpu,
+        precision=resolve_precision(cfg.precision, cpu),
+        trainer_cfg=cfg.trainer,
+        tracker=Tracker(run_dir).start(),
+        run_dir=run_dir,
+        checkpoint_extras={},
+        seed=0,
+        train_generator=None,
+    )

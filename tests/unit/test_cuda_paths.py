@@ -14,14 +14,14 @@ from omegaconf import OmegaConf
 from torch import nn
 from torch.export import passes as export_passes
 
+from helpers import in_process_trainer
 from lab import checkpoint, engine, runtime
 from lab.distributed import launch, parallel
 from lab.engine import Trainer
 from lab.errors import ConfigError
 from lab.inference import backends
-from lab.optim import build_optimizer, build_scheduler
+from lab.optim import build_optimizer
 from lab.tasks import Classification
-from lab.tracking import Tracker
 
 CPU = torch.device("cpu")
 
@@ -106,23 +106,7 @@ def _fp16_trainer(compose, tmp_path: Path, overrides=()) -> Trainer:
     model = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
     dataset = torch.utils.data.TensorDataset(torch.randn(64, 1, 8, 8), torch.randint(0, 10, (64,)))
     loader = torch.utils.data.DataLoader(dataset, batch_size=8)
-    optimizer = build_optimizer(cfg.optimizer, model)
-    return Trainer(
-        model=model,
-        optimizer=optimizer,
-        scheduler=build_scheduler(cfg.scheduler, optimizer, 8),
-        task=Classification(10),
-        train_loader=loader,
-        val_loader=None,
-        device=CPU,
-        precision=runtime.resolve_precision(cfg.precision, CPU),
-        trainer_cfg=cfg.trainer,
-        tracker=Tracker(tmp_path).start(),
-        run_dir=tmp_path,
-        checkpoint_extras={},
-        seed=0,
-        train_generator=None,
-    )
+    return in_process_trainer(cfg, model, Classification(10), loader, tmp_path, total_steps=8)
 
 
 def test_fp16_steps_read_no_scale_to_the_host_and_count_skipped_steps_exactly(

@@ -10,16 +10,13 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from helpers import in_process_trainer
 from lab import data, models, tasks
 from lab.config import CsvConfig, TextConfig, validate
 from lab.data.text import IGNORE_INDEX, decode, encode
-from lab.engine import Trainer
 from lab.errors import ConfigError, UserError
-from lab.optim import build_optimizer, build_scheduler
-from lab.runtime import resolve_precision
 from lab.tasks.language_model import LanguageModel, TokenMetrics
 from lab.tasks.regression import Regression
-from lab.tracking import Tracker
 
 CPU = torch.device("cpu")
 
@@ -93,23 +90,7 @@ def test_accumulation_over_uneven_token_counts_equals_the_large_batch(compose, t
         model = models.build(
             OmegaConf.create({"name": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 8, "dropout": 0.0}), META
         )
-        optimizer = build_optimizer(cfg.optimizer, model)
-        trainer = Trainer(
-            model=model,
-            optimizer=optimizer,
-            scheduler=build_scheduler(cfg.scheduler, optimizer, 1),
-            task=LanguageModel(META),
-            train_loader=[group],
-            val_loader=None,
-            device=CPU,
-            precision=resolve_precision(cfg.precision, CPU),
-            trainer_cfg=cfg.trainer,
-            tracker=Tracker(tmp_path).start(),
-            run_dir=tmp_path,
-            checkpoint_extras={},
-            seed=0,
-            train_generator=None,
-        )
+        trainer = in_process_trainer(cfg, model, LanguageModel(META), [group], tmp_path, total_steps=1)
         trainer.train_step(group)
         trainer.tracker.finish()
         results.append({k: v.clone() for k, v in model.state_dict().items()})

@@ -17,6 +17,7 @@ from lab.data.common import (
     resolve_num_classes,
     resolve_stats,
     split_indices,
+    train_val_test,
 )
 from lab.data.datasets import register
 from lab.data.tensor_dataset import TensorImageDataset
@@ -56,13 +57,7 @@ def build_digits(cfg: DataCfg) -> DataModule:
     images = torch.from_numpy(digits.images.astype(np.uint8)).unsqueeze(1)  # (N,1,8,8), values 0..16
     labels = torch.from_numpy(digits.target).long()
 
-    # test first, then val out of the rest, so the test split does not change when val_fraction does
-    if cfg.test_fraction > 0:
-        rest, test_idx = split_indices(labels, cfg.test_fraction, cfg.split_seed)
-    else:
-        rest, test_idx = torch.arange(len(labels)), None
-    keep, val_held = split_indices(labels[rest], cfg.val_fraction / (1 - cfg.test_fraction), cfg.split_seed)
-    train_idx, val_idx = rest[keep], rest[val_held]
+    train_idx, val_idx, test_idx = train_val_test(labels, cfg)
 
     # own statistics from the train split only, so nothing about val/test leaks into the inputs
     train_pixels = images[train_idx].float() / 16.0

@@ -90,6 +90,18 @@ def make_meta(
     }
 
 
+def train_val_test(labels: torch.Tensor, cfg: DataCfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(train, val, test) indices by data.val_fraction / test_fraction / split_seed; test is None when
+    test_fraction is 0. Test is carved first, then val out of the rest, so the test split does not change when
+    val_fraction does."""
+    if cfg.test_fraction > 0:
+        rest, test = split_indices(labels, cfg.test_fraction, cfg.split_seed)
+    else:
+        rest, test = torch.arange(len(labels)), None
+    keep, held = split_indices(labels[rest], cfg.val_fraction / (1 - cfg.test_fraction), cfg.split_seed)
+    return rest[keep], rest[held], test
+
+
 def split_indices(labels: torch.Tensor, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Split ``range(len(labels))`` into (kept, held_out) with ``fraction`` held out.
 

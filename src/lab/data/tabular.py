@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lab.config import ConfigError, CsvConfig, DiabetesConfig
-from lab.data.common import DataModule, split_indices
+from lab.data.common import DataModule, train_val_test
 from lab.data.datasets import register
 
 
@@ -52,12 +52,7 @@ def table_module(
     classes = class_names is not None
     y = torch.from_numpy(np.asarray(targets)).long() if classes else torch.from_numpy(np.asarray(targets, np.float64))
     strata = y if classes else torch.zeros(len(y), dtype=torch.long)  # stratified by class when there are classes
-    if cfg.test_fraction > 0:
-        rest, test_idx = split_indices(strata, cfg.test_fraction, cfg.split_seed)
-    else:
-        rest, test_idx = torch.arange(len(y)), None
-    keep, held = split_indices(strata[rest], cfg.val_fraction / (1 - cfg.test_fraction), cfg.split_seed)
-    train_idx, val_idx = rest[keep], rest[held]
+    train_idx, val_idx, test_idx = train_val_test(strata, cfg)
 
     mean, std = x[train_idx].mean(0), x[train_idx].std(0, unbiased=False).clamp_min(1e-12)
     x = ((x - mean) / std).float()
