@@ -14,7 +14,8 @@ TARGET_KEYS = ("targets", "labels")
 def split(batch: Any) -> tuple[Any, Any]:
     """(inputs, targets). A dict batch keeps its targets under "targets" (or "labels"); its other entries are the
     inputs (the one tensor when a single entry is left, else the dict the model's forward takes)."""
-    if isinstance(batch, Mapping):
+    # tuples are tested first: the common case, and Mapping is an ABC, slower to test against
+    if not isinstance(batch, tuple | list) and isinstance(batch, Mapping):
         key = next((k for k in TARGET_KEYS if k in batch), None)
         if key is None:
             raise ValueError(f"a dict batch needs its targets under one of {TARGET_KEYS}; it has {list(batch)}")
@@ -32,10 +33,10 @@ def to_device(data: Any, device: torch.device, channels_last: bool = False) -> A
         if channels_last and data.ndim == 4 and data.is_floating_point():
             data = data.contiguous(memory_format=torch.channels_last)
         return data
+    if isinstance(data, tuple | list):
+        return type(data)([to_device(value, device, channels_last) for value in data])
     if isinstance(data, Mapping):
         return {key: to_device(value, device, channels_last) for key, value in data.items()}
-    if isinstance(data, tuple | list):
-        return type(data)(to_device(value, device, channels_last) for value in data)
     return data
 
 

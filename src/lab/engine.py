@@ -207,13 +207,15 @@ class Trainer:
         """
         weights = [self.task.weight(targets) for _, targets in group]
         total = self.parallel.mean_over_ranks(weights[0] if len(group) == 1 else torch.stack(weights).sum())
+        # backward seeded with 1/total instead of differentiating loss / total: no extra autograd node per step
+        inverse_total = total.reciprocal()
         for index, (inputs, targets) in enumerate(group):
             # no gradient all-reduce until the group's last micro-batch (DDP no_sync / FSDP sync off)
             with self.parallel.accumulation(self.wrapped, sync=index == len(group) - 1):
                 with self.precision.autocast(self.device):
                     outputs = self.forward(inputs)
                 loss = self.task.loss(outputs, targets)  # summed, fp32
-                self.scaler.scale(loss / total).backward()
+                self.scaler.scale(loss).backward(inverse_total)
             self.window.add(loss, weights[index], step=self.progress.global_step + 1, samples=batch_size(targets))
         self._optimizer_step()
 

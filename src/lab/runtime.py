@@ -70,6 +70,9 @@ def configure_backends(trainer_cfg, device: torch.device) -> None:
         log.info("trainer.cudnn_benchmark has no effect on %s (cuDNN is CUDA-only)", device.type)
 
 
+_NO_CONTEXT = contextlib.nullcontext()  # reusable; one per step would be a needless allocation in the hot loop
+
+
 @dataclass(frozen=True)
 class Precision:
     """The resolved precision policy for one device."""
@@ -80,7 +83,7 @@ class Precision:
 
     def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
         if self.autocast_dtype is None:
-            return contextlib.nullcontext()
+            return _NO_CONTEXT
         return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
 
     def describe(self) -> str:

@@ -29,6 +29,7 @@ from lab import checkpoint
 log = logging.getLogger(__name__)
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+_NO_CONTEXT = contextlib.nullcontext()  # reusable: the step asks for one every micro-batch
 
 
 class ShardSampler(Sampler[int]):
@@ -135,11 +136,11 @@ class Parallel:
     def accumulation(self, forward: Any, sync: bool) -> contextlib.AbstractContextManager:
         """Skip the gradient all-reduce on non-final micro-steps: one reduction per optimizer step, not per batch."""
         if not self.active:
-            return contextlib.nullcontext()
+            return _NO_CONTEXT
         if self.strategy == "ddp":
-            return contextlib.nullcontext() if sync else forward.no_sync()
+            return _NO_CONTEXT if sync else forward.no_sync()
         forward.set_requires_gradient_sync(sync)
-        return contextlib.nullcontext()
+        return _NO_CONTEXT
 
     # ------------------------------------------------------------------ communication
     def all_reduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:

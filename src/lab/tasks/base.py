@@ -14,6 +14,17 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+_COUNTS: dict[tuple[float, torch.device], torch.Tensor] = {}
+
+
+def count(n: float, device: torch.device) -> torch.Tensor:
+    """``n`` as a device scalar for ``Task.weight``, made once per (n, device): the batch size repeats every step,
+    and a fill per step is a kernel launch the step does not need. Read-only: the engine never changes it."""
+    key = (float(n), device)
+    if key not in _COUNTS:
+        _COUNTS[key] = torch.full((), float(n), device=device)
+    return _COUNTS[key]
+
 
 class Metrics(Protocol):
     """An exact metric accumulator. Running *sums* live in tensor attributes on the device (no host sync per
@@ -89,8 +100,8 @@ class BaseTask:
     def weight(self, targets: Any) -> torch.Tensor:
         from lab.batches import size
 
-        device = targets.device if isinstance(targets, torch.Tensor) else None
-        return torch.full((), float(size(targets)), device=device)
+        device = targets.device if isinstance(targets, torch.Tensor) else torch.device("cpu")
+        return count(size(targets), device)
 
     def report(self, metrics: Metrics, context: ReportContext) -> tuple[dict[str, Any], list[Path]]:
         return {}, []

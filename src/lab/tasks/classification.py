@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from lab import plots
 from lab.config import ClassificationTaskConfig
 from lab.errors import UserError
-from lab.tasks.base import Predictions, ReportContext
+from lab.tasks.base import Predictions, ReportContext, count
 from lab.tasks.registry import TASKS
 
 
@@ -116,7 +116,7 @@ class Classification:
         return f"class labels in [{low}, {high}] of {self.num_classes}"
 
     def weight(self, targets: torch.Tensor) -> torch.Tensor:
-        return torch.full((), float(len(targets)), device=targets.device)  # a fill, not a host-to-device copy
+        return count(len(targets), targets.device)
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         # Cross-entropy in fp32: under autocast, logits may be fp16/bf16 and log-softmax loses precision there.

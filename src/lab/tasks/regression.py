@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from lab import plots
 from lab.config import RegressionTaskConfig
 from lab.errors import UserError
-from lab.tasks.base import Predictions, ReportContext
+from lab.tasks.base import Predictions, ReportContext, count
 from lab.tasks.registry import register
 
 
@@ -84,7 +84,7 @@ class Regression:
         return f"{self.target_name} standardised, range [{float(targets.min()):.3f}, {float(targets.max()):.3f}]"
 
     def weight(self, targets: torch.Tensor) -> torch.Tensor:
-        return torch.full((), float(targets.numel()), device=targets.device)
+        return count(targets.numel(), targets.device)
 
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if outputs.numel() != targets.numel():
