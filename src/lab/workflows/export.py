@@ -2,7 +2,7 @@
 
 Each artifact is run by the runner inference uses (onnxruntime, torch.export.load, torch.jit.load) on real
 validation samples and compared with the eager model. An artifact above `export.tolerance` is deleted, its
-figures stay in export_manifest.json, and the run exits non-zero. Returns the worst max |logit difference|.
+figures stay in export_manifest.json, and the run exits non-zero. Returns the worst max |output difference|.
 """
 
 from __future__ import annotations
