@@ -13,28 +13,17 @@ from __future__ import annotations
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from lab.config.data import CsvConfig, DataConfig, DiabetesConfig, LoaderConfig, TextConfig
+from lab.config.models import CNNConfig, GPTConfig, MLPConfig, ModelConfig, TorchvisionConfig
+from lab.config.tasks import ClassificationTaskConfig, LanguageModelTaskConfig, RegressionTaskConfig, TaskConfig
 from lab.config.tools import EvalConfig, ExportConfig, InferConfig
 from lab.config.training import (
     AdamWConfig,
-    ClassificationTaskConfig,
-    CNNConfig,
-    CsvConfig,
-    DataConfig,
-    DiabetesConfig,
     DistConfig,
-    GPTConfig,
-    LanguageModelTaskConfig,
-    LoaderConfig,
     LoggerConfig,
-    MLPConfig,
-    ModelConfig,
     PrecisionConfig,
-    RegressionTaskConfig,
     SchedulerConfig,
     SGDConfig,
-    TaskConfig,
-    TextConfig,
-    TorchvisionConfig,
     TrainConfig,
     TrainerConfig,
 )

@@ -1,0 +1,107 @@
+"""Schemas of the `data` group: the loader keys every dataset has, and each shipped dataset's own keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import MISSING
+
+from lab.config.checks import one_of as _one_of
+from lab.config.checks import require as _require
+
+
+@dataclass
+class LoaderConfig:
+    """Keys every dataset has: where its files are, how it is split and batched. A dataset's own schema extends
+    this one (a fork's new dataset too: its module registers the schema with its builder)."""
+
+    name: str = MISSING
+    root: str = "data"
+    batch_size: int = 64  # per device
+    eval_batch_size: int | None = None  # null = batch_size
+    num_workers: int = 0
+    pin_memory: bool | None = None  # null = auto: only when training on CUDA
+    persistent_workers: bool = True  # only meaningful with num_workers > 0
+    split_seed: int = 0  # fixes the train/val(/test) split, independent of the training seed
+    val_fraction: float = 0.15
+    test_fraction: float = 0.15  # only for datasets without an official test split
+
+    def __post_init__(self) -> None:
+        _require(self.batch_size >= 1, f"data.batch_size must be >= 1, got {self.batch_size}")
+        _require(
+            self.eval_batch_size is None or self.eval_batch_size >= 1,
+            f"data.eval_batch_size must be >= 1 or null, got {self.eval_batch_size}",
+        )
+        _require(self.num_workers >= 0, f"data.num_workers must be >= 0, got {self.num_workers}")
+        _require(0 < self.val_fraction < 1, f"data.val_fraction must be in (0, 1), got {self.val_fraction}")
+        _require(
+            0 <= self.test_fraction < 1 and self.val_fraction + self.test_fraction < 1,
+            "data.test_fraction must be in [0, 1) and val_fraction + test_fraction < 1",
+        )
+
+
+@dataclass
+class DataConfig(LoaderConfig):
+    """Image classification datasets: digits | mnist | fashion_mnist | cifar10 | image_folder | synthetic."""
+
+    name: str = "digits"
+    download: bool = False
+    num_classes: int | None = None  # null = what the dataset says
+    in_channels: int = 1
+    image_size: int = 8
+    augment: bool = False
+    mean: list[float] | None = None  # null = the dataset's own statistics
+    std: list[float] | None = None
+    num_samples: int = 2048  # synthetic only
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(
+            self.num_classes is None or self.num_classes >= 2,
+            f"data.num_classes must be >= 2 or null, got {self.num_classes}",
+        )
+        _require(self.in_channels >= 1, f"data.in_channels must be >= 1, got {self.in_channels}")
+        _require(self.image_size >= 1, f"data.image_size must be >= 1, got {self.image_size}")
+        _require((self.mean is None) == (self.std is None), "set both data.mean and data.std, or neither")
+        if self.std is not None:
+            _require(all(s > 0 for s in self.std), f"data.std values must be > 0, got {self.std}")
+        _require(self.num_samples >= 1, f"data.num_samples must be >= 1, got {self.num_samples}")
+
+
+@dataclass
+class DiabetesConfig(LoaderConfig):
+    """scikit-learn's bundled diabetes table: 442 patients, 10 features, disease progression after a year."""
+
+    name: str = "diabetes"
+
+
+@dataclass
+class CsvConfig(LoaderConfig):
+    """A user's own table: one row per sample, numeric feature columns, one target column."""
+
+    name: str = "csv"
+    path: str = MISSING  # the .csv file (header row required)
+    target: str = MISSING  # the target column's name
+    features: list[str] | None = None  # null = every other column
+    target_type: str = "${task.target_type}"  # class (labels) | value (regression); follows the task
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _one_of("data.target_type", self.target_type, ("class", "value"))
+
+
+@dataclass
+class TextConfig(LoaderConfig):
+    """A text corpus for character/byte-level language modelling, cut into windows of block_size tokens."""
+
+    name: str = "text"
+    path: str | None = None  # a text file; null = Python's own standard-library sources (always there offline)
+    level: str = "char"  # char (vocabulary of the corpus' characters) | byte (256 symbols, any text)
+    block_size: int = 64  # tokens per training window (the model's context)
+    max_chars: int = 1_000_000  # cap on the corpus read (null-path corpus included)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _one_of("data.level", self.level, ("char", "byte"))
+        _require(self.block_size >= 2, f"data.block_size must be >= 2, got {self.block_size}")
+        _require(self.max_chars >= 1, f"data.max_chars must be >= 1, got {self.max_chars}")

@@ -1,0 +1,59 @@
+"""Schemas of the `task` group: what is learned, the metric best.pt and sweeps follow, and each task's keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import MISSING
+
+from lab.config.checks import one_of as _one_of
+from lab.config.checks import require as _require
+
+
+@dataclass
+class TaskConfig:
+    """What is learned. `monitor` (a validation metric without "val/") and `mode` drive best.pt, the plateau
+    scheduler and sweeps; `target_type` tells table datasets how to read their target column."""
+
+    name: str = MISSING
+    monitor: str = MISSING
+    mode: str = MISSING  # max | min
+    target_type: str = MISSING  # class | value | tokens
+
+    def __post_init__(self) -> None:
+        _one_of("task.mode", self.mode, ("max", "min"))
+
+
+@dataclass
+class ClassificationTaskConfig(TaskConfig):
+    name: str = "classification"
+    monitor: str = "acc"
+    mode: str = "max"
+    target_type: str = "class"
+    label_smoothing: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(0 <= self.label_smoothing < 1, f"task.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+
+
+@dataclass
+class RegressionTaskConfig(TaskConfig):
+    name: str = "regression"
+    monitor: str = "rmse"
+    mode: str = "min"
+    target_type: str = "value"
+
+
+@dataclass
+class LanguageModelTaskConfig(TaskConfig):
+    name: str = "language_model"
+    monitor: str = "loss"
+    mode: str = "min"
+    target_type: str = "tokens"
+    samples: int = 3  # eval: generations written to samples.txt
+    sample_tokens: int = 120  # eval: length of each generation
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.samples >= 0 and self.sample_tokens >= 1, "task.samples must be >= 0, sample_tokens >= 1")
