@@ -190,10 +190,13 @@ def _trainer(overrides: list[str], run_dir: Path, device_name: str):
 
     import lab.config
     from lab import data, models, runtime
-    from lab.engine import Trainer
+    from lab.checkpointing import CheckpointManager
+    from lab.data import EpochLoader
+    from lab.distributed.parallel import Parallel
     from lab.optim import build_optimizer, build_scheduler
     from lab.tasks import Classification
     from lab.tracking import Tracker
+    from lab.training import Trainer
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=["logger=none", "trainer.progress_bar=off", *overrides])
@@ -211,16 +214,13 @@ def _trainer(overrides: list[str], run_dir: Path, device_name: str):
         optimizer=optimizer,
         scheduler=build_scheduler(cfg.scheduler, optimizer, 1000),
         task=Classification(datamodule.meta["num_classes"]),
-        train_loader=loader,
+        train_batches=EpochLoader(loader, generator, seed=0, limit=cfg.trainer.limit_train_batches),
         val_loader=None,
         device=device,
         precision=runtime.resolve_precision(cfg.precision, device),
-        trainer_cfg=cfg.trainer,
+        cfg=cfg.trainer,
         tracker=Tracker(run_dir).start(),
-        run_dir=run_dir,
-        checkpoint_extras={},
-        seed=0,
-        train_generator=generator,
+        checkpoints=CheckpointManager(run_dir, Parallel()),
     )
 
 
@@ -234,7 +234,7 @@ def _count_syncs(precision: str, steps: int, device: str) -> int:
         trainer = _trainer([*overrides, "trainer.limit_train_batches=5"], Path(tmp), device)
         trainer.train_epoch(0)  # warm-up: allocator, cuDNN algorithm choice
         trainer.progress.batch_in_epoch = 0
-        trainer.batches_per_epoch = steps
+        trainer.train_batches.batches = steps
         if on_cuda:
             torch.cuda.synchronize()
         with warnings.catch_warnings(record=True) as caught:

@@ -26,9 +26,12 @@ from hydra import compose, initialize_config_dir
 
 import lab.config
 from lab import data, models, runtime, tasks
-from lab.engine import Trainer
+from lab.checkpointing import CheckpointManager
+from lab.data import EpochLoader
+from lab.distributed.parallel import Parallel
 from lab.optim import build_optimizer, build_scheduler
 from lab.tracking import Tracker
+from lab.training import Trainer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -130,16 +133,13 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> None:
                     optimizer=optimizer,
                     scheduler=scheduler,
                     task=task,
-                    train_loader=loader,
+                    train_batches=EpochLoader(loader, generator, seed=cfg.seed),
                     val_loader=None,
                     device=device,
                     precision=precision,
-                    trainer_cfg=cfg.trainer,
+                    cfg=cfg.trainer,
                     tracker=Tracker(run_dir).start(),
-                    run_dir=Path(run_dir),
-                    checkpoint_extras={},
-                    seed=cfg.seed,
-                    train_generator=generator,
+                    checkpoints=CheckpointManager(run_dir, Parallel()),
                 )
 
                 def steps(trainer=trainer, name=name) -> int:

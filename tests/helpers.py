@@ -88,10 +88,13 @@ def in_process_trainer(cfg: DictConfig, model, task, loader, run_dir: Path, tota
     validation loader; a local-only Tracker in `run_dir` (call `trainer.tracker.finish()` when done)."""
     import torch
 
-    from lab.engine import Trainer
+    from lab.checkpointing import CheckpointManager
+    from lab.data import EpochLoader
+    from lab.distributed.parallel import Parallel
     from lab.optim import build_optimizer, build_scheduler
     from lab.runtime import resolve_precision
     from lab.tracking import Tracker
+    from lab.training import Trainer
 
     cpu = torch.device("cpu")
     optimizer = build_optimizer(cfg.optimizer, model)
@@ -100,14 +103,11 @@ def in_process_trainer(cfg: DictConfig, model, task, loader, run_dir: Path, tota
         optimizer=optimizer,
         scheduler=build_scheduler(cfg.scheduler, optimizer, total_steps),
         task=task,
-        train_loader=loader,
+        train_batches=EpochLoader(loader, None, seed=0, limit=cfg.trainer.limit_train_batches),
         val_loader=None,
         device=cpu,
         precision=resolve_precision(cfg.precision, cpu),
-        trainer_cfg=cfg.trainer,
+        cfg=cfg.trainer,
         tracker=Tracker(run_dir).start(),
-        run_dir=run_dir,
-        checkpoint_extras={},
-        seed=0,
-        train_generator=None,
+        checkpoints=CheckpointManager(run_dir, Parallel()),
     )

@@ -25,7 +25,7 @@ def user_errors() -> Iterator[None]:
 
     Inside a sweep the error is re-raised instead: Hydra records an exception as that job's failure and goes on
     with the next job, while SystemExit (not an Exception) would escape Hydra and end the whole sweep. The sweep
-    summary reports the job's error and the sweep's exit code (lab/sweep_summary.py).
+    summary reports the job's error and the sweep's exit code (lab/sweeps/summary.py).
     """
     try:
         yield

@@ -64,11 +64,11 @@ def images(best, tmp_path_factory):
     a file that is not an image. Returns (folder, {file name: the dataset's normalized tensor})."""
     from PIL import Image
 
-    from lab import restore
+    from lab.checkpointing import restore
 
     folder = tmp_path_factory.mktemp("images")
     (folder / "more").mkdir()
-    test = restore.build_data(restore.load(best)).test
+    test = restore.rebuild_data(restore.rebuild(best)).test
     tensors = {}
     for index in range(NUM_IMAGES):
         pixels = test.images[index, 0].numpy().astype(np.float32)
@@ -148,9 +148,9 @@ def test_onnx_file_matches_the_checkpoint_independently(exported, best):
     """Not trusting the manifest: onnxruntime on the file vs the checkpoint's model, odd batch size."""
     import onnxruntime as ort
 
-    from lab import restore
+    from lab.checkpointing import restore
 
-    restored = restore.load(best)
+    restored = restore.rebuild(best)
     x = torch.randn(7, 1, 8, 8)
     session = ort.InferenceSession(str(exported.dir / "model.onnx"), providers=["CPUExecutionProvider"])
     (onnx_logits,) = session.run(None, {"input": x.numpy()})
@@ -233,9 +233,9 @@ def test_every_backend_predicts_the_same_and_skips_the_corrupt_image(best, expor
 
     # the preprocessing is eval's: each PNG gives (up to 8-bit rounding) the dataset's tensor, so the model's
     # probabilities for the file match its probabilities for the dataset sample
-    from lab import restore
+    from lab.checkpointing import restore
 
-    model = restore.load(best).model
+    model = restore.rebuild(best).model
     with torch.no_grad():
         for row in _predictions(runs["eager"])["predictions"]:
             name = row["path"].removeprefix(f"{folder}/")

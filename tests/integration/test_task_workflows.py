@@ -123,10 +123,10 @@ def test_eval_reproduces_validation_and_writes_the_task_artifact(trained: Traine
 
 
 def _eager_outputs(best: Path, inputs: torch.Tensor) -> torch.Tensor:
-    from lab import restore
+    from lab.checkpointing import restore
 
     with torch.inference_mode():
-        return restore.load(best).model(inputs)
+        return restore.rebuild(best).model(inputs)
 
 
 def test_export_parity_and_infer_from_every_backend(trained: Trained, tmp_path):

@@ -12,7 +12,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from lab import checkpoint
+from lab import checkpointing
 from lab.errors import UserError
 from lab.optim import build_optimizer, build_scheduler
 
@@ -31,40 +31,40 @@ def _assert_same_state(a: dict, b: dict) -> None:
 # --------------------------------------------------------------------------- save / copy
 def test_save_is_atomic_and_leaves_no_temp_file(tmp_path: Path) -> None:
     path = tmp_path / "run" / "checkpoints" / "last.pt"  # parent folders are created
-    checkpoint.save(path, {"model": _net().state_dict(), "progress": {"epoch": 1}})
+    checkpointing.save(path, {"model": _net().state_dict(), "progress": {"epoch": 1}})
     assert [p.name for p in path.parent.iterdir()] == ["last.pt"]
-    ckpt = checkpoint.load(path)
-    assert ckpt["format_version"] == checkpoint.FORMAT_VERSION and ckpt["progress"] == {"epoch": 1}
-    checkpoint.save(path, {"model": {}, "progress": {"epoch": 2}})  # overwriting works too
+    ckpt = checkpointing.read(path)
+    assert ckpt["format_version"] == checkpointing.FORMAT_VERSION and ckpt["progress"] == {"epoch": 1}
+    checkpointing.save(path, {"model": {}, "progress": {"epoch": 2}})  # overwriting works too
     assert [p.name for p in path.parent.iterdir()] == ["last.pt"]
-    assert checkpoint.load(path)["progress"] == {"epoch": 2}
+    assert checkpointing.read(path)["progress"] == {"epoch": 2}
 
 
 def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "last.pt"
     good = _net().state_dict()
-    checkpoint.save(path, {"model": good, "progress": {"epoch": 1}})
+    checkpointing.save(path, {"model": good, "progress": {"epoch": 1}})
     before = path.read_bytes()
 
     def crash_mid_write(obj, f, *args, **kwargs):
         Path(f).write_bytes(b"half a checkpoint")  # a partial write, then the disk fills up
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(checkpoint.torch, "save", crash_mid_write)
+    monkeypatch.setattr(checkpointing.files.torch, "save", crash_mid_write)
     with pytest.raises(OSError, match="No space left"):
-        checkpoint.save(path, {"model": {}, "progress": {"epoch": 2}})
+        checkpointing.save(path, {"model": {}, "progress": {"epoch": 2}})
     monkeypatch.undo()
 
     assert path.read_bytes() == before
-    ckpt = checkpoint.load(path)
+    ckpt = checkpointing.read(path)
     assert ckpt["progress"] == {"epoch": 1}
     _assert_same_state(ckpt["model"], good)
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # the partial temp file is cleaned up
 
 
 def test_copy_is_complete_and_leaves_no_temp_file(tmp_path: Path) -> None:
-    checkpoint.save(tmp_path / "last.pt", {"model": _net().state_dict()})
-    checkpoint.copy(tmp_path / "last.pt", tmp_path / "best.pt")
+    checkpointing.save(tmp_path / "last.pt", {"model": _net().state_dict()})
+    checkpointing.copy(tmp_path / "last.pt", tmp_path / "best.pt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]
     assert (tmp_path / "best.pt").read_bytes() == (tmp_path / "last.pt").read_bytes()
 
@@ -88,26 +88,26 @@ def test_full_payload_loads_with_weights_only(tmp_path: Path, compose) -> None:
         "extra_scheduler": cosine.state_dict(),
         "scaler": scaler.state_dict(),
         "progress": {"epoch": 1, "global_step": 7, "best_metric": float("-inf"), "best_epoch": None},
-        "rng": checkpoint.capture_rng(),
+        "rng": checkpointing.capture_rng(),
         "config": OmegaConf.to_container(cfg, resolve=True),
         "data_meta": {"num_classes": 3, "mean": [0.5], "std": [0.25], "class_names": ["a", "b", "c"]},
         "provenance": {"git_commit": "abc123", "dirty": False, "argv": ["scripts/train.py", "seed=1"]},
     }
     path = tmp_path / "last.pt"
-    checkpoint.save(path, payload)
+    checkpointing.save(path, payload)
     raw = torch.load(path, map_location="cpu", weights_only=True)  # no pickled code: plain containers only
     assert raw.keys() == {"format_version", *payload}
     _assert_same_state(raw["model"], payload["model"])
     assert raw["config"] == payload["config"] and raw["progress"] == payload["progress"]
     assert raw["scaler"]["scale"] == scaler.state_dict()["scale"]
-    ckpt = checkpoint.load(path)
+    ckpt = checkpointing.read(path)
     # Everything restores into fresh objects.
     fresh = _net(3)
-    checkpoint.load_model_state(fresh, ckpt["model"])
+    checkpointing.load_model_state(fresh, ckpt["model"])
     fresh_opt = build_optimizer(cfg.optimizer, fresh)
     fresh_opt.load_state_dict(ckpt["optimizer"])
     build_scheduler(cfg.scheduler, fresh_opt, 10).load_state_dict(ckpt["scheduler"])
-    checkpoint.restore_rng(ckpt["rng"])
+    checkpointing.restore_rng(ckpt["rng"])
 
 
 def _draw() -> tuple:
@@ -127,15 +127,15 @@ def test_rng_round_trip_through_a_weights_only_file(tmp_path: Path) -> None:
     torch.manual_seed(1)
     random.gauss(0, 1)  # leaves a cached second gaussian in python's state
     np.random.standard_normal()  # and in numpy's (has_gauss=1)
-    state = checkpoint.capture_rng()
+    state = checkpointing.capture_rng()
     first = _draw()
-    checkpoint.save(tmp_path / "rng.pt", {"model": {}, "rng": state})
+    checkpointing.save(tmp_path / "rng.pt", {"model": {}, "rng": state})
     loaded = torch.load(tmp_path / "rng.pt", weights_only=True)["rng"]
 
-    checkpoint.restore_rng(state)
+    checkpointing.restore_rng(state)
     assert _draw() == first
     _draw()  # move on, then restore from the file's copy
-    checkpoint.restore_rng(loaded)
+    checkpointing.restore_rng(loaded)
     assert _draw() == first
 
 
@@ -153,25 +153,25 @@ def test_rng_round_trip_through_a_weights_only_file(tmp_path: Path) -> None:
 )
 def test_strip_wrapper_prefixes(key: str, expected: str) -> None:
     value = torch.ones(1)
-    assert checkpoint.strip_wrapper_prefixes({key: value}) == {expected: value}
+    assert checkpointing.strip_wrapper_prefixes({key: value}) == {expected: value}
 
 
 def test_unwrap_and_load_across_torch_compile() -> None:
     model = _net()
     compiled = torch.compile(model)  # returns an OptimizedModule at once; never run, so nothing compiles
     assert compiled is not model
-    assert checkpoint.unwrap(compiled) is model
-    assert checkpoint.unwrap(model) is model
+    assert checkpointing.unwrap(compiled) is model
+    assert checkpointing.unwrap(model) is model
     state = compiled.state_dict()
     assert all(key.startswith("_orig_mod.") for key in state)
 
     plain = _net()
     nn.init.zeros_(plain[0].weight)
-    checkpoint.load_model_state(plain, state)  # compiled -> plain
+    checkpointing.load_model_state(plain, state)  # compiled -> plain
     _assert_same_state(plain.state_dict(), model.state_dict())
     target = _net()
     nn.init.zeros_(target[0].weight)
-    checkpoint.load_model_state(torch.compile(target), model.state_dict())  # plain -> compiled
+    checkpointing.load_model_state(torch.compile(target), model.state_dict())  # plain -> compiled
     _assert_same_state(target.state_dict(), model.state_dict())
 
 
@@ -182,9 +182,9 @@ class NotAllowed:
 
 def test_load_missing_file(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"checkpoint not found: .*nope\.pt"):
-        checkpoint.load(tmp_path / "nope.pt")
+        checkpointing.read(tmp_path / "nope.pt")
     with pytest.raises(UserError, match="checkpoint not found"):
-        checkpoint.load(tmp_path)  # a directory is not a checkpoint either
+        checkpointing.read(tmp_path)  # a directory is not a checkpoint either
 
 
 @pytest.mark.parametrize("content", [b"this is not a checkpoint", b""], ids=["garbage", "empty"])
@@ -192,14 +192,14 @@ def test_load_unreadable_file(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "bad.pt"
     path.write_bytes(content)
     with pytest.raises(UserError, match=r"cannot read checkpoint .*bad\.pt.*corrupt"):
-        checkpoint.load(path)
+        checkpointing.read(path)
 
 
 def test_load_refuses_pickled_code(tmp_path: Path) -> None:
     path = tmp_path / "evil.pt"
-    torch.save({"format_version": checkpoint.FORMAT_VERSION, "model": {}, "obj": NotAllowed()}, path)
+    torch.save({"format_version": checkpointing.FORMAT_VERSION, "model": {}, "obj": NotAllowed()}, path)
     with pytest.raises(UserError, match=r"cannot read checkpoint"):
-        checkpoint.load(path)
+        checkpointing.read(path)
 
 
 @pytest.mark.parametrize(
@@ -207,7 +207,7 @@ def test_load_refuses_pickled_code(tmp_path: Path) -> None:
     [
         {"model": {}},
         {"format_version": 99, "model": {}},
-        {"format_version": checkpoint.FORMAT_VERSION},
+        {"format_version": checkpointing.FORMAT_VERSION},
         torch.zeros(2),
         [1, 2],
     ],
@@ -216,8 +216,8 @@ def test_load_refuses_pickled_code(tmp_path: Path) -> None:
 def test_load_rejects_what_is_not_a_checkpoint_of_this_template(tmp_path: Path, obj) -> None:
     path = tmp_path / "other.pt"
     torch.save(obj, path)
-    with pytest.raises(UserError, match=rf"other\.pt is not a format-{checkpoint.FORMAT_VERSION} checkpoint"):
-        checkpoint.load(path)
+    with pytest.raises(UserError, match=rf"other\.pt is not a format-{checkpointing.FORMAT_VERSION} checkpoint"):
+        checkpointing.read(path)
 
 
 # --------------------------------------------------------------------------- load_model_state
@@ -225,26 +225,26 @@ def test_load_model_state_names_missing_keys() -> None:
     small = nn.Sequential(nn.Linear(4, 3))
     bigger = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
     with pytest.raises(UserError, match=r"missing keys \['1\.weight', '1\.bias'\]"):
-        checkpoint.load_model_state(bigger, small.state_dict())
+        checkpointing.load_model_state(bigger, small.state_dict())
 
 
 def test_load_model_state_names_unexpected_keys() -> None:
     small = nn.Sequential(nn.Linear(4, 3))
     bigger = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
     with pytest.raises(UserError, match=r"unexpected keys \['1\.weight', '1\.bias'\].*another model config"):
-        checkpoint.load_model_state(small, bigger.state_dict())
+        checkpointing.load_model_state(small, bigger.state_dict())
 
 
 def test_load_model_state_names_shape_mismatches() -> None:
     # Same architecture, other num_classes: the commonest mismatch. A UserError, not torch's RuntimeError.
     with pytest.raises(UserError, match=r"2\.weight.*\(3, 8\).*\(5, 8\)"):
-        checkpoint.load_model_state(_net(out_features=5), _net(out_features=3).state_dict())
+        checkpointing.load_model_state(_net(out_features=5), _net(out_features=3).state_dict())
 
 
 def test_load_model_state_non_strict_loads_what_fits(caplog: pytest.LogCaptureFixture) -> None:
     source = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
     target = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 5))
     with caplog.at_level(logging.WARNING, logger="lab.checkpoint"):
-        checkpoint.load_model_state(target, {**source.state_dict(), "extra": torch.ones(1)}, strict=False)
+        checkpointing.load_model_state(target, {**source.state_dict(), "extra": torch.ones(1)}, strict=False)
     torch.testing.assert_close(target[0].weight, source[0].weight)
     assert "extra" in caplog.text and "1.weight" in caplog.text

@@ -14,14 +14,15 @@ from omegaconf import OmegaConf
 from torch import nn
 from torch.export import passes as export_passes
 
+import lab.training.trainer as trainer_module
 from helpers import in_process_trainer
-from lab import checkpoint, engine, runtime
+from lab import checkpointing, runtime
 from lab.distributed import launch, parallel
-from lab.engine import Trainer
 from lab.errors import ConfigError
 from lab.inference import backends
 from lab.optim import build_optimizer
 from lab.tasks import Classification
+from lab.training import Trainer
 
 CPU = torch.device("cpu")
 
@@ -79,23 +80,23 @@ def test_checkpoint_keeps_the_cuda_rng_of_its_own_gpu_and_resumes_with_fewer_vis
 ):
     saving = FakeCudaRng(visible=4)  # rank 2 of a 4-GPU node
     _install(monkeypatch, saving)
-    state = checkpoint.capture_rng(torch.device("cuda", 2))
+    state = checkpointing.capture_rng(torch.device("cuda", 2))
     assert torch.equal(state["cuda"], saving.states[2])
-    checkpoint.save(tmp_path / "last.pt", {"model": {}, "rng": state})
+    checkpointing.save(tmp_path / "last.pt", {"model": {}, "rng": state})
 
     resuming = FakeCudaRng(visible=1)  # another allocation: one GPU, seen as cuda:0
     _install(monkeypatch, resuming)
     loaded = torch.load(tmp_path / "last.pt", weights_only=True)["rng"]
-    checkpoint.restore_rng(loaded, torch.device("cuda", 0))
+    checkpointing.restore_rng(loaded, torch.device("cuda", 0))
     assert torch.equal(resuming.states[0], saving.states[2])
 
 
 def test_cpu_runs_save_no_cuda_rng_and_old_per_gpu_lists_still_restore(monkeypatch: pytest.MonkeyPatch):
-    assert checkpoint.capture_rng(CPU)["cuda"] is None
+    assert checkpointing.capture_rng(CPU)["cuda"] is None
     rng = FakeCudaRng(visible=1)
     _install(monkeypatch, rng)
-    legacy = {**checkpoint.capture_rng(CPU), "cuda": [torch.full((8,), 7, dtype=torch.uint8)] * 4}
-    checkpoint.restore_rng(legacy, torch.device("cuda", 0))  # earlier format: one state per GPU visible then
+    legacy = {**checkpointing.capture_rng(CPU), "cuda": [torch.full((8,), 7, dtype=torch.uint8)] * 4}
+    checkpointing.restore_rng(legacy, torch.device("cuda", 0))  # earlier format: one state per GPU visible then
     assert rng.states[0].tolist() == [7] * 8
 
 
@@ -150,7 +151,7 @@ def test_fused_optimizer_on_cuda_unless_the_config_chooses(compose):
 # --------------------------------------------------------------------------- per-job state
 def test_peak_memory_is_reset_where_each_measurement_starts(compose, tmp_path: Path, monkeypatch):
     resets = []
-    monkeypatch.setattr(engine, "reset_peak_memory", lambda device: resets.append(trainer.progress.global_step))
+    monkeypatch.setattr(trainer_module, "reset_peak_memory", lambda device: resets.append(trainer.progress.global_step))
     trainer = _fp16_trainer(compose, tmp_path, ["trainer.log_every_n_steps=4", "trainer.max_epochs=1"])
     trainer.fit()
     trainer.tracker.finish()

@@ -7,13 +7,14 @@ import torch
 from omegaconf import OmegaConf
 from PIL import Image
 
-from lab import checkpoint, models, restore
+from lab import checkpointing, models
+from lab.checkpointing import restore
 from lab.config import ConfigError, validate
 from lab.data.common import make_meta
 from lab.errors import UserError
-from lab.plots import confusion_matrix_png
 from lab.tasks import Classification
 from lab.tasks.classification import ClassificationMetrics
+from lab.tasks.figures import confusion_matrix_png
 
 CPU = torch.device("cpu")
 
@@ -54,7 +55,7 @@ def checkpoint_file(tmp_path, compose):
     cfg = compose(["model=cnn"])
     model = models.build(cfg.model, META)
     path = tmp_path / "best.pt"
-    checkpoint.save(
+    checkpointing.save(
         path,
         {
             "model": model.state_dict(),
@@ -69,7 +70,7 @@ def checkpoint_file(tmp_path, compose):
 
 def test_restore_gives_the_plain_eval_mode_model_with_its_weights(checkpoint_file) -> None:
     path, original = checkpoint_file
-    restored = restore.load(path)
+    restored = restore.rebuild(path)
     assert not restored.model.training
     x = torch.randn(3, 1, 8, 8)
     with torch.no_grad():
@@ -88,7 +89,7 @@ def test_restore_gives_the_plain_eval_mode_model_with_its_weights(checkpoint_fil
 
 
 def test_data_overrides_apply_on_the_checkpoints_data_config(checkpoint_file) -> None:
-    restored = restore.load(checkpoint_file[0])
+    restored = restore.rebuild(checkpoint_file[0])
     cfg = restore.data_config(restored, {"batch_size": 7, "root": None, "num_workers": None})
     assert cfg.batch_size == 7 and cfg.name == "digits" and cfg.root == restored.config["data"]["root"]
     with pytest.raises(ConfigError, match=r"data\.batch_size must be >= 1"):
@@ -96,16 +97,16 @@ def test_data_overrides_apply_on_the_checkpoints_data_config(checkpoint_file) ->
 
 
 def test_data_whose_meta_differs_from_the_checkpoint_is_refused(checkpoint_file) -> None:
-    restored = restore.load(checkpoint_file[0])  # META's mean/std are not digits' own statistics
+    restored = restore.rebuild(checkpoint_file[0])  # META's mean/std are not digits' own statistics
     with pytest.raises(UserError, match=r"mean=.*checkpoint was trained with mean=\[0.3\]"):
-        restore.build_data(restored)
+        restore.rebuild_data(restored)
 
 
 def test_a_checkpoint_without_training_config_is_a_user_error(tmp_path) -> None:
     path = tmp_path / "weights_only.pt"
-    checkpoint.save(path, {"model": {}})
+    checkpointing.save(path, {"model": {}})
     with pytest.raises(UserError, match="holds no training config"):
-        restore.load(path)
+        restore.rebuild(path)
 
 
 # --------------------------------------------------------------------------- schemas

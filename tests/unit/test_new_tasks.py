@@ -221,7 +221,7 @@ def test_gpt_gradient_checkpointing_gives_the_same_gradients():
 
 
 def test_dict_batches_split_move_and_slice():
-    from lab import batches
+    from lab.data import batches
 
     batch = {"tokens": torch.arange(6).view(3, 2), "mask": torch.ones(3, 2), "targets": torch.tensor([1, 2, 3])}
     inputs, targets = batches.split(batch)

@@ -20,12 +20,12 @@ from optuna.trial import TrialState
 from hydra_plugins.lab_sweepers._search_space import search_space
 from hydra_plugins.lab_sweepers._study import Search, _dict_override, absolute_storage
 from hydra_plugins.lab_sweepers.slurm_launcher import LabSlurmLauncher, with_resume
-from lab import sweep_devices
 from lab.cli import user_errors
 from lab.errors import ConfigError, UserError
-from lab.sweep_jobs import outcome
-from lab.sweep_pruning import OptunaPruning, TrialPruned
-from lab.sweep_summary import JOB_RECORD, collect, sort_rows, to_csv, to_markdown
+from lab.sweeps import devices as sweep_devices
+from lab.sweeps.jobs import outcome
+from lab.sweeps.pruning import OptunaPruning, TrialPruned
+from lab.sweeps.summary import JOB_RECORD, collect, sort_rows, to_csv, to_markdown
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

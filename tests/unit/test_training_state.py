@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from lab.training_state import Progress
+from lab.training.state import Progress
 
 
 def test_record_keeps_the_best_value_for_max_and_min_metrics():

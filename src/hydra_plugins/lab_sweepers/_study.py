@@ -20,8 +20,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 
-from lab.sweep_jobs import fail_fast, outcome
-from lab.sweep_pruning import open_trial
+from lab.sweeps.jobs import fail_fast, outcome
+from lab.sweeps.pruning import open_trial
 
 from ._search_space import Param, search_space
 
@@ -95,7 +95,7 @@ class Search:
         overrides = [*fixed, *(params[name].override(trial.params[name]) for name in params)]
         if self.options["pruner"]:
             spec = {
-                "_target_": "lab.sweep_pruning.OptunaPruning",
+                "_target_": "lab.sweeps.pruning.OptunaPruning",
                 "storage": self.storage,
                 "study_name": self.study_name,
                 "trial_number": trial.number,

@@ -15,7 +15,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from lab.sweep_jobs import fail_fast, launcher_width, outcome
+from lab.sweeps.jobs import fail_fast, launcher_width, outcome
 
 log = logging.getLogger(__name__)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -12,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, get_wo
 
 from lab.config import ConfigError
 from lab.data.common import DataCfg
+from lab.errors import UserError
 from lab.runtime import epoch_generator_seed
 
 
@@ -130,3 +132,29 @@ def make_loader(
         generator=generator,
         pin_memory=pin_memory,
     )
+
+
+class EpochLoader:
+    """The training loader as the trainer walks it: ``epoch(e, start)`` yields epoch e's batches from batch
+    `start` on, in an order that depends on (seed, e) alone, so a resumed run replays exactly what an uninterrupted
+    one would have seen. ``len()`` is the batches per epoch after `limit` (trainer.limit_train_batches, -1 = all)."""
+
+    def __init__(self, loader: DataLoader, generator: torch.Generator | None, seed: int, limit: int = -1) -> None:
+        self.loader, self.generator, self.seed = loader, generator, seed
+        self.batches = len(loader) if limit < 0 else min(limit, len(loader))
+        if self.batches == 0:
+            raise UserError("the training loader yields no batch; lower data.batch_size or check the dataset")
+
+    def __len__(self) -> int:
+        return self.batches
+
+    def epoch(self, epoch: int, start: int = 0) -> Iterator[Any]:
+        if self.generator is not None:
+            self.generator.manual_seed(epoch_generator_seed(self.seed, epoch))  # the shuffle of this epoch
+        sampler = getattr(self.loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)  # DistributedSampler: a new shuffle every epoch, the same on every rank
+        batches = iter(self.loader)
+        for _ in range(start):  # resumed mid-epoch: skip what the checkpoint already trained on
+            next(batches)
+        return itertools.islice(batches, self.batches - start)

@@ -24,7 +24,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.utils.data import DistributedSampler, Sampler
 
-from lab import checkpoint
+from lab import checkpointing
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,11 @@ class Parallel:
             dist.all_reduce(tensor)
         return tensor
 
+    def evaluation_forward(self, model: nn.Module, forward: Any) -> Any:
+        """What evaluation runs: the plain module under DDP (DDP's forward would broadcast buffers and expect a
+        backward), the training forward otherwise (FSDP's sharded module is the model itself; it must gather)."""
+        return model if self.strategy == "ddp" else forward
+
     def mean_over_ranks(self, value: torch.Tensor) -> torch.Tensor:
         """The mean of a device scalar over ranks (a copy; the value itself when alone)."""
         if not self.active:
@@ -203,9 +208,15 @@ class Parallel:
 
     def load_model_state(self, model: nn.Module, state: dict[str, Any]) -> None:
         if self.strategy == "fsdp" and self.active:
-            set_model_state_dict(model, checkpoint.strip_wrapper_prefixes(state), options=_FULL)
+            set_model_state_dict(model, checkpointing.strip_wrapper_prefixes(state), options=_FULL)
         else:
-            checkpoint.load_model_state(model, state)
+            checkpointing.load_model_state(model, state)
 
     def load_optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        if not state.get("state"):
+            # No per-parameter state (SGD without momentum): torch's loader cannot tell which device an empty state
+            # belongs on and fails, though only the group hyperparameters (lr, weight decay...) need restoring.
+            for group, saved in zip(optimizer.param_groups, state["param_groups"]):
+                group.update({key: value for key, value in saved.items() if key != "params"})
+            return
         set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))

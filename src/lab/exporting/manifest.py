@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from lab.errors import UserError
 from lab.exporting.writers import AXIS_NAMES, INPUT_NAME, OUTPUT_NAME
-from lab.inference.backends import MANIFEST
-from lab.tracking import write_json
+from lab.files import write_json
 
 FORMAT_VERSION = 1
+MANIFEST = "export_manifest.json"  # next to the model files in the export run dir
 
 
 def sha256(path: Path) -> str:
@@ -106,3 +108,19 @@ def write(folder: Path, manifest: dict[str, Any]) -> Path:
     path = folder / MANIFEST
     write_json(path, manifest)
     return path
+
+
+def read(artifact: str | Path) -> dict[str, Any]:
+    """The export_manifest.json next to an exported artifact: the task, data_meta and preprocessing for inference."""
+    path = Path(artifact).with_name(MANIFEST)
+    if not path.is_file():
+        raise UserError(
+            f"{artifact} needs {MANIFEST} next to it (preprocessing and class names); "
+            "keep the export run dir together, or export again with scripts/export.py"
+        )
+    try:
+        manifest = json.loads(path.read_text())
+        manifest["data_meta"]["input_shape"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise UserError(f"{path} is not a valid export manifest ({type(err).__name__}: {err})") from err
+    return manifest

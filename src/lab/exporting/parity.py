@@ -9,8 +9,10 @@ from dataclasses import asdict, dataclass
 import torch
 from torch.utils.data import DataLoader
 
-from lab import batches as batching
-from lab.inference.backends import Backend
+from lab.data import batches as batching
+
+# what parity compares against the eager model: an inference backend (lab.inference), batch in, outputs out
+Runner = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -50,7 +52,7 @@ def sample_batches(loader: DataLoader, samples: int, dynamic_dims: Sequence[int]
 
 
 def compare(
-    candidate: Backend,
+    candidate: Runner,
     batches: Sequence[torch.Tensor],
     reference: Sequence[torch.Tensor],
     tolerance: float,

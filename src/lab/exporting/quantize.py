@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
+from lab.exporting.parity import Runner
 from lab.exporting.writers import quiet_logs
-from lab.inference.backends import Backend
 
 LATENCY_BATCHES = (1, 32)
 _WARMUP = 3
@@ -34,7 +34,7 @@ def quantize_int8(onnx_path: Path, out_path: Path) -> Path:
     return out_path
 
 
-def accuracy(backend: Backend, loader: DataLoader) -> tuple[float, torch.Tensor]:
+def accuracy(backend: Runner, loader: DataLoader) -> tuple[float, torch.Tensor]:
     """Top-1 accuracy over the whole loader, and the predictions (to compare two models sample by sample)."""
     correct, predictions = 0, []
     for inputs, targets in loader:
@@ -45,7 +45,7 @@ def accuracy(backend: Backend, loader: DataLoader) -> tuple[float, torch.Tensor]
     return correct / max(total, 1), torch.cat(predictions)
 
 
-def latency_ms(backend: Backend, example: torch.Tensor, batch_size: int, runs: int) -> float:
+def latency_ms(backend: Runner, example: torch.Tensor, batch_size: int, runs: int) -> float:
     """Median wall time of one call at `batch_size` (the example repeated), after a few warm-up calls."""
     reps = -(-batch_size // len(example))
     inputs = example.repeat(reps, *([1] * (example.ndim - 1)))[:batch_size].contiguous()
@@ -60,7 +60,7 @@ def latency_ms(backend: Backend, example: torch.Tensor, batch_size: int, runs: i
 
 
 def compare_int8(
-    fp32: Backend, int8: Backend, loader: DataLoader, example: torch.Tensor, runs: int
+    fp32: Runner, int8: Runner, loader: DataLoader, example: torch.Tensor, runs: int
 ) -> dict[str, float | dict]:
     """The figures the manifest and the wandb run report for an int8 model."""
     acc_fp32, pred_fp32 = accuracy(fp32, loader)

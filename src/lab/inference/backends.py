@@ -8,11 +8,10 @@ runs at inference time. Artifacts run as their users run them: onnxruntime's Inf
 
 from __future__ import annotations
 
-import json
 import logging
 import warnings
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -21,8 +20,6 @@ from torch import nn
 from lab.errors import UserError
 
 log = logging.getLogger(__name__)
-
-MANIFEST = "export_manifest.json"
 
 
 class Backend(Protocol):
@@ -111,22 +108,6 @@ class TorchScriptBackend:
     @torch.inference_mode()
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
         return self.module(inputs.to(self.device)).float().cpu()
-
-
-def read_manifest(artifact: str | Path) -> dict[str, Any]:
-    """The export_manifest.json next to an exported artifact: the task, data_meta and preprocessing for inference."""
-    path = Path(artifact).with_name(MANIFEST)
-    if not path.is_file():
-        raise UserError(
-            f"{artifact} needs {MANIFEST} next to it (preprocessing and class names); "
-            "keep the export run dir together, or export again with scripts/export.py"
-        )
-    try:
-        manifest = json.loads(path.read_text())
-        manifest["data_meta"]["input_shape"]
-    except (ValueError, KeyError, TypeError) as err:
-        raise UserError(f"{path} is not a valid export manifest ({type(err).__name__}: {err})") from err
-    return manifest
 
 
 def artifact_backend(path: str | Path, device: torch.device | None = None) -> Backend:

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
+from lab.files import write_json
 from lab.inference.backends import Backend
-from lab.tracking import write_json
 
 
 def batched_outputs(

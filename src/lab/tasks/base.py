@@ -98,7 +98,7 @@ class BaseTask:
         return f"targets {tuple(targets.shape)} {targets.dtype}" if isinstance(targets, torch.Tensor) else ""
 
     def weight(self, targets: Any) -> torch.Tensor:
-        from lab.batches import size
+        from lab.data.batches import size
 
         device = targets.device if isinstance(targets, torch.Tensor) else torch.device("cpu")
         return count(size(targets), device)

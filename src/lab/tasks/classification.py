@@ -10,9 +10,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lab import plots
 from lab.config import ClassificationTaskConfig
 from lab.errors import UserError
+from lab.tasks import figures
 from lab.tasks.base import Predictions, ReportContext, count
 from lab.tasks.registry import TASKS
 
@@ -130,7 +130,7 @@ class Classification:
         matrix = metrics.confusion_matrix()  # [true][predicted]
         figure = context.run_dir / "confusion_matrix.png"
         title = f"{context.title}, acc {metrics.compute()['acc']:.4f}"
-        plots.confusion_matrix_png(matrix, self.class_names, figure, title)
+        figures.confusion_matrix_png(matrix, self.class_names, figure, title)
         extra = {"per_class_acc": per_class, "class_names": self.class_names, "confusion_matrix": matrix}
         return extra, [figure]
 

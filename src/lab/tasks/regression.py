@@ -10,9 +10,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lab import plots
 from lab.config import RegressionTaskConfig
 from lab.errors import UserError
+from lab.tasks import figures
 from lab.tasks.base import Predictions, ReportContext, count
 from lab.tasks.registry import register
 
@@ -101,7 +101,7 @@ class Regression:
         predicted, true = metrics.predicted_and_true()
         scores = metrics.compute()
         title = f"{context.title}, RMSE {scores['rmse']:.4g}, R2 {scores['r2']:.3f}"
-        figure = plots.predicted_vs_true_png(predicted, true, context.run_dir / "predicted_vs_true.png", title)
+        figure = figures.predicted_vs_true_png(predicted, true, context.run_dir / "predicted_vs_true.png", title)
         extra = {"target": self.target_name, "target_mean": self.target_mean, "target_std": self.target_std}
         return extra, [figure]
 

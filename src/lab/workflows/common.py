@@ -7,7 +7,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from lab import provenance, tracking
+from lab import tracking
+from lab.tracking import provenance
 
 
 def hydra_run_dir() -> Path:

@@ -13,11 +13,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lab import data, restore, runtime
+from lab import data, runtime
+from lab.checkpointing import restore
 from lab.errors import UserError
-from lab.evaluation import evaluate
+from lab.files import write_json
 from lab.tasks import ReportContext
-from lab.tracking import write_json
+from lab.training.evaluation import accumulate_metrics
 from lab.workflows.common import hydra_run_dir, linked_tracker
 
 log = logging.getLogger(__name__)
@@ -25,10 +26,10 @@ log = logging.getLogger(__name__)
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
-    restored = restore.load(cfg.ckpt_path)  # fail on a bad path before any work
+    restored = restore.rebuild(cfg.ckpt_path)  # fail on a bad path before any work
     split = cfg.eval.split
     data_cfg = restore.data_config(restored, cfg.data)
-    datamodule = restore.build_data(restored, cfg.data)
+    datamodule = restore.rebuild_data(restored, cfg.data)
     dataset = datamodule.test if split == "test" else datamodule.val
     if dataset is None:
         raise UserError(f"data.name={data_cfg.name} has no test split here (no <root>/test/); use eval.split=val")
@@ -50,7 +51,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     with tracker.session():
         log.info("evaluating %s on the %s split (%d samples), %s", restored.path, split, len(dataset), device)
         metrics = task.metrics(device, full=True)
-        evaluate(model, loader, metrics, device=device, precision=precision, channels_last=channels_last)
+        accumulate_metrics(model, loader, metrics, device=device, precision=precision, channels_last=channels_last)
         scores = metrics.compute()
         title = f"{restored.path.name} - {split} split, {len(dataset)} samples"
         extra, files = task.report(metrics, ReportContext(run_dir, title, model, device, restored.meta))

@@ -13,7 +13,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from lab import data, exporting, restore
+from lab import data, exporting
+from lab.checkpointing import restore
 from lab.errors import UserError
 from lab.exporting import manifest, quantize
 from lab.inference import EagerBackend, OnnxBackend, artifact_backend
@@ -25,10 +26,10 @@ log = logging.getLogger(__name__)
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
     opts = cfg.export
-    restored = restore.load(cfg.ckpt_path)
+    restored = restore.rebuild(cfg.ckpt_path)
     data_cfg = restore.data_config(restored, cfg.data)
     val_loader = data.make_loader(
-        restore.build_data(restored, cfg.data).val, data_cfg, train=False, generator=None, pin_memory=False
+        restore.rebuild_data(restored, cfg.data).val, data_cfg, train=False, generator=None, pin_memory=False
     )
     task = restored.task
     if opts.quantize and task.name != "classification":

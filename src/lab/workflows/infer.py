@@ -14,10 +14,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from lab import restore, runtime, tasks
+from lab import runtime, tasks
+from lab.checkpointing import restore
 from lab.errors import UserError
-from lab.exporting.manifest import sha256
-from lab.inference import EagerBackend, artifact_backend, read_manifest, write_predictions
+from lab.exporting import manifest
+from lab.inference import EagerBackend, artifact_backend, write_predictions
 from lab.workflows.common import hydra_run_dir, linked_tracker
 
 log = logging.getLogger(__name__)
@@ -54,13 +55,13 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
 def _open(path: Path, device: Any) -> tuple[Any, Any, dict, dict, dict]:
     """(runner, task, data_meta, source run, model config) for a checkpoint or an exported artifact."""
     if _is_artifact(path):
-        found = read_manifest(path)
+        found = manifest.read(path)
         entry = next((a for a in found["artifacts"].values() if a.get("file") == path.name), None)
-        if entry is not None and entry.get("sha256") != sha256(path):
+        if entry is not None and entry.get("sha256") != manifest.sha256(path):
             log.warning("%s differs from the file the manifest's parity check verified (sha256 mismatch)", path)
         meta = restore.upgrade_meta(found["data_meta"])
         task = tasks.build(OmegaConf.create(restore.task_config(found)), meta)
         return artifact_backend(path, device), task, meta, found.get("source_run", {}), found.get("model", {})
-    restored = restore.load(path)
+    restored = restore.rebuild(path)
     backend = EagerBackend(restored.model, device)
     return backend, restored.task, restored.meta, restored.source(), restored.config["model"]

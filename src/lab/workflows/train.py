@@ -16,13 +16,16 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from lab import batches, checkpoint, data, diagnostics, models, provenance, runtime, tasks, tracking
+from lab import checkpointing, data, models, runtime, tasks, tracking
+from lab.checkpointing import CheckpointManager
 from lab.config import TrainConfig
 from lab.distributed import env as dist_env
 from lab.distributed import launch
 from lab.distributed.parallel import Parallel
-from lab.engine import Trainer, batches_per_epoch
 from lab.optim import build_optimizer, build_scheduler, lr_scale
+from lab.tracking import provenance
+from lab.training import Trainer
+from lab.training.report import report_start
 from lab.workflows.common import hydra_run_dir
 
 log = logging.getLogger(__name__)
@@ -45,7 +48,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     _check_options(cfg)
     identity = tracking.job_identity(cfg, run_dir)
     if cfg.dist.strategy != "none" and not dist_env.launched_as_worker():
-        checkpoint.require_file(cfg.ckpt_path)  # fail before starting processes
+        checkpointing.require_file(cfg.ckpt_path)  # fail before starting processes
         container = OmegaConf.to_container(cfg, resolve=True)
         return launch.spawn(_spawned_worker, (container, str(run_dir), identity), cfg.dist)
     return _join_and_train(cfg, run_dir, identity)
@@ -81,7 +84,7 @@ def _join_and_train(cfg: DictConfig, run_dir: Path, identity: dict) -> float | N
 
 
 def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -> float | None:
-    resume = checkpoint.load(cfg.ckpt_path) if cfg.ckpt_path else None  # fail on a bad path before any work
+    resume = checkpointing.read(cfg.ckpt_path) if cfg.ckpt_path else None  # fail on a bad path before any work
     runtime.seed_everything(cfg.seed)  # the same on every rank: identical initial weights
     device = runtime.select_device(cfg.trainer.device, parallel.local_rank)
     runtime.configure_backends(cfg.trainer, device)
@@ -101,6 +104,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     train_loader = data.make_loader(
         train_set, cfg.data, train=True, generator=generator, pin_memory=pin, sampler=sampler
     )
+    train_batches = data.EpochLoader(train_loader, generator, loader_seed, cfg.trainer.limit_train_batches)
     val_loader = data.make_loader(
         val_set, cfg.data, train=False, generator=None, pin_memory=pin, sampler=parallel.eval_sampler(val_set)
     )
@@ -110,13 +114,12 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     prov = provenance.collect()
     tracker = tracking.from_config(cfg, run_dir, "train", prov, rank=parallel.rank, identity=identity)
     with tracker.session():
-        _report(model, task, train_loader, run_dir, device, precision, tracker, parallel)
+        report_start(model, task, train_loader, run_dir, device, precision, tracker, parallel)
         model, forward = parallel.wrap(model, cfg.dist, device, precision)  # before the optimizer: FSDP swaps params
         if parallel.world_size > 1:
             runtime.seed_everything(cfg.seed + parallel.rank)  # dropout etc. differ per rank from here on
         optimizer = build_optimizer(_scaled_optimizer_cfg(cfg, parallel, tracker), model, device)
-        batches = batches_per_epoch(train_loader, cfg.trainer.limit_train_batches)
-        steps_per_epoch = math.ceil(batches / cfg.trainer.grad_accum_steps)
+        steps_per_epoch = math.ceil(len(train_batches) / cfg.trainer.grad_accum_steps)
         scheduler = build_scheduler(cfg.scheduler, optimizer, _planned_steps(cfg.trainer, steps_per_epoch))
         log.info("%d optimizer steps per epoch", steps_per_epoch)
 
@@ -130,6 +133,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
                 **tracker.run_ref(),  # lets eval/export runs link back to this training run
             },
         }
+        checkpoints = CheckpointManager(run_dir, parallel, cfg.trainer.ckpt_every_n_steps, extras)
         trainer = Trainer(
             model=model,
             forward=forward,
@@ -137,26 +141,23 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
             optimizer=optimizer,
             scheduler=scheduler,
             task=task,
-            train_loader=train_loader,
+            train_batches=train_batches,
             val_loader=val_loader,
             device=device,
             precision=precision,
-            trainer_cfg=cfg.trainer,
+            cfg=cfg.trainer,
             tracker=tracker,
-            run_dir=run_dir,
-            checkpoint_extras=extras,
-            seed=loader_seed,
-            train_generator=generator,
+            checkpoints=checkpoints,
             callbacks=[hydra.utils.instantiate(spec) for spec in cfg.callbacks.values()],
         )
         if resume is not None:
-            trainer.state.load(resume)
+            trainer.state.resume(resume)
         summary = trainer.fit()
-        summary.update(_test(trainer, datamodule.test, cfg, pin, run_dir))
+        summary.update(_test(trainer, datamodule.test, cfg, pin))
         tracker.summary(summary)
         if cfg.logger.log_checkpoints != "none":
             which = cfg.logger.log_checkpoints
-            tracker.log_checkpoint(run_dir / "checkpoints" / f"{which}.pt", alias=which)
+            tracker.log_checkpoint(checkpoints.path(which), alias=which)
     result = summary.get(cfg.optimized_metric)
     log.info("done: %s = %s; run dir %s", cfg.optimized_metric, result, run_dir)
     return result
@@ -181,50 +182,16 @@ def _scaled_optimizer_cfg(cfg: DictConfig, parallel: Parallel, tracker: tracking
     return OmegaConf.merge(cfg.optimizer, {"lr": lr})
 
 
-def _report(
-    model: torch.nn.Module,
-    task: tasks.Task,
-    loader: torch.utils.data.DataLoader,
-    run_dir: Path,
-    device: torch.device,
-    precision: runtime.Precision,
-    tracker: tracking.Tracker,
-    parallel: Parallel,
-) -> None:
-    """What is about to train, on what: checked on every rank, logged and kept in the run dir by rank 0.
-    Runs on the plain model, before any DDP/FSDP wrapping (a sharded forward would be a collective)."""
-    inputs, targets = batches.split(next(iter(loader)))
-    first_batch = diagnostics.check_first_batch(inputs, targets, task)
-    if not parallel.is_main:
-        return
-    example = batches.to_device(batches.head(inputs, 2), device)
-    summary = diagnostics.model_summary(model, example, device)
-    (run_dir / "model_summary.txt").write_text(summary + "\n")
-    tracker.save_file(run_dir / "model_summary.txt")
-    counts = diagnostics.parameter_counts(model)
-    log.info(
-        "device %s, precision %s, %d process(es) (%s)",
-        device,
-        precision.describe(),
-        parallel.world_size,
-        parallel.strategy,
-    )
-    log.info("%s", first_batch)
-    log.info("model:\n%s", summary)
-    log.info("parameters: %s trainable, %s frozen", f"{counts['trainable']:,}", f"{counts['frozen']:,}")
-    diagnostics.warn_if_frozen(model)
-
-
-def _test(trainer: Trainer, test_set: Any, cfg: DictConfig, pin: bool, run_dir: Path) -> dict[str, float]:
+def _test(trainer: Trainer, test_set: Any, cfg: DictConfig, pin: bool) -> dict[str, float]:
     """Score the best checkpoint on the held-out test split, once, after training."""
-    best = run_dir / "checkpoints" / "best.pt"
+    best = trainer.checkpoints.best
     if test_set is None or not best.is_file():
         return {}
-    trainer.parallel.load_model_state(trainer.model, checkpoint.load(best)["model"])
+    trainer.parallel.load_model_state(trainer.model, checkpointing.read(best)["model"])
     loader = data.make_loader(
         test_set, cfg.data, train=False, generator=None, pin_memory=pin, sampler=trainer.parallel.eval_sampler(test_set)
     )
-    metrics = {f"test/{k}": v for k, v in trainer.evaluate(loader, cfg.trainer.limit_val_batches).items()}
+    metrics = {f"test/{k}": v for k, v in trainer.score(loader, cfg.trainer.limit_val_batches).items()}
     trainer.tracker.log(metrics, step=trainer.progress.global_step)
     log.info("test (best checkpoint): %s", "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     return metrics

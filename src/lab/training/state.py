@@ -1,7 +1,8 @@
-"""Everything a resume needs, and how it becomes a checkpoint payload and back.
+"""Everything a resume needs, and how it becomes a checkpoint's state and back.
 
-The Trainer steps the model; this object owns what a checkpoint captures: weights, optimizer moments, the LR schedule,
-the loss scale, the position in training and the RNG streams of every rank.
+The Trainer steps the model; this object owns what a checkpoint captures of training: weights, optimizer moments,
+the LR schedule, the loss scale, the position in training and the RNG streams of every rank. (What a checkpoint
+adds about the run, its config and data_meta, is the CheckpointManager's.)
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lab import checkpoint
+from lab.checkpointing import capture_rng, restore_rng
 from lab.distributed.parallel import Parallel
 
 log = logging.getLogger(__name__)
@@ -44,12 +45,11 @@ class TrainingState:
     scaler: torch.amp.GradScaler
     parallel: Parallel
     device: torch.device  # whose CUDA generator is saved and restored
-    extras: dict[str, Any]  # saved as they are (config, data_meta, provenance): what eval and export rebuild from
     progress: Progress = field(default_factory=Progress)
 
     def payload(self) -> dict[str, Any]:
-        """The checkpoint's content; a collective under FSDP (gathers the shards), so every rank calls it."""
-        rng = self.parallel.gather(checkpoint.capture_rng(self.device))
+        """The training state to checkpoint; a collective under FSDP (gathers the shards), so every rank calls it."""
+        rng = self.parallel.gather(capture_rng(self.device))
         self.parallel.sync_buffers(self.model)  # rank 0 writes: its BatchNorm statistics are the ones validated
         return {
             "model": self.parallel.model_state(self.model),
@@ -59,10 +59,9 @@ class TrainingState:
             "progress": asdict(self.progress),
             # rank 0's streams, plus every rank's for an exact distributed resume
             "rng": {**rng[0], "per_rank": rng} if len(rng) > 1 else rng[0],
-            **self.extras,
         }
 
-    def load(self, ckpt: dict[str, Any]) -> None:
+    def resume(self, ckpt: dict[str, Any]) -> None:
         """Continue a run exactly: weights, optimizer moments, LR schedule, loss scale, position and RNG."""
         self.parallel.load_model_state(self.model, ckpt["model"])
         self.parallel.load_optimizer_state(self.model, self.optimizer, ckpt["optimizer"])
@@ -72,7 +71,7 @@ class TrainingState:
         self.progress = Progress(**ckpt["progress"])
         per_rank = ckpt["rng"].get("per_rank")
         same_world = per_rank is not None and len(per_rank) == self.parallel.world_size
-        checkpoint.restore_rng(per_rank[self.parallel.rank] if same_world else ckpt["rng"], self.device)
+        restore_rng(per_rank[self.parallel.rank] if same_world else ckpt["rng"], self.device)
         log.info(
             "resumed at epoch %d, step %d (batch %d of the epoch)",
             self.progress.epoch + 1,

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # src/lab/provenance.py -> repository root
+REPO_ROOT = Path(__file__).resolve().parents[3]  # src/lab/tracking/provenance.py -> repository root
 
 
 def _git(*args: str, cwd: Path) -> str | None:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from lab.data import batches
+from lab.distributed.parallel import Parallel
 from lab.errors import UserError
+from lab.runtime import Precision
+from lab.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -77,3 +82,37 @@ def _tensors(data: Any, name: str) -> list[tuple[str, torch.Tensor]]:
 
 def _shapes(data: Any) -> str:
     return ", ".join(f"{tuple(t.shape)} {t.dtype}" for _, t in _tensors(data, "targets"))
+
+
+def report_start(
+    model: torch.nn.Module,
+    task: Any,
+    loader: torch.utils.data.DataLoader,
+    run_dir: Path,
+    device: torch.device,
+    precision: Precision,
+    tracker: Tracker,
+    parallel: Parallel,
+) -> None:
+    """What is about to train, on what: checked on every rank, logged and kept in the run dir by rank 0.
+    Runs on the plain model, before any DDP/FSDP wrapping (a sharded forward would be a collective)."""
+    inputs, targets = batches.split(next(iter(loader)))
+    first_batch = check_first_batch(inputs, targets, task)
+    if not parallel.is_main:
+        return
+    example = batches.to_device(batches.head(inputs, 2), device)
+    summary = model_summary(model, example, device)
+    (run_dir / "model_summary.txt").write_text(summary + "\n")
+    tracker.save_file(run_dir / "model_summary.txt")
+    counts = parameter_counts(model)
+    log.info(
+        "device %s, precision %s, %d process(es) (%s)",
+        device,
+        precision.describe(),
+        parallel.world_size,
+        parallel.strategy,
+    )
+    log.info("%s", first_batch)
+    log.info("model:\n%s", summary)
+    log.info("parameters: %s trainable, %s frozen", f"{counts['trainable']:,}", f"{counts['frozen']:,}")
+    warn_if_frozen(model)

@@ -1,7 +1,7 @@
 """Optuna pruning inside a training job: report a validation metric to the trial, stop when the pruner says so.
 
 The Optuna sweeper (hydra_plugins/lab_sweepers) adds this callback to each trial's overrides as
-`+callbacks.optuna_pruning={_target_: lab.sweep_pruning.OptunaPruning, storage: ..., study_name: ...,
+`+callbacks.optuna_pruning={_target_: lab.sweeps.pruning.OptunaPruning, storage: ..., study_name: ...,
 trial_number: ..., ...}`. It opens the study from its storage, so it works in whatever process the launcher runs
 the job in (the sweeper's own, a joblib worker, a SLURM node sharing the filesystem).
 """

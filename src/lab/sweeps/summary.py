@@ -24,7 +24,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from lab.errors import ConfigError, UserError
-from lab.sweep_jobs import outcome
+from lab.sweeps.jobs import outcome
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import torch
 
 from lab.distributed.parallel import Parallel
+from lab.errors import UserError
 
 
 class StepWindow:
@@ -24,6 +25,7 @@ class StepWindow:
         self.grad_norm: torch.Tensor | None = None  # at the last optimizer step
 
     def add(self, loss_sum: torch.Tensor, weight: torch.Tensor, step: int, samples: int) -> None:
+        """One micro-batch: its summed loss and weight (kept on the device), the optimizer step it belongs to."""
         self.loss_sums.append(loss_sum.detach())
         self.weights.append(weight)
         self.steps.append(step)
@@ -36,6 +38,22 @@ class StepWindow:
         sums = torch.stack([torch.stack(self.loss_sums).double(), torch.stack(self.weights).double()])
         sums = parallel.all_reduce_sum_(sums).cpu()
         return sums[0] / sums[1], sums[1]
+
+    def checked_losses(
+        self, parallel: Parallel, skips_nonfinite: bool, epoch: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`losses_over_ranks`, stopping at the first non-finite loss unless a GradScaler skips such steps itself
+        (`skips_nonfinite`). Every rank sees the same values, so every rank stops."""
+        losses, weights = self.losses_over_ranks(parallel)
+        bad = (~torch.isfinite(losses)).nonzero()
+        if len(bad) and not skips_nonfinite:
+            index = int(bad[0])
+            raise UserError(
+                f"loss became {losses[index].item()} at optimizer step {self.steps[index]} (epoch {epoch + 1}); "
+                "lower optimizer.lr, set trainer.grad_clip, try precision=bf16 or fp32, or check the inputs "
+                "(the first-batch report in the log)"
+            )
+        return losses, weights
 
     @staticmethod
     def mean_loss(losses: torch.Tensor, weights: torch.Tensor) -> float:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from lab import provenance as prov
+from lab.files import write_json
+from lab.tracking import provenance as prov
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +32,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
-
-
-def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
 
 
 def has_wandb_credentials() -> bool:

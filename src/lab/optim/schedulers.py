@@ -1,54 +1,31 @@
-"""Optimizer with no weight decay on norms and biases, and LR schedules with linear warmup."""
+"""LR schedules with linear warmup, behind one interface the trainer calls without knowing which one it has.
+
+Every schedule is a :class:`Schedule`: ``step()`` after each optimizer step, ``step_validation(metrics)`` after
+each validation (only ReduceLROnPlateau acts on it), and a state dict for checkpoints.
+"""
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable
+from typing import Protocol
 
-import hydra.utils
 import torch
-from torch import nn
-from torch.optim.lr_scheduler import LambdaLR, OneCycleLR, ReduceLROnPlateau
+from torch.optim.lr_scheduler import LambdaLR, LRScheduler, OneCycleLR, ReduceLROnPlateau
 
 from lab.errors import UserError
 
-_NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)
 
+class Schedule(Protocol):
+    def step(self) -> None: ...
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: decayed weights, and norm parameters + biases (decaying those only hurts)."""
-    decay, no_decay, seen = [], [], set()
-    for module in model.modules():
-        for name, param in module.named_parameters(recurse=False):
-            if not param.requires_grad or id(param) in seen:
-                continue
-            seen.add(id(param))
-            skip = isinstance(module, _NORM_TYPES) or name.endswith("bias") or param.ndim <= 1
-            (no_decay if skip else decay).append(param)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+    def step_validation(self, metrics: dict[str, float]) -> None: ...
 
+    def get_last_lr(self) -> list[float]: ...
 
-def lr_scale(dist_cfg, batch_size: int, world_size: int, grad_accum_steps: int) -> float:
-    """LR multiplier for the effective batch (per device x devices x accumulation) against the batch the LR was
-    tuned for (dist.base_batch_size, default data.batch_size): linear (Goyal et al.) or square-root scaling."""
-    if dist_cfg.lr_scaling == "none":
-        return 1.0
-    ratio = batch_size * world_size * grad_accum_steps / (dist_cfg.base_batch_size or batch_size)
-    return ratio if dist_cfg.lr_scaling == "linear" else math.sqrt(ratio)
+    def state_dict(self) -> dict: ...
 
-
-def build_optimizer(optimizer_cfg, model: nn.Module, device: torch.device | None = None) -> torch.optim.Optimizer:
-    """The configured optimizer over `parameter_groups`. On CUDA, torch's fused implementation when the optimizer
-    has one and the config does not choose: one kernel per step, and with a GradScaler it skips overflowed steps
-    on the device, where the unfused path reads `found_inf` back to the host every step."""
-    factory = hydra.utils.instantiate(optimizer_cfg, _convert_="all")  # a functools.partial (_partial_: true)
-    choosable = "fused" in inspect.signature(factory.func).parameters and factory.keywords.get("fused") is None
-    extra = {"fused": True} if choosable and device is not None and device.type == "cuda" else {}
-    return factory(parameter_groups(model, optimizer_cfg.weight_decay), **extra)
+    def load_state_dict(self, state: dict) -> None: ...
 
 
 def warmup_multiplier(
@@ -73,6 +50,27 @@ def warmup_multiplier(
         return 1.0  # constant
 
     return multiplier
+
+
+class PerStep:
+    """A torch LR scheduler stepped once per optimizer step; validation does not move it. Its state dict is the
+    wrapped scheduler's own, so checkpoints hold exactly what torch saves."""
+
+    def __init__(self, scheduler: LRScheduler) -> None:
+        self.scheduler = scheduler
+        self.step = scheduler.step  # bound once: called every optimizer step
+
+    def step_validation(self, metrics: dict[str, float]) -> None:
+        """Nothing to do: the schedule depends on the step count only."""
+
+    def get_last_lr(self) -> list[float]:
+        return self.scheduler.get_last_lr()
+
+    def state_dict(self) -> dict:
+        return self.scheduler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scheduler.load_state_dict(state)
 
 
 class WarmupPlateau:
@@ -122,16 +120,14 @@ class WarmupPlateau:
         self.plateau.load_state_dict(state["plateau"])
 
 
-def build_scheduler(scheduler_cfg, optimizer: torch.optim.Optimizer, total_steps: int):
-    """A scheduler stepped once per optimizer step (`plateau` also takes `step_metric` per validation)."""
+def build_scheduler(scheduler_cfg, optimizer: torch.optim.Optimizer, total_steps: int) -> Schedule:
+    """The configured schedule over `total_steps` optimizer steps."""
     cfg = scheduler_cfg
     if cfg.name == "plateau":
         return WarmupPlateau(optimizer, cfg.warmup_steps, cfg.monitor, cfg.mode, cfg.factor, cfg.patience)
     if cfg.name == "onecycle":
         max_lrs = [group["lr"] for group in optimizer.param_groups]
         pct_start = min(0.99, max(1, cfg.warmup_steps) / max(total_steps, 1))
-        return OneCycleLR(optimizer, max_lr=max_lrs, total_steps=max(total_steps, 2), pct_start=pct_start)
-    return LambdaLR(
-        optimizer,
-        warmup_multiplier(cfg.name, total_steps, cfg.warmup_steps, cfg.min_lr_ratio, cfg.step_size, cfg.gamma),
-    )
+        return PerStep(OneCycleLR(optimizer, max_lr=max_lrs, total_steps=max(total_steps, 2), pct_start=pct_start))
+    multiplier = warmup_multiplier(cfg.name, total_steps, cfg.warmup_steps, cfg.min_lr_ratio, cfg.step_size, cfg.gamma)
+    return PerStep(LambdaLR(optimizer, multiplier))

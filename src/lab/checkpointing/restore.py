@@ -16,7 +16,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from lab import checkpoint, data, models, tasks
+from lab import data, models, tasks
+from lab.checkpointing import files, state_dicts
 from lab.config import ClassificationTaskConfig
 from lab.data.datasets import checked_config
 from lab.errors import ConfigError, UserError
@@ -47,10 +48,10 @@ class Restored:
         }
 
 
-def load(path: str | Path) -> Restored:
+def rebuild(path: str | Path) -> Restored:
     """Checkpoint -> plain eval-mode model with its weights; a UserError names what is missing or wrong."""
     path = Path(path).expanduser()
-    ckpt = checkpoint.load(path)
+    ckpt = files.read(path)
     config, meta = ckpt.get("config"), ckpt.get("data_meta")
     if not isinstance(config, dict) or "model" not in config or "data" not in config:
         raise UserError(f"{path} holds no training config (config.model / config.data); was it written by train.py?")
@@ -58,7 +59,7 @@ def load(path: str | Path) -> Restored:
         raise UserError(f"{path} has no data_meta: cannot rebuild the model and the preprocessing it expects")
     meta = upgrade_meta(meta)
     model = models.build(OmegaConf.create(config["model"]), meta)
-    checkpoint.load_model_state(model, ckpt["model"])
+    state_dicts.load_model_state(model, ckpt["model"])
     model.eval()
     return Restored(
         path=path,
@@ -84,7 +85,7 @@ def data_config(restored: Restored, overrides: Mapping[str, Any] | DictConfig | 
         raise ConfigError(f"the checkpoint's data config does not fit this version's schema: {err}") from err
 
 
-def build_data(restored: Restored, overrides: Mapping[str, Any] | DictConfig | None = None) -> data.DataModule:
+def rebuild_data(restored: Restored, overrides: Mapping[str, Any] | DictConfig | None = None) -> data.DataModule:
     """The training run's dataset, rebuilt; refuses data whose meta (classes, shape, normalization, vocabulary)
     differs from what the model was trained on, e.g. an image_folder root with other class folders."""
     cfg = data_config(restored, overrides)

@@ -1,5 +1,5 @@
-"""Evaluation shared by training (validation, test) and the eval workflow: the model in eval mode without autograd,
-batches fed into the task's exact metric accumulator."""
+"""The evaluation loop shared by training (validation, test) and the eval workflow: the model in eval mode without
+autograd, batches fed into the task's exact metric accumulator."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from lab import batches
+from lab.data import batches
 from lab.runtime import Precision
 
 
 @torch.inference_mode()
-def evaluate(
+def accumulate_metrics(
     model: nn.Module,
     loader: torch.utils.data.DataLoader,
     metrics: Any,

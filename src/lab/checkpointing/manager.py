@@ -1,0 +1,46 @@
+"""A run's checkpoints: where they live, when they are written, which one is best, and who writes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lab.checkpointing import files
+
+if TYPE_CHECKING:
+    from lab.distributed.parallel import Parallel
+
+
+class CheckpointManager:
+    """`<run dir>/checkpoints/last.pt` after every epoch (and every `every_n_steps` optimizer steps when > 0), copied
+    to `best.pt` when the monitored metric improved. `extras` (resolved config, data_meta, provenance) go into every
+    file: they are what eval, export and infer rebuild the model and its data from."""
+
+    def __init__(self, run_dir: str | Path, parallel: Parallel, every_n_steps: int = 0, extras: dict | None = None):
+        self.dir = Path(run_dir) / "checkpoints"
+        self.parallel, self.every_n_steps = parallel, every_n_steps
+        self.extras = dict(extras or {})
+
+    @property
+    def last(self) -> Path:
+        return self.path("last")
+
+    @property
+    def best(self) -> Path:
+        return self.path("best")
+
+    def path(self, which: str) -> Path:
+        return self.dir / f"{which}.pt"
+
+    def due(self, global_step: int) -> bool:
+        """A mid-epoch checkpoint is due after this optimizer step."""
+        return self.every_n_steps > 0 and global_step % self.every_n_steps == 0
+
+    def save(self, state: dict[str, Any], best: bool) -> None:
+        """Every rank calls this (the state was gathered collectively); rank 0 writes and the others wait, so no
+        rank reads a half-written file and none runs ahead of a checkpoint it might need."""
+        if self.parallel.is_main:
+            files.save(self.last, {**state, **self.extras})
+            if best:
+                files.copy(self.last, self.best)
+        self.parallel.barrier()

@@ -1,0 +1,61 @@
+"""Model state dicts free of wrappers: what DDP (`module.`) and torch.compile (`_orig_mod.`) add is never saved,
+and is stripped when a checkpoint of a wrapped model is loaded."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch import nn
+
+from lab.errors import UserError
+
+log = logging.getLogger(__name__)
+
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DistributedDataParallel, torch.compile
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The user's module under DDP / torch.compile wrappers."""
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(model, nn.parallel.DistributedDataParallel):
+            model = model.module
+        else:
+            return model
+
+
+def strip_wrapper_prefixes(state: dict[str, Any]) -> dict[str, Any]:
+    """Accept state dicts saved from wrapped models (keys like `module._orig_mod.fc.weight`)."""
+    cleaned = {}
+    for key, value in state.items():
+        while key.startswith(_WRAPPER_PREFIXES):
+            key = key.split(".", 1)[1]
+        cleaned[key] = value
+    return cleaned
+
+
+def load_model_state(model: nn.Module, state: dict[str, Any], strict: bool = True) -> None:
+    """Load weights, tolerating wrapper prefixes; name the missing/unexpected/misshapen keys instead of a bare error."""
+    target = unwrap(model)
+    state = strip_wrapper_prefixes(state)
+    own = target.state_dict()
+    # load_state_dict raises a bare RuntimeError on a shape mismatch even with strict=False: set those keys aside.
+    mismatched = {
+        key: (tuple(value.shape), tuple(own[key].shape))
+        for key, value in state.items()
+        if isinstance(value, torch.Tensor) and isinstance(own.get(key), torch.Tensor) and value.shape != own[key].shape
+    }
+    result = target.load_state_dict({k: v for k, v in state.items() if k not in mismatched}, strict=False)
+    missing = [key for key in result.missing_keys if key not in mismatched]
+    if missing or result.unexpected_keys or mismatched:
+        detail = f"missing keys {missing[:5]}, unexpected keys {result.unexpected_keys[:5]}"
+        if mismatched:
+            detail += ", shape mismatches " + ", ".join(
+                f"{key}: checkpoint {saved} vs model {wanted}" for key, (saved, wanted) in list(mismatched.items())[:5]
+            )
+        if strict:
+            raise UserError(f"checkpoint does not fit the model ({detail}); was it trained with another model config?")
+        log.warning("loaded non-strictly, skipped: %s", detail)

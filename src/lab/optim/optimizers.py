@@ -1,0 +1,48 @@
+"""The optimizer over two parameter groups (no weight decay on norms and biases), and LR scaling for the
+effective batch."""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import hydra.utils
+import torch
+from torch import nn
+
+_NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two groups: decayed weights, and norm parameters + biases (decaying those only hurts)."""
+    decay, no_decay, seen = [], [], set()
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            if not param.requires_grad or id(param) in seen:
+                continue
+            seen.add(id(param))
+            skip = isinstance(module, _NORM_TYPES) or name.endswith("bias") or param.ndim <= 1
+            (no_decay if skip else decay).append(param)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def lr_scale(dist_cfg, batch_size: int, world_size: int, grad_accum_steps: int) -> float:
+    """LR multiplier for the effective batch (per device x devices x accumulation) against the batch the LR was
+    tuned for (dist.base_batch_size, default data.batch_size): linear (Goyal et al.) or square-root scaling."""
+    if dist_cfg.lr_scaling == "none":
+        return 1.0
+    ratio = batch_size * world_size * grad_accum_steps / (dist_cfg.base_batch_size or batch_size)
+    return ratio if dist_cfg.lr_scaling == "linear" else math.sqrt(ratio)
+
+
+def build_optimizer(optimizer_cfg, model: nn.Module, device: torch.device | None = None) -> torch.optim.Optimizer:
+    """The configured optimizer over `parameter_groups`. On CUDA, torch's fused implementation when the optimizer
+    has one and the config does not choose: one kernel per step, and with a GradScaler it skips overflowed steps
+    on the device, where the unfused path reads `found_inf` back to the host every step."""
+    factory = hydra.utils.instantiate(optimizer_cfg, _convert_="all")  # a functools.partial (_partial_: true)
+    choosable = "fused" in inspect.signature(factory.func).parameters and factory.keywords.get("fused") is None
+    extra = {"fused": True} if choosable and device is not None and device.type == "cuda" else {}
+    return factory(parameter_groups(model, optimizer_cfg.weight_decay), **extra)

@@ -1,0 +1,6 @@
+"""Training: the Trainer and its step (``trainer``), what a resume restores (``state``), the metrics between two log
+lines (``window``), the evaluation loop (``evaluation``) and the report of what is about to train (``report``)."""
+
+from lab.training.trainer import Trainer
+
+__all__ = ["Trainer"]

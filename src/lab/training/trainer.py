@@ -1,0 +1,283 @@
+"""The training loop: autocast, loss scaling, accumulation, clipping, validation, best tracking, checkpoints.
+
+It knows no task, schedule or strategy by name: the task supplies the loss and the metrics, the schedule steps
+itself (`lab.optim.schedulers.Schedule`), `Parallel` says how ranks accumulate, reduce and evaluate, and the
+`CheckpointManager` where and when checkpoints go. Host-device syncs happen only at logging, validation and
+checkpoint time, so the step itself runs as fast as a hand-written loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from tqdm import tqdm
+
+from lab.checkpointing import CheckpointManager
+from lab.data import EpochLoader
+from lab.data.batches import size as batch_size
+from lab.data.batches import split as split_batch
+from lab.data.batches import to_device
+from lab.distributed.parallel import Parallel
+from lab.errors import UserError
+from lab.optim import Schedule
+from lab.runtime import Precision, peak_memory_mb, reset_peak_memory
+from lab.tracking import Tracker
+from lab.training.evaluation import accumulate_metrics
+from lab.training.state import Progress, TrainingState
+from lab.training.window import StepWindow
+
+log = logging.getLogger(__name__)
+# With fp16 the GradScaler skips the optimizer step when gradients overflowed (the first steps, typically) while the
+# schedule still advances one step: intended, so torch's warning about the order would only mislead.
+warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
+
+
+class Trainer:
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Schedule,
+        task: Any,
+        train_batches: EpochLoader,
+        val_loader: torch.utils.data.DataLoader | None,
+        device: torch.device,
+        precision: Precision,
+        cfg: Any,
+        tracker: Tracker,
+        checkpoints: CheckpointManager,
+        parallel: Parallel | None = None,
+        forward: nn.Module | None = None,
+        callbacks: Sequence[Any] = (),
+    ) -> None:
+        # A plain dataclass, not a DictConfig: OmegaConf attribute access costs microseconds, several per step.
+        self.cfg = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
+        self.model = model  # the plain module: what checkpoints hold
+        self.parallel = parallel or Parallel()
+        self.wrapped = model if forward is None else forward  # the DDP / FSDP view (the model itself when alone)
+        self.forward = torch.compile(self.wrapped) if self.cfg.compile else self.wrapped
+        self.optimizer, self.scheduler, self.task = optimizer, scheduler, task
+        self.train_batches, self.val_loader = train_batches, val_loader
+        self.device, self.precision = device, precision
+        self.tracker, self.checkpoints, self.callbacks = tracker, checkpoints, list(callbacks)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=precision.grad_scaler)
+        self.state = TrainingState(model, optimizer, scheduler, self.scaler, self.parallel, device)
+        # fp16 steps the GradScaler skipped, counted on the device: reading the scale every step would sync
+        self.skipped_steps = torch.zeros((), dtype=torch.int64, device=device)
+        self.last_val: dict[str, float] = {}
+        self.window = StepWindow()
+        self.show_bar = {"on": True, "off": False, "auto": sys.stderr.isatty()}[self.cfg.progress_bar]
+        self._total: torch.Tensor | None = None  # the last group weight and its reciprocal (see train_step)
+        self._inverse_total: torch.Tensor | None = None
+
+    @property
+    def progress(self) -> Progress:
+        return self.state.progress  # replaced when a checkpoint is resumed
+
+    # ------------------------------------------------------------------ the run
+    def fit(self) -> dict[str, Any]:
+        cfg = self.cfg
+        self.window = StepWindow()
+        reset_peak_memory(self.device)  # the peak of training alone: not the model summary, not a previous job
+        with torch.autograd.set_detect_anomaly(cfg.detect_anomaly):
+            for epoch in range(self.progress.epoch, cfg.max_epochs):
+                self.progress.epoch = epoch
+                finished = self.train_epoch(epoch)
+                last = self._done() or epoch == cfg.max_epochs - 1
+                improved = False
+                if self.val_loader is not None and ((epoch + 1) % cfg.val_every_n_epochs == 0 or last):
+                    improved = self._validate(epoch)
+                if finished:
+                    self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
+                self._save(best=improved)
+                if self._done():
+                    break
+        summary = self.summary()
+        self._call("on_fit_end", summary)
+        return summary
+
+    def train_epoch(self, epoch: int) -> bool:
+        """One pass over the training batches (from a resumed position); False when max_steps ended it early."""
+        self.model.train()
+        cfg, progress = self.cfg, self.progress
+        total, position = len(self.train_batches), progress.batch_in_epoch
+        batches = self.train_batches.epoch(epoch, start=position)
+        bar = self._bar(epoch, position, total)
+        while position < total:
+            group = [self._next_batch(batches) for _ in range(min(cfg.grad_accum_steps, total - position))]
+            self.train_step(group)  # the last group of an epoch may be short
+            position += len(group)
+            progress.batch_in_epoch = position
+            if bar is not None:
+                bar.update(len(group))
+            if progress.global_step % cfg.log_every_n_steps == 0:
+                self._log(epoch, bar)
+            if self.checkpoints.due(progress.global_step):
+                self._save(best=False)
+            if self._done():
+                break
+        if bar is not None:
+            bar.close()
+        return position == total
+
+    def train_step(self, group: list[tuple[Any, Any]]) -> None:
+        """One optimizer step over the micro-batches of an accumulation group.
+
+        Each micro-batch's summed loss is divided by the weight (samples, or unmasked tokens) of the whole group
+        averaged over ranks, so the gradient equals that of one large batch even when micro-batches carry
+        different token counts; DDP/FSDP then average over ranks. No host sync: all of it stays on the device.
+        """
+        weights = [self.task.weight(targets) for _, targets in group]
+        total = self.parallel.mean_over_ranks(weights[0] if len(group) == 1 else torch.stack(weights).sum())
+        if total is not self._total:  # a task's weight is one cached tensor per batch size: so is its reciprocal
+            self._total, self._inverse_total = total, total.reciprocal()
+        last = len(group) - 1
+        for index, (inputs, targets) in enumerate(group):
+            # no gradient all-reduce until the group's last micro-batch (DDP no_sync / FSDP sync off)
+            with self.parallel.accumulation(self.wrapped, sync=index == last):
+                with self.precision.autocast(self.device):
+                    outputs = self.forward(inputs)
+                loss = self.task.loss(outputs, targets)  # summed, fp32
+                # seeded with 1/total rather than differentiating loss / total: no extra autograd node
+                self.scaler.scale(loss).backward(self._inverse_total)
+            self.window.add(loss, weights[index], step=self.progress.global_step + 1, samples=batch_size(targets))
+        self._optimizer_step()
+
+    def _optimizer_step(self) -> None:
+        cfg = self.cfg
+        if cfg.grad_clip is not None or (self.progress.global_step + 1) % cfg.log_every_n_steps == 0:
+            self.scaler.unscale_(self.optimizer)  # the norm means something (and clipping works) only unscaled
+            max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
+            self.window.grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        if self.scaler.is_enabled():
+            # the scale as a device tensor (get_scale() would copy it to the host): it drops only on a skipped step
+            scale_before = self.scaler._get_scale_async().clone()
+            self.scaler.step(self.optimizer)  # skips the update when fp16 gradients overflowed
+            self.scaler.update()
+            self.skipped_steps += self.scaler._get_scale_async() < scale_before
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.progress.global_step += 1
+
+    def _next_batch(self, batches: Iterator[Any]) -> tuple[Any, Any]:
+        fetch_start = time.perf_counter()
+        batch = to_device(split_batch(next(batches)), self.device, self.cfg.channels_last)
+        self.window.data_time += time.perf_counter() - fetch_start
+        return batch
+
+    def _done(self) -> bool:
+        return 0 < self.cfg.max_steps <= self.progress.global_step
+
+    # ------------------------------------------------------------------ evaluation
+    def score(self, loader: torch.utils.data.DataLoader, limit: int = -1) -> dict[str, float]:
+        """The task's exact metrics over the loader, reduced over ranks (eval mode, no autograd)."""
+        metrics = self.task.metrics(self.device)
+        self.parallel.sync_buffers(self.model)  # every rank scores with the statistics the checkpoint will hold
+        accumulate_metrics(
+            self.model,
+            loader,
+            metrics,
+            device=self.device,
+            precision=self.precision,
+            forward=self.parallel.evaluation_forward(self.model, self.forward),
+            limit=limit,
+            channels_last=self.cfg.channels_last,
+        )
+        self.parallel.reduce_metrics(metrics)
+        return metrics.compute()
+
+    def _validate(self, epoch: int) -> bool:
+        """Score the validation split, track the best, let the schedule react; True when the monitor improved."""
+        with self.window.paused():
+            metrics = {f"val/{k}": v for k, v in self.score(self.val_loader, self.cfg.limit_val_batches).items()}
+        monitor = f"val/{self.task.monitor}"
+        if monitor not in metrics:
+            raise UserError(
+                f"task.monitor={self.task.monitor!r} is not a validation metric; choose one of {', '.join(metrics)}"
+            )
+        improved = self.progress.record(metrics[monitor], epoch + 1, self.task.mode)
+        metrics[f"{monitor}_best"] = self.progress.best_metric
+        self.scheduler.step_validation(metrics)
+        self.last_val = metrics
+        reset_peak_memory(self.device)  # validation's activations are not training's peak
+        self.tracker.log(metrics, step=self.progress.global_step, epoch=epoch + 1)
+        line = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        log.info("epoch %d/%d step %d  %s", epoch + 1, self.cfg.max_epochs, self.progress.global_step, line)
+        self._call("on_validation_end", metrics, epoch + 1)
+        return improved
+
+    def summary(self) -> dict[str, Any]:
+        out = {
+            f"val/{self.task.monitor}_best": self.progress.best_metric,
+            "best_epoch": self.progress.best_epoch,
+            "global_step": self.progress.global_step,
+            "epochs": self.progress.epoch,
+            **self.last_val,
+        }
+        if self.scaler.is_enabled():
+            out["train/skipped_steps"] = int(self.skipped_steps)
+        return out
+
+    # ------------------------------------------------------------------ records
+    def _losses(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.window.checked_losses(self.parallel, self.scaler.is_enabled(), self.progress.epoch)
+
+    def _log(self, epoch: int, bar: tqdm | None) -> None:
+        loss = self.window.mean_loss(*self._losses())
+        throughput, data_wait = self.window.rates(self.parallel.world_size)
+        metrics = {
+            "train/loss": loss,
+            "train/lr": self.scheduler.get_last_lr()[0],
+            "train/grad_norm": self.window.grad_norm_value(),
+            "train/throughput": throughput,
+            "train/data_wait": data_wait,
+            "train/mem_peak_mb": peak_memory_mb(self.device),
+        }
+        if self.scaler.is_enabled():
+            metrics["train/grad_scale"] = self.scaler.get_scale()
+            metrics["train/skipped_steps"] = int(self.skipped_steps)
+        self.tracker.log(metrics, step=self.progress.global_step, epoch=epoch + 1)
+        if bar is None:
+            log.info(
+                "epoch %d step %d  loss %.4f  lr %.3g  grad_norm %.3g  %.0f samples/s  data %.0f%%",
+                epoch + 1,
+                self.progress.global_step,
+                loss,
+                metrics["train/lr"],
+                metrics["train/grad_norm"],
+                throughput,
+                100 * data_wait,
+            )
+        else:
+            bar.set_postfix(loss=f"{loss:.4f}", lr=f"{metrics['train/lr']:.2e}", refresh=False)
+        self.window = StepWindow()
+        reset_peak_memory(self.device)  # each logged peak covers its own window
+
+    def _save(self, best: bool) -> None:
+        with self.window.paused():
+            self._losses()  # never write weights that went NaN over good ones
+            self.checkpoints.save(self.state.payload(), best)  # a collective under FSDP: every rank gathers
+
+    def _bar(self, epoch: int, position: int, total: int) -> tqdm | None:
+        if not self.show_bar:
+            return None
+        desc = f"epoch {epoch + 1}/{self.cfg.max_epochs}"
+        return tqdm(total=total, initial=position, desc=desc, leave=False, dynamic_ncols=True)
+
+    def _call(self, hook: str, *args: Any) -> None:
+        """Run a hook on every callback that has it (a callback may raise to stop the run, e.g. pruning)."""
+        for callback in self.callbacks:
+            method = getattr(callback, hook, None)
+            if method is not None:
+                method(self, *args)

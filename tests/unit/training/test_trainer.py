@@ -1,0 +1,166 @@
+"""The Trainer on its own: a toy task and a linear model, in-process, no Hydra, no subprocess."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from lab import checkpointing
+from lab.checkpointing import CheckpointManager
+from lab.config import TrainerConfig
+from lab.data import EpochLoader
+from lab.distributed.parallel import Parallel
+from lab.errors import UserError
+from lab.optim import PerStep
+from lab.runtime import Precision
+from lab.tasks import BaseTask
+from lab.tracking import Tracker
+from lab.training import Trainer
+
+CPU = torch.device("cpu")
+
+
+class SquaredError(BaseTask):
+    """Mean squared error; the monitor is the validation loss itself."""
+
+    name, monitor, mode = "toy", "loss", "min"
+
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return ((outputs.float().squeeze(-1) - targets) ** 2).sum()
+
+    def metrics(self, device: torch.device, full: bool = False) -> SquaredErrorSum:
+        return SquaredErrorSum(device)
+
+
+class SquaredErrorSum:
+    def __init__(self, device: torch.device) -> None:
+        self.total = torch.zeros((), device=device)
+        self.count = torch.zeros((), device=device)
+
+    def update(self, outputs: torch.Tensor, targets: torch.Tensor) -> None:
+        self.total += ((outputs.squeeze(-1) - targets) ** 2).sum()
+        self.count += targets.numel()
+
+    def compute(self) -> dict[str, float]:
+        return {"loss": float(self.total / self.count)}
+
+
+class SpySchedule(PerStep):
+    """A constant schedule that records the validations it was told about."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        super().__init__(torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0))
+        self.validations: list[float] = []
+
+    def step_validation(self, metrics: dict[str, float]) -> None:
+        self.validations.append(metrics["val/loss"])
+
+
+def _data(n: int = 64, seed: int = 0) -> TensorDataset:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 3, generator=generator)
+    y = x @ torch.tensor([1.5, -2.0, 0.5]) + 0.3
+    return TensorDataset(x, y)
+
+
+def _trainer(tmp_path: Path, batch_size: int = 8, model: nn.Module | None = None, lr: float = 0.05, **settings):
+    cfg = TrainerConfig(**{"grad_clip": None, "progress_bar": "off", "log_every_n_steps": 4, **settings})
+    torch.manual_seed(0)
+    model = model if model is not None else nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    loader = DataLoader(_data(), batch_size=batch_size, shuffle=False, drop_last=True)
+    parallel = Parallel()
+    return Trainer(
+        model=model,
+        optimizer=optimizer,
+        scheduler=SpySchedule(optimizer),
+        task=SquaredError(),
+        train_batches=EpochLoader(loader, None, seed=0, limit=cfg.limit_train_batches),
+        val_loader=DataLoader(_data(32, seed=1), batch_size=16),
+        device=CPU,
+        precision=Precision("fp32", autocast_dtype=None, grad_scaler=False),
+        cfg=cfg,
+        tracker=Tracker(tmp_path).start(),
+        checkpoints=CheckpointManager(tmp_path, parallel, cfg.ckpt_every_n_steps, extras={"config": {"toy": 1}}),
+        parallel=parallel,
+    )
+
+
+def test_fit_learns_validates_every_epoch_and_writes_last_and_best(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, max_epochs=4)
+    summary = trainer.fit()
+    trainer.tracker.finish()
+    losses = trainer.scheduler.validations
+    assert len(losses) == 4 and losses[-1] < losses[0] / 4  # the schedule heard of each validation
+    assert summary["global_step"] == 4 * 8 and summary["epochs"] == 4
+    assert summary["val/loss_best"] == min(losses) and summary["best_epoch"] == losses.index(min(losses)) + 1
+    last = checkpointing.read(tmp_path / "checkpoints" / "last.pt")
+    assert last["config"] == {"toy": 1} and last["progress"]["global_step"] == 32  # the run's extras in every file
+    assert (tmp_path / "checkpoints" / "best.pt").is_file()
+
+
+def test_accumulated_micro_batches_step_like_one_large_batch(tmp_path: Path) -> None:
+    """Two micro-batches of 8 with accumulation give the weights of one batch of 16 (same data, same order)."""
+    accumulated = _trainer(tmp_path / "a", batch_size=8, grad_accum_steps=2, max_epochs=1)
+    large = _trainer(tmp_path / "b", batch_size=16, max_epochs=1)
+    large.model.load_state_dict(accumulated.model.state_dict())
+    accumulated.train_epoch(0)
+    large.train_epoch(0)
+    for trainer in (accumulated, large):
+        trainer.tracker.finish()
+    assert accumulated.progress.global_step == large.progress.global_step == 4
+    for a, b in zip(accumulated.model.parameters(), large.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_max_steps_ends_mid_epoch_and_checkpoints_follow_their_cadence(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, max_epochs=5, max_steps=11, ckpt_every_n_steps=3)
+    saved = []
+    trainer.checkpoints.save = lambda state, best: saved.append((state["progress"]["global_step"], best))
+    trainer.fit()
+    trainer.tracker.finish()
+    assert trainer.progress.global_step == 11
+    assert [step for step, _ in saved] == [3, 6, 8, 9, 11]  # every 3 steps, and at the end of each epoch (8, 11)
+    assert trainer.progress.epoch == 1 and trainer.progress.batch_in_epoch == 3  # a resume starts at batch 3
+
+
+def test_a_resumed_trainer_continues_exactly_where_the_checkpoint_stopped(tmp_path: Path) -> None:
+    straight = _trainer(tmp_path / "straight", max_epochs=3)
+    straight.fit()
+    first = _trainer(tmp_path / "first", max_epochs=3, max_steps=13)
+    first.fit()
+    resumed = _trainer(tmp_path / "resumed", max_epochs=3, model=copy.deepcopy(nn.Linear(3, 1)))
+    resumed.state.resume(checkpointing.read(tmp_path / "first" / "checkpoints" / "last.pt"))
+    resumed.fit()
+    for trainer in (straight, first, resumed):
+        trainer.tracker.finish()
+    assert resumed.progress.global_step == straight.progress.global_step == 24
+    for a, b in zip(straight.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_a_loss_that_diverges_stops_the_run_naming_the_step(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, max_epochs=2, lr=1e6)  # SGD at lr 1e6 overflows within a few steps
+    with pytest.raises(UserError, match=r"loss became (nan|inf) at optimizer step \d+ \(epoch 1\)"):
+        trainer.fit()
+    trainer.tracker.finish()
+    assert not (tmp_path / "checkpoints" / "last.pt").exists()  # nothing written from diverged weights
+
+
+def test_train_loss_logged_per_window_is_the_sample_weighted_mean(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, max_epochs=1, lr=0.0)  # lr 0: every step sees the initial model
+    trainer.fit()
+    trainer.tracker.finish()
+    model = trainer.model
+    x, y = _data().tensors
+    with torch.no_grad():
+        expected = float(((model(x[:32]).squeeze(-1) - y[:32]) ** 2).mean())  # the first 4 steps of 8 samples
+    logged = [line for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if "train/loss" in line]
+    first = float(logged[0].split('"train/loss": ')[1].split(",")[0])
+    assert math.isclose(first, expected, rel_tol=1e-5)
