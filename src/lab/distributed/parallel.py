@@ -1,6 +1,6 @@
 """How the ranks cooperate: model wrapping (DDP / FSDP2), samplers, reductions, full-state checkpoints.
 
-`Parallel()` with the defaults is the single-process case, where every method is a cheap no-op; the engine and
+`Parallel()` with the defaults is the single-process case, where every method is a cheap no-op; the trainer and
 workflows call the same methods either way, so there is one code path.
 """
 

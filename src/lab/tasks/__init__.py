@@ -1,4 +1,4 @@
-"""Tasks: what is learned, how it is scored and reported (``lab.tasks.base.Task``). The engine and the workflows
+"""Tasks: what is learned, how it is scored and reported (``lab.tasks.base.Task``). The trainer and the workflows
 call only that interface; ``build(cfg.task, meta)`` returns the configured one."""
 
 from lab.tasks.base import BaseTask, Metrics, Predictions, ReportContext, Task

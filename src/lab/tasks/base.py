@@ -1,6 +1,6 @@
-"""The Task interface: everything the engine and the four workflows need to know about *what* is learned.
+"""The Task interface: everything the trainer and the four workflows need to know about *what* is learned.
 
-The engine and the workflows call only these methods; classification, regression and language modelling (and a
+The trainer and the workflows call only these methods; classification, regression and language modelling (and a
 fork's own task) differ here and nowhere else. A task is built per run from its config node and the dataset's
 ``meta`` by ``lab.tasks.build`` (a new module in ``lab/tasks/`` with ``@register("name")`` is found by itself).
 """
@@ -19,7 +19,7 @@ _COUNTS: dict[tuple[float, torch.device], torch.Tensor] = {}
 
 def count(n: float, device: torch.device) -> torch.Tensor:
     """``n`` as a device scalar for ``Task.weight``, made once per (n, device): the batch size repeats every step,
-    and a fill per step is a kernel launch the step does not need. Read-only: the engine never changes it."""
+    and a fill per step is a kernel launch the step does not need. Read-only: the trainer never changes it."""
     key = (float(n), device)
     if key not in _COUNTS:
         _COUNTS[key] = torch.full((), float(n), device=device)
@@ -65,7 +65,7 @@ class Task(Protocol):
         of the vocabulary); return a one-line description for the start-of-run report."""
 
     def weight(self, targets: Any) -> torch.Tensor:
-        """What one batch's loss averages over, as a device scalar: its samples, or its unmasked tokens. The engine
+        """What one batch's loss averages over, as a device scalar: its samples, or its unmasked tokens. The trainer
         divides each micro-batch's summed loss by the weight of the whole accumulation group (over all ranks)."""
 
     def loss(self, outputs: Any, targets: Any) -> torch.Tensor:

@@ -76,9 +76,7 @@ def build_classification(cfg: Any, meta: Mapping[str, Any]) -> Classification:
             "task=classification needs class labels, but this dataset gives none (no num_classes in its meta); "
             "pick the task that fits the data (task=regression for values, task=language_model for text)"
         )
-    task = Classification(int(meta["num_classes"]), float(cfg.label_smoothing), meta.get("class_names"))
-    task.monitor, task.mode = cfg.monitor, cfg.mode
-    return task
+    return Classification(int(meta["num_classes"]), float(cfg.label_smoothing), meta.get("class_names"))
 
 
 class Classification:

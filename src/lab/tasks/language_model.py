@@ -44,9 +44,7 @@ class TokenMetrics:
 def build_language_model(cfg: Any, meta: Mapping[str, Any]) -> LanguageModel:
     if "vocab_size" not in meta:
         raise UserError("task=language_model needs token sequences: use a text dataset (data=text)")
-    task = LanguageModel(dict(meta), int(cfg.samples), int(cfg.sample_tokens))
-    task.monitor, task.mode = cfg.monitor, cfg.mode
-    return task
+    return LanguageModel(dict(meta), int(cfg.samples), int(cfg.sample_tokens))
 
 
 class LanguageModel:

@@ -13,5 +13,8 @@ register = TASKS.register
 
 
 def build(cfg: Any, meta: Mapping[str, Any]) -> Any:
-    """The task named ``cfg.name`` for the data ``meta`` describes (a class-label task needs ``num_classes``...)."""
-    return TASKS.build(cfg, meta)
+    """The task named ``cfg.name`` for the data ``meta`` describes (a class-label task needs ``num_classes``...).
+    Its monitor and mode are the config's (``task.monitor=loss``), for every task alike."""
+    task = TASKS.build(cfg, meta)
+    task.monitor, task.mode = cfg.get("monitor", task.monitor), cfg.get("mode", task.mode)
+    return task

@@ -57,9 +57,7 @@ class RegressionMetrics:
 
 @register("regression", config=RegressionTaskConfig)
 def build_regression(cfg: Any, meta: Mapping[str, Any]) -> Regression:
-    task = Regression(float(meta.get("target_mean", 0.0)), float(meta.get("target_std", 1.0)), meta.get("target_name"))
-    task.monitor, task.mode = cfg.monitor, cfg.mode
-    return task
+    return Regression(float(meta.get("target_mean", 0.0)), float(meta.get("target_std", 1.0)), meta.get("target_name"))
 
 
 class Regression:

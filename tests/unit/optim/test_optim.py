@@ -117,7 +117,7 @@ def _scheduler(compose, name: str, total_steps: int, *overrides: str, lr: float 
 
 
 def _drive(opt, sched, steps: int) -> list[float]:
-    """The LR each optimizer step uses, stepping like the engine: optimizer.step() then scheduler.step()."""
+    """The LR each optimizer step uses, stepping like the trainer: optimizer.step() then scheduler.step()."""
     lrs = []
     for _ in range(steps):
         lrs.append(opt.param_groups[0]["lr"])

@@ -29,7 +29,7 @@ def test_loss_is_summed_cross_entropy_and_the_weight_counts_samples() -> None:
     assert loss.item() == pytest.approx(expected, rel=1e-6)
     # log(e^2 + e^1 + e^0.1) - 2 = 0.4170300, log(e^0.5 + e^2.5 + e^-1) + 1 = 3.6531782
     assert loss.item() == pytest.approx(0.4170300 + 3.6531782, abs=1e-6)
-    assert task.weight(torch.tensor(TARGETS)).item() == 2  # the engine divides by the group's weight
+    assert task.weight(torch.tensor(TARGETS)).item() == 2  # the trainer divides by the group's weight
 
 
 def test_loss_of_half_precision_logits_is_computed_in_fp32() -> None:

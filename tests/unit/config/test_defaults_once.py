@@ -1,0 +1,210 @@
+"""Each default is written once: in its schema (the dataclasses of src/lab/config/, and of the Hydra plugins in
+src/hydra_plugins/lab_sweepers/config.py), while a YAML in conf/ holds only what differs from it.
+
+Two ways a default gets written twice, each checked on every YAML under conf/:
+- a repeat: a YAML value that changes nothing, because the config composes to the same value without it (the
+  YAML's body removed, its defaults list kept) in every context the YAML is used in;
+- a dead default: a schema default that every YAML extending the schema replaces by one same value, so the schema
+  and the YAML disagree and only the YAML's value ever runs (the Optuna sweeper's sampler, the cosine schedule's
+  warmup, before they moved into their schemas).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from helpers import CONF_DIR
+from hydra_plugins.lab_sweepers.config import LabSlurmConf, OptunaSweeperConf
+from lab.config import SCHEMAS
+
+# YAMLs that configure a Hydra plugin through its dataclass: where in the config, the dataclass, and the keys that
+# are the option's content rather than a default (the search space is what hparams_search=optuna is).
+PLUGIN_SCHEMAS: dict[str, tuple[tuple[str, ...], type, frozenset[str]]] = {
+    "hparams_search/optuna.yaml": (("hydra", "sweeper"), OptunaSweeperConf, frozenset({"params"})),
+    "hydra/launcher/slurm.yaml": ((), LabSlurmConf, frozenset()),
+}
+
+Key = tuple[str, ...]
+
+
+def _yaml_files(conf_dir: Path) -> list[str]:
+    return sorted(str(path.relative_to(conf_dir)) for path in conf_dir.rglob("*.yaml"))
+
+
+def _package(conf_dir: Path, rel: str) -> str | None:
+    for line in (conf_dir / rel).read_text().splitlines():
+        if line.startswith("# @package"):
+            return line.split()[-1]
+    return None
+
+
+def _body(conf_dir: Path, rel: str) -> dict[str, Any]:
+    raw = OmegaConf.to_container(OmegaConf.load(conf_dir / rel), resolve=False)
+    raw.pop("defaults", None)
+    return raw
+
+
+def _leaves(node: dict[str, Any], prefix: Key = ()) -> Iterator[tuple[Key, Any]]:
+    for key, value in node.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, (*prefix, key))
+        else:
+            yield (*prefix, key), value
+
+
+def _where(conf_dir: Path, rel: str) -> tuple[str, Key, list[list[str]]]:
+    """(config name, the key path the YAML's body lands at, the override lists of the contexts it is used in)."""
+    parts = Path(rel).with_suffix("").parts
+    if len(parts) == 1:  # an entry config: train.yaml, eval.yaml...
+        return parts[0], (), [[]]
+    group, option = "/".join(parts[:-1]), parts[-1]
+    package = _package(conf_dir, rel)
+    prefix: Key = () if package == "_global_" else tuple(package.split(".")) if package else tuple(parts[:-1])
+    choose = [] if rel == "hydra/default.yaml" else [f"{group}={option}"]
+    contexts = [choose]
+    if group == "debug":  # debug options shorten any experiment: a value may matter only under one
+        contexts += [[f"experiment={e}", *choose] for e in _options(conf_dir, "experiment")]
+    return "train", prefix, contexts
+
+
+def _options(conf_dir: Path, group: str) -> list[str]:
+    return sorted(path.stem for path in (conf_dir / group).glob("*.yaml"))
+
+
+def _composed(conf_dir: Path, config_name: str, overrides: list[str]) -> dict[str, Any]:
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
+def _lookup(node: Any, key: Key) -> tuple[bool, Any]:
+    for part in key:
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def repeats(conf_dir: Path, rel: str) -> list[str]:
+    """The values of conf_dir/rel that the config would hold without them, in every context the YAML is used in."""
+    body = _body(conf_dir, rel)
+    if not body:
+        return []
+    path = conf_dir / rel
+    original = path.read_text()
+    header = "".join(f"{line}\n" for line in original.splitlines() if line.startswith("# @package"))
+    defaults = OmegaConf.to_container(OmegaConf.load(path)).get("defaults")
+    config_name, prefix, contexts = _where(conf_dir, rel)
+    unchanged = dict(_leaves(body))
+    try:
+        path.write_text(header + (OmegaConf.to_yaml({"defaults": defaults}) if defaults else ""))
+        for overrides in contexts:
+            without = _composed(conf_dir, config_name, overrides)
+            for key, value in list(unchanged.items()):
+                found, other = _lookup(without, (*prefix, *key))
+                if not (found and other == value):
+                    del unchanged[key]
+    finally:
+        path.write_text(original)
+    return [f"{rel}: {'.'.join(key)}: {value!r}" for key, value in unchanged.items()]
+
+
+def _schema_of(conf_dir: Path, rel: str) -> tuple[Key, type, frozenset[str]] | None:
+    if rel in PLUGIN_SCHEMAS:
+        return PLUGIN_SCHEMAS[rel]
+    for entry in OmegaConf.to_container(OmegaConf.load(conf_dir / rel)).get("defaults") or []:
+        name = entry.split("@")[0].lstrip("/") if isinstance(entry, str) else None
+        if name in SCHEMAS:
+            return (), SCHEMAS[name], frozenset()
+    return None
+
+
+def dead_defaults(conf_dir: Path) -> list[str]:
+    """Schema fields that every YAML extending the schema sets, all to one value other than the schema's."""
+    users: dict[type, list[tuple[str, dict[str, Any], frozenset[str]]]] = {}
+    for rel in _yaml_files(conf_dir):
+        found = _schema_of(conf_dir, rel)
+        if found is not None:
+            at, schema, exempt = found
+            _, body = _lookup(_body(conf_dir, rel), at)
+            users.setdefault(schema, []).append((rel, body or {}, exempt))
+    problems = []
+    for schema, yamls in users.items():
+        for field in dataclasses.fields(schema):
+            values = [body[field.name] for _, body, exempt in yamls if field.name in body and field.name not in exempt]
+            if len(values) == len(yamls) and all(v == values[0] for v in values):
+                where = ", ".join(rel for rel, _, _ in yamls)
+                problems.append(f"{schema.__name__}.{field.name}: {where} all set {values[0]!r}: make it the default")
+    return problems
+
+
+# --------------------------------------------------------------------------- the shipped conf/
+@pytest.mark.parametrize("rel", _yaml_files(CONF_DIR))
+def test_no_yaml_value_repeats_a_default(rel: str, tmp_path: Path) -> None:
+    conf = tmp_path / "conf"  # the YAML is rewritten while checking: never in the repository's conf/
+    shutil.copytree(CONF_DIR, conf)
+    assert repeats(conf, rel) == [], "these values are the defaults already; remove them from the YAML"
+
+
+def test_no_schema_default_is_replaced_by_every_yaml() -> None:
+    assert dead_defaults(CONF_DIR) == []
+
+
+def test_every_group_option_extends_a_schema() -> None:
+    """The rule's premise: a group option's YAML has a schema holding its defaults (Hydra's own hydra/ node aside)."""
+    options = [rel for rel in _yaml_files(CONF_DIR) if "/" in rel and _package(CONF_DIR, rel) != "_global_"]
+    assert len(options) >= 30
+    lacking = [rel for rel in options if rel != "hydra/default.yaml" and _schema_of(CONF_DIR, rel) is None]
+    assert lacking == []
+
+
+# --------------------------------------------------------------------------- the checks can fail
+@pytest.fixture
+def conf(tmp_path: Path) -> Path:
+    shutil.copytree(CONF_DIR, tmp_path / "conf")
+    return tmp_path / "conf"
+
+
+def _append(path: Path, text: str) -> None:
+    path.write_text(path.read_text() + text)
+
+
+def test_a_planted_repeat_is_found(conf: Path) -> None:
+    _append(conf / "model/cnn.yaml", "dropout: 0.1\nchannels: [32, 64]\n")  # the first is CNNConfig's default
+    _append(conf / "experiment/digits_mlp.yaml", "model:\n  hidden_dims: [256, 128]\n")  # what model=mlp gives
+    _append(conf / "hparams_search/optuna.yaml", "  # (a comment)\n")
+    (conf / "hparams_search/optuna.yaml").write_text(
+        (conf / "hparams_search/optuna.yaml").read_text().replace("  sweeper:\n", "  sweeper:\n    n_trials: 20\n")
+    )
+    assert repeats(conf, "model/cnn.yaml") == ["model/cnn.yaml: dropout: 0.1"]
+    assert repeats(conf, "experiment/digits_mlp.yaml") == ["experiment/digits_mlp.yaml: model.hidden_dims: [256, 128]"]
+    assert repeats(conf, "hparams_search/optuna.yaml") == ["hparams_search/optuna.yaml: hydra.sweeper.n_trials: 20"]
+
+
+def test_a_debug_value_that_matters_under_an_experiment_is_no_repeat(conf: Path) -> None:
+    # debug=overfit's warmup 0 is constant's default, but not char_lm's (50): it stays
+    assert repeats(conf, "debug/overfit.yaml") == []
+    (conf / "debug/overfit.yaml").write_text((conf / "debug/overfit.yaml").read_text().replace("max_epochs: 150", "max_epochs: 10"))
+    assert repeats(conf, "debug/overfit.yaml") == []  # 10 = TrainerConfig's, but digits_mlp trains 20
+
+
+def test_a_schema_default_every_yaml_replaces_is_found(conf: Path) -> None:
+    _append(conf / "scheduler/cosine.yaml", "warmup_steps: 5\n")
+    (conf / "hparams_search/optuna.yaml").write_text(
+        (conf / "hparams_search/optuna.yaml")
+        .read_text()
+        .replace("  sweeper:\n", "  sweeper:\n    sampler:\n      _target_: optuna.samplers.RandomSampler\n")
+    )
+    assert dead_defaults(conf) == [
+        "CosineSchedulerConfig.warmup_steps: scheduler/cosine.yaml all set 5: make it the default",
+        "OptunaSweeperConf.sampler: hparams_search/optuna.yaml all set {'_target_': 'optuna.samplers.RandomSampler'}: "
+        "make it the default",
+    ]
