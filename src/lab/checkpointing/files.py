@@ -1,8 +1,8 @@
 """Checkpoint files: atomic writes and `weights_only` reads.
 
-Format (DESIGN.md, "Checkpoint format"): {format_version, model, optimizer, scheduler, scaler, progress, rng, config,
-data_meta, provenance}. Only tensors and plain containers, so `torch.load(path, weights_only=True)` reads it without
-running pickled code.
+Format (README, "What a run leaves behind"): {format_version, model, optimizer, scheduler, scaler, progress, rng,
+config, data_meta, provenance}. Only tensors and plain containers, so `torch.load(path, weights_only=True)` reads
+it without running pickled code.
 """
 
 from __future__ import annotations
