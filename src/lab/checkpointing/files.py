@@ -34,22 +34,40 @@ def copy(src: str | Path, dst: str | Path) -> None:
 
 
 def require_file(path: str | Path | None) -> None:
-    """A missing checkpoint path is a user mistake: say which path and what to pass instead."""
-    if path is not None and not Path(path).is_file():
+    """A checkpoint path the user gave must be a non-empty file: say what it is instead and what to pass."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        inside = next((c for c in (path / "checkpoints" / "last.pt", path / "last.pt") if c.is_file()), None)
+        example = inside or "<run dir>/checkpoints/last.pt"
+        hint = f"pass the .pt file, e.g. ckpt_path={example}"
+        raise UserError(f"ckpt_path={path} is a directory, not a checkpoint file; {hint}")
+    if not path.is_file():
         raise UserError(f"checkpoint not found: {path} (pass ckpt_path=<run dir>/checkpoints/last.pt)")
+    if path.stat().st_size == 0:
+        raise UserError(f"{path} is empty (0 bytes): its write never completed; use another checkpoint (best.pt)")
 
 
 def read(path: str | Path) -> dict[str, Any]:
+    """A checkpoint of this template, loaded with `weights_only=True` (nothing in the file can run code)."""
     path = Path(path)
     require_file(path)
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
-        reason = next((line for line in lines if "Unpickler error" in line), lines[0])
-        raise UserError(
-            f"cannot read checkpoint {path}: {reason} (corrupt, or not a checkpoint of this template?)"
-        ) from err
+        raise UserError(f"cannot read checkpoint {path}: {_why_unreadable(err)}") from err
     if not isinstance(ckpt, dict) or ckpt.get("format_version") != FORMAT_VERSION or "model" not in ckpt:
         raise UserError(f"{path} is not a format-{FORMAT_VERSION} checkpoint of this template")
     return ckpt
+
+
+def _why_unreadable(err: Exception) -> str:
+    text = str(err)
+    if "zip archive" in text or "central directory" in text:
+        return "the file is truncated or damaged (an interrupted write or copy?); use another checkpoint (best.pt)"
+    unsupported = next((line for line in text.splitlines() if "Unsupported global" in line), None)
+    if unsupported is not None:
+        name = unsupported.split("GLOBAL ", 1)[-1].split(" ", 1)[0]
+        return f"it holds a pickled Python object ({name}), which is never loaded (it could run code)"
+    return "not a torch checkpoint (unreadable content); was it written by scripts/train.py?"

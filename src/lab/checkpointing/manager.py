@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lab.checkpointing import files
+from lab.files import remove_stale_temps
 
 if TYPE_CHECKING:
     from lab.distributed.parallel import Parallel
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointManager:
@@ -20,6 +24,9 @@ class CheckpointManager:
         self.dir = Path(run_dir) / "checkpoints"
         self.parallel, self.every_n_steps = parallel, every_n_steps
         self.extras = dict(extras or {})
+        if parallel.is_main:
+            for stale in remove_stale_temps(self.dir):
+                log.warning("removed %s: a save that never completed (the process was killed mid-write)", stale)
 
     @property
     def last(self) -> Path:

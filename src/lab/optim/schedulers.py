@@ -28,28 +28,31 @@ class Schedule(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
-def warmup_multiplier(
-    name: str, total_steps: int, warmup_steps: int, min_lr_ratio: float = 0.0, step_size: int = 1, gamma: float = 1.0
-) -> Callable[[int], float]:
-    """LR multiplier per optimizer step: linear warmup, then the chosen decay shape.
+def warmup_multiplier(warmup_steps: int, decay: Callable[[int], float]) -> Callable[[int], float]:
+    """LR multiplier per optimizer step: linear warmup over `warmup_steps`, then `decay(steps since warmup)`.
 
-    A plain function on purpose: LambdaLR checkpoints only its step counter then, so a resumed run follows the
+    Plain functions on purpose: LambdaLR checkpoints only its step counter then, so a resumed run follows the
     schedule of its *current* config (e.g. more epochs) from the step where it stopped.
     """
 
     def multiplier(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        done = step - warmup_steps
-        if name == "cosine":
-            # T_max = the steps after warmup, so the last optimizer step lands on min_lr_ratio.
-            progress = min(1.0, done / max(1, total_steps - warmup_steps - 1))
-            return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-        if name == "step":
-            return gamma ** (done // step_size)
-        return 1.0  # constant
+        return (step + 1) / warmup_steps if step < warmup_steps else decay(step - warmup_steps)
 
     return multiplier
+
+
+def cosine_decay(steps: int, min_lr_ratio: float) -> Callable[[int], float]:
+    """From 1 to min_lr_ratio over `steps` (T_max = the steps after warmup: the last step lands on min_lr_ratio)."""
+
+    def decay(done: int) -> float:
+        progress = min(1.0, done / max(1, steps - 1))
+        return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return decay
+
+
+def step_decay(step_size: int, gamma: float) -> Callable[[int], float]:
+    return lambda done: gamma ** (done // step_size)
 
 
 class PerStep:
@@ -129,5 +132,13 @@ def build_scheduler(scheduler_cfg, optimizer: torch.optim.Optimizer, total_steps
         max_lrs = [group["lr"] for group in optimizer.param_groups]
         pct_start = min(0.99, max(1, cfg.warmup_steps) / max(total_steps, 1))
         return PerStep(OneCycleLR(optimizer, max_lr=max_lrs, total_steps=max(total_steps, 2), pct_start=pct_start))
-    multiplier = warmup_multiplier(cfg.name, total_steps, cfg.warmup_steps, cfg.min_lr_ratio, cfg.step_size, cfg.gamma)
+    if cfg.name == "cosine":
+        decay = cosine_decay(total_steps - cfg.warmup_steps, cfg.min_lr_ratio)
+    elif cfg.name == "step":
+        decay = step_decay(cfg.step_size, cfg.gamma)
+    elif cfg.name == "constant":
+        decay = lambda done: 1.0  # noqa: E731
+    else:
+        raise UserError(f"scheduler {cfg.name!r} has no builder: add it to lab/optim/schedulers.py build_scheduler")
+    multiplier = warmup_multiplier(cfg.warmup_steps, decay)
     return PerStep(LambdaLR(optimizer, multiplier))

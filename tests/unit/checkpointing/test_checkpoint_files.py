@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import random
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from torch import nn
 
 from lab import checkpointing
 from lab.errors import UserError
+from lab.files import remove_stale_temps
 from lab.optim import build_optimizer, build_scheduler
 
 
@@ -51,7 +54,9 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: 
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(checkpointing.files.torch, "save", crash_mid_write)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(
+        UserError, match=r"cannot write .*last\.pt: no space left on the device.*previous last\.pt is intact"
+    ):
         checkpointing.save(path, {"model": {}, "progress": {"epoch": 2}})
     monkeypatch.undo()
 
@@ -183,23 +188,70 @@ class NotAllowed:
 def test_load_missing_file(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"checkpoint not found: .*nope\.pt"):
         checkpointing.read(tmp_path / "nope.pt")
-    with pytest.raises(UserError, match="checkpoint not found"):
-        checkpointing.read(tmp_path)  # a directory is not a checkpoint either
 
 
-@pytest.mark.parametrize("content", [b"this is not a checkpoint", b""], ids=["garbage", "empty"])
-def test_load_unreadable_file(tmp_path: Path, content: bytes) -> None:
+def test_a_directory_names_the_checkpoint_inside_it(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"is a directory, not a checkpoint file; .*<run dir>/checkpoints/last\.pt"):
+        checkpointing.read(tmp_path)
+    checkpointing.save(tmp_path / "checkpoints" / "last.pt", {"model": {}})
+    with pytest.raises(UserError, match=rf"pass the \.pt file, e\.g\. ckpt_path={tmp_path}/checkpoints/last\.pt"):
+        checkpointing.read(tmp_path)  # a run dir: its last.pt is named
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"", r"is empty \(0 bytes\): its write never completed"),
+        (b"this is not a checkpoint", r"not a torch checkpoint"),
+        (bytes(range(256)) * 8, r"not a torch checkpoint"),  # random bytes
+        ("zip", r"truncated or damaged"),
+    ],
+    ids=["empty", "text", "random-bytes", "truncated"],
+)
+def test_each_unreadable_file_gets_its_own_reason(tmp_path: Path, content, reason: str) -> None:
     path = tmp_path / "bad.pt"
+    if content == "zip":
+        checkpointing.save(path, {"model": _net().state_dict()})
+        content = path.read_bytes()[: path.stat().st_size // 2]
     path.write_bytes(content)
-    with pytest.raises(UserError, match=r"cannot read checkpoint .*bad\.pt.*corrupt"):
+    with pytest.raises(UserError, match=reason) as caught:
         checkpointing.read(path)
+    assert "\n" not in str(caught.value) and "file an issue" not in str(caught.value)
 
 
 def test_load_refuses_pickled_code(tmp_path: Path) -> None:
     path = tmp_path / "evil.pt"
     torch.save({"format_version": checkpointing.FORMAT_VERSION, "model": {}, "obj": NotAllowed()}, path)
-    with pytest.raises(UserError, match=r"cannot read checkpoint"):
+    with pytest.raises(UserError, match=r"cannot read checkpoint .*pickled Python object \(.*NotAllowed\)"):
         checkpointing.read(path)
+
+
+@pytest.mark.parametrize(
+    ("code", "fix"),
+    [(errno.EACCES, "permission denied"), (errno.EROFS, "read-only file system")],
+)
+def test_an_unwritable_dir_names_the_path_and_the_fix_and_keeps_the_previous_file(
+    tmp_path: Path, monkeypatch, code, fix
+):
+    path = tmp_path / "last.pt"
+    checkpointing.save(path, {"model": _net().state_dict(), "progress": {"epoch": 1}})
+
+    def fail(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(checkpointing.files.torch, "save", fail)
+    with pytest.raises(UserError, match=rf"cannot write .*last\.pt: {fix}.*previous last\.pt is intact"):
+        checkpointing.save(path, {"model": {}, "progress": {"epoch": 2}})
+    monkeypatch.undo()
+    assert checkpointing.read(path)["progress"] == {"epoch": 1}
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_temp_files_of_a_killed_writer_are_removed(tmp_path: Path) -> None:
+    (tmp_path / ".last.pt.tmp").write_bytes(b"half")
+    (tmp_path / "last.pt").write_bytes(b"kept")
+    assert remove_stale_temps(tmp_path) == [tmp_path / ".last.pt.tmp"]
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
 
 
 @pytest.mark.parametrize(
