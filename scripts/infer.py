@@ -2,20 +2,21 @@
 
     python scripts/infer.py ckpt_path=outputs/export/<run>/model.onnx input=path/to/images/
 
-Thin on purpose: Hydra composes and validates the config, lab.workflows.infer does the work. torch is imported
-only inside main(), so `--help` and `--cfg job` answer without loading it.
+Thin on purpose: Hydra composes the config against its schemas (lab.config), lab.cli validates it and reports
+config mistakes in a line or two, lab.workflows.infer does the work. torch is imported only inside main(), so
+`--help` and `--cfg job` answer without loading it.
 """
 
 import hydra
 from omegaconf import DictConfig
 
-from lab.cli import run_workflow
+from lab import cli
 
 
 @hydra.main(config_path="../conf", config_name="infer", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    return run_workflow(cfg, "infer")
+    return cli.run_workflow(cfg, "infer")
 
 
 if __name__ == "__main__":
-    main()
+    cli.main(main)  # config mistakes in one or two lines (HYDRA_FULL_ERROR=1: Hydra's full report)

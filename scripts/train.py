@@ -1,7 +1,8 @@
 """Train a model: `python scripts/train.py model=resnet18 data=cifar10 precision=amp`.
 
-Thin on purpose: Hydra composes and validates the config, lab.workflows.train does the work. torch is imported
-only inside main(), so `--help` and `--cfg job` answer without loading it.
+Thin on purpose: Hydra composes the config against its schemas (lab.config), lab.cli validates it and reports
+config mistakes in a line or two, lab.workflows.train does the work. torch is imported only inside main(), so
+`--help` and `--cfg job` answer without loading it.
 """
 
 import sys
@@ -9,16 +10,16 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from lab.cli import run_workflow
+from lab import cli
 from lab.distributed.env import keep_hydra_outputs_to_rank_zero
 
 
 @hydra.main(config_path="../conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    return run_workflow(cfg, "train")
+    return cli.run_workflow(cfg, "train")
 
 
 if __name__ == "__main__":
     # under torchrun/srun every rank runs this script; only rank 0 may create the run dir (the others get scratch)
     sys.argv = keep_hydra_outputs_to_rank_zero(sys.argv)
-    main()
+    cli.main(main)  # config mistakes in one or two lines (HYDRA_FULL_ERROR=1: Hydra's full report)

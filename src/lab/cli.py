@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from types import TracebackType
 from typing import Any
 
 from lab.config import validate
-from lab.errors import ConfigError, UserError
+from lab.config.mistakes import describe
+from lab.errors import ConfigError, Interrupted, UserError
 
 
 def in_multirun() -> bool:
@@ -19,18 +23,27 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode.name == "MULTIRUN"
 
 
+def full_errors() -> bool:
+    """HYDRA_FULL_ERROR=1 (Hydra's switch, read the way Hydra reads it): every error with its whole traceback."""
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """Turn user mistakes into one clear line and a non-zero exit instead of a traceback.
 
     Inside a sweep the error is re-raised instead: Hydra records an exception as that job's failure and goes on
     with the next job, while SystemExit (not an Exception) would escape Hydra and end the whole sweep. The sweep
-    summary reports the job's error and the sweep's exit code (lab/sweeps/summary.py).
+    summary reports the job's error and the sweep's exit code (lab/sweeps/summary.py). With HYDRA_FULL_ERROR=1 it
+    is re-raised too, so Hydra shows where it came from.
     """
     try:
         yield
+    except Interrupted as err:  # a stop signal: the run saved and asks to end with 128 + the signal (even a sweep)
+        print(err, file=sys.stderr)
+        sys.exit(err.exit_code)
     except (ConfigError, UserError) as err:
-        if in_multirun():
+        if in_multirun() or full_errors():
             raise
         sys.exit(f"error: {err}")
 
@@ -40,3 +53,62 @@ def run_workflow(cfg: Any, workflow: str) -> Any:
     with user_errors():
         validate(cfg)
         return importlib.import_module(f"lab.workflows.{workflow}").run(cfg)
+
+
+def main(hydra_main: Callable[[], Any]) -> Any:
+    """Run an entry script's `@hydra.main` function with config mistakes reported in one or two lines."""
+    with concise_config_errors():
+        return hydra_main()
+
+
+@contextlib.contextmanager
+def concise_config_errors() -> Iterator[None]:
+    """A mistake in the config or the overrides (an unknown key or option, a wrong type, an unparsable override)
+    ends with `error: <what, the nearest valid name, what is allowed>` (lab.config.mistakes) and exit code 1,
+    instead of Hydra's 5-12 line report. HYDRA_FULL_ERROR=1 still gets Hydra's full report.
+
+    Hydra composes inside `hydra.main` and reports what fails there itself, through one function,
+    `hydra._internal.utils.run_and_report` (it prints and exits: nothing reaches the caller). That function is
+    wrapped for the duration of the call: a config mistake is printed short before Hydra would report it, anything
+    else goes to Hydra's own report unchanged. What `--help` composes is not wrapped by Hydra and arrives here.
+    """
+    from hydra._internal import utils as hydra_utils
+
+    hydra_report = hydra_utils.run_and_report
+
+    def run_and_report(func: Callable[[], Any]) -> Any:
+        return hydra_report(functools.partial(_report_config_mistakes, func))
+
+    hydra_utils.run_and_report = run_and_report
+    try:
+        yield
+    except Exception as err:
+        _exit_if_config_mistake(err)
+        raise
+    finally:
+        hydra_utils.run_and_report = hydra_report
+
+
+def _report_config_mistakes(func: Callable[[], Any]) -> Any:
+    try:
+        return func()
+    except Exception as err:
+        _exit_if_config_mistake(err)
+        raise
+
+
+def _exit_if_config_mistake(err: Exception) -> None:
+    if full_errors() or _raised_by_the_job(err.__traceback__):
+        return  # an error of the run itself (a bug, a failed job) is not a config mistake: Hydra reports it
+    message = describe(err)
+    if message is not None:
+        sys.exit(f"error: {message}")
+
+
+def _raised_by_the_job(tb: TracebackType | None) -> bool:
+    """Whether the exception passed through Hydra's run_job, i.e. came from the task function, not from composing."""
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "run_job" and tb.tb_frame.f_globals.get("__name__") == "hydra.core.utils":
+            return True
+        tb = tb.tb_next
+    return False

@@ -1,4 +1,5 @@
-"""Errors that mean "the user can fix this": entry scripts print them as one line and exit non-zero."""
+"""Errors that mean "the user can fix this", and stops the user asked for: entry scripts print them as one line
+and exit non-zero."""
 
 
 class ConfigError(ValueError):
@@ -7,3 +8,14 @@ class ConfigError(ValueError):
 
 class UserError(RuntimeError):
     """A mistake in the inputs (missing file, bad shape, diverged loss); the message says what to change."""
+
+
+class Interrupted(Exception):
+    """The run stopped on a signal (SIGTERM, SIGUSR1, SIGINT) after saving last.pt; `exit_code` is 128 + the signal
+    number, `run_status` what summary.json and wandb record."""
+
+    run_status = "interrupted"
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

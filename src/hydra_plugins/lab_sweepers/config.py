@@ -19,30 +19,45 @@ class GridSweeperConf:
 
 @dataclass
 class OptunaSweeperConf:
+    """Every default of `hydra/sweeper=lab_optuna`; conf/hparams_search/optuna.yaml adds the search space. The
+    interpolations point into the training config (conf/train.yaml): this sweeper is the template's own."""
+
     _target_: str = "hydra_plugins.lab_sweepers.optuna_sweeper.OptunaSweeper"
     _recursive_: bool = False  # sampler/pruner stay specs: the sweeper builds them, and hands the pruner to jobs
-    study_name: str = "${task_name}"
-    # sqlite file at a path that does not change between runs, so the same command resumes the study;
-    # a relative sqlite path is taken from the directory the sweep is started in
+    study_name: str = "${task_name}-optuna"
+    # sqlite file at a path that does not change between runs (not the timestamped sweep dir), so the same command
+    # resumes the study; a relative sqlite path is taken from the directory the sweep is started in
     storage: str = "sqlite:///outputs/${task_name}/optuna/${.study_name}.db"
-    direction: str = "maximize"  # or minimize: what the jobs return (optimized_metric)
+    direction: str = "${sweep.direction}"  # maximize | minimize what the jobs return (optimized_metric)
     n_trials: int = 20  # total trials wanted in the study, those of earlier runs included
-    n_jobs: int = 1  # trials asked per launcher batch (run in parallel by joblib / submitit)
+    n_jobs: int = 1  # trials asked per launcher batch: the parallelism of hydra/launcher=joblib or submitit
     # optuna sampler; its `seed` is offset by the trials already in the study, so a resumed run draws new points
     sampler: Any = field(
-        default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": 42, "n_startup_trials": 10}
+        default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": "${seed}", "n_startup_trials": 5}
     )
-    # optuna pruner (null = no pruning), fed `pruning_metric` after every validation by the job's callback
+    # optuna pruner (null = no pruning), fed `pruning_metric` after every validation by the job's callback:
+    # n_startup_trials trials run to the end before any is pruned, and each trial runs n_warmup_steps epochs first
     pruner: Any = field(
-        default_factory=lambda: {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 5, "n_warmup_steps": 2}
+        default_factory=lambda: {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 3, "n_warmup_steps": 2}
     )
-    pruning_metric: str = "val/acc"
+    pruning_metric: str = "val/${task.monitor}"  # reported after every validation (epoch)
     params: dict[str, str] = field(default_factory=dict)  # search space: key -> interval/range/choice/tag(log,...)
 
 
 @dataclass
 class LabSlurmConf(SlurmQueueConf):
+    """Hydra's submitit_slurm launcher with this template's defaults (conf/hydra/launcher/slurm.yaml extends it)."""
+
     _target_: str = "hydra_plugins.lab_sweepers.slurm_launcher.LabSlurmLauncher"
+    timeout_min: int = 240  # --time; submitit signals the job signal_delay_s before it, which checkpoints and requeues
+    gpus_per_node: int | None = 1
+    tasks_per_node: int = "${.gpus_per_node}"  # type: ignore[assignment]  # one task per GPU: the job's DDP ranks
+    cpus_per_task: int | None = 8
+    mem_gb: int | None = 64
+    max_num_timeout: int = 3  # requeues after hitting the time limit (preemptions are requeued regardless)
+    array_parallelism: int = 16  # sweep jobs running at once
+    # requeue: let SLURM put a preempted job back in the queue
+    additional_parameters: dict[str, Any] = field(default_factory=lambda: {"requeue": True})
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="lab_grid", node=GridSweeperConf, provider="lab")

@@ -1,8 +1,14 @@
-"""Structured config schema, registered in Hydra's ConfigStore.
+"""Structured config schemas: each default is written here, once.
 
-Each YAML file in ``conf/<group>/`` extends one of these dataclasses (``defaults: [<schema>]``), so Hydra
-rejects unknown keys and wrong types while composing. Value checks (``lr > 0``...) live in
-``__post_init__`` and run in :func:`validate`, before any work starts.
+Each entry config (``conf/train.yaml``...) and each group option (``conf/<group>/<option>.yaml``) extends one of
+these dataclasses (``defaults: [/<name>@_here_]``, a name of :data:`SCHEMAS`) and writes only the values that
+differ from it; experiment, debug and hparams_search options write only what they change (``conf/hydra/``
+extends Hydra's own schemas and those of src/hydra_plugins/). So Hydra rejects unknown keys and wrong types while
+composing, and tests/unit/config/test_defaults_once.py fails on a YAML value that repeats a default. Value checks
+(``lr > 0``...) live in ``__post_init__`` and run in :func:`validate`, before any work starts.
+
+The schemas sit at the root of Hydra's ConfigStore under the names in :data:`SCHEMAS`, not in the config groups:
+``--help`` and tab completion list the groups' options, and a schema is not an option.
 
 This package must not import torch: it is imported by every entry script, and ``--help`` / ``--cfg job``
 stay fast only if nothing heavy is loaded before Hydra prints and exits.
@@ -14,30 +20,41 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from lab.config.data import CsvConfig, DataConfig, DiabetesConfig, LoaderConfig, TextConfig
+from lab.config.distributed import DDPConfig, DistConfig, FSDPConfig, NoDistConfig, ProcessGroupConfig
+from lab.config.mistakes import undeclared_keys, unknown_key_message
 from lab.config.models import CNNConfig, GPTConfig, MLPConfig, ModelConfig, TorchvisionConfig
-from lab.config.tasks import ClassificationTaskConfig, LanguageModelTaskConfig, RegressionTaskConfig, TaskConfig
-from lab.config.tools import EvalConfig, ExportConfig, InferConfig
-from lab.config.training import (
+from lab.config.optim import (
     AdamWConfig,
-    DistConfig,
-    LoggerConfig,
-    PrecisionConfig,
+    ConstantSchedulerConfig,
+    CosineSchedulerConfig,
+    OneCycleSchedulerConfig,
+    OptimizerConfig,
+    PlateauSchedulerConfig,
     SchedulerConfig,
     SGDConfig,
-    TrainConfig,
-    TrainerConfig,
+    StepSchedulerConfig,
 )
+from lab.config.tasks import ClassificationTaskConfig, LanguageModelTaskConfig, RegressionTaskConfig, TaskConfig
+from lab.config.tools import EvalConfig, ExportConfig, InferConfig
+from lab.config.training import LoggerConfig, PrecisionConfig, TrainConfig, TrainerConfig
 from lab.errors import ConfigError
 
 __all__ = [
+    "SCHEMAS",
+    "AdamWConfig",
     "CNNConfig",
     "ClassificationTaskConfig",
     "ConfigError",
+    "ConstantSchedulerConfig",
+    "CosineSchedulerConfig",
     "CsvConfig",
+    "DDPConfig",
     "DataConfig",
     "DiabetesConfig",
+    "DistConfig",
     "EvalConfig",
     "ExportConfig",
+    "FSDPConfig",
     "GPTConfig",
     "InferConfig",
     "LanguageModelTaskConfig",
@@ -45,44 +62,73 @@ __all__ = [
     "LoggerConfig",
     "MLPConfig",
     "ModelConfig",
+    "NoDistConfig",
+    "OneCycleSchedulerConfig",
+    "OptimizerConfig",
+    "PlateauSchedulerConfig",
+    "PrecisionConfig",
+    "ProcessGroupConfig",
     "RegressionTaskConfig",
+    "SGDConfig",
+    "SchedulerConfig",
+    "StepSchedulerConfig",
     "TaskConfig",
     "TextConfig",
     "TorchvisionConfig",
     "TrainConfig",
+    "TrainerConfig",
     "register",
     "validate",
 ]
 
+# ConfigStore name -> schema. conf/<entry>.yaml and conf/<group>/<option>.yaml name theirs in their defaults list.
+SCHEMAS: dict[str, type] = {
+    "train_schema": TrainConfig,
+    "eval_schema": EvalConfig,
+    "export_schema": ExportConfig,
+    "infer_schema": InferConfig,
+    "trainer_schema": TrainerConfig,
+    "task_classification_schema": ClassificationTaskConfig,
+    "task_regression_schema": RegressionTaskConfig,
+    "task_language_model_schema": LanguageModelTaskConfig,
+    "data_image_schema": DataConfig,
+    "data_diabetes_schema": DiabetesConfig,
+    "data_csv_schema": CsvConfig,
+    "data_text_schema": TextConfig,
+    "model_cnn_schema": CNNConfig,
+    "model_gpt_schema": GPTConfig,
+    "model_mlp_schema": MLPConfig,
+    "model_torchvision_schema": TorchvisionConfig,
+    "optimizer_adamw_schema": AdamWConfig,
+    "optimizer_sgd_schema": SGDConfig,
+    "scheduler_cosine_schema": CosineSchedulerConfig,
+    "scheduler_step_schema": StepSchedulerConfig,
+    "scheduler_onecycle_schema": OneCycleSchedulerConfig,
+    "scheduler_plateau_schema": PlateauSchedulerConfig,
+    "scheduler_constant_schema": ConstantSchedulerConfig,
+    "precision_schema": PrecisionConfig,
+    "dist_none_schema": NoDistConfig,
+    "dist_ddp_schema": DDPConfig,
+    "dist_fsdp_schema": FSDPConfig,
+    "logger_schema": LoggerConfig,
+}
+
 
 def register() -> None:
+    """Store every schema at the root of Hydra's ConfigStore (no group: a schema is not an option to choose)."""
     cs = ConfigStore.instance()
-    cs.store(name="train_schema", node=TrainConfig)
-    cs.store(name="eval_schema", node=EvalConfig)
-    cs.store(name="export_schema", node=ExportConfig)
-    cs.store(name="infer_schema", node=InferConfig)
-    cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
-    cs.store(group="task", name="classification_schema", node=ClassificationTaskConfig)
-    cs.store(group="task", name="regression_schema", node=RegressionTaskConfig)
-    cs.store(group="task", name="language_model_schema", node=LanguageModelTaskConfig)
-    cs.store(group="data", name="data_schema", node=DataConfig)
-    cs.store(group="data", name="diabetes_schema", node=DiabetesConfig)
-    cs.store(group="data", name="csv_schema", node=CsvConfig)
-    cs.store(group="data", name="text_schema", node=TextConfig)
-    cs.store(group="model", name="gpt_schema", node=GPTConfig)
-    cs.store(group="model", name="mlp_schema", node=MLPConfig)
-    cs.store(group="model", name="cnn_schema", node=CNNConfig)
-    cs.store(group="model", name="torchvision_schema", node=TorchvisionConfig)
-    cs.store(group="optimizer", name="adamw_schema", node=AdamWConfig)
-    cs.store(group="optimizer", name="sgd_schema", node=SGDConfig)
-    cs.store(group="scheduler", name="scheduler_schema", node=SchedulerConfig)
-    cs.store(group="precision", name="precision_schema", node=PrecisionConfig)
-    cs.store(group="dist", name="dist_schema", node=DistConfig)
-    cs.store(group="logger", name="logger_schema", node=LoggerConfig)
+    for name, schema in SCHEMAS.items():
+        cs.store(name=name, node=schema)
 
 
 def validate(cfg: DictConfig) -> None:
-    """Run every schema's value checks (``__post_init__``); raise ConfigError naming the bad key."""
+    """Run every schema's value checks (``__post_init__``); raise ConfigError naming the bad key.
+
+    Keys a schema does not declare are refused first: Hydra's ``+key=value`` / ``++key=value`` add them to a typed
+    node regardless of its schema, and ``OmegaConf.to_object`` would then drop them without a word."""
+    undeclared = next(undeclared_keys(cfg), None)
+    if undeclared is not None:
+        raise ConfigError(unknown_key_message(*undeclared))
     try:
         OmegaConf.to_object(cfg)
     except ConfigError:

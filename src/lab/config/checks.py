@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from omegaconf import MISSING
+
 from lab.errors import ConfigError
 
 
@@ -14,3 +16,10 @@ def one_of(key: str, value: str, options: tuple[str, ...]) -> None:
     if isinstance(value, str) and value.startswith("${"):
         return  # a schema default that interpolates another key (${task.mode}): checked once resolved
     require(value in options, f"{key}={value!r} is not valid; choose one of {', '.join(options)}")
+
+
+def fixed_default(config: object, key: str) -> object | None:
+    """The default the config's own dataclass gives `key` (e.g. the `name` of a per-option schema), or None when
+    that dataclass leaves it mandatory (a base schema)."""
+    default = type(config).__dataclass_fields__[key].default  # type: ignore[attr-defined]
+    return None if default == MISSING else default

@@ -73,6 +73,7 @@ class DiabetesConfig(LoaderConfig):
     """scikit-learn's bundled diabetes table: 442 patients, 10 features, disease progression after a year."""
 
     name: str = "diabetes"
+    batch_size: int = 32  # 442 rows: small batches, several steps per epoch
 
 
 @dataclass
@@ -99,6 +100,9 @@ class TextConfig(LoaderConfig):
     level: str = "char"  # char (vocabulary of the corpus' characters) | byte (256 symbols, any text)
     block_size: int = 64  # tokens per training window (the model's context)
     max_chars: int = 1_000_000  # cap on the corpus read (null-path corpus included)
+    batch_size: int = 32
+    val_fraction: float = 0.1  # train/val/test are contiguous parts of the corpus
+    test_fraction: float = 0.1
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -62,11 +62,14 @@ EXPORT_FORMATS = ("onnx", "pt2", "torchscript")
 
 @dataclass
 class ExportOptions:
-    formats: list[str] = field(default_factory=lambda: ["onnx", "pt2"])  # any of onnx | pt2 | torchscript
-    tolerance: float = 1e-4  # max |logits - eager logits| on validation samples; above it the export fails
+    # any of onnx | pt2 | torchscript (deprecated in torch, kept working)
+    formats: list[str] = field(default_factory=lambda: ["onnx", "pt2"])
+    # max |logits - eager logits| on validation samples; above it the export fails and its file is removed
+    tolerance: float = 1e-4
     opset: int | None = None  # ONNX opset; null = what torch.onnx recommends
     parity_samples: int = 256  # validation samples the parity check runs on
-    quantize: str | None = None  # null | int8: dynamic INT8 ONNX model (needs onnx in formats)
+    # null | int8: dynamic INT8 ONNX model, with its accuracy delta and latency vs fp32 (needs onnx in formats)
+    quantize: str | None = None
     latency_runs: int = 50  # timed runs per batch size for the int8-vs-fp32 latency figures
 
     def __post_init__(self) -> None:
@@ -116,9 +119,11 @@ class InferOptions:
 @dataclass
 class InferConfig:
     task_name: str = "infer"
-    # required: a checkpoint (.pt, eager), or model.onnx / model.pt2 next to its export_manifest.json
+    # required: a checkpoint (.pt, eager), or an exported model.onnx / model.int8.onnx / model.pt2 /
+    # model.torchscript.pt next to its export_manifest.json
     ckpt_path: str | None = None
-    # images (a file, a folder, a glob "imgs/*.png"), a .npy / .pt tensor, or table rows (.csv / .npy)
+    # images (a file, a folder searched recursively, a glob "imgs/*.png"), a .npy / .pt tensor, or table rows
+    # (.csv / .npy)
     input: str | None = None
     prompt: str | None = None  # language models: the text to continue (instead of input)
     device: str = "auto"  # auto | cpu | cuda | mps (eager checkpoints and onnxruntime's CUDA provider)

@@ -1,5 +1,6 @@
-"""Schema of training runs (conf/train.yaml) and of its groups trainer, optimizer, scheduler, precision, dist,
-logger, sweep. The data, task and model groups have a module each (data.py, tasks.py, models.py)."""
+"""Schema of training runs (conf/train.yaml) and of its groups trainer, precision, logger and sweep. The data,
+task, model, optimizer/scheduler and dist groups have a module each (data.py, tasks.py, models.py, optim.py,
+distributed.py)."""
 
 from __future__ import annotations
 
@@ -59,66 +60,7 @@ class TrainerConfig:
         _one_of("trainer.progress_bar", self.progress_bar, ("auto", "on", "off"))
 
 
-# --------------------------------------------------------------------------- optimizer / scheduler
-@dataclass
-class OptimizerConfig:
-    _target_: str = MISSING
-    _partial_: bool = True  # lab.optim calls it with the parameter groups
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-
-    def __post_init__(self) -> None:
-        _require(self.lr > 0, f"optimizer.lr must be > 0, got {self.lr}")
-        _require(self.weight_decay >= 0, f"optimizer.weight_decay must be >= 0, got {self.weight_decay}")
-
-
-@dataclass
-class AdamWConfig(OptimizerConfig):
-    _target_: str = "torch.optim.AdamW"
-    lr: float = 3e-3
-    weight_decay: float = 0.05
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    eps: float = 1e-8
-    fused: bool | None = None  # null: torch's fused kernel on CUDA (no host sync with a GradScaler), default elsewhere
-
-
-@dataclass
-class SGDConfig(OptimizerConfig):
-    _target_: str = "torch.optim.SGD"
-    lr: float = 0.1
-    weight_decay: float = 5e-4
-    momentum: float = 0.9
-    nesterov: bool = True
-    fused: bool | None = None  # null: torch's fused kernel on CUDA, default elsewhere
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _require(self.momentum >= 0, f"optimizer.momentum must be >= 0, got {self.momentum}")
-        _require(not self.nesterov or self.momentum > 0, "optimizer.nesterov=true needs optimizer.momentum > 0")
-
-
-@dataclass
-class SchedulerConfig:
-    name: str = "cosine"  # cosine | step | onecycle | plateau | constant
-    warmup_steps: int = 0  # linear warmup, in optimizer steps
-    min_lr_ratio: float = 0.0  # cosine: final lr = lr * min_lr_ratio
-    step_size: int = 1000  # step: decay every step_size optimizer steps
-    gamma: float = 0.1  # step: decay factor
-    factor: float = 0.5  # plateau: decay factor
-    patience: int = 2  # plateau: validations without improvement before decaying
-    monitor: str = "val/${task.monitor}"  # plateau: metric it watches (default: the task's monitor)
-    mode: str = "${task.mode}"
-
-    def __post_init__(self) -> None:
-        _one_of("scheduler.name", self.name, ("cosine", "step", "onecycle", "plateau", "constant"))
-        _require(self.warmup_steps >= 0, f"scheduler.warmup_steps must be >= 0, got {self.warmup_steps}")
-        _require(0 <= self.min_lr_ratio <= 1, f"scheduler.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-        _require(self.step_size >= 1, f"scheduler.step_size must be >= 1, got {self.step_size}")
-        _require(0 < self.gamma <= 1 and 0 < self.factor < 1, "scheduler.gamma must be in (0, 1], factor in (0, 1)")
-        _one_of("scheduler.mode", self.mode, ("min", "max"))
-
-
-# --------------------------------------------------------------------------- precision / dist
+# --------------------------------------------------------------------------- precision
 @dataclass
 class PrecisionConfig:
     name: str = "fp32"  # fp32 | amp | bf16 | fp16
@@ -129,34 +71,6 @@ class PrecisionConfig:
         _one_of("precision.name", self.name, ("fp32", "amp", "bf16", "fp16"))
         if self.dtype is not None:
             _one_of("precision.dtype", self.dtype, ("float16", "bfloat16"))
-
-
-@dataclass
-class DistConfig:
-    strategy: str = "none"  # none | ddp | fsdp
-    nproc: Any = "auto"  # processes on this node: auto = one per GPU, 2 on a CPU-only machine
-    backend: str = "auto"  # auto (nccl on CUDA, gloo on CPU) | nccl | gloo
-    sync_bn: bool = False  # SyncBatchNorm: batch statistics over all ranks (small per-GPU batches)
-    find_unused_parameters: bool = False  # DDP: only for models whose forward skips parameters
-    lr_scaling: str = "none"  # none | linear | sqrt: lr *= (effective batch / base_batch_size)^(1 or 1/2)
-    base_batch_size: int | None = None  # the effective batch optimizer.lr was tuned for; null = data.batch_size
-    reshard_after_forward: bool = True  # FSDP2: free gathered parameters after forward (less memory)
-    master_port: int | None = None  # spawned jobs: rendezvous port; null = a free one
-    timeout_s: float = 600.0  # collective timeout: a stuck rank fails the job instead of hanging it
-
-    def __post_init__(self) -> None:
-        _one_of("dist.strategy", self.strategy, ("none", "ddp", "fsdp"))
-        _require(
-            self.nproc == "auto" or (isinstance(self.nproc, int) and self.nproc >= 1),
-            f"dist.nproc must be auto or an int >= 1, got {self.nproc!r}",
-        )
-        _one_of("dist.backend", self.backend, ("auto", "nccl", "gloo"))
-        _one_of("dist.lr_scaling", self.lr_scaling, ("none", "linear", "sqrt"))
-        _require(
-            self.base_batch_size is None or self.base_batch_size >= 1,
-            f"dist.base_batch_size must be >= 1 or null, got {self.base_batch_size}",
-        )
-        _require(self.timeout_s > 0, f"dist.timeout_s must be > 0, got {self.timeout_s}")
 
 
 # --------------------------------------------------------------------------- logger
@@ -196,15 +110,16 @@ class TrainConfig:
     seed: int = 42
     ckpt_path: str | None = None  # resume from this checkpoint
     tags: list[str] = field(default_factory=list)
-    optimized_metric: str = "val/${task.monitor}_best"  # what train returns to sweepers
+    # what train returns to sweepers: val/acc_best for classification, val/rmse_best for regression
+    optimized_metric: str = "val/${task.monitor}_best"
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     task: Any = MISSING  # typed by the chosen task's own schema (conf/task/*.yaml)
     data: Any = MISSING  # typed by the chosen dataset's own schema (conf/data/*.yaml)
     model: Any = MISSING  # typed by the chosen model's own schema (conf/model/*.yaml)
-    optimizer: Any = MISSING
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    optimizer: Any = MISSING  # typed by the chosen optimizer's schema (conf/optimizer/*.yaml)
+    scheduler: Any = MISSING  # typed by the chosen schedule's schema (conf/scheduler/*.yaml)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
-    dist: DistConfig = field(default_factory=DistConfig)
+    dist: Any = MISSING  # typed by the chosen strategy's schema (conf/dist/*.yaml)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     # name -> {_target_: ..., ...}: objects with on_validation_end(trainer, metrics, epoch) / on_fit_end(trainer,
     # summary) hooks, instantiated per run (e.g. the Optuna pruning callback a sweep adds)

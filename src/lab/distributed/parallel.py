@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -77,6 +77,8 @@ class Parallel:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    _control: Any = field(default=None, repr=False)  # a gloo group for host-side votes (any_rank_lagged)
+    _vote: Any = field(default=None, repr=False)  # the vote in flight: (work, its tensor)
 
     @property
     def active(self) -> bool:
@@ -179,6 +181,23 @@ class Parallel:
     def barrier(self) -> None:
         if self.active:
             dist.barrier()
+
+    def any_rank_lagged(self, flag: bool) -> bool:
+        """Whether `flag` was true on any rank at the previous call (`flag` itself when alone). The vote runs on a
+        gloo group in the background, so the step never waits on it nor syncs the GPU, and every rank gets the same
+        answer one call later: all of them take the same branch (e.g. stop and save) at the same step."""
+        if not self.active:
+            return flag
+        if self._control is None:
+            self._control = dist.new_group(backend="gloo")  # a collective: every rank makes its first call together
+        answer = False
+        if self._vote is not None:
+            work, value = self._vote
+            work.wait()
+            answer = bool(value.item())
+        value = torch.tensor([float(flag)])
+        self._vote = (dist.all_reduce(value, op=dist.ReduceOp.MAX, group=self._control, async_op=True), value)
+        return answer
 
     def broadcast(self, obj: Any) -> Any:
         """Rank 0's value, on every rank."""

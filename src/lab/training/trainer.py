@@ -9,6 +9,7 @@ checkpoint time, so the step itself runs as fast as a hand-written loop.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import time
 import warnings
@@ -31,6 +32,7 @@ from lab.optim import Schedule
 from lab.runtime import Precision, peak_memory_mb, reset_peak_memory
 from lab.tracking import Tracker
 from lab.training.evaluation import accumulate_metrics
+from lab.training.preemption import StopSignals, interrupted
 from lab.training.state import Progress, TrainingState
 from lab.training.window import StepWindow
 
@@ -75,6 +77,7 @@ class Trainer:
         self.skipped_steps = torch.zeros((), dtype=torch.int64, device=device)
         self.last_val: dict[str, float] = {}
         self.window = StepWindow()
+        self.stop = StopSignals()  # installed for the length of fit()
         self.show_bar = {"on": True, "off": False, "auto": sys.stderr.isatty()}[self.cfg.progress_bar]
         self._total: torch.Tensor | None = None  # the last group weight and its reciprocal (see train_step)
         self._inverse_total: torch.Tensor | None = None
@@ -88,7 +91,7 @@ class Trainer:
         cfg = self.cfg
         self.window = StepWindow()
         reset_peak_memory(self.device)  # the peak of training alone: not the model summary, not a previous job
-        with torch.autograd.set_detect_anomaly(cfg.detect_anomaly):
+        with self.stop, torch.autograd.set_detect_anomaly(cfg.detect_anomaly):
             for epoch in range(self.progress.epoch, cfg.max_epochs):
                 self.progress.epoch = epoch
                 finished = self.train_epoch(epoch)
@@ -112,9 +115,13 @@ class Trainer:
         total, position = len(self.train_batches), progress.batch_in_epoch
         batches = self.train_batches.epoch(epoch, start=position)
         bar = self._bar(epoch, position, total)
+        accum = cfg.grad_accum_steps
         while position < total:
-            group = [self._next_batch(batches) for _ in range(min(cfg.grad_accum_steps, total - position))]
-            self.train_step(group)  # the last group of an epoch may be short
+            if accum == 1:
+                group = [self._next_batch(batches)]
+            else:  # the last group of an epoch may be short
+                group = [self._next_batch(batches) for _ in range(min(accum, total - position))]
+            self.train_step(group)
             position += len(group)
             progress.batch_in_epoch = position
             if bar is not None:
@@ -123,6 +130,8 @@ class Trainer:
                 self._log(epoch, bar)
             if self.checkpoints.due(progress.global_step):
                 self._save(best=False)
+            if self.parallel.any_rank_lagged(self.stop.received is not None):
+                self._save_and_stop()
             if self._done():
                 break
         if bar is not None:
@@ -268,6 +277,13 @@ class Trainer:
         with self.window.paused():
             self._losses()  # never write weights that went NaN over good ones
             self.checkpoints.save(self.state.payload(), best)  # a collective under FSDP: every rank gathers
+
+    def _save_and_stop(self) -> None:
+        """A stop signal reached some rank: every rank saves at this same step (a collective under FSDP), then
+        the run ends as "interrupted" with 128 + the signal as its exit code (SIGTERM on ranks that got none)."""
+        self._save(best=False)
+        signum = self.stop.received or signal.SIGTERM
+        raise interrupted(signum, self.progress.global_step, str(self.checkpoints.last))
 
     def _bar(self, epoch: int, position: int, total: int) -> tqdm | None:
         if not self.show_bar:

@@ -35,7 +35,7 @@ class StepWindow:
         """(each micro-batch's mean loss over all ranks, its total weight), on the host, after one all-reduce."""
         if not self.loss_sums:
             return torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64)
-        sums = torch.stack([torch.stack(self.loss_sums).double(), torch.stack(self.weights).double()])
+        sums = torch.stack([*self.loss_sums, *self.weights]).double().view(2, -1)
         sums = parallel.all_reduce_sum_(sums).cpu()
         return sums[0] / sums[1], sums[1]
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from lab.checkpointing import CheckpointManager
 from lab.config import TrainerConfig
 from lab.data import EpochLoader
 from lab.distributed.parallel import Parallel
-from lab.errors import UserError
+from lab.errors import Interrupted, UserError
 from lab.optim import PerStep
 from lab.runtime import Precision
 from lab.tasks import BaseTask
@@ -164,3 +166,48 @@ def test_train_loss_logged_per_window_is_the_sample_weighted_mean(tmp_path: Path
     logged = [line for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if "train/loss" in line]
     first = float(logged[0].split('"train/loss": ')[1].split(",")[0])
     assert math.isclose(first, expected, rel_tol=1e-5)
+
+
+class SignalAtStep(SquaredError):
+    """Sends `signum` to this process during the loss of optimizer step `step` (the signal lands mid-step)."""
+
+    def __init__(self, step: int, signum: int) -> None:
+        self.calls, self.step, self.signum = 0, step, signum
+
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == self.step:
+            os.kill(os.getpid(), self.signum)
+        return super().loss(outputs, targets)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT])
+def test_a_stop_signal_finishes_the_step_saves_and_resumes_exactly(tmp_path: Path, signum: int) -> None:
+    straight = _trainer(tmp_path / "straight", max_epochs=2)
+    straight.fit()
+    stopped = _trainer(tmp_path / "stopped", max_epochs=2)
+    stopped.task = SignalAtStep(11, signum)
+    handler_before = signal.getsignal(signum)
+    with pytest.raises(Interrupted, match=rf"interrupted by {signum.name} after optimizer step 11; saved ") as caught:
+        stopped.fit()
+    assert caught.value.exit_code == 128 + signum and signal.getsignal(signum) is handler_before
+    saved = checkpointing.read(tmp_path / "stopped" / "checkpoints" / "last.pt")
+    assert saved["progress"]["global_step"] == 11 and saved["progress"]["batch_in_epoch"] == 3  # epoch 2, batch 3
+    resumed = _trainer(tmp_path / "resumed", max_epochs=2)
+    resumed.state.resume(saved)
+    resumed.fit()
+    for trainer in (straight, stopped, resumed):
+        trainer.tracker.finish()
+    for a, b in zip(straight.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_a_second_ctrl_c_quits_at_once(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, max_epochs=2)
+    with trainer.stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert trainer.stop.received == signal.SIGINT
+        with pytest.raises(SystemExit) as caught:
+            os.kill(os.getpid(), signal.SIGINT)
+    trainer.tracker.finish()
+    assert caught.value.code == 130

@@ -1,0 +1,80 @@
+"""Schemas of the `dist` group: the keys every strategy has, plus one dataclass per strategy (conf/dist/<name>.yaml
+extends it), so a key of another strategy (`dist=none dist.nproc=4`, `dist=ddp dist.reshard_after_forward=false`)
+is refused while composing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import MISSING
+
+from lab.config.checks import fixed_default
+from lab.config.checks import one_of as _one_of
+from lab.config.checks import require as _require
+
+
+@dataclass
+class DistConfig:
+    """Keys of every strategy. The lr scaling applies to one process too: gradient accumulation also grows the
+    effective batch (per device x processes x trainer.grad_accum_steps)."""
+
+    strategy: str = MISSING  # fixed by the option's schema: choose with dist=none|ddp|fsdp
+    lr_scaling: str = "none"  # none | linear | sqrt: lr *= (effective batch / base_batch_size)^(1 or 1/2)
+    base_batch_size: int | None = None  # the effective batch optimizer.lr was tuned for; null = data.batch_size
+
+    def __post_init__(self) -> None:
+        own = fixed_default(self, "strategy")
+        _require(
+            own is None or self.strategy == own,
+            f"dist.strategy={self.strategy!r} on the {own} strategy's config: choose a strategy with "
+            "dist=<name> (which brings that strategy's keys), not with dist.strategy",
+        )
+        _one_of("dist.lr_scaling", self.lr_scaling, ("none", "linear", "sqrt"))
+        _require(
+            self.base_batch_size is None or self.base_batch_size >= 1,
+            f"dist.base_batch_size must be >= 1 or null, got {self.base_batch_size}",
+        )
+
+
+@dataclass
+class NoDistConfig(DistConfig):
+    """One process: no process group, no wrappers."""
+
+    strategy: str = "none"
+
+
+@dataclass
+class ProcessGroupConfig(DistConfig):
+    """Keys of the strategies that run one process per rank in a process group (lab.distributed.launch)."""
+
+    nproc: Any = "auto"  # processes on this node: auto = one per GPU, 2 on a CPU-only machine
+    backend: str = "auto"  # auto (nccl on CUDA, gloo on CPU) | nccl | gloo
+    sync_bn: bool = False  # SyncBatchNorm (CUDA only): batch statistics over all ranks, for small per-GPU batches
+    master_port: int | None = None  # spawned jobs: rendezvous port; null = a free one (each multirun job its own)
+    timeout_s: float = 600.0  # collective timeout: a stuck rank fails the job instead of hanging it
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(
+            self.nproc == "auto" or (isinstance(self.nproc, int) and self.nproc >= 1),
+            f"dist.nproc must be auto or an int >= 1, got {self.nproc!r}",
+        )
+        _one_of("dist.backend", self.backend, ("auto", "nccl", "gloo"))
+        _require(self.timeout_s > 0, f"dist.timeout_s must be > 0, got {self.timeout_s}")
+
+
+@dataclass
+class DDPConfig(ProcessGroupConfig):
+    """DistributedDataParallel: every rank holds the whole model; gradients are all-reduced."""
+
+    strategy: str = "ddp"
+    find_unused_parameters: bool = False  # only for models whose forward skips parameters
+
+
+@dataclass
+class FSDPConfig(ProcessGroupConfig):
+    """FSDP2 (torch.distributed.fsdp.fully_shard): parameters, gradients and optimizer state sharded over ranks."""
+
+    strategy: str = "fsdp"
+    reshard_after_forward: bool = True  # free gathered parameters after forward (less memory, one more gather)

@@ -1,0 +1,102 @@
+"""Config mistakes in one or two lines: what is wrong, the nearest thing that is right, and what is allowed.
+
+Hydra reports a bad override in 5 to 12 lines (its own message, OmegaConf's, the config search path, a hint about
+HYDRA_FULL_ERROR). :func:`describe` turns the exceptions behind them into a short message; lab.cli prints it
+instead, unless HYDRA_FULL_ERROR=1 asks for Hydra's full report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
+
+_SEARCH_PATH = "Config search path"  # Hydra lists it at the end of a message: nothing after it is about the mistake
+_NOISE = ("See https://hydra.cc", "Set the environment variable HYDRA_FULL_ERROR")  # lines that only point elsewhere
+
+
+def _nearest(word: str, candidates: Iterable[str]) -> str | None:
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def unknown_key_message(path: str, key: str, keys: Iterable[Any]) -> str:
+    """`trainer.max_epoch is not a key of trainer; did you mean trainer.max_epochs?` and, on a second line, the
+    keys there are. `path` is the node's own ("trainer." or "" at the top)."""
+    names = [str(k) for k in keys]
+    close = _nearest(key, names)
+    node = path[:-1] or "the config"
+    hint = f"; did you mean {path}{close}?" if close else ""
+    return f"{path}{key} is not a key of {node}{hint}\n  keys of {node}: {', '.join(names)}"
+
+
+def unknown_option_message(group: str, option: str, options: Iterable[str]) -> str:
+    """`model=cnnn is not an option of model; did you mean model=cnn?` and, on a second line, the options."""
+    names = sorted(options)
+    close = _nearest(option, names)
+    hint = f"; did you mean {group}={close}?" if close else ""
+    return f"{group}={option} is not an option of {group}{hint}\n  options of {group}: {', '.join(names)}"
+
+
+def undeclared_keys(node: DictConfig, path: str = "") -> Iterator[tuple[str, str, list[str]]]:
+    """(path of the node, key, the keys its schema declares) for each key a typed node holds beyond its schema:
+    Hydra's `+key=value` adds one to any node, schema or not, and OmegaConf.to_object drops it without a word."""
+    schema = OmegaConf.get_type(node)
+    fields = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
+    for key in node:
+        if fields is not None and key not in fields:
+            yield path, str(key), fields
+        elif not (OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key)):
+            child = node[key]
+            if isinstance(child, DictConfig):
+                yield from undeclared_keys(child, f"{path}{key}.")
+
+
+def _first_lines(text: str) -> list[str]:
+    lines = []
+    for line in text.splitlines():
+        if line.startswith(_SEARCH_PATH):
+            break
+        if line.strip() and not line.startswith(_NOISE):
+            lines.append(line.strip())
+    return lines
+
+
+def _top_level_groups() -> list[str]:
+    """The config groups of the running app (e.g. `experiment`, which is no key of the config), when Hydra is up."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    if not GlobalHydra.instance().is_initialized():
+        return []
+    return [g for g in GlobalHydra.instance().config_loader().list_groups("") if g != "hydra"]
+
+
+def describe(err: BaseException) -> str | None:
+    """One or two lines for a mistake Hydra or OmegaConf found in the config or the overrides; None for anything
+    else (a bug is not rewritten)."""
+    if not isinstance(err, (HydraException, OmegaConfBaseException)):
+        return None
+    cause = err if isinstance(err, (ConfigAttributeError, ConfigKeyError)) else err.__cause__
+    if isinstance(err, MissingConfigException) and err.options is not None and err.missing_cfg_file:
+        group, _, option = err.missing_cfg_file.rpartition("/")
+        return unknown_option_message(group, option, err.options)
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and isinstance(cause.parent_node, DictConfig):
+        key = str(cause.key)
+        full_key = str(cause.full_key)
+        path = full_key[: len(full_key) - len(key)] if full_key.endswith(key) else ""
+        keys = [str(k) for k in cause.parent_node if k != "hydra"]
+        if not path:
+            keys += [g for g in _top_level_groups() if g not in keys]
+        return unknown_key_message(path, key, keys)
+    lines = _first_lines(str(err))
+    reason = _first_lines(str(cause))[:1] if isinstance(cause, OmegaConfBaseException) else []
+    if isinstance(cause, ValidationError) and lines and reason:  # a wrong type: `data.batch_size=abc: Value 'abc'...`
+        return f"{lines[0].removeprefix('Error merging override ')}: {reason[0]}"
+    if reason:
+        lines = lines[:1] + reason
+    return "\n  ".join(lines[:2]) or None

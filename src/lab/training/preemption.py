@@ -1,0 +1,61 @@
+"""Stopping on a signal without losing work: SIGTERM (a cluster's preemption or `kill`), SIGUSR1 (SLURM's warning
+before the time limit, with `--signal=USR1@<seconds>`) and SIGINT (Ctrl-C).
+
+The handler only records the signal; the trainer finishes the optimizer step in flight, all ranks agree to stop
+(`Parallel.any_rank_lagged`), last.pt is written, and the run ends with status "interrupted" and exit code
+128 + the signal number (143 SIGTERM, 138 SIGUSR1, 130 SIGINT), the code a shell gives a process the signal killed.
+A second Ctrl-C quits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType, TracebackType
+
+from lab.errors import Interrupted
+
+log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+def interrupted(signum: int, step: int, checkpoint: str) -> Interrupted:
+    name = signal.Signals(signum).name
+    return Interrupted(
+        f"interrupted by {name} after optimizer step {step}; saved {checkpoint} "
+        f"(resume: the same command with ckpt_path={checkpoint})",
+        exit_code=128 + signum,
+    )
+
+
+class StopSignals:
+    """`with StopSignals() as stop:` records the first stop signal in `stop.received` (None until then) and
+    restores the previous handlers on exit. Outside the main thread (where Python allows no handlers) it does
+    nothing."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        self.received = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, kind: type | None, value: BaseException | None, traceback: TracebackType | None) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise SystemExit(128 + signum)  # a second Ctrl-C: the user wants out now, without the save
+        self.received = self.received or signum
+        log.warning(
+            "%s received: stopping after this optimizer step and saving last.pt%s",
+            signal.Signals(signum).name,
+            " (Ctrl-C again to quit at once)" if signum == signal.SIGINT else "",
+        )

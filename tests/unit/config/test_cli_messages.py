@@ -1,0 +1,125 @@
+"""The entry scripts, run as a user runs them: `--help` and tab completion offer only real options, and a config
+mistake ends in one or two lines naming the key or option and the nearest valid one (HYDRA_FULL_ERROR=1: Hydra's
+full report). Subprocesses, about a second each: keep these few."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from helpers import GROUPS, PYTHON, REPO, group_options, script_env
+
+MODELS = ["cnn", "gpt", "mlp", "resnet18", "torchvision"]
+
+
+def _script(script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PYTHON, str(REPO / "scripts" / script), *args],
+        cwd=REPO,
+        env=env or script_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+# --------------------------------------------------------------------------- --help and completion
+def test_help_lists_the_real_options_of_every_group_and_no_schema() -> None:
+    proc = _script("train.py", "--help")
+    assert proc.returncode == 0, proc.stderr
+    groups = dict(re.findall(r"^(\w+): (.*)$", proc.stdout.split("== Config ==")[0], re.MULTILINE))
+    assert set(GROUPS) | {"logger", "hparams_search"} == set(groups)  # no schema group
+    for group, options in groups.items():
+        assert options.split(", ") == group_options(group), f"--help lists {options} for {group}"
+    assert groups["model"] == ", ".join(MODELS)
+    assert "schema" not in proc.stdout
+
+
+@pytest.mark.parametrize("script", ["eval.py", "export.py", "infer.py"])
+def test_help_of_the_checkpoint_scripts_lists_no_schema(script: str) -> None:
+    proc = _script(script, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^logger: none, wandb$", proc.stdout, re.MULTILINE) and "schema" not in proc.stdout
+
+
+def _complete(line: str) -> list[str]:
+    env = {**script_env(), "COMP_LINE": f"python scripts/train.py {line}"}
+    proc = _script("train.py", "-sc", "query=bash", env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+def test_tab_completion_offers_only_real_options() -> None:
+    assert _complete("model=") == [f"model={m}" for m in MODELS]
+    words = _complete("")
+    assert "model=" in words and "scheduler=" in words and not [w for w in words if "schema" in w]
+
+
+# --------------------------------------------------------------------------- mistakes in a line or two
+def _mistake(*args: str, env: dict[str, str] | None = None) -> str:
+    proc = _script("train.py", *args, env=env)
+    assert proc.returncode != 0
+    return proc.stderr
+
+
+def test_a_key_added_with_plus_to_a_typed_node_is_refused(tmp_path) -> None:
+    # Hydra's `+` adds a key to any node, schema or not, and OmegaConf.to_object would drop it without a word
+    stderr = _mistake("+model.depth=2", f"hydra.run.dir={tmp_path}")
+    lines = stderr.splitlines()
+    assert len(lines) <= 2, stderr
+    assert lines[0] == "error: model.depth is not a key of model"
+    assert lines[1].split(": ")[1].split(", ") == ["name", "channels", "dropout", "grad_checkpointing"]
+    assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "first_line", "allowed"),
+    [
+        (
+            ["trainer.max_epoch=3"],
+            "trainer.max_epoch is not a key of trainer; did you mean trainer.max_epochs?",
+            "max_steps",
+        ),
+        (["model=cnnn"], "model=cnnn is not an option of model; did you mean model=cnn?", ", ".join(MODELS)),
+        (["scheduler=cosin"], "scheduler=cosin is not an option of scheduler; did you mean scheduler=cosine?", "step"),
+        (["experimnt=digits_mlp"], "experimnt is not a key of the config; did you mean experiment?", "hparams_search"),
+        # each schedule has its own keys: min_lr_ratio is cosine's
+        (["scheduler=step", "scheduler.min_lr_ratio=0.1"], "scheduler.min_lr_ratio is not a key of scheduler", "gamma"),
+        (
+            ["data.batch_size=abc"],
+            "data.batch_size=abc: Value 'abc' of type 'str' could not be converted to Integer",
+            "",
+        ),
+    ],
+)
+def test_an_unknown_key_option_or_type_is_one_or_two_lines(args: list[str], first_line: str, allowed: str) -> None:
+    stderr = _mistake(*args, "--cfg", "job")
+    lines = stderr.splitlines()
+    assert 1 <= len(lines) <= 2, stderr
+    assert lines[0] == f"error: {first_line}"
+    assert allowed in lines[-1]
+
+
+def test_a_sweep_job_with_an_unknown_option_is_refused_before_any_job_runs(tmp_path) -> None:
+    stderr = _mistake("-m", "model=mlp,cnnn", f"hydra.sweep.dir={tmp_path}")
+    assert stderr.splitlines()[0] == "error: model=cnnn is not an option of model; did you mean model=cnn?"
+    assert not (tmp_path / "0").exists()
+
+
+def test_hydra_full_error_still_shows_hydras_full_report() -> None:
+    env = {**script_env(), "HYDRA_FULL_ERROR": "1"}
+    stderr = _mistake("trainer.max_epoch=3", "--cfg", "job", env=env)
+    assert "Traceback (most recent call last)" in stderr
+    assert "ConfigCompositionException: Could not override 'trainer.max_epoch'" in stderr
+    assert not stderr.startswith("error:")
+
+
+def test_a_bad_value_keeps_its_one_line_and_shows_its_traceback_with_hydra_full_error(tmp_path) -> None:
+    """A value check fails inside the run (lab.cli.run_workflow): its own message, or with HYDRA_FULL_ERROR=1 the
+    traceback that says where it came from."""
+    run_dir = f"hydra.run.dir={tmp_path}"
+    assert _mistake("optimizer.lr=-1", run_dir).splitlines() == ["error: optimizer.lr must be > 0, got -1.0"]
+    full = _mistake("optimizer.lr=-1", run_dir, env={**script_env(), "HYDRA_FULL_ERROR": "1"})
+    assert "Traceback (most recent call last)" in full and "ConfigError: optimizer.lr must be > 0" in full
