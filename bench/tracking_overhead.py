@@ -23,7 +23,7 @@ from lab.tracking import Tracker
 
 
 def one_run(root: Path, logger: str) -> float:
-    cfg = OmegaConf.structured(LoggerConfig(name=logger, mode="offline"))
+    cfg = OmegaConf.structured(LoggerConfig(backends={logger: True} if logger != "none" else {}, mode="offline"))
     start = time.perf_counter()
     tracker = Tracker(root / f"{logger}-{time.monotonic_ns()}", logger_cfg=cfg, config={"a": 1}).start()
     for step in range(1, 41):

@@ -1,6 +1,18 @@
-"""What a run records: the wandb run (offline without credentials) mirrored to metrics.jsonl / summary.json in the
-run dir (``tracker``), and where the run came from: git commit, diff, versions (``provenance``)."""
+"""What a run records: the chosen trackers (wandb, offline without credentials; TensorBoard; CSV files) mirrored
+to metrics.jsonl / summary.json in the run dir (``tracker``, one class per tracker in ``backends`` and its
+modules), and where the run came from: git commit, diff, versions (``provenance``)."""
 
-from lab.tracking.tracker import Tracker, from_config, has_wandb_credentials, job_identity, resolve_mode
+from lab.tracking.backends import BACKENDS, Backend, RunInfo
+from lab.tracking.tracker import Tracker, from_config, job_identity
+from lab.tracking.wandb_backend import has_wandb_credentials, resolve_mode
 
-__all__ = ["Tracker", "from_config", "has_wandb_credentials", "job_identity", "resolve_mode"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "RunInfo",
+    "Tracker",
+    "from_config",
+    "has_wandb_credentials",
+    "job_identity",
+    "resolve_mode",
+]

@@ -1,9 +1,12 @@
-"""Run records: Weights & Biases plus a local mirror in the run directory, behind one small interface.
+"""Run records: the chosen trackers (wandb, TensorBoard, CSV: `logger.backends`) plus a local mirror in the run
+directory, behind one small interface.
 
-Every workflow (train, eval, export, infer) does `start()`, `log(metrics, step)`, `summary(values)`, `finish()`.
-Whatever the logger, the run dir gets `metrics.jsonl` (one JSON object per event), `summary.json` and
-`provenance/` (git diff, versions). wandb is imported only when used, and never blocks a run: without
-credentials it writes offline (sync later with `wandb sync`), and an unreachable server falls back to offline.
+Every workflow (train, eval, export, infer) does `start()`, `log(metrics, step)`, `summary(values)`, `finish()`
+(or `with tracker.session():`). Whatever the logger, the run dir gets `metrics.jsonl` (one JSON object per event),
+`summary.json` and `provenance/` (git diff, versions). Each tracker is a small class of its own
+(:mod:`lab.tracking.backends`), imported only when chosen, getting the resolved config, the git commit and every
+metric. A run continued from a checkpoint passes `resume_id` (the wandb run id it had): wandb continues that run
+and the local files are appended to.
 """
 
 from __future__ import annotations
@@ -11,50 +14,17 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
-import netrc
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from lab.files import write_json
+from lab.tracking import backends as trackers
 from lab.tracking import provenance as prov
+from lab.tracking.backends import RunInfo, plain
 
 log = logging.getLogger(__name__)
-
-
-def _plain(value: Any) -> Any:
-    """JSON has no NaN/inf: write them as strings so the file stays valid and the problem stays visible."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
-
-
-def has_wandb_credentials() -> bool:
-    """WANDB_API_KEY, or a netrc entry for the configured host (what `wandb login` writes)."""
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
-    try:
-        return netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
-    except (OSError, netrc.NetrcParseError):
-        return False
-
-
-def resolve_mode(mode: str) -> str:
-    """`auto` defers to WANDB_MODE, then to whether credentials exist; an explicit mode wins over both."""
-    if mode != "auto":
-        return mode
-    env = os.environ.get("WANDB_MODE", "").lower()
-    if env in ("online", "offline", "disabled"):
-        return env
-    if env in ("dryrun", "run"):  # wandb's legacy spellings
-        return {"dryrun": "offline", "run": "online"}[env]
-    return "online" if has_wandb_credentials() else "offline"
 
 
 class Tracker:
@@ -70,44 +40,63 @@ class Tracker:
         tags: list[str] | tuple[str, ...] = (),
         rank: int = 0,
         provenance: dict | None = None,
+        resume_id: str | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.logger_cfg, self.job_type, self.config = logger_cfg, job_type, config or {}
         self.name, self.group, self.tags, self.rank = name, group, list(tags), rank
         self.provenance = provenance or {}
-        self.wandb_run = None
+        self.resume_id = resume_id
+        self.backends: list[trackers.Backend] = []
         self._summary: dict[str, Any] = {}
         self._metrics_file = None
         self._started = 0.0
 
     @property
     def is_writer(self) -> bool:
-        """Only rank 0 writes records: one run dir, one wandb run, however many processes."""
+        """Only rank 0 writes records: one run dir, one record per tracker, however many processes."""
         return self.rank == 0
+
+    @property
+    def wandb_run(self) -> Any:
+        """The wandb run while it is open (None without wandb)."""
+        return next((b.wandb_run for b in self.backends if b.name == "wandb"), None)
 
     def start(self) -> Tracker:
         self._started = time.monotonic()
         if not self.is_writer:
             return self
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        # Line-buffered, so `tail -f metrics.jsonl` shows each event as it happens; closed in finish().
-        self._metrics_file = open(self.run_dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
+        # Line-buffered, so `tail -f metrics.jsonl` shows each event as it happens; appended to when a run resumes.
+        self._metrics_file = open(self.run_dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115 (closed in finish)
         self._write_provenance()
-        if self.logger_cfg is not None and self.logger_cfg.name == "wandb":
-            self.wandb_run = self._start_wandb()
-            for name in ("git.diff", "env.json"):
-                if (self.run_dir / "provenance" / name).is_file():
-                    self.save_file(self.run_dir / "provenance" / name)
+        run = RunInfo(
+            run_dir=self.run_dir,
+            job_type=self.job_type,
+            config=self.config,
+            provenance=self.provenance,
+            settings=self.logger_cfg,
+            name=self.name,
+            group=self.group,
+            tags=self.tags,
+            resume_id=self.resume_id,
+        )
+        try:
+            for name in trackers.chosen(self.logger_cfg):
+                backend = trackers.create(name, run)
+                backend.start()
+                self.backends.append(backend)
+        except BaseException:  # leave nothing open behind (wandb's service, file handles)
+            self.finish("failed")
+            raise
         return self
 
     def run_ref(self) -> dict[str, str | None]:
         """How other runs refer to this one: its run dir and wandb id/path (None without wandb)."""
-        run = self.wandb_run
-        return {
-            "run_dir": str(self.run_dir),
-            "wandb_id": run.id if run else None,
-            "wandb_path": run.path if run else None,
-        }
+        ref: dict[str, Any] = {"run_dir": str(self.run_dir), "wandb_id": None, "wandb_path": None}
+        for backend in self.backends:
+            ref.update(backend.ref())
+        return ref
 
     @contextlib.contextmanager
     def session(self) -> Iterator[Tracker]:
@@ -124,39 +113,31 @@ class Tracker:
         finally:
             self.finish(status)
 
-    def log(self, metrics: dict[str, float], step: int, epoch: int | None = None) -> None:
+    def log(self, metrics: dict[str, Any], step: int, epoch: int | None = None) -> None:
         """One event: `step` = global optimizer step, `epoch` = 1-based epoch it belongs to."""
         if not self.is_writer:
             return
-        record = {"step": step, "epoch": epoch, **{k: _plain(v) for k, v in metrics.items()}}
+        record = {"step": step, "epoch": epoch, **{k: _json_value(v) for k, v in metrics.items()}}
         self._metrics_file.write(json.dumps(record) + "\n")
-        if self.wandb_run is not None:
-            self.wandb_run.log({**metrics, **({"epoch": epoch} if epoch is not None else {})}, step=step)
+        for backend in self.backends:
+            backend.log(metrics, step, epoch)
 
     def summary(self, values: dict[str, Any]) -> None:
-        self._summary.update({k: _plain(v) for k, v in values.items()})
-        if self.wandb_run is not None:
-            self.wandb_run.summary.update(values)
+        self._summary.update({k: _json_value(v) for k, v in values.items()})
+        for backend in self.backends:
+            backend.summary(values)
 
     def save_file(self, path: str | Path) -> None:
-        """Attach a snapshot of a run-dir file (model summary, log, git diff) to the wandb run.
-
-        A copy in the wandb run's files folder, uploaded at finish (or by `wandb sync`); a symlink would keep
-        following a log that is still being written."""
-        if self.wandb_run is not None:
-            target = Path(self.wandb_run.dir) / Path(path).resolve().relative_to(self.run_dir.resolve())
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
+        """Attach a snapshot of a run-dir file (model summary, log, git diff) to the trackers that keep files."""
+        for backend in self.backends:
+            backend.save_file(Path(path))
 
     def log_checkpoint(self, path: str | Path, alias: str) -> None:
-        """Upload a checkpoint as a `model` artifact (offline runs keep it for `wandb sync`)."""
-        if self.wandb_run is None or not Path(path).is_file():
+        """Keep a checkpoint with the run (wandb: a `model` artifact; offline runs keep it for `wandb sync`)."""
+        if not Path(path).is_file():
             return
-        import wandb
-
-        artifact = wandb.Artifact(f"model-{self.wandb_run.id}", type="model", metadata={"file": Path(path).name})
-        artifact.add_file(str(path))
-        self.wandb_run.log_artifact(artifact, aliases=[alias, "latest"])
+        for backend in self.backends:
+            backend.log_checkpoint(Path(path), alias)
 
     def finish(self, status: str = "completed") -> None:
         if not self.is_writer:
@@ -168,15 +149,12 @@ class Tracker:
             "git_commit": self.provenance.get("git_commit"),
             "git_dirty": self.provenance.get("git_dirty"),
         }
-        if self.wandb_run is not None:
-            run = self.wandb_run
-            summary.update(wandb_id=run.id, wandb_path=run.path, wandb_dir=str(Path(run.dir).parent))
-            log_file = self.run_dir / f"{self.job_type}.log"
-            if log_file.is_file():
-                self.save_file(log_file)
-            run.summary.update({"status": status})
-            run.finish(exit_code=0 if status == "completed" else 1)
-            self.wandb_run = None
+        backends, self.backends = self.backends, []
+        for backend in backends:
+            try:  # one tracker failing to close must not cost the others, nor summary.json
+                summary.update(backend.finish(status))
+            except Exception as err:
+                log.warning("tracker %s could not finish cleanly: %s", backend.name, err)
         write_json(self.run_dir / "summary.json", summary)
         if self._metrics_file is not None:
             self._metrics_file.close()
@@ -190,45 +168,10 @@ class Tracker:
             (folder / "git.diff").write_text(prov.git_diff())
         write_json(folder / "env.json", self.provenance)
 
-    def _start_wandb(self):
-        import wandb
 
-        cfg = self.logger_cfg
-        mode = resolve_mode(cfg.mode)
-        git = {k: self.provenance.get(k) for k in ("git_commit", "git_branch", "git_dirty")}
-        settings = {"init_timeout": cfg.init_timeout, "console": "off", "silent": True}
-        if git["git_commit"]:
-            settings.update(git_root=str(prov.REPO_ROOT), git_commit=git["git_commit"])
-        else:
-            settings["disable_git"] = True
-        kwargs = {
-            "project": cfg.project or os.environ.get("WANDB_PROJECT") or "lab",
-            "entity": cfg.entity,
-            "dir": os.environ.get("WANDB_DIR") or str(self.run_dir),
-            "name": self.name,
-            "group": cfg.group or self.group,
-            "job_type": self.job_type,
-            "tags": [*self.tags, *cfg.tags],
-            # git info in the config too, so it is a column of the runs table
-            "config": {**self.config, "provenance": git},
-            "reinit": "finish_previous",  # multirun: one run per job, never the previous job's
-        }
-        runs_root = Path(kwargs["dir"]) / "wandb"
-        before = set(runs_root.glob("run-*"))
-        try:
-            run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)
-        except Exception as err:  # no credentials, server unreachable within init_timeout, ...
-            if mode != "online":
-                raise
-            for stale in set(runs_root.glob("run-*")) - before:  # the failed attempt's half-written run
-                shutil.rmtree(stale, ignore_errors=True)
-            log.warning(
-                "wandb could not start online (%s); logging offline instead: sync later with `wandb sync`",
-                str(err).splitlines()[0] if str(err) else type(err).__name__,
-            )
-            run = wandb.init(mode="offline", settings=wandb.Settings(**settings), **kwargs)
-        log.info("wandb run %s (%s) in %s", run.id, mode if not run.offline else "offline", run.dir)
-        return run
+def _json_value(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as strings so the file stays valid and the problem stays visible."""
+    return plain(value) if isinstance(value, float) else value
 
 
 def job_identity(cfg: Any, run_dir: str | Path) -> dict[str, Any]:
@@ -256,8 +199,10 @@ def from_config(
     provenance: dict,
     rank: int = 0,
     identity: dict[str, Any] | None = None,
+    resume_id: str | None = None,
 ) -> Tracker:
-    """A Tracker for a job: the resolved config plus the Hydra overrides, named and grouped by `job_identity`."""
+    """A Tracker for a job: the resolved config plus the Hydra overrides, named and grouped by `job_identity`.
+    `resume_id`: the wandb run id of the run this job continues (a resumed training run), else a new record."""
     from omegaconf import OmegaConf
 
     identity = identity or job_identity(cfg, run_dir)
@@ -272,4 +217,5 @@ def from_config(
         tags=list(cfg.get("tags", [])),
         rank=rank,
         provenance=provenance,
+        resume_id=resume_id,
     )

@@ -87,7 +87,7 @@ def test_api_key_counts_as_credentials(no_wandb_env, monkeypatch):
 
 
 def test_only_rank_zero_writes(no_wandb_env, tmp_path):
-    logger = OmegaConf.structured(LoggerConfig(mode="offline"))
+    logger = OmegaConf.structured(LoggerConfig(backends={"wandb": True}, mode="offline"))
     for rank in (1, 0):
         tracker = Tracker(tmp_path / f"rank{rank}", logger_cfg=logger, rank=rank).start()
         tracker.log({"train/loss": 1.0}, step=1)

@@ -1,0 +1,267 @@
+"""Give the package your project's name when you fork the template:
+
+    make rename NAME=myproject          # or: python scripts/rename.py myproject [--no-install]
+
+The current name is the project name in pyproject.toml. The rename moves `src/<old>/` to `src/<new>/` and the
+Hydra plugins `src/hydra_plugins/<old>_sweepers/` to `<new>_sweepers/`, and rewrites every mention of the old name
+in the repository's files: imports, `_target_` strings, the `<old>.direction` resolver, the pyproject name, the
+wandb project default, README paths, scratch-dir prefixes... (each `<old>` that is a word of its own or the `<old>_`
+prefix of a name, and `<Old>` as the prefix of a class name). Then it reinstalls the project into `.venv`: the old
+distribution is uninstalled and `pip install -e .` installs the new one, so no stale distribution is left.
+
+It refuses, with one line and a non-zero exit: a name that is no valid Python package name (not an identifier, a
+keyword, a standard-library module or an installed package it would shadow, a folder of the repository), and a
+git tree with changes or untracked files (commit first: the rename is then one diff to review, or to undo with
+`git checkout . && git clean -fd`). Running it again with the same name does nothing. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import keyword
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# never rewritten nor moved: tools' and runs' folders (most are git-ignored anyway)
+SKIP_DIRS = {".git", ".venv", "outputs", "multirun", "wandb", "data", "__pycache__", ".pytest_cache", ".ruff_cache"}
+
+
+def current_name(root: Path) -> str:
+    """The `name` of pyproject.toml's [project] table."""
+    text = (root / "pyproject.toml").read_text()
+    project = re.search(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", text, flags=re.M | re.S)
+    match = re.search(r'^name\s*=\s*"([^"]+)"', project.group(1) if project else "", flags=re.M)
+    if match is None:
+        sys.exit("error: pyproject.toml has no [project] name: cannot tell the package's current name")
+    return match.group(1)
+
+
+def camel(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+
+
+def mentions(old: str) -> re.Pattern[str]:
+    """`old` as a word of its own (`old.config`, `src/old/`, `"old"`) or as the prefix of a name (`old_sweepers`)."""
+    return re.compile(rf"(?<![A-Za-z0-9_]){re.escape(old)}(?![A-Za-z0-9])")
+
+
+def replacer(old: str, new: str):
+    words, classes = mentions(old), re.compile(rf"(?<![A-Za-z0-9_]){re.escape(camel(old))}(?=[A-Z])")
+
+    def replace(text: str) -> str:
+        return classes.sub(camel(new), words.sub(new, text))
+
+    return replace
+
+
+def refuse_bad_name(name: str, old: str, root: Path) -> None:
+    if not name:
+        sys.exit("error: give the new package name: make rename NAME=myproject")
+    if not name.isidentifier() or not name.isascii():
+        hint = re.sub(r"\W", "_", name)
+        hint = f" (e.g. {hint})" if hint.isidentifier() and hint.isascii() else ""
+        sys.exit(
+            f"error: {name!r} is not a valid Python package name: use ASCII letters, digits and underscores, not "
+            f"starting with a digit{hint}"
+        )
+    if keyword.iskeyword(name):
+        sys.exit(f"error: {name!r} is a Python keyword: `import {name}` could never work; choose another name")
+    if name in sys.stdlib_module_names:
+        sys.exit(f"error: {name!r} is a module of Python's standard library: the package would shadow it")
+    if name != old and (root / name).exists():
+        sys.exit(f"error: {name!r} is a folder of the repository ({root / name}); choose another name")
+    if name != old and (root / "src" / name).exists():
+        sys.exit(f"error: src/{name} exists already; choose another name")
+    if name != old and _installed(name, root):
+        sys.exit(f"error: {name!r} is an installed package ({_installed(name, root)}): the project would shadow it")
+
+
+def _installed(name: str, root: Path) -> str | None:
+    """Where `import name` finds something other than this checkout (the script's own folder aside)."""
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() not in (ROOT / "scripts", root / "scripts")]
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    finally:
+        sys.path[:] = saved
+    if spec is None:
+        return None
+    return spec.origin or ", ".join(spec.submodule_search_locations or []) or name
+
+
+def git_changes(root: Path) -> list[str] | None:
+    """`git status --porcelain` lines (untracked files too), or None when root is no git checkout."""
+    try:
+        proc = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=all"], cwd=root, capture_output=True, text=True
+        )
+    except OSError:
+        return None
+    return proc.stdout.splitlines() if proc.returncode == 0 else None
+
+
+def project_files(root: Path) -> list[Path]:
+    """The repository's files: what git tracks or would track, else every file outside tools' folders."""
+    try:
+        proc = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode == 0:
+            return sorted({root / p for p in proc.stdout.split("\0") if p and (root / p).is_file()})
+    except OSError:
+        pass
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        files += [Path(folder) / n for n in names]
+    return sorted(files)
+
+
+def rewrite(files: list[Path], replace) -> list[Path]:
+    changed = []
+    for path in files:
+        data = path.read_bytes()
+        if b"\0" in data:
+            continue  # binary
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        new = replace(text)
+        if new != text:
+            path.write_bytes(new.encode("utf-8"))
+            changed.append(path)
+    return changed
+
+
+def move(files: list[Path], root: Path, old: str, new: str) -> list[tuple[Path, Path]]:
+    """Move each file whose path names the old package (src/<old>/..., src/hydra_plugins/<old>_sweepers/...);
+    the emptied folders go, with their __pycache__."""
+    words = mentions(old)
+    moves = []
+    for path in files:
+        rel = path.relative_to(root)
+        target = Path(*(words.sub(new, part) for part in rel.parts))
+        if target != rel:
+            moves.append((path, root / target))
+    for source, target in moves:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, target)
+    for folder in sorted({s.parent for s, _ in moves}, key=lambda p: len(p.parts), reverse=True):
+        for cache in folder.glob("__pycache__"):
+            shutil.rmtree(cache, ignore_errors=True)
+        while folder != root and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
+    return moves
+
+
+def tidy(python: Path, changed: list[Path], root: Path) -> None:
+    """A name of another length moves code: ruff sorts the imports and formats the changed Python files (as
+    `make format` does); a comment or string it cannot wrap that now exceeds the line limit is listed."""
+    if python.exists():
+        ruff = [str(python), "-m", "ruff"]
+    elif importlib.util.find_spec("ruff") is not None:
+        ruff = [sys.executable, "-m", "ruff"]
+    else:
+        ruff = ["ruff"] if shutil.which("ruff") else None
+    sources = [str(path) for path in changed if path.suffix == ".py"]
+    if not sources:
+        return
+    if ruff is None:
+        print("ruff not found: run `make format` once the environment is installed")
+        return
+    subprocess.run([*ruff, "check", "-q", "--fix", "--select", "I", *sources], cwd=root, capture_output=True)
+    subprocess.run([*ruff, "format", "-q", *sources], cwd=root, capture_output=True)
+    proc = subprocess.run(
+        [*ruff, "check", "--select", "E501", "--output-format", "concise", *sources],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    long = [line for line in proc.stdout.splitlines() if "E501" in line]
+    if long:
+        print(f"warning: {len(long)} line(s) now exceed the line limit; shorten them (`make lint` checks):")
+        shown = [f"  {line.removeprefix(str(root) + os.sep)}" for line in long[:10]]
+        print("\n".join(shown + ([f"  ... and {len(long) - 10} more: ruff check ."] if len(long) > 10 else [])))
+
+
+def reinstall(python: Path, old: str, new: str, root: Path) -> None:
+    """The old distribution out of the environment, the renamed project in (editable), then `import new` checked."""
+    if not python.exists():
+        print(f"no environment at {python.parent.parent}: `make install` installs the project under its new name")
+        return
+
+    def pip(*args: str) -> None:
+        proc = subprocess.run([str(python), "-m", "pip", *args], cwd=root, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
+            sys.exit(f"error: pip {' '.join(args)} failed: {tail[0]}")
+
+    pip("uninstall", "-y", "-q", old)
+    pip("install", "-q", "--no-deps", "-e", str(root))
+    check = subprocess.run(
+        [str(python), "-c", f"import {new}.config, importlib.metadata as m; m.version({new!r})"],
+        cwd=root / "scripts",  # not the repository root: the import must come from the installed project
+        capture_output=True,
+        text=True,
+    )
+    if check.returncode != 0:
+        sys.exit(f"error: the reinstalled project does not import: {check.stderr.strip().splitlines()[-1:]}")
+    print(f"reinstalled into {python.parent.parent}: {new} (editable); {old} uninstalled")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", help="the new package name (a Python identifier, e.g. myproject)")
+    parser.add_argument("--no-install", action="store_true", help="rename files only; leave .venv as it is")
+    parser.add_argument("--allow-dirty", action="store_true", help="rename even with uncommitted changes")
+    parser.add_argument("--python", type=Path, default=ROOT / ".venv" / "bin" / "python", help="the venv's python")
+    parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    root, new = args.root.resolve(), args.name
+    old = current_name(root)
+
+    refuse_bad_name(new, old, root)
+    if new == old:
+        print(f"the package is named {new} already: nothing to do")
+        return 0
+    if not (root / "src" / old / "__init__.py").is_file():
+        sys.exit(f"error: pyproject.toml names the project {old!r} but src/{old}/__init__.py is missing")
+    changes = git_changes(root)
+    if not args.allow_dirty:
+        if changes is None:
+            sys.exit(f"error: {root} is not a git checkout: rename in a clean checkout (or pass --allow-dirty)")
+        if changes:
+            sys.exit(
+                f"error: the git tree has {len(changes)} uncommitted change(s) (e.g. {changes[0][3:]}): commit or "
+                "stash them first, so that the rename is one diff of its own"
+            )
+
+    files = project_files(root)
+    changed = rewrite(files, replacer(old, new))
+    moves = move(files, root, old, new)
+    for stale in (root / "src").glob(f"{old}.egg-info"):  # setuptools' metadata of the old distribution
+        shutil.rmtree(stale, ignore_errors=True)
+    print(f"renamed {old} -> {new}: {len(changed)} files rewritten, {len(moves)} moved")
+    moved = dict(moves)
+    tidy(args.python, [moved.get(path, path) for path in changed], root)
+    if not args.no_install:
+        reinstall(args.python, old, new, root)
+    print("next: review `git status` and `git diff`, run `make test`, commit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Tracker credentials and other settings from a `.env` file (see `.env.example`), loaded at the start of every
+entry script: `KEY=value` lines, `export KEY=value` too, `#` comments, values optionally in single or double
+quotes. A variable already set in the environment is never overridden, so `WANDB_API_KEY=... python ...` and
+CI secrets win over the file. The files read, first one wins per variable: `.env` in the current directory, then
+`.env` at the root of the checkout the code runs from. `NO_DOTENV=1` skips both (tests that need an environment of
+their own). `.env` is git-ignored: credentials stay out of commits. No torch import (start-up speed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]  # src/lab/dotenv.py -> repository root
+
+_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
+_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
+
+
+def parse(text: str, source: str = ".env") -> dict[str, str]:
+    """The variables a .env text sets; a line that is no assignment is skipped with a warning naming it."""
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _LINE.match(line)
+        if match is None:
+            print(f"warning: {source}:{number}: not KEY=value, ignored", file=sys.stderr)
+            continue
+        key, value = match.groups()
+        values[key] = _unquote(value)
+    return values
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] == "'":
+        return value[1:-1]  # single quotes: literal
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(0)), value[1:-1])
+    return re.split(r"\s+#", value, maxsplit=1)[0]  # unquoted: a ` #` starts a comment
+
+
+def default_files() -> list[Path]:
+    return [Path.cwd() / ".env", REPO_ROOT / ".env"]
+
+
+def load_dotenv(files: Iterable[str | Path] | None = None) -> dict[str, str]:
+    """Set the variables of the first existing files that the environment does not have yet; returns those set."""
+    if os.environ.get("NO_DOTENV", "") not in ("", "0"):
+        return {}
+    loaded: dict[str, str] = {}
+    seen: set[Path] = set()
+    for file in default_files() if files is None else map(Path, files):
+        path = file.resolve()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        for key, value in parse(path.read_text(), source=str(file)).items():
+            if key not in os.environ:
+                os.environ[key] = loaded[key] = value
+    return loaded

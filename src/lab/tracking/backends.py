@@ -1,0 +1,122 @@
+"""The trackers a run can write to (`logger.backends`), each a small class behind one interface.
+
+A :class:`Backend` is created and started by the Tracker on rank 0 only, with the run's :class:`RunInfo`: the
+resolved config, the git provenance, names and the run dir. It then receives every metric event, the summary,
+files to attach and checkpoints, and is finished once with the run's status. Only `start` and `log` must do
+something; the rest are optional. Each backend lives in its own module, imported only when chosen (wandb and
+TensorBoard are slow imports): add one as a module here plus an entry in :data:`BACKENDS` and in
+`lab.config.training.TRACKERS`, and a `conf/logger/<name>.yaml` turning it on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# tracker name -> (module of this package, class)
+BACKENDS: dict[str, tuple[str, str]] = {
+    "wandb": ("wandb_backend", "WandbBackend"),
+    "tensorboard": ("tensorboard_backend", "TensorBoardBackend"),
+    "csv": ("csv_backend", "CsvBackend"),
+}
+
+GIT_KEYS = ("git_commit", "git_branch", "git_dirty")
+
+
+@dataclass
+class RunInfo:
+    """What every backend is told about the run it records."""
+
+    run_dir: Path
+    job_type: str = "train"
+    config: dict[str, Any] = field(default_factory=dict)  # the resolved config (+ hydra_overrides)
+    provenance: dict[str, Any] = field(default_factory=dict)  # git_commit, git_branch, git_dirty, versions, ...
+    settings: Any = None  # the `logger` config node (wandb's mode, project, ...)
+    name: str | None = None
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+    resume_id: str | None = None  # continue this run (wandb: its run id) instead of starting a new one
+
+    @property
+    def git(self) -> dict[str, Any]:
+        """Commit, branch and dirty flag of the code that runs."""
+        return {key: self.provenance.get(key) for key in GIT_KEYS}
+
+
+class Backend:
+    """One tracker. Subclasses set `name` and implement `start` and `log`; the other hooks default to nothing."""
+
+    name = ""
+
+    def __init__(self, run: RunInfo) -> None:
+        self.run = run
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
+        """One event: `step` = global optimizer step, `epoch` = the 1-based epoch it belongs to (None outside one)."""
+        raise NotImplementedError
+
+    def summary(self, values: Mapping[str, Any]) -> None:
+        """Best and final values (called several times; later values win)."""
+
+    def save_file(self, path: Path) -> None:
+        """Attach a file of the run dir (model summary, log, git diff); backends that live in the run dir skip it."""
+
+    def log_checkpoint(self, path: Path, alias: str) -> None:
+        """Keep a checkpoint with the run (wandb: a `model` artifact)."""
+
+    def finish(self, status: str) -> dict[str, Any]:
+        """Close the record with the run's status; returns entries for summary.json (e.g. wandb's run id)."""
+        return {}
+
+    def ref(self) -> dict[str, Any]:
+        """How other runs refer to this record (wandb: id and path); {} when the run dir says it all."""
+        return {}
+
+
+def create(name: str, run: RunInfo) -> Backend:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown tracker {name!r}; choose among {', '.join(BACKENDS)}")
+    module, cls = BACKENDS[name]
+    return getattr(importlib.import_module(f".{module}", __package__), cls)(run)
+
+
+def chosen(settings: Any) -> list[str]:
+    """The trackers a `logger` config turns on, in its order (none for no config)."""
+    if settings is None:
+        return []
+    backends = settings.get("backends") if hasattr(settings, "get") else getattr(settings, "backends", None)
+    return [str(name) for name, on in (backends or {}).items() if on]
+
+
+def plain(value: Any) -> Any:
+    """Config and summary values as YAML/CSV/JSON can hold them: containers as dicts and lists, paths and other
+    objects as strings, non-finite floats as strings (JSON has no NaN)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a numpy / torch scalar
+        return plain(value.item())
+    return str(value)
+
+
+def number(value: Any) -> float | None:
+    """A metric value as a float, or None for what is not a number (strings, tensors with more than one value)."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        return number(value.item())
+    return None

@@ -1,0 +1,67 @@
+"""Plain files in `<run dir>/csv/`, readable by anything: `metrics.csv` and `config.yaml`.
+
+`metrics.csv` has a row per event (`step`, `epoch`, then one column per metric) and a header that grows as new
+metrics appear (validation after the first training lines, `test/*` at the end): the file is rewritten once with
+the wider header, earlier rows getting empty cells. `config.yaml` is the resolved config with the git commit,
+branch and dirty flag under `provenance`. A resumed run appends to the same `metrics.csv`.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from lab.tracking.backends import Backend, plain
+
+
+class CsvBackend(Backend):
+    name = "csv"
+
+    def start(self) -> None:
+        self.dir = self.run.run_dir / "csv"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        config = {**plain(self.run.config), "provenance": plain(self.run.git)}
+        (self.dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        self.path = self.dir / "metrics.csv"
+        self.columns = ["step", "epoch"]
+        if self.path.is_file() and self.path.stat().st_size:  # a resumed run: keep its rows and columns
+            with open(self.path, newline="") as handle:
+                self.columns = next(csv.reader(handle), None) or self.columns
+        self._open()
+
+    def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
+        row = {"step": step, "epoch": epoch, **{key: plain(value) for key, value in metrics.items()}}
+        new = [key for key in row if key not in self.columns]
+        if new:
+            self._widen(new)
+        self._writer.writerow(row)
+
+    def finish(self, status: str) -> dict[str, Any]:
+        self._file.close()
+        return {}
+
+    def _open(self) -> None:
+        fresh = not (self.path.is_file() and self.path.stat().st_size)
+        # line-buffered like metrics.jsonl: each event is on disk as it happens
+        self._file = open(self.path, "a", newline="", buffering=1)  # noqa: SIM115 (closed in finish)
+        self._writer = csv.DictWriter(self._file, fieldnames=self.columns, restval="")
+        if fresh:
+            self._writer.writeheader()
+
+    def _widen(self, new: list[str]) -> None:
+        """Rewrite the file with the new columns added to the header (rare: once per new metric name)."""
+        self._file.close()
+        with open(self.path, newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        self.columns = [*self.columns, *new]
+        partial = self.path.with_name(self.path.name + ".tmp")
+        with open(partial, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=self.columns, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(partial, self.path)
+        self._open()

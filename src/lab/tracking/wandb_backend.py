@@ -1,0 +1,142 @@
+"""Weights & Biases: one wandb run per job, holding the resolved config, the git commit, branch and dirty flag, the
+metrics (step = global optimizer step), the summary, attached run-dir files and checkpoint artifacts.
+
+wandb is imported only when this backend starts, and never blocks a run: without credentials it writes offline
+(sync later with `wandb sync`), and a server that does not answer within `logger.init_timeout` falls back to
+offline with one warning. A resumed run (`resume_id`) continues the wandb run of that id.
+"""
+
+from __future__ import annotations
+
+import logging
+import netrc
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from lab.tracking import provenance as prov
+from lab.tracking.backends import Backend
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROJECT = "lab"  # when neither logger.project nor $WANDB_PROJECT says otherwise
+
+
+def has_wandb_credentials() -> bool:
+    """WANDB_API_KEY, or a netrc entry for the configured host (what `wandb login` writes)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    try:
+        return netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def resolve_mode(mode: str) -> str:
+    """`auto` defers to WANDB_MODE, then to whether credentials exist; an explicit mode wins over both."""
+    if mode != "auto":
+        return mode
+    env = os.environ.get("WANDB_MODE", "").lower()
+    if env in ("online", "offline", "disabled"):
+        return env
+    if env in ("dryrun", "run"):  # wandb's legacy spellings
+        return {"dryrun": "offline", "run": "online"}[env]
+    return "online" if has_wandb_credentials() else "offline"
+
+
+class WandbBackend(Backend):
+    name = "wandb"
+    wandb_run: Any = None
+
+    def start(self) -> None:
+        self.wandb_run = self._init()
+        for name in ("git.diff", "env.json"):
+            if (self.run.run_dir / "provenance" / name).is_file():
+                self.save_file(self.run.run_dir / "provenance" / name)
+
+    def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
+        self.wandb_run.log({**metrics, **({"epoch": epoch} if epoch is not None else {})}, step=step)
+
+    def summary(self, values: Mapping[str, Any]) -> None:
+        self.wandb_run.summary.update(dict(values))
+
+    def save_file(self, path: Path) -> None:
+        """A snapshot of a run-dir file in the wandb run's files folder, uploaded at finish (or by `wandb sync`);
+        a symlink would keep following a log that is still being written."""
+        target = Path(self.wandb_run.dir) / Path(path).resolve().relative_to(self.run.run_dir.resolve())
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+
+    def log_checkpoint(self, path: Path, alias: str) -> None:
+        """Upload a checkpoint as a `model` artifact (offline runs keep it for `wandb sync`)."""
+        import wandb
+
+        artifact = wandb.Artifact(f"model-{self.wandb_run.id}", type="model", metadata={"file": Path(path).name})
+        artifact.add_file(str(path))
+        self.wandb_run.log_artifact(artifact, aliases=[alias, "latest"])
+
+    def finish(self, status: str) -> dict[str, Any]:
+        run = self.wandb_run
+        ref = {"wandb_id": run.id, "wandb_path": run.path, "wandb_dir": str(Path(run.dir).parent)}
+        log_file = self.run.run_dir / f"{self.run.job_type}.log"
+        if log_file.is_file():
+            self.save_file(log_file)
+        run.summary.update({"status": status})
+        run.finish(exit_code=0 if status == "completed" else 1)
+        return ref
+
+    def ref(self) -> dict[str, Any]:
+        run = self.wandb_run
+        return {"wandb_id": run.id, "wandb_path": run.path} if run is not None else {}
+
+    def _init(self) -> Any:
+        import wandb
+
+        cfg, run = self.run.settings, self.run
+        mode = resolve_mode(cfg.mode)
+        git = run.git
+        settings = {"init_timeout": cfg.init_timeout, "console": "off", "silent": True}
+        if git["git_commit"]:
+            settings.update(git_root=str(prov.REPO_ROOT), git_commit=git["git_commit"])
+        else:
+            settings["disable_git"] = True
+        kwargs = {
+            "project": cfg.project or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT,
+            "entity": cfg.entity,
+            "dir": os.environ.get("WANDB_DIR") or str(run.run_dir),
+            "name": run.name,
+            "group": cfg.group or run.group,
+            "job_type": run.job_type,
+            "tags": [*run.tags, *cfg.tags],
+            # git info in the config too, so it is a column of the runs table
+            "config": {**run.config, "provenance": git},
+            "reinit": "finish_previous",  # multirun: one run per job, never the previous job's
+        }
+        if run.resume_id:
+            kwargs.update(id=run.resume_id, resume="allow")  # the same wandb run, continued (or made if unknown)
+        runs_root = Path(kwargs["dir"]) / "wandb"
+        before = set(runs_root.glob("run-*"))
+        try:
+            wandb_run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)
+        except Exception as err:  # no credentials, server unreachable within init_timeout, ...
+            if mode != "online":
+                raise
+            for stale in set(runs_root.glob("run-*")) - before:  # the failed attempt's half-written run
+                shutil.rmtree(stale, ignore_errors=True)
+            log.warning(
+                "wandb could not start online (%s); logging offline instead: sync later with `wandb sync`",
+                str(err).splitlines()[0] if str(err) else type(err).__name__,
+            )
+            wandb_run = wandb.init(mode="offline", settings=wandb.Settings(**settings), **kwargs)
+        log.info(
+            "wandb run %s (%s%s) in %s",
+            wandb_run.id,
+            mode if not wandb_run.offline else "offline",
+            ", resumed" if run.resume_id else "",
+            wandb_run.dir,
+        )
+        return wandb_run

@@ -1,0 +1,168 @@
+"""`make rename NAME=...` (scripts/rename.py) in a copy of the repository: no mention of the old package name is
+left, the renamed package imports, composes and runs a sweep through its renamed Hydra plugin, a second run with
+the same name changes nothing, and bad names and a dirty git tree are refused with one line.
+
+The old name is read from pyproject.toml, never written here: the test keeps working in a fork that was renamed.
+The copy is the repository as it is now (what git tracks plus new files it would add), committed in a fresh git
+repository, so the rename under test is the one being changed; in CI that is the checked-out commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO
+
+pytestmark = pytest.mark.slow
+
+OLD = re.search(r'^name\s*=\s*"([^"]+)"', (REPO / "pyproject.toml").read_text(), flags=re.M).group(1)
+NEW = "myproject" if OLD != "myproject" else "myproject2"
+
+
+def _mentions(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9])")
+
+
+def _git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def _files(repo: Path) -> list[Path]:
+    listed = _git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=repo).split("\0")
+    return sorted(repo / rel for rel in listed if rel and (repo / rel).is_file())
+
+
+def _snapshot(repo: Path) -> dict[str, str]:
+    return {str(p.relative_to(repo)): hashlib.sha256(p.read_bytes()).hexdigest() for p in _files(repo)}
+
+
+def _copy(dest: Path) -> Path:
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("needs git and a git checkout of the repository")
+    for path in _files(REPO):
+        target = dest / path.relative_to(REPO)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    _git("init", "-q", cwd=dest)
+    _git("add", "-A", cwd=dest)
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fork", cwd=dest)
+    return dest
+
+
+def _env(repo: Path) -> dict[str, str]:
+    """The copy's own src/ on the path (not this repository's)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HYDRA_FULL_ERROR")}
+    env.update(PYTHONPATH=str(repo / "src"), NO_DOTENV="1", WANDB_MODE="disabled")
+    return env
+
+
+def _rename(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "scripts/rename.py", *args, "--no-install", "--python", sys.executable]
+    return subprocess.run(cmd, cwd=repo, env=_env(repo), capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def fork(tmp_path) -> Path:
+    return _copy(tmp_path / "fork")
+
+
+@pytest.fixture(scope="module")
+def renamed(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """A copy renamed through the Makefile, as a user does it (without reinstalling: the copy has no .venv)."""
+    repo = _copy(tmp_path_factory.mktemp("renamed") / "fork")
+    proc = subprocess.run(
+        ["make", "-s", "rename", f"NAME={NEW}", "ARGS=--no-install", f"PYTHON={sys.executable}"],
+        cwd=repo,
+        env=_env(repo),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return repo, proc
+
+
+def test_no_mention_of_the_old_name_is_left(renamed):
+    repo, proc = renamed
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"renamed {OLD} -> {NEW}" in proc.stdout
+    left = [
+        f"{path.relative_to(repo)}:{number}: {line.strip()}"
+        for path in _files(repo)
+        if b"\0" not in path.read_bytes()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1)
+        if _mentions(OLD).search(line)
+    ]
+    assert left == []
+    assert [p for p in _files(repo) if _mentions(OLD).search(str(p.relative_to(repo)))] == []
+    assert (repo / "src" / NEW / "__init__.py").is_file() and not (repo / "src" / OLD).exists()
+    assert (repo / "src/hydra_plugins" / f"{NEW}_sweepers" / "__init__.py").is_file()
+    assert f'name = "{NEW}"' in (repo / "pyproject.toml").read_text()
+    # imports re-sorted and code re-wrapped for the new name's length (long comments are only listed)
+    for check in (["format", "--check", "."], ["check", "--select", "I", "."]):
+        ruff = subprocess.run([sys.executable, "-m", "ruff", *check], cwd=repo, capture_output=True, text=True)
+        assert ruff.returncode == 0, ruff.stdout[-2000:]
+
+
+def test_the_renamed_package_imports_composes_and_sweeps(renamed, tmp_path):
+    repo, proc = renamed
+    assert proc.returncode == 0, proc.stderr
+    env = _env(repo)
+
+    def python(*args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, *args], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        return done
+
+    imported = python("-c", f"import {NEW}.config, {NEW}.tracking; print({NEW}.config.__file__)")
+    assert imported.stdout.strip() == str(repo / "src" / NEW / "config" / "__init__.py")
+    composed = python("scripts/train.py", "--cfg", "all").stdout
+    assert f"${{{NEW}.direction:" in composed and f"_target_: {NEW}.sweeps.summary.SweepSummary" in composed
+    # one sweep job: the renamed grid sweeper plugin, the summary callback and the training workflow
+    sweep = tmp_path / "sweep"
+    python("scripts/train.py", "-m", "debug=fast", "model=mlp", "logger=csv", "seed=1", f"hydra.sweep.dir={sweep}")
+    assert (sweep / "0" / "metrics.jsonl").is_file() and (sweep / "0" / "csv" / "metrics.csv").is_file()
+    assert (sweep / "sweep_summary.csv").is_file()
+
+
+def test_a_second_rename_to_the_same_name_changes_nothing(renamed):
+    repo, _ = renamed
+    before = _snapshot(repo)
+    again = _rename(repo, NEW)
+    assert again.returncode == 0 and "nothing to do" in again.stdout, again.stderr
+    assert _snapshot(repo) == before
+    other = _rename(repo, "other_name")  # the first rename is not committed: the tree is dirty now
+    assert other.returncode != 0 and other.stderr.startswith("error: the git tree has")
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("1project", "not a valid Python package name"),
+        ("my-project", "not a valid Python package name: .* \\(e.g. my_project\\)"),
+        ("class", "is a Python keyword"),
+        ("json", "standard library"),
+        ("tests", "is a folder of the repository"),
+    ],
+)
+def test_a_bad_name_is_refused_in_one_line(fork, name, reason):
+    proc = _rename(fork, name)
+    assert proc.returncode != 0
+    assert len(proc.stderr.splitlines()) == 1 and re.match(rf"error: '{re.escape(name)}' .*{reason}", proc.stderr)
+    assert _git("status", "--porcelain", cwd=fork) == ""  # nothing touched
+
+
+def test_a_dirty_tree_is_refused_in_one_line(fork):
+    readme = fork / "README.md"
+    readme.write_text(readme.read_text() + "\nlocal edit\n")
+    proc = _rename(fork, NEW)
+    assert proc.returncode != 0 and len(proc.stderr.splitlines()) == 1
+    assert proc.stderr.startswith("error: the git tree has 1 uncommitted change(s) (e.g. README.md)")
+    assert (fork / "src" / OLD).is_dir() and not (fork / "src" / NEW).exists()

@@ -1,0 +1,202 @@
+"""Each tracker behind the Tracker interface, read back with its own library: wandb's offline run file
+(tests/wandb_reader.py), TensorBoard's EventAccumulator, the csv module. Also: choosing trackers with the logger
+group, continuing a run (resume_id), and a tracker that fails to start."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import textwrap
+from pathlib import Path
+
+import pytest
+import wandb
+import yaml
+from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from lab.config import LoggerConfig, validate
+from lab.errors import ConfigError
+from lab.tracking import Tracker, backends
+from lab.tracking.csv_backend import CsvBackend
+from wandb_reader import find_run_files, read_run
+
+CONFIG = {"model": {"name": "mlp", "hidden_dims": [8, 4]}, "optimizer": {"lr": 0.1}, "seed": 3}
+PROVENANCE = {"git_commit": "0123abc", "git_branch": "main", "git_dirty": False, "versions": {"python": "3"}}
+GIT = {"git_commit": "0123abc", "git_branch": "main", "git_dirty": False}
+# (metrics, step, epoch): keys appear as a run goes (validation after training lines, test at the end)
+EVENTS = [
+    ({"train/loss": 2.0, "train/lr": 0.1}, 1, 1),
+    ({"train/loss": 1.5, "train/lr": 0.1}, 2, 1),
+    ({"val/loss": 1.25, "val/acc": 0.5}, 2, 1),
+    ({"train/loss": 1.0, "train/lr": 0.05, "train/grad_norm": float("nan")}, 3, 2),
+    ({"test/acc": 0.75}, 3, None),
+]
+
+
+@pytest.fixture(autouse=True)
+def no_wandb_env(monkeypatch, tmp_path):
+    for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "WANDB_PROJECT", "WANDB_DIR"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))  # an empty, private netrc: wandb stays offline
+
+
+def _logger(*names: str):
+    return OmegaConf.structured(LoggerConfig(backends=dict.fromkeys(names, True), mode="offline"))
+
+
+def _record(run_dir: Path, *names: str, events=EVENTS, resume_id: str | None = None) -> dict:
+    tracker = Tracker(run_dir, logger_cfg=_logger(*names), config=CONFIG, provenance=PROVENANCE, resume_id=resume_id)
+    with tracker.session():
+        for metrics, step, epoch in events:
+            tracker.log(metrics, step=step, epoch=epoch)
+        tracker.summary({"val/acc_best": 0.5})
+    if "wandb" in names:
+        wandb.teardown()  # finish() can return before wandb-core wrote the run file's last block
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def _csv_rows(run_dir: Path) -> tuple[list[str], list[dict]]:
+    with open(run_dir / "csv/metrics.csv", newline="") as handle:
+        reader = csv.DictReader(handle)
+        return list(reader.fieldnames), list(reader)
+
+
+def _tensorboard(run_dir: Path) -> EventAccumulator:
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    return events
+
+
+def _text(events: EventAccumulator, tag: str) -> dict:
+    (entry,) = events.Tensors(f"{tag}/text_summary")
+    return yaml.safe_load(textwrap.dedent(entry.tensor_proto.string_val[0].decode()))
+
+
+# --------------------------------------------------------------------------- csv
+def test_csv_has_a_row_per_event_a_growing_header_and_the_config(tmp_path):
+    summary = _record(tmp_path, "csv")
+    header, rows = _csv_rows(tmp_path)
+    assert header == [
+        "step",
+        "epoch",
+        "train/loss",
+        "train/lr",
+        "val/loss",
+        "val/acc",
+        "train/grad_norm",
+        "test/acc",
+    ]
+    assert [(r["step"], r["epoch"]) for r in rows] == [("1", "1"), ("2", "1"), ("2", "1"), ("3", "2"), ("3", "")]
+    assert [r["train/loss"] for r in rows] == ["2.0", "1.5", "", "1.0", ""]  # earlier rows: empty new cells
+    assert rows[2]["val/acc"] == "0.5" and rows[3]["train/grad_norm"] == "nan" and rows[4]["test/acc"] == "0.75"
+    config = yaml.safe_load((tmp_path / "csv/config.yaml").read_text())
+    assert config == {**CONFIG, "provenance": GIT}
+    assert summary["status"] == "completed" and "wandb_id" not in summary
+    assert not (tmp_path / "wandb").exists() and not (tmp_path / "tensorboard").exists()
+
+
+# --------------------------------------------------------------------------- tensorboard
+def test_tensorboard_has_scalars_per_step_and_the_config_and_summary_as_text(tmp_path):
+    summary = _record(tmp_path, "tensorboard")
+    events = _tensorboard(tmp_path)
+    assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [(1, 2.0), (2, 1.5), (3, 1.0)]
+    assert [(e.step, e.value) for e in events.Scalars("val/acc")] == [(2, 0.5)]
+    assert [(e.step, e.value) for e in events.Scalars("epoch")] == [(1, 1), (2, 1), (2, 1), (3, 2)]
+    assert math.isnan(events.Scalars("train/grad_norm")[0].value)
+    assert _text(events, "config") == {**CONFIG, "provenance": GIT}
+    assert _text(events, "summary") == {"val/acc_best": 0.5, "status": "completed"}
+    assert summary["tensorboard_dir"] == str(tmp_path / "tensorboard")
+
+
+# --------------------------------------------------------------------------- all at once, and resumed
+def test_every_tracker_records_the_same_events_as_metrics_jsonl(tmp_path):
+    summary = _record(tmp_path, "wandb", "tensorboard", "csv")
+    local = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    expected = [(step, metrics["train/loss"]) for metrics, step, _ in EVENTS if "train/loss" in metrics]
+    assert [(r["step"], r["train/loss"]) for r in local if "train/loss" in r] == expected
+
+    (run_file,) = find_run_files(tmp_path / "wandb")
+    run = read_run(run_file)
+    assert [(r["_step"], r["train/loss"]) for r in run.history if "train/loss" in r] == expected
+    assert run.run_id == summary["wandb_id"] and run.config["provenance"] == GIT and run.config["seed"] == 3
+    assert [(e.step, e.value) for e in _tensorboard(tmp_path).Scalars("train/loss")] == expected
+    _, rows = _csv_rows(tmp_path)
+    assert [(int(r["step"]), float(r["train/loss"])) for r in rows if r["train/loss"]] == expected
+
+
+def test_a_resumed_run_continues_each_record(tmp_path):
+    first = _record(tmp_path, "wandb", "tensorboard", "csv", events=EVENTS[:3])
+    second = _record(tmp_path, "wandb", "tensorboard", "csv", events=EVENTS[3:], resume_id=first["wandb_id"])
+
+    assert second["wandb_id"] == first["wandb_id"]  # the same wandb run, continued
+    runs = [read_run(path) for path in find_run_files(tmp_path / "wandb")]
+    assert [r.run_id for r in runs] == [first["wandb_id"]] * 2
+    # wandb joins the events of one step into one history row: steps 1-2 before the stop, 3 after it
+    assert sorted([row["_step"] for row in r.history] for r in runs) == [[1, 2], [3]]
+
+    local = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in local] == [1, 2, 2, 3, 3]  # appended, not replaced
+    header, rows = _csv_rows(tmp_path)
+    assert [r["step"] for r in rows] == ["1", "2", "2", "3", "3"] and header[-1] == "test/acc"
+    assert [(e.step, e.value) for e in _tensorboard(tmp_path).Scalars("train/loss")] == [(1, 2.0), (2, 1.5), (3, 1.0)]
+
+
+def test_run_ref_names_the_wandb_run_or_none(tmp_path):
+    tracker = Tracker(tmp_path / "plain", logger_cfg=_logger("csv")).start()
+    assert tracker.run_ref() == {"run_dir": str(tmp_path / "plain"), "wandb_id": None, "wandb_path": None}
+    tracker.finish()
+    tracker = Tracker(tmp_path / "w", logger_cfg=_logger("wandb"), resume_id="abcd1234").start()
+    assert tracker.run_ref()["wandb_id"] == "abcd1234"  # a resume id wandb has not seen: a new run of that id
+    tracker.finish()
+    wandb.teardown()
+
+
+def test_a_tracker_that_fails_to_start_closes_the_others(tmp_path, monkeypatch):
+    def broken(self):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(CsvBackend, "start", broken)
+    tracker = Tracker(tmp_path, logger_cfg=_logger("wandb", "csv"), provenance=PROVENANCE)
+    with pytest.raises(OSError, match="disk full"):
+        tracker.start()
+    wandb.teardown()
+    assert tracker.backends == [] and tracker.wandb_run is None
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
+    (run_file,) = find_run_files(tmp_path / "wandb")
+    assert read_run(run_file).exit_code == 1  # the wandb run was finished, as failed
+
+
+# --------------------------------------------------------------------------- choosing trackers
+@pytest.mark.parametrize(
+    ("overrides", "chosen"),
+    [
+        ([], ["wandb"]),
+        (["logger=none"], []),
+        (["logger=csv"], ["csv"]),
+        (["logger=tensorboard"], ["tensorboard"]),
+        (["logger=[wandb,tensorboard,csv]"], ["wandb", "tensorboard", "csv"]),
+        (["logger=[tensorboard,csv]", "logger.mode=offline"], ["tensorboard", "csv"]),
+        (["logger.backends.wandb=false"], []),
+        (["+logger.backends.csv=true"], ["wandb", "csv"]),
+    ],
+)
+def test_the_logger_group_chooses_the_trackers(compose, overrides, chosen):
+    cfg = compose(overrides)
+    validate(cfg)
+    assert backends.chosen(cfg.logger) == chosen
+
+
+def test_an_unknown_tracker_is_refused_naming_the_choices(compose):
+    with pytest.raises(ConfigError, match=r"logger\.backends\.mlflow is not a tracker; choose among wandb, tensorb"):
+        validate(compose(["+logger.backends.mlflow=true"]))
+
+
+def test_each_known_tracker_has_a_backend_class():
+    from lab.config.training import TRACKERS
+
+    assert tuple(backends.BACKENDS) == TRACKERS
+    for name in TRACKERS:
+        backend = backends.create(name, backends.RunInfo(run_dir=Path("unused")))
+        assert isinstance(backend, backends.Backend) and backend.name == name
