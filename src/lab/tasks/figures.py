@@ -11,14 +11,14 @@ _MARGIN_TOP = 40
 _LABEL_CHARS = 14  # class names are cut to this many characters on the axes
 
 
-def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+def load_font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
     try:
         return ImageFont.load_default(size=size)  # scalable when Pillow has FreeType
     except (TypeError, OSError):
         return ImageFont.load_default()
 
 
-def _text(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font, fill: str, align: str) -> None:
+def draw_text(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font, fill: str, align: str) -> None:
     """Text placed by its bounding box (anchors need FreeType; the bitmap fallback font has none).
     align: "center" centers on xy; "right" ends at x and centers vertically; "left" starts at x."""
     x0, y0, x1, y1 = draw.textbbox((0, 0), text, font=font)
@@ -27,12 +27,12 @@ def _text(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font, f
     draw.text((x - x0, xy[1] - h / 2 - y0), text, fill=fill, font=font)
 
 
-def _paste_vertical(image: Image.Image, text: str, font, center: tuple[float, float]) -> None:
+def paste_vertical(image: Image.Image, text: str, font, center: tuple[float, float]) -> None:
     """Text rotated 90 degrees (reads bottom to top), centered on `center`."""
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     width = measure.textbbox((0, 0), text, font=font)[2] + 4
     strip = Image.new("RGB", (width, 16), "white")
-    _text(ImageDraw.Draw(strip), (width / 2, 8), text, font, "black", "center")
+    draw_text(ImageDraw.Draw(strip), (width / 2, 8), text, font, "black", "center")
     rotated = strip.rotate(90, expand=True)
     image.paste(rotated, (int(center[0] - rotated.width / 2), int(center[1] - rotated.height / 2)))
 
@@ -44,7 +44,7 @@ def confusion_matrix_png(
     recall on the diagonal), with its count printed while cells are big enough to read."""
     k = len(matrix)
     cell = max(8, min(48, 720 // max(k, 1)))
-    font, label_font = _font(max(8, cell // 3)), _font(12)
+    font, label_font = load_font(max(8, cell // 3)), load_font(12)
     names = [str(name)[:_LABEL_CHARS] for name in class_names]
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     label_w = 4 + max((measure.textbbox((0, 0), n, font=label_font)[2] for n in names), default=8)
@@ -54,8 +54,8 @@ def confusion_matrix_png(
     image = Image.new("RGB", (max(left + grid + 16, title_w + 16), top + grid + 16), "white")
     draw = ImageDraw.Draw(image)
     draw.text((8, 4), title, fill="black", font=label_font)
-    _text(draw, (left + grid / 2, _MARGIN_TOP - 10), "predicted class", label_font, "black", "center")
-    _paste_vertical(image, "true class", label_font, (14, top + grid / 2))
+    draw_text(draw, (left + grid / 2, _MARGIN_TOP - 10), "predicted class", label_font, "black", "center")
+    paste_vertical(image, "true class", label_font, (14, top + grid / 2))
 
     for i, row in enumerate(matrix):
         total = sum(row) or 1
@@ -66,13 +66,13 @@ def confusion_matrix_png(
             draw.rectangle([x0, y0, x0 + cell, y0 + cell], fill=(shade, shade, 255), outline=(220, 220, 220))
             if cell >= 20 and count:
                 ink = "white" if share > 0.5 else "black"
-                _text(draw, (x0 + cell / 2, y0 + cell / 2), str(count), font, ink, "center")
+                draw_text(draw, (x0 + cell / 2, y0 + cell / 2), str(count), font, ink, "center")
     for index, name in enumerate(names):
         center = index * cell + cell / 2
-        _text(draw, (left - 6, top + center), name, label_font, "black", "right")
+        draw_text(draw, (left - 6, top + center), name, label_font, "black", "right")
         # column labels read bottom to top, ending just above their column
         strip = Image.new("RGB", (label_w, 16), "white")
-        _text(ImageDraw.Draw(strip), (label_w - 2, 8), name, label_font, "black", "right")
+        draw_text(ImageDraw.Draw(strip), (label_w - 2, 8), name, label_font, "black", "right")
         image.paste(strip.rotate(90, expand=True), (int(left + center - 8), top - label_w - 4))
 
     path = Path(path)
@@ -94,7 +94,7 @@ def predicted_vs_true_png(
     def at(x: float, y: float) -> tuple[float, float]:
         return left + (x - low) / (high - low) * size, top + size - (y - low) / (high - low) * size
 
-    font = _font(12)
+    font = load_font(12)
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     title_w = measure.textbbox((0, 0), title, font=font)[2] if title else 0
     image = Image.new("RGB", (max(left + size + pad, title_w + 16), top + size + 48), "white")
@@ -107,11 +107,11 @@ def predicted_vs_true_png(
         draw.ellipse([cx - 2.5, cy - 2.5, cx + 2.5, cy + 2.5], fill=(40, 80, 200))
     for value in (low, (low + high) / 2, high):
         x, y = at(value, value)
-        _text(draw, (x, top + size + 10), f"{value:.3g}", font, "black", "center")
-        _text(draw, (left - 6, y), f"{value:.3g}", font, "black", "right")
+        draw_text(draw, (x, top + size + 10), f"{value:.3g}", font, "black", "center")
+        draw_text(draw, (left - 6, y), f"{value:.3g}", font, "black", "right")
     suffix = f" ({unit})" if unit else ""
-    _text(draw, (left + size / 2, top + size + 30), f"true{suffix}", font, "black", "center")
-    _paste_vertical(image, f"predicted{suffix}", font, (14, top + size / 2))
+    draw_text(draw, (left + size / 2, top + size + 30), f"true{suffix}", font, "black", "center")
+    paste_vertical(image, f"predicted{suffix}", font, (14, top + size / 2))
     path = Path(path)
     image.save(path)
     return path

@@ -1,0 +1,28 @@
+"""One row of the doctor's report, and how rows are made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INSTALL_FIX = "reinstall the pinned versions: `make install` (or `pip install -r requirements.txt`)"
+MIN_PYTHON = (3, 10)
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | warn | FAIL
+    detail: str
+    fix: str = ""
+
+
+def ok(name: str, detail: str) -> Check:
+    return Check(name, "ok", detail)
+
+
+def warn(name: str, detail: str, fix: str = "") -> Check:
+    return Check(name, "warn", detail, fix)
+
+
+def fail(name: str, detail: str, fix: str) -> Check:
+    return Check(name, "FAIL", detail, fix)

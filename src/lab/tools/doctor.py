@@ -1,0 +1,146 @@
+"""Environment doctor: is this machine ready to train? `python scripts/doctor.py` (or `make doctor`).
+
+One row per check (ok / warn / FAIL) and, for every failure, the fix; exit status 1 when something is broken.
+Checks: Python; torch, its CUDA build, cuDNN and NCCL; the NVIDIA driver (nvidia-smi) against the build (a CPU-only
+torch on a machine with an NVIDIA GPU is the classic silent pip mistake); each GPU's memory and a matmul on it
+compared with the CPU's result; bf16 and TF32 support; free disk under outputs/; the wandb mode a run would use and
+why; installed packages against requirements.txt. torch is imported by the torch check, nothing heavier.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import platform
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from lab.tools.checks import INSTALL_FIX, MIN_PYTHON, Check, fail, ok, warn
+from lab.tools.torch_checks import check_cuda, check_gpus, check_precision, import_torch, nvidia_smi
+
+
+# --------------------------------------------------------------------------- python, packages
+def check_python(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> Check:
+    text = ".".join(map(str, version))
+    where = f"{text} ({sys.executable})"
+    if tuple(version[:2]) < MIN_PYTHON:
+        need = ".".join(map(str, MIN_PYTHON))
+        return fail("python", where, f"use Python >= {need}: `make install PYTHON=python{need}` after `rm -rf .venv`")
+    venv = sys.prefix != sys.base_prefix
+    if not venv:
+        return warn("python", f"{where}, not a virtual environment", "`make install` creates .venv")
+    return ok("python", where)
+
+
+def requirements(path: Path) -> list[str]:
+    """The requirement lines of a requirements file (comments, blanks and `-r`/`-e` options left out)."""
+    lines = []
+    for raw in path.read_text().splitlines():
+        line = raw.split(" #")[0].strip()
+        if line and not line.startswith(("#", "-")):
+            lines.append(line)
+    return lines
+
+
+def check_packages(path: Path, version_of: Callable[[str], str] = importlib.metadata.version) -> list[Check]:
+    """Each requirement installed, in its range. One row for all that are fine, one per problem."""
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # pip's own dependency; absent only from a broken environment
+        return [fail("packages", "cannot parse requirements: `packaging` is not installed", INSTALL_FIX)]
+    if not path.is_file():
+        return [warn("packages", f"{path} not found: versions not checked")]
+    rows, fine = [], []
+    for line in requirements(path):
+        requirement = Requirement(line)
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue
+        try:
+            installed = version_of(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            rows.append(fail(f"package {requirement.name}", f"not installed (wants {line})", INSTALL_FIX))
+            continue
+        if requirement.specifier and not requirement.specifier.contains(installed, prereleases=True):
+            rows.append(fail(f"package {requirement.name}", f"{installed} installed, wants {line}", INSTALL_FIX))
+        else:
+            fine.append(f"{requirement.name} {installed}")
+    if fine:
+        rows.insert(0, ok("packages", f"{len(fine)} of {len(fine) + len(rows)} match {path.name}: " + ", ".join(fine)))
+    return rows
+
+
+# --------------------------------------------------------------------------- disk, wandb
+def check_disk(path: Path, min_free_gib: float) -> Check:
+    where = path if path.exists() else next((p for p in path.parents if p.exists()), Path("/"))
+    usage = shutil.disk_usage(where)
+    free = usage.free / 2**30
+    detail = f"{free:.1f} GiB free of {usage.total / 2**30:.1f} GiB under {path}"
+    if free < min_free_gib:
+        return fail(
+            "disk",
+            f"{detail} (< {min_free_gib:g} GiB: checkpoints fail to save)",
+            "free space (`make clean` deletes run outputs) or write runs elsewhere: hydra.run.dir=/bigger/disk/...",
+        )
+    if free < 5 * min_free_gib:
+        return warn("disk", detail, "runs keep checkpoints: free space soon (`make clean`)")
+    return ok("disk", detail)
+
+
+def check_wandb() -> Check:
+    """The mode `logger.mode=auto` resolves to (lab.tracking.resolve_mode) and why."""
+    try:
+        from lab.tracking import has_wandb_credentials, resolve_mode
+    except Exception as err:  # lab.tracking imports torch-free code only; a broken install may still break it
+        return warn("wandb", f"cannot resolve the mode: {str(err).splitlines()[0]}", INSTALL_FIX)
+
+    mode = resolve_mode("auto")
+    env = os.environ.get("WANDB_MODE")
+    if env:
+        why = f"WANDB_MODE={env}"
+    elif has_wandb_credentials():
+        why = "credentials found (WANDB_API_KEY or a netrc entry from `wandb login`)"
+    else:
+        why = "no credentials (WANDB_API_KEY or `wandb login`): runs are written to <run dir>/wandb, `wandb sync` later"
+    try:
+        version = importlib.metadata.version("wandb")
+    except importlib.metadata.PackageNotFoundError:
+        return warn("wandb", f"not installed; logger.mode=auto would be {mode}", f"use logger=none, or {INSTALL_FIX}")
+    return ok("wandb", f"{version}, logger.mode=auto -> {mode}: {why}")
+
+
+# --------------------------------------------------------------------------- the report
+def run_checks(outputs: Path, requirements_path: Path, min_free_gib: float) -> Iterator[Check]:
+    yield check_python()
+    torch, row = import_torch()
+    yield row
+    if torch is not None:
+        yield from check_cuda(torch, nvidia_smi())
+        if torch.cuda.is_available():
+            yield from check_gpus(torch)
+        yield from check_precision(torch)
+    yield check_disk(outputs, min_free_gib)
+    yield check_wandb()
+    yield from check_packages(requirements_path)
+
+
+def table(rows: list[Check]) -> str:
+    width = max(len(row.name) for row in rows)
+    return "\n".join(f"{row.status:<4}  {row.name:<{width}}  {row.detail}" for row in rows)
+
+
+def report(rows: list[Check]) -> tuple[str, int]:
+    """The printed report and the exit status (1 when any check failed)."""
+    header = f"lab doctor: {platform.node()} {platform.system()} {platform.machine()}"
+    lines = [header, table(rows)]
+    failures = [row for row in rows if row.status == "FAIL"]
+    warnings = [row for row in rows if row.status == "warn" and row.fix]
+    if warnings:
+        lines += ["", "worth a look:", *(f"  {row.name}: {row.fix}" for row in warnings)]
+    if failures:
+        lines += ["", f"{len(failures)} problem(s):", *(f"  {row.name}: {row.fix}" for row in failures)]
+    else:
+        lines += ["", "all checks passed"]
+    return "\n".join(lines), 1 if failures else 0

@@ -1,0 +1,293 @@
+"""LR range test (Smith 2015, fastai's lr_find): train a *copy* of the model for a few steps while the learning
+rate grows exponentially, stop once the loss diverges, suggest the LR where the loss falls fastest.
+
+    python scripts/lr_find.py [train overrides ...] [--start-lr 1e-7] [--end-lr 10] [--steps 100]
+
+:func:`range_test` is the method: a deep copy of the model and a fresh optimizer of the configured kind, so the
+model and optimizer it is given are untouched (and the global RNG streams too). :func:`run` is the command: the
+train config's data, task, model, optimizer, precision and gradient clipping, results in the run dir
+(``lr_find.json``, ``lr_find.png``) and the Tracker.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import logging
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lab.errors import UserError
+from lab.files import write_json
+
+if TYPE_CHECKING:  # torch is imported where it is used: scripts/lr_find.py checks its flags (Options) without it
+    import torch
+    from torch import nn
+
+log = logging.getLogger(__name__)
+
+JSON_FILE = "lr_find.json"
+PLOT_FILE = "lr_find.png"
+
+
+@dataclass
+class Options:
+    start_lr: float = 1e-7
+    end_lr: float = 10.0
+    steps: int = 100  # optimizer steps at most (one batch each); the sweep stops earlier when the loss diverges
+    diverge: float = 4.0  # stop when the smoothed loss exceeds this many times the best one
+    smoothing: float = 0.9  # of the exponential moving average of the loss (0 = raw losses)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.start_lr < self.end_lr:
+            raise UserError(f"--start-lr must be > 0 and below --end-lr, got {self.start_lr} and {self.end_lr}")
+        if self.steps < 5:
+            raise UserError(f"--steps must be >= 5, got {self.steps}")
+        if self.diverge <= 1:
+            raise UserError(f"--diverge must be > 1, got {self.diverge}")
+        if not 0 <= self.smoothing < 1:
+            raise UserError(f"--smoothing must be in [0, 1), got {self.smoothing}")
+
+
+@dataclass
+class Result:
+    lrs: list[float]  # the LR of each step taken
+    losses: list[float]  # the loss of each step's batch (mean per sample or token)
+    smoothed: list[float]  # their bias-corrected exponential moving average
+    suggestion: float | None  # steepest descent of the smoothed loss (None: too few steps to tell)
+    min_loss_lr: float  # where the smoothed loss was lowest
+    stopped: str  # "diverged" | "non-finite loss" | "end of range"
+    optimizer: str  # the class that trained the copy, e.g. AdamW
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def exponential_lrs(start: float, end: float, steps: int) -> list[float]:
+    """`steps` LRs from start to end, evenly spaced on a log scale."""
+    ratio = end / start
+    return [start * ratio ** (i / (steps - 1)) for i in range(steps)]
+
+
+def suggest(lrs: Sequence[float], smoothed: Sequence[float]) -> float | None:
+    """The LR at the steepest descent of the smoothed loss against log(LR), searched between the first tenth of
+    the sweep (still noisy) and the lowest loss; a tenth of the lowest loss's LR when the descent is too short to
+    measure, None with fewer than 5 points."""
+    n = len(smoothed)
+    if n < 5:
+        return None
+    lowest = int(np.argmin(smoothed))
+    start = max(1, n // 10)
+    if lowest - start < 3:
+        return lrs[lowest] / 10
+    x = np.log10(np.asarray(lrs[start : lowest + 1], dtype=np.float64))
+    slope = np.gradient(np.asarray(smoothed[start : lowest + 1], dtype=np.float64), x)
+    return float(lrs[start + int(np.argmin(slope))])
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def range_test(
+    model: nn.Module,
+    task: Any,
+    batches: Iterator[Any],
+    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+    *,
+    device: torch.device,
+    options: Options | None = None,
+    autocast: Callable[[], Any] | None = None,
+    grad_clip: float | None = None,
+    grad_scaler: bool = False,
+    on_step: Callable[[int, float, float, float], None] | None = None,
+) -> Result:
+    """Sweep the LR over a deep copy of `model` trained by `make_optimizer(copy)`; `model` is left as it was, and
+    so are the global RNG states (dropout in the copy draws from a forked stream). `batches` yields loader
+    batches; `autocast()` returns the precision's context, `grad_scaler` scales float16 losses as training does;
+    `on_step(step, lr, loss, smoothed)` sees each step."""
+    import torch
+    from torch import nn
+
+    from lab.data.batches import split as split_batch
+    from lab.data.batches import to_device
+
+    options = options or Options()
+    lrs = exponential_lrs(options.start_lr, options.end_lr, options.steps)
+    trial = copy.deepcopy(model).train()
+    optimizer = make_optimizer(trial)
+    scaler = torch.amp.GradScaler(device.type, enabled=grad_scaler)
+    taken, losses, smoothed = [], [], []
+    best, average, stopped = math.inf, 0.0, "end of range"
+    cuda = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        for step, lr in enumerate(lrs):
+            set_lr(optimizer, lr)
+            inputs, targets = to_device(split_batch(next(batches)), device)
+            with autocast() if autocast is not None else torch.autocast(device.type, enabled=False):
+                outputs = trial(inputs)
+            loss = task.loss(outputs, targets) / task.weight(targets)  # the task's summed loss, per sample/token
+            scaler.scale(loss).backward()
+            if grad_clip is not None:
+                scaler.unscale_(optimizer)  # clip the true gradient norm
+                nn.utils.clip_grad_norm_(trial.parameters(), grad_clip)
+            scaler.step(optimizer)  # skips the update when float16 gradients overflowed
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                stopped = "non-finite loss"
+                break
+            average = options.smoothing * average + (1 - options.smoothing) * value
+            current = average / (1 - options.smoothing ** (step + 1))
+            taken.append(lr)
+            losses.append(value)
+            smoothed.append(current)
+            if on_step is not None:
+                on_step(step, lr, value, current)
+            best = min(best, current)
+            if current > options.diverge * best:
+                stopped = "diverged"
+                break
+    if not taken:
+        raise UserError(
+            f"the loss was not finite at the first step (lr {lrs[0]:.2e}): check the data and the model with "
+            "`python scripts/train.py debug=fast trainer.detect_anomaly=true`"
+        )
+    lowest = int(np.argmin(smoothed))
+    kind = type(optimizer).__name__
+    return Result(taken, losses, smoothed, suggest(taken, smoothed), taken[lowest], stopped, kind)
+
+
+# --------------------------------------------------------------------------- the plot
+def lr_find_png(result: Result, path: str | Path, title: str = "") -> Path:
+    """Loss against LR (log x-axis): raw losses in grey, the smoothed loss in blue, the suggestion in red."""
+    from PIL import Image, ImageDraw
+
+    from lab.tasks.figures import draw_text, load_font, paste_vertical  # Pillow helpers of the eval figures
+
+    width, height, left, top, right, bottom = 640, 360, 72, 48, 24, 56
+    lrs, smoothed = np.log10(result.lrs), result.smoothed
+    low, high = min(*smoothed, *result.losses), max(*smoothed, result.losses[0])  # raw spikes: clipped
+    span = (high - low) or max(abs(high), 1.0)
+    low, high = low - 0.05 * span, high + 0.1 * span
+    x0, x1 = math.floor(lrs.min()), math.ceil(lrs.max())
+    x1 = x1 if x1 > x0 else x0 + 1
+
+    def at(log_lr: float, loss: float) -> tuple[float, float]:
+        y = min(max(loss, low), high)  # raw losses outside the smoothed range are drawn on its edge
+        return left + (log_lr - x0) / (x1 - x0) * width, top + height - (y - low) / (high - low) * height
+
+    font = load_font(12)
+    image = Image.new("RGB", (left + width + right, top + height + bottom), "white")
+    draw = ImageDraw.Draw(image)
+    draw.text((8, 4), title, fill="black", font=font)
+    draw.rectangle([left, top, left + width, top + height], outline="black")
+    for decade in range(x0, x1 + 1):
+        x, _ = at(decade, low)
+        draw.line([(x, top + height), (x, top + height + 4)], fill="black")
+        draw_text(draw, (x, top + height + 14), f"1e{decade}", font, "black", "center")
+    for value in (low, (low + high) / 2, high):
+        _, y = at(x0, value)
+        draw_text(draw, (left - 6, y), f"{value:.3g}", font, "black", "right")
+    draw_text(draw, (left + width / 2, top + height + 38), "learning rate (log scale)", font, "black", "center")
+    paste_vertical(image, "loss", font, (14, top + height / 2))
+    draw.line([at(x, y) for x, y in zip(lrs, result.losses)], fill=(190, 190, 190), width=1)
+    draw.line([at(x, y) for x, y in zip(lrs, smoothed)], fill=(40, 80, 200), width=2)
+    if result.suggestion is not None:
+        index = int(np.argmin(np.abs(np.asarray(result.lrs) - result.suggestion)))
+        x, y = at(math.log10(result.suggestion), smoothed[index])
+        draw.line([(x, top), (x, top + height)], fill=(200, 60, 60), width=1)
+        draw.ellipse([x - 4, y - 4, x + 4, y + 4], fill=(200, 60, 60))
+        label = f"suggested lr {result.suggestion:.2e}"
+        align = "left" if x < left + width - 160 else "right"
+        draw_text(draw, (x + 6 if align == "left" else x - 6, top + 12), label, font, (200, 60, 60), align)
+    path = Path(path)
+    image.save(path)
+    return path
+
+
+# --------------------------------------------------------------------------- the command
+def _forever(loader: Any) -> Iterator[Any]:
+    """The loader's batches, epoch after epoch, for as many steps as the sweep takes."""
+    return itertools.chain.from_iterable(loader for _ in itertools.count())
+
+
+def run(cfg: Any, run_dir: str | Path, options: Options) -> Result:
+    """The LR range test on the train config: its data (training split, shuffled), task, model, optimizer (a
+    fresh one of the configured kind, weight-decay groups included), precision and gradient clipping; one process
+    on one device, one batch per step (no accumulation). Writes lr_find.json and lr_find.png into `run_dir`."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from lab import data, models, runtime, tasks, tracking
+    from lab.optim import build_optimizer
+    from lab.tracking import provenance
+
+    run_dir = Path(run_dir)
+    cfg.data = data.checked_config(cfg.data)
+    models.MODELS.checked(cfg.model)
+    tasks.TASKS.checked(cfg.task)
+    runtime.seed_everything(cfg.seed)
+    device = runtime.select_device(cfg.trainer.device)
+    runtime.configure_backends(cfg.trainer, device)
+    precision = runtime.resolve_precision(cfg.precision, device)
+    if cfg.dist.strategy != "none" or cfg.trainer.grad_accum_steps > 1:
+        log.info(
+            "lr_find runs one process with one batch of data.batch_size=%d per step: with dist.lr_scaling the "
+            "trainer scales the LR you set from there; without it, retune for the larger effective batch",
+            cfg.data.batch_size,
+        )
+
+    datamodule = data.build(cfg.data)
+    task = tasks.build(cfg.task, datamodule.meta)
+    pin = cfg.data.pin_memory if cfg.data.pin_memory is not None else device.type == "cuda"
+    generator = torch.Generator().manual_seed(cfg.seed)
+    loader = data.make_loader(datamodule.train, cfg.data, train=True, generator=generator, pin_memory=pin)
+    model = models.build(cfg.model, datamodule.meta).to(device)
+    model = runtime.apply_channels_last(model, cfg.trainer.channels_last, "none")
+    optimizer_cfg = OmegaConf.merge(cfg.optimizer, {"lr": options.start_lr})
+
+    tracker = tracking.from_config(cfg, run_dir, "lr_find", provenance.collect())
+    with tracker.session():
+
+        def record(step: int, lr: float, loss: float, smoothed: float) -> None:
+            tracker.log({"lr_find/lr": lr, "lr_find/loss": loss, "lr_find/smoothed_loss": smoothed}, step=step)
+
+        result = range_test(
+            model,
+            task,
+            _forever(loader),
+            lambda trial: build_optimizer(optimizer_cfg, trial, device),
+            device=device,
+            options=options,
+            autocast=lambda: precision.autocast(device),
+            grad_clip=cfg.trainer.grad_clip,
+            grad_scaler=precision.grad_scaler,
+            on_step=record,
+        )
+        write_json(run_dir / JSON_FILE, {**result.to_json(), "options": asdict(options)})
+        title = f"LR range test: {cfg.model.name} on {cfg.data.name}, {result.optimizer}, batch {cfg.data.batch_size}"
+        lr_find_png(result, run_dir / PLOT_FILE, title)
+        for name in (JSON_FILE, PLOT_FILE):
+            tracker.save_file(run_dir / name)
+        tracker.summary({"lr_find/suggestion": result.suggestion, "lr_find/min_loss_lr": result.min_loss_lr})
+    _report(result, run_dir, cfg.optimizer.lr)
+    return result
+
+
+def _report(result: Result, run_dir: Path, configured: float) -> None:
+    end = f"{result.stopped} at lr {result.lrs[-1]:.2e} after {len(result.lrs)} steps"
+    print(f"lr_find: {end}; lowest smoothed loss {min(result.smoothed):.4g} at lr {result.min_loss_lr:.2e}")
+    if result.suggestion is None:
+        print("lr_find: too few steps to suggest an LR; widen the range or raise --steps")
+    else:
+        print(f"suggested lr: {result.suggestion:.2e} (steepest descent of the loss; configured {configured:.2e})")
+        print(f"use: optimizer.lr={result.suggestion:.2e}")
+    print(f"lr_find: {run_dir / PLOT_FILE}  {run_dir / JSON_FILE}")
