@@ -33,3 +33,12 @@ clean:  ## run outputs and caches (keeps .venv)
 	find outputs -mindepth 1 -not -name .gitkeep -delete
 	rm -rf .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
+
+.PHONY: doctor
+doctor: $(STAMP)  ## check the environment: versions, GPUs (a matmul each), bf16/TF32, disk, wandb mode, packages
+	$(PY) scripts/doctor.py $(ARGS)
+
+.PHONY: rename
+rename:  ## rename the package for your fork: make rename NAME=myproject (needs a clean git tree; reinstalls .venv)
+	@test -n "$(NAME)" || { echo "usage: make rename NAME=<new package name>" >&2; exit 2; }
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) scripts/rename.py "$(NAME)" $(ARGS)

@@ -3,6 +3,7 @@ registers the schemas in Hydra's ConfigStore, which every conf/<group>/*.yaml ex
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,8 @@ from omegaconf import DictConfig
 from helpers import REPO, compose_config
 
 ComposeFn = Callable[..., DictConfig]
+# a developer's .env (tracker credentials) must not reach the tests: they expect offline wandb, as on CI
+os.environ["NO_DOTENV"] = "1"
 
 
 @pytest.fixture

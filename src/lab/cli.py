@@ -13,6 +13,7 @@ from typing import Any
 
 from lab.config import validate
 from lab.config.mistakes import describe
+from lab.dotenv import load_dotenv
 from lab.errors import ConfigError, Interrupted, UserError
 
 
@@ -45,7 +46,17 @@ def user_errors() -> Iterator[None]:
     except (ConfigError, UserError) as err:
         if in_multirun() or full_errors():
             raise
-        sys.exit(f"error: {err}")
+        sys.exit(f"error: {one_line(err)}")
+
+
+def one_line(err: BaseException) -> str:
+    """The message itself: an error raised in a DataLoader worker arrives wrapped in the worker's traceback text,
+    whose last line is the original `<Type>: <message>`."""
+    text = str(err)
+    if "Original Traceback" not in text:
+        return text
+    last = [line for line in text.splitlines() if line.strip()][-1]
+    return last.split(": ", 1)[1] if last.startswith(("lab.errors.", "UserError", "ConfigError")) else last
 
 
 def run_workflow(cfg: Any, workflow: str) -> Any:
@@ -57,6 +68,7 @@ def run_workflow(cfg: Any, workflow: str) -> Any:
 
 def main(hydra_main: Callable[[], Any]) -> Any:
     """Run an entry script's `@hydra.main` function with config mistakes reported in one or two lines."""
+    load_dotenv()  # credentials from .env (never over variables already set), before Hydra reads the environment
     with concise_config_errors():
         return hydra_main()
 

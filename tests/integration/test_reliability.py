@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -53,3 +54,102 @@ def test_a_stop_signal_saves_last_pt_records_interrupted_and_exits_128_plus_sign
     saved = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert saved["progress"]["global_step"] == step >= 3
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+
+
+def _finish(proc: subprocess.Popen) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=300)
+    return proc.returncode, err
+
+
+def test_resume_auto_continues_the_interrupted_run_in_its_own_dir(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    first = runs / "first"
+    proc = _start(first, "trainer.max_epochs=3", "logger=wandb")
+    _wait_for_steps(first, proc, 3)
+    proc.send_signal(signal.SIGTERM)
+    code, err = _finish(proc)
+    assert code == 143, err[-2000:]
+    stopped_at = torch.load(first / "checkpoints" / "last.pt", weights_only=True)["progress"]["global_step"]
+    wandb_id = json.loads((first / "summary.json").read_text())["wandb_id"]
+
+    second = runs / "second"  # the fresh dir Hydra makes for the new start: given up for the run it continues
+    code, err = _finish(_start(second, "trainer.max_epochs=3", "logger=wandb", "resume=auto"))
+    assert code == 0, err[-3000:]
+    assert not second.exists() and sorted(p.name for p in runs.iterdir()) == ["first"]
+    summary = json.loads((first / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["global_step"] == 3 * 19 and "test/acc" in summary
+    assert summary["wandb_id"] == wandb_id  # the same wandb run, continued
+    steps = [json.loads(line)["step"] for line in (first / "metrics.jsonl").read_text().splitlines()]
+    train_steps = [s for s in steps if s is not None]
+    assert max(train_steps) == 3 * 19 and stopped_at in train_steps  # one metrics file across both starts
+    assert "continuing the run in" in (first / "train.log").read_text()
+
+
+def test_a_rerun_into_a_used_dir_is_refused_and_keeps_its_checkpoints(train, tmp_path: Path) -> None:
+    done = train(*SMALL, "trainer.max_epochs=1", run_dir=tmp_path / "done")
+    best = (done.dir / "checkpoints" / "best.pt").read_bytes()
+    again = train(*SMALL, "trainer.max_epochs=1", run_dir=done.dir, check=False)
+    assert again.proc.returncode == 1
+    assert again.proc.stderr.strip().splitlines()[-1].startswith(f"error: {done.dir} holds another run's checkpoints")
+    assert (done.dir / "checkpoints" / "best.pt").read_bytes() == best
+    finished = train(*SMALL, "trainer.max_epochs=1", f"resume={done.dir}", check=False)
+    assert "has finished training (epoch 1 of trainer.max_epochs=1" in finished.proc.stderr
+    assert train(*SMALL, "trainer.max_epochs=1", "overwrite=true", run_dir=done.dir).proc.returncode == 0
+
+
+def test_two_processes_never_write_one_run_dir(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    first = _start(shared, "trainer.max_epochs=50")
+    _wait_for_steps(shared, first, 1)
+    code, err = _finish(_start(shared, "trainer.max_epochs=1", "overwrite=true"))
+    first.send_signal(signal.SIGTERM)
+    _finish(first)
+    assert code == 1 and f"error: {shared} is in use by a running job (pid {first.pid})" in err
+
+
+def test_ddp_ranks_stop_together_on_a_signal_to_the_launcher(tmp_path: Path) -> None:
+    run_dir = tmp_path / "ddp"
+    proc = _start(run_dir, "dist=ddp", "dist.nproc=2", "trainer.max_epochs=50")
+    _wait_for_steps(run_dir, proc, 2)
+    proc.send_signal(signal.SIGTERM)
+    code, err = _finish(proc)
+    assert code == 143, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith("interrupted by SIGTERM: every rank finished its optimizer step")
+    saved = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert saved["progress"]["global_step"] >= 2 and len(saved["rng"]["per_rank"]) == 2
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+
+
+def _rank_pid(parent: int, rank: int, limit_s: float = 120) -> int:
+    """The pid of a spawned rank: the launcher starts its workers (multiprocessing spawn_main children) in rank
+    order, so the rank-th lowest pid."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        workers = []
+        for proc in Path("/proc").iterdir():
+            try:
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if ppid == parent and b"spawn_main" in (proc / "cmdline").read_bytes():
+                    workers.append(int(proc.name))
+            except (OSError, ValueError, IndexError):
+                continue  # not a process, or gone
+        if len(workers) > rank:
+            return sorted(workers)[rank]
+        time.sleep(0.1)
+    raise AssertionError(f"no rank {rank} under pid {parent}")
+
+
+def test_a_stopped_rank_ends_the_job_within_the_timeout_naming_it(tmp_path: Path) -> None:
+    run_dir = tmp_path / "hang"
+    proc = _start(run_dir, "dist=ddp", "dist.nproc=2", "dist.timeout_s=15", "trainer.max_epochs=50")
+    _wait_for_steps(run_dir, proc, 2)
+    rank1 = _rank_pid(proc.pid, 1)
+    os.kill(rank1, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        code, err = _finish(proc)  # a hang must end: communicate's limit is the bound
+    finally:
+        os.kill(rank1, signal.SIGKILL) if Path(f"/proc/{rank1}").exists() else None
+    elapsed = time.monotonic() - stopped
+    assert code == 1 and err.strip().splitlines()[-1].startswith("error: rank 1 stopped responding"), err[-3000:]
+    assert elapsed < 5 * (15 + 10)  # dist.timeout_s + dist.grace_s, with room for a loaded machine

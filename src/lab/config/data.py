@@ -53,6 +53,7 @@ class DataConfig(LoaderConfig):
     mean: list[float] | None = None  # null = the dataset's own statistics
     std: list[float] | None = None
     num_samples: int = 2048  # synthetic only
+    max_bad_samples: int = 0  # image_folder: unreadable images skipped (with a warning) before the run stops
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -66,6 +67,7 @@ class DataConfig(LoaderConfig):
         if self.std is not None:
             _require(all(s > 0 for s in self.std), f"data.std values must be > 0, got {self.std}")
         _require(self.num_samples >= 1, f"data.num_samples must be >= 1, got {self.num_samples}")
+        _require(self.max_bad_samples >= 0, f"data.max_bad_samples must be >= 0, got {self.max_bad_samples}")
 
 
 @dataclass

@@ -15,6 +15,24 @@ from lab.config.checks import require as _require
 
 # --------------------------------------------------------------------------- trainer
 @dataclass
+class ProfileConfig:
+    """torch.profiler over a few training steps (debug=profile): skip `wait` steps, warm up for `warmup`, record
+    `active`; the op table, a Chrome trace and the bottleneck go to the run dir (lab.tools.profiling)."""
+
+    enabled: bool = False
+    wait: int = 1
+    warmup: int = 1
+    active: int = 3
+    row_limit: int = 15  # operators in the printed tables
+
+    def __post_init__(self) -> None:
+        _require(self.wait >= 0, f"trainer.profile.wait must be >= 0, got {self.wait}")
+        _require(self.warmup >= 0, f"trainer.profile.warmup must be >= 0, got {self.warmup}")
+        _require(self.active >= 1, f"trainer.profile.active must be >= 1, got {self.active}")
+        _require(self.row_limit >= 1, f"trainer.profile.row_limit must be >= 1, got {self.row_limit}")
+
+
+@dataclass
 class TrainerConfig:
     max_epochs: int = 10
     max_steps: int = -1  # optimizer steps; -1 = limited by max_epochs only
@@ -33,7 +51,9 @@ class TrainerConfig:
     cudnn_benchmark: bool = False
     tf32: bool = True
     detect_anomaly: bool = False
+    max_bad_steps: int = 0  # >0: skip up to this many consecutive steps whose loss is not finite (a sync per step)
     progress_bar: str = "auto"  # auto (only on a TTY) | on | off
+    profile: ProfileConfig = field(default_factory=ProfileConfig)  # debug=profile
 
     def __post_init__(self) -> None:
         _require(self.max_epochs >= 1, f"trainer.max_epochs must be >= 1, got {self.max_epochs}")
@@ -56,6 +76,7 @@ class TrainerConfig:
             value = getattr(self, key)
             _require(value == -1 or value >= 1, f"trainer.{key} must be -1 (all) or >= 1, got {value}")
         _require(self.overfit_batches >= 0, f"trainer.overfit_batches must be >= 0, got {self.overfit_batches}")
+        _require(self.max_bad_steps >= 0, f"trainer.max_bad_steps must be >= 0, got {self.max_bad_steps}")
         _one_of("trainer.device", self.device, ("auto", "cpu", "cuda", "mps"))
         _one_of("trainer.progress_bar", self.progress_bar, ("auto", "on", "off"))
 
@@ -74,9 +95,16 @@ class PrecisionConfig:
 
 
 # --------------------------------------------------------------------------- logger
+TRACKERS = ("wandb", "tensorboard", "csv")
+
+
 @dataclass
 class LoggerConfig:
-    name: str = "wandb"  # wandb | none (the local metrics.jsonl / summary.json mirror is written either way)
+    # The trackers that record the run, each on or off. An option of the logger group turns its own on:
+    # logger=wandb (default) | tensorboard | csv | none, and a list of options merges them: logger=[wandb,csv].
+    # The run dir's metrics.jsonl / summary.json / provenance/ are written whatever is chosen.
+    backends: dict[str, bool] = field(default_factory=dict)  # {tracker: on}, trackers from TRACKERS
+    # wandb's settings:
     mode: str = "auto"  # auto: online when credentials exist (WANDB_API_KEY or netrc), else offline | WANDB_MODE
     project: str | None = None  # null: $WANDB_PROJECT, else "lab"
     entity: str | None = None  # null: $WANDB_ENTITY or your default entity
@@ -86,7 +114,12 @@ class LoggerConfig:
     log_checkpoints: str = "none"  # none | best | last: upload that checkpoint as a model artifact at the end
 
     def __post_init__(self) -> None:
-        _one_of("logger.name", self.name, ("wandb", "none"))
+        for name in self.backends:
+            _require(
+                name in TRACKERS,
+                f"logger.backends.{name} is not a tracker; choose among {', '.join(TRACKERS)}: "
+                f"logger=[{','.join(TRACKERS)}] (or logger=none)",
+            )
         _one_of("logger.mode", self.mode, ("auto", "online", "offline", "disabled"))
         _one_of("logger.log_checkpoints", self.log_checkpoints, ("none", "best", "last"))
         _require(self.init_timeout > 0, f"logger.init_timeout must be > 0, got {self.init_timeout}")
@@ -108,7 +141,9 @@ class SweepConfig:
 class TrainConfig:
     task_name: str = "train"
     seed: int = 42
-    ckpt_path: str | None = None  # resume from this checkpoint
+    ckpt_path: str | None = None  # resume from this checkpoint (into this run's own new dir)
+    resume: str | None = None  # auto: continue the newest unfinished run of this config in its dir | <run dir>
+    overwrite: bool = False  # true: start in a hydra.run.dir that holds another run's checkpoints, replacing them
     tags: list[str] = field(default_factory=list)
     # what train returns to sweepers: val/acc_best for classification, val/rmse_best for regression
     optimized_metric: str = "val/${task.monitor}_best"
@@ -128,3 +163,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _require(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        _require(
+            self.resume is None or self.ckpt_path is None,
+            "pass resume=... or ckpt_path=..., not both (resume continues a run in its own dir)",
+        )

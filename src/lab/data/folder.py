@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,25 +14,44 @@ from lab.config import ConfigError, DataConfig
 from lab.data.common import DataCfg, DataModule, make_meta, resolve_num_classes, resolve_stats
 from lab.data.datasets import register
 from lab.data.transforms import EvalTransform, TrainImageTransform, eval_transform, pil_mode
+from lab.errors import UserError
+
+log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 LAYOUT = "<root>/train/<class>/*.png|jpg|jpeg, <root>/val/<class>/..., optional <root>/test/<class>/..."
 
 
 class ImageFolderDataset(Dataset):
-    """Images read from disk on every access; ``samples`` is a list of (path, class index)."""
+    """Images read from disk on every access; ``samples`` is a list of (path, class index).
 
-    def __init__(self, samples: list[tuple[str, int]], transform: Callable[[Image.Image], torch.Tensor]) -> None:
+    An image that cannot be read is skipped (the next one takes its place, with a warning naming it) up to
+    `max_bad` times per process; beyond that, or with the default 0, the run stops naming the file."""
+
+    def __init__(
+        self, samples: list[tuple[str, int]], transform: Callable[[Image.Image], torch.Tensor], max_bad: int = 0
+    ) -> None:
         self.samples = samples
         self.transform = transform
+        self.max_bad, self.bad = max_bad, 0
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         path, label = self.samples[index]
-        with Image.open(path) as img:
-            return self.transform(img), label
+        try:
+            with Image.open(path) as img:
+                return self.transform(img), label
+        except (OSError, ValueError, SyntaxError) as err:  # what PIL raises for truncated / non-image files
+            self.bad += 1
+            if self.bad > self.max_bad:
+                raise UserError(
+                    f"cannot read image {path}: {err} ({self.bad - 1} unreadable image(s) skipped before it; "
+                    "remove or replace it, or set data.max_bad_samples=N to skip up to N)"
+                ) from None
+            log.warning("skipped unreadable image %s (%d of data.max_bad_samples=%d)", path, self.bad, self.max_bad)
+            return self[(index + 1) % len(self.samples)]
 
 
 def _class_dirs(split_dir: Path) -> list[str]:
@@ -93,8 +113,8 @@ def build_image_folder(cfg: DataCfg) -> DataModule:
     evaluate = eval_transform(meta)  # the same object inference uses, so val/test match it exactly
     train_tf: TrainImageTransform | EvalTransform = TrainImageTransform(c, s, mean, std) if cfg.augment else evaluate
     return DataModule(
-        train=ImageFolderDataset(train_samples, train_tf),
-        val=ImageFolderDataset(val_samples, evaluate),
-        test=None if test_samples is None else ImageFolderDataset(test_samples, evaluate),
+        train=ImageFolderDataset(train_samples, train_tf, cfg.max_bad_samples),
+        val=ImageFolderDataset(val_samples, evaluate, cfg.max_bad_samples),
+        test=None if test_samples is None else ImageFolderDataset(test_samples, evaluate, cfg.max_bad_samples),
         meta=meta,
     )

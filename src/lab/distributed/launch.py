@@ -11,6 +11,7 @@ import contextlib
 import datetime
 import logging
 import os
+import signal
 import socket
 import sys
 import uuid
@@ -20,15 +21,17 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from lab import runtime
 from lab.distributed import env
 from lab.distributed.parallel import Parallel
-from lab.errors import ConfigError, UserError
+from lab.errors import ConfigError, Interrupted, UserError
 
 log = logging.getLogger(__name__)
+_FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 
 
 def free_port() -> int:
@@ -38,9 +41,20 @@ def free_port() -> int:
 
 
 def resolve_nproc(dist_cfg: Any) -> int:
-    if dist_cfg.nproc != "auto":
-        return int(dist_cfg.nproc)
-    return torch.cuda.device_count() or 2  # one process per GPU; two on a CPU-only machine (gloo)
+    """One process per GPU (two gloo processes on a CPU-only machine); an explicit count must fit the machine:
+    ranks sharing a GPU, or more ranks than cores, make no progress (they starve each other in collectives)."""
+    gpus, cores = torch.cuda.device_count(), os.cpu_count() or 1
+    if dist_cfg.nproc == "auto":
+        return gpus or 2
+    nproc = int(dist_cfg.nproc)
+    if gpus and nproc > gpus:
+        raise ConfigError(f"dist.nproc={nproc} but {gpus} GPU(s) are visible: one rank per GPU, dist.nproc<={gpus}")
+    if not gpus and nproc > cores:
+        raise ConfigError(
+            f"dist.nproc={nproc} exceeds this machine's {cores} CPU cores: the ranks would starve each other; "
+            f"use dist.nproc<={cores} (or dist=none)"
+        )
+    return nproc
 
 
 def spawn(worker: Callable[..., Any], args: tuple, dist_cfg: Any) -> Any:
@@ -54,8 +68,11 @@ def spawn(worker: Callable[..., Any], args: tuple, dist_cfg: Any) -> Any:
         run_id=uuid.uuid4().hex,
         rdzv_backend="c10d",
         rdzv_endpoint=f"127.0.0.1:{port}",
-        max_restarts=0,  # a failure ends the job (restarts belong to torchrun/SLURM requeue setups)
+        max_restarts=dist_cfg.max_restarts,  # restarted workers resume from last.pt (see `restarted`)
         monitor_interval=0.2,
+        # after a stop signal or a failed rank, the others get this long to exit before SIGKILL: a stopped or hung
+        # rank ends the job within dist.timeout_s (its peers' collective fails) + grace_s
+        shutdown_timeout=dist_cfg.grace_s,
         start_method="spawn",
     )
     threads = threads_per_rank(nproc)
@@ -63,11 +80,27 @@ def spawn(worker: Callable[..., Any], args: tuple, dist_cfg: Any) -> Any:
         "launching %d %s workers (rendezvous 127.0.0.1:%d, %s threads each)", nproc, dist_cfg.strategy, port, threads
     )
     try:
-        with _environment(OMP_NUM_THREADS=threads):
+        # the launcher forwards these to the workers (SIGUSR1 too, else it would kill the launcher and orphan them),
+        # which finish their step, save last.pt and stop (lab.training.preemption)
+        with _environment(OMP_NUM_THREADS=threads, TORCHELASTIC_SIGNALS_TO_HANDLE=_FORWARDED_SIGNALS):
             results = elastic_launch(config, worker)(*args)
+    except SignalException as err:
+        name = signal.Signals(err.sigval).name
+        raise Interrupted(
+            f"interrupted by {name}: every rank finished its optimizer step and saved last.pt in the run dir "
+            "(continue with resume=auto or resume=<run dir>)",
+            exit_code=128 + err.sigval,
+        ) from None
     except ChildFailedError as err:
-        raise UserError(_describe_failure(err)) from None
+        reason = _describe_failure(err, nproc)
+        log.error("%s", reason)  # into the run's log file as well as the console
+        raise UserError(reason) from None
     return results[0]
+
+
+def restarted() -> bool:
+    """Whether this worker is a restart (dist.max_restarts) after a failure of the job's workers."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
 
 
 def threads_per_rank(nproc: int) -> str:
@@ -92,17 +125,56 @@ def _environment(**values: str) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _describe_failure(err: ChildFailedError) -> str:
-    """The first failing rank and its exception line (the worker's own message, e.g. a UserError)."""
-    rank, failure = min(err.failures.items())
+# what a rank reports when *another* rank died: the collective it was in broke, which is not the cause
+_SYMPTOMS = (
+    "Connection closed by peer",
+    "Connection reset",
+    "Broken pipe",
+    "DistBackendError",
+    "ProcessGroup",
+    "NCCL",
+    "Timed out",
+    "timed out",
+    "SIGTERM",
+    "Signals.SIGKILL",
+    "exitcode",
+)
+
+
+def _describe_failure(err: ChildFailedError, nproc: int) -> str:
+    """The root cause: the failing rank whose error is its own (not a broken collective), earliest first, with its
+    exception type, message and where it was raised. When every failure is a broken collective, the ranks that did
+    not fail are the ones their peers waited for: hung, stopped or too slow."""
+    failures = sorted(err.failures.items(), key=lambda item: (item[1].timestamp, item[0]))
+    described = [(rank, *_exception(failure)) for rank, failure in failures]
+    own = [d for d in described if not any(s in d[1] for s in _SYMPTOMS)]
+    rank, reason, where = own[0] if own else described[0]
+    silent = [str(r) for r in range(nproc) if r not in err.failures]
+    if not own and silent:
+        return (
+            f"rank {', '.join(silent)} stopped responding (hung, stopped or far too slow): rank {rank} gave up "
+            f"waiting for it after dist.timeout_s: {reason}"
+        )
+    return f"rank {rank} failed: {reason}" + (f" ({where})" if where else "")
+
+
+def _exception(failure: Any) -> tuple[str, str]:
+    """("<Type>: <message>" first line, "file:line" where it was raised) from what @record wrote."""
     message = failure.message
+    callstack = ""
     if isinstance(message, dict):  # written by @record: {"message": "<Type>: <text>", "extraInfo": {...}}
+        callstack = str(message.get("extraInfo", {}).get("py_callstack", ""))
         message = message.get("message", "")
     lines = [line for line in str(message).splitlines() if line.strip()]
     reason = lines[0] if lines else f"exit code {failure.exitcode}"
     for prefix in ("lab.errors.UserError: ", "lab.errors.ConfigError: ", "UserError: ", "ConfigError: "):
         reason = reason.removeprefix(prefix)
-    return f"rank {rank} failed: {reason}"
+    frames = [line.strip() for line in callstack.splitlines() if line.strip().startswith('File "')]
+    where = ""
+    if frames:
+        path, line = frames[-1].split('"')[1], frames[-1].split("line ")[1].split(",")[0]
+        where = f"{path}:{line}"
+    return reason, where
 
 
 def configure_worker_logging(log_file: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,14 +13,25 @@ import torch
 from lab.files import write_json
 from lab.inference.backends import Backend
 
+log = logging.getLogger(__name__)
+
 
 def batched_outputs(
-    backend: Backend, samples: Iterable[tuple[str, torch.Tensor]], batch_size: int
+    backend: Backend,
+    samples: Iterable[tuple[str, torch.Tensor]],
+    batch_size: int,
+    skipped: list[dict[str, str]] | None = None,
 ) -> Iterator[tuple[list[str], torch.Tensor]]:
-    """(names, outputs) per batch of `batch_size` samples stacked together."""
+    """(names, outputs) per batch of `batch_size` samples stacked together. A sample with NaN or inf values gets
+    no prediction (a model answers it as confidently as any other): it goes into `skipped` with the reason."""
     names: list[str] = []
     tensors: list[torch.Tensor] = []
     for name, tensor in samples:
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            log.warning("skipped %s: NaN or inf in the input", name)
+            if skipped is not None:
+                skipped.append({"path": name, "reason": "NaN or inf in the input"})
+            continue
         names.append(name)
         tensors.append(tensor)
         if len(tensors) == batch_size:
@@ -30,11 +42,16 @@ def batched_outputs(
 
 
 def top_k_records(
-    backend: Backend, samples: Iterable[tuple[str, torch.Tensor]], batch_size: int, top_k: int, labels: Sequence[str]
+    backend: Backend,
+    samples: Iterable[tuple[str, torch.Tensor]],
+    batch_size: int,
+    top_k: int,
+    labels: Sequence[str],
+    skipped: list[dict[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Class predictions: the top-k labels with softmax probabilities, most likely first."""
     records = []
-    for names, logits in batched_outputs(backend, samples, batch_size):
+    for names, logits in batched_outputs(backend, samples, batch_size, skipped):
         probs, indices = logits.softmax(dim=1).topk(min(top_k, logits.shape[1]), dim=1)
         for name, index, prob in zip(names, indices.tolist(), probs.tolist()):
             ranked = [{"label": labels[i], "index": i, "prob": p} for i, p in zip(index, prob)]

@@ -113,10 +113,10 @@ class BaseTask:
         from lab.inference.inputs import load_array
         from lab.inference.predict import batched_outputs
 
-        rows = load_array(cfg.input, meta)
+        rows, skipped = load_array(cfg.input, meta), []
         records = [
             {"path": name, "output": output}
-            for names, outputs in batched_outputs(backend, rows, cfg.infer.batch_size)
+            for names, outputs in batched_outputs(backend, rows, cfg.infer.batch_size, skipped)
             for name, output in zip(names, outputs.tolist())
         ]
-        return Predictions(records, [])
+        return Predictions(records, skipped)

@@ -149,5 +149,5 @@ class Classification:
         else:
             samples = Samples(discover(cfg.input), meta)
             skipped = samples.skipped
-        records = top_k_records(backend, samples, cfg.infer.batch_size, cfg.infer.top_k, self.class_names)
+        records = top_k_records(backend, samples, cfg.infer.batch_size, cfg.infer.top_k, self.class_names, skipped)
         return Predictions(records, skipped)

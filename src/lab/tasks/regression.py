@@ -113,9 +113,10 @@ class Regression:
 
         if not cfg.input:
             raise UserError("input= is required: a .csv with the feature columns or a .npy of rows")
-        records = []
-        for names, outputs in batched_outputs(backend, read_rows(cfg.input, meta), cfg.infer.batch_size):
+        records: list[dict[str, Any]] = []
+        skipped: list[dict[str, str]] = []
+        for names, outputs in batched_outputs(backend, read_rows(cfg.input, meta), cfg.infer.batch_size, skipped):
             values = outputs.reshape(len(names), -1) * self.target_std + self.target_mean
             for name, row in zip(names, values.tolist()):
                 records.append({"path": name, self.target_name: row[0] if len(row) == 1 else row})
-        return Predictions(records, [])
+        return Predictions(records, skipped)

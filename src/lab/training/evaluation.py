@@ -46,3 +46,32 @@ def accumulate_metrics(
         metrics.update(outputs, targets)
     model.train(was_training)
     return metrics
+
+
+def score(
+    model: nn.Module,
+    forward: Any,
+    loader: torch.utils.data.DataLoader,
+    task: Any,
+    parallel: Any,
+    device: torch.device,
+    precision: Precision,
+    channels_last: bool = False,
+    limit: int = -1,
+) -> dict[str, float]:
+    """The task's exact metrics over `loader`, reduced over ranks. Every rank first takes rank 0's buffers, so all
+    score with the BatchNorm statistics the checkpoint will hold."""
+    metrics = task.metrics(device)
+    parallel.sync_buffers(model)
+    accumulate_metrics(
+        model,
+        loader,
+        metrics,
+        device=device,
+        precision=precision,
+        forward=forward,
+        limit=limit,
+        channels_last=channels_last,
+    )
+    parallel.reduce_metrics(metrics)
+    return metrics.compute()

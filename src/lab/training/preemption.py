@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from types import FrameType, TracebackType
 
 from lab.errors import Interrupted
@@ -19,6 +20,7 @@ from lab.errors import Interrupted
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+_SAME_PRESS_S = 1.0
 
 
 def interrupted(signum: int, step: int, checkpoint: str) -> Interrupted:
@@ -37,6 +39,7 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self._received_at = 0.0
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> StopSignals:
@@ -52,8 +55,13 @@ class StopSignals:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.received is not None and signum == signal.SIGINT:
-            raise SystemExit(128 + signum)  # a second Ctrl-C: the user wants out now, without the save
-        self.received = self.received or signum
+            # A spawned rank gets one Ctrl-C twice, from the terminal and forwarded by the launcher: only a
+            # second press, a moment later, means "quit now, without the save".
+            if time.monotonic() - self._received_at > _SAME_PRESS_S:
+                raise SystemExit(128 + signum)
+            return
+        if self.received is None:
+            self.received, self._received_at = signum, time.monotonic()
         log.warning(
             "%s received: stopping after this optimizer step and saving last.pt%s",
             signal.Signals(signum).name,

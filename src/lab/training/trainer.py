@@ -31,10 +31,11 @@ from lab.errors import UserError
 from lab.optim import Schedule
 from lab.runtime import Precision, peak_memory_mb, reset_peak_memory
 from lab.tracking import Tracker
-from lab.training.evaluation import accumulate_metrics
+from lab.training.bad_steps import BadSteps
+from lab.training.evaluation import score
 from lab.training.preemption import StopSignals, interrupted
 from lab.training.state import Progress, TrainingState
-from lab.training.window import StepWindow
+from lab.training.window import StepWindow, log_line
 
 log = logging.getLogger(__name__)
 # With fp16 the GradScaler skips the optimizer step when gradients overflowed (the first steps, typically) while the
@@ -75,12 +76,14 @@ class Trainer:
         self.state = TrainingState(model, optimizer, scheduler, self.scaler, self.parallel, device)
         # fp16 steps the GradScaler skipped, counted on the device: reading the scale every step would sync
         self.skipped_steps = torch.zeros((), dtype=torch.int64, device=device)
+        self.bad_steps = BadSteps(self.cfg.max_bad_steps, self.parallel) if self.cfg.max_bad_steps else None
         self.last_val: dict[str, float] = {}
         self.window = StepWindow()
         self.stop = StopSignals()  # installed for the length of fit()
         self.show_bar = {"on": True, "off": False, "auto": sys.stderr.isatty()}[self.cfg.progress_bar]
-        self._total: torch.Tensor | None = None  # the last group weight and its reciprocal (see train_step)
-        self._inverse_total: torch.Tensor | None = None
+        self._total = self._inverse_total = None  # the last group weight and its reciprocal (see train_step)
+        # callbacks run after every optimizer step (debug=profile's profiler): found once, not per step
+        self._step_hooks = [c.on_train_step_end for c in self.callbacks if hasattr(c, "on_train_step_end")]
 
     @property
     def progress(self) -> Progress:
@@ -122,6 +125,8 @@ class Trainer:
             else:  # the last group of an epoch may be short
                 group = [self._next_batch(batches) for _ in range(min(accum, total - position))]
             self.train_step(group)
+            for hook in self._step_hooks:
+                hook(self)
             position += len(group)
             progress.batch_in_epoch = position
             if bar is not None:
@@ -149,7 +154,7 @@ class Trainer:
         total = self.parallel.mean_over_ranks(weights[0] if len(group) == 1 else torch.stack(weights).sum())
         if total is not self._total:  # a task's weight is one cached tensor per batch size: so is its reciprocal
             self._total, self._inverse_total = total, total.reciprocal()
-        last = len(group) - 1
+        last, losses, progress = len(group) - 1, [], self.progress
         for index, (inputs, targets) in enumerate(group):
             # no gradient all-reduce until the group's last micro-batch (DDP no_sync / FSDP sync off)
             with self.parallel.accumulation(self.wrapped, sync=index == last):
@@ -158,10 +163,19 @@ class Trainer:
                 loss = self.task.loss(outputs, targets)  # summed, fp32
                 # seeded with 1/total rather than differentiating loss / total: no extra autograd node
                 self.scaler.scale(loss).backward(self._inverse_total)
-            self.window.add(loss, weights[index], step=self.progress.global_step + 1, samples=batch_size(targets))
-        self._optimizer_step()
+            losses.append(loss)
+            self.window.add(loss, weights[index], progress.global_step + 1, progress.epoch, batch_size(targets))
+        # trainer.max_bad_steps: a non-finite step still counts, but leaves the weights as they were
+        self._optimizer_step(update=self.bad_steps is None or self.bad_steps.finite(losses, total, progress))
 
-    def _optimizer_step(self) -> None:
+    def _optimizer_step(self, update: bool) -> None:
+        if update:
+            self._update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.progress.global_step += 1
+
+    def _update(self) -> None:
         cfg = self.cfg
         if cfg.grad_clip is not None or (self.progress.global_step + 1) % cfg.log_every_n_steps == 0:
             self.scaler.unscale_(self.optimizer)  # the norm means something (and clipping works) only unscaled
@@ -175,9 +189,6 @@ class Trainer:
             self.skipped_steps += self.scaler._get_scale_async() < scale_before
         else:
             self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
-        self.progress.global_step += 1
 
     def _next_batch(self, batches: Iterator[Any]) -> tuple[Any, Any]:
         fetch_start = time.perf_counter()
@@ -191,20 +202,9 @@ class Trainer:
     # ------------------------------------------------------------------ evaluation
     def score(self, loader: torch.utils.data.DataLoader, limit: int = -1) -> dict[str, float]:
         """The task's exact metrics over the loader, reduced over ranks (eval mode, no autograd)."""
-        metrics = self.task.metrics(self.device)
-        self.parallel.sync_buffers(self.model)  # every rank scores with the statistics the checkpoint will hold
-        accumulate_metrics(
-            self.model,
-            loader,
-            metrics,
-            device=self.device,
-            precision=self.precision,
-            forward=self.parallel.evaluation_forward(self.model, self.forward),
-            limit=limit,
-            channels_last=self.cfg.channels_last,
-        )
-        self.parallel.reduce_metrics(metrics)
-        return metrics.compute()
+        forward = self.parallel.evaluation_forward(self.model, self.forward)
+        args = (self.task, self.parallel, self.device, self.precision, self.cfg.channels_last)
+        return score(self.model, forward, loader, *args, limit=limit)
 
     def _validate(self, epoch: int) -> bool:
         """Score the validation split, track the best, let the schedule react; True when the monitor improved."""
@@ -240,7 +240,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ records
     def _losses(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.window.checked_losses(self.parallel, self.scaler.is_enabled(), self.progress.epoch)
+        skipping = self.scaler.is_enabled() or self.bad_steps is not None  # non-finite steps are skipped, not fatal
+        return self.window.checked_losses(self.parallel, skipping)
 
     def _log(self, epoch: int, bar: tqdm | None) -> None:
         loss = self.window.mean_loss(*self._losses())
@@ -256,18 +257,11 @@ class Trainer:
         if self.scaler.is_enabled():
             metrics["train/grad_scale"] = self.scaler.get_scale()
             metrics["train/skipped_steps"] = int(self.skipped_steps)
+        if self.bad_steps is not None:
+            metrics["train/bad_steps"] = self.bad_steps.total
         self.tracker.log(metrics, step=self.progress.global_step, epoch=epoch + 1)
         if bar is None:
-            log.info(
-                "epoch %d step %d  loss %.4f  lr %.3g  grad_norm %.3g  %.0f samples/s  data %.0f%%",
-                epoch + 1,
-                self.progress.global_step,
-                loss,
-                metrics["train/lr"],
-                metrics["train/grad_norm"],
-                throughput,
-                100 * data_wait,
-            )
+            log.info("%s", log_line(epoch + 1, self.progress.global_step, metrics))
         else:
             bar.set_postfix(loss=f"{loss:.4f}", lr=f"{metrics['train/lr']:.2e}", refresh=False)
         self.window = StepWindow()
@@ -286,10 +280,9 @@ class Trainer:
         raise interrupted(signum, self.progress.global_step, str(self.checkpoints.last))
 
     def _bar(self, epoch: int, position: int, total: int) -> tqdm | None:
-        if not self.show_bar:
-            return None
-        desc = f"epoch {epoch + 1}/{self.cfg.max_epochs}"
-        return tqdm(total=total, initial=position, desc=desc, leave=False, dynamic_ncols=True)
+        if self.show_bar:
+            return tqdm(total=total, initial=position, desc=f"epoch {epoch + 1}/{self.cfg.max_epochs}", leave=False)
+        return None
 
     def _call(self, hook: str, *args: Any) -> None:
         """Run a hook on every callback that has it (a callback may raise to stop the run, e.g. pruning)."""

@@ -22,13 +22,16 @@ class StepWindow:
         self.loss_sums: list[torch.Tensor] = []  # one per micro-batch, on the device
         self.weights: list[torch.Tensor] = []  # what each sum is over (samples, tokens), on the device
         self.steps: list[int] = []  # the optimizer step each loss belongs to
+        self.epochs: list[int] = []  # and its epoch (0-based): a window can span two
         self.grad_norm: torch.Tensor | None = None  # at the last optimizer step
 
-    def add(self, loss_sum: torch.Tensor, weight: torch.Tensor, step: int, samples: int) -> None:
-        """One micro-batch: its summed loss and weight (kept on the device), the optimizer step it belongs to."""
+    def add(self, loss_sum: torch.Tensor, weight: torch.Tensor, step: int, epoch: int, samples: int) -> None:
+        """One micro-batch: its summed loss and weight (kept on the device), the optimizer step and epoch it belongs
+        to, its sample count."""
         self.loss_sums.append(loss_sum.detach())
         self.weights.append(weight)
         self.steps.append(step)
+        self.epochs.append(epoch)
         self.samples += samples
 
     def losses_over_ranks(self, parallel: Parallel) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,17 +42,16 @@ class StepWindow:
         sums = parallel.all_reduce_sum_(sums).cpu()
         return sums[0] / sums[1], sums[1]
 
-    def checked_losses(
-        self, parallel: Parallel, skips_nonfinite: bool, epoch: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`losses_over_ranks`, stopping at the first non-finite loss unless a GradScaler skips such steps itself
-        (`skips_nonfinite`). Every rank sees the same values, so every rank stops."""
+    def checked_losses(self, parallel: Parallel, skips_nonfinite: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """`losses_over_ranks`, stopping at the first non-finite loss unless such steps are skipped (`skips_nonfinite`:
+        a GradScaler, or trainer.max_bad_steps). Every rank sees the same values, so every rank stops."""
         losses, weights = self.losses_over_ranks(parallel)
         bad = (~torch.isfinite(losses)).nonzero()
         if len(bad) and not skips_nonfinite:
             index = int(bad[0])
             raise UserError(
-                f"loss became {losses[index].item()} at optimizer step {self.steps[index]} (epoch {epoch + 1}); "
+                f"loss became {losses[index].item()} at optimizer step {self.steps[index]} "
+                f"(epoch {self.epochs[index] + 1}); "
                 "lower optimizer.lr, set trainer.grad_clip, try precision=bf16 or fp32, or check the inputs "
                 "(the first-batch report in the log)"
             )
@@ -80,3 +82,12 @@ class StepWindow:
         start = time.perf_counter()
         yield
         self.start += time.perf_counter() - start
+
+
+def log_line(epoch: int, step: int, metrics: dict[str, float]) -> str:
+    """The console line of a logged window (without a progress bar)."""
+    return (
+        f"epoch {epoch} step {step}  loss {metrics['train/loss']:.4f}  lr {metrics['train/lr']:.3g}  "
+        f"grad_norm {metrics['train/grad_norm']:.3g}  {metrics['train/throughput']:.0f} samples/s  "
+        f"data {100 * metrics['train/data_wait']:.0f}%"
+    )

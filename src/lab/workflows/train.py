@@ -5,6 +5,7 @@ Returns the monitored metric (`optimized_metric`, default val/<the task's monito
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import shutil
@@ -17,11 +18,13 @@ from omegaconf import DictConfig, OmegaConf
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from lab import checkpointing, data, models, runtime, tasks, tracking
+from lab import run_dir as run_dirs
 from lab.checkpointing import CheckpointManager
 from lab.config import TrainConfig
 from lab.distributed import env as dist_env
 from lab.distributed import launch
 from lab.distributed.parallel import Parallel
+from lab.errors import UserError
 from lab.optim import build_optimizer, build_scheduler, lr_scale
 from lab.tracking import provenance
 from lab.training import Trainer
@@ -46,12 +49,25 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     """Train; with dist=ddp|fsdp outside torchrun/SLURM, spawn the ranks here and return rank 0's result."""
     run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
     _check_options(cfg)
-    identity = tracking.job_identity(cfg, run_dir)
-    if cfg.dist.strategy != "none" and not dist_env.launched_as_worker():
-        checkpointing.require_file(cfg.ckpt_path)  # fail before starting processes
-        container = OmegaConf.to_container(cfg, resolve=True)
-        return launch.spawn(_spawned_worker, (container, str(run_dir), identity), cfg.dist)
-    return _join_and_train(cfg, run_dir, identity)
+    continued = run_dirs.continued_run(cfg.resume, run_dir, OmegaConf.to_container(cfg, resolve=True))
+    if continued is not None:  # one run across resumes: its own dir, checkpoints, metrics and wandb run
+        run_dirs.move_logs(run_dir, continued)
+        run_dir, cfg.ckpt_path = continued, str(continued / "checkpoints" / "last.pt")
+        log.info("continuing the run in %s", run_dir)
+    checkpointing.require_file(cfg.ckpt_path)  # fail before starting processes
+    # the process that writes the run dir holds it (a spawning parent, for its ranks; under torchrun, rank 0)
+    writer = not dist_env.launched_as_worker() or dist_env.rank() == 0
+    here = continued is not None or _inside(cfg.ckpt_path, run_dir)
+    with run_dirs.claim(run_dir, resuming_here=here, overwrite=cfg.overwrite) if writer else contextlib.nullcontext():
+        identity = tracking.job_identity(cfg, run_dir)
+        if cfg.dist.strategy != "none" and not dist_env.launched_as_worker():
+            container = OmegaConf.to_container(cfg, resolve=True)
+            return launch.spawn(_spawned_worker, (container, str(run_dir), identity), cfg.dist)
+        return _join_and_train(cfg, run_dir, identity)
+
+
+def _inside(ckpt_path: str | None, run_dir: Path) -> bool:
+    return ckpt_path is not None and Path(ckpt_path).resolve().parent == (run_dir / "checkpoints").resolve()
 
 
 def _check_options(cfg: DictConfig) -> None:
@@ -67,6 +83,9 @@ def _check_options(cfg: DictConfig) -> None:
 def _spawned_worker(container: dict, run_dir: str, identity: dict) -> float | None:
     cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), container)  # typed again, as Hydra gave it
     launch.configure_worker_logging(Path(run_dir) / f"{cfg.task_name}.log")
+    last = Path(run_dir) / "checkpoints" / "last.pt"
+    if launch.restarted() and last.is_file():  # dist.max_restarts: the failed attempt's progress is kept
+        cfg.ckpt_path = str(last)
     return _join_and_train(cfg, Path(run_dir), identity)
 
 
@@ -112,7 +131,12 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     model = models.build(cfg.model, meta).to(device)
     model = runtime.apply_channels_last(model, cfg.trainer.channels_last, cfg.dist.strategy)
     prov = provenance.collect()
-    tracker = tracking.from_config(cfg, run_dir, "train", prov, rank=parallel.rank, identity=identity)
+    # a run continued in its own dir continues its wandb run too: one run across resumes
+    continuing = resume is not None and _inside(cfg.ckpt_path, run_dir)
+    resume_id = (resume.get("provenance") or {}).get("wandb_id") if continuing else None
+    tracker = tracking.from_config(
+        cfg, run_dir, "train", prov, rank=parallel.rank, identity=identity, resume_id=resume_id
+    )
     with tracker.session():
         report_start(model, task, train_loader, run_dir, device, precision, tracker, parallel)
         model, forward = parallel.wrap(model, cfg.dist, device, precision)  # before the optimizer: FSDP swaps params
@@ -134,6 +158,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
             },
         }
         checkpoints = CheckpointManager(run_dir, parallel, cfg.trainer.ckpt_every_n_steps, extras)
+        profiler = _profiler(cfg.trainer.profile, run_dir, tracker, device, parallel)
         trainer = Trainer(
             model=model,
             forward=forward,
@@ -148,11 +173,12 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
             cfg=cfg.trainer,
             tracker=tracker,
             checkpoints=checkpoints,
-            callbacks=[hydra.utils.instantiate(spec) for spec in cfg.callbacks.values()],
+            callbacks=[*(hydra.utils.instantiate(spec) for spec in cfg.callbacks.values()), *filter(None, [profiler])],
         )
         if resume is not None:
-            trainer.state.resume(resume)
-        summary = trainer.fit()
+            _resume(trainer, resume, Path(cfg.ckpt_path), cfg.trainer)
+        with profiler or contextlib.nullcontext():
+            summary = trainer.fit()
         summary.update(_test(trainer, datamodule.test, cfg, pin))
         tracker.summary(summary)
         if cfg.logger.log_checkpoints != "none":
@@ -161,6 +187,33 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     result = summary.get(cfg.optimized_metric)
     log.info("done: %s = %s; run dir %s", cfg.optimized_metric, result, run_dir)
     return result
+
+
+def _profiler(profile_cfg: Any, run_dir: Path, tracker: tracking.Tracker, device: Any, parallel: Parallel) -> Any:
+    """debug=profile: rank 0 profiles a few steps, as a trainer callback (lab.tools is imported only then)."""
+    if not (profile_cfg.enabled and parallel.is_main):
+        return None
+    from lab.tools.profiling import StepProfiler
+
+    return StepProfiler(profile_cfg, run_dir, tracker, device)
+
+
+def _resume(trainer: Trainer, ckpt: dict, path: Path, trainer_cfg: Any) -> None:
+    """Continue from `ckpt`; a run that already finished is refused (it would write nothing), and the best.pt of the
+    run it came from comes along, so best tracking and the final test score the true best."""
+    progress = ckpt["progress"]
+    steps_left = trainer_cfg.max_steps <= 0 or progress["global_step"] < trainer_cfg.max_steps
+    if progress["epoch"] >= trainer_cfg.max_epochs or not steps_left:
+        raise UserError(
+            f"{path} has finished training (epoch {progress['epoch']} of trainer.max_epochs="
+            f"{trainer_cfg.max_epochs}, step {progress['global_step']}): raise trainer.max_epochs (or max_steps) "
+            "to train further, or score it with scripts/eval.py"
+        )
+    trainer.state.resume(ckpt)
+    best = path.with_name("best.pt")
+    if trainer.parallel.is_main and best.is_file() and not trainer.checkpoints.best.exists():
+        trainer.checkpoints.dir.mkdir(parents=True, exist_ok=True)
+        checkpointing.copy(best, trainer.checkpoints.best)
 
 
 def _scaled_optimizer_cfg(cfg: DictConfig, parallel: Parallel, tracker: tracking.Tracker) -> DictConfig:

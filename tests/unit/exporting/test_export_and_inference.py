@@ -173,3 +173,17 @@ def test_predict_batches_do_not_change_results_and_top_k_is_capped() -> None:
         assert probs == pytest.approx([e["prob"] for e in b["top_k"]], abs=1e-6)
         assert len(probs) == 3 and sum(probs) == pytest.approx(1.0) and probs == sorted(probs)[::-1]
         assert a["label"] == a["top_k"][0]["label"]
+
+
+def test_inputs_with_nan_or_inf_are_reported_not_predicted() -> None:
+    from lab.inference.predict import batched_outputs
+
+    rows = [
+        ("row 0", torch.ones(3)),
+        ("row 1", torch.tensor([1.0, math.nan, 0.0])),
+        ("row 2", torch.full((3,), math.inf)),
+    ]
+    skipped: list[dict[str, str]] = []
+    outputs = list(batched_outputs(lambda x: x.sum(dim=1, keepdim=True), rows, batch_size=8, skipped=skipped))
+    assert [names for names, _ in outputs] == [["row 0"]]
+    assert skipped == [{"path": f"row {i}", "reason": "NaN or inf in the input"} for i in (1, 2)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
 import signal
@@ -207,7 +208,46 @@ def test_a_second_ctrl_c_quits_at_once(tmp_path: Path) -> None:
     with trainer.stop:
         os.kill(os.getpid(), signal.SIGINT)
         assert trainer.stop.received == signal.SIGINT
+        os.kill(os.getpid(), signal.SIGINT)  # the same press, forwarded by a launcher: still saving
+        trainer.stop._received_at -= 2  # a second press, later
         with pytest.raises(SystemExit) as caught:
             os.kill(os.getpid(), signal.SIGINT)
     trainer.tracker.finish()
     assert caught.value.code == 130
+
+
+class NaNAt(SquaredError):
+    """A loss that is NaN at the given optimizer steps (1-based; one micro-batch per step)."""
+
+    def __init__(self, steps: set[int]) -> None:
+        self.calls, self.steps = 0, steps
+
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        loss = super().loss(outputs, targets)
+        return loss * math.nan if self.calls in self.steps else loss
+
+
+def test_a_nan_at_an_epochs_last_step_is_named_with_that_epoch(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, max_epochs=3, log_every_n_steps=100)
+    trainer.task = NaNAt({8})  # the last step of epoch 1 (8 steps per epoch); found when epoch 1 is saved
+    with pytest.raises(UserError, match=r"loss became nan at optimizer step 8 \(epoch 1\)"):
+        trainer.fit()
+    trainer.tracker.finish()
+
+
+def test_max_bad_steps_skips_non_finite_steps_and_stops_after_too_many_in_a_row(tmp_path: Path) -> None:
+    skipping = _trainer(tmp_path / "skip", max_epochs=2, max_bad_steps=2)
+    skipping.task = NaNAt({3, 4, 9})
+    skipping.fit()
+    skipping.tracker.finish()
+    assert skipping.bad_steps.total == 3 and skipping.progress.global_step == 16
+    assert all(torch.isfinite(p).all() for p in skipping.model.parameters())
+    logged = [json.loads(line) for line in (tmp_path / "skip" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["train/bad_steps"] for m in logged if "train/bad_steps" in m][:2] == [2, 2]  # steps 4 and 8
+
+    stopping = _trainer(tmp_path / "stop", max_epochs=2, max_bad_steps=1)
+    stopping.task = NaNAt({3, 4})
+    with pytest.raises(UserError, match=r"loss was nan for 2 optimizer steps in a row, the last at step 4 \(epoch 1\)"):
+        stopping.fit()
+    stopping.tracker.finish()

@@ -1,0 +1,58 @@
+"""What a failed distributed job says: the rank whose error is its own, not the rank whose collective broke."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from lab.config import ConfigError
+from lab.distributed import launch
+
+CALLSTACK = 'Traceback (most recent call last):\n  File "/x/src/lab/data/folder.py", line 55, in load\n    raise\n'
+
+
+def _failure(timestamp: int, message: str, callstack: str = "") -> SimpleNamespace:
+    recorded = {"message": message, "extraInfo": {"py_callstack": callstack, "timestamp": str(timestamp)}}
+    return SimpleNamespace(timestamp=timestamp, message=recorded, exitcode=1)
+
+
+def test_the_root_cause_is_named_not_the_rank_whose_collective_broke() -> None:
+    err = SimpleNamespace(
+        failures={
+            0: _failure(100, "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]"),
+            1: _failure(100, "PIL.UnidentifiedImageError: cannot identify image file 'bad.png'", CALLSTACK),
+        }
+    )
+    assert launch._describe_failure(err, 2) == (
+        "rank 1 failed: PIL.UnidentifiedImageError: cannot identify image file 'bad.png' (/x/src/lab/data/folder.py:55)"
+    )
+
+
+def test_the_earliest_own_error_wins_and_user_errors_read_as_themselves() -> None:
+    err = SimpleNamespace(
+        failures={
+            0: _failure(105, "ValueError: later"),
+            1: _failure(101, "lab.errors.UserError: loss became nan at optimizer step 7 (epoch 1)"),
+        }
+    )
+    assert launch._describe_failure(err, 2) == "rank 1 failed: loss became nan at optimizer step 7 (epoch 1)"
+    only_symptoms = SimpleNamespace(failures={2: SimpleNamespace(timestamp=1, message="", exitcode=-9)})
+    assert launch._describe_failure(only_symptoms, 3) == "rank 2 failed: exit code -9"
+
+
+def test_a_rank_its_peers_timed_out_waiting_for_is_named() -> None:
+    timeout = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 15000ms for recv operation"
+    err = SimpleNamespace(failures={0: _failure(100, timeout)})
+    assert launch._describe_failure(err, 2).startswith(
+        "rank 1 stopped responding (hung, stopped or far too slow): rank 0 gave up waiting for it after dist.timeout_s"
+    )
+
+
+@pytest.mark.parametrize(("gpus", "nproc", "message"), [(0, 64, "exceeds this machine's"), (2, 4, "2 GPU\\(s\\)")])
+def test_more_ranks_than_the_machine_has_is_refused(monkeypatch, gpus: int, nproc: int, message: str) -> None:
+    monkeypatch.setattr(launch.torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(launch.os, "cpu_count", lambda: 2)
+    with pytest.raises(ConfigError, match=message):
+        launch.resolve_nproc(SimpleNamespace(nproc=nproc))
+    assert launch.resolve_nproc(SimpleNamespace(nproc="auto")) == (gpus or 2)
