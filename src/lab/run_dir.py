@@ -1,7 +1,7 @@
 """Who may write a run dir, and which run `resume=auto` continues.
 
-One process writes a run dir at a time (an exclusive lock on `<run dir>/.lock`, released by the OS when the process
-dies, so a killed run never leaves a stale lock). A new run refuses a dir that holds another run's checkpoints
+One process writes a run dir at a time (an exclusive lock on `<run dir>/.lock`, removed when the run ends and
+released by the OS when the process dies, so a killed run never leaves a lock that holds). A new run refuses a dir that holds another run's checkpoints
 unless it resumes that run or `overwrite=true` says to replace them. `resume=auto` finds the newest run of the same
 task and config whose training did not finish (interrupted by a signal, or killed before it wrote summary.json).
 """
@@ -43,7 +43,10 @@ def claim(run_dir: Path, resuming_here: bool, overwrite: bool) -> Iterator[None]
         lock.write(f"pid {os.getpid()}\n")
         lock.flush()
         _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)
-        yield
+        try:
+            yield
+        finally:
+            (run_dir / LOCK).unlink(missing_ok=True)  # the run dir holds the run's files only; the lock ends here
 
 
 def check_before_hydra(argv: list[str]) -> None:

@@ -23,3 +23,14 @@ def fixed_default(config: object, key: str) -> object | None:
     that dataclass leaves it mandatory (a base schema)."""
     default = type(config).__dataclass_fields__[key].default  # type: ignore[attr-defined]
     return None if default == MISSING else default
+
+
+def own_choice(config: object, group: str, key: str, noun: str) -> None:
+    """A per-option schema fixes `key` (the scheduler's name, the dist strategy): changing it would leave the other
+    option's keys behind, so another option is chosen with `<group>=<option>`, which brings its own keys."""
+    own, value = fixed_default(config, key), getattr(config, key)
+    require(
+        own is None or value == own,
+        f"{group}.{key}={value!r} on the {own} {noun}'s config: choose a {noun} with {group}=<name> (which brings "
+        f"that {noun}'s keys), not with {group}.{key}",
+    )

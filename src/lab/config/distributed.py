@@ -9,8 +9,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from lab.config.checks import fixed_default
 from lab.config.checks import one_of as _one_of
+from lab.config.checks import own_choice
 from lab.config.checks import require as _require
 
 
@@ -24,12 +24,7 @@ class DistConfig:
     base_batch_size: int | None = None  # the effective batch optimizer.lr was tuned for; null = data.batch_size
 
     def __post_init__(self) -> None:
-        own = fixed_default(self, "strategy")
-        _require(
-            own is None or self.strategy == own,
-            f"dist.strategy={self.strategy!r} on the {own} strategy's config: choose a strategy with "
-            "dist=<name> (which brings that strategy's keys), not with dist.strategy",
-        )
+        own_choice(self, "dist", "strategy", "strategy")
         _one_of("dist.lr_scaling", self.lr_scaling, ("none", "linear", "sqrt"))
         _require(
             self.base_batch_size is None or self.base_batch_size >= 1,

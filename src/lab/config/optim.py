@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
-from lab.config.checks import fixed_default
 from lab.config.checks import one_of as _one_of
+from lab.config.checks import own_choice
 from lab.config.checks import require as _require
 
 
@@ -61,12 +61,7 @@ class SchedulerConfig:
     warmup_steps: int = 0  # linear warmup, in optimizer steps
 
     def __post_init__(self) -> None:
-        own = fixed_default(self, "name")
-        _require(
-            own is None or self.name == own,
-            f"scheduler.name={self.name!r} on the {own} schedule's config: choose a schedule with "
-            "scheduler=<name> (which brings that schedule's keys), not with scheduler.name",
-        )
+        own_choice(self, "scheduler", "name", "schedule")
         _require(self.warmup_steps >= 0, f"scheduler.warmup_steps must be >= 0, got {self.warmup_steps}")
 
 

@@ -26,6 +26,8 @@ class TaskConfig:
 
 @dataclass
 class ClassificationTaskConfig(TaskConfig):
+    """Class labels: cross-entropy (optionally label-smoothed); accuracy and top-5 accuracy, best by accuracy."""
+
     name: str = "classification"
     monitor: str = "acc"
     mode: str = "max"
@@ -39,6 +41,8 @@ class ClassificationTaskConfig(TaskConfig):
 
 @dataclass
 class RegressionTaskConfig(TaskConfig):
+    """Real-valued targets, standardised by the train split: MSE; RMSE, MAE and R² in the target's units."""
+
     name: str = "regression"
     monitor: str = "rmse"
     mode: str = "min"
@@ -47,6 +51,8 @@ class RegressionTaskConfig(TaskConfig):
 
 @dataclass
 class LanguageModelTaskConfig(TaskConfig):
+    """Next-token prediction: token cross-entropy; loss, perplexity and token accuracy, best by loss."""
+
     name: str = "language_model"
     monitor: str = "loss"
     mode: str = "min"

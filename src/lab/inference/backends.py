@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -28,18 +28,25 @@ class Backend(Protocol):
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor: ...
 
 
-class EagerBackend:
-    """The PyTorch module itself (eval mode, no autograd)."""
+class ModuleBackend:
+    """What the torch runners share: `module` on `device`, run without autograd; outputs come back fp32 on the CPU."""
+
+    module: Any
+    device: torch.device
+
+    @torch.inference_mode()
+    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.module(inputs.to(self.device)).float().cpu()
+
+
+class EagerBackend(ModuleBackend):
+    """The PyTorch module itself (eval mode)."""
 
     name = "eager"
 
     def __init__(self, model: nn.Module, device: torch.device | None = None) -> None:
         self.device = device or torch.device("cpu")
-        self.model = model.eval().to(self.device)
-
-    @torch.inference_mode()
-    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
-        return self.model(inputs.to(self.device)).float().cpu()
+        self.module = model.eval().to(self.device)
 
 
 class OnnxBackend:
@@ -68,7 +75,7 @@ class OnnxBackend:
         return torch.from_numpy(logits)
 
 
-class ExportedProgramBackend:
+class ExportedProgramBackend(ModuleBackend):
     """A .pt2 file from `torch.export.save`, run as the GraphModule `torch.export.load(...).module()` gives."""
 
     name = "pt2"
@@ -86,12 +93,8 @@ class ExportedProgramBackend:
             program = move_to_device_pass(program, self.device)
         self.module = program.module()
 
-    @torch.inference_mode()
-    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
-        return self.module(inputs.to(self.device)).float().cpu()
 
-
-class TorchScriptBackend:
+class TorchScriptBackend(ModuleBackend):
     """A TorchScript archive (`torch.jit.load`); TorchScript is deprecated in torch, kept for old deployments."""
 
     name = "torchscript"
@@ -104,10 +107,6 @@ class TorchScriptBackend:
                 self.module = torch.jit.load(str(path), map_location=self.device).eval()
             except Exception as err:
                 raise UserError(f"torch.jit.load cannot read {path}: {str(err).splitlines()[0]}") from err
-
-    @torch.inference_mode()
-    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
-        return self.module(inputs.to(self.device)).float().cpu()
 
 
 def artifact_backend(path: str | Path, device: torch.device | None = None) -> Backend:

@@ -406,3 +406,32 @@ def test_evaluation_loaders_leave_the_global_rng_alone(tiny: DataModule):
     for workers in (0, 2):
         list(make_loader(tiny.val, data_cfg(num_workers=workers), train=False, generator=None, pin_memory=False))
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_unreadable_training_images_are_skipped_up_to_the_limit_then_named(tmp_path: Path) -> None:
+    from lab.data.folder import ImageFolderDataset
+    from lab.errors import UserError
+
+    good, bad = tmp_path / "good.png", tmp_path / "bad.png"
+    Image.fromarray(np.zeros((8, 8), dtype=np.uint8)).save(good)
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n not pixels")
+    to_tensor = lambda img: torch.zeros(1)  # noqa: E731
+    samples = [(str(bad), 0), (str(good), 1)]
+    tolerant = ImageFolderDataset(samples, to_tensor, max_bad=1)
+    assert tolerant[0][1] == 1 and tolerant.bad == 1  # the next image took its place
+    with pytest.raises(UserError, match=r"cannot read image .*bad\.png: .*\(1 unreadable image\(s\) skipped before"):
+        tolerant[0]  # the second bad read is over the limit
+    with pytest.raises(UserError, match=r"set data\.max_bad_samples=N to skip up to N"):
+        ImageFolderDataset(samples, to_tensor)[0]
+
+
+def test_an_error_from_a_loader_worker_is_reported_as_its_own_line() -> None:
+    from lab.cli import one_line
+    from lab.errors import UserError
+
+    wrapped = UserError(
+        "Caught UserError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+        '  File "x.py", line 3, in f\n    raise\nlab.errors.UserError: cannot read image a.png: broken\n'
+    )
+    assert one_line(wrapped) == "cannot read image a.png: broken"
+    assert one_line(UserError("plain")) == "plain"
