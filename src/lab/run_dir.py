@@ -1,9 +1,10 @@
 """Who may write a run dir, and which run `resume=auto` continues.
 
-One process writes a run dir at a time (an exclusive lock on `<run dir>/.lock`, removed when the run ends and
-released by the OS when the process dies, so a killed run never leaves a lock that holds). A new run refuses a dir that holds another run's checkpoints
-unless it resumes that run or `overwrite=true` says to replace them. `resume=auto` finds the newest run of the same
-task and config whose training did not finish (interrupted by a signal, or killed before it wrote summary.json).
+One process writes a run dir at a time: an exclusive lock on `<run dir>/.lock`, removed when the run ends and
+released by the OS when the process dies, so a killed run never leaves a lock that holds. A new run refuses a dir
+that holds another run's checkpoints unless it resumes that run or `overwrite=true` says to replace them.
+`resume=auto` finds the newest run of the same task and config whose training did not finish (interrupted by a
+signal, or killed before it wrote summary.json).
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def spawn(worker: Callable[..., Any], args: tuple, dist_cfg: Any) -> Any:
         run_id=uuid.uuid4().hex,
         rdzv_backend="c10d",
         rdzv_endpoint=f"127.0.0.1:{port}",
-        max_restarts=dist_cfg.max_restarts,  # restarted workers resume from last.pt (see `restarted`)
+        max_restarts=0,  # a failure ends the job; a requeue (SLURM) or resume=auto continues it from last.pt
         monitor_interval=0.2,
         # after a stop signal or a failed rank, the others get this long to exit before SIGKILL: a stopped or hung
         # rank ends the job within dist.timeout_s (its peers' collective fails) + grace_s
@@ -96,11 +96,6 @@ def spawn(worker: Callable[..., Any], args: tuple, dist_cfg: Any) -> Any:
         log.error("%s", reason)  # into the run's log file as well as the console
         raise UserError(reason) from None
     return results[0]
-
-
-def restarted() -> bool:
-    """Whether this worker is a restart (dist.max_restarts) after a failure of the job's workers."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
 
 
 def threads_per_rank(nproc: int) -> str:

@@ -83,9 +83,6 @@ def _check_options(cfg: DictConfig) -> None:
 def _spawned_worker(container: dict, run_dir: str, identity: dict) -> float | None:
     cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), container)  # typed again, as Hydra gave it
     launch.configure_worker_logging(Path(run_dir) / f"{cfg.task_name}.log")
-    last = Path(run_dir) / "checkpoints" / "last.pt"
-    if launch.restarted() and last.is_file():  # dist.max_restarts: the failed attempt's progress is kept
-        cfg.ckpt_path = str(last)
     return _join_and_train(cfg, Path(run_dir), identity)
 
 
