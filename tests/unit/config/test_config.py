@@ -191,6 +191,11 @@ def test_a_key_of_another_schedule_or_strategy_is_refused(compose, overrides: li
     assert f"Key '{key}' not in" in str(failed.value.__cause__)
 
 
+# the keys of every strategy that runs a process group (dist=ddp and dist=fsdp add one each)
+PROCESS_GROUP_KEYS = {"strategy", "lr_scaling", "base_batch_size", "nproc", "backend", "sync_bn", "master_port"}
+PROCESS_GROUP_KEYS |= {"timeout_s", "grace_s"}
+
+
 @pytest.mark.parametrize(
     ("group", "option", "keys"),
     [
@@ -200,38 +205,8 @@ def test_a_key_of_another_schedule_or_strategy_is_refused(compose, overrides: li
         ("scheduler", "plateau", {"name", "warmup_steps", "monitor", "mode", "factor", "patience"}),
         ("scheduler", "constant", {"name", "warmup_steps"}),
         ("dist", "none", {"strategy", "lr_scaling", "base_batch_size"}),
-        (
-            "dist",
-            "ddp",
-            {
-                "strategy",
-                "lr_scaling",
-                "base_batch_size",
-                "nproc",
-                "backend",
-                "sync_bn",
-                "master_port",
-                "timeout_s",
-                "grace_s",
-                "find_unused_parameters",
-            },
-        ),
-        (
-            "dist",
-            "fsdp",
-            {
-                "strategy",
-                "lr_scaling",
-                "base_batch_size",
-                "nproc",
-                "backend",
-                "sync_bn",
-                "master_port",
-                "timeout_s",
-                "grace_s",
-                "reshard_after_forward",
-            },
-        ),
+        ("dist", "ddp", {*PROCESS_GROUP_KEYS, "find_unused_parameters"}),
+        ("dist", "fsdp", {*PROCESS_GROUP_KEYS, "reshard_after_forward"}),
     ],
 )
 def test_each_schedule_and_strategy_has_its_own_keys(group: str, option: str, keys: set[str]) -> None:
