@@ -214,7 +214,11 @@ def init(dist_cfg: Any, device_name: str = "auto") -> Parallel:
         device_id=torch.device("cuda", gpu) if backend == "nccl" and gpu is not None else None,
     )
     return Parallel(
-        strategy=dist_cfg.strategy, rank=dist.get_rank(), local_rank=local_rank, world_size=dist.get_world_size()
+        strategy=dist_cfg.strategy,
+        rank=dist.get_rank(),
+        local_rank=local_rank,
+        world_size=dist.get_world_size(),
+        timeout_s=dist_cfg.timeout_s,
     )
 
 

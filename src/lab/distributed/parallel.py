@@ -7,6 +7,7 @@ workflows call the same methods either way, so there is one code path.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import math
 from dataclasses import dataclass, field
@@ -77,6 +78,7 @@ class Parallel:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    timeout_s: float = 600.0  # dist.timeout_s: how long a collective waits for a missing rank
     _control: Any = field(default=None, repr=False)  # a gloo group for host-side votes (any_rank_lagged)
     _vote: Any = field(default=None, repr=False)  # the vote in flight: (work, its tensor)
 
@@ -189,7 +191,10 @@ class Parallel:
         if not self.active:
             return flag
         if self._control is None:
-            self._control = dist.new_group(backend="gloo")  # a collective: every rank makes its first call together
+            # a collective (every rank makes its first call together), with the job's timeout: a new group would
+            # otherwise wait 30 minutes for a rank that stopped
+            timeout = datetime.timedelta(seconds=self.timeout_s)
+            self._control = dist.new_group(backend="gloo", timeout=timeout)
         answer = False
         if self._vote is not None:
             work, value = self._vote
