@@ -60,7 +60,9 @@ def configure_backends(trainer_cfg, device: torch.device) -> None:
     if deterministic:
         # cuBLAS needs this before its first call to be deterministic; harmless elsewhere.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    if torch.are_deterministic_algorithms_enabled() != deterministic:
+        # only on a change: torch's setter also imports torch._inductor (about a second) to set its flag
+        torch.use_deterministic_algorithms(deterministic, warn_only=True)
     torch.backends.cudnn.deterministic = deterministic
     # benchmark autotunes conv algorithms per input shape: faster for fixed shapes, slower when shapes vary.
     torch.backends.cudnn.benchmark = bool(trainer_cfg.cudnn_benchmark) and not deterministic

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from lab.config import ConfigError, DataConfig
+from lab.data import bundled
 from lab.data.common import (
     DataCfg,
     DataModule,
@@ -49,13 +50,11 @@ def _train_augment(cfg: DataCfg, padding: int, flip: bool) -> RandomShiftFlip | 
 @register("digits", config=DataConfig)
 def build_digits(cfg: DataCfg) -> DataModule:
     """sklearn's bundled 8x8 digits (1,797 images, values 0..16): train/val/test carved by split_seed."""
-    from sklearn.datasets import load_digits
-
     check_fixed_shape(cfg, "digits", 1, 8)
     num_classes = resolve_num_classes(cfg, "digits", 10)
-    digits = load_digits()
-    images = torch.from_numpy(digits.images.astype(np.uint8)).unsqueeze(1)  # (N,1,8,8), values 0..16
-    labels = torch.from_numpy(digits.target).long()
+    pixels, targets = bundled.digits()
+    images = torch.from_numpy(pixels.astype(np.uint8)).unsqueeze(1)  # (N,1,8,8), values 0..16
+    labels = torch.from_numpy(targets).long()
 
     train_idx, val_idx, test_idx = train_val_test(labels, cfg)
 

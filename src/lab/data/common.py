@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ from omegaconf import DictConfig
 from torch.utils.data import Dataset
 
 from lab.config import ConfigError, DataConfig, LoaderConfig
+from lab.data import splits
 
 DataCfg = DataConfig | LoaderConfig | DictConfig
 
@@ -108,15 +110,11 @@ def split_indices(labels: torch.Tensor, fraction: float, seed: int) -> tuple[tor
     Depends only on the labels, ``fraction`` and ``seed`` (never on the training seed), so a run and its
     evaluation see the same split. Stratified by class when every class can appear on both sides.
     """
-    from sklearn.model_selection import train_test_split  # heavy import, only needed while building
-
     y = labels.numpy()
-    n_held = int(torch.tensor(len(y) * fraction).ceil())  # sklearn rounds a float test_size up as well
+    n_held = math.ceil(len(y) * fraction)
     counts = torch.bincount(labels)
     counts = counts[counts > 0]
-    stratify = y if counts.min() >= 2 and len(counts) <= min(n_held, len(y) - n_held) else None
-    kept, held = train_test_split(
-        torch.arange(len(y)).numpy(), test_size=fraction, random_state=seed, shuffle=True, stratify=stratify
-    )
-    # sorted so item order follows the source data and does not depend on sklearn's shuffling
+    stratify = bool(counts.min() >= 2 and len(counts) <= min(n_held, len(y) - n_held))
+    kept, held = splits.held_out(y, fraction, seed, stratify)
+    # sorted so item order follows the source data and does not depend on the shuffling
     return torch.from_numpy(kept).sort().values, torch.from_numpy(held).sort().values

@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lab.config import ConfigError, CsvConfig, DiabetesConfig
+from lab.data import bundled
 from lab.data.common import DataModule, train_val_test
 from lab.data.datasets import register
 
@@ -80,11 +81,14 @@ def table_module(
 def build_diabetes(cfg: Any) -> DataModule:
     """442 patients, 10 baseline features (age, sex, BMI, blood pressure, six serum measurements); the target is
     a measure of disease progression one year later (25..346)."""
-    from sklearn.datasets import load_diabetes
-
-    data = load_diabetes(scaled=False)
+    features, progression = bundled.diabetes()
     return table_module(
-        data.data, data.target, feature_names=data.feature_names, target_name="progression", class_names=None, cfg=cfg
+        features,
+        progression,
+        feature_names=bundled.DIABETES_FEATURES,
+        target_name="progression",
+        class_names=None,
+        cfg=cfg,
     )
 
 

@@ -23,7 +23,6 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from lab import runtime
 from lab.distributed import env
@@ -59,6 +58,8 @@ def resolve_nproc(dist_cfg: Any) -> int:
 
 def spawn(worker: Callable[..., Any], args: tuple, dist_cfg: Any) -> Any:
     """Run `worker(*args)` in `dist.nproc` local processes; return rank 0's result or raise naming the failed rank."""
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # the elastic agent: only to spawn
+
     nproc = resolve_nproc(dist_cfg)
     port = dist_cfg.master_port or free_port()
     config = LaunchConfig(

@@ -16,21 +16,21 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
 from torch.utils.data import DistributedSampler, Sampler
 
 from lab import checkpointing
 
 log = logging.getLogger(__name__)
 
-_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: the step asks for one every micro-batch
+
+
+def _state_dict_api() -> tuple[Any, Any]:
+    """(torch.distributed.checkpoint.state_dict, its options for full state dicts on the CPU), imported when a
+    checkpoint is first written or read: it brings DTensor along, a second that would precede the first step."""
+    from torch.distributed.checkpoint import state_dict
+
+    return state_dict, state_dict.StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 class ShardSampler(Sampler[int]):
@@ -223,16 +223,19 @@ class Parallel:
     def model_state(self, model: nn.Module) -> dict[str, Any]:
         """Full, unsharded, wrapper-free weights (on rank 0 for FSDP)."""
         if self.strategy == "fsdp" and self.active:
-            return get_model_state_dict(model, options=_FULL)
+            api, full = _state_dict_api()
+            return api.get_model_state_dict(model, options=full)
         return model.state_dict()
 
     def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """Keyed by parameter name for every strategy, so a checkpoint resumes under any other strategy."""
-        return get_optimizer_state_dict(model, optimizer, options=_FULL)
+        api, full = _state_dict_api()
+        return api.get_optimizer_state_dict(model, optimizer, options=full)
 
     def load_model_state(self, model: nn.Module, state: dict[str, Any]) -> None:
         if self.strategy == "fsdp" and self.active:
-            set_model_state_dict(model, checkpointing.strip_wrapper_prefixes(state), options=_FULL)
+            api, full = _state_dict_api()
+            api.set_model_state_dict(model, checkpointing.strip_wrapper_prefixes(state), options=full)
         else:
             checkpointing.load_model_state(model, state)
 
@@ -243,4 +246,5 @@ class Parallel:
             for group, saved in zip(optimizer.param_groups, state["param_groups"]):
                 group.update({key: value for key, value in saved.items() if key != "params"})
             return
-        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+        api, _ = _state_dict_api()
+        api.set_optimizer_state_dict(model, optimizer, state, options=api.StateDictOptions(full_state_dict=True))

@@ -1,0 +1,82 @@
+"""Time from `python scripts/train.py` to its first optimizer step, minus what `import torch` alone costs.
+
+    python bench/startup.py [--repeats 3] [overrides ...]      (default overrides: debug=fast)
+
+Each figure is the median over `--repeats` fresh processes, measured in this one run of the script: a bare
+`python -c "import torch"`, then the real CLI with logger=none and with logger=wandb (offline), in turns so that
+machine noise hits all three alike. The CLI runs with a probe callback (`FirstStep`, below) that records the
+wall-clock time of the first optimizer step and ends the process there: what comes after the first step (more
+steps, validation, the test split) is not start-up. Goal: first step - import torch <= 1.5 s, with and without wandb.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STAMP_ENV = "LAB_BENCH_FIRST_STEP_FILE"
+
+
+class FirstStep:
+    """Trainer callback: write the time of the first optimizer step to $LAB_BENCH_FIRST_STEP_FILE and exit."""
+
+    def on_train_step_end(self, trainer: object) -> None:
+        Path(os.environ[STAMP_ENV]).write_text(repr(time.time()))
+        os._exit(0)  # nothing after the first step is start-up: skip teardown (wandb's finish included)
+
+
+def seconds_to_import_torch() -> float:
+    start = time.time()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.time() - start
+
+
+def seconds_to_first_step(overrides: list[str], logger: str, tmp: Path) -> float:
+    stamp = tmp / "stamp"
+    stamp.unlink(missing_ok=True)
+    env = {**os.environ, STAMP_ENV: str(stamp), "PYTHONPATH": f"{REPO / 'bench'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("WANDB_API_KEY", None)  # offline: no server is reached, whatever the machine has
+    args = [
+        sys.executable,
+        str(REPO / "scripts/train.py"),
+        f"hydra.run.dir={tmp / f'run-{time.time_ns()}'}",
+        f"logger={logger}",
+        "logger.mode=offline" if logger == "wandb" else "trainer.progress_bar=off",
+        "+callbacks.first_step._target_=startup.FirstStep",
+        *overrides,
+    ]
+    start = time.time()
+    proc = subprocess.run(args, cwd=tmp, env=env, capture_output=True, text=True)
+    if proc.returncode != 0 or not stamp.exists():
+        sys.exit(f"error: {' '.join(args[1:])} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return float(stamp.read_text()) - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("overrides", nargs="*", default=["debug=fast"])
+    args = parser.parse_args()
+    times: dict[str, list[float]] = {"import torch": [], "none": [], "wandb": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(args.repeats):
+            times["import torch"].append(seconds_to_import_torch())
+            for logger in ("none", "wandb"):
+                times[logger].append(seconds_to_first_step(args.overrides, logger, Path(tmp)))
+    torch_s = statistics.median(times["import torch"])
+    print(f"overrides: {' '.join(args.overrides)}   median of {args.repeats} fresh processes each")
+    print(f"python -c 'import torch': {torch_s:.2f} s")
+    for logger in ("none", "wandb"):
+        first = statistics.median(times[logger])
+        print(f"logger={logger:<6} first optimizer step at {first:.2f} s   minus import torch: {first - torch_s:.2f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""Held-out splits, the same index sets scikit-learn's ``train_test_split(..., shuffle=True, random_state=seed)``
+gives (stratified or not), computed with numpy alone.
+
+Importing ``sklearn.model_selection`` costs about a second (scipy comes with it), paid by every training run before
+its first step and by every eval/export run. The algorithm is short: a stratified split draws each class's share
+of the held-out set (the approximate mode of the multivariate hypergeometric, ties broken by the random state),
+then a permutation within each class. Matching scikit-learn's draws keeps every split a run has used the same as
+before; tests/unit/data/test_splits.py compares both on many (size, fraction, seed, classes) cases.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lab.errors import UserError
+
+
+def held_out(labels: np.ndarray, fraction: float, seed: int, stratify: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, held) index arrays (unsorted) of ``range(len(labels))`` with ceil(fraction * n) held out."""
+    n = len(labels)
+    n_held = math.ceil(fraction * n)
+    n_kept = n - n_held
+    if n_held == 0 or n_kept == 0:
+        raise UserError(
+            f"cannot hold out a fraction {fraction} of {n} samples (it leaves an empty split); "
+            "use more data or another data.val_fraction / data.test_fraction"
+        )
+    rng = np.random.RandomState(seed)
+    if not stratify:
+        permutation = rng.permutation(n)
+        return permutation[n_held:], permutation[:n_held]
+    _, class_of, class_counts = np.unique(labels, return_inverse=True, return_counts=True)
+    class_members = np.split(np.argsort(class_of, kind="stable"), np.cumsum(class_counts)[:-1])
+    kept_per_class = _approximate_mode(class_counts, n_kept, rng)
+    held_per_class = _approximate_mode(class_counts - kept_per_class, n_held, rng)
+    kept, held = [], []
+    for members, n_k, n_h in zip(class_members, kept_per_class, held_per_class):
+        shuffled = members.take(rng.permutation(len(members)), mode="clip")
+        kept.extend(shuffled[:n_k])
+        held.extend(shuffled[n_k : n_k + n_h])
+    return np.asarray(kept, dtype=np.int64), np.asarray(held, dtype=np.int64)
+
+
+def _approximate_mode(class_counts: np.ndarray, n_draws: int, rng: np.random.RandomState) -> np.ndarray:
+    """Samples per class in the most likely draw of `n_draws`: the floors of the proportional shares, then one
+    more for the classes with the largest remainders (ties broken at random), until the total is `n_draws`."""
+    continuous = class_counts / class_counts.sum() * n_draws
+    floored = np.floor(continuous)
+    need_to_add = int(n_draws - floored.sum())
+    if need_to_add > 0:
+        remainder = continuous - floored
+        for value in np.sort(np.unique(remainder))[::-1]:
+            (candidates,) = np.where(remainder == value)
+            add_now = min(len(candidates), need_to_add)
+            floored[rng.choice(candidates, size=add_now, replace=False)] += 1
+            need_to_add -= add_now
+            if need_to_add == 0:
+                break
+    return floored.astype(int)
