@@ -153,3 +153,19 @@ def test_a_stopped_rank_ends_the_job_within_the_timeout_naming_it(tmp_path: Path
     elapsed = time.monotonic() - stopped
     assert code == 1 and err.strip().splitlines()[-1].startswith("error: rank 1 stopped responding"), err[-3000:]
     assert elapsed < 5 * (8 + 10)  # dist.timeout_s + dist.grace_s, with room for a loaded machine
+
+
+def test_max_restarts_restarts_the_workers_from_last_pt(tmp_path: Path) -> None:
+    run_dir = tmp_path / "restart"
+    env = script_env()
+    env["PYTHONPATH"] += os.pathsep + str(REPO / "tests" / "integration" / "plugins")
+    crash = "+callbacks.crash={_target_: crash_once.CrashOnce}"  # the first attempt fails after its validation
+    args = [*SMALL, "dist=ddp", "dist.nproc=2", "dist.max_restarts=1", "trainer.max_epochs=2"]
+    args += ["trainer.ckpt_every_n_steps=4", crash, f"hydra.run.dir={run_dir}"]
+    command = [PYTHON, str(REPO / "scripts" / "train.py"), *args]
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = (run_dir / "train.log").read_text()
+    assert "restarting the workers (restart 1 of dist.max_restarts=1)" in log
+    assert "resumed at epoch 1, step 8" in log  # the first attempt's last mid-epoch checkpoint (9 steps per epoch)
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"

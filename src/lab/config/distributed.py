@@ -48,10 +48,12 @@ class ProcessGroupConfig(DistConfig):
     sync_bn: bool = False  # SyncBatchNorm (CUDA only): batch statistics over all ranks, for small per-GPU batches
     master_port: int | None = None  # spawned jobs: rendezvous port; null = a free one (each multirun job its own)
     timeout_s: float = 600.0  # collective timeout: a stuck rank fails the job instead of hanging it
+    max_restarts: int = 0  # spawned jobs: start all workers again this often after a crash, resuming from last.pt
     grace_s: int = 10  # spawned jobs: seconds ranks get to save and exit (a stop signal, another rank's failure)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _require(self.max_restarts >= 0, f"dist.max_restarts must be >= 0, got {self.max_restarts}")
         _require(self.grace_s >= 1, f"dist.grace_s must be >= 1, got {self.grace_s}")
         _require(
             self.nproc == "auto" or (isinstance(self.nproc, int) and self.nproc >= 1),

@@ -57,10 +57,43 @@ def resolve_nproc(dist_cfg: Any) -> int:
 
 
 def spawn(worker: Callable[..., Any], args: tuple, dist_cfg: Any) -> Any:
-    """Run `worker(*args)` in `dist.nproc` local processes; return rank 0's result or raise naming the failed rank."""
+    """Run `worker(*args)` in `dist.nproc` local processes; return rank 0's result or raise naming the failed rank.
+
+    With dist.max_restarts=N a failed attempt (a crash, a lost rank: not a config/data error, not a stop signal)
+    starts all workers again, up to N times; they resume from the run's last.pt (`restart_count()`). Each attempt
+    is an elastic launch of its own, on a fresh rendezvous: restarted workers of one launch (the agent's own
+    max_restarts) intermittently failed to connect their gloo process group here ("connectFullMesh: Connection
+    refused") or hung in it."""
+    nproc = resolve_nproc(dist_cfg)
+    threads = threads_per_rank(nproc)
+    for attempt in range(dist_cfg.max_restarts + 1):
+        try:
+            with _environment(OMP_NUM_THREADS=threads, **{RESTART_COUNT: str(attempt)}):
+                return _launch(worker, args, dist_cfg, nproc, threads)
+        except ChildFailedError as err:
+            reason, restartable = _describe_failure(err, nproc)
+            log.error("%s", reason)  # into the run's log file as well as the console
+            if not restartable or attempt == dist_cfg.max_restarts:
+                raise UserError(reason) from None
+            log.warning(
+                "restarting the workers (restart %d of dist.max_restarts=%d); they resume from last.pt",
+                attempt + 1,
+                dist_cfg.max_restarts,
+            )
+    raise AssertionError("unreachable")
+
+
+RESTART_COUNT = "LAB_RESTART_COUNT"  # the workers' attempt: 0, then 1.. after dist.max_restarts restarts
+
+
+def restart_count() -> int:
+    """How many times this job's workers were restarted after a failure (dist.max_restarts)."""
+    return int(os.environ.get(RESTART_COUNT, "0"))
+
+
+def _launch(worker: Callable[..., Any], args: tuple, dist_cfg: Any, nproc: int, threads: str) -> Any:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # the elastic agent: only to spawn
 
-    nproc = resolve_nproc(dist_cfg)
     port = dist_cfg.master_port or free_port()
     config = LaunchConfig(
         min_nodes=1,
@@ -69,22 +102,21 @@ def spawn(worker: Callable[..., Any], args: tuple, dist_cfg: Any) -> Any:
         run_id=uuid.uuid4().hex,
         rdzv_backend="c10d",
         rdzv_endpoint=f"127.0.0.1:{port}",
-        max_restarts=0,  # a failure ends the job; a requeue (SLURM) or resume=auto continues it from last.pt
+        max_restarts=0,  # restarts are new launches (see spawn)
         monitor_interval=0.2,
         # after a stop signal or a failed rank, the others get this long to exit before SIGKILL: a stopped or hung
         # rank ends the job within dist.timeout_s (its peers' collective fails) + grace_s
         shutdown_timeout=dist_cfg.grace_s,
         start_method="spawn",
     )
-    threads = threads_per_rank(nproc)
     log.info(
         "launching %d %s workers (rendezvous 127.0.0.1:%d, %s threads each)", nproc, dist_cfg.strategy, port, threads
     )
     try:
         # the launcher forwards these to the workers (SIGUSR1 too, else it would kill the launcher and orphan them),
         # which finish their step, save last.pt and stop (lab.training.preemption)
-        with _environment(OMP_NUM_THREADS=threads, TORCHELASTIC_SIGNALS_TO_HANDLE=_FORWARDED_SIGNALS):
-            results = elastic_launch(config, worker)(*args)
+        with _environment(TORCHELASTIC_SIGNALS_TO_HANDLE=_FORWARDED_SIGNALS):
+            return elastic_launch(config, worker)(*args)[0]
     except SignalException as err:
         name = signal.Signals(err.sigval).name
         raise Interrupted(
@@ -92,11 +124,6 @@ def spawn(worker: Callable[..., Any], args: tuple, dist_cfg: Any) -> Any:
             "(continue with resume=auto or resume=<run dir>)",
             exit_code=128 + err.sigval,
         ) from None
-    except ChildFailedError as err:
-        reason = _describe_failure(err, nproc)
-        log.error("%s", reason)  # into the run's log file as well as the console
-        raise UserError(reason) from None
-    return results[0]
 
 
 def threads_per_rank(nproc: int) -> str:
@@ -137,25 +164,27 @@ _SYMPTOMS = (
 )
 
 
-def _describe_failure(err: ChildFailedError, nproc: int) -> str:
-    """The root cause: the failing rank whose error is its own (not a broken collective), earliest first, with its
-    exception type, message and where it was raised. When every failure is a broken collective, the ranks that did
-    not fail are the ones their peers waited for: hung, stopped or too slow."""
+def _describe_failure(err: ChildFailedError, nproc: int) -> tuple[str, bool]:
+    """The root cause, and whether a restart may help (not for a config or data error the user must fix, nor a
+    stop signal). The cause: the failing rank whose error is its own (not a broken collective), earliest first,
+    with its exception type, message and where it was raised. When every failure is a broken collective, the ranks
+    that did not fail are the ones their peers waited for: hung, stopped or too slow."""
     failures = sorted(err.failures.items(), key=lambda item: (item[1].timestamp, item[0]))
     described = [(rank, *_exception(failure)) for rank, failure in failures]
     own = [d for d in described if not any(s in d[1] for s in _SYMPTOMS)]
-    rank, reason, where = own[0] if own else described[0]
+    rank, reason, where, users = own[0] if own else described[0]
     silent = [str(r) for r in range(nproc) if r not in err.failures]
     if not own and silent:
         return (
             f"rank {', '.join(silent)} stopped responding (hung, stopped or far too slow): rank {rank} gave up "
             f"waiting for it after dist.timeout_s: {reason}"
-        )
-    return f"rank {rank} failed: {reason}" + (f" ({where})" if where else "")
+        ), True
+    return f"rank {rank} failed: {reason}" + (f" ({where})" if where else ""), not users
 
 
-def _exception(failure: Any) -> tuple[str, str]:
-    """("<Type>: <message>" first line, "file:line" where it was raised) from what @record wrote."""
+def _exception(failure: Any) -> tuple[str, str, bool]:
+    """("<Type>: <message>" first line, "file:line" where it was raised, whether it is one of lab.errors: a
+    UserError/ConfigError or a stop signal's Interrupted) from what @record wrote."""
     message = failure.message
     callstack = ""
     if isinstance(message, dict):  # written by @record: {"message": "<Type>: <text>", "extraInfo": {...}}
@@ -163,6 +192,7 @@ def _exception(failure: Any) -> tuple[str, str]:
         message = message.get("message", "")
     lines = [line for line in str(message).splitlines() if line.strip()]
     reason = lines[0] if lines else f"exit code {failure.exitcode}"
+    users = reason.startswith(("lab.errors.", "UserError: ", "ConfigError: ", "Interrupted: "))
     for prefix in ("lab.errors.UserError: ", "lab.errors.ConfigError: ", "UserError: ", "ConfigError: "):
         reason = reason.removeprefix(prefix)
     frames = [line.strip() for line in callstack.splitlines() if line.strip().startswith('File "')]
@@ -170,7 +200,7 @@ def _exception(failure: Any) -> tuple[str, str]:
     if frames:
         path, line = frames[-1].split('"')[1], frames[-1].split("line ")[1].split(",")[0]
         where = f"{path}:{line}"
-    return reason, where
+    return reason, where, users
 
 
 def configure_worker_logging(log_file: Path) -> None:

@@ -193,7 +193,7 @@ def test_a_key_of_another_schedule_or_strategy_is_refused(compose, overrides: li
 
 # the keys of every strategy that runs a process group (dist=ddp and dist=fsdp add one each)
 PROCESS_GROUP_KEYS = {"strategy", "lr_scaling", "base_batch_size", "nproc", "backend", "sync_bn", "master_port"}
-PROCESS_GROUP_KEYS |= {"timeout_s", "grace_s"}
+PROCESS_GROUP_KEYS |= {"timeout_s", "grace_s", "max_restarts"}
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed.launcher.api
 from omegaconf import OmegaConf
 from torch import nn
 from torch.export import passes as export_passes
@@ -194,7 +195,7 @@ def test_spawned_ranks_share_the_cores_instead_of_each_taking_all(monkeypatch: p
 
         return run
 
-    monkeypatch.setattr(launch, "elastic_launch", fake_launch)
+    monkeypatch.setattr(torch.distributed.launcher.api, "elastic_launch", fake_launch)
     cfg = compose(["dist=ddp", "dist.nproc=4"]).dist
     assert launch.spawn(lambda: None, (), cfg) == "rank0"
     assert seen["threads"] == "4" and "OMP_NUM_THREADS" not in os.environ  # restored for the next job
