@@ -15,13 +15,7 @@ from lab.config import validate
 from lab.config.mistakes import describe
 from lab.dotenv import load_dotenv
 from lab.errors import ConfigError, Interrupted, UserError
-
-
-def in_multirun() -> bool:
-    """True inside a job of a Hydra sweep (`-m`, or a config that sets hydra.mode=MULTIRUN)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    return HydraConfig.initialized() and HydraConfig.get().mode.name == "MULTIRUN"
+from lab.sweeps.jobs import in_multirun
 
 
 def full_errors() -> bool:
@@ -63,7 +57,11 @@ def run_workflow(cfg: Any, workflow: str) -> Any:
     """What every entry script does: validate the config, then import (torch-heavy) and run lab.workflows.<x>."""
     with user_errors():
         validate(cfg)
-        return importlib.import_module(f"lab.workflows.{workflow}").run(cfg)
+        run = importlib.import_module(f"lab.workflows.{workflow}").run
+        from lab.tools import oom  # torch is imported by now (the workflow's own imports)
+
+        with oom.explained(cfg):  # a CUDA out-of-memory error: a memory report and what to try, then one line
+            return run(cfg)
 
 
 def main(hydra_main: Callable[[], Any]) -> Any:

@@ -46,6 +46,13 @@ def outcome(ret: JobReturn) -> Outcome:
     return Outcome(getattr(err, "run_status", "failed"), None, describe(err))
 
 
+def in_multirun() -> bool:
+    """True inside a job of a Hydra sweep (`-m`, or a config that sets hydra.mode=MULTIRUN)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.initialized() and HydraConfig.get().mode.name == "MULTIRUN"
+
+
 def fail_fast(config: DictConfig) -> bool:
     """`sweep.fail_fast` of the sweep's config: stop launching after a batch that had a failed job."""
     return bool(OmegaConf.select(config, "sweep.fail_fast", default=False))

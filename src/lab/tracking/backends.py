@@ -51,6 +51,7 @@ class Backend:
     """One tracker. Subclasses set `name` and implement `start` and `log`; the other hooks default to nothing."""
 
     name = ""
+    keeps_histograms = False  # True: log_histograms records them (computing them costs: asked only then)
 
     def __init__(self, run: RunInfo) -> None:
         self.run = run
@@ -61,6 +62,9 @@ class Backend:
     def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
         """One event: `step` = global optimizer step, `epoch` = the 1-based epoch it belongs to (None outside one)."""
         raise NotImplementedError
+
+    def log_histograms(self, histograms: Mapping[str, tuple[list[float], list[float]]], step: int) -> None:
+        """Distributions at a step, each as (counts, bin edges): only when `keeps_histograms` says so."""
 
     def summary(self, values: Mapping[str, Any]) -> None:
         """Best and final values (called several times; later values win)."""

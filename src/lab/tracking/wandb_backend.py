@@ -50,6 +50,7 @@ def resolve_mode(mode: str) -> str:
 
 class WandbBackend(Backend):
     name = "wandb"
+    keeps_histograms = True
     wandb_run: Any = None
 
     def start(self) -> None:
@@ -60,6 +61,11 @@ class WandbBackend(Backend):
 
     def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
         self.wandb_run.log({**metrics, **({"epoch": epoch} if epoch is not None else {})}, step=step)
+
+    def log_histograms(self, histograms: Mapping[str, tuple[list[float], list[float]]], step: int) -> None:
+        import wandb
+
+        self.wandb_run.log({key: wandb.Histogram(np_histogram=hist) for key, hist in histograms.items()}, step=step)
 
     def summary(self, values: Mapping[str, Any]) -> None:
         self.wandb_run.summary.update(dict(values))

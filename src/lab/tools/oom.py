@@ -1,0 +1,136 @@
+"""A CUDA out-of-memory error explained: where memory went and what to change, instead of a traceback wall.
+
+    with explained(cfg):          # lab.cli.run_workflow wraps every workflow (and spawned DDP ranks) in it
+        run(cfg)
+
+On ``torch.OutOfMemoryError`` the log gets a report: where it happened (training step N or evaluation), memory
+allocated now vs at its peak, reserved by the caching allocator and free on the device, the usage rows of
+``torch.cuda.memory_summary()``, the largest live allocations (``torch.cuda.memory_snapshot()``), and the overrides to
+try, worked out from the run's config. The run then ends with one line (a UserError) and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from lab.errors import UserError
+
+log = logging.getLogger(__name__)
+
+GIB = 2**30
+# the usage rows of torch.cuda.memory_summary() worth reading (its full table has ~30 rows)
+SUMMARY_ROWS = ("CUDA OOMs", "Metric", "Allocated memory", "Active memory", "GPU reserved memory", "Non-releasable")
+
+
+@contextlib.contextmanager
+def explained(cfg: Any) -> Iterator[None]:
+    try:
+        yield
+    except torch.OutOfMemoryError as err:
+        raise UserError(explain(err, cfg)) from err
+
+
+def explain(err: BaseException, cfg: Any) -> str:
+    """Log the memory report and the next steps for `err`; return the one-line message the run ends with."""
+    where, evaluating = _where(err.__traceback__)
+    steps = next_steps(cfg, evaluating)
+    cause = str(err).strip().splitlines()[0] if str(err).strip() else "CUDA out of memory"
+    report = [f"CUDA out of memory{where}: {cause}", *memory_report(), "next steps, most effective first:"]
+    report += [f"  {step}" for step in steps]
+    log.error("%s", "\n".join(report))
+    first = f": try {steps[0]}" if steps else ""
+    return f"CUDA out of memory{where}{first} (the memory report and more steps are in the log above)"
+
+
+def _where(tb: TracebackType | None) -> tuple[str, bool]:
+    """(" in training step N (epoch E)", False) or (" while evaluating", True), from the frames the error passed
+    through (the innermost wins)."""
+    where, evaluating = "", False
+    while tb is not None:
+        frame = tb.tb_frame
+        module, function = frame.f_globals.get("__name__", ""), frame.f_code.co_name
+        if module == "lab.training.trainer" and function == "train_step":
+            progress = frame.f_locals["self"].progress
+            where = f" in training step {progress.global_step + 1} (epoch {progress.epoch + 1})"
+        elif module == "lab.training.evaluation" and function == "accumulate_metrics":  # validation, test, eval.py
+            where, evaluating = " while evaluating", True
+        tb = tb.tb_next
+    return where, evaluating
+
+
+def memory_report(device: int | None = None) -> list[str]:
+    """Current vs peak memory, the allocator's usage rows and the largest live allocations on a CUDA device."""
+    if not torch.cuda.is_available():
+        return ["(no CUDA device is visible to report on)"]
+    device = torch.cuda.current_device() if device is None else device
+    free, total = torch.cuda.mem_get_info(device)
+    allocated, peak = torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
+    reserved, peak_reserved = torch.cuda.memory_reserved(device), torch.cuda.max_memory_reserved(device)
+    lines = [
+        f"memory on cuda:{device}: {allocated / GIB:.2f} GiB allocated now, peak {peak / GIB:.2f} GiB; "
+        f"{reserved / GIB:.2f} GiB reserved by PyTorch (peak {peak_reserved / GIB:.2f}); "
+        f"{free / GIB:.2f} GiB free of {total / GIB:.2f} GiB",
+    ]
+    summary = torch.cuda.memory_summary(device, abbreviated=True).splitlines()
+    lines += [line for line in summary if any(row in line for row in SUMMARY_ROWS)]
+    largest = largest_allocations(device)
+    if largest:
+        sizes = ", ".join(_size(size) for size in largest)
+        lines.append(f"largest live allocations: {sizes}")
+    return lines
+
+
+def largest_allocations(device: int, count: int = 8) -> list[int]:
+    """The sizes in bytes of the `count` largest allocated blocks of the caching allocator on `device`."""
+    sizes = [
+        block["size"]
+        for segment in torch.cuda.memory_snapshot()
+        if segment.get("device", device) == device
+        for block in segment["blocks"]
+        if block["state"] == "active_allocated"
+    ]
+    return sorted(sizes, reverse=True)[:count]
+
+
+def next_steps(cfg: Any, evaluating: bool = False) -> list[str]:
+    """The overrides worth trying for this run's config, most effective first."""
+
+    def get(key: str) -> Any:
+        return OmegaConf.select(cfg, key, default=None)
+
+    steps = []
+    batch, accum, eval_batch = get("data.batch_size"), get("trainer.grad_accum_steps"), get("data.eval_batch_size")
+    if evaluating and batch:
+        size = eval_batch or batch
+        if size > 1:
+            steps.append(f"data.eval_batch_size={size // 2}: evaluation holds no gradients but a batch of {size}")
+    elif batch and batch > 1 and accum:
+        steps.append(
+            f"data.batch_size={batch // 2} trainer.grad_accum_steps={accum * 2}: half the activations, the same "
+            f"effective batch of {batch // 2 * accum * 2} per device"
+        )
+    if get("precision.name") == "fp32":
+        steps.append("precision=bf16 (precision=amp before Ampere GPUs): activations in half the memory")
+    if get("model.grad_checkpointing") is False:
+        steps.append("model.grad_checkpointing=true: recompute activations in backward (~30% more compute)")
+    if get("trainer.channels_last") is False and get("data.image_size") is not None and not evaluating:
+        steps.append("trainer.channels_last=true (convolutional models): leaner convolution workspaces")
+    if torch.cuda.is_available():
+        reserved, allocated = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
+        if reserved > 1.25 * allocated and reserved - allocated > GIB:
+            steps.append(
+                f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: {(reserved - allocated) / GIB:.2f} GiB reserved "
+                "but unused (fragmentation)"
+            )
+    return steps
+
+
+def _size(num_bytes: int) -> str:
+    return f"{num_bytes / GIB:.2f} GiB" if num_bytes >= GIB else f"{num_bytes / 2**20:.1f} MiB"
