@@ -12,6 +12,9 @@ from lab.config.checks import require as _require
 @dataclass
 class ModelConfig:
     name: str = MISSING
+    # fnmatch patterns over parameter names (model.freeze=[backbone.*]): those parameters keep their initial
+    # weights and stay out of the optimizer (lab.models.freeze)
+    freeze: list[str] = field(default_factory=list)
 
 
 @dataclass

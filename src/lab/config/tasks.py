@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -32,11 +33,25 @@ class ClassificationTaskConfig(TaskConfig):
     monitor: str = "acc"
     mode: str = "max"
     target_type: str = "class"
-    label_smoothing: float = 0.0
+    label_smoothing: float = 0.0  # target mass spread evenly over the other classes (0 = plain cross-entropy)
+    # weight of each class in the training loss: null = equal; balanced = n / (K * count) from the training labels;
+    # or a list of K non-negative floats. Validation metrics stay unweighted.
+    class_weights: Any = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _require(0 <= self.label_smoothing < 1, f"task.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        weights = self.class_weights
+        _require(
+            weights is None
+            or weights == "balanced"
+            or (
+                isinstance(weights, list | tuple)
+                and all(isinstance(w, int | float) and not isinstance(w, bool) and w >= 0 for w in weights)
+                and any(w > 0 for w in weights)
+            ),
+            f"task.class_weights must be null, balanced or a list of one non-negative float per class, got {weights}",
+        )
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Any
 from torch import nn
 
 from lab.errors import ConfigError
+from lab.models.freeze import freeze
 from lab.registry import Registry
 
 # A builder receives the model config (read by attribute) and the dataset's meta (input_shape, num_outputs, ...).
@@ -31,5 +32,8 @@ def image_channels(meta: Mapping[str, Any], model: str) -> int:
 
 
 def build(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
-    """Build the model named ``cfg.name`` for the data described by ``meta``."""
-    return MODELS.build(cfg, meta)
+    """Build the model named ``cfg.name`` for the data described by ``meta``, with ``cfg.freeze``'s parameters
+    frozen (every model has the key: it is in the base ModelConfig)."""
+    model = MODELS.build(cfg, meta)
+    freeze(model, list(getattr(cfg, "freeze", None) or []))
+    return model

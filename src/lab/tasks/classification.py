@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from lab.config import ClassificationTaskConfig
 from lab.errors import UserError
-from lab.tasks import figures
+from lab.tasks import class_weights, figures
 from lab.tasks.base import Predictions, ReportContext, count
 from lab.tasks.registry import TASKS
 
@@ -76,7 +76,13 @@ def build_classification(cfg: Any, meta: Mapping[str, Any]) -> Classification:
             "task=classification needs class labels, but this dataset gives none (no num_classes in its meta); "
             "pick the task that fits the data (task=regression for values, task=language_model for text)"
         )
-    return Classification(int(meta["num_classes"]), float(cfg.label_smoothing), meta.get("class_names"))
+    num_classes, weights = int(meta["num_classes"]), cfg.get("class_weights")
+    task = Classification(num_classes, float(cfg.label_smoothing), meta.get("class_names"))
+    if weights == "balanced":
+        task.balanced = True  # from the training labels: `prepare` sets them
+    elif weights is not None:
+        task.class_weights = class_weights.given(list(weights), num_classes)
+    return task
 
 
 class Classification:
@@ -93,6 +99,23 @@ class Classification:
         self.num_classes = num_classes
         self.label_smoothing = label_smoothing
         self.class_names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
+        self.class_weights: torch.Tensor | None = None  # task.class_weights, resolved (on the CPU)
+        self.balanced = False  # task.class_weights=balanced: `prepare` computes them from the training labels
+        self._weights_on: dict[torch.device, torch.Tensor] = {}  # class_weights per device, copied once
+
+    def prepare(self, train_set: torch.utils.data.Dataset) -> None:
+        """Before training: what the task learns from the training split (balanced class weights)."""
+        if self.balanced:
+            self.class_weights, self._weights_on = class_weights.balanced(train_set, self.num_classes), {}
+
+    def _class_weights(self, device: torch.device) -> torch.Tensor | None:
+        if self.class_weights is None:
+            if self.balanced:
+                raise RuntimeError("task.class_weights=balanced: call task.prepare(train_set) before training")
+            return None
+        if device not in self._weights_on:
+            self._weights_on[device] = self.class_weights.to(device)
+        return self._weights_on[device]
 
     @property
     def monitor_mode(self) -> str:
@@ -114,11 +137,18 @@ class Classification:
         return f"class labels in [{low}, {high}] of {self.num_classes}"
 
     def weight(self, targets: torch.Tensor) -> torch.Tensor:
-        return count(len(targets), targets.device)
+        weights = self._class_weights(targets.device)
+        if weights is None:
+            return count(len(targets), targets.device)
+        # summed weighted loss / summed target weights = torch's weighted-mean cross-entropy, over any grouping
+        return weights[targets].sum()
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         # Cross-entropy in fp32: under autocast, logits may be fp16/bf16 and log-softmax loses precision there.
-        return F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing, reduction="sum")
+        weights = self._class_weights(logits.device)
+        return F.cross_entropy(
+            logits.float(), targets, weight=weights, label_smoothing=self.label_smoothing, reduction="sum"
+        )
 
     def metrics(self, device: torch.device, full: bool = False) -> ClassificationMetrics:
         return ClassificationMetrics(self.num_classes, device, confusion=full)

@@ -246,7 +246,7 @@ def run(cfg: Any, run_dir: str | Path, options: Options) -> Result:
         )
 
     datamodule = data.build(cfg.data)
-    task = tasks.build(cfg.task, datamodule.meta)
+    task = tasks.build(cfg.task, datamodule.meta, datamodule.train)
     pin = cfg.data.pin_memory if cfg.data.pin_memory is not None else device.type == "cuda"
     generator = torch.Generator().manual_seed(cfg.seed)
     loader = data.make_loader(datamodule.train, cfg.data, train=True, generator=generator, pin_memory=pin)

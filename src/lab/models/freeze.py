@@ -1,0 +1,50 @@
+"""model.freeze: parameters whose names match fnmatch patterns (``backbone.*``) stop training.
+
+They get ``requires_grad=False``, so the optimizer leaves them out (``lab.optim.parameter_groups`` takes trainable
+parameters only), DDP does not reduce them and no gradient is ever computed for them; the start-of-run report
+counts them as frozen.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
+
+from torch import nn
+
+from lab.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def freeze(model: nn.Module, patterns: Sequence[str]) -> list[str]:
+    """Freeze every parameter whose name matches one of `patterns`; returns the frozen names. A pattern that matches
+    nothing, or patterns that leave nothing to train, are a ConfigError naming the model's top-level modules."""
+    if not patterns:
+        return []
+    named = dict(model.named_parameters())
+    for pattern in patterns:
+        if not any(fnmatchcase(name, pattern) for name in named):
+            top = _top_level(model) or ["(none)"]
+            raise ConfigError(
+                f"model.freeze pattern {pattern!r} matches no parameter of the model; its top-level modules are "
+                f"{', '.join(top)} (patterns match parameter names: model.freeze=[{top[0]}.*] freezes {top[0]})"
+            )
+    frozen = [name for name in named if any(fnmatchcase(name, pattern) for pattern in patterns)]
+    if len(frozen) == len(named):
+        raise ConfigError(
+            f"model.freeze={list(patterns)} freezes every parameter, so nothing would train; "
+            f"name only the parts to keep fixed (top-level modules: {', '.join(_top_level(model))})"
+        )
+    for name in frozen:
+        named[name].requires_grad_(False)
+    values = sum(named[name].numel() for name in frozen)
+    log.info("model.freeze=%s: %d parameter tensors (%s values) frozen", list(patterns), len(frozen), f"{values:,}")
+    return frozen
+
+
+def _top_level(model: nn.Module) -> list[str]:
+    """The names a pattern starts with: top-level submodules, and parameters held by the model itself."""
+    names = [name for name, child in model.named_children() if any(True for _ in child.parameters())]
+    return names + [name for name, _ in model.named_parameters(recurse=False)]

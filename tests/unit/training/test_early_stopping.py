@@ -1,0 +1,79 @@
+"""trainer.early_stopping: stops after `patience` validations without an improvement larger than `min_delta`,
+records it in the summary, and a resume continues the count exactly."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from test_trainer import _trainer
+
+from lab import checkpointing
+from lab.config.training import EarlyStoppingConfig
+from lab.errors import UserError
+from lab.training.early_stopping import EarlyStopping
+from lab.training.state import Progress
+from lab.workflows import train
+
+# the toy run's validation loss falls every epoch, but never by 1e3: only the first validation is an improvement
+NEVER_ENOUGH = {"early_stopping": {"patience": 2, "min_delta": 1e3}}
+
+
+def _stopping(tmp_path: Path, **settings):
+    return _trainer(tmp_path, **{**settings, "early_stopping": EarlyStoppingConfig(**settings["early_stopping"])})
+
+
+def test_the_count_needs_an_improvement_larger_than_min_delta_and_nan_is_none() -> None:
+    stopping, progress = EarlyStopping(patience=2, min_delta=0.01, mode="max"), Progress()
+    counts = []
+    for value in (0.5, 0.505, 0.509, 0.515, float("nan"), 0.52, 0.6):
+        stopping.record(progress, value)
+        counts.append(progress.stale_validations)
+    # 0.515 beats the reference 0.5 by more than 0.01 (a slow climb counts); 0.52 does not beat 0.515 by enough
+    assert counts == [0, 1, 2, 0, 1, 2, 0]
+    assert progress.early_stopping_reference == 0.6
+
+
+def test_training_stops_after_patience_validations_and_says_so(tmp_path: Path, caplog) -> None:
+    trainer = _stopping(tmp_path, max_epochs=10, **NEVER_ENOUGH)
+    with caplog.at_level(logging.INFO, logger="lab.training.early_stopping"):
+        summary = trainer.fit()
+    trainer.tracker.finish()
+    assert summary["stopped_early"] is True and summary["stopped_epoch"] == 3 and summary["epochs"] == 3
+    assert summary["global_step"] == 3 * 8
+    # best.pt follows any improvement: the loss fell each epoch, so the best is the last one
+    assert summary["best_epoch"] == 3 and summary["val/loss_best"] == summary["val/loss"]
+    (line,) = [r.getMessage() for r in caplog.records if "early stopping" in r.getMessage()]
+    assert line.startswith("early stopping at epoch 3: val/loss did not improve by more than 1000 for 2 validations")
+    assert f"best {summary['val/loss_best']:.4f} at epoch 3" in line
+
+
+def test_without_early_stopping_the_run_goes_on(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, max_epochs=4)
+    summary = trainer.fit()
+    trainer.tracker.finish()
+    assert summary["epochs"] == 4 and "stopped_early" not in summary
+
+
+def test_the_count_survives_a_resume_and_a_stopped_run_is_not_resumed(tmp_path: Path) -> None:
+    straight = _stopping(tmp_path / "straight", max_epochs=10, **NEVER_ENOUGH)
+    straight.fit()
+    first = _stopping(tmp_path / "first", max_epochs=2, **NEVER_ENOUGH)  # interrupted after epoch 2
+    first.fit()
+    saved = checkpointing.read(tmp_path / "first" / "checkpoints" / "last.pt")
+    assert saved["progress"]["stale_validations"] == 1  # epoch 1 set the reference, epoch 2's did not beat it
+    resumed = _stopping(tmp_path / "resumed", max_epochs=10, **NEVER_ENOUGH)
+    train._resume(resumed, saved, tmp_path / "first" / "checkpoints" / "last.pt", resumed.cfg)
+    summary = resumed.fit()
+    for trainer in (straight, first, resumed):
+        trainer.tracker.finish()
+    assert summary["stopped_epoch"] == 3 and resumed.progress.global_step == straight.progress.global_step == 24
+    for a, b in zip(straight.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)
+    stopped = tmp_path / "straight" / "checkpoints" / "last.pt"
+    again = _stopping(tmp_path / "again", max_epochs=10, **NEVER_ENOUGH)
+    again.tracker.finish()
+    with pytest.raises(UserError, match=r"stopped early at epoch 3 .*raise the patience"):
+        train._resume(again, checkpointing.read(stopped), stopped, again.cfg)

@@ -1,0 +1,138 @@
+"""trainer.ema: the average follows the hand-computed formula, is what validation scores and best.pt holds, and a
+resumed run continues it bit for bit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from test_trainer import CPU, _trainer
+from torch import nn
+
+from lab import checkpointing
+from lab.config.training import EMAConfig
+from lab.errors import ConfigError
+from lab.training import Trainer
+from lab.training.ema import EMA
+from lab.training.evaluation import score
+from lab.workflows import train
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
+
+
+def _with_ema(tmp_path: Path, decay: float = 0.8, every_n_steps: int = 1, **settings):
+    model = _model()
+    trainer = _trainer(tmp_path, model=model, **settings)
+    ema = EMA(model, decay, every_n_steps)
+    # what the workflow passes: the EMA rides along as a step hook and is validated and checkpointed
+    return Trainer(
+        model=model,
+        optimizer=trainer.optimizer,
+        scheduler=trainer.scheduler,
+        task=trainer.task,
+        train_batches=trainer.train_batches,
+        val_loader=trainer.val_loader,
+        device=CPU,
+        precision=trainer.precision,
+        cfg=trainer.cfg,
+        tracker=trainer.tracker,
+        checkpoints=trainer.checkpoints,
+        parallel=trainer.parallel,
+        ema=ema,
+    )
+
+
+class Recorder:
+    """A step hook that keeps the trained weights and buffers after every optimizer step."""
+
+    def __init__(self) -> None:
+        self.weights: list[list[torch.Tensor]] = []
+        self.buffers: list[list[torch.Tensor]] = []
+
+    def on_train_step_end(self, trainer) -> None:
+        self.weights.append([p.detach().clone() for p in trainer.model.parameters()])
+        self.buffers.append([b.clone() for b in trainer.model.buffers()])
+
+
+def test_the_average_is_the_hand_computed_one_updated_every_n_steps(tmp_path: Path) -> None:
+    decay, every = 0.8, 3
+    trainer = _with_ema(tmp_path, decay=decay, every_n_steps=every, max_epochs=2)
+    initial = [p.detach().clone() for p in trainer.model.parameters()]
+    recorder = Recorder()
+    trainer._step_hooks.insert(0, recorder.on_train_step_end)
+    trainer.fit()
+    trainer.tracker.finish()
+    expected = initial
+    for step, weights in enumerate(recorder.weights, start=1):
+        if step % every == 0:
+            expected = [decay * e + (1 - decay) * w for e, w in zip(expected, weights)]
+    assert len(recorder.weights) == 16
+    for averaged, hand in zip(trainer.ema.module.parameters(), expected):
+        torch.testing.assert_close(averaged, hand, rtol=1e-6, atol=1e-7)
+    assert not torch.equal(next(trainer.ema.module.parameters()), next(trainer.model.parameters()))
+    # buffers (BatchNorm statistics) are copied, not averaged: those of the last update, step 15
+    for averaged, own in zip(trainer.ema.module.buffers(), recorder.buffers[14]):
+        assert torch.equal(averaged, own)
+
+
+def test_validation_and_best_pt_use_the_average_and_last_pt_keeps_both(tmp_path: Path) -> None:
+    trainer = _with_ema(tmp_path, max_epochs=3)
+    summary = trainer.fit()
+    trainer.tracker.finish()
+    args = (trainer.task, trainer.parallel, CPU, trainer.precision)
+    ema_loss = score(trainer.ema.module, trainer.ema.module, trainer.val_loader, *args)["loss"]
+    raw_loss = score(trainer.model, trainer.model, trainer.val_loader, *args)["loss"]
+    assert summary["val/loss"] == ema_loss != raw_loss
+    last = checkpointing.read(tmp_path / "checkpoints" / "last.pt")
+    for key, value in trainer.ema.module.state_dict().items():
+        assert torch.equal(last["model"][key], value)
+        assert torch.equal(last["raw_model"][key], trainer.model.state_dict()[key])
+    best = checkpointing.read(tmp_path / "checkpoints" / "best.pt")
+    restored = _model()
+    restored.load_state_dict(best["model"])  # what eval / export / infer load
+    assert score(restored, restored, trainer.val_loader, *args)["loss"] == summary["val/loss_best"]
+
+
+def test_a_resumed_run_continues_the_average_bit_for_bit(tmp_path: Path) -> None:
+    straight = _with_ema(tmp_path / "straight", max_epochs=3)
+    straight.fit()
+    first = _with_ema(tmp_path / "first", max_epochs=3, max_steps=13)  # stops mid-epoch 2
+    first.fit()
+    resumed = _with_ema(tmp_path / "resumed", max_epochs=3)  # fresh weights: the checkpoint brings both back
+    resumed.state.resume(checkpointing.read(tmp_path / "first" / "checkpoints" / "last.pt"))
+    resumed.fit()
+    for trainer in (straight, first, resumed):
+        trainer.tracker.finish()
+    assert resumed.progress.global_step == straight.progress.global_step == 24
+    for module in ("model", "ema"):
+        a = straight.model if module == "model" else straight.ema.module
+        b = resumed.model if module == "model" else resumed.ema.module
+        for key, value in a.state_dict().items():
+            assert torch.equal(value, b.state_dict()[key]), (module, key)
+
+
+def test_a_run_without_ema_resumes_with_the_average_starting_at_its_weights(tmp_path: Path) -> None:
+    plain = _trainer(tmp_path / "plain", model=_model(), max_epochs=1)
+    plain.fit()
+    plain.tracker.finish()
+    resumed = _with_ema(tmp_path / "resumed", max_epochs=2)
+    resumed.state.resume(checkpointing.read(tmp_path / "plain" / "checkpoints" / "last.pt"))
+    resumed.tracker.finish()
+    for a, b in zip(resumed.ema.module.state_dict().values(), plain.model.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_ema_under_fsdp_is_refused_at_configuration_time(compose) -> None:
+    cfg = compose(["dist=fsdp", "trainer.ema.decay=0.999"])
+    with pytest.raises(ConfigError, match=r"trainer.ema.decay does not work with dist=fsdp .* use dist=ddp"):
+        train._check_options(cfg)
+    train._check_options(compose(["dist=ddp", "trainer.ema.decay=0.999"]))  # DDP is fine
+
+
+def test_ema_decay_out_of_range_is_one_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"trainer.ema.decay must be in \[0, 1\) or null, got 1.0"):
+        EMAConfig(decay=1.0)
