@@ -19,7 +19,10 @@ class LoaderConfig:
     root: str = "data"
     batch_size: int = 64  # per device
     eval_batch_size: int | None = None  # null = batch_size
-    num_workers: int = 0
+    # torch: a DataLoader (workers, any dataset) | device: each split held as tensors on the training device, batches
+    # shuffled, cut and augmented there by tensor ops (in-memory datasets: images, tables, text)
+    loader: str = "torch"
+    num_workers: int = 0  # data.loader=torch only
     pin_memory: bool | None = None  # null = auto: only when training on CUDA
     persistent_workers: bool = True  # only meaningful with num_workers > 0
     split_seed: int = 0  # fixes the train/val(/test) split, independent of the training seed
@@ -32,6 +35,7 @@ class LoaderConfig:
             self.eval_batch_size is None or self.eval_batch_size >= 1,
             f"data.eval_batch_size must be >= 1 or null, got {self.eval_batch_size}",
         )
+        _one_of("data.loader", self.loader, ("torch", "device"))
         _require(self.num_workers >= 0, f"data.num_workers must be >= 0, got {self.num_workers}")
         _require(0 < self.val_fraction < 1, f"data.val_fraction must be in (0, 1), got {self.val_fraction}")
         _require(

@@ -2,7 +2,18 @@
 
 from lab.data.common import DataModule
 from lab.data.datasets import build, checked_config
+from lab.data.device import DeviceEvalLoader, DeviceLoader
 from lab.data.loaders import EpochLoader, make_loader, seed_worker
 from lab.data.transforms import eval_transform
 
-__all__ = ["DataModule", "EpochLoader", "build", "checked_config", "eval_transform", "make_loader", "seed_worker"]
+__all__ = [
+    "DataModule",
+    "DeviceEvalLoader",
+    "DeviceLoader",
+    "EpochLoader",
+    "build",
+    "checked_config",
+    "eval_transform",
+    "make_loader",
+    "seed_worker",
+]

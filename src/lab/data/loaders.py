@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, get_worker_info
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
 from lab.config import ConfigError
 from lab.data.common import DataCfg
@@ -36,58 +36,70 @@ def _reseed(seed: int) -> None:
     np.random.seed(seed % 2**32)
 
 
-class EpochSeededSampler(Sampler):
-    """The training sampler, each index tagged with its epoch's seed: ``(tag, index)``.
+def stream_seed(epoch_seed: int, position: int) -> int:
+    """Augmentation seed of the batch that starts at sample `position` of an epoch: a function of the two alone, so
+    a resumed run that starts mid-epoch draws what an uninterrupted one drew there, whichever worker fetches it."""
+    return (epoch_seed * 1_000_003 + position) % 2**63
 
-    Persistent DataLoader workers are seeded once, when the first iterator starts them, so their augmentation
-    streams would run on across epochs and a run resumed at epoch e (fresh workers) would augment differently
-    from one that never stopped. The tag travels with the indices into the workers, where
-    :class:`EpochSeededDataset` reseeds once per epoch from (loader seed, epoch, worker id) alone.
+
+class EpochSampler(Sampler):
+    """The training sampler: one epoch of the wrapped shuffle from sample ``start`` on.
+
+    ``start`` lets a resumed run begin mid-epoch without loading (and augmenting) the batches it already trained
+    on. With workers (``tagged``) each index travels as ``(tag, position, index)``: persistent workers are seeded
+    once, when the first iterator starts them, so their own streams would run on across epochs and depend on which
+    worker got which batch; :class:`EpochSeededDataset` instead reseeds every batch from (epoch tag, position).
     """
 
-    def __init__(self, sampler: Sampler, seed: int) -> None:
-        self.sampler, self.seed, self.epoch = sampler, seed, 0
+    def __init__(self, sampler: Sampler, seed: int, tagged: bool) -> None:
+        self.sampler, self.seed, self.tagged = sampler, seed, tagged
+        self.epoch = self.start = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
-    def __iter__(self) -> Iterator[tuple[int, int]]:
+    def __iter__(self) -> Iterator[int] | Iterator[tuple[int, int, int]]:
+        indices = itertools.islice(self.sampler, self.start, None)
+        if not self.tagged:
+            return indices
         tag = epoch_generator_seed(self.seed, self.epoch)
-        return ((tag, index) for index in self.sampler)
+        return ((tag, position, index) for position, index in enumerate(indices, self.start))
 
     def __len__(self) -> int:
-        return len(self.sampler)  # type: ignore[arg-type]
+        return len(self.sampler)  # type: ignore[arg-type]  # the whole epoch: batches per epoch do not change
 
 
 class EpochSeededDataset(Dataset):
-    """Reads ``(tag, index)`` keys from :class:`EpochSeededSampler`; a worker that sees a new tag reseeds torch,
-    numpy and random with (tag, worker id) before fetching, so augmentation depends on the epoch, not the past."""
+    """Reads ``(tag, position, index)`` keys from :class:`EpochSampler`; each batch reseeds torch, numpy and
+    random from (tag, position of its first sample) before fetching, so its augmentation depends on where it sits
+    in the epoch, not on the worker, the number of workers or what that worker fetched before."""
 
     def __init__(self, dataset: Dataset) -> None:
         self.dataset = dataset
-        self.tag: int | None = None
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
 
-    def _enter(self, tag: int) -> None:
-        if tag != self.tag:
-            info = get_worker_info()
-            _reseed(tag * 1_009 + (info.id if info is not None else 0))
-            self.tag = tag
+    def __getitem__(self, key: tuple[int, int, int]) -> Any:
+        return self.__getitems__([key])[0]
 
-    def __getitem__(self, key: tuple[int, int]) -> Any:
-        tag, index = key
-        self._enter(tag)
-        return self.dataset[index]
-
-    def __getitems__(self, keys: Sequence[tuple[int, int]]) -> list[Any]:
-        self._enter(keys[0][0])
-        indices = [index for _, index in keys]
+    def __getitems__(self, keys: Sequence[tuple[int, int, int]]) -> list[Any]:
+        tag, position, _ = keys[0]
+        _reseed(stream_seed(tag, position))
+        indices = [index for _, _, index in keys]
         fetch = getattr(self.dataset, "__getitems__", None)
         return fetch(indices) if fetch is not None else [self.dataset[i] for i in indices]
+
+
+def check_batch_fits(samples: int, batch_size: int) -> None:
+    """Training drops the last partial batch: an epoch needs at least one full one."""
+    if samples < batch_size:
+        raise ConfigError(
+            f"data.batch_size={batch_size} is larger than the {samples} training samples, so an epoch "
+            f"would have no full batch; set data.batch_size <= {samples}"
+        )
 
 
 def make_loader(
@@ -100,30 +112,28 @@ def make_loader(
     sampler: Sampler | None = None,
 ) -> DataLoader:
     """Train loaders shuffle (unless a sampler is given) and drop the last partial batch, whose size could be
-    1 and break BatchNorm; eval loaders keep every sample in order. With workers, training augmentation is
-    reseeded per epoch (:class:`EpochSeededSampler`); the loader's seed is ``generator``'s initial seed."""
+    1 and break BatchNorm; eval loaders keep every sample in order. A train loader's sampler is an
+    :class:`EpochSampler` (a resume starts it mid-epoch); with workers, augmentation is reseeded per batch from the
+    loader's seed (``generator``'s initial seed), the epoch and the batch's position."""
     batch_size = cfg.batch_size if train else (cfg.eval_batch_size or cfg.batch_size)
-    if train:
-        n = len(sampler) if sampler is not None else len(dataset)  # type: ignore[arg-type]
-        if n < batch_size:
-            raise ConfigError(
-                f"data.batch_size={batch_size} is larger than the {n} training samples, so an epoch "
-                f"would have no full batch; set data.batch_size <= {n}"
-            )
-        if cfg.num_workers > 0:  # worker augmentation seeded per epoch: exact resume with workers
-            sampler = EpochSeededSampler(
-                sampler if sampler is not None else RandomSampler(dataset, generator=generator),
-                seed=generator.initial_seed() if generator is not None else torch.initial_seed(),
-            )
-            dataset = EpochSeededDataset(dataset)
+    seed = generator.initial_seed() if generator is not None else torch.initial_seed()
     if generator is None:
         # every new iterator draws its workers' base seed from this generator, or from the global RNG when there
         # is none: an evaluation loader would then shift the training stream (dropout) at every validation
         generator = torch.Generator().manual_seed(0)
+    if train:
+        check_batch_fits(len(sampler) if sampler is not None else len(dataset), batch_size)  # type: ignore[arg-type]
+        sampler = EpochSampler(
+            sampler if sampler is not None else RandomSampler(dataset, generator=generator),
+            seed=seed,
+            tagged=cfg.num_workers > 0,  # without workers, augmentation draws from the global RNG (checkpointed)
+        )
+        if cfg.num_workers > 0:
+            dataset = EpochSeededDataset(dataset)
     return DataLoader(
         dataset,
         batch_size=batch_size,
-        shuffle=train and sampler is None,
+        shuffle=False,  # a train loader's sampler shuffles
         sampler=sampler,
         drop_last=train,
         num_workers=cfg.num_workers,
@@ -136,8 +146,10 @@ def make_loader(
 
 class EpochLoader:
     """The training loader as the trainer walks it: ``epoch(e, start)`` yields epoch e's batches from batch
-    `start` on, in an order that depends on (seed, e) alone, so a resumed run replays exactly what an uninterrupted
-    one would have seen. ``len()`` is the batches per epoch after `limit` (trainer.limit_train_batches, -1 = all)."""
+    `start` on, in an order that depends on (seed, e) alone, so a resumed run sees exactly what an uninterrupted
+    one would have seen. ``len()`` is the batches per epoch after `limit` (trainer.limit_train_batches, -1 = all).
+    A loader from :func:`make_loader` starts its sampler at `start` (nothing before it is loaded); any other
+    loader's first `start` batches are drawn and dropped."""
 
     def __init__(self, loader: DataLoader, generator: torch.Generator | None, seed: int, limit: int = -1) -> None:
         self.loader, self.generator, self.seed = loader, generator, seed
@@ -154,7 +166,10 @@ class EpochLoader:
         sampler = getattr(self.loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)  # DistributedSampler: a new shuffle every epoch, the same on every rank
+        skip = start  # resumed mid-epoch: what the checkpoint already trained on
+        if isinstance(sampler, EpochSampler):
+            sampler.start, skip = start * self.loader.batch_size, 0  # type: ignore[operator]
         batches = iter(self.loader)
-        for _ in range(start):  # resumed mid-epoch: skip what the checkpoint already trained on
+        for _ in range(skip):
             next(batches)
         return itertools.islice(batches, self.batches - start)

@@ -35,8 +35,16 @@ class TableDataset(Dataset):
         return self.features[index], self.targets[index]
 
     def __getitems__(self, indices: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        index = torch.as_tensor(indices, dtype=torch.long)
-        return list(zip(self.features[index].unbind(0), self.targets[index].unbind(0)))
+        x, y = self.fetch(torch.as_tensor(indices, dtype=torch.long))
+        return list(zip(x.unbind(0), y.unbind(0)))
+
+    def fetch(self, index: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows ``index`` as one batch (no augmentation: `generator` is unused)."""
+        return self.features[index], self.targets[index]
+
+    def to(self, device: torch.device) -> TableDataset:
+        """This split on `device`, for data.loader=device."""
+        return TableDataset(self.features.to(device), self.targets.to(device))
 
 
 def table_module(

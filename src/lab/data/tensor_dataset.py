@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from lab.data.transforms import normalize
+from lab.data.transforms import RandomShiftFlip, normalize
+from lab.errors import UserError
 
 
 class TensorImageDataset(Dataset):
@@ -34,8 +35,8 @@ class TensorImageDataset(Dataset):
         self.images = images
         self.labels = labels.long()
         self.scale = float(scale)
-        self.mean = torch.tensor(list(mean), dtype=torch.float32)
-        self.std = torch.tensor(list(std), dtype=torch.float32)
+        self.mean = torch.tensor(list(mean), dtype=torch.float32, device=images.device)
+        self.std = torch.tensor(list(std), dtype=torch.float32, device=images.device)
         self.augment = augment
         # row of each item in the source data (e.g. load_digits order): lets tests and audits check splits
         self.source_indices = torch.arange(len(labels)) if source_indices is None else source_indices
@@ -43,22 +44,41 @@ class TensorImageDataset(Dataset):
     def __len__(self) -> int:
         return len(self.labels)
 
-    def _batch(self, index: torch.Tensor) -> torch.Tensor:
+    def fetch(self, index: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Items ``index`` as one batch ``(x, y)`` on the images' device; augmentation draws from `generator` (the
+        global RNG when None, which only the DataLoader path uses)."""
         x = self.images[index].float()
         if self.scale != 1.0:
             x = x / self.scale
         if self.augment is not None:
-            x = self.augment(x)
-        return normalize(x, self.mean, self.std)
+            x = self.augment(x) if generator is None else self.augment(x, generator)
+        return normalize(x, self.mean, self.std), self.labels[index]
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        x = self._batch(torch.tensor([index]))
-        return x[0], int(self.labels[index])
+        x, y = self.fetch(torch.tensor([index]))
+        return x[0], int(y[0])
 
     def __getitems__(self, indices: Sequence[int]) -> list[tuple[torch.Tensor, int]]:
-        index = torch.as_tensor(indices, dtype=torch.long)
-        xs = self._batch(index)
-        return list(zip(xs.unbind(0), self.labels[index].tolist()))
+        xs, ys = self.fetch(torch.as_tensor(indices, dtype=torch.long))
+        return list(zip(xs.unbind(0), ys.tolist()))
+
+    def to(self, device: torch.device) -> TensorImageDataset:
+        """This split on `device`, for data.loader=device; only augmentation that runs there as batched tensor ops
+        (:class:`RandomShiftFlip`) can come along."""
+        if self.augment is not None and not isinstance(self.augment, RandomShiftFlip):
+            raise UserError(
+                f"data.loader=device cannot run this dataset's augmentation ({type(self.augment).__name__}) as "
+                "batched tensor ops on the device; use data.loader=torch"
+            )
+        return TensorImageDataset(
+            self.images.to(device),
+            self.labels.to(device),
+            scale=self.scale,
+            mean=self.mean.tolist(),
+            std=self.std.tolist(),
+            augment=self.augment,
+            source_indices=self.source_indices,
+        )
 
     def subset(
         self,

@@ -39,6 +39,21 @@ class TokenWindows(Dataset):
         window = self.ids[start : start + self.block_size + 1]
         return window[:-1], window[1:]
 
+    def fetch(self, index: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Windows ``index`` as one batch. With a `generator` (data.loader=device training) each starts at a random
+        offset inside its block instead of on the block boundary: an epoch still covers the corpus once, in windows
+        that differ from epoch to epoch."""
+        starts = index * self.block_size
+        if generator is not None:
+            offsets = torch.randint(0, self.block_size, starts.shape, generator=generator, device=starts.device)
+            starts = (starts + offsets).clamp_max(len(self.ids) - self.block_size - 1)
+        windows = self.ids[starts.unsqueeze(1) + torch.arange(self.block_size + 1, device=starts.device)]
+        return windows[:, :-1], windows[:, 1:]
+
+    def to(self, device: torch.device) -> TokenWindows:
+        """This split on `device`, for data.loader=device."""
+        return TokenWindows(self.ids.to(device), self.block_size)
+
 
 def stdlib_corpus(max_chars: int) -> str:
     """Python's standard-library sources in sorted path order, up to max_chars characters."""

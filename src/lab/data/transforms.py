@@ -102,27 +102,29 @@ class RandomShiftFlip:
 
     Works on (N,C,H,W) images in [0,1] before normalization, so padding is black as in the usual CIFAR
     recipe (RandomCrop(32, padding=4) + RandomHorizontalFlip), but draws every sample's offsets in one go
-    instead of looping over the batch.
+    instead of looping over the batch, on the batch's device: data.loader=device runs it there with its own
+    ``generator`` (None = the global RNG, as in DataLoader workers).
     """
 
     def __init__(self, padding: int, flip: bool) -> None:
         self.padding = padding
         self.flip = flip
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         n, c, h, w = x.shape
-        p = self.padding
+        p, on = self.padding, {"device": x.device}
         if p > 0:
             padded = F.pad(x, (p, p, p, p))
-            rows = torch.randint(0, 2 * p + 1, (n, 1)) + torch.arange(h)  # (N,H) source row of each output row
-            cols = torch.randint(0, 2 * p + 1, (n, 1)) + torch.arange(w)
+            # (N,H) source row of each output row; (N,W) source column of each output column
+            rows = torch.randint(0, 2 * p + 1, (n, 1), generator=generator, **on) + torch.arange(h, **on)
+            cols = torch.randint(0, 2 * p + 1, (n, 1), generator=generator, **on) + torch.arange(w, **on)
             x = padded[
-                torch.arange(n).view(n, 1, 1, 1),
-                torch.arange(c).view(1, c, 1, 1),
+                torch.arange(n, **on).view(n, 1, 1, 1),
+                torch.arange(c, **on).view(1, c, 1, 1),
                 rows.view(n, 1, h, 1),
                 cols.view(n, 1, 1, w),
             ]
         if self.flip:
-            flipped = torch.rand(n) < 0.5
+            flipped = torch.rand(n, generator=generator, **on) < 0.5
             x = torch.where(flipped.view(n, 1, 1, 1), x.flip(-1), x)
         return x

@@ -1,0 +1,191 @@
+"""data.loader=device through the template against a hand-written loop fed by a DataLoader.
+
+Same model, data, optimizer and LR schedule, in one process; the loops alternate so machine noise hits all of them.
+The hand-written loop is what one writes by hand: forward, loss, backward, step over batches moved with
+``.to(device)``, from a ``DataLoader(..., batch_size, shuffle=True, drop_last=True)`` over either
+  - TensorDataset: the split's normalized tensors, materialised once (the usual in-memory recipe), or
+  - the template's own dataset, which already fetches a whole batch with one gather (a demanding baseline).
+The template runs the Trainer's epochs over ``DeviceLoader`` (the split on the device, batches cut there). Prints
+samples/s of each (best of the repeats, median and min: the spread), the loaders alone (batches moved to the device,
+no model), and the ratios (goal >= 1.5).
+
+    python bench/device_loader.py [--epochs 3] [--repeats 5] [overrides ...]   digits and synthetic CIFAR-sized data
+    python bench/device_loader.py --rows "data=synthetic data.num_samples=8192" -- model=mlp trainer.device=cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from torch.utils.data import DataLoader, TensorDataset
+
+import lab.config
+from lab import data, models, runtime, tasks
+from lab.checkpointing import CheckpointManager
+from lab.distributed.parallel import Parallel
+from lab.optim import build_optimizer, build_scheduler
+from lab.tracking import Tracker
+from lab.training import Trainer
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+ROWS = ["data=digits", "data=synthetic"]  # synthetic: 3x32x32 images, CIFAR-sized
+TEMPLATE = "template + data.loader=device"
+
+
+def hand_written(model, loader, optimizer, scheduler, device, epochs: int) -> int:
+    """The loop a careful user writes by hand, fed by a DataLoader."""
+    model.train()
+    samples = 0
+    for _ in range(epochs):
+        for inputs, targets in loader:
+            inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+            loss = F.cross_entropy(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()
+            samples += len(targets)
+    return samples
+
+
+def measure(args: argparse.Namespace, overrides: list[str]) -> dict[str, float]:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                "trainer.log_every_n_steps=50",
+                "trainer.grad_clip=null",  # the hand-written loop does not clip
+                "trainer.progress_bar=off",
+                "data.loader=device",
+                *overrides,
+            ],
+        )
+    lab.config.validate(cfg)
+    runtime.seed_everything(cfg.seed)
+    device = runtime.select_device(cfg.trainer.device)
+    precision = runtime.resolve_precision(cfg.precision, device)
+    datamodule = data.build(cfg.data)
+    task = tasks.build(cfg.task, datamodule.meta)
+    batch = cfg.data.batch_size
+    pin = device.type == "cuda"
+    train = datamodule.train
+    x, y = train.fetch(torch.arange(len(train)))  # normalized once: what a hand-written in-memory loop holds
+    baselines = {
+        "TensorDataset": DataLoader(
+            TensorDataset(x, y), batch_size=batch, shuffle=True, drop_last=True, pin_memory=pin
+        ),
+        "template dataset": DataLoader(train, batch_size=batch, shuffle=True, drop_last=True, pin_memory=pin),
+    }
+    batches = data.DeviceLoader(train, cfg.data, device, seed=cfg.seed, augment_seed=cfg.seed)
+    template_model = models.build(cfg.model, datamodule.meta).to(device)
+    plain_models = {name: copy.deepcopy(template_model) for name in baselines}
+    steps_per_epoch = len(batches)
+    total_steps = (args.epochs * args.repeats + 1) * steps_per_epoch
+
+    def fresh(model):
+        optimizer = build_optimizer(cfg.optimizer, model)
+        return optimizer, build_scheduler(cfg.scheduler, optimizer, total_steps)
+
+    plain = {name: (model, *fresh(model)) for name, model in plain_models.items()}
+    for name, (model, optimizer, scheduler) in plain.items():  # warm-up (allocator, kernels)
+        hand_written(model, baselines[name], optimizer, scheduler, device, 1)
+    names = {name: f"hand-written + DataLoader({name})" for name in baselines}
+    rates: dict[str, list[float]] = {**{label: [] for label in names.values()}, TEMPLATE: []}
+    loader_rates: dict[str, list[float]] = {name: [] for name in [*baselines, "DeviceLoader"]}
+
+    def timed(out: list[float], fn) -> None:
+        start = time.perf_counter()
+        samples = fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        out.append(samples / (time.perf_counter() - start))
+
+    with tempfile.TemporaryDirectory() as run_dir:
+        optimizer, scheduler = fresh(template_model)
+        trainer = Trainer(
+            model=template_model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            task=task,
+            train_batches=batches,
+            val_loader=None,
+            device=device,
+            precision=precision,
+            cfg=cfg.trainer,
+            tracker=Tracker(run_dir).start(),
+            checkpoints=CheckpointManager(run_dir, Parallel()),
+        )
+        trainer.train_epoch(0)  # warm-up, as the hand-written loop had
+        trainer.progress.batch_in_epoch, epoch = 0, 1
+
+        def template() -> int:
+            nonlocal epoch
+            for _ in range(args.epochs):
+                trainer.train_epoch(epoch)
+                trainer.progress.batch_in_epoch, epoch = 0, epoch + 1
+            return args.epochs * steps_per_epoch * batch
+
+        for _ in range(args.repeats):
+            for name, (model, optimizer, scheduler) in plain.items():
+                loader = baselines[name]
+                run = (model, loader, optimizer, scheduler, device, args.epochs)
+                timed(rates[names[name]], lambda run=run: hand_written(*run))
+                timed(loader_rates[name], lambda loader=loader: moved(loader, device))
+            timed(rates[TEMPLATE], template)
+            timed(loader_rates["DeviceLoader"], lambda: moved(batches.epoch(0), device))
+        trainer.tracker.finish()
+
+    print(
+        f"data={cfg.data.name} shape={datamodule.meta['input_shape']} train={len(train)} model={cfg.model.name} "
+        f"batch={batch} device={device} steps/epoch={steps_per_epoch} epochs={args.epochs} repeats={args.repeats}"
+    )
+    for name, values in rates.items():
+        print(f"{name:>42}: {spread(values)}")
+    for name, values in loader_rates.items():
+        print(f"{'loader alone, ' + name:>42}: {spread(values)}")
+    ratios = {name: max(rates[TEMPLATE]) / max(rates[label]) for name, label in names.items()}
+    for name, label in names.items():
+        paired = sorted(t / h for h, t in zip(rates[label], rates[TEMPLATE], strict=True))
+        print(
+            f"ratio template+device / hand-written+DataLoader({name}): {ratios[name]:.2f} "
+            f"(best vs best; per repeat {paired[0]:.2f}..{paired[-1]:.2f})"
+        )
+    return ratios
+
+
+def spread(values: list[float]) -> str:
+    return f"{max(values):9.0f} samples/s (best; median {statistics.median(values):.0f}, min {min(values):.0f})"
+
+
+def moved(batches, device: torch.device) -> int:
+    """The loader alone: every batch on the device, nothing computed."""
+    samples = 0
+    for inputs, targets in batches:
+        inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+        samples += len(targets)
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rows", nargs="*", default=ROWS, help="one quoted string of overrides per row")
+    parser.add_argument("overrides", nargs="*", help="applied to every row, e.g. model=mlp trainer.device=cuda")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    for row in args.rows:
+        measure(args, [*row.split(), *args.overrides])
+
+
+if __name__ == "__main__":
+    main()
