@@ -45,13 +45,14 @@ def _ok(run: Run) -> Run:
 
 @pytest.fixture(scope="module")
 def exported(best, tmp_path_factory):
-    """Every format plus INT8, in one export run."""
+    """Every format plus both INT8 variants, in one export run."""
     run = _run(
         "export.py",
         tmp_path_factory.mktemp("export"),
         f"ckpt_path={best}",
         "export.formats=[onnx,pt2,torchscript]",
-        "export.quantize=int8",
+        "export.quantize=both",
+        "export.calibration_samples=64",
         "export.latency_runs=10",
         "logger=none",
     )
@@ -138,10 +139,20 @@ def test_every_format_matches_eager_and_int8_reports_its_cost(exported, best):
     assert len(manifest["git_commit"]) == 40
 
     q = manifest["quantization"]
-    assert q["val_samples"] == 270 and q["val_acc_delta"] == pytest.approx(q["val_acc_int8"] - q["val_acc_fp32"])
-    assert abs(q["val_acc_delta"]) < 0.05 and q["top1_agreement"] > 0.9
-    assert set(q["latency"]) == {"batch1", "batch32"} and all(v["int8_ms"] > 0 for v in q["latency"].values())
-    assert manifest["artifacts"]["onnx_int8"]["file"] == "model.int8.onnx"
+    assert q["metric"] == "acc" and q["val_samples"] == 270 and q["calibration_samples"] == 64
+    fp32 = q["variants"]["fp32"]
+    assert fp32["metric"] == pytest.approx(ckpt["progress"]["best_metric"], abs=1e-6)  # fp32 ONNX = eager val/acc
+    variants = (("dynamic", "onnx_int8", "model.int8.onnx"), ("static", "onnx_int8_static", "model.int8-static.onnx"))
+    for variant, key, file in variants:
+        v = q["variants"][variant]
+        assert v["status"] == "ok" and v["file"] == file and manifest["artifacts"][key]["file"] == file
+        assert v["delta"] == pytest.approx(v["metric"] - fp32["metric"]) and abs(v["delta"]) < 0.05
+        assert v["agreement"] > 0.9 and v["within_tolerance"] == (v["worse_by"] <= q["tolerance"])
+        assert set(v["latency_ms"]) == {"batch1", "batch32"} and all(ms > 0 for ms in v["latency_ms"].values())
+        assert v["speedup"]["batch32"] == pytest.approx(fp32["latency_ms"]["batch32"] / v["latency_ms"]["batch32"])
+    recommended = q["recommended"]
+    assert recommended["file"] == q["variants"][recommended["variant"]]["file"] and recommended["reason"]
+    assert "recommended: " + recommended["file"] in exported.output  # the table in the log
 
 
 def test_onnx_file_matches_the_checkpoint_independently(exported, best):
@@ -157,8 +168,9 @@ def test_onnx_file_matches_the_checkpoint_independently(exported, best):
     with torch.no_grad():
         eager = restored.model(x)
     assert np.abs(onnx_logits - eager.numpy()).max() < 1e-4
-    int8 = ort.InferenceSession(str(exported.dir / "model.int8.onnx"), providers=["CPUExecutionProvider"])
-    assert int8.run(None, {"input": x.numpy()})[0].shape == (7, 10)
+    for name in ("model.int8.onnx", "model.int8-static.onnx"):
+        int8 = ort.InferenceSession(str(exported.dir / name), providers=["CPUExecutionProvider"])
+        assert int8.run(None, {"input": x.numpy()})[0].shape == (7, 10)
 
 
 PERTURB = """
@@ -276,7 +288,7 @@ def lonely_onnx(exported, tmp_path):
     [
         ("eval.py", [], "error: ckpt_path is required"),
         ("eval.py", ["ckpt_path={corrupt}"], "error: cannot read checkpoint"),
-        ("export.py", ["ckpt_path={best}", "export.formats=[pt2]", "export.quantize=int8"], "add onnx to"),
+        ("export.py", ["ckpt_path={best}", "export.formats=[pt2]", "export.quantize=static"], "add onnx to"),
         ("infer.py", ["ckpt_path={best}", "input={tmp}/no/such/dir"], "does not exist"),
         ("infer.py", ["ckpt_path={lonely}", "input={images}"], "needs export_manifest.json next to it"),
     ],

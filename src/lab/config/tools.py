@@ -68,9 +68,14 @@ class ExportOptions:
     tolerance: float = 1e-4
     opset: int | None = None  # ONNX opset; null = what torch.onnx recommends
     parity_samples: int = 256  # validation samples the parity check runs on
-    # null | int8: dynamic INT8 ONNX model, with its accuracy delta and latency vs fp32 (needs onnx in formats)
+    # null | dynamic | static | both: INT8 ONNX models next to model.onnx (model.int8.onnx: dynamic;
+    # model.int8-static.onnx: QDQ calibrated on training samples), each scored against fp32 (the task's val metric,
+    # latency at batch 1 and 32); the manifest recommends the fastest that stays within quantize_tolerance
     quantize: str | None = None
-    latency_runs: int = 50  # timed runs per batch size for the int8-vs-fp32 latency figures
+    calibration_samples: int = 256  # static: training samples whose activation ranges set the int8 scales
+    # an INT8 model is recommended only if its val metric (the task's monitor) is at most this fraction worse
+    quantize_tolerance: float = 0.01
+    latency_runs: int = 50  # timed runs per batch size for the INT8-vs-fp32 latency figures
 
     def __post_init__(self) -> None:
         _require(len(self.formats) >= 1, f"export.formats must name at least one of {', '.join(EXPORT_FORMATS)}")
@@ -81,10 +86,15 @@ class ExportOptions:
         _require(self.opset is None or self.opset >= 18, f"export.opset must be >= 18 or null, got {self.opset}")
         _require(self.parity_samples >= 1, f"export.parity_samples must be >= 1, got {self.parity_samples}")
         if self.quantize is not None:
-            _one_of("export.quantize", self.quantize, ("int8",))
+            _one_of("export.quantize", self.quantize, ("dynamic", "static", "both"))
             _require(
-                "onnx" in self.formats, "export.quantize=int8 quantizes the ONNX model: add onnx to export.formats"
+                "onnx" in self.formats,
+                f"export.quantize={self.quantize} quantizes the ONNX model: add onnx to export.formats",
             )
+        _require(
+            self.calibration_samples >= 1, f"export.calibration_samples must be >= 1, got {self.calibration_samples}"
+        )
+        _require(self.quantize_tolerance >= 0, f"export.quantize_tolerance must be >= 0, got {self.quantize_tolerance}")
         _require(self.latency_runs >= 1, f"export.latency_runs must be >= 1, got {self.latency_runs}")
 
 
@@ -119,8 +129,8 @@ class InferOptions:
 @dataclass
 class InferConfig:
     task_name: str = "infer"
-    # required: a checkpoint (.pt, eager), or an exported model.onnx / model.int8.onnx / model.pt2 /
-    # model.torchscript.pt next to its export_manifest.json
+    # required: a checkpoint (.pt, eager), or an exported model.onnx / model.int8.onnx / model.int8-static.onnx /
+    # model.pt2 / model.torchscript.pt next to its export_manifest.json (its quantization.recommended names one)
     ckpt_path: str | None = None
     # images (a file, a folder searched recursively, a glob "imgs/*.png"), a .npy / .pt tensor, or table rows
     # (.csv / .npy)

@@ -31,18 +31,24 @@ class Parity:
         return {**asdict(self), "passed": self.passed}
 
 
-def sample_batches(loader: DataLoader, samples: int, dynamic_dims: Sequence[int] = (0,)) -> list[torch.Tensor]:
-    """The first `samples` inputs of the loader in its own batches (the last one possibly short), plus a batch of
-    one (and, with a dynamic sequence axis, a shorter sequence): a size baked in at trace time shows up as a
-    failure instead of passing silently."""
+def take(loader: DataLoader, samples: int) -> list[torch.Tensor]:
+    """The first `samples` inputs of the loader (on the CPU) in its own batches, the last one possibly short."""
     batches, taken = [], 0
     for batch in loader:
         inputs, _ = batching.split(batch)
-        inputs = inputs[: samples - taken]
+        inputs = inputs[: samples - taken].cpu()
         batches.append(inputs)
         taken += len(inputs)
         if taken >= samples:
             break
+    return batches
+
+
+def sample_batches(loader: DataLoader, samples: int, dynamic_dims: Sequence[int] = (0,)) -> list[torch.Tensor]:
+    """The first `samples` inputs of the loader in its own batches (the last one possibly short), plus a batch of
+    one (and, with a dynamic sequence axis, a shorter sequence): a size baked in at trace time shows up as a
+    failure instead of passing silently."""
+    batches = take(loader, samples)
     if not batches:
         raise ValueError("the validation loader is empty: no samples to check parity on")
     extra = [batches[0][:1]]

@@ -1,80 +1,86 @@
-"""Dynamic INT8 quantization of an ONNX model with onnxruntime's tools, and what it costs and buys:
-accuracy on the validation split and latency at batch 1 and 32, both against the fp32 ONNX model."""
+"""INT8 ONNX models from model.onnx with onnxruntime's quantization tools.
+
+dynamic: weights stored as int8, activations quantized on the fly per batch; no data needed, but convolutions
+become ConvInteger, which onnxruntime runs far slower than fp32 on CPU.
+static: QDQ format, activation ranges calibrated once on training samples, weights per channel. onnxruntime fuses
+each DequantizeLinear -> op -> QuantizeLinear group into an integer kernel (QLinearConv, QLinearMatMul), the fast
+path on CPUs with int8 dot products (VNNI) and the format TensorRT and other runtimes read too.
+"""
 
 from __future__ import annotations
 
-import statistics
+import contextlib
 import tempfile
-import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
-from lab.exporting.parity import Runner
-from lab.exporting.writers import quiet_logs
+from lab.exporting.writers import INPUT_NAME, quiet_logs
 
-LATENCY_BATCHES = (1, 32)
-_WARMUP = 3
+# variant -> (manifest artifact key, file name in the export run dir)
+VARIANTS = {"dynamic": ("onnx_int8", "model.int8.onnx"), "static": ("onnx_int8_static", "model.int8-static.onnx")}
+# export.quantize -> the variants it writes
+MODES = {"dynamic": ("dynamic",), "static": ("static",), "both": ("dynamic", "static")}
 
 
-def quantize_int8(onnx_path: Path, out_path: Path) -> Path:
-    """Weights stored as int8, activations quantized on the fly per batch (no calibration data needed).
-
-    quant_pre_process first runs shape inference and onnxruntime's graph optimizations (BatchNorm folding...),
-    which the quantizer needs to see the final Conv/MatMul nodes it rewrites."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+@contextlib.contextmanager
+def _prepared(onnx_path: Path) -> Iterator[Path]:
+    """model.onnx after quant_pre_process: shape inference and onnxruntime's graph optimizations (BatchNorm
+    folded into Conv...), which the quantizers need to see the final Conv/MatMul nodes they rewrite. The
+    quantizers log per tensor through the root logger: quiet while they run."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    # the quantizer logs per tensor through the root logger
     with tempfile.TemporaryDirectory() as tmp, quiet_logs(), quiet_logs("onnxruntime"):
         prepared = Path(tmp) / "prepared.onnx"
         quant_pre_process(str(onnx_path), str(prepared))
+        yield prepared
+
+
+def quantize_dynamic_int8(onnx_path: Path, out_path: Path) -> Path:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with _prepared(onnx_path) as prepared:
         quantize_dynamic(prepared, out_path, weight_type=QuantType.QInt8)
     return out_path
 
 
-def accuracy(backend: Runner, loader: DataLoader) -> tuple[float, torch.Tensor]:
-    """Top-1 accuracy over the whole loader, and the predictions (to compare two models sample by sample)."""
-    correct, predictions = 0, []
-    for inputs, targets in loader:
-        predicted = backend(inputs).argmax(1)
-        correct += int((predicted == targets).sum())
-        predictions.append(predicted)
-    total = sum(len(p) for p in predictions)
-    return correct / max(total, 1), torch.cat(predictions)
+def calibration_reader(batches: Sequence[torch.Tensor]):  # -> onnxruntime.quantization.CalibrationDataReader
+    """Feeds `batches` (model inputs as the loader yields them) to the calibrator, one session run each."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Batches(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = iter([{INPUT_NAME: np.ascontiguousarray(b.numpy())} for b in batches])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.feeds, None)
+
+    return Batches()
 
 
-def latency_ms(backend: Runner, example: torch.Tensor, batch_size: int, runs: int) -> float:
-    """Median wall time of one call at `batch_size` (the example repeated), after a few warm-up calls."""
-    reps = -(-batch_size // len(example))
-    inputs = example.repeat(reps, *([1] * (example.ndim - 1)))[:batch_size].contiguous()
-    for _ in range(_WARMUP):
-        backend(inputs)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        backend(inputs)
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+def quantize_static_int8(onnx_path: Path, out_path: Path, calibration: Sequence[torch.Tensor]) -> Path:
+    """QDQ with per-channel int8 weights and uint8 activations (u8 x s8 is what x86 VNNI multiplies natively),
+    activation ranges from min/max over the calibration batches."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    with _prepared(onnx_path) as prepared:
+        quantize_static(
+            prepared,
+            out_path,
+            calibration_reader(calibration),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+            activation_type=QuantType.QUInt8,
+        )
+    return out_path
 
 
-def compare_int8(
-    fp32: Runner, int8: Runner, loader: DataLoader, example: torch.Tensor, runs: int
-) -> dict[str, float | dict]:
-    """The figures the manifest and the wandb run report for an int8 model."""
-    acc_fp32, pred_fp32 = accuracy(fp32, loader)
-    acc_int8, pred_int8 = accuracy(int8, loader)
-    latency = {}
-    for batch in LATENCY_BATCHES:
-        ms_fp32 = latency_ms(fp32, example, batch, runs)
-        ms_int8 = latency_ms(int8, example, batch, runs)
-        latency[f"batch{batch}"] = {"fp32_ms": ms_fp32, "int8_ms": ms_int8, "speedup": ms_fp32 / ms_int8}
-    return {
-        "val_acc_fp32": acc_fp32,
-        "val_acc_int8": acc_int8,
-        "val_acc_delta": acc_int8 - acc_fp32,
-        "top1_agreement": float((pred_fp32 == pred_int8).float().mean()),
-        "val_samples": len(pred_fp32),
-        "latency": latency,
-    }
+def quantize(variant: str, onnx_path: Path, folder: Path, calibration: Sequence[torch.Tensor]) -> Path:
+    """Write the `variant` INT8 model of `onnx_path` into `folder`; its file name is VARIANTS[variant][1]."""
+    out_path = folder / VARIANTS[variant][1]
+    if variant == "static":
+        return quantize_static_int8(onnx_path, out_path, calibration)
+    return quantize_dynamic_int8(onnx_path, out_path)

@@ -15,6 +15,7 @@ from lab.distributed.parallel import Parallel
 from lab.errors import UserError
 from lab.runtime import Precision
 from lab.tracking import Tracker
+from lab.training.flops import Utilization, count_flops
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,10 @@ def warn_if_frozen(model: nn.Module) -> None:
     if frozen:
         shown = ", ".join(frozen[:8]) + (" ..." if len(frozen) > 8 else "")
         log.warning(
-            "!!! %d parameter tensors are FROZEN (requires_grad=False) and will not train: %s", len(frozen), shown
+            "!!! %d parameter tensors are FROZEN (requires_grad=False) and will not train: %s (fine when model.freeze "
+            "names them)",
+            len(frozen),
+            shown,
         )
 
 
@@ -93,13 +97,16 @@ def report_start(
     precision: Precision,
     tracker: Tracker,
     parallel: Parallel,
-) -> None:
+    peak_flops: float | None = None,
+) -> Utilization | None:
     """What is about to train, on what: checked on every rank, logged and kept in the run dir by rank 0.
-    Runs on the plain model, before any DDP/FSDP wrapping (a sharded forward would be a collective)."""
+    Runs on the plain model, before any DDP/FSDP wrapping (a sharded forward would be a collective).
+    With `peak_flops` (FLOP/s of one device) rank 0 also counts the FLOPs of the first batch and returns the
+    callback that logs train/mfu."""
     inputs, targets = batches.split(next(iter(loader)))
     first_batch = check_first_batch(inputs, targets, task)
     if not parallel.is_main:
-        return
+        return None
     example = batches.to_device(batches.head(inputs, 2), device)
     summary = model_summary(model, example, device)
     (run_dir / "model_summary.txt").write_text(summary + "\n")
@@ -116,3 +123,13 @@ def report_start(
     log.info("model:\n%s", summary)
     log.info("parameters: %s trainable, %s frozen", f"{counts['trainable']:,}", f"{counts['frozen']:,}")
     warn_if_frozen(model)
+    if peak_flops is None:
+        return None
+    batch_flops = count_flops(model, task, *batches.to_device((inputs, targets), device), device, precision)
+    utilization = Utilization(batch_flops, batches.size(targets), peak_flops)
+    log.info(
+        "FLOPs per sample %.4g (forward + backward); peak %.4g FLOP/s per device: train/mfu logged",
+        utilization.flops_per_sample,
+        peak_flops,
+    )
+    return utilization

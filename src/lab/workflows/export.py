@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from lab import data, exporting
 from lab.checkpointing import restore
 from lab.errors import UserError
-from lab.exporting import manifest, quantize
+from lab.exporting import int8_report, manifest
 from lab.inference import EagerBackend, OnnxBackend, artifact_backend
 from lab.workflows.common import hydra_run_dir, linked_tracker
 
@@ -28,15 +28,11 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     opts = cfg.export
     restored = restore.rebuild(cfg.ckpt_path)
     data_cfg = restore.data_config(restored, cfg.data)
-    val_loader = data.make_loader(
-        restore.rebuild_data(restored, cfg.data).val, data_cfg, train=False, generator=None, pin_memory=False
-    )
+    # static INT8 calibrates on training samples as inference will see them: without training augmentation
+    plain = {"augment": False} if "augment" in restored.config["data"] else {}
+    datamodule = restore.rebuild_data(restored, {**OmegaConf.to_container(cfg.data), **plain})
+    val_loader = data.make_loader(datamodule.val, data_cfg, train=False, generator=None, pin_memory=False)
     task = restored.task
-    if opts.quantize and task.name != "classification":
-        raise UserError(
-            f"export.quantize={opts.quantize} reports top-1 accuracy and is for classification models; this is a "
-            f"{task.name} model: drop export.quantize"
-        )
     batches = exporting.sample_batches(val_loader, opts.parity_samples, task.dynamic_dims)
     example = batches[0][: exporting.EXAMPLE_BATCH]
     eager = EagerBackend(restored.model)  # CPU, fp32, eval mode: the reference every artifact must match
@@ -59,9 +55,20 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
             parity = exporting.compare(backend, batches, reference, opts.tolerance, task.agreement)
             artifacts[fmt] = _record(fmt, written, parity)
         quantization = None
-        if opts.quantize == "int8" and artifacts["onnx"]["status"] == "ok":
-            quantization = _int8(run_dir, val_loader, example, opts.latency_runs)
-            artifacts["onnx_int8"] = quantization.pop("artifact")
+        if opts.quantize and artifacts["onnx"]["status"] == "ok":
+            train_loader = data.make_loader(datamodule.train, data_cfg, train=False, generator=None, pin_memory=False)
+            quantization, written = int8_report.build(
+                run_dir / "model.onnx",
+                opts.quantize,
+                task=task,
+                val_loader=val_loader,
+                calibration=exporting.take(train_loader, opts.calibration_samples),
+                example=example,
+                runs=opts.latency_runs,
+                tolerance=opts.quantize_tolerance,
+                open_runner=OnnxBackend,
+            )
+            artifacts.update(written)
         path = manifest.write(
             run_dir,
             manifest.build(
@@ -134,38 +141,8 @@ def _record(fmt: str, written: exporting.Written, parity: exporting.Parity) -> d
     return entry
 
 
-def _int8(run_dir: Path, val_loader: Any, example: Any, runs: int) -> dict[str, Any]:
-    """Quantize model.onnx, then accuracy on the val split and latency at batch 1 / 32, both vs the fp32 model."""
-    int8_path = quantize.quantize_int8(run_dir / "model.onnx", run_dir / "model.int8.onnx")
-    figures = quantize.compare_int8(
-        OnnxBackend(run_dir / "model.onnx"), OnnxBackend(int8_path), val_loader, example, runs
-    )
-    log.info(
-        "int8: val acc %.4f vs fp32 %.4f (delta %+.4f); latency %s",
-        figures["val_acc_int8"],
-        figures["val_acc_fp32"],
-        figures["val_acc_delta"],
-        ", ".join(
-            f"{b}: {v['int8_ms']:.3f} ms vs {v['fp32_ms']:.3f} ms fp32 (x{v['speedup']:.2f})"
-            for b, v in figures["latency"].items()
-        ),
-    )
-    artifact = {
-        "file": int8_path.name,
-        "files": [int8_path.name],
-        "bytes": int8_path.stat().st_size,
-        "sha256": manifest.sha256(int8_path),
-        "status": "ok",
-        "notes": [
-            "dynamic INT8 (onnxruntime.quantization.quantize_dynamic): approximate by design, not held to "
-            "export.tolerance; see quantization for its accuracy"
-        ],
-    }
-    return {"method": "dynamic", "weight_type": "int8", **figures, "artifact": artifact}
-
-
 def _figures(artifacts: dict[str, dict], quantization: dict | None) -> dict[str, float]:
-    """Flat metric names for wandb: export/<format>/max_abs_diff, export/int8/val_acc_delta, ..."""
+    """Flat metric names for wandb: export/<format>/max_abs_diff, export/quantize/<variant>/batch1_ms, ..."""
     out: dict[str, float] = {}
     for fmt, a in artifacts.items():
         if "parity" in a:
@@ -174,9 +151,15 @@ def _figures(artifacts: dict[str, dict], quantization: dict | None) -> dict[str,
                 out[f"export/{fmt}/top1_agreement"] = a["parity"]["top1_agreement"]
             out[f"export/{fmt}/passed"] = float(a["status"] == "ok")
     if quantization:
-        for key in ("val_acc_fp32", "val_acc_int8", "val_acc_delta", "top1_agreement"):
-            out[f"export/int8/{key}"] = quantization[key]
-        for batch, v in quantization["latency"].items():
-            for key, value in v.items():
-                out[f"export/int8/{batch}_{key}"] = value
+        metric = quantization["metric"]
+        for name, v in quantization["variants"].items():
+            if v["status"] != "ok":
+                continue
+            out[f"export/quantize/{name}/val_{metric}"] = v["metric"]
+            for key in ("delta", "agreement"):
+                if v.get(key) is not None:
+                    out[f"export/quantize/{name}/{key}"] = v[key]
+            for batch, ms in v["latency_ms"].items():
+                out[f"export/quantize/{name}/{batch}_ms"] = ms
+                out[f"export/quantize/{name}/{batch}_speedup"] = v["speedup"][batch]
     return out

@@ -1,0 +1,202 @@
+"""Which ONNX model to ship: fp32 and its INT8 variants measured side by side, and the fastest one that keeps the
+task's validation metric within a tolerance recommended in export_manifest.json.
+
+Every variant is scored with the task's own metric accumulator (accuracy, rmse, loss: whatever it monitors) on the
+whole validation split, and its decisions compared with fp32's (`task.agreement`, top-1 where a task has one).
+Latency is the median of interleaved calls at batch 1 and 32, so a load change on the machine hits all variants
+alike. A variant that cannot be quantized or run is recorded as skipped with the reason; the export goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from lab.data import batches as batching
+from lab.exporting import manifest, quantize
+from lab.exporting.parity import Runner
+
+log = logging.getLogger(__name__)
+
+LATENCY_BATCHES = (1, 32)
+# A quantized model is approximate: it has to be clearly faster to be worth that. Below 1.2x (geometric mean over
+# LATENCY_BATCHES) the ranking is within run-to-run timing noise on a busy CPU, and the exact fp32 model wins.
+MIN_SPEEDUP = 1.2
+_WARMUP = 3
+_CPU = torch.device("cpu")
+
+
+def score(
+    runner: Runner, loader: DataLoader, task: Any, reference: Sequence[torch.Tensor] | None = None
+) -> tuple[dict[str, float], list[torch.Tensor], float | None]:
+    """(the task's metrics over the loader, the outputs per batch, the share of decisions that agree with
+    `reference`'s: None without a reference or for a task without decisions)."""
+    metrics, outputs, agree, count = task.metrics(_CPU), [], 0.0, 0
+    for index, batch in enumerate(loader):
+        inputs, targets = batching.to_device(batching.split(batch), _CPU)
+        out = runner(inputs).float()
+        metrics.update(out, targets)
+        outputs.append(out)
+        share = None if reference is None else task.agreement(reference[index], out)
+        agree = None if share is None or agree is None else agree + share * len(out)
+        count += len(out)
+    return metrics.compute(), outputs, None if reference is None or agree is None else agree / max(count, 1)
+
+
+def latencies(runners: dict[str, Runner], example: torch.Tensor, batch_size: int, runs: int) -> dict[str, float]:
+    """Median milliseconds per call at `batch_size` (the example repeated) for each runner, calls interleaved."""
+    reps = -(-batch_size // len(example))
+    inputs = example.repeat(reps, *([1] * (example.ndim - 1)))[:batch_size].contiguous()
+    for runner in runners.values():
+        for _ in range(_WARMUP):
+            runner(inputs)
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(runs):
+        for name, runner in runners.items():
+            start = time.perf_counter()
+            runner(inputs)
+            times[name].append(time.perf_counter() - start)
+    return {name: 1000 * statistics.median(t) for name, t in times.items()}
+
+
+def worse_by(value: float, reference: float, mode: str) -> float:
+    """How much worse `value` is than `reference` as a fraction of it (negative: better); nan stays nan."""
+    change = (reference - value) if mode == "max" else (value - reference)
+    return change / max(abs(reference), 1e-12)
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if all(v > 0 for v in values) else 0.0
+
+
+def recommend(variants: dict[str, dict[str, Any]], metric: str, tolerance: float) -> dict[str, Any]:
+    """The fastest variant within `tolerance` of fp32's metric and at least MIN_SPEEDUP faster, else fp32; with the
+    reason in words."""
+    fp32 = variants["fp32"]
+    ok = {name: v for name, v in variants.items() if name != "fp32" and v["status"] == "ok"}
+    fitting = {name: _geomean(list(v["speedup"].values())) for name, v in ok.items() if v["within_tolerance"]}
+    best = max(fitting, key=fitting.__getitem__, default=None)
+    if best is not None and fitting[best] >= MIN_SPEEDUP:
+        v = variants[best]
+        per_batch = ", ".join(f"{b} x{s:.2f}" for b, s in v["speedup"].items())
+        reason = (
+            f"{best} INT8 is x{fitting[best]:.2f} as fast as fp32 ({per_batch}) and its val {metric} "
+            f"{v['metric']:.4g} vs {fp32['metric']:.4g} is within {tolerance:.1%} of fp32's"
+        )
+        return {"variant": best, "file": v["file"], "reason": reason}
+    why = []
+    for name, v in variants.items():
+        if name == "fp32":
+            continue
+        if v["status"] != "ok":
+            why.append(f"{name} skipped ({v['reason']})")
+        elif not v["within_tolerance"]:
+            why.append(
+                f"{name}'s val {metric} {v['metric']:.4g} is {v['worse_by']:.1%} worse than fp32's "
+                f"{fp32['metric']:.4g} (tolerance {tolerance:.1%})"
+            )
+        else:
+            why.append(f"{name} is only x{fitting[name]:.2f} as fast as fp32 (x{MIN_SPEEDUP} needed)")
+    return {"variant": "fp32", "file": fp32["file"], "reason": "fp32: " + "; ".join(why)}
+
+
+def table(report: dict[str, Any]) -> list[str]:
+    """The report as a few aligned lines for the log."""
+    metric = report["metric"]
+    head = f"{'variant':8} {'file':24} {'val ' + metric:>10} {'delta':>9} {'agree':>7}"
+    head += "".join(f" {b + ' ms':>12}" for b in report["variants"]["fp32"]["latency_ms"]) + "  speedup"
+    lines = [head]
+    for name, v in report["variants"].items():
+        if v["status"] != "ok":
+            lines.append(f"{name:8} {v['file']:24} skipped: {v['reason']}")
+            continue
+        agree = "-" if v.get("agreement") is None else f"{v['agreement']:.4f}"
+        delta = "-" if name == "fp32" else f"{v['delta']:+.4f}"
+        row = f"{name:8} {v['file']:24} {v['metric']:>10.4f} {delta:>9} {agree:>7}"
+        row += "".join(f" {ms:>12.3f}" for ms in v["latency_ms"].values())
+        lines.append(row + "  " + "/".join(f"x{s:.2f}" for s in v["speedup"].values()))
+    recommended = report["recommended"]
+    lines.append(f"recommended: {recommended['file']} ({recommended['reason']})")
+    return lines
+
+
+def _artifact(path: Path, variant: str) -> dict[str, Any]:
+    return {
+        "file": path.name,
+        "files": [path.name],
+        "bytes": path.stat().st_size,
+        "sha256": manifest.sha256(path),
+        "status": "ok",
+        "notes": [
+            f"{variant} INT8 (onnxruntime.quantization): approximate by design, not held to export.tolerance; "
+            "see quantization for its metric, agreement and latency"
+        ],
+    }
+
+
+def build(
+    onnx_path: Path,
+    mode: str,
+    *,
+    task: Any,
+    val_loader: DataLoader,
+    calibration: Sequence[torch.Tensor],
+    example: torch.Tensor,
+    runs: int,
+    tolerance: float,
+    open_runner: Callable[[Path], Runner],
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Quantize `onnx_path` as export.quantize=`mode` says, next to it, and measure every variant against it.
+    Returns (the manifest's quantization section, the artifact entries of the INT8 files written)."""
+    fp32 = open_runner(onnx_path)
+    fp32_metrics, reference, _ = score(fp32, val_loader, task)
+    runners = {"fp32": fp32}
+    variants: dict[str, dict[str, Any]] = {"fp32": {"file": onnx_path.name, "status": "ok", "metrics": fp32_metrics}}
+    artifacts = {}
+    for variant in quantize.MODES[mode]:
+        key, name = quantize.VARIANTS[variant]
+        try:
+            path = quantize.quantize(variant, onnx_path, onnx_path.parent, calibration)
+            runner = open_runner(path)
+            metrics, _, agreement = score(runner, val_loader, task, reference)
+        except Exception as err:  # onnxruntime raises its own types; a model it cannot quantize is not fatal
+            log.warning("%s INT8 skipped", variant, exc_info=True)
+            (onnx_path.parent / name).unlink(missing_ok=True)
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            variants[variant] = {"file": name, "status": "skipped", "reason": f"{type(err).__name__}: {first}"}
+            continue
+        runners[variant] = runner
+        variants[variant] = {"file": name, "status": "ok", "metrics": metrics, "agreement": agreement}
+        artifacts[key] = _artifact(path, variant)
+
+    ms = {f"batch{b}": latencies(runners, example, b, runs) for b in LATENCY_BATCHES}
+    fp32_value = fp32_metrics[task.monitor]
+    for name in runners:
+        v = variants[name]
+        v["metric"] = v["metrics"][task.monitor]
+        v["latency_ms"] = {batch: per_runner[name] for batch, per_runner in ms.items()}
+        v["speedup"] = {batch: per_runner["fp32"] / per_runner[name] for batch, per_runner in ms.items()}
+        if name != "fp32":
+            v["delta"] = v["metric"] - fp32_value
+            v["worse_by"] = worse_by(v["metric"], fp32_value, task.mode)
+            v["within_tolerance"] = bool(v["worse_by"] <= tolerance)  # False for nan
+    report = {
+        "metric": task.monitor,
+        "mode": task.mode,
+        "tolerance": tolerance,
+        "val_samples": sum(len(r) for r in reference),
+        "calibration_samples": sum(len(b) for b in calibration) if "static" in quantize.MODES[mode] else None,
+        "variants": variants,
+    }
+    report["recommended"] = recommend(variants, task.monitor, tolerance)
+    for line in table(report):
+        log.info("%s", line)
+    return report, artifacts

@@ -1,0 +1,136 @@
+"""MFU: FLOPs of a step counted once (hand-computed for an MLP), the count leaves the run untouched, the peak table,
+and train/mfu / train/flops_per_step in a real Trainer run."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from helpers import compose_config, in_process_trainer
+from lab.config import validate
+from lab.distributed.parallel import Parallel
+from lab.errors import ConfigError
+from lab.runtime import Precision
+from lab.tasks import Classification
+from lab.tracking import Tracker
+from lab.training import flops
+from lab.training.report import report_start
+
+CPU = torch.device("cpu")
+FP32 = Precision("fp32", autocast_dtype=None, grad_scaler=False)
+# Linear(8, 16) -> ReLU -> Linear(16, 3), per sample: forward 2*(8*16 + 16*3); backward: the second layer's weight
+# and input gradients 2*16*3 each, the first layer's weight gradient 2*8*16 (the input needs no gradient)
+MLP_FLOPS_PER_SAMPLE = 2 * (8 * 16 + 16 * 3) + 2 * 16 * 3 * 2 + 2 * 8 * 16
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def _loader(n: int = 64, batch_size: int = 8) -> DataLoader:
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(n, 8, generator=generator), torch.randint(0, 3, (n,), generator=generator))
+    return DataLoader(data, batch_size=batch_size, shuffle=False, drop_last=True)
+
+
+def test_count_is_forward_plus_backward_and_leaves_the_model_as_it_was() -> None:
+    assert flops.count_flops(
+        _mlp(), Classification(3), torch.randn(5, 8), torch.zeros(5, dtype=torch.long), CPU, FP32
+    ) == (5 * MLP_FLOPS_PER_SAMPLE)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Dropout(0.5), nn.Linear(16, 3)).train()
+    inputs, targets = torch.randn(6, 8), torch.zeros(6, dtype=torch.long)
+    before, rng = {k: v.clone() for k, v in model.state_dict().items()}, torch.get_rng_state()
+    assert flops.count_flops(model, Classification(3), inputs, targets, CPU, FP32) > 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # BatchNorm statistics unmoved
+    assert torch.equal(rng, torch.get_rng_state())  # dropout drew nothing: the run's random stream is unchanged
+    assert model.training and all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype", "peak"),
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", 989.4e12),
+        ("NVIDIA H200", "tf32", 494.7e12),
+        ("NVIDIA H100 PCIe", "fp16", 756e12),
+        ("NVIDIA A100-SXM4-80GB", "fp32", 19.5e12),
+        ("NVIDIA A10", "bf16", 125e12),  # not the A100
+        ("NVIDIA L4", "tf32", 60e12),
+        ("NVIDIA L40S", "bf16", None),  # not the L4, and not in the table
+        ("Tesla V100-SXM2-16GB", "tf32", 15.7e12),  # no tf32 on Volta: its fp32
+        ("Tesla V100-PCIE-32GB", "bf16", None),  # no bf16 tensor cores
+        ("NVIDIA GeForce RTX 4090", "bf16", 165.2e12),
+        ("NVIDIA GeForce RTX 3090", "fp16", 71e12),
+    ],
+)
+def test_peak_table_matches_gpu_names_and_dtypes(name, dtype, peak) -> None:
+    assert flops.table_peak(name, dtype) == (None if peak is None else pytest.approx(peak))
+
+
+def test_peak_comes_from_the_override_and_the_compute_dtype_from_the_precision() -> None:
+    assert flops.peak_flops(2e12, CPU, None, True) == 2e12
+    assert flops.peak_flops(None, CPU, torch.bfloat16, True) is None  # a CPU has no table entry
+    assert flops.compute_dtype(torch.bfloat16, True) == "bf16" and flops.compute_dtype(torch.float16, False) == "fp16"
+    assert flops.compute_dtype(None, True) == "tf32" and flops.compute_dtype(None, False) == "fp32"
+    with pytest.raises(ConfigError, match=r"trainer\.peak_flops must be > 0"):
+        validate(compose_config(["trainer.peak_flops=0"]))
+
+
+def test_trainer_logs_mfu_from_its_throughput_and_flops_per_step_in_the_summary(tmp_path) -> None:
+    cfg = compose_config(
+        ["trainer.peak_flops=1e9", "trainer.max_epochs=1", "trainer.grad_accum_steps=2", "trainer.log_every_n_steps=2"]
+    )
+    model, task, loader = _mlp(), Classification(3), _loader()
+    tracker = Tracker(tmp_path / "report").start()
+    meter = report_start(model, task, loader, tmp_path, CPU, FP32, tracker, Parallel(), peak_flops=1e9)
+    tracker.finish("completed")
+    assert meter.flops_per_sample == MLP_FLOPS_PER_SAMPLE
+    assert report_start(model, task, loader, tmp_path, CPU, FP32, tracker, Parallel()) is None  # no peak, no count
+
+    trainer = in_process_trainer(cfg, model, task, loader, tmp_path / "run", callbacks=[meter])
+    summary = trainer.fit()
+    trainer.tracker.finish("completed")
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in rows if "train/throughput" in r]
+    assert len(logged) == 2  # 4 optimizer steps of 2 micro-batches, a line every 2 steps
+    for row in logged:
+        assert row["train/mfu"] == pytest.approx(row["train/throughput"] * MLP_FLOPS_PER_SAMPLE / 1e9)
+    assert summary["train/flops_per_step"] == MLP_FLOPS_PER_SAMPLE * 8 * 2  # batch 8, 2 micro-batches, 1 rank
+
+
+# --------------------------------------------------------------------------- bench/gpu_throughput.py (CPU, tiny)
+def _bench(monkeypatch):
+    import importlib.util
+
+    from helpers import REPO
+
+    spec = importlib.util.spec_from_file_location("gpu_throughput", REPO / "bench" / "gpu_throughput.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_throughput_bench_measures_its_compiled_variant_on_the_cpu(monkeypatch) -> None:
+    bench = _bench(monkeypatch)
+    case = bench.TINY_CASES[0]
+    images_per_s, image_flops = bench.measure(case, "bf16+cl+compile", CPU, warmup=1, steps=1, compile_backend="eager")
+    inputs, targets = torch.randn(case.batch_size, 3, 8, 8), torch.zeros(case.batch_size, dtype=torch.long)
+    plain = flops.count_flops(bench.build_model(case, CPU), Classification(10), inputs, targets, CPU, FP32)
+    assert images_per_s > 0 and image_flops == plain // case.batch_size  # autocast changes no FLOP count
+
+
+def test_gpu_throughput_bench_reports_mfu_and_the_ratio_to_fp32(monkeypatch, tmp_path) -> None:
+    bench = _bench(monkeypatch)
+    speeds = {"fp32": 100.0, "bf16": 250.0, "bf16+cl+compile": 400.0}
+    monkeypatch.setattr(bench, "measure", lambda case, variant, *args, **kwargs: (speeds[variant], 2_000_000))
+    rows = bench.main(["--tiny", "--peak-flops", "1e9", "--json", str(tmp_path / "rows.json")])
+    assert len(rows) == 6 and json.loads((tmp_path / "rows.json").read_text()) == rows
+    for row in rows:
+        assert row["mfu"] == pytest.approx(speeds[row["variant"]] * 2e6 / 1e9)
+        assert row["speedup"] == pytest.approx(speeds[row["variant"]] / 100.0)
