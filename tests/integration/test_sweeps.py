@@ -77,6 +77,14 @@ def test_grid_sweep_runs_every_job_in_one_wandb_group_and_ranks_them(tmp_path):
     assert f"optimizer.lr=0.001 seed=1 | {sweep}/0" in (sweep / "sweep_summary.md").read_text()
     assert f"best: job #{rows[0]['job']} val/acc_best=" in proc.stdout
 
+    # a job later in the sweep (same process, data reused from the previous job) gets what a run of its own gets
+    alone = tmp_path / "alone"
+    _ok(
+        _sweep(tmp_path, *QUICK, "optimizer.lr=3e-3", "seed=2", "logger=none", f"hydra.run.dir={alone}", multirun=False)
+    )
+    for key in ("val/loss", "val/acc", "test/loss"):
+        assert _job(sweep, 3)[key] == json.loads((alone / "summary.json").read_text())[key], key
+
 
 def test_a_failing_job_does_not_stop_the_sweep_and_the_exit_code_says_so(tmp_path):
     sweep = tmp_path / "fail"

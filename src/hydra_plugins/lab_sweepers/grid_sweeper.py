@@ -3,17 +3,26 @@ not end the sweep. Hydra's BasicSweeper re-raises the first failed job's excepti
 skips `on_multirun_end` (no sweep summary) and discards the jobs of later batches. Here every job runs, the sweep
 returns normally, and the summary callback reports the failures and sets the exit code. With
 `sweep.fail_fast=true` no batch starts after one that had a failed job.
+
+Before a batch runs, every job's overrides are checked (Hydra composes each job's config for that, and again when
+the job runs: 0.3 s a time). Here a batch composes once per distinct choice of config groups; the other jobs'
+plain values (`seed=3`, `optimizer.lr=0.01`) are applied to that composed config the way Hydra applies them while
+composing, so an unknown key or a wrong type still stops the sweep before any job starts.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf
+from hydra.core.override_parser.types import Override
+from omegaconf import DictConfig, OmegaConf
 
 from lab.sweeps.jobs import fail_fast, launcher_width, outcome
 
@@ -46,3 +55,27 @@ class GridSweeper(BasicSweeper):
                 log.error("sweep.fail_fast: job #%d failed; not launching the %d remaining jobs", failed[0], left)
                 break
         return returns
+
+    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        loader = self.hydra_context.config_loader
+        parser = OverridesParser.create(config_loader=loader)
+        groups: set[str] | None = None  # the config groups: known once a first job is composed
+        composed: dict[tuple[str, ...], DictConfig] = {}  # a job's group choices -> the config composed for them
+        for overrides in batch:
+            parsed = parser.parse_overrides(list(overrides))
+            if groups is not None and _group_choices(parsed, groups) in composed:
+                plain = [o for o in parsed if not _chooses_group(o, groups)]
+                config = copy.deepcopy(composed[_group_choices(parsed, groups)])
+                ConfigLoaderImpl._apply_overrides_to_config(plain, config)  # what composing does with them
+                continue
+            config = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
+            groups = set(config.hydra.runtime.choices)
+            composed[_group_choices(parsed, groups)] = config
+
+
+def _chooses_group(override: Override, groups: set[str]) -> bool:
+    return override.key_or_group in groups or override.key_or_group.startswith("hydra/")
+
+
+def _group_choices(overrides: list[Override], groups: set[str]) -> tuple[str, ...]:
+    return tuple(o.input_line for o in overrides if _chooses_group(o, groups))

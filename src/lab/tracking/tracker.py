@@ -14,8 +14,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,10 @@ class Tracker:
         self.name, self.group, self.tags, self.rank = name, group, list(tags), rank
         self.provenance = provenance or {}
         self.resume_id = resume_id
-        self.backends: list[trackers.Backend] = []
+        self._backends: list[trackers.Backend] = []
+        self._starting: threading.Thread | None = None  # start(background=True) until the backends are up
+        self._start_error: BaseException | None = None
+        self._deferred: list[Callable[[trackers.Backend], None]] = []  # calls that waited for the background start
         self._summary: dict[str, Any] = {}
         self._metrics_file = None
         self._started = 0.0
@@ -62,7 +66,32 @@ class Tracker:
         """The wandb run while it is open (None without wandb)."""
         return next((b.wandb_run for b in self.backends if b.name == "wandb"), None)
 
-    def start(self) -> Tracker:
+    @property
+    def backends(self) -> list[trackers.Backend]:
+        """The started trackers; a start in the background is waited for (and its error raised) on first use."""
+        self._join_start()
+        if self._start_error is not None:
+            err, self._start_error = self._start_error, None
+            raise err
+        deferred, self._deferred = self._deferred, []
+        for call in deferred:
+            for backend in self._backends:
+                call(backend)
+        return self._backends
+
+    def _on_backends(self, call: Callable[[trackers.Backend], None]) -> None:
+        """`call(backend)` for every tracker: now, or once a background start is done (summary values and file
+        snapshots can wait; metrics are logged in order, so `log` waits for the start instead)."""
+        if self._starting is not None and self._starting.is_alive():
+            self._deferred.append(call)
+        else:
+            for backend in self.backends:
+                call(backend)
+
+    def start(self, background: bool = False) -> Tracker:
+        """Open the run's records and start the chosen trackers. `background=True` starts them in a thread (wandb
+        takes a second or more to start its service and its run) while the caller goes on building the data and
+        the model; the first use of the trackers waits for it."""
         self._started = time.monotonic()
         if not self.is_writer:
             return self
@@ -81,15 +110,30 @@ class Tracker:
             tags=self.tags,
             resume_id=self.resume_id,
         )
+        if background:
+            self._starting = threading.Thread(target=self._start_backends, args=(run,), name="tracker-start")
+            self._starting.start()
+            return self
+        self._start_backends(run)
+        if self._start_error is not None:
+            err, self._start_error = self._start_error, None
+            self.finish("failed")  # leave nothing open behind (wandb's service, file handles)
+            raise err
+        return self
+
+    def _start_backends(self, run: RunInfo) -> None:
         try:
             for name in trackers.chosen(self.logger_cfg):
                 backend = trackers.create(name, run)
                 backend.start()
-                self.backends.append(backend)
-        except BaseException:  # leave nothing open behind (wandb's service, file handles)
-            self.finish("failed")
-            raise
-        return self
+                self._backends.append(backend)
+        except BaseException as err:  # raised where the trackers are next used (start, or the first log)
+            self._start_error = err
+
+    def _join_start(self) -> None:
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
 
     def run_ref(self) -> dict[str, str | None]:
         """How other runs refer to this one: its run dir and wandb id/path (None without wandb)."""
@@ -99,10 +143,10 @@ class Tracker:
         return ref
 
     @contextlib.contextmanager
-    def session(self) -> Iterator[Tracker]:
-        """start() ... finish(status): "completed", or the stopping exception's `run_status` ("failed" by
-        default, "pruned" for a pruned sweep trial), so a crashed run is still recorded as such."""
-        self.start()
+    def session(self, background: bool = False) -> Iterator[Tracker]:
+        """start(background) ... finish(status): "completed", or the stopping exception's `run_status` ("failed"
+        by default, "pruned" for a pruned sweep trial), so a crashed run is still recorded as such."""
+        self.start(background)
         status = "failed"
         try:
             yield self
@@ -122,15 +166,25 @@ class Tracker:
         for backend in self.backends:
             backend.log(metrics, step, epoch)
 
+    @property
+    def keeps_histograms(self) -> bool:
+        """Whether a chosen tracker records histograms (wandb): worth computing them only then."""
+        return any(backend.keeps_histograms for backend in self.backends)
+
+    def log_histograms(self, histograms: dict[str, tuple[list[float], list[float]]], step: int) -> None:
+        """Distributions (counts, bin edges) at `step`, to the trackers that keep histograms."""
+        for backend in self.backends:
+            if backend.keeps_histograms:
+                backend.log_histograms(histograms, step)
+
     def summary(self, values: dict[str, Any]) -> None:
         self._summary.update({k: _json_value(v) for k, v in values.items()})
-        for backend in self.backends:
-            backend.summary(values)
+        values = dict(values)
+        self._on_backends(lambda backend: backend.summary(values))
 
     def save_file(self, path: str | Path) -> None:
         """Attach a snapshot of a run-dir file (model summary, log, git diff) to the trackers that keep files."""
-        for backend in self.backends:
-            backend.save_file(Path(path))
+        self._on_backends(lambda backend: backend.save_file(Path(path)))
 
     def log_checkpoint(self, path: str | Path, alias: str) -> None:
         """Keep a checkpoint with the run (wandb: a `model` artifact; offline runs keep it for `wandb sync`)."""
@@ -149,7 +203,12 @@ class Tracker:
             "git_commit": self.provenance.get("git_commit"),
             "git_dirty": self.provenance.get("git_dirty"),
         }
-        backends, self.backends = self.backends, []
+        try:
+            backends = self.backends  # waits for a background start and catches up on what waited for it
+        except Exception as err:  # a failed start: the run failed before it mattered, or raised it already
+            log.warning("a tracker could not start: %s", err)
+            backends = self._backends
+        self._backends = []
         for backend in backends:
             try:  # one tracker failing to close must not cost the others, nor summary.json
                 summary.update(backend.finish(status))

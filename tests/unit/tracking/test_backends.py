@@ -168,6 +168,24 @@ def test_a_tracker_that_fails_to_start_closes_the_others(tmp_path, monkeypatch):
     assert read_run(run_file).exit_code == 1  # the wandb run was finished, as failed
 
 
+def test_a_start_in_the_background_is_waited_for_and_its_failure_raised_at_first_use(tmp_path, monkeypatch):
+    tracker = Tracker(tmp_path / "ok", logger_cfg=_logger("wandb", "csv"), config=CONFIG, provenance=PROVENANCE)
+    with tracker.session(background=True):
+        tracker.log({"train/loss": 1.0}, step=1)  # waits for wandb's start
+        assert tracker.wandb_run is not None and [b.name for b in tracker.backends] == ["wandb", "csv"]
+    wandb.teardown()
+    assert _csv_rows(tmp_path / "ok")[1][0]["train/loss"] == "1.0"
+
+    def broken(self):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(CsvBackend, "start", broken)
+    tracker = Tracker(tmp_path / "broken", logger_cfg=_logger("csv"), provenance=PROVENANCE)
+    with pytest.raises(OSError, match="disk full"), tracker.session(background=True):
+        tracker.log({"train/loss": 1.0}, step=1)
+    assert json.loads((tmp_path / "broken/summary.json").read_text())["status"] == "failed"
+
+
 # --------------------------------------------------------------------------- choosing trackers
 @pytest.mark.parametrize(
     ("overrides", "chosen"),
