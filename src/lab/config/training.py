@@ -33,6 +33,34 @@ class ProfileConfig:
 
 
 @dataclass
+class EMAConfig:
+    """An exponential moving average of the weights (lab.training.ema): validation, best.pt and the test score use
+    the averaged weights; last.pt keeps both, so a resume is exact."""
+
+    decay: float | None = None  # per update: ema = decay * ema + (1 - decay) * weights; null or 0 = off
+    every_n_steps: int = 1  # update after every n-th optimizer step (cheaper for large models)
+
+    def __post_init__(self) -> None:
+        _require(
+            self.decay is None or 0 <= self.decay < 1, f"trainer.ema.decay must be in [0, 1) or null, got {self.decay}"
+        )
+        _require(self.every_n_steps >= 1, f"trainer.ema.every_n_steps must be >= 1, got {self.every_n_steps}")
+
+
+@dataclass
+class EarlyStoppingConfig:
+    """Stop when the task's monitor has not improved by more than `min_delta` for `patience` validations in a row
+    (lab.training.early_stopping); the test split is still scored and the run still counts as completed."""
+
+    patience: int = 0  # validations without improvement before stopping; 0 = off
+    min_delta: float = 0.0  # the smallest change of the monitor that counts as an improvement
+
+    def __post_init__(self) -> None:
+        _require(self.patience >= 0, f"trainer.early_stopping.patience must be >= 0, got {self.patience}")
+        _require(self.min_delta >= 0, f"trainer.early_stopping.min_delta must be >= 0, got {self.min_delta}")
+
+
+@dataclass
 class TrainerConfig:
     max_epochs: int = 10
     max_steps: int = -1  # optimizer steps; -1 = limited by max_epochs only
@@ -50,10 +78,20 @@ class TrainerConfig:
     deterministic: bool = False
     cudnn_benchmark: bool = False
     tf32: bool = True
+    # autograd anomaly mode plus checks of every module's output, the batch and the loss: the run stops at the
+    # first NaN/inf, named in one line (debug=anomaly; lab.tools.anomaly). Slow: a host sync per module
     detect_anomaly: bool = False
     max_bad_steps: int = 0  # >0: skip up to this many consecutive steps whose loss is not finite (a sync per step)
     progress_bar: str = "auto"  # auto (only on a TTY) | on | off
+    # >0: every N optimizer steps, per-layer gradient and weight norms and activation mean/std (stats/* metrics,
+    # wandb histograms), and a warning for layers whose gradients stay exactly zero (lab.training.stats); 0 = off
+    log_stats_every_n_steps: int = 0
+    # dense peak FLOP/s of one device for train/mfu (e.g. 989e12: H100 bf16); null = lab.training.flops' table of
+    # common GPUs, and no MFU on a CPU or an unlisted GPU
+    peak_flops: float | None = None
     profile: ProfileConfig = field(default_factory=ProfileConfig)  # debug=profile
+    ema: EMAConfig = field(default_factory=EMAConfig)  # trainer.ema.decay=0.999: validate and keep averaged weights
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)  # early_stopping.patience=N
 
     def __post_init__(self) -> None:
         _require(self.max_epochs >= 1, f"trainer.max_epochs must be >= 1, got {self.max_epochs}")
@@ -77,8 +115,16 @@ class TrainerConfig:
             _require(value == -1 or value >= 1, f"trainer.{key} must be -1 (all) or >= 1, got {value}")
         _require(self.overfit_batches >= 0, f"trainer.overfit_batches must be >= 0, got {self.overfit_batches}")
         _require(self.max_bad_steps >= 0, f"trainer.max_bad_steps must be >= 0, got {self.max_bad_steps}")
+        _require(
+            self.log_stats_every_n_steps >= 0,
+            f"trainer.log_stats_every_n_steps must be >= 0 (0 = off), got {self.log_stats_every_n_steps}",
+        )
         _one_of("trainer.device", self.device, ("auto", "cpu", "cuda", "mps"))
         _one_of("trainer.progress_bar", self.progress_bar, ("auto", "on", "off"))
+        _require(
+            self.peak_flops is None or self.peak_flops > 0,
+            f"trainer.peak_flops must be > 0 (FLOP/s of one device) or null, got {self.peak_flops}",
+        )
 
 
 # --------------------------------------------------------------------------- precision
@@ -157,7 +203,8 @@ class TrainConfig:
     dist: Any = MISSING  # typed by the chosen strategy's schema (conf/dist/*.yaml)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     # name -> {_target_: ..., ...}: objects with on_validation_end(trainer, metrics, epoch) / on_fit_end(trainer,
-    # summary) hooks, instantiated per run (e.g. the Optuna pruning callback a sweep adds)
+    # summary) / on_train_step_end(trainer) / on_before_optimizer_step(trainer) (gradients still there) hooks,
+    # instantiated per run (e.g. the Optuna pruning callback a sweep adds)
     callbacks: dict[str, Any] = field(default_factory=dict)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 

@@ -32,6 +32,8 @@ from lab.optim import Schedule
 from lab.runtime import Precision, peak_memory_mb, reset_peak_memory
 from lab.tracking import Tracker
 from lab.training.bad_steps import BadSteps
+from lab.training.early_stopping import EarlyStopping
+from lab.training.ema import EMA
 from lab.training.evaluation import score
 from lab.training.preemption import StopSignals, interrupted
 from lab.training.state import Progress, TrainingState
@@ -61,6 +63,7 @@ class Trainer:
         parallel: Parallel | None = None,
         forward: nn.Module | None = None,
         callbacks: Sequence[Any] = (),
+        ema: EMA | None = None,
     ) -> None:
         # A plain dataclass, not a DictConfig: OmegaConf attribute access costs microseconds, several per step.
         self.cfg = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
@@ -71,9 +74,12 @@ class Trainer:
         self.optimizer, self.scheduler, self.task = optimizer, scheduler, task
         self.train_batches, self.val_loader = train_batches, val_loader
         self.device, self.precision = device, precision
-        self.tracker, self.checkpoints, self.callbacks = tracker, checkpoints, list(callbacks)
+        self.tracker, self.checkpoints, self.callbacks = tracker, checkpoints, [*callbacks, *filter(None, [ema])]
+        self.ema = ema  # validated, and checkpointed as `model`, in place of the model (its step hook updates it)
+        stop = self.cfg.early_stopping
+        self.early_stopping = EarlyStopping(stop.patience, stop.min_delta, task.mode) if stop.patience else None
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.grad_scaler)
-        self.state = TrainingState(model, optimizer, scheduler, self.scaler, self.parallel, device)
+        self.state = TrainingState(model, optimizer, scheduler, self.scaler, self.parallel, device, ema=ema)
         # fp16 steps the GradScaler skipped, counted on the device: reading the scale every step would sync
         self.skipped_steps = torch.zeros((), dtype=torch.int64, device=device)
         self.bad_steps = BadSteps(self.cfg.max_bad_steps, self.parallel) if self.cfg.max_bad_steps else None
@@ -84,6 +90,10 @@ class Trainer:
         self._total = self._inverse_total = None  # the last group weight and its reciprocal (see train_step)
         # callbacks run after every optimizer step (debug=profile's profiler): found once, not per step
         self._step_hooks = [c.on_train_step_end for c in self.callbacks if hasattr(c, "on_train_step_end")]
+        # ... and before each optimizer step, while the gradients are still there (trainer.log_stats_every_n_steps)
+        self._grad_hooks = [
+            c.on_before_optimizer_step for c in self.callbacks if hasattr(c, "on_before_optimizer_step")
+        ]
 
     @property
     def progress(self) -> Progress:
@@ -105,7 +115,7 @@ class Trainer:
                 if finished:
                     self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
                 self._save(best=improved)
-                if self._done():
+                if self._done() or self._stop_early(epoch):
                     break
         summary = self.summary()
         self._call("on_fit_end", summary)
@@ -169,6 +179,8 @@ class Trainer:
         self._optimizer_step(update=self.bad_steps is None or self.bad_steps.finite(losses, total, progress))
 
     def _optimizer_step(self, update: bool) -> None:
+        for hook in self._grad_hooks:
+            hook(self)
         if update:
             self._update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -200,22 +212,29 @@ class Trainer:
         return 0 < self.cfg.max_steps <= self.progress.global_step
 
     # ------------------------------------------------------------------ evaluation
-    def score(self, loader: torch.utils.data.DataLoader, limit: int = -1) -> dict[str, float]:
-        """The task's exact metrics over the loader, reduced over ranks (eval mode, no autograd)."""
-        forward = self.parallel.evaluation_forward(self.model, self.forward)
+    def score(
+        self, loader: torch.utils.data.DataLoader, limit: int = -1, model: nn.Module | None = None
+    ) -> dict[str, float]:
+        """The task's exact metrics over the loader, reduced over ranks (eval mode, no autograd); `model`: another
+        plain module to score instead of the trained one (the EMA copy)."""
+        forward = self.parallel.evaluation_forward(self.model, self.forward) if model is None else model
         args = (self.task, self.parallel, self.device, self.precision, self.cfg.channels_last)
-        return score(self.model, forward, loader, *args, limit=limit)
+        return score(self.model if model is None else model, forward, loader, *args, limit=limit)
 
     def _validate(self, epoch: int) -> bool:
         """Score the validation split, track the best, let the schedule react; True when the monitor improved."""
         with self.window.paused():
-            metrics = {f"val/{k}": v for k, v in self.score(self.val_loader, self.cfg.limit_val_batches).items()}
+            scored = None if self.ema is None else self.ema.module  # with trainer.ema, the averaged weights
+            metrics = self.score(self.val_loader, self.cfg.limit_val_batches, scored)
+            metrics = {f"val/{k}": v for k, v in metrics.items()}
         monitor = f"val/{self.task.monitor}"
         if monitor not in metrics:
             raise UserError(
                 f"task.monitor={self.task.monitor!r} is not a validation metric; choose one of {', '.join(metrics)}"
             )
         improved = self.progress.record(metrics[monitor], epoch + 1, self.task.mode)
+        if self.early_stopping is not None:
+            self.early_stopping.record(self.progress, metrics[monitor])
         metrics[f"{monitor}_best"] = self.progress.best_metric
         self.scheduler.step_validation(metrics)
         self.last_val = metrics
@@ -236,7 +255,14 @@ class Trainer:
         }
         if self.scaler.is_enabled():
             out["train/skipped_steps"] = int(self.skipped_steps)
+        if self.early_stopping is not None:
+            out.update(self.early_stopping.summary())
         return out
+
+    def _stop_early(self, epoch: int) -> bool:
+        return self.early_stopping is not None and self.early_stopping.stop(
+            self.progress, f"val/{self.task.monitor}", epoch + 1
+        )
 
     # ------------------------------------------------------------------ records
     def _losses(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -259,6 +285,7 @@ class Trainer:
             metrics["train/skipped_steps"] = int(self.skipped_steps)
         if self.bad_steps is not None:
             metrics["train/bad_steps"] = self.bad_steps.total
+        self._call("on_train_log", metrics)  # callbacks may add figures derived from the window (train/mfu)
         self.tracker.log(metrics, step=self.progress.global_step, epoch=epoch + 1)
         if bar is None:
             log.info("%s", log_line(epoch + 1, self.progress.global_step, metrics))

@@ -24,10 +24,12 @@ from lab.config import TrainConfig
 from lab.distributed import env as dist_env
 from lab.distributed import launch
 from lab.distributed.parallel import Parallel
-from lab.errors import UserError
+from lab.errors import ConfigError, UserError
 from lab.optim import build_optimizer, build_scheduler, lr_scale
+from lab.sweeps.jobs import in_multirun
 from lab.tracking import provenance
-from lab.training import Trainer
+from lab.training import Trainer, flops
+from lab.training.ema import EMA
 from lab.training.report import report_start
 from lab.workflows.common import hydra_run_dir
 
@@ -77,13 +79,29 @@ def _check_options(cfg: DictConfig) -> None:
     cfg.data = data.checked_config(cfg.data)
     models.MODELS.checked(cfg.model)
     tasks.TASKS.checked(cfg.task)
+    if cfg.trainer.ema.decay and cfg.dist.strategy == "fsdp":
+        raise ConfigError(
+            "trainer.ema.decay does not work with dist=fsdp (each rank holds only a shard of the weights); "
+            "use dist=ddp with EMA, or trainer.ema.decay=null under FSDP"
+        )
+    if cfg.trainer.log_stats_every_n_steps and cfg.dist.strategy == "fsdp":
+        raise ConfigError(
+            "trainer.log_stats_every_n_steps does not work with dist=fsdp (each rank holds only a shard of the "
+            "weights and gradients); collect the statistics with dist=ddp or dist=none"
+        )
 
 
 @record  # the failing rank's traceback reaches the launcher, which names it
 def _spawned_worker(container: dict, run_dir: str, identity: dict) -> float | None:
     cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), container)  # typed again, as Hydra gave it
     launch.configure_worker_logging(Path(run_dir) / f"{cfg.task_name}.log")
-    return _join_and_train(cfg, Path(run_dir), identity)
+    last = Path(run_dir) / "checkpoints" / "last.pt"
+    if launch.restart_count() and last.is_file():  # dist.max_restarts: a restart continues the failed attempt
+        cfg.ckpt_path = str(last)
+    from lab.tools import oom
+
+    with oom.explained(cfg):  # in the rank that ran out of memory: its memory report (lab.cli does it elsewhere)
+        return _join_and_train(cfg, Path(run_dir), identity)
 
 
 def _join_and_train(cfg: DictConfig, run_dir: Path, identity: dict) -> float | None:
@@ -105,85 +123,120 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     device = runtime.select_device(cfg.trainer.device, parallel.local_rank)
     runtime.configure_backends(cfg.trainer, device)
     precision = runtime.resolve_precision(cfg.precision, device)
-
-    datamodule = data.build(cfg.data)
-    meta = datamodule.meta
-    task = tasks.build(cfg.task, meta)
-    train_set, val_set = datamodule.train, datamodule.val
-    if cfg.trainer.overfit_batches:
-        train_set = val_set = _overfit_subset(train_set, cfg.trainer.overfit_batches, cfg.data.batch_size)
-    # Pinned host memory only pays off with asynchronous copies to a CUDA device.
-    pin = cfg.data.pin_memory if cfg.data.pin_memory is not None else device.type == "cuda"
-    loader_seed = cfg.seed * 1000 + parallel.rank  # worker augmentation streams differ per rank
-    generator = torch.Generator().manual_seed(loader_seed)
-    sampler = parallel.train_sampler(train_set, seed=runtime.epoch_generator_seed(cfg.seed, 0))
-    train_loader = data.make_loader(
-        train_set, cfg.data, train=True, generator=generator, pin_memory=pin, sampler=sampler
-    )
-    train_batches = data.EpochLoader(train_loader, generator, loader_seed, cfg.trainer.limit_train_batches)
-    val_loader = data.make_loader(
-        val_set, cfg.data, train=False, generator=None, pin_memory=pin, sampler=parallel.eval_sampler(val_set)
-    )
-
-    model = models.build(cfg.model, meta).to(device)
-    model = runtime.apply_channels_last(model, cfg.trainer.channels_last, cfg.dist.strategy)
-    prov = provenance.collect()
     # a run continued in its own dir continues its wandb run too: one run across resumes
     continuing = resume is not None and _inside(cfg.ckpt_path, run_dir)
     resume_id = (resume.get("provenance") or {}).get("wandb_id") if continuing else None
     tracker = tracking.from_config(
-        cfg, run_dir, "train", prov, rank=parallel.rank, identity=identity, resume_id=resume_id
+        cfg, run_dir, "train", provenance.collect(), rank=parallel.rank, identity=identity, resume_id=resume_id
     )
-    with tracker.session():
-        report_start(model, task, train_loader, run_dir, device, precision, tracker, parallel)
-        model, forward = parallel.wrap(model, cfg.dist, device, precision)  # before the optimizer: FSDP swaps params
-        if parallel.world_size > 1:
-            runtime.seed_everything(cfg.seed + parallel.rank)  # dropout etc. differ per rank from here on
-        optimizer = build_optimizer(_scaled_optimizer_cfg(cfg, parallel, tracker), model, device)
-        steps_per_epoch = math.ceil(len(train_batches) / cfg.trainer.grad_accum_steps)
-        scheduler = build_scheduler(cfg.scheduler, optimizer, _planned_steps(cfg.trainer, steps_per_epoch))
-        log.info("%d optimizer steps per epoch", steps_per_epoch)
-
-        extras = {
-            "config": OmegaConf.to_container(cfg, resolve=True),
-            "data_meta": meta,
-            "provenance": {
-                "git_commit": prov["git_commit"],
-                "git_dirty": prov["git_dirty"],
-                "versions": prov["versions"],
-                **tracker.run_ref(),  # lets eval/export runs link back to this training run
-            },
-        }
-        checkpoints = CheckpointManager(run_dir, parallel, cfg.trainer.ckpt_every_n_steps, extras)
-        profiler = _profiler(cfg.trainer.profile, run_dir, tracker, device, parallel)
-        trainer = Trainer(
-            model=model,
-            forward=forward,
-            parallel=parallel,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            task=task,
-            train_batches=train_batches,
-            val_loader=val_loader,
-            device=device,
-            precision=precision,
-            cfg=cfg.trainer,
-            tracker=tracker,
-            checkpoints=checkpoints,
-            callbacks=[*(hydra.utils.instantiate(spec) for spec in cfg.callbacks.values()), *filter(None, [profiler])],
-        )
-        if resume is not None:
-            _resume(trainer, resume, Path(cfg.ckpt_path), cfg.trainer)
-        with profiler or contextlib.nullcontext():
-            summary = trainer.fit()
-        summary.update(_test(trainer, datamodule.test, cfg, pin))
-        tracker.summary(summary)
-        if cfg.logger.log_checkpoints != "none":
-            which = cfg.logger.log_checkpoints
-            tracker.log_checkpoint(checkpoints.path(which), alias=which)
+    with tracker.session(background=True):  # the trackers start (wandb: a second) while data and model are built
+        summary = _fit(cfg, run_dir, parallel, device, precision, resume, tracker)
     result = summary.get(cfg.optimized_metric)
     log.info("done: %s = %s; run dir %s", cfg.optimized_metric, result, run_dir)
     return result
+
+
+def _fit(
+    cfg: DictConfig,
+    run_dir: Path,
+    parallel: Parallel,
+    device: torch.device,
+    precision: runtime.Precision,
+    resume: dict | None,
+    tracker: tracking.Tracker,
+) -> dict[str, Any]:
+    """Data, model, optimizer and Trainer; train, then score the best checkpoint on the test split."""
+    datamodule = data.build(cfg.data, reuse=in_multirun())  # a sweep's jobs share unchanged data
+    meta = datamodule.meta
+    train_set, val_set = datamodule.train, datamodule.val
+    if cfg.trainer.overfit_batches:
+        train_set = val_set = _overfit_subset(train_set, cfg.trainer.overfit_batches, cfg.data.batch_size)
+    task = tasks.build(cfg.task, meta, train_set)
+    # Pinned host memory only pays off with asynchronous copies to a CUDA device.
+    pin = cfg.data.pin_memory if cfg.data.pin_memory is not None else device.type == "cuda"
+    train_batches, train_loader = _train_batches(train_set, cfg, pin, parallel, device)
+    val_loader = _eval_loader(val_set, "val", cfg, pin, parallel, device)
+
+    model = models.build(cfg.model, meta).to(device)
+    model = runtime.apply_channels_last(model, cfg.trainer.channels_last, cfg.dist.strategy)
+    peak = flops.peak_flops(cfg.trainer.peak_flops, device, precision.autocast_dtype, cfg.trainer.tf32)
+    utilization = report_start(model, task, train_loader, run_dir, device, precision, tracker, parallel, peak)
+    model, forward = parallel.wrap(model, cfg.dist, device, precision)  # before the optimizer: FSDP swaps params
+    if parallel.world_size > 1:
+        runtime.seed_everything(cfg.seed + parallel.rank)  # dropout etc. differ per rank from here on
+    optimizer = build_optimizer(_scaled_optimizer_cfg(cfg, parallel, tracker), model, device)
+    steps_per_epoch = math.ceil(len(train_batches) / cfg.trainer.grad_accum_steps)
+    scheduler = build_scheduler(cfg.scheduler, optimizer, _planned_steps(cfg.trainer, steps_per_epoch))
+    log.info("%d optimizer steps per epoch", steps_per_epoch)
+    ema = _ema(cfg.trainer.ema, model)
+
+    prov = tracker.provenance
+    extras = {
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "data_meta": meta,
+        "provenance": {
+            "git_commit": prov["git_commit"],
+            "git_dirty": prov["git_dirty"],
+            "versions": prov["versions"],
+            **tracker.run_ref(),  # lets eval/export runs link back to this training run
+        },
+    }
+    checkpoints = CheckpointManager(run_dir, parallel, cfg.trainer.ckpt_every_n_steps, extras)
+    profiler = _profiler(cfg.trainer.profile, run_dir, tracker, device, parallel)
+    stats = _training_stats(cfg.trainer.log_stats_every_n_steps, model, parallel)
+    trainer = Trainer(
+        model=model,
+        forward=forward,
+        parallel=parallel,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        task=task,
+        train_batches=train_batches,
+        val_loader=val_loader,
+        device=device,
+        precision=precision,
+        cfg=cfg.trainer,
+        tracker=tracker,
+        checkpoints=checkpoints,
+        callbacks=[
+            *(hydra.utils.instantiate(spec) for spec in cfg.callbacks.values()),
+            *filter(None, [profiler, stats, utilization]),
+        ],
+        ema=ema,
+    )
+    if resume is not None:
+        _resume(trainer, resume, Path(cfg.ckpt_path), cfg.trainer)
+    with profiler or contextlib.nullcontext(), _anomaly_detector(trainer):
+        summary = trainer.fit()
+    summary.update(_test(trainer, datamodule.test, cfg, pin))
+    tracker.summary(summary)
+    if cfg.logger.log_checkpoints != "none":
+        which = cfg.logger.log_checkpoints
+        tracker.log_checkpoint(checkpoints.path(which), alias=which)
+    return summary
+
+
+def _train_batches(
+    train_set: Any, cfg: DictConfig, pin: bool, parallel: Parallel, device: torch.device
+) -> tuple[Any, Any]:
+    """(what the Trainer walks each epoch, the loader the start-of-run report reads a first batch from)."""
+    loader_seed = cfg.seed * 1000 + parallel.rank  # worker augmentation streams differ per rank
+    if cfg.data.loader == "device":  # the splits live on the device: batches are cut and augmented there
+        loader = data.DeviceLoader(
+            train_set,
+            cfg.data,
+            device,
+            seed=cfg.seed,
+            augment_seed=loader_seed,
+            rank=parallel.rank,
+            world_size=parallel.world_size,
+            limit=cfg.trainer.limit_train_batches,
+        )
+        return loader, loader
+    generator = torch.Generator().manual_seed(loader_seed)
+    sampler = parallel.train_sampler(train_set, seed=runtime.epoch_generator_seed(cfg.seed, 0))
+    loader = data.make_loader(train_set, cfg.data, train=True, generator=generator, pin_memory=pin, sampler=sampler)
+    return data.EpochLoader(loader, generator, loader_seed, cfg.trainer.limit_train_batches), loader
 
 
 def _profiler(profile_cfg: Any, run_dir: Path, tracker: tracking.Tracker, device: Any, parallel: Parallel) -> Any:
@@ -193,6 +246,34 @@ def _profiler(profile_cfg: Any, run_dir: Path, tracker: tracking.Tracker, device
     from lab.tools.profiling import StepProfiler
 
     return StepProfiler(profile_cfg, run_dir, tracker, device)
+
+
+def _ema(ema_cfg: Any, model: torch.nn.Module) -> EMA | None:
+    """trainer.ema.decay: an averaged copy of the plain (unwrapped) model that validation, best.pt and test use."""
+    if not ema_cfg.decay:
+        return None
+    ema = EMA(model, ema_cfg.decay, ema_cfg.every_n_steps)
+    log.info("%s: validation, best.pt and the test split score the averaged weights", ema.describe())
+    return ema
+
+
+def _training_stats(every_n_steps: int, model: torch.nn.Module, parallel: Parallel) -> Any:
+    """trainer.log_stats_every_n_steps: rank 0 logs per-layer statistics (DDP's gradients are the same on every
+    rank), as a trainer callback (imported only then)."""
+    if not (every_n_steps and parallel.is_main):
+        return None
+    from lab.training.stats import TrainingStats
+
+    return TrainingStats(model, every_n_steps)
+
+
+def _anomaly_detector(trainer: Trainer) -> Any:
+    """trainer.detect_anomaly (debug=anomaly): the first NaN/inf named in one line (lab.tools imported only then)."""
+    if not trainer.cfg.detect_anomaly:
+        return contextlib.nullcontext()
+    from lab.tools.anomaly import NonFiniteDetector
+
+    return NonFiniteDetector(trainer)
 
 
 def _resume(trainer: Trainer, ckpt: dict, path: Path, trainer_cfg: Any) -> None:
@@ -205,6 +286,13 @@ def _resume(trainer: Trainer, ckpt: dict, path: Path, trainer_cfg: Any) -> None:
             f"{path} has finished training (epoch {progress['epoch']} of trainer.max_epochs="
             f"{trainer_cfg.max_epochs}, step {progress['global_step']}): raise trainer.max_epochs (or max_steps) "
             "to train further, or score it with scripts/eval.py"
+        )
+    stopping, stale = trainer_cfg.early_stopping, progress.get("stale_validations", 0)
+    if stopping.patience and stale >= stopping.patience:
+        raise UserError(
+            f"{path} stopped early at epoch {progress['epoch']} ({stale} validations without improvement, "
+            f"trainer.early_stopping.patience={stopping.patience}): raise the patience (or set it to 0) to train "
+            "further, or score it with scripts/eval.py"
         )
     trainer.state.resume(ckpt)
     best = path.with_name("best.pt")
@@ -232,15 +320,21 @@ def _scaled_optimizer_cfg(cfg: DictConfig, parallel: Parallel, tracker: tracking
     return OmegaConf.merge(cfg.optimizer, {"lr": lr})
 
 
+def _eval_loader(dataset: Any, split: str, cfg: DictConfig, pin: bool, parallel: Parallel, device: Any) -> Any:
+    """Validation/test batches of this rank's shard, through the same kind of loader as training."""
+    sampler = parallel.eval_sampler(dataset)
+    if cfg.data.loader == "device":
+        return data.DeviceEvalLoader(dataset, cfg.data.eval_batch_size or cfg.data.batch_size, device, sampler, split)
+    return data.make_loader(dataset, cfg.data, train=False, generator=None, pin_memory=pin, sampler=sampler)
+
+
 def _test(trainer: Trainer, test_set: Any, cfg: DictConfig, pin: bool) -> dict[str, float]:
     """Score the best checkpoint on the held-out test split, once, after training."""
     best = trainer.checkpoints.best
     if test_set is None or not best.is_file():
         return {}
     trainer.parallel.load_model_state(trainer.model, checkpointing.read(best)["model"])
-    loader = data.make_loader(
-        test_set, cfg.data, train=False, generator=None, pin_memory=pin, sampler=trainer.parallel.eval_sampler(test_set)
-    )
+    loader = _eval_loader(test_set, "test", cfg, pin, trainer.parallel, trainer.device)
     metrics = {f"test/{k}": v for k, v in trainer.score(loader, cfg.trainer.limit_val_batches).items()}
     trainer.tracker.log(metrics, step=trainer.progress.global_step)
     log.info("test (best checkpoint): %s", "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
