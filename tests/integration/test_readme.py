@@ -3,14 +3,16 @@ such as outputs/train/<run> point at runs the module makes)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from helpers import REPO, run_script
+from helpers import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -20,6 +22,8 @@ QUICK_BENCH_ARGS = {
     "bench/tracking_overhead.py": ["--runs", "1"],
     "bench/sweep_overhead.py": ["--jobs", "2"],
     "bench/gpu_smoke.py": ["--checks", "fsdp_batchnorm_bf16"],
+    "bench/startup.py": ["--repeats", "1"],
+    "bench/device_loader.py": ["--epochs", "1", "--repeats", "1"],
 }
 
 
@@ -27,7 +31,7 @@ def readme_commands() -> list[str]:
     text = (REPO / "README.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
     lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
-    return [line for line in lines if line.startswith(("python ", "make train "))]
+    return list(dict.fromkeys(line for line in lines if line.startswith(("python ", "make train "))))
 
 
 def test_the_readme_starts_with_the_two_setup_commands():
@@ -38,29 +42,6 @@ def test_readme_shows_the_commands_this_test_runs():
     commands = readme_commands()
     assert any("-m " in c for c in commands) and any("ckpt_path=" in c for c in commands)
     assert any(c.startswith("python bench/") for c in commands)
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("readme") / "base"
-    proc = run_script("train.py", "debug=fast", f"hydra.run.dir={run_dir}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run_dir
-
-
-@pytest.fixture(scope="module")
-def finished_export(finished_run):
-    """An export run dir (model.onnx, model.pt2 and their manifest) for the README's `outputs/export/<run>`."""
-    run_dir = finished_run.parent / "export"
-    proc = run_script(
-        "export.py",
-        f"ckpt_path={finished_run}/checkpoints/best.pt",
-        "export.formats=[onnx,pt2]",
-        "logger=none",
-        f"hydra.run.dir={run_dir}",
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run_dir
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +70,7 @@ def houses_csv(tmp_path_factory):
 PLACEHOLDERS = {
     "outputs/train/<run>": "finished_run",
     "outputs/export/<run>": "finished_export",
+    "outputs/train/multirun/<stamp>": "finished_sweep",
     "path/to/images/": "sample_images",
     "data/houses.csv": "houses_csv",
 }
@@ -106,6 +88,9 @@ def test_readme_command_runs(command, tmp_path, request):
     args[0] = sys.executable
     if args[1].startswith("bench/"):
         args += QUICK_BENCH_ARGS[args[1]]
+    elif args[1] == "scripts/report.py":  # no Hydra; a page written with -o goes to the test's folder
+        if "-o" in args:
+            args[args.index("-o") + 1] = str(tmp_path / args[args.index("-o") + 1])
     elif "--cfg" not in args:
         # only training has a debug group; eval/export/infer are already quick on a debug checkpoint
         if args[1] == "scripts/train.py" and not any(a.startswith("debug=") for a in args):
@@ -116,6 +101,92 @@ def test_readme_command_runs(command, tmp_path, request):
             args += [f"hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db", "hydra.sweeper.n_trials=2"]
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    if args[1] == "scripts/report.py":
+        assert Path(proc.stdout.removeprefix("report: ").strip()).is_file(), proc.stdout
+
+
+# ```sh blocks hold what this test does not run as written. The sections below are run by their own tests; the
+# tab-completion lines run in bash here; every other line is listed with why and with the test that checks what it
+# does (that test must exist and mention it).
+SECTIONS_RUN_ELSEWHERE = {
+    "## Add your own model, dataset or task": "tests/integration/test_extension.py",
+    "## Debugging tools": "tests/integration/test_tools.py",
+}
+NOT_RUN_AS_WRITTEN = {
+    "git checkout <git_commit>": ("would change this work tree", "tests/integration/test_report.py", "reproduce"),
+    "git apply outputs/train/<run>/provenance/git.diff": (
+        "would change this work tree",
+        "tests/integration/test_report.py",
+        "reproduce",
+    ),
+    "python scripts/train.py <the overrides of .hydra/overrides.yaml>": (
+        "the report's reproduce command is run instead",
+        "tests/integration/test_report.py",
+        "reproduce",
+    ),
+    "python scripts/train.py -m 'experiment=glob(*)' debug=fast": (
+        "the CIFAR-10 experiments need their data: the sweep test writes a tiny copy",
+        "tests/integration/test_sweeps.py",
+        "experiment=glob(*)",
+    ),
+    "python scripts/train.py -m hydra/launcher=slurm hydra.launcher.partition=gpu optimizer.lr=1e-3,3e-3": (
+        "needs a SLURM cluster: its config is composed here, the launcher is tested with a fake submitit",
+        "tests/unit/sweeps/test_sweep_parts.py",
+        "LabSlurmLauncher",
+    ),
+    "make rename NAME=myproject": ("rewrites this repository", "tests/integration/test_rename.py", "rename.py"),
+    "python bench/gpu_throughput.py": (
+        "needs a GPU: its --tiny CPU run is tested",
+        "tests/unit/training/test_flops.py",
+        "gpu_throughput",
+    ),
+    "python bench/int8.py": (
+        "minutes: it trains and exports two convnets; its quantization and figures are tested",
+        "tests/unit/exporting/test_quantization.py",
+        "int8_report",
+    ),
+}
+
+
+def shell_block_commands() -> list[tuple[str, str]]:
+    """(section heading, command) for every line of every ```sh block."""
+    text = (REPO / "README.md").read_text()
+    found = []
+    for block in re.finditer(r"```sh\n(.*?)```", text, flags=re.S):
+        start = text.rfind("\n## ", 0, block.start()) + 1
+        section = text[start : text.index("\n", start)]
+        found += [(section, line.split("  #")[0].strip()) for line in block.group(1).splitlines() if line.strip()]
+    return found
+
+
+def test_every_shell_block_command_is_checked():
+    for section, command in shell_block_commands():
+        if section.startswith(tuple(SECTIONS_RUN_ELSEWHERE)) or command.startswith('eval "$(python scripts/'):
+            continue
+        assert command in NOT_RUN_AS_WRITTEN, f"{command!r} ({section}) is run by no test: use a bash block"
+    for test_file, mention in [(f, "README") for f in SECTIONS_RUN_ELSEWHERE.values()] + [
+        (f, m) for _, f, m in NOT_RUN_AS_WRITTEN.values()
+    ]:
+        assert mention in (REPO / test_file).read_text(), (test_file, mention)
+
+
+def test_tab_completion_installs_and_uninstalls():
+    install, uninstall = [c for _, c in shell_block_commands() if c.startswith('eval "$(python scripts/')]
+    # installed: `python` completes through Hydra's function; uninstalled: the function is gone
+    function = "declare -F hydra_bash_completion"
+    script = f"{install}\ncomplete -p python\n{function}\n{uninstall}\n! {function}"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "hydra_bash_completion" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_slurm_command_composes():
+    (command,) = [c for c in NOT_RUN_AS_WRITTEN if "hydra/launcher=slurm" in c]
+    args = [a for a in shlex.split(command)[1:] if a != "-m" and "," not in a]  # one job's config, nothing submitted
+    proc = subprocess.run(
+        [sys.executable, *args, "--cfg", "hydra"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0 and "partition: gpu" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
 def test_help_lists_the_groups():

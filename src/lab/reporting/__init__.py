@@ -1,0 +1,32 @@
+"""One self-contained HTML page for a run dir or a sweep dir: `python scripts/report.py <dir> [-o out.html]`.
+
+`runs` reads what runs left on disk (metrics.jsonl, summary.json, .hydra/, the sweep's job records, the eval/export/
+infer runs made from their checkpoints), `charts` draws the curves as inline SVG, `page` writes the HTML with the
+inline CSS and the few lines of script (`assets`) that sort its tables; nothing is fetched. Pure Python + OmegaConf:
+no torch import, so the report starts in well under a second.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lab.errors import UserError
+from lab.files import atomic_path
+from lab.reporting import page, runs
+
+__all__ = ["write_report"]
+
+
+def write_report(source: str | Path, output: str | Path | None = None) -> Path:
+    """Read the run or sweep at `source`, write its report (default `<source>/report.html`) and return its path."""
+    report = runs.load(Path(source))
+    out = Path(output) if output is not None else report.dir / "report.html"
+    if out.is_dir():
+        raise UserError(f"{out} is a directory: give -o a file name, e.g. -o {out / 'report.html'}")
+    if not out.parent.is_dir():
+        raise UserError(f"the folder of {out} does not exist: create it, or give -o a path in an existing folder")
+    text = page.render(report, link_base=out.parent.resolve())
+    with atomic_path(out) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(os.path.abspath(out))
