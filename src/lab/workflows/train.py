@@ -24,13 +24,13 @@ from lab.config import TrainConfig
 from lab.distributed import env as dist_env
 from lab.distributed import launch
 from lab.distributed.parallel import Parallel
-from lab.errors import ConfigError, UserError
+from lab.errors import UserError
 from lab.optim import build_optimizer, build_scheduler, lr_scale
 from lab.sweeps.jobs import in_multirun
 from lab.tracking import provenance
 from lab.training import Trainer, flops
-from lab.training.ema import EMA
 from lab.training.report import report_start
+from lab.workflows import train_extras
 from lab.workflows.common import hydra_run_dir
 
 log = logging.getLogger(__name__)
@@ -79,16 +79,7 @@ def _check_options(cfg: DictConfig) -> None:
     cfg.data = data.checked_config(cfg.data)
     models.MODELS.checked(cfg.model)
     tasks.TASKS.checked(cfg.task)
-    if cfg.trainer.ema.decay and cfg.dist.strategy == "fsdp":
-        raise ConfigError(
-            "trainer.ema.decay does not work with dist=fsdp (each rank holds only a shard of the weights); "
-            "use dist=ddp with EMA, or trainer.ema.decay=null under FSDP"
-        )
-    if cfg.trainer.log_stats_every_n_steps and cfg.dist.strategy == "fsdp":
-        raise ConfigError(
-            "trainer.log_stats_every_n_steps does not work with dist=fsdp (each rank holds only a shard of the "
-            "weights and gradients); collect the statistics with dist=ddp or dist=none"
-        )
+    train_extras.check(cfg)
 
 
 @record  # the failing rank's traceback reaches the launcher, which names it
@@ -168,7 +159,7 @@ def _fit(
     steps_per_epoch = math.ceil(len(train_batches) / cfg.trainer.grad_accum_steps)
     scheduler = build_scheduler(cfg.scheduler, optimizer, _planned_steps(cfg.trainer, steps_per_epoch))
     log.info("%d optimizer steps per epoch", steps_per_epoch)
-    ema = _ema(cfg.trainer.ema, model)
+    ema = train_extras.ema(cfg.trainer.ema, model)
 
     prov = tracker.provenance
     extras = {
@@ -182,8 +173,8 @@ def _fit(
         },
     }
     checkpoints = CheckpointManager(run_dir, parallel, cfg.trainer.ckpt_every_n_steps, extras)
-    profiler = _profiler(cfg.trainer.profile, run_dir, tracker, device, parallel)
-    stats = _training_stats(cfg.trainer.log_stats_every_n_steps, model, parallel)
+    profiler = train_extras.profiler(cfg.trainer.profile, run_dir, tracker, device, parallel)
+    stats = train_extras.training_stats(cfg.trainer.log_stats_every_n_steps, model, parallel)
     trainer = Trainer(
         model=model,
         forward=forward,
@@ -206,7 +197,7 @@ def _fit(
     )
     if resume is not None:
         _resume(trainer, resume, Path(cfg.ckpt_path), cfg.trainer)
-    with profiler or contextlib.nullcontext(), _anomaly_detector(trainer):
+    with profiler or contextlib.nullcontext(), train_extras.anomaly_detector(trainer):
         summary = trainer.fit()
     summary.update(_test(trainer, datamodule.test, cfg, pin))
     tracker.summary(summary)
@@ -237,43 +228,6 @@ def _train_batches(
     sampler = parallel.train_sampler(train_set, seed=runtime.epoch_generator_seed(cfg.seed, 0))
     loader = data.make_loader(train_set, cfg.data, train=True, generator=generator, pin_memory=pin, sampler=sampler)
     return data.EpochLoader(loader, generator, loader_seed, cfg.trainer.limit_train_batches), loader
-
-
-def _profiler(profile_cfg: Any, run_dir: Path, tracker: tracking.Tracker, device: Any, parallel: Parallel) -> Any:
-    """debug=profile: rank 0 profiles a few steps, as a trainer callback (lab.tools is imported only then)."""
-    if not (profile_cfg.enabled and parallel.is_main):
-        return None
-    from lab.tools.profiling import StepProfiler
-
-    return StepProfiler(profile_cfg, run_dir, tracker, device)
-
-
-def _ema(ema_cfg: Any, model: torch.nn.Module) -> EMA | None:
-    """trainer.ema.decay: an averaged copy of the plain (unwrapped) model that validation, best.pt and test use."""
-    if not ema_cfg.decay:
-        return None
-    ema = EMA(model, ema_cfg.decay, ema_cfg.every_n_steps)
-    log.info("%s: validation, best.pt and the test split score the averaged weights", ema.describe())
-    return ema
-
-
-def _training_stats(every_n_steps: int, model: torch.nn.Module, parallel: Parallel) -> Any:
-    """trainer.log_stats_every_n_steps: rank 0 logs per-layer statistics (DDP's gradients are the same on every
-    rank), as a trainer callback (imported only then)."""
-    if not (every_n_steps and parallel.is_main):
-        return None
-    from lab.training.stats import TrainingStats
-
-    return TrainingStats(model, every_n_steps)
-
-
-def _anomaly_detector(trainer: Trainer) -> Any:
-    """trainer.detect_anomaly (debug=anomaly): the first NaN/inf named in one line (lab.tools imported only then)."""
-    if not trainer.cfg.detect_anomaly:
-        return contextlib.nullcontext()
-    from lab.tools.anomaly import NonFiniteDetector
-
-    return NonFiniteDetector(trainer)
 
 
 def _resume(trainer: Trainer, ckpt: dict, path: Path, trainer_cfg: Any) -> None:
