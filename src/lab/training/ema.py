@@ -7,7 +7,7 @@ statistics) copied as they are. Frozen parameters never change, so their copy ne
 Validation scores ``module`` (the averaged copy), best.pt is chosen by it and holds it as its ``model``, so eval,
 export and infer use it unchanged; checkpoints keep the optimizer's own weights under ``raw_model`` to resume from
 (``lab.training.state``). Under DDP every rank holds the same parameters and so keeps the same average; FSDP shards
-them and is refused at configuration time (``lab.workflows.train``).
+them and is refused at configuration time (``lab.workflows.train_extras.check``).
 """
 
 from __future__ import annotations
