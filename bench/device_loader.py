@@ -24,37 +24,18 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 from torch.utils.data import DataLoader, TensorDataset
 
 import lab.config
 from lab import data, models, runtime, tasks
-from lab.checkpointing import CheckpointManager
-from lab.distributed.parallel import Parallel
 from lab.optim import build_optimizer, build_scheduler
-from lab.tracking import Tracker
-from lab.training import Trainer
+from loop_overhead import HAND_LOSSES, hand_written, template_trainer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 ROWS = ["data=digits", "data=synthetic"]  # synthetic: 3x32x32 images, CIFAR-sized
 TEMPLATE = "template + data.loader=device"
-
-
-def hand_written(model, loader, optimizer, scheduler, device, epochs: int) -> int:
-    """The loop a careful user writes by hand, fed by a DataLoader."""
-    model.train()
-    samples = 0
-    for _ in range(epochs):
-        for inputs, targets in loader:
-            inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
-            loss = F.cross_entropy(model(inputs), targets)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            scheduler.step()
-            samples += len(targets)
-    return samples
+cross_entropy = HAND_LOSSES["classification"]
 
 
 def measure(args: argparse.Namespace, overrides: list[str]) -> dict[str, float]:
@@ -72,7 +53,6 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> dict[str, float]:
     lab.config.validate(cfg)
     runtime.seed_everything(cfg.seed)
     device = runtime.select_device(cfg.trainer.device)
-    precision = runtime.resolve_precision(cfg.precision, device)
     datamodule = data.build(cfg.data)
     task = tasks.build(cfg.task, datamodule.meta)
     batch = cfg.data.batch_size
@@ -97,7 +77,7 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> dict[str, float]:
 
     plain = {name: (model, *fresh(model)) for name, model in plain_models.items()}
     for name, (model, optimizer, scheduler) in plain.items():  # warm-up (allocator, kernels)
-        hand_written(model, baselines[name], optimizer, scheduler, device, 1)
+        hand_written(model, baselines[name], optimizer, scheduler, device, 1, cross_entropy)
     names = {name: f"hand-written + DataLoader({name})" for name in baselines}
     rates: dict[str, list[float]] = {**{label: [] for label in names.values()}, TEMPLATE: []}
     loader_rates: dict[str, list[float]] = {name: [] for name in [*baselines, "DeviceLoader"]}
@@ -111,19 +91,7 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> dict[str, float]:
 
     with tempfile.TemporaryDirectory() as run_dir:
         optimizer, scheduler = fresh(template_model)
-        trainer = Trainer(
-            model=template_model,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            task=task,
-            train_batches=batches,
-            val_loader=None,
-            device=device,
-            precision=precision,
-            cfg=cfg.trainer,
-            tracker=Tracker(run_dir).start(),
-            checkpoints=CheckpointManager(run_dir, Parallel()),
-        )
+        trainer = template_trainer(template_model, optimizer, scheduler, task, batches, cfg, device, run_dir)
         trainer.train_epoch(0)  # warm-up, as the hand-written loop had
         trainer.progress.batch_in_epoch, epoch = 0, 1
 
@@ -137,8 +105,8 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> dict[str, float]:
         for _ in range(args.repeats):
             for name, (model, optimizer, scheduler) in plain.items():
                 loader = baselines[name]
-                run = (model, loader, optimizer, scheduler, device, args.epochs)
-                timed(rates[names[name]], lambda run=run: hand_written(*run))
+                run = (model, loader, optimizer, scheduler, device, args.epochs, cross_entropy)
+                timed(rates[names[name]], lambda run=run: hand_written(*run) * batch)  # drop_last: full batches
                 timed(loader_rates[name], lambda loader=loader: moved(loader, device))
             timed(rates[TEMPLATE], template)
             timed(loader_rates["DeviceLoader"], lambda: moved(batches.epoch(0), device))

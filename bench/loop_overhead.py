@@ -65,6 +65,24 @@ def hand_written(model, loader, optimizer, scheduler, device, epochs: int, loss_
     return steps
 
 
+def template_trainer(model, optimizer, scheduler, task, batches, cfg, device, run_dir) -> Trainer:
+    """The template's Trainer over `batches` as a run builds it, minus validation and trackers (the run dir's
+    metrics.jsonl only)."""
+    return Trainer(
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        task=task,
+        train_batches=batches,
+        val_loader=None,
+        device=device,
+        precision=runtime.resolve_precision(cfg.precision, device),
+        cfg=cfg.trainer,
+        tracker=Tracker(run_dir).start(),
+        checkpoints=CheckpointManager(run_dir, Parallel()),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=5)
@@ -128,19 +146,8 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> None:
             )
             for name in ("template steps", "template fit"):
                 optimizer, scheduler = fresh(template_model)
-                trainer = Trainer(
-                    model=template_model,
-                    optimizer=optimizer,
-                    scheduler=scheduler,
-                    task=task,
-                    train_batches=EpochLoader(loader, generator, seed=cfg.seed),
-                    val_loader=None,
-                    device=device,
-                    precision=precision,
-                    cfg=cfg.trainer,
-                    tracker=Tracker(run_dir).start(),
-                    checkpoints=CheckpointManager(run_dir, Parallel()),
-                )
+                batches = EpochLoader(loader, generator, seed=cfg.seed)
+                trainer = template_trainer(template_model, optimizer, scheduler, task, batches, cfg, device, run_dir)
 
                 def steps(trainer=trainer, name=name) -> int:
                     if name == "template fit":  # + the per-epoch last.pt checkpoint

@@ -3,7 +3,8 @@
 An improvement is a validation that beats the reference value by more than ``min_delta`` in the task's direction;
 the reference moves only then (as in Keras and Lightning), so a slow but steady climb keeps training. Its state
 (the count of validations without improvement and the reference) lives in ``Progress``, so it is checkpointed and
-a resume continues the count exactly.
+a resume continues the count exactly. A Trainer callback: it counts after each validation and, when patience runs
+out, asks the run to end after this epoch's checkpoint (`trainer.should_stop`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ log = logging.getLogger(__name__)
 
 
 class EarlyStopping:
-    def __init__(self, patience: int, min_delta: float, mode: str) -> None:
+    def __init__(self, patience: int, min_delta: float, mode: str, monitor: str) -> None:
         self.patience, self.min_delta, self.sign = patience, min_delta, 1 if mode == "max" else -1
+        self.monitor = monitor  # val/<the task's monitor>
         self.stopped_epoch: int | None = None
 
     def record(self, progress: Any, value: float) -> None:
@@ -28,24 +30,21 @@ class EarlyStopping:
         else:
             progress.stale_validations += 1
 
-    def exhausted(self, progress: Any) -> bool:
-        return progress.stale_validations >= self.patience
-
-    def stop(self, progress: Any, monitor: str, epoch: int) -> bool:
-        """True (and one log line) when `patience` validations in a row brought no improvement."""
-        if not self.exhausted(progress):
-            return False
-        self.stopped_epoch = epoch
+    def on_validation_end(self, trainer: Any, metrics: dict[str, float], epoch: int) -> None:
+        progress = trainer.progress
+        self.record(progress, metrics[self.monitor])
+        if progress.stale_validations < self.patience:
+            return
+        self.stopped_epoch, trainer.should_stop = epoch, True
         log.info(
             "early stopping at epoch %d: %s did not improve by more than %g for %d validations; best %s at epoch %s",
             epoch,
-            monitor,
+            self.monitor,
             self.min_delta,
             progress.stale_validations,
             "none" if progress.best_metric is None else f"{progress.best_metric:.4f}",
             progress.best_epoch,
         )
-        return True
 
-    def summary(self) -> dict[str, Any]:
-        return {"stopped_early": self.stopped_epoch is not None, "stopped_epoch": self.stopped_epoch}
+    def on_fit_end(self, trainer: Any, summary: dict[str, Any]) -> None:
+        summary.update(stopped_early=self.stopped_epoch is not None, stopped_epoch=self.stopped_epoch)

@@ -74,10 +74,14 @@ class Trainer:
         self.optimizer, self.scheduler, self.task = optimizer, scheduler, task
         self.train_batches, self.val_loader = train_batches, val_loader
         self.device, self.precision = device, precision
-        self.tracker, self.checkpoints, self.callbacks = tracker, checkpoints, [*callbacks, *filter(None, [ema])]
         self.ema = ema  # validated, and checkpointed as `model`, in place of the model (its step hook updates it)
         stop = self.cfg.early_stopping
-        self.early_stopping = EarlyStopping(stop.patience, stop.min_delta, task.mode) if stop.patience else None
+        early = (
+            EarlyStopping(stop.patience, stop.min_delta, task.mode, f"val/{task.monitor}") if stop.patience else None
+        )
+        self.tracker, self.checkpoints = tracker, checkpoints
+        self.callbacks = [*callbacks, *filter(None, [ema, early])]
+        self.should_stop = False  # a callback's request to end the run after this epoch's checkpoint (early stopping)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.grad_scaler)
         self.state = TrainingState(model, optimizer, scheduler, self.scaler, self.parallel, device, ema=ema)
         # fp16 steps the GradScaler skipped, counted on the device: reading the scale every step would sync
@@ -115,7 +119,7 @@ class Trainer:
                 if finished:
                     self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
                 self._save(best=improved)
-                if self._done() or self._stop_early(epoch):
+                if self._done() or self.should_stop:
                     break
         summary = self.summary()
         self._call("on_fit_end", summary)
@@ -233,8 +237,6 @@ class Trainer:
                 f"task.monitor={self.task.monitor!r} is not a validation metric; choose one of {', '.join(metrics)}"
             )
         improved = self.progress.record(metrics[monitor], epoch + 1, self.task.mode)
-        if self.early_stopping is not None:
-            self.early_stopping.record(self.progress, metrics[monitor])
         metrics[f"{monitor}_best"] = self.progress.best_metric
         self.scheduler.step_validation(metrics)
         self.last_val = metrics
@@ -255,14 +257,7 @@ class Trainer:
         }
         if self.scaler.is_enabled():
             out["train/skipped_steps"] = int(self.skipped_steps)
-        if self.early_stopping is not None:
-            out.update(self.early_stopping.summary())
         return out
-
-    def _stop_early(self, epoch: int) -> bool:
-        return self.early_stopping is not None and self.early_stopping.stop(
-            self.progress, f"val/{self.task.monitor}", epoch + 1
-        )
 
     # ------------------------------------------------------------------ records
     def _losses(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,7 +26,7 @@ def _stopping(tmp_path: Path, **settings):
 
 
 def test_the_count_needs_an_improvement_larger_than_min_delta_and_nan_is_none() -> None:
-    stopping, progress = EarlyStopping(patience=2, min_delta=0.01, mode="max"), Progress()
+    stopping, progress = EarlyStopping(patience=2, min_delta=0.01, mode="max", monitor="val/acc"), Progress()
     counts = []
     for value in (0.5, 0.505, 0.509, 0.515, float("nan"), 0.52, 0.6):
         stopping.record(progress, value)

@@ -13,7 +13,6 @@ from torch import nn
 from lab import checkpointing
 from lab.config.training import EMAConfig
 from lab.errors import ConfigError
-from lab.training import Trainer
 from lab.training.ema import EMA
 from lab.training.evaluation import score
 from lab.workflows import train
@@ -26,24 +25,8 @@ def _model() -> nn.Module:
 
 def _with_ema(tmp_path: Path, decay: float = 0.8, every_n_steps: int = 1, **settings):
     model = _model()
-    trainer = _trainer(tmp_path, model=model, **settings)
-    ema = EMA(model, decay, every_n_steps)
     # what the workflow passes: the EMA rides along as a step hook and is validated and checkpointed
-    return Trainer(
-        model=model,
-        optimizer=trainer.optimizer,
-        scheduler=trainer.scheduler,
-        task=trainer.task,
-        train_batches=trainer.train_batches,
-        val_loader=trainer.val_loader,
-        device=CPU,
-        precision=trainer.precision,
-        cfg=trainer.cfg,
-        tracker=trainer.tracker,
-        checkpoints=trainer.checkpoints,
-        parallel=trainer.parallel,
-        ema=ema,
-    )
+    return _trainer(tmp_path, model=model, ema=EMA(model, decay, every_n_steps), **settings)
 
 
 class Recorder:
