@@ -158,6 +158,9 @@ class LoggerConfig:
     tags: list[str] = field(default_factory=list)  # added to the top-level `tags`
     init_timeout: float = 30.0  # seconds to reach the server before falling back to offline
     log_checkpoints: str = "none"  # none | best | last: upload that checkpoint as a model artifact at the end
+    # wandb runs in a child process: its ~1 s start and its per-event Python use another core. false: in this
+    # process (e.g. to call wandb.log or use wandb.run from your own code)
+    child_process: bool = True
 
     def __post_init__(self) -> None:
         for name in self.backends:

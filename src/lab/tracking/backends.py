@@ -52,6 +52,7 @@ class Backend:
 
     name = ""
     keeps_histograms = False  # True: log_histograms records them (computing them costs: asked only then)
+    slow_to_start = False  # True: runs in a child process unless logger.child_process=false (see child_process)
 
     def __init__(self, run: RunInfo) -> None:
         self.run = run
@@ -84,19 +85,32 @@ class Backend:
         return {}
 
 
-def create(name: str, run: RunInfo) -> Backend:
+def create(name: str, run: RunInfo, in_child_process: bool | None = None) -> Backend:
+    """The tracker `name` for `run`; one that is slow to start runs in a child process unless
+    `logger.child_process=false` (None: as the run's logger config says)."""
     if name not in BACKENDS:
         raise ValueError(f"unknown tracker {name!r}; choose among {', '.join(BACKENDS)}")
     module, cls = BACKENDS[name]
-    return getattr(importlib.import_module(f".{module}", __package__), cls)(run)
+    backend_class = getattr(importlib.import_module(f".{module}", __package__), cls)
+    if in_child_process is None:
+        in_child_process = backend_class.slow_to_start and _setting(run.settings, "child_process", True)
+    if in_child_process:
+        from lab.tracking.child_process import ChildProcessBackend
+
+        return ChildProcessBackend(name, run, backend_class.keeps_histograms)
+    return backend_class(run)
 
 
 def chosen(settings: Any) -> list[str]:
     """The trackers a `logger` config turns on, in its order (none for no config)."""
+    return [str(name) for name, on in (_setting(settings, "backends", None) or {}).items() if on]
+
+
+def _setting(settings: Any, key: str, default: Any) -> Any:
+    """A key of the `logger` config node (a DictConfig, a dataclass or None)."""
     if settings is None:
-        return []
-    backends = settings.get("backends") if hasattr(settings, "get") else getattr(settings, "backends", None)
-    return [str(name) for name, on in (backends or {}).items() if on]
+        return default
+    return settings.get(key, default) if hasattr(settings, "get") else getattr(settings, key, default)
 
 
 def plain(value: Any) -> Any:

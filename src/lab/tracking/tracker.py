@@ -62,11 +62,6 @@ class Tracker:
         return self.rank == 0
 
     @property
-    def wandb_run(self) -> Any:
-        """The wandb run while it is open (None without wandb)."""
-        return next((b.wandb_run for b in self.backends if b.name == "wandb"), None)
-
-    @property
     def backends(self) -> list[trackers.Backend]:
         """The started trackers; a start in the background is waited for (and its error raised) on first use."""
         self._join_start()

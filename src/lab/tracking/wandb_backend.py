@@ -51,6 +51,7 @@ def resolve_mode(mode: str) -> str:
 class WandbBackend(Backend):
     name = "wandb"
     keeps_histograms = True
+    slow_to_start = True  # import + init: about 1 s of Python
     wandb_run: Any = None
 
     def start(self) -> None:

@@ -1,0 +1,243 @@
+"""A tracker run in a child Python process (wandb), so that its start and its per-event work use another core.
+
+wandb's import and `wandb.init` are about 1 s of Python that holds the GIL: started in a thread, they slow the data
+and model set-up beside them by as much; in a child process they run beside it, and the first optimizer step comes
+about as soon as without a tracker (bench/startup.py). Each event then costs this process one pickle and one pipe
+write instead of wandb's own Python.
+
+One child serves the whole process: started by the first tracker that asks for it, kept for the next (a sweep's
+jobs: wandb stays imported), ended when this process ends (it then finishes wandb's writing; this process waits for
+it, so the run files are complete when the command returns). Calls arrive in order; only those that return something
+(`finish`, `ref`) wait for the answer. What the child logs is logged here; an error in the child is raised here by
+the call it answers, or by the next call that does not wait (a call that waits, `finish`, logs an earlier call's
+error as a warning and still happens). The child ignores SIGINT and SIGTERM: the run that handles the signal still
+finishes its tracker through it, and the child ends when this process closes the pipe (or dies).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from lab.tracking.backends import Backend, RunInfo
+
+log = logging.getLogger(__name__)
+
+SRC = Path(__file__).resolve().parents[2]  # the folder holding `lab`, for the child's import path
+
+
+class ChildProcessBackend(Backend):
+    """The backend `name` of `lab.tracking.backends.BACKENDS`, run in the child process."""
+
+    def __init__(self, name: str, run: RunInfo, keeps_histograms: bool) -> None:
+        super().__init__(run)
+        self.name, self.keeps_histograms = name, keeps_histograms
+
+    def start(self) -> None:
+        _child().send("start", self.name, self.run)
+
+    def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
+        _child().send("log", {key: _plain_scalar(value) for key, value in metrics.items()}, step, epoch)
+
+    def log_histograms(self, histograms: Mapping[str, tuple[list[float], list[float]]], step: int) -> None:
+        _child().send("log_histograms", dict(histograms), step)
+
+    def summary(self, values: Mapping[str, Any]) -> None:
+        _child().send("summary", {key: _plain_scalar(value) for key, value in values.items()})
+
+    def save_file(self, path: Path) -> None:
+        _child().send("save_file", Path(path))
+
+    def log_checkpoint(self, path: Path, alias: str) -> None:
+        _child().send("log_checkpoint", Path(path), alias)
+
+    def finish(self, status: str) -> dict[str, Any]:
+        return _child().ask("finish", status)
+
+    def ref(self) -> dict[str, Any]:
+        return _child().ask("ref")
+
+
+def _plain_scalar(value: Any) -> Any:
+    """A torch/numpy scalar as a Python number: the child never imports torch to unpickle one."""
+    return value.item() if hasattr(value, "item") and getattr(value, "ndim", None) == 0 else value
+
+
+class _Child:
+    """This process's end of the child: requests out, answers (results, log records, errors) back."""
+
+    def __init__(self) -> None:
+        request_read, request_write = os.pipe()
+        answer_read, answer_write = os.pipe()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(request_read), str(answer_write)],
+            pass_fds=(request_read, answer_write),
+            env=env,
+        )
+        os.close(request_read)
+        os.close(answer_write)
+        self.requests = Connection(request_write, readable=False)
+        self.answers = Connection(answer_read, writable=False)
+        self.late_error: Exception | None = None  # of a call that did not wait: raised at the next one
+
+    def send(self, method: str, *args: Any) -> None:
+        self._take_answers(block=False)
+        if self.late_error is not None:
+            err, self.late_error = self.late_error, None
+            raise err
+        self._write((method, args, False))
+
+    def ask(self, method: str, *args: Any) -> Any:
+        self._write((method, args, True))
+        result = self._take_answers(block=True)
+        if self.late_error is not None:  # an earlier call's error: said, while this call (finish) still happened
+            log.warning("the tracker process: %s", self.late_error)
+            self.late_error = None
+        return result
+
+    def close(self) -> None:
+        """End the child after what it was sent, and wait for it (wandb's last writes)."""
+        self.requests.close()
+        with contextlib.suppress(EOFError, OSError):
+            while True:  # what it logs until it ends (reading also keeps it from blocking on a full pipe)
+                self._take_answers(block=True)
+        if self.late_error is not None:
+            log.warning("the tracker process: %s", self.late_error)
+        self.process.wait()
+        self.answers.close()
+
+    def _write(self, request: tuple) -> None:
+        try:
+            self.requests.send(request)
+        except OSError as err:
+            raise RuntimeError(self._ended_message()) from err
+
+    def _take_answers(self, block: bool) -> Any:
+        """Handle the answers waiting (log records; an error is raised); `block`: up to and including a result."""
+        while block or self.answers.poll():
+            try:
+                kind, payload = self.answers.recv()
+            except EOFError:
+                if not block or self.requests.closed:
+                    raise
+                raise RuntimeError(self._ended_message()) from None
+            if kind == "result":
+                return payload
+            if kind == "log":
+                level, name, message = payload
+                logging.getLogger(name).log(level, "%s", message)
+            elif kind == "late_error":
+                self.late_error = self.late_error or payload
+            else:
+                raise payload
+        return None
+
+    def _ended_message(self) -> str:
+        code = self.process.wait()
+        return (
+            f"the tracker's child process ended unexpectedly (exit code {code}); its error is in the output above. "
+            "Set logger.child_process=false to run the tracker in this process instead"
+        )
+
+
+_CHILD: _Child | None = None
+
+
+def _child() -> _Child:
+    global _CHILD
+    if _CHILD is None or _CHILD.process.poll() is not None:
+        _CHILD = _Child()
+        atexit.register(close)
+    return _CHILD
+
+
+def close() -> None:
+    """End the child process, if any, once what it was sent is done (called at exit; tests call it to read the
+    finished wandb files)."""
+    global _CHILD
+    child, _CHILD = _CHILD, None
+    if child is not None:
+        atexit.unregister(close)
+        child.close()
+
+
+# --------------------------------------------------------------------------- the child's side
+class _ForwardLogs(logging.Handler):
+    def __init__(self, answers: Connection) -> None:
+        super().__init__()
+        self.answers = answers
+
+    def emit(self, record: logging.LogRecord) -> None:
+        _answer(self.answers, "log", (record.levelno, record.name, record.getMessage()))
+
+
+def _answer(answers: Connection, kind: str, payload: Any) -> None:
+    with contextlib.suppress(OSError):  # the parent is gone (killed): the record is still finished, unheard
+        answers.send((kind, payload))
+
+
+def serve(requests: Connection, answers: Connection) -> None:
+    """Run the calls that arrive until the parent closes the pipe: one backend at a time, the latest started. A
+    record the parent did not finish (it was killed, or crashed hard) is finished as failed, with all it got."""
+    from lab.tracking import backends
+
+    root = logging.getLogger()
+    root.addHandler(_ForwardLogs(answers))
+    root.setLevel(logging.INFO)
+    backend: Backend | None = None
+    while True:
+        try:
+            method, args, wait = requests.recv()
+        except EOFError:
+            if backend is not None:
+                backend.finish("failed")
+            return
+        try:
+            if method == "start":
+                backend = None
+                name, run = args
+                started = backends.create(name, run, in_child_process=False)
+                started.start()
+                backend = started
+                result = None
+            else:  # after a failed start there is nothing to record: calls do nothing ({} for finish/ref)
+                result = getattr(backend, method)(*args) if backend is not None else ({} if wait else None)
+                if method == "finish":
+                    backend = None
+        except Exception as err:
+            _answer(answers, "error" if wait else "late_error", _picklable(err))
+            continue
+        if wait:
+            _answer(answers, "result", result)
+
+
+def _picklable(err: Exception) -> Exception:
+    """The error itself when it can travel back, else a RuntimeError with its type and message."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:
+        return RuntimeError(f"{type(err).__name__}: {err}")
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles stop signals and then finishes through us
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    request_fd, answer_fd = (int(arg) for arg in sys.argv[1:3])
+    serve(Connection(request_fd, writable=False), Connection(answer_fd, readable=False))
+
+
+if __name__ == "__main__":
+    main()

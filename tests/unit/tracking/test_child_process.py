@@ -1,0 +1,87 @@
+"""wandb in a child process (lab.tracking.child_process): what the child logs and raises reaches this process, a
+run killed without finishing keeps what it logged and is recorded as failed, and logger.child_process=false keeps
+wandb in this process."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from lab.config import LoggerConfig
+from lab.tracking import Tracker, child_process
+from lab.tracking.child_process import ChildProcessBackend
+from lab.tracking.wandb_backend import WandbBackend
+from wandb_reader import CorruptRunFile, find_run_files, read_run
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, tmp_path):
+    for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "WANDB_DIR"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    yield
+    child_process.close()
+
+
+def _logger(**settings) -> OmegaConf:
+    return OmegaConf.structured(LoggerConfig(backends={"wandb": True}, mode="offline", **settings))
+
+
+def test_the_childs_logs_and_errors_reach_this_process(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    tracker = Tracker(tmp_path, logger_cfg=_logger()).start()
+    assert isinstance(tracker.backends[0], ChildProcessBackend)
+    tracker.save_file(tmp_path / "missing.txt")  # fails in the child; nothing waits for it
+    wandb_id = tracker.run_ref()["wandb_id"]  # waits: the child's log lines and the earlier error arrive first
+    assert f"wandb run {wandb_id} (offline)" in caplog.text
+    assert "the tracker process:" in caplog.text and "missing.txt" in caplog.text
+
+    tracker.save_file(tmp_path / "missing-too.txt")
+    assert child_process._child().answers.poll(60)  # the child has answered (its error), not yet raised here
+    with pytest.raises(FileNotFoundError, match="missing-too.txt"):
+        tracker.log({"train/loss": 1.0}, step=1)
+    tracker.finish()
+
+
+KILLED_RUN = """
+import os, sys
+from omegaconf import OmegaConf
+from lab.config import LoggerConfig
+from lab.tracking import Tracker, child_process
+tracker = Tracker(sys.argv[1], logger_cfg=OmegaConf.structured(LoggerConfig(backends={"wandb": True}, mode="offline")))
+tracker.start()
+for step in (1, 2, 3):
+    tracker.log({"train/loss": 1.0 / step}, step=step)
+os._exit(0)  # as a killed process: no finish, no atexit
+"""
+
+
+def test_a_run_killed_before_finishing_keeps_what_it_logged_and_is_recorded_as_failed(tmp_path):
+    subprocess.run([sys.executable, "-c", KILLED_RUN, str(tmp_path)], check=True, timeout=120)
+    deadline = time.monotonic() + 120  # the orphaned child finishes the record on its own: a hang must end
+    while (run := _finished_run(tmp_path / "wandb")) is None:
+        assert time.monotonic() < deadline, "the tracker's child process never finished the killed run's record"
+        time.sleep(0.2)
+    assert [row["train/loss"] for row in run.history] == [1.0, 0.5, 1 / 3]
+    assert run.exit_code == 1
+
+
+def _finished_run(root: Path):
+    try:
+        (path,) = find_run_files(root)
+        run = read_run(path)
+    except (ValueError, CorruptRunFile):  # not there yet, or still being written
+        return None
+    return run if run.exit_code is not None else None
+
+
+def test_child_process_false_keeps_wandb_in_this_process(tmp_path):
+    tracker = Tracker(tmp_path, logger_cfg=_logger(child_process=False)).start()
+    assert isinstance(tracker.backends[0], WandbBackend)
+    tracker.finish()
