@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +19,22 @@ log = logging.getLogger(__name__)
 class CheckpointManager:
     """`<run dir>/checkpoints/last.pt` after every epoch (and every `every_n_steps` optimizer steps when > 0), copied
     to `best.pt` when the monitored metric improved. `extras` (resolved config, data_meta, provenance) go into every
-    file: they are what eval, export and infer rebuild the model and its data from."""
+    file: they are what eval, export and infer rebuild the model and its data from. `run_ref` (the trackers' names
+    for this run: run dir, wandb id) joins the provenance at the first save, not before: wandb may still be starting
+    in its child process while the first steps run."""
 
-    def __init__(self, run_dir: str | Path, parallel: Parallel, every_n_steps: int = 0, extras: dict | None = None):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        parallel: Parallel,
+        every_n_steps: int = 0,
+        extras: dict | None = None,
+        run_ref: Callable[[], dict[str, Any]] | None = None,
+    ):
         self.dir = Path(run_dir) / "checkpoints"
         self.parallel, self.every_n_steps = parallel, every_n_steps
         self.extras = dict(extras or {})
+        self._run_ref = run_ref
         if parallel.is_main:
             for stale in remove_stale_temps(self.dir):
                 log.warning("removed %s: a save that never completed (the process was killed mid-write)", stale)
@@ -47,6 +58,9 @@ class CheckpointManager:
         """Every rank calls this (the state was gathered collectively); rank 0 writes and the others wait, so no
         rank reads a half-written file and none runs ahead of a checkpoint it might need."""
         if self.parallel.is_main:
+            if self._run_ref is not None:
+                self.extras["provenance"] = {**self.extras.get("provenance", {}), **self._run_ref()}
+                self._run_ref = None
             files.save(self.last, {**state, **self.extras})
             if best:
                 files.copy(self.last, self.best)

@@ -169,10 +169,10 @@ def _fit(
             "git_commit": prov["git_commit"],
             "git_dirty": prov["git_dirty"],
             "versions": prov["versions"],
-            **tracker.run_ref(),  # lets eval/export runs link back to this training run
         },
     }
-    checkpoints = CheckpointManager(run_dir, parallel, cfg.trainer.ckpt_every_n_steps, extras)
+    # tracker.run_ref (the wandb id) lets eval/export runs link back to this training run
+    checkpoints = CheckpointManager(run_dir, parallel, cfg.trainer.ckpt_every_n_steps, extras, tracker.run_ref)
     profiler = train_extras.profiler(cfg.trainer.profile, run_dir, tracker, device, parallel)
     stats = train_extras.training_stats(cfg.trainer.log_stats_every_n_steps, model, parallel)
     trainer = Trainer(
