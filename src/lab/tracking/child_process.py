@@ -43,28 +43,29 @@ class ChildProcessBackend(Backend):
         self.name, self.keeps_histograms = name, keeps_histograms
 
     def start(self) -> None:
-        _child().send("start", self.name, self.run)
+        self.child = _child()  # this record's child, to the end: one that died is an error, not replaced
+        self.child.send("start", self.name, self.run)
 
     def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
-        _child().send("log", {key: _plain_scalar(value) for key, value in metrics.items()}, step, epoch)
+        self.child.send("log", {key: _plain_scalar(value) for key, value in metrics.items()}, step, epoch)
 
     def log_histograms(self, histograms: Mapping[str, tuple[list[float], list[float]]], step: int) -> None:
-        _child().send("log_histograms", dict(histograms), step)
+        self.child.send("log_histograms", dict(histograms), step)
 
     def summary(self, values: Mapping[str, Any]) -> None:
-        _child().send("summary", {key: _plain_scalar(value) for key, value in values.items()})
+        self.child.send("summary", {key: _plain_scalar(value) for key, value in values.items()})
 
     def save_file(self, path: Path) -> None:
-        _child().send("save_file", Path(path))
+        self.child.send("save_file", Path(path))
 
     def log_checkpoint(self, path: Path, alias: str) -> None:
-        _child().send("log_checkpoint", Path(path), alias)
+        self.child.send("log_checkpoint", Path(path), alias)
 
     def finish(self, status: str) -> dict[str, Any]:
-        return _child().ask("finish", status)
+        return self.child.ask("finish", status)
 
     def ref(self) -> dict[str, Any]:
-        return _child().ask("ref")
+        return self.child.ask("ref")
 
 
 def _plain_scalar(value: Any) -> Any:
@@ -128,7 +129,7 @@ class _Child:
             try:
                 kind, payload = self.answers.recv()
             except EOFError:
-                if not block or self.requests.closed:
+                if self.requests.closed:  # closing: the child's end
                     raise
                 raise RuntimeError(self._ended_message()) from None
             if kind == "result":

@@ -43,10 +43,23 @@ def test_the_childs_logs_and_errors_reach_this_process(tmp_path, caplog):
     assert "the tracker process:" in caplog.text and "missing.txt" in caplog.text
 
     tracker.save_file(tmp_path / "missing-too.txt")
-    assert child_process._child().answers.poll(60)  # the child has answered (its error), not yet raised here
-    with pytest.raises(FileNotFoundError, match="missing-too.txt"):
+    assert tracker.backends[0].child.answers.poll(60)  # the child has answered (its error), not yet raised here
+    with pytest.raises(FileNotFoundError, match=r"missing-too\.txt"):
         tracker.log({"train/loss": 1.0}, step=1)
     tracker.finish()
+
+
+def test_a_child_that_died_is_named_at_the_next_call(tmp_path, caplog):
+    tracker = Tracker(tmp_path, logger_cfg=_logger()).start()
+    child = tracker.backends[0].child
+    child.process.kill()
+    child.process.wait()
+    with pytest.raises(
+        RuntimeError, match=r"child process ended unexpectedly \(exit code -9\).*logger.child_process=false"
+    ):
+        tracker.log({"train/loss": 1.0}, step=1)
+    tracker.finish("failed")  # says so and still writes summary.json
+    assert "could not finish cleanly" in caplog.text and (tmp_path / "summary.json").is_file()
 
 
 KILLED_RUN = """
