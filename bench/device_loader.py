@@ -2,14 +2,22 @@
 
 Same model, data, optimizer and LR schedule, in one process; the loops alternate so machine noise hits all of them.
 The hand-written loop is what one writes by hand: forward, loss, backward, step over batches moved with
-``.to(device)``, from a ``DataLoader(..., batch_size, shuffle=True, drop_last=True)`` over either
-  - TensorDataset: the split's normalized tensors, materialised once (the usual in-memory recipe), or
-  - the template's own dataset, which already fetches a whole batch with one gather (a demanding baseline).
-The template runs the Trainer's epochs over ``DeviceLoader`` (the split on the device, batches cut there). Prints
-samples/s of each (best of the repeats, median and min: the spread), the loaders alone (batches moved to the device,
-no model), and the ratios (goal >= 1.5).
+``.to(device)``, from a ``DataLoader(..., batch_size, shuffle=True, drop_last=True)`` over
+  - without augmentation, either
+    - TensorDataset: the split's normalized tensors, materialised once (the usual in-memory recipe), or
+    - the template's own dataset, which already fetches a whole batch with one gather (a demanding baseline);
+  - with augmentation (data.augment=true: the row "data=synthetic data.augment=true" is CIFAR-10's recipe, random
+    crop after padding 4 + horizontal flip), either
+    - per-sample torchvision: the split's images in memory, ``__getitem__`` applying ``v2.RandomCrop(size,
+      padding)``, ``v2.RandomHorizontalFlip()`` and ``v2.Normalize`` as torchvision.datasets.CIFAR10(transform=...)
+      does, with num_workers 0 and with 2 persistent workers (the same padding and flip as the template's
+      augmentation, read from it), or
+    - the template's own dataset, augmenting a whole batch at once (a demanding baseline).
+The template runs the Trainer's epochs over ``DeviceLoader`` (the split on the device, batches cut and augmented
+there). Prints, for each row, samples/s of each (best of the repeats, median and min: the spread), the loaders alone
+(batches moved to the device, no model) and the ratios; then every row's ratios together (goal >= 1.5).
 
-    python bench/device_loader.py [--epochs 3] [--repeats 5] [overrides ...]   digits and synthetic CIFAR-sized data
+    python bench/device_loader.py [--epochs 3] [--repeats 5] [overrides ...]   the three rows below
     python bench/device_loader.py --rows "data=synthetic data.num_samples=8192" -- model=mlp trainer.device=cuda
 """
 
@@ -25,7 +33,7 @@ from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import lab.config
 from lab import data, models, runtime, tasks
@@ -33,12 +41,57 @@ from lab.optim import build_optimizer, build_scheduler
 from loop_overhead import HAND_LOSSES, hand_written, template_trainer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-ROWS = ["data=digits", "data=synthetic"]  # synthetic: 3x32x32 images, CIFAR-sized
+# synthetic: 3x32x32 images, CIFAR-sized; with data.augment=true, CIFAR-10's crop and flip
+ROWS = ["data=digits", "data=synthetic", "data=synthetic data.augment=true"]
 TEMPLATE = "template + data.loader=device"
 cross_entropy = HAND_LOSSES["classification"]
 
 
-def measure(args: argparse.Namespace, overrides: list[str]) -> dict[str, float]:
+class PerSampleAugmented(Dataset):
+    """The hand-written augmented dataset: images in memory (in [0,1], as torchvision's CIFAR10 holds them before
+    its transform), each sample transformed on its own in ``__getitem__``."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, transform) -> None:
+        self.images, self.labels, self.transform = images, labels.tolist(), transform
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.transform(self.images[index]), self.labels[index]
+
+
+def per_sample_transform(train, size: int):
+    """torchvision's per-sample version of the template's batched augmentation (``train.augment``, a
+    RandomShiftFlip): the same zero padding before normalization, uniform crop offsets, flip with probability 1/2."""
+    from torchvision.transforms import v2
+
+    augment = train.augment
+    steps = [v2.RandomCrop(size, padding=augment.padding)] if augment.padding else []
+    steps += [v2.RandomHorizontalFlip()] if augment.flip else []
+    return v2.Compose([*steps, v2.Normalize(train.mean.tolist(), train.std.tolist())])
+
+
+def hand_loaders(train, size: int, batch: int, pin: bool) -> dict[str, DataLoader]:
+    """The DataLoaders a hand-written loop would use for this split, by name."""
+    common = {"batch_size": batch, "shuffle": True, "drop_last": True, "pin_memory": pin}
+    if train.augment is None:
+        x, y = train.fetch(torch.arange(len(train)))  # normalized once: what a hand-written in-memory loop holds
+        return {
+            "TensorDataset": DataLoader(TensorDataset(x, y), **common),
+            "template dataset": DataLoader(train, **common),
+        }
+    per_sample = PerSampleAugmented(train.images.float() / train.scale, train.labels, per_sample_transform(train, size))
+    return {
+        "per-sample v2, 0 workers": DataLoader(per_sample, **common),
+        "per-sample v2, 2 workers": DataLoader(per_sample, num_workers=2, persistent_workers=True, **common),
+        "template dataset": DataLoader(train, **common),
+    }
+
+
+def measure(args: argparse.Namespace, row: str) -> dict[str, float]:
+    """One row (`row`'s overrides + the common ones): prints its table, returns its ratio to each baseline."""
+    overrides = [*row.split(), *args.overrides]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(
             "train",
@@ -58,13 +111,7 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> dict[str, float]:
     batch = cfg.data.batch_size
     pin = device.type == "cuda"
     train = datamodule.train
-    x, y = train.fetch(torch.arange(len(train)))  # normalized once: what a hand-written in-memory loop holds
-    baselines = {
-        "TensorDataset": DataLoader(
-            TensorDataset(x, y), batch_size=batch, shuffle=True, drop_last=True, pin_memory=pin
-        ),
-        "template dataset": DataLoader(train, batch_size=batch, shuffle=True, drop_last=True, pin_memory=pin),
-    }
+    baselines = hand_loaders(train, datamodule.meta["image_size"], batch, pin)
     batches = data.DeviceLoader(train, cfg.data, device, seed=cfg.seed, augment_seed=cfg.seed)
     template_model = models.build(cfg.model, datamodule.meta).to(device)
     plain_models = {name: copy.deepcopy(template_model) for name in baselines}
@@ -112,9 +159,13 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> dict[str, float]:
             timed(loader_rates["DeviceLoader"], lambda: moved(batches.epoch(0), device))
         trainer.tracker.finish()
 
+    augment = train.augment
+    augmented = "no augmentation" if augment is None else f"augmented: crop after padding {augment.padding}"
+    augmented += " + horizontal flip" if augment is not None and augment.flip else ""
     print(
-        f"data={cfg.data.name} shape={datamodule.meta['input_shape']} train={len(train)} model={cfg.model.name} "
-        f"batch={batch} device={device} steps/epoch={steps_per_epoch} epochs={args.epochs} repeats={args.repeats}"
+        f"\n=== row [{row}] model={cfg.model.name}: {cfg.data.name} {datamodule.meta['input_shape']}, {augmented}; "
+        f"train={len(train)} batch={batch} device={device} steps/epoch={steps_per_epoch} epochs={args.epochs} "
+        f"repeats={args.repeats}"
     )
     for name, values in rates.items():
         print(f"{name:>42}: {spread(values)}")
@@ -124,7 +175,7 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> dict[str, float]:
     for name, label in names.items():
         paired = sorted(t / h for h, t in zip(rates[label], rates[TEMPLATE], strict=True))
         print(
-            f"ratio template+device / hand-written+DataLoader({name}): {ratios[name]:.2f} "
+            f"ratio [{row}] template+device / hand-written+DataLoader({name}): {ratios[name]:.2f} "
             f"(best vs best; per repeat {paired[0]:.2f}..{paired[-1]:.2f})"
         )
     return ratios
@@ -151,8 +202,15 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="applied to every row, e.g. model=mlp trainer.device=cuda")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    for row in args.rows:
-        measure(args, [*row.split(), *args.overrides])
+    ratios = {row: measure(args, row) for row in args.rows}
+    print(
+        f"\n=== ratios, template + data.loader=device / hand-written + DataLoader, best vs best (goal >= 1.5); "
+        f"common overrides: {' '.join(args.overrides) or 'none'}"
+    )
+    for row, by_baseline in ratios.items():
+        for name, ratio in by_baseline.items():
+            baseline = f"vs hand-written + DataLoader({name})"
+            print(f"{row:>34}  {baseline:<56} {ratio:5.2f}")
 
 
 if __name__ == "__main__":

@@ -172,12 +172,14 @@ def build_synthetic(cfg: DataCfg) -> DataModule:
     n_eval = max(1, round(cfg.num_samples * cfg.val_fraction))
     gen = torch.Generator().manual_seed(cfg.split_seed)
 
-    def make(n: int) -> TensorImageDataset:
+    def make(n: int, augment: RandomShiftFlip | None = None) -> TensorImageDataset:
         # already ~N(0,1): meta mean 0 / std 1 makes normalization the identity
         x = torch.randn(n, c, s, s, generator=gen)
         y = torch.randint(0, num_classes, (n,), generator=gen)
-        return TensorImageDataset(x, y, scale=1.0, mean=[0.0] * c, std=[1.0] * c)
+        return TensorImageDataset(x, y, scale=1.0, mean=[0.0] * c, std=[1.0] * c, augment=augment)
 
-    train, val, test = make(cfg.num_samples), make(n_eval), make(n_eval)
+    # data.augment: CIFAR-10's recipe (pad 4, crop, flip), so augmentation's cost can be benchmarked too
+    train = make(cfg.num_samples, _train_augment(cfg, padding=4, flip=True))
+    val, test = make(n_eval), make(n_eval)
     meta = make_meta(num_classes, c, s, [0.0] * c, [1.0] * c, [f"class_{i}" for i in range(num_classes)])
     return DataModule(train=train, val=val, test=test, meta=meta)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from lab.data.transforms import RandomShiftFlip, normalize
+from lab.data.transforms import RandomShiftFlip, normalize_
 from lab.errors import UserError
 
 
@@ -47,12 +47,14 @@ class TensorImageDataset(Dataset):
     def fetch(self, index: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Items ``index`` as one batch ``(x, y)`` on the images' device; augmentation draws from `generator` (the
         global RNG when None, which only the DataLoader path uses)."""
-        x = self.images[index].float()
+        # index_select, not images[index]: the same rows, 5-20x faster on CPU than advanced indexing. The gather is
+        # this batch's own copy, so scaling and normalization run in place (no new tensor per op)
+        x = self.images.index_select(0, index).float()
         if self.scale != 1.0:
-            x = x / self.scale
-        if self.augment is not None:
+            x.div_(self.scale)
+        if self.augment is not None:  # returns a new tensor or its input
             x = self.augment(x) if generator is None else self.augment(x, generator)
-        return normalize(x, self.mean, self.std), self.labels[index]
+        return normalize_(x, self.mean, self.std), self.labels.index_select(0, index)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         x, y = self.fetch(torch.tensor([index]))

@@ -286,6 +286,9 @@ def test_synthetic_follows_config_and_split_seed() -> None:
     assert torch.equal(build(cfg).train.images, dm.train.images)
     assert not torch.equal(build(DataConfig(**{**cfg.__dict__, "split_seed": 1})).train.images, dm.train.images)
     assert build(DataConfig(name="synthetic", num_classes=3, num_samples=50)).train.labels.max() < 3
+    augmented = build(DataConfig(**{**cfg.__dict__, "augment": True}))  # CIFAR's crop and flip, train split only
+    assert torch.equal(augmented.train.images, dm.train.images) and augmented.val.augment is None
+    assert not torch.equal(augmented.train.fetch(torch.arange(100))[0], dm.train.images)
 
 
 # --------------------------------------------------------------------------- loaders
