@@ -31,9 +31,9 @@ class RegressionMetrics:
         predicted = outputs.float().reshape(targets.shape).double()
         true = targets.double()
         error = predicted - true
-        self.totals += torch.stack(
-            [error.square().sum(), error.abs().sum(), true.sum(), true.square().sum(), true.new_tensor(true.numel())]
-        )
+        # the count as a fill on the device: new_tensor would copy a host value, which waits for the GPU's queue
+        samples = true.new_full((), true.numel())
+        self.totals += torch.stack([error.square().sum(), error.abs().sum(), true.sum(), true.square().sum(), samples])
         if self.pairs is not None:
             self.pairs.append(torch.stack([predicted.flatten(), true.flatten()], 1).cpu())
 

@@ -74,6 +74,7 @@ class Trainer:
         self.optimizer, self.scheduler, self.task = optimizer, scheduler, task
         self.train_batches, self.val_loader = train_batches, val_loader
         self.device, self.precision = device, precision
+        self._autocast = precision.autocast(device)  # reused every step: building a torch.autocast costs a microsecond
         self.ema = ema  # validated, and checkpointed as `model`, in place of the model (its step hook updates it)
         stop = self.cfg.early_stopping
         early = (
@@ -127,7 +128,10 @@ class Trainer:
 
     def train_epoch(self, epoch: int) -> bool:
         """One pass over the training batches (from a resumed position); False when max_steps ended it early."""
-        self.model.train()
+        # validation restores training mode itself, so usually there is nothing to switch, and model.train() costs
+        # a Python __setattr__ per module: more than a step of a small model (a table's epoch may be a few steps)
+        if not all(module.training for module in self.model.modules()):
+            self.model.train()
         cfg, progress = self.cfg, self.progress
         total, position = len(self.train_batches), progress.batch_in_epoch
         batches = self.train_batches.epoch(epoch, start=position)
@@ -164,39 +168,42 @@ class Trainer:
         averaged over ranks, so the gradient equals that of one large batch even when micro-batches carry
         different token counts; DDP/FSDP then average over ranks. No host sync: all of it stays on the device.
         """
-        weights = [self.task.weight(targets) for _, targets in group]
+        task, window, progress = self.task, self.window, self.progress
+        weights = [task.weight(targets) for _, targets in group]
         total = self.parallel.mean_over_ranks(weights[0] if len(group) == 1 else torch.stack(weights).sum())
         if total is not self._total:  # a task's weight is one cached tensor per batch size: so is its reciprocal
             self._total, self._inverse_total = total, total.reciprocal()
-        last, losses, progress = len(group) - 1, [], self.progress
+        step, last, losses = progress.global_step + 1, len(group) - 1, []
         for index, (inputs, targets) in enumerate(group):
             # no gradient all-reduce until the group's last micro-batch (DDP no_sync / FSDP sync off)
             with self.parallel.accumulation(self.wrapped, sync=index == last):
-                with self.precision.autocast(self.device):
+                with self._autocast:
                     outputs = self.forward(inputs)
-                loss = self.task.loss(outputs, targets)  # summed, fp32
+                loss = task.loss(outputs, targets)  # summed, fp32
                 # seeded with 1/total rather than differentiating loss / total: no extra autograd node
                 self.scaler.scale(loss).backward(self._inverse_total)
             losses.append(loss)
-            self.window.add(loss, weights[index], progress.global_step + 1, progress.epoch, batch_size(targets))
+            window.add(loss, weights[index], step, progress.epoch, batch_size(targets))
         # trainer.max_bad_steps: a non-finite step still counts, but leaves the weights as they were
-        self._optimizer_step(update=self.bad_steps is None or self.bad_steps.finite(losses, total, progress))
-
-    def _optimizer_step(self, update: bool) -> None:
+        update = self.bad_steps is None or self.bad_steps.finite(losses, total, progress)
         for hook in self._grad_hooks:
             hook(self)
         if update:
-            self._update()
+            self._update(step)
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        self.progress.global_step += 1
+        progress.global_step = step
 
-    def _update(self) -> None:
+    def _update(self, step: int) -> None:
+        """Clip (and measure the gradient norm on log steps), then step the optimizer (through the GradScaler)."""
         cfg = self.cfg
-        if cfg.grad_clip is not None or (self.progress.global_step + 1) % cfg.log_every_n_steps == 0:
+        if cfg.grad_clip is not None or step % cfg.log_every_n_steps == 0:
             self.scaler.unscale_(self.optimizer)  # the norm means something (and clipping works) only unscaled
-            max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
-            self.window.grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+            if cfg.grad_clip is not None:
+                self.window.grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+            else:  # the norm alone: clip_grad_norm_(inf) would also multiply every gradient by 1
+                grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+                self.window.grad_norm = nn.utils.get_total_norm(grads)
         if self.scaler.is_enabled():
             # the scale as a device tensor (get_scale() would copy it to the host): it drops only on a skipped step
             scale_before = self.scaler._get_scale_async().clone()
@@ -260,7 +267,7 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------------ records
-    def _losses(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _losses(self) -> tuple[list[float], list[float]]:
         skipping = self.scaler.is_enabled() or self.bad_steps is not None  # non-finite steps are skipped, not fatal
         return self.window.checked_losses(self.parallel, skipping)
 

@@ -34,36 +34,36 @@ class StepWindow:
         self.epochs.append(epoch)
         self.samples += samples
 
-    def losses_over_ranks(self, parallel: Parallel) -> tuple[torch.Tensor, torch.Tensor]:
-        """(each micro-batch's mean loss over all ranks, its total weight), on the host, after one all-reduce."""
+    def losses_over_ranks(self, parallel: Parallel) -> tuple[list[float], list[float]]:
+        """(each micro-batch's mean loss over all ranks, its total weight), on the host, after one all-reduce.
+        Host floats from one transfer: a window's few dozen values cost less as Python numbers than as a dozen
+        tensor ops (this runs once per log line and checkpoint, but on CPU each op is microseconds)."""
         if not self.loss_sums:
-            return torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64)
-        sums = torch.stack([*self.loss_sums, *self.weights]).double().view(2, -1)
-        sums = parallel.all_reduce_sum_(sums).cpu()
-        return sums[0] / sums[1], sums[1]
+            return [], []
+        sums = parallel.all_reduce_sum_(torch.stack([*self.loss_sums, *self.weights]).double()).tolist()
+        weights = sums[len(self.loss_sums) :]
+        return [total / weight for total, weight in zip(sums, weights)], weights
 
-    def checked_losses(self, parallel: Parallel, skips_nonfinite: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def checked_losses(self, parallel: Parallel, skips_nonfinite: bool) -> tuple[list[float], list[float]]:
         """`losses_over_ranks`, stopping at the first non-finite loss unless such steps are skipped (`skips_nonfinite`:
         a GradScaler, or trainer.max_bad_steps). Every rank sees the same values, so every rank stops."""
         losses, weights = self.losses_over_ranks(parallel)
-        bad = (~torch.isfinite(losses)).nonzero()
-        if len(bad) and not skips_nonfinite:
-            index = int(bad[0])
+        bad = next((index for index, loss in enumerate(losses) if not math.isfinite(loss)), None)
+        if bad is not None and not skips_nonfinite:
             raise UserError(
-                f"loss became {losses[index].item()} at optimizer step {self.steps[index]} "
-                f"(epoch {self.epochs[index] + 1}); "
+                f"loss became {losses[bad]} at optimizer step {self.steps[bad]} (epoch {self.epochs[bad] + 1}); "
                 "lower optimizer.lr, set trainer.grad_clip, try precision=bf16 or fp32, or check the inputs "
                 "(the first-batch report in the log)"
             )
         return losses, weights
 
     @staticmethod
-    def mean_loss(losses: torch.Tensor, weights: torch.Tensor) -> float:
+    def mean_loss(losses: list[float], weights: list[float]) -> float:
         """Weighted mean of the finite losses (fp16 steps the GradScaler skipped are left out)."""
-        finite = torch.isfinite(losses)
-        if not finite.any():
+        finite = [(loss, weight) for loss, weight in zip(losses, weights) if math.isfinite(loss)]
+        if not finite:
             return math.nan
-        return float((losses[finite] * weights[finite]).sum() / weights[finite].sum())
+        return math.fsum(loss * weight for loss, weight in finite) / math.fsum(weight for _, weight in finite)
 
     def rates(self, world_size: int) -> tuple[float, float]:
         """(samples/s over all ranks, fraction of the time spent waiting for data)."""
