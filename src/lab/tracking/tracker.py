@@ -84,9 +84,9 @@ class Tracker:
                 call(backend)
 
     def start(self, background: bool = False) -> Tracker:
-        """Open the run's records and start the chosen trackers. `background=True` starts them in a thread (wandb
-        takes a second or more to start its service and its run) while the caller goes on building the data and
-        the model; the first use of the trackers waits for it."""
+        """Open the run's records and start the chosen trackers. `background=True` starts them in a thread (the
+        TensorBoard import; wandb's start already happens in its child process) while the caller goes on building
+        the data and the model; the first use of the trackers waits for it."""
         self._started = time.monotonic()
         if not self.is_writer:
             return self

@@ -120,7 +120,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     tracker = tracking.from_config(
         cfg, run_dir, "train", provenance.collect(), rank=parallel.rank, identity=identity, resume_id=resume_id
     )
-    with tracker.session(background=True):  # the trackers start (wandb: a second) while data and model are built
+    with tracker.session(background=True):  # the trackers start while data and model are built
         summary = _fit(cfg, run_dir, parallel, device, precision, resume, tracker)
     result = summary.get(cfg.optimized_metric)
     log.info("done: %s = %s; run dir %s", cfg.optimized_metric, result, run_dir)
