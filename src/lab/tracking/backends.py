@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,8 +93,9 @@ def create(name: str, run: RunInfo, in_child_process: bool | None = None) -> Bac
         raise ValueError(f"unknown tracker {name!r}; choose among {', '.join(BACKENDS)}")
     module, cls = BACKENDS[name]
     backend_class = getattr(importlib.import_module(f".{module}", __package__), cls)
-    if in_child_process is None:
-        in_child_process = backend_class.slow_to_start and _setting(run.settings, "child_process", True)
+    if in_child_process is None:  # the child's pipes are passed as POSIX file descriptors (Linux, macOS)
+        wanted = backend_class.slow_to_start and _setting(run.settings, "child_process", True)
+        in_child_process = wanted and os.name == "posix"
     if in_child_process:
         from lab.tracking.child_process import ChildProcessBackend
 
