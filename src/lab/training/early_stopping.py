@@ -22,6 +22,11 @@ class EarlyStopping:
         self.monitor = monitor  # val/<the task's monitor>
         self.stopped_epoch: int | None = None
 
+    @classmethod
+    def from_config(cls, cfg: Any, task: Any) -> EarlyStopping | None:
+        """`trainer.early_stopping` on the task's monitor, or None when off (patience 0)."""
+        return cls(cfg.patience, cfg.min_delta, task.mode, f"val/{task.monitor}") if cfg.patience else None
+
     def record(self, progress: Any, value: float) -> None:
         """After a validation: reset the count on an improvement, count one more otherwise (NaN never improves)."""
         reference = progress.early_stopping_reference

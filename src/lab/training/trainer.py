@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -29,7 +29,7 @@ from lab.data.batches import to_device
 from lab.distributed.parallel import Parallel
 from lab.errors import UserError
 from lab.optim import Schedule
-from lab.runtime import Precision, peak_memory_mb, reset_peak_memory
+from lab.runtime import Precision, reset_peak_memory
 from lab.tracking import Tracker
 from lab.training.bad_steps import BadSteps
 from lab.training.early_stopping import EarlyStopping
@@ -37,6 +37,7 @@ from lab.training.ema import EMA
 from lab.training.evaluation import score
 from lab.training.preemption import StopSignals, interrupted
 from lab.training.state import Progress, TrainingState
+from lab.training.update import apply_update
 from lab.training.window import StepWindow, log_line
 
 log = logging.getLogger(__name__)
@@ -76,10 +77,7 @@ class Trainer:
         self.device, self.precision = device, precision
         self._autocast = precision.autocast(device)  # reused every step: building a torch.autocast costs a microsecond
         self.ema = ema  # validated, and checkpointed as `model`, in place of the model (its step hook updates it)
-        stop = self.cfg.early_stopping
-        early = (
-            EarlyStopping(stop.patience, stop.min_delta, task.mode, f"val/{task.monitor}") if stop.patience else None
-        )
+        early = EarlyStopping.from_config(self.cfg.early_stopping, task)
         self.tracker, self.checkpoints = tracker, checkpoints
         self.callbacks = [*callbacks, *filter(None, [ema, early])]
         self.should_stop = False  # a callback's request to end the run after this epoch's checkpoint (early stopping)
@@ -93,12 +91,9 @@ class Trainer:
         self.stop = StopSignals()  # installed for the length of fit()
         self.show_bar = {"on": True, "off": False, "auto": sys.stderr.isatty()}[self.cfg.progress_bar]
         self._total = self._inverse_total = None  # the last group weight and its reciprocal (see train_step)
-        # callbacks run after every optimizer step (debug=profile's profiler): found once, not per step
-        self._step_hooks = [c.on_train_step_end for c in self.callbacks if hasattr(c, "on_train_step_end")]
-        # ... and before each optimizer step, while the gradients are still there (trainer.log_stats_every_n_steps)
-        self._grad_hooks = [
-            c.on_before_optimizer_step for c in self.callbacks if hasattr(c, "on_before_optimizer_step")
-        ]
+        # per-step hooks, found once, not per step: after every optimizer step (debug=profile's profiler), and before
+        # it while the gradients are still there (trainer.log_stats_every_n_steps)
+        self._step_hooks, self._grad_hooks = self._hooks("on_train_step_end"), self._hooks("on_before_optimizer_step")
 
     @property
     def progress(self) -> Progress:
@@ -196,22 +191,12 @@ class Trainer:
 
     def _update(self, step: int) -> None:
         """Clip (and measure the gradient norm on log steps), then step the optimizer (through the GradScaler)."""
-        cfg = self.cfg
-        if cfg.grad_clip is not None or step % cfg.log_every_n_steps == 0:
-            self.scaler.unscale_(self.optimizer)  # the norm means something (and clipping works) only unscaled
-            if cfg.grad_clip is not None:
-                self.window.grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-            else:  # the norm alone: clip_grad_norm_(inf) would also multiply every gradient by 1
-                grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-                self.window.grad_norm = nn.utils.get_total_norm(grads)
-        if self.scaler.is_enabled():
-            # the scale as a device tensor (get_scale() would copy it to the host): it drops only on a skipped step
-            scale_before = self.scaler._get_scale_async().clone()
-            self.scaler.step(self.optimizer)  # skips the update when fp16 gradients overflowed
-            self.scaler.update()
-            self.skipped_steps += self.scaler._get_scale_async() < scale_before
-        else:
-            self.optimizer.step()
+        measure = step % self.cfg.log_every_n_steps == 0
+        norm, skipped = apply_update(self.model, self.optimizer, self.scaler, self.cfg.grad_clip, measure)
+        if norm is not None:
+            self.window.grad_norm = norm
+        if skipped is not None:
+            self.skipped_steps += skipped
 
     def _next_batch(self, batches: Iterator[Any]) -> tuple[Any, Any]:
         fetch_start = time.perf_counter()
@@ -272,16 +257,8 @@ class Trainer:
         return self.window.checked_losses(self.parallel, skipping)
 
     def _log(self, epoch: int, bar: tqdm | None) -> None:
-        loss = self.window.mean_loss(*self._losses())
-        throughput, data_wait = self.window.rates(self.parallel.world_size)
-        metrics = {
-            "train/loss": loss,
-            "train/lr": self.scheduler.get_last_lr()[0],
-            "train/grad_norm": self.window.grad_norm_value(),
-            "train/throughput": throughput,
-            "train/data_wait": data_wait,
-            "train/mem_peak_mb": peak_memory_mb(self.device),
-        }
+        lr = self.scheduler.get_last_lr()[0]
+        metrics = self.window.train_metrics(*self._losses(), self.parallel.world_size, lr, self.device)
         if self.scaler.is_enabled():
             metrics["train/grad_scale"] = self.scaler.get_scale()
             metrics["train/skipped_steps"] = int(self.skipped_steps)
@@ -292,7 +269,7 @@ class Trainer:
         if bar is None:
             log.info("%s", log_line(epoch + 1, self.progress.global_step, metrics))
         else:
-            bar.set_postfix(loss=f"{loss:.4f}", lr=f"{metrics['train/lr']:.2e}", refresh=False)
+            bar.set_postfix(loss=f"{metrics['train/loss']:.4f}", lr=f"{lr:.2e}", refresh=False)
         self.window = StepWindow()
         reset_peak_memory(self.device)  # each logged peak covers its own window
 
@@ -313,9 +290,11 @@ class Trainer:
             return tqdm(total=total, initial=position, desc=f"epoch {epoch + 1}/{self.cfg.max_epochs}", leave=False)
         return None
 
+    def _hooks(self, hook: str) -> list[Callable[..., Any]]:
+        """The callbacks' methods named `hook`, in the callbacks' order."""
+        return [getattr(callback, hook) for callback in self.callbacks if hasattr(callback, hook)]
+
     def _call(self, hook: str, *args: Any) -> None:
         """Run a hook on every callback that has it (a callback may raise to stop the run, e.g. pruning)."""
-        for callback in self.callbacks:
-            method = getattr(callback, hook, None)
-            if method is not None:
-                method(self, *args)
+        for method in self._hooks(hook):
+            method(self, *args)

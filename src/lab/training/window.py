@@ -12,6 +12,7 @@ import torch
 
 from lab.distributed.parallel import Parallel
 from lab.errors import UserError
+from lab.runtime import peak_memory_mb
 
 
 class StepWindow:
@@ -64,6 +65,20 @@ class StepWindow:
         if not finite:
             return math.nan
         return math.fsum(loss * weight for loss, weight in finite) / math.fsum(weight for _, weight in finite)
+
+    def train_metrics(
+        self, losses: list[float], weights: list[float], world_size: int, lr: float, device: torch.device
+    ) -> dict[str, float]:
+        """The log line's figures for this window (`losses`, `weights`: from `checked_losses`)."""
+        throughput, data_wait = self.rates(world_size)
+        return {
+            "train/loss": self.mean_loss(losses, weights),
+            "train/lr": lr,
+            "train/grad_norm": self.grad_norm_value(),
+            "train/throughput": throughput,
+            "train/data_wait": data_wait,
+            "train/mem_peak_mb": peak_memory_mb(device),
+        }
 
     def rates(self, world_size: int) -> tuple[float, float]:
         """(samples/s over all ranks, fraction of the time spent waiting for data)."""
