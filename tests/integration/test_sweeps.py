@@ -160,7 +160,9 @@ def test_optuna_study_resumes_to_n_trials_and_prunes_bad_trials(tmp_path):
 
 def test_joblib_runs_jobs_in_parallel_processes(tmp_path):
     sweep = tmp_path / "joblib"
-    _ok(_sweep(sweep, *QUICK, "logger=none", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2"))
+    # with DataLoader workers: a loky process passes on its own start method, which once failed to start them
+    workers = "data.num_workers=1"
+    _ok(_sweep(sweep, *QUICK, "logger=none", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", workers, "seed=1,2"))
     jobs = [_job(sweep, n, "sweep_job.json") for n in (0, 1)]
     assert jobs[0]["pid"] != jobs[1]["pid"]
     assert jobs[0]["start"] < jobs[1]["end"] and jobs[1]["start"] < jobs[0]["end"]  # they overlapped

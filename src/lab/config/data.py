@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from dataclasses import dataclass
 
 from omegaconf import MISSING
@@ -25,6 +26,9 @@ class LoaderConfig:
     num_workers: int = 0  # data.loader=torch only
     pin_memory: bool | None = None  # null = auto: only when training on CUDA
     persistent_workers: bool = True  # only meaningful with num_workers > 0
+    # how workers start: fork | spawn | forkserver; null = the platform's default (fork on Linux), also in processes a
+    # launcher spawned (dist=ddp's ranks, hydra/launcher=joblib's jobs), which would otherwise pass on their own
+    multiprocessing_context: str | None = None
     split_seed: int = 0  # fixes the train/val(/test) split, independent of the training seed
     val_fraction: float = 0.15
     test_fraction: float = 0.15  # only for datasets without an official test split
@@ -37,6 +41,9 @@ class LoaderConfig:
         )
         _one_of("data.loader", self.loader, ("torch", "device"))
         _require(self.num_workers >= 0, f"data.num_workers must be >= 0, got {self.num_workers}")
+        if self.multiprocessing_context is not None:
+            methods = tuple(multiprocessing.get_all_start_methods())  # this platform's
+            _one_of("data.multiprocessing_context", self.multiprocessing_context, methods)
         _require(0 < self.val_fraction < 1, f"data.val_fraction must be in (0, 1), got {self.val_fraction}")
         _require(
             0 <= self.test_fraction < 1 and self.val_fraction + self.test_fraction < 1,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import random
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -138,10 +139,19 @@ def make_loader(
         drop_last=train,
         num_workers=cfg.num_workers,
         persistent_workers=bool(cfg.persistent_workers and cfg.num_workers > 0),
+        multiprocessing_context=worker_start_method(cfg) if cfg.num_workers > 0 else None,
         worker_init_fn=seed_worker,
         generator=generator,
         pin_memory=pin_memory,
     )
+
+
+def worker_start_method(cfg: DataCfg) -> str:
+    """data.multiprocessing_context, else the platform's default start method (the first listed). Not the
+    process's current default: a process started by spawn (dist=ddp's ranks) or by loky (hydra/launcher=joblib's
+    jobs) inherits its own, and workers would then each start a fresh interpreter importing torch (seconds per
+    loader) or, under loky, fail to start at all."""
+    return cfg.multiprocessing_context or multiprocessing.get_all_start_methods()[0]
 
 
 class EpochLoader:

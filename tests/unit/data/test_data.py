@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
 import random
 import struct
@@ -305,6 +306,26 @@ def test_make_loader_drops_last_batch_only_in_training(tiny: DataModule) -> None
     evaluation = list(make_loader(tiny.train, cfg, train=False, generator=None, pin_memory=False))
     assert [len(y) for _, y in evaluation] == [3, 3, 3, 1]
     assert torch.equal(torch.cat([x for x, _ in evaluation]), torch.stack([x for x, _ in tiny.train]))  # in order
+
+
+def test_workers_start_the_platforms_way_even_in_a_spawned_process(tiny: DataModule) -> None:
+    """A process started by spawn (dist=ddp's ranks) has "spawn" as its default: its workers must not inherit it."""
+
+    def start_method(**overrides) -> str | None:
+        cfg = data_cfg(batch_size=2, **overrides)
+        context = make_loader(tiny.train, cfg, train=True, generator=None, pin_memory=False).multiprocessing_context
+        return context.get_start_method() if context is not None else None
+
+    platform_default = multiprocessing.get_all_start_methods()[0]
+    multiprocessing.set_start_method("spawn" if platform_default != "spawn" else "forkserver", force=True)
+    try:
+        assert start_method(num_workers=1) == platform_default
+        assert start_method(num_workers=1, multiprocessing_context="spawn") == "spawn"
+        assert start_method() is None  # no workers
+    finally:
+        multiprocessing.set_start_method(None, force=True)
+    with pytest.raises(ConfigError, match=r"data\.multiprocessing_context='threads' is not valid; choose one of"):
+        data_cfg(multiprocessing_context="threads")
 
 
 def test_make_loader_shuffle_is_reproducible(tiny: DataModule) -> None:
