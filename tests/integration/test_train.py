@@ -62,8 +62,9 @@ def test_default_command_reaches_95_percent_and_writes_the_run_contract(train):
     assert "parameters: 94,186 trainable, 0 frozen" in run.output and "first batch: inputs (64, 1, 8, 8)" in run.output
 
 
-def test_overfit_one_batch_drives_loss_to_zero(train):
-    run = train("debug=overfit")
+@pytest.mark.parametrize("extra", [(), ("dist=ddp", "model=mlp")], ids=["one-process", "ddp"])
+def test_overfit_one_batch_drives_loss_to_zero(train, extra):
+    run = train("debug=overfit", *extra)  # ddp: each rank's own fixed batch (the subset is batch_size x ranks)
     losses = [r["train/loss"] for r in run.metrics() if "train/loss" in r]
     assert losses[-1] < 0.01, losses
     assert run.summary()["val/acc"] == 1.0  # validation uses the same fixed batch

@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 
 def _overfit_subset(dataset: torch.utils.data.Dataset, batches: int, batch_size: int) -> torch.utils.data.Dataset:
-    """The same few samples for training and validation: a model that cannot fit them is wired wrong."""
+    """The same few samples for training and validation: a model that cannot fit them is wired wrong. `batch_size`
+    is the global one (per device x ranks): each rank's share of the subset is then its own fixed batches."""
     size = min(len(dataset), batches * batch_size)
     return torch.utils.data.Subset(dataset, range(size))
 
@@ -141,7 +142,8 @@ def _fit(
     meta = datamodule.meta
     train_set, val_set = datamodule.train, datamodule.val
     if cfg.trainer.overfit_batches:
-        train_set = val_set = _overfit_subset(train_set, cfg.trainer.overfit_batches, cfg.data.batch_size)
+        global_batch = cfg.data.batch_size * parallel.world_size
+        train_set = val_set = _overfit_subset(train_set, cfg.trainer.overfit_batches, global_batch)
     task = tasks.build(cfg.task, meta, train_set)
     # Pinned host memory only pays off with asynchronous copies to a CUDA device.
     pin = cfg.data.pin_memory if cfg.data.pin_memory is not None else device.type == "cuda"
