@@ -62,7 +62,12 @@ def _sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:
 
 
 def _shard_units(model: nn.Module) -> list[nn.Module]:
-    """Top-level blocks with parameters; containers (ModuleList/Dict have no forward) contribute their items."""
+    """The model's own `fsdp_units()` when it has one, else its top-level blocks with parameters (containers,
+    ModuleList/Dict, have no forward: they contribute their items). A unit's weights are gathered only inside its
+    own forward, so a model whose forward reads a child's weight directly (GPT's output projection is its token
+    embedding) names its units, leaving that child to the root."""
+    if hasattr(model, "fsdp_units"):
+        return list(model.fsdp_units())
     units = []
     for child in model.children():
         if isinstance(child, (nn.ModuleList, nn.ModuleDict)):

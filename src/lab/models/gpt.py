@@ -74,6 +74,11 @@ class GPT(nn.Module):
         # the output projection is the token embedding itself (weight tying: fewer parameters, better small LMs)
         return F.linear(self.ln_f(x), self.tok_emb.weight)
 
+    def fsdp_units(self) -> list[nn.Module]:
+        """dist=fsdp shards each block on its own; the embeddings and the final norm stay in the root unit, whose
+        weights are gathered for the whole forward: the output projection reads the token embedding directly."""
+        return list(self.blocks)
+
 
 def _init(module: nn.Module) -> None:
     if isinstance(module, nn.Linear | nn.Embedding):
