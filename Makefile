@@ -19,7 +19,9 @@ train: $(STAMP)  ## train the default experiment (digits, CNN); pass overrides w
 	$(PY) scripts/train.py $(ARGS)
 
 test: $(STAMP)  ## the whole test suite
-	$(PY) -m pytest -q -n 2 $(ARGS)
+	# worksteal: an idle worker takes tests queued on the other; with `load` one worker could be left with a queue
+	# of long integration tests while the other had finished
+	$(PY) -m pytest -q -n 2 --dist worksteal $(ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
