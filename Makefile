@@ -18,9 +18,9 @@ install: $(STAMP)  ## create .venv and install the project with its dev tools
 train: $(STAMP)  ## train the default experiment (digits, CNN); pass overrides with ARGS="model=mlp ..."
 	$(PY) scripts/train.py $(ARGS)
 
+# worksteal: an idle worker takes tests queued on the other; with `load` one worker could be left with a queue of
+# long integration tests while the other had finished
 test: $(STAMP)  ## the whole test suite
-	# worksteal: an idle worker takes tests queued on the other; with `load` one worker could be left with a queue
-	# of long integration tests while the other had finished
 	$(PY) -m pytest -q -n 2 --dist worksteal $(ARGS)
 
 lint: $(STAMP)
