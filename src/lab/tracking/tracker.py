@@ -84,9 +84,9 @@ class Tracker:
                 call(backend)
 
     def start(self, background: bool = False) -> Tracker:
-        """Open the run's records and start the chosen trackers. `background=True` starts them in a thread (the
-        TensorBoard import; wandb's start already happens in its child process) while the caller goes on building
-        the data and the model; the first use of the trackers waits for it."""
+        """Open the run's records and start the chosen trackers. `background=True` starts them in a thread
+        (TensorBoard's import; wandb's start when it runs in this process, logger.child_process=false, else its child
+        does it) while the caller goes on building the data and the model; the first use of the trackers waits."""
         self._started = time.monotonic()
         if not self.is_writer:
             return self
