@@ -34,3 +34,49 @@ def own_choice(config: object, group: str, key: str, noun: str) -> None:
         f"{group}.{key}={value!r} on the {own} {noun}'s config: choose a {noun} with {group}=<name> (which brings "
         f"that {noun}'s keys), not with {group}.{key}",
     )
+
+
+def in_range(
+    key: str, value: float, low: float, high: float, *, open_low: bool = False, open_high: bool = False, hint: str = ""
+) -> None:
+    """`low <= value <= high` (either end open), which NaN never is: comparisons with NaN are False."""
+    above = value > low if open_low else value >= low
+    below = value < high if open_high else value <= high
+    span = f"{'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+    require(above and below, f"{key} must be in {span}, got {value}{f' ({hint})' if hint else ''}")
+
+
+# numpy's RandomState (lab.runtime.seed_everything seeds it with `seed`) takes seeds 0 .. 2**32 - 1 only
+SEED_MAX = 2**32 - 1
+
+
+def seed(key: str, value: int) -> None:
+    require(0 <= value <= SEED_MAX, f"{key} must be in [0, 2**32 - 1] (the seeds numpy takes), got {value}")
+
+
+# wandb refuses a run whose tag is empty or longer than this (wandb.sdk.wandb_settings.validate_run_tags); without this
+# check that happens only once the data and the model are built, after minutes of work
+WANDB_TAG_MAX = 64
+_WANDB_PROJECT_MAX = 128  # and these characters are not allowed in a project name (validate_project)
+_WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
+
+
+def wandb_tags(key: str, tags: list[str]) -> None:
+    for index, tag in enumerate(tags):
+        shown = tag if len(tag) <= 40 else f"{tag[:37]}..."
+        require(
+            1 <= len(tag) <= WANDB_TAG_MAX,
+            f"{key}[{index}]={shown!r} has {len(tag)} characters; wandb takes tags of 1 to {WANDB_TAG_MAX} characters"
+            + (": shorten it" if tag else ": drop it"),
+        )
+
+
+def wandb_project(key: str, project: str | None) -> None:
+    if not project:
+        return  # null or '': $WANDB_PROJECT, else the default (lab.tracking.wandb_backend)
+    forbidden = sorted({c for c in project if c in _WANDB_PROJECT_FORBIDDEN})
+    require(
+        len(project) <= _WANDB_PROJECT_MAX and not forbidden,
+        f"{key}={project[:40]!r} is not a wandb project name: 1 to {_WANDB_PROJECT_MAX} characters, none of "
+        f"{' '.join(_WANDB_PROJECT_FORBIDDEN)}" + (f" (it has {' '.join(forbidden)})" if forbidden else ""),
+    )

@@ -9,6 +9,7 @@ from omegaconf import MISSING
 
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
+from lab.config.checks import seed
 
 
 @dataclass
@@ -44,6 +45,7 @@ class LoaderConfig:
         if self.multiprocessing_context is not None:
             methods = tuple(multiprocessing.get_all_start_methods())  # this platform's
             _one_of("data.multiprocessing_context", self.multiprocessing_context, methods)
+        seed("data.split_seed", self.split_seed)
         _require(0 < self.val_fraction < 1, f"data.val_fraction must be in (0, 1), got {self.val_fraction}")
         _require(
             0 <= self.test_fraction < 1 and self.val_fraction + self.test_fraction < 1,

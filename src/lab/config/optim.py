@@ -4,16 +4,20 @@ scheduler.min_lr_ratio=0.1`) is refused while composing."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
+from lab.config.checks import in_range, own_choice
 from lab.config.checks import one_of as _one_of
-from lab.config.checks import own_choice
 from lab.config.checks import require as _require
 
-
 # --------------------------------------------------------------------------- optimizer
+# A bound no real run comes near (SGD on large batches uses up to ~10): above it, lr is a typo (1e308, 1e3 for 1e-3)
+MAX_LR = 100.0
+
+
 @dataclass
 class OptimizerConfig:
     _target_: str = MISSING
@@ -22,8 +26,18 @@ class OptimizerConfig:
     weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
-        _require(self.lr > 0, f"optimizer.lr must be > 0, got {self.lr}")
-        _require(self.weight_decay >= 0, f"optimizer.weight_decay must be >= 0, got {self.weight_decay}")
+        # inf, nan or 1e308 would pass a plain `> 0` and turn the weights into NaN at the first step; no optimizer
+        # here trains with a learning rate above MAX_LR
+        in_range("optimizer.lr", self.lr, 0, MAX_LR, open_low=True, hint="typical: 1e-5 to 1")
+        in_range("optimizer.weight_decay", self.weight_decay, 0, math.inf, open_high=True)
+        # both optimizers shrink every weight by lr * weight_decay per step (AdamW's decoupled decay, SGD's L2
+        # gradient): at 1 or more that sets each weight to zero or flips its sign, every step
+        _require(
+            self.lr * self.weight_decay < 1,
+            f"optimizer.weight_decay={self.weight_decay:g} with optimizer.lr={self.lr:g} shrinks every weight by "
+            f"lr * weight_decay = {self.lr * self.weight_decay:g} per step (>= 1: to zero or past it); "
+            "typical weight_decay: 0 to 0.1",
+        )
 
 
 @dataclass
@@ -34,6 +48,16 @@ class AdamWConfig(OptimizerConfig):
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
     fused: bool | None = None  # null: torch's fused kernel on CUDA (no host sync with a GradScaler), default elsewhere
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(
+            len(self.betas) == 2,
+            f"optimizer.betas must be two numbers [beta1, beta2], got {list(self.betas)}",
+        )
+        for index, beta in enumerate(self.betas):  # 1 or more: the running averages never forget (or blow up)
+            in_range(f"optimizer.betas[{index}]", beta, 0, 1, open_high=True)
+        in_range("optimizer.eps", self.eps, 0, math.inf, open_low=True, open_high=True)
 
 
 @dataclass
@@ -47,7 +71,7 @@ class SGDConfig(OptimizerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _require(self.momentum >= 0, f"optimizer.momentum must be >= 0, got {self.momentum}")
+        in_range("optimizer.momentum", self.momentum, 0, math.inf, open_high=True)
         _require(not self.nesterov or self.momentum > 0, "optimizer.nesterov=true needs optimizer.momentum > 0")
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
+from lab.config.checks import seed, wandb_tags
 from lab.config.training import LoggerConfig
 
 # --------------------------------------------------------------------------- eval / export / infer
@@ -54,6 +55,7 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         _require(bool(self.ckpt_path), f"ckpt_path is required: the checkpoint to evaluate, {_CKPT_HINT}")
+        wandb_tags("tags", self.tags)
         _one_of("device", self.device, ("auto", "cpu", "cuda", "mps"))
 
 
@@ -109,6 +111,7 @@ class ExportConfig:
 
     def __post_init__(self) -> None:
         _require(bool(self.ckpt_path), f"ckpt_path is required: the checkpoint to export, {_CKPT_HINT}")
+        wandb_tags("tags", self.tags)
 
 
 @dataclass
@@ -124,6 +127,7 @@ class InferOptions:
         _require(self.batch_size >= 1, f"infer.batch_size must be >= 1, got {self.batch_size}")
         _require(self.max_new_tokens >= 1, f"infer.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         _require(self.temperature > 0, f"infer.temperature must be > 0, got {self.temperature}")
+        seed("infer.seed", self.seed)
 
 
 @dataclass
@@ -152,3 +156,4 @@ class InferConfig:
             "(or prompt='...' for a language model)",
         )
         _one_of("device", self.device, ("auto", "cpu", "cuda", "mps"))
+        wandb_tags("tags", self.tags)

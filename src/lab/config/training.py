@@ -11,6 +11,7 @@ from omegaconf import MISSING
 
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
+from lab.config.checks import seed, wandb_project, wandb_tags
 
 
 # --------------------------------------------------------------------------- trainer
@@ -172,6 +173,8 @@ class LoggerConfig:
         _one_of("logger.mode", self.mode, ("auto", "online", "offline", "disabled"))
         _one_of("logger.log_checkpoints", self.log_checkpoints, ("none", "best", "last"))
         _require(self.init_timeout > 0, f"logger.init_timeout must be > 0, got {self.init_timeout}")
+        wandb_tags("logger.tags", self.tags)
+        wandb_project("logger.project", self.project)
 
 
 # --------------------------------------------------------------------------- sweeps (Hydra multirun)
@@ -212,7 +215,8 @@ class TrainConfig:
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
     def __post_init__(self) -> None:
-        _require(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        seed("seed", self.seed)
+        wandb_tags("tags", self.tags)
         _require(
             self.resume is None or self.ckpt_path is None,
             "pass resume=... or ckpt_path=..., not both (resume continues a run in its own dir)",

@@ -165,6 +165,24 @@ def test_unknown_keys_and_wrong_types_fail_while_composing(compose, overrides: l
         (["model=mlp", "model.dropout=1.0"], "model.dropout"),
         (["model.channels=[]"], "model.channels"),
         (["seed=-1"], "seed"),
+        # each would pass a plain sign check and fail only after data and model are built, or train on NaN
+        (["optimizer.lr=inf"], "optimizer.lr"),
+        (["optimizer.lr=nan"], "optimizer.lr"),
+        (["optimizer.lr=1e308"], "optimizer.lr"),
+        (["optimizer=sgd", "optimizer.lr=1e308"], "optimizer.lr"),
+        (["optimizer.weight_decay=inf"], "optimizer.weight_decay"),
+        (["optimizer.weight_decay=nan"], "optimizer.weight_decay"),
+        (["optimizer.weight_decay=1e308"], "optimizer.weight_decay"),
+        (["optimizer=sgd", "optimizer.momentum=inf"], "optimizer.momentum"),
+        (["optimizer.betas=[0.9,1.0]"], r"optimizer.betas[1]"),
+        (["optimizer.betas=[-0.1,0.999]"], r"optimizer.betas[0]"),
+        (["optimizer.betas=[0.9]"], "optimizer.betas"),
+        (["optimizer.eps=0"], "optimizer.eps"),
+        (["seed=4294967296"], "seed"),  # 2**32: numpy's seeds end at 2**32 - 1
+        (["data.split_seed=-1"], "data.split_seed"),
+        ([f"tags=[{'t' * 65}]"], "tags[0]"),  # wandb refuses a tag over 64 characters
+        (["logger.tags=['']"], "logger.tags[0]"),
+        (["logger.project=team/project"], "logger.project"),
     ],
 )
 def test_bad_values_raise_config_error_naming_the_key(compose, overrides: list[str], key: str) -> None:
@@ -251,6 +269,35 @@ def test_seed_zero_is_a_valid_seed(compose) -> None:
     cfg = compose(["seed=0"])
     validate(cfg)
     assert OmegaConf.to_object(cfg).seed == 0
+
+
+def test_the_limits_themselves_are_valid(compose) -> None:
+    """Each bound is where the refusal starts, not before: the largest seed numpy takes, a 64-character tag, betas
+    of 0, the largest learning rate."""
+    cfg = compose(
+        [
+            "seed=4294967295",
+            f"tags=[{'t' * 64}]",
+            "optimizer.betas=[0.0,0.0]",
+            "optimizer.lr=100",
+            "optimizer.weight_decay=0",
+        ]
+    )
+    validate(cfg)
+    assert OmegaConf.to_object(cfg).seed == 2**32 - 1
+
+
+@pytest.mark.parametrize(
+    ("config_name", "overrides", "message"),
+    [
+        ("infer", ["ckpt_path=m.onnx", "input=x.npy", "infer.seed=-1"], "infer.seed must be in [0, 2**32 - 1]"),
+        ("eval", ["ckpt_path=best.pt", f"tags=[{'e' * 65}]"], "has 65 characters; wandb takes tags of 1 to 64"),
+        ("export", ["ckpt_path=best.pt", f"logger.tags=[{'x' * 80}]"], "logger.tags[0]='xxx"),
+    ],
+)
+def test_the_checkpoint_scripts_check_seeds_and_tags_too(compose, config_name, overrides, message) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate(compose(overrides, config_name))
 
 
 # --------------------------------------------------------------------------- the CLI (subprocesses: keep these few)
