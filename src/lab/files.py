@@ -2,7 +2,9 @@
 
 The new content goes to a temp file next to the target, is flushed to disk (fsync), and only then renamed over the
 target (`os.replace`, atomic on POSIX); the directory entry is synced too, so a power loss after the rename keeps
-the new file rather than neither. Disk-full and permission errors become one UserError naming the path and the fix.
+the new file rather than neither. A failed write (disk full, no permission, a read-only mount, `ulimit -f`) becomes
+one UserError naming the path, the cause and the fix, however the writer reported it: an OSError, or torch's
+RuntimeError from its C++ writer, which wraps the OSError or keeps no errno at all.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,12 @@ _FIXES = {
     errno.EACCES: "permission denied: choose a writable output dir (hydra.run.dir=...)",
     errno.EPERM: "permission denied: choose a writable output dir (hydra.run.dir=...)",
     errno.EROFS: "read-only file system: choose a writable output dir (hydra.run.dir=...)",
+    errno.EFBIG: "file too large for this process's file size limit (ulimit -f) or the file system: raise the limit",
 }
+# torch's C++ writer (torch.save, torch.export.save) raises RuntimeError with one of these; the OSError, if any, is
+# in its __context__ (a Python file object) or gone (a path: the C++ stream keeps no errno)
+_TORCH_WRITE_FAILED = re.compile(r"PytorchStreamWriter|inline_container|cannot be opened|iostream error")
+_LOW_SPACE = 1 << 20  # bytes: a disk this close to full is why a write failed
 
 
 def temp_path(path: Path) -> Path:
@@ -43,11 +51,55 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.replace(tmp, path)
         _sync_dir(path.parent)
     except BaseException as err:
-        tmp.unlink(missing_ok=True)  # a partial file would only take space; the old one is intact
-        if isinstance(err, OSError) and err.errno in _FIXES:
-            kept = f"; the previous {path.name} is intact" if path.exists() else ""
-            raise UserError(f"cannot write {path}: {_FIXES[err.errno]}{kept}") from err
-        raise
+        cause = write_error(err, path.parent)  # before the clean-up: a full disk is full while the temp file is there
+        try:
+            tmp.unlink(missing_ok=True)  # a partial file would only take space; the old one is intact
+            left = ""
+        except OSError:  # the folder became unwritable or vanished mid-write: the refusal still comes first
+            left = f"; remove the partial {tmp}"
+        if cause is None:
+            raise
+        kept = f"; the previous {path.name} is intact" if path.exists() else ""
+        raise UserError(f"cannot write {path}: {_fix(cause)}{kept}{left}") from err
+
+
+def write_error(err: BaseException, folder: Path) -> OSError | None:
+    """The OSError behind a failed write, or None when `err` is no I/O failure (a bug, Ctrl-C): `err` itself, the
+    OSError torch's RuntimeError was raised from or during, or, when torch kept no errno, what `folder` and this
+    process's limits say (read-only, not writable, full, a file size limit)."""
+    if isinstance(err, UserError) or not isinstance(err, (OSError, RuntimeError)):
+        return None  # a UserError already says what went wrong
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    if not _TORCH_WRITE_FAILED.search(str(err)):
+        return None
+    first = str(err).strip().splitlines()[0]
+    return _probe(folder) or OSError(errno.EIO, f"the writer failed ({first})")
+
+
+def _probe(folder: Path) -> OSError | None:
+    try:
+        fs = os.statvfs(folder)
+    except OSError as err:  # the folder itself is gone or unreadable
+        return err
+    if fs.f_flag & os.ST_RDONLY:
+        return OSError(errno.EROFS, "read-only file system")
+    if not os.access(folder, os.W_OK):
+        return OSError(errno.EACCES, "permission denied")
+    if (fs.f_bfree if os.geteuid() == 0 else fs.f_bavail) * fs.f_frsize < _LOW_SPACE:
+        return OSError(errno.ENOSPC, "no space left on device")
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY:
+        return OSError(errno.EFBIG, "file too large")
+    return None
+
+
+def _fix(err: OSError) -> str:
+    return _FIXES.get(err.errno, f"{err.strerror or err} (write elsewhere: hydra.run.dir=...)")
 
 
 def remove_stale_temps(folder: Path) -> list[Path]:

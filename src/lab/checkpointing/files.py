@@ -23,8 +23,10 @@ def save(path: str | Path, payload: dict[str, Any]) -> None:
     """Write to a temp file then rename: a crash mid-write never leaves a truncated checkpoint behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        torch.save({"format_version": FORMAT_VERSION, **payload}, tmp)
+    # a file object, not a path: torch's C++ writer then fails through Python's write, whose OSError (disk full,
+    # ulimit -f) it keeps as the __context__ of its RuntimeError, so the message can name the cause
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save({"format_version": FORMAT_VERSION, **payload}, f)
 
 
 def copy(src: str | Path, dst: str | Path) -> None:

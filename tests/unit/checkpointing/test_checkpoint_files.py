@@ -50,7 +50,7 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: 
     before = path.read_bytes()
 
     def crash_mid_write(obj, f, *args, **kwargs):
-        Path(f).write_bytes(b"half a checkpoint")  # a partial write, then the disk fills up
+        f.write(b"half a checkpoint")  # a partial write, then the disk fills up
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(checkpointing.files.torch, "save", crash_mid_write)
@@ -245,6 +245,119 @@ def test_an_unwritable_dir_names_the_path_and_the_fix_and_keeps_the_previous_fil
     monkeypatch.undo()
     assert checkpointing.read(path)["progress"] == {"epoch": 1}
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+# torch's C++ writer: a RuntimeError, the OSError (if any) only in its __context__
+TORCH_WRITE_FAILED = "[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file data/0"
+TORCH_OPEN_FAILED = "File {} cannot be opened."
+
+
+def test_torchs_runtime_error_with_the_os_error_in_its_context_names_the_cause(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "last.pt"
+    checkpointing.save(path, {"model": _net().state_dict(), "progress": {"epoch": 1}})
+
+    def fail(obj, f, *args, **kwargs):
+        f.write(b"half")
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            raise RuntimeError(TORCH_WRITE_FAILED) from None  # as torch does: the OSError stays the __context__
+
+    monkeypatch.setattr(checkpointing.files.torch, "save", fail)
+    with pytest.raises(UserError, match=r"cannot write .*last\.pt: no space left on the device.*previous last\.pt"):
+        checkpointing.save(path, {"model": {}, "progress": {"epoch": 2}})
+    monkeypatch.undo()
+    assert checkpointing.read(path)["progress"] == {"epoch": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "fix"), [(os.ST_RDONLY, "read-only file system"), (0, "the writer failed .*PytorchStreamWriter")]
+)
+def test_torchs_runtime_error_without_an_errno_is_diagnosed_from_the_folder(tmp_path: Path, monkeypatch, flag, fix):
+    """torch.save to a path on a read-only mount: "File ... cannot be opened." and no errno anywhere; what the folder
+    says (read-only, here faked: tests run as root, whom chmod does not stop) names the cause."""
+    from lab import files
+
+    path = tmp_path / "model.pt2"
+    path.write_bytes(b"the verified one")
+    real = os.statvfs(tmp_path)
+    fields = {name: getattr(real, name) for name in dir(real) if name.startswith("f_")}
+    fake = type("StatVFS", (), {**fields, "f_flag": flag})
+    monkeypatch.setattr(files.os, "statvfs", lambda folder: fake)
+    message = rf"cannot write .*model\.pt2: {fix}.*previous model\.pt2 is intact"
+    with pytest.raises(UserError, match=message), files.atomic_path(path) as tmp:
+        raise RuntimeError(TORCH_OPEN_FAILED.format(tmp) if flag else TORCH_WRITE_FAILED)
+    assert path.read_bytes() == b"the verified one"
+
+
+def test_a_runtime_error_that_is_no_write_failure_is_not_disguised(tmp_path: Path) -> None:
+    from lab import files
+
+    with pytest.raises(RuntimeError, match=r"^a bug in the block$"), files.atomic_path(tmp_path / "x.json") as tmp:
+        tmp.write_text("{}")
+        raise RuntimeError("a bug in the block")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_clean_up_that_fails_too_still_gives_one_line_and_keeps_the_previous_file(tmp_path: Path, monkeypatch):
+    """The folder became unwritable mid-write: removing the partial temp file fails inside the handler as well."""
+    path = tmp_path / "last.pt"
+    checkpointing.save(path, {"model": _net().state_dict(), "progress": {"epoch": 1}})
+
+    def fail(obj, f, *args, **kwargs):
+        f.write(b"half")
+        try:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        except OSError:
+            raise RuntimeError(TORCH_WRITE_FAILED) from None
+
+    def cannot_unlink(self, missing_ok=False):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+
+    monkeypatch.setattr(checkpointing.files.torch, "save", fail)
+    monkeypatch.setattr(Path, "unlink", cannot_unlink)
+    with pytest.raises(UserError) as refused:
+        checkpointing.save(path, {"model": {}, "progress": {"epoch": 2}})
+    monkeypatch.undo()
+    message = str(refused.value)
+    assert "\n" not in message and "read-only file system" in message and "previous last.pt is intact" in message
+    assert message.endswith(f"remove the partial {tmp_path / '.last.pt.tmp'}")
+    assert checkpointing.read(path)["progress"] == {"epoch": 1}
+
+
+ULIMIT_SAVE = """
+import resource, signal, sys
+import torch
+from lab import checkpointing
+from lab.errors import UserError
+
+path = sys.argv[1]
+checkpointing.save(path, {"model": {"w": torch.zeros(10)}, "progress": {"epoch": 1}})
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the kernel's signal would kill us: the write then fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))  # ulimit -f
+try:
+    checkpointing.save(path, {"model": {"w": torch.zeros(1_000_000)}, "progress": {"epoch": 2}})
+except UserError as err:
+    print(err)
+"""
+
+
+def test_a_file_size_limit_ends_in_one_line_and_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
+    """A real `ulimit -f` (RLIMIT_FSIZE, in a subprocess): torch fails with "unexpected pos", a RuntimeError."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "last.pt"
+    proc = subprocess.run(
+        [sys.executable, "-c", ULIMIT_SAVE, str(path)], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert proc.stdout.strip().splitlines() == [
+        f"cannot write {path}: file too large for this process's file size limit (ulimit -f) or the file system: "
+        "raise the limit; the previous last.pt is intact"
+    ], proc.stderr
+    assert checkpointing.read(path)["progress"] == {"epoch": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
 
 
 def test_temp_files_of_a_killed_writer_are_removed(tmp_path: Path) -> None:
