@@ -202,6 +202,10 @@ def _mistake(case: str, tmp_path: Path, request) -> list[str]:
         table = tmp_path / "table.csv"
         table.write_text("a,b,label\n" + "1,2,x\n3,4,y\n" * 10)
         return ["train.py", "task=regression", "data=csv", f"data.path={table}", "data.target=price", "model=mlp"]
+    if case == "float_csv_as_classes":  # every distinct value would be a class of its own
+        table = tmp_path / "table.csv"
+        table.write_text("a,price\n" + "".join(f"{i},{i * 1.37:.2f}\n" for i in range(40)))
+        return ["train.py", "task=classification", "data=csv", f"data.path={table}", "data.target=price", "model=mlp"]
     ckpts = request.getfixturevalue("tiny")
     if case == "npy_of_wrong_width":
         np.save(tmp_path / "bad.npy", np.zeros((3, 4)))
@@ -219,6 +223,7 @@ def _mistake(case: str, tmp_path: Path, request) -> list[str]:
     [
         ("classification_on_values", "task=classification needs class labels"),
         ("csv_without_target", "data.target='price' is not a column"),
+        ("float_csv_as_classes", "40 distinct values in 40 rows), not class labels; use task=regression"),
         ("npy_of_wrong_width", "the model takes rows of 10 features"),
         ("image_to_regression", "give a .csv with columns"),
         ("prompt_with_unknown_characters", "characters the model never saw"),

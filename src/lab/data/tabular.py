@@ -112,6 +112,7 @@ def build_csv(cfg: Any) -> DataModule:
     matrix = numeric_columns(rows, header, features, cfg.path)
     raw = [row[header.index(cfg.target)] for row in rows]
     if cfg.target_type == "class":
+        _check_labels(raw, cfg)
         class_names = sorted(set(raw), key=_natural)
         targets = np.array([class_names.index(v) for v in raw])
         if len(class_names) < 2:
@@ -133,6 +134,13 @@ def read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
     if len(table) < 2:
         raise ConfigError(f"data.path={path} has no data rows under its header")
     header, rows = [h.strip() for h in table[0]], table[1:]
+    # csv gives no error for a repeated name, and header.index() would then read the first column twice
+    duplicated = sorted({h for h in header if header.count(h) > 1})
+    if duplicated:
+        raise ConfigError(
+            f"{path}: the header names column(s) {', '.join(map(repr, duplicated))} more than once; "
+            "give every column its own name"
+        )
     short = next((i for i, row in enumerate(rows, 2) if len(row) != len(header)), None)
     if short is not None:
         raise ConfigError(f"{path} line {short} has {len(rows[short - 2])} fields, the header {len(header)}")
@@ -155,6 +163,22 @@ def numeric_columns(rows: list[list[str]], header: list[str], columns: list[str]
     if not np.isfinite(out).all():
         raise ConfigError(f"{path}: columns {columns} hold NaN or inf values; fill or drop those rows")
     return out
+
+
+def _check_labels(raw: list[str], cfg: Any) -> None:
+    """Class labels may be names or integers ("3", "3.0"); a numeric column with a fractional value is a measured
+    quantity, whose every distinct value would otherwise become a class of its own (and accuracy stay near 0)."""
+    try:
+        values = [float(v) for v in raw]
+    except ValueError:
+        return  # names (or names mixed with numbers): labels
+    fractional = next((v for v, x in zip(raw, values) if not x.is_integer()), None)
+    if fractional is not None:
+        raise ConfigError(
+            f"data.target={cfg.target!r} in {cfg.path} holds non-integer numbers ({fractional!r}, "
+            f"{len(set(raw))} distinct values in {len(raw)} rows), not class labels; use task=regression "
+            "to predict a numeric target"
+        )
 
 
 def _natural(value: str) -> tuple:

@@ -4,6 +4,7 @@ table and text datasets, the GPT model, and the task config wiring (monitor, dir
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -167,11 +168,45 @@ def test_csv_reads_features_and_a_class_or_value_target(tmp_path: Path):
         ("a,b\n1,2\nx,4\n" + "1,2\n" * 10, "b", "line 3, column 'a': 'x' is not a number"),
         ("a,b\n1,2\n3\n", "b", "line 3 has 1 fields"),
         ("a,b\n", "b", "no data rows"),
+        # the first `a` would be read twice and the second never: one name per column
+        ("a,b,a,y\n" + "1,2,3,4\n" * 12, "y", r"table.csv: the header names column\(s\) 'a' more than once"),
+        ("a,b,a,b,y\n" + "1,2,3,4,5\n" * 12, "y", r"column\(s\) 'a', 'b' more than once"),
     ],
 )
 def test_csv_mistakes_name_the_problem(tmp_path: Path, text: str, target: str, message: str):
     with pytest.raises(ConfigError, match=message):
         data.build(OmegaConf.structured(CsvConfig(path=_csv(tmp_path, text), target=target, target_type="value")))
+
+
+def test_a_class_target_of_non_integer_numbers_is_refused_naming_task_regression(tmp_path: Path):
+    """600 distinct measurements would otherwise become 600 classes, and accuracy stay near 0."""
+    generator = random.Random(0)
+    rows = "".join(f"{x:.4f},{2 * x + generator.gauss(0, 0.1):.6f}\n" for x in (generator.random() for _ in range(600)))
+    path = _csv(tmp_path, "x,y\n" + rows)
+    with pytest.raises(
+        ConfigError,
+        match=r"data.target='y' in .*table.csv holds non-integer numbers .*600 distinct "
+        r"values in 600 rows.*use task=regression",
+    ) as refused:
+        data.build(OmegaConf.structured(CsvConfig(path=path, target="y", target_type="class")))
+    assert "\n" not in str(refused.value)
+    values = data.build(OmegaConf.structured(CsvConfig(path=path, target="y", target_type="value")))
+    assert values.meta["num_outputs"] == 1  # the task the message names reads the column
+
+
+@pytest.mark.parametrize(
+    ("labels", "classes"),
+    [
+        (["1.0", "2.0", "10.0"], ["1.0", "2.0", "10.0"]),  # integers written as floats
+        (["0", "1", "2"], ["0", "1", "2"]),
+        (["b", "a", "2.5"], ["2.5", "a", "b"]),  # names: a number among them is one more name
+    ],
+)
+def test_integer_valued_and_named_class_labels_stay_labels(tmp_path: Path, labels: list[str], classes: list[str]):
+    rows = "".join(f"{i},{labels[i % 3]}\n" for i in range(30))
+    path = _csv(tmp_path, "x,y\n" + rows)
+    built = data.build(OmegaConf.structured(CsvConfig(path=path, target="y", target_type="class")))
+    assert built.meta["class_names"] == classes
 
 
 # --------------------------------------------------------------------------- config wiring
