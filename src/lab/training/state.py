@@ -8,6 +8,7 @@ adds about the run, its config and data_meta, is the CheckpointManager's.)
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -34,6 +35,8 @@ class Progress:
 
     def record(self, value: float, epoch: int, mode: str) -> bool:
         """Keep the best monitored value (`mode` max or min); True when `value` is a new best (NaN never is)."""
+        if math.isnan(value):  # else a NaN first validation would stay best: every comparison with it is False
+            return False
         sign = 1 if mode == "max" else -1
         improved = self.best_metric is None or sign * (value - self.best_metric) > 0
         if improved:

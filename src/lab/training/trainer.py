@@ -229,7 +229,8 @@ class Trainer:
                 f"task.monitor={self.task.monitor!r} is not a validation metric; choose one of {', '.join(metrics)}"
             )
         improved = self.progress.record(metrics[monitor], epoch + 1, self.task.mode)
-        metrics[f"{monitor}_best"] = self.progress.best_metric
+        if self.progress.best_metric is not None:  # none yet while every validation so far was NaN
+            metrics[f"{monitor}_best"] = self.progress.best_metric
         self.scheduler.step_validation(metrics)
         self.last_val = metrics
         reset_peak_memory(self.device)  # validation's activations are not training's peak

@@ -36,6 +36,14 @@ def test_the_count_needs_an_improvement_larger_than_min_delta_and_nan_is_none() 
     assert progress.early_stopping_reference == 0.6
 
 
+def test_a_nan_first_validation_is_no_reference() -> None:
+    stopping, progress = EarlyStopping(patience=3, min_delta=0.0, mode="min", monitor="val/loss"), Progress()
+    stopping.record(progress, float("nan"))
+    assert (progress.stale_validations, progress.early_stopping_reference) == (1, None)
+    stopping.record(progress, 0.9)  # any number beats no reference
+    assert (progress.stale_validations, progress.early_stopping_reference) == (0, 0.9)
+
+
 def test_training_stops_after_patience_validations_and_says_so(tmp_path: Path, caplog) -> None:
     trainer = _stopping(tmp_path, max_epochs=10, **NEVER_ENOUGH)
     with caplog.at_level(logging.INFO, logger="lab.training.early_stopping"):

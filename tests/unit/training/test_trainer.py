@@ -254,3 +254,31 @@ def test_max_bad_steps_skips_non_finite_steps_and_stops_after_too_many_in_a_row(
     with pytest.raises(UserError, match=r"loss was nan for 2 optimizer steps in a row, the last at step 4 \(epoch 1\)"):
         stopping.fit()
     stopping.tracker.finish()
+
+
+class NaNFirstValidation(SquaredError):
+    """The validation loss is NaN at the first validation only (a model that produced NaN on the val split)."""
+
+    def __init__(self) -> None:
+        self.validations = 0
+
+    def metrics(self, device: torch.device, full: bool = False) -> SquaredErrorSum:
+        self.validations += 1
+        metrics = super().metrics(device, full)
+        if self.validations == 1:
+            metrics.total += math.nan
+        return metrics
+
+
+def test_a_nan_first_validation_writes_no_best_pt_and_the_next_validation_becomes_the_best(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, max_epochs=1)
+    trainer.task = NaNFirstValidation()
+    summary = trainer.fit()
+    assert math.isnan(summary["val/loss"]) and summary["val/loss_best"] is None and summary["best_epoch"] is None
+    assert (tmp_path / "checkpoints" / "last.pt").is_file() and not (tmp_path / "checkpoints" / "best.pt").exists()
+    trainer.cfg.max_epochs = 2  # the run goes on: its first real number is the best, not ignored behind the NaN
+    summary = trainer.fit()
+    trainer.tracker.finish()
+    assert summary["best_epoch"] == 2 and summary["val/loss_best"] == summary["val/loss"] < math.inf
+    best = checkpointing.read(tmp_path / "checkpoints" / "best.pt")
+    assert best["progress"]["best_epoch"] == 2 and best["progress"]["global_step"] == 16

@@ -26,3 +26,12 @@ def test_a_nan_metric_never_becomes_the_best():
     progress.record(0.5, 1, "min")
     assert not progress.record(math.nan, 2, "min") and not progress.record(math.nan, 2, "max")
     assert (progress.best_metric, progress.best_epoch) == (0.5, 1)
+
+
+def test_a_nan_at_the_first_validation_is_no_best_and_the_next_value_is():
+    for mode in ("max", "min"):
+        progress = Progress()
+        assert not progress.record(math.nan, 1, mode)
+        assert (progress.best_metric, progress.best_epoch) == (None, None)
+        assert progress.record(0.9, 2, mode)
+        assert (progress.best_metric, progress.best_epoch) == (0.9, 2)
