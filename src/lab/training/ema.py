@@ -4,9 +4,10 @@ After every `every_n_steps`-th optimizer step: ``ema = decay * ema + (1 - decay)
 parameters, in one fused ``torch._foreach_lerp_`` on the device (no host sync), and the buffers (BatchNorm running
 statistics) copied as they are. Frozen parameters never change, so their copy needs no update.
 
-Validation scores ``module`` (the averaged copy), best.pt is chosen by it and holds it as its ``model``, so eval,
-export and infer use it unchanged; checkpoints keep the optimizer's own weights under ``raw_model`` to resume from
-(``lab.training.state``). Under DDP every rank holds the same parameters and so keeps the same average; FSDP shards
+Validation scores ``module`` (the averaged copy) as ``val/<metric>``, best.pt is chosen by it and holds it as its
+``model``, so eval, export and infer use it unchanged; the optimizer's own weights are scored too, as
+``val_raw/<metric>``, to show what the average buys. Checkpoints keep those weights under ``raw_model`` to resume
+from (``lab.training.state``). Under DDP every rank holds the same parameters and so keeps the same average; FSDP shards
 them and is refused at configuration time (``lab.workflows.train_extras.check``).
 """
 

@@ -76,7 +76,7 @@ class Trainer:
         self.train_batches, self.val_loader = train_batches, val_loader
         self.device, self.precision = device, precision
         self._autocast = precision.autocast(device)  # reused every step: building a torch.autocast costs a microsecond
-        self.ema = ema  # validated, and checkpointed as `model`, in place of the model (its step hook updates it)
+        self.ema = ema  # validated as val/ and checkpointed as `model` in place of the model (val_raw/ scores that)
         early = EarlyStopping.from_config(self.cfg.early_stopping, task)
         self.tracker, self.checkpoints = tracker, checkpoints
         self.callbacks = [*callbacks, *filter(None, [ema, early])]
@@ -219,10 +219,15 @@ class Trainer:
 
     def _validate(self, epoch: int) -> bool:
         """Score the validation split, track the best, let the schedule react; True when the monitor improved."""
+
+        def scored(prefix: str, model: nn.Module | None = None) -> dict[str, float]:
+            metrics = self.score(self.val_loader, self.cfg.limit_val_batches, model)
+            return {f"{prefix}/{k}": v for k, v in metrics.items()}
+
         with self.window.paused():
-            scored = None if self.ema is None else self.ema.module  # with trainer.ema, the averaged weights
-            metrics = self.score(self.val_loader, self.cfg.limit_val_batches, scored)
-            metrics = {f"val/{k}": v for k, v in metrics.items()}
+            # with trainer.ema, val/ scores the average (what best.pt holds) and val_raw/ the optimizer's own
+            # weights beside it, so the run shows what the average buys: one more pass, only then
+            metrics = scored("val") if self.ema is None else {**scored("val", self.ema.module), **scored("val_raw")}
         monitor = f"val/{self.task.monitor}"
         if monitor not in metrics:
             raise UserError(

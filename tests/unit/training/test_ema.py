@@ -3,6 +3,7 @@ resumed run continues it bit for bit."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from torch import nn
 from lab import checkpointing
 from lab.config.training import EMAConfig
 from lab.errors import ConfigError
+from lab.training import trainer as trainer_module
 from lab.training.ema import EMA
 from lab.training.evaluation import score
 from lab.workflows import train
@@ -78,6 +80,34 @@ def test_validation_and_best_pt_use_the_average_and_last_pt_keeps_both(tmp_path:
     restored = _model()
     restored.load_state_dict(best["model"])  # what eval / export / infer load
     assert score(restored, restored, trainer.val_loader, *args)["loss"] == summary["val/loss_best"]
+
+
+def test_the_raw_weights_are_validated_beside_the_average_as_val_raw_only_with_ema(tmp_path: Path, monkeypatch) -> None:
+    scored = []  # the module of every validation pass
+
+    def counted(model, *args, **kwargs):
+        scored.append(model)
+        return score(model, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "score", counted)
+    plain = _trainer(tmp_path / "plain", model=_model(), max_epochs=2)
+    plain.fit()
+    plain.tracker.finish()
+    assert scored == [plain.model] * 2 and not any(k.startswith("val_raw/") for k in plain.last_val)  # no extra pass
+    scored.clear()
+    trainer = _with_ema(tmp_path / "ema", max_epochs=2)
+    summary = trainer.fit()
+    trainer.tracker.finish()
+    assert scored == [trainer.ema.module, trainer.model] * 2  # one more pass per validation
+    args = (trainer.task, trainer.parallel, CPU, trainer.precision)
+    raw_loss = score(trainer.model, trainer.model, trainer.val_loader, *args)["loss"]
+    assert summary["val_raw/loss"] == raw_loss != summary["val/loss"]
+    logged = [json.loads(line) for line in (tmp_path / "ema" / "metrics.jsonl").read_text().splitlines()]
+    validations = [event for event in logged if "val/loss" in event]
+    assert len(validations) == 2 and all("val_raw/loss" in event for event in validations)
+    # best.pt follows the average, not the raw weights
+    assert summary["val/loss_best"] == min(event["val/loss"] for event in validations)
+    assert "val_raw/loss_best" not in summary
 
 
 def test_a_resumed_run_continues_the_average_bit_for_bit(tmp_path: Path) -> None:
