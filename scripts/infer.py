@@ -19,4 +19,4 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    cli.main(main)  # config mistakes in one or two lines (HYDRA_FULL_ERROR=1: Hydra's full report)
+    cli.main(main, "infer")  # config mistakes in one or two lines (HYDRA_FULL_ERROR=1: Hydra's full report)

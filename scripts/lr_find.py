@@ -77,4 +77,4 @@ if __name__ == "__main__":
     if not any(arg.startswith("task_name=") for arg in hydra_args):
         hydra_args.append("task_name=lr_find")  # run dirs under outputs/lr_find/
     sys.argv = [sys.argv[0], *hydra_args]
-    cli.main(main)
+    cli.main(main, "lr_find")

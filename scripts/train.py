@@ -12,7 +12,6 @@ from omegaconf import DictConfig
 
 from lab import cli
 from lab.distributed.env import keep_hydra_outputs_to_rank_zero
-from lab.run_dir import check_before_hydra
 
 
 @hydra.main(config_path="../conf", config_name="train", version_base="1.3")
@@ -23,6 +22,5 @@ def main(cfg: DictConfig) -> float | None:
 if __name__ == "__main__":
     # under torchrun/srun every rank runs this script; only rank 0 may create the run dir (the others get scratch)
     sys.argv = keep_hydra_outputs_to_rank_zero(sys.argv)
-    with cli.user_errors():
-        check_before_hydra(sys.argv)  # a used hydra.run.dir= is refused before Hydra writes .hydra/ into it
-    cli.main(main)  # config mistakes in one or two lines (HYDRA_FULL_ERROR=1: Hydra's full report)
+    # a used hydra.run.dir= is refused before Hydra writes into it; config mistakes in one or two lines
+    cli.main(main, "train")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
+from lab import run_dir as run_dirs
 from lab.config import validate
 from lab.config.mistakes import describe
 from lab.dotenv import load_dotenv
@@ -64,10 +65,14 @@ def run_workflow(cfg: Any, workflow: str) -> Any:
             return run(cfg)
 
 
-def main(hydra_main: Callable[[], Any]) -> Any:
-    """Run an entry script's `@hydra.main` function with config mistakes reported in one or two lines."""
+def main(hydra_main: Callable[[], Any], script: str) -> Any:
+    """Run an entry script's `@hydra.main` function with config mistakes reported in one or two lines. An explicit
+    `hydra.run.dir` that `script` may not write is refused before Hydra writes into it, and a start refused after
+    Hydra wrote leaves the run dir as it found it (lab.run_dir)."""
     load_dotenv()  # credentials from .env (never over variables already set), before Hydra reads the environment
-    with concise_config_errors():
+    with user_errors():
+        sys.argv = run_dirs.check_before_hydra(sys.argv, script)
+    with run_dirs.undone_on_refusal(), concise_config_errors():
         return hydra_main()
 
 

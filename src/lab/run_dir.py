@@ -1,10 +1,27 @@
-"""Who may write a run dir, and which run `resume=auto` continues.
+"""Who may write a run dir, which run `resume=` continues, and how a refused start leaves the dir as it found it.
 
-One process writes a run dir at a time: an exclusive lock on `<run dir>/.lock`, removed when the run ends and
-released by the OS when the process dies, so a killed run never leaves a lock that holds. A new run refuses a dir
-that holds another run's checkpoints unless it resumes that run or `overwrite=true` says to replace them.
-`resume=auto` finds the newest run of the same task and config whose training did not finish (interrupted by a
-signal, or killed before it wrote summary.json).
+A run dir is the user's record of a run: nothing this module does deletes or rewrites what another run, or the
+user, put there.
+
+- **Before Hydra writes** (`check_before_hydra`, from every entry script): an explicit `hydra.run.dir=` (plain,
+  quoted or `++`, read with Hydra's own override parser) that cannot be written (under a regular file, read-only,
+  a name too long), that a running job holds, or that holds another run's records is refused in one line. Only
+  training may write into a run dir that holds a run, and only to continue that run in place (`resume=auto` on
+  an unfinished run there, `resume=<that dir>`, a `ckpt_path` inside it, a SLURM requeue) or, with
+  `overwrite=true`, to replace it. A run continued in place keeps its `.hydra/`: Hydra writes this attempt's
+  config into `.hydra/attempt-<n>/`.
+- **While a run writes** (`claim`): an exclusive lock on `<run dir>/.lock`, removed when the run ends and released
+  by the OS when the process dies, so a killed run never leaves a lock that holds.
+- **When a start is refused after Hydra wrote** (`undone_on_refusal`): what Hydra wrote for this process
+  (`.hydra/` files, the job's log) is removed again, a log it appended to is cut back to its old length, and a
+  dir it created is removed once empty, but only while the dir holds nothing else new: a run that got as far as
+  writing its own records keeps them. Nothing is removed with rmtree.
+
+`resume=auto` continues, in order: the unfinished run in this process's own run dir (an explicit `hydra.run.dir`
+of an interrupted run: the sbatch pattern; a sweep job's dir), else the newest unfinished run of the same task and
+config next to it. Unfinished: a `checkpoints/last.pt` whose training did not complete (interrupted by a signal,
+failed, or killed before it wrote summary.json). A requeued SLURM job (`SLURM_RESTART_COUNT` > 0) continues in its
+own dir the same way. No torch import at module level: the entry scripts call this before Hydra starts.
 """
 
 from __future__ import annotations
@@ -15,8 +32,8 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,48 +42,227 @@ from lab.errors import UserError
 log = logging.getLogger(__name__)
 
 LOCK = ".lock"
+HYDRA_DIR = ".hydra"
+# what marks a dir as holding a run: its composed config, checkpoints, records or a sweep job's result
+RUN_RECORDS = (HYDRA_DIR, "checkpoints", "summary.json", "metrics.jsonl", "sweep_job.json")
 # keys that say how to start or record a run, not what it trains: a resumed run may change them
 _NOT_IDENTITY = ("ckpt_path", "resume", "overwrite", "tags", "logger", "callbacks")
+
+
+# ---------------------------------------------------------------------------------------------- before Hydra
+@dataclass(frozen=True)
+class _Before:
+    """What a run dir held before Hydra wrote into it for this process: its top-level entries, and the size of
+    every file Hydra may write (the `.hydra/` files and top-level logs)."""
+
+    existed: bool
+    entries: frozenset[str] = frozenset()
+    sizes: dict[str, int] = field(default_factory=dict)
+    dirs: frozenset[str] = frozenset()
+
+
+_before: dict[Path, _Before] = {}  # explicit run dirs, by resolved path; a dir not here was new (a timestamped one)
+_hydra_dirs: list[Path] = []  # the run dirs Hydra made or used for this process (registered by the workflows)
+
+
+def check_before_hydra(argv: list[str], script: str) -> list[str]:
+    """Refuse an explicit `hydra.run.dir=` that `script` may not write, before Hydra writes `.hydra/` into it.
+    Returns argv, with `hydra.output_subdir` added when training continues a run in place (its `.hydra/` stays)."""
+    if "-m" in argv or "--multirun" in argv:
+        return argv  # a sweep's dirs: lab.sweeps.ownership
+    overrides = _overrides(argv[1:])
+    if "hydra.run.dir" not in overrides:
+        return argv  # Hydra makes a new timestamped dir
+    run_dir = Path(str(overrides["hydra.run.dir"])).expanduser()
+    _require_writable(run_dir)
+    _before[run_dir.resolve()] = _snapshot(run_dir)
+    if is_held(run_dir):
+        raise UserError(_in_use(run_dir))
+    held = [name for name in RUN_RECORDS if (run_dir / name).exists()]
+    if not held:
+        return argv
+    if script != "train":
+        raise UserError(
+            f"hydra.run.dir={run_dir} holds a run ({', '.join(held)}); {script} writes a run dir of its own and "
+            "never into another run's: leave hydra.run.dir unset, or name a new dir"
+        )
+    if _continues_in_place(run_dir, overrides):
+        return [*argv, f"hydra.output_subdir={_attempt_subdir(run_dir)}"]
+    if _flag(overrides.get("overwrite")):
+        return argv
+    raise UserError(_foreign_run(run_dir, held, overrides.get("resume")))
+
+
+def _overrides(args: list[str]) -> dict[str, Any]:
+    """`key -> value` of the command line's overrides, read as Hydra reads them (`'quoted'`, `+`/`++` prefixes);
+    the last one of a key wins, as in Hydra. Unparsable ones are left for Hydra to report."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    values: dict[str, Any] = {}
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        try:
+            (override,) = parser.parse_overrides([arg])
+        except HydraException:
+            continue
+        if not override.is_sweep_override() and not override.is_delete():
+            values[override.key_or_group] = override.value()
+    return values
+
+
+def _flag(value: Any) -> bool:
+    return value is True or str(value).lower() == "true"
+
+
+def _continues_in_place(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
+    resume, ckpt_path = overrides.get("resume"), overrides.get("ckpt_path")
+    if resume == "auto" or requeued():
+        return unfinished(run_dir)
+    if resume is not None:
+        return _same(Path(str(resume)), run_dir)
+    return ckpt_path is not None and _same(Path(str(ckpt_path)).parent, run_dir / "checkpoints")
+
+
+def _same(a: Path, b: Path) -> bool:
+    return a.expanduser().resolve() == b.expanduser().resolve()
+
+
+def _attempt_subdir(run_dir: Path) -> str:
+    """Where Hydra writes the config of this attempt at a run: `.hydra/` holds the first attempt's."""
+    earlier = list((run_dir / HYDRA_DIR).glob("attempt-*"))
+    return f"{HYDRA_DIR}/attempt-{len(earlier) + 2}"
+
+
+def _foreign_run(run_dir: Path, held: list[str], resume: Any) -> str:
+    last = run_dir / "checkpoints" / "last.pt"
+    if resume == "auto":
+        state = "has finished" if last.is_file() else "has no checkpoints/last.pt to continue from"
+        return (
+            f"hydra.run.dir={run_dir} holds a run that {state}, so resume=auto has nothing to continue there: start "
+            "in a fresh dir (leave hydra.run.dir unset), or pass overwrite=true to replace that run"
+        )
+    how = f"continue it with resume={run_dir}, " if last.is_file() else ""
+    return (
+        f"{run_dir} holds another run ({', '.join(held)}); {how}start in a fresh dir (leave hydra.run.dir unset), "
+        "or pass overwrite=true to replace it"
+    )
+
+
+def _require_writable(run_dir: Path) -> None:
+    """A run dir Hydra can create and write: one line naming what is wrong instead of Hydra's traceback."""
+    path = run_dir.absolute()
+    existing = next(p for p in (path, *path.parents) if os.path.lexists(p))  # lexists: False on a name too long
+    if not existing.is_dir():
+        raise UserError(f"hydra.run.dir={run_dir}: {existing} is a file, not a directory; choose another hydra.run.dir")
+    name_max = os.pathconf(existing, "PC_NAME_MAX")
+    too_long = next((part for part in run_dir.parts if len(os.fsencode(part)) > name_max), None)
+    if too_long is not None or len(os.fsencode(str(run_dir.absolute()))) >= os.pathconf(existing, "PC_PATH_MAX"):
+        name = f"the name {too_long[:40]}... is over {name_max} bytes" if too_long else "the path is too long"
+        raise UserError(f"hydra.run.dir={run_dir}: {name}, more than the file system allows; choose a shorter one")
+    if not os.access(existing, os.W_OK):
+        read_only = os.statvfs(existing).f_flag & os.ST_RDONLY
+        why = "is on a read-only file system" if read_only else "is not writable (permission denied)"
+        raise UserError(f"hydra.run.dir={run_dir}: {existing} {why}; choose a writable hydra.run.dir")
+
+
+def _snapshot(run_dir: Path) -> _Before:
+    if not run_dir.is_dir():
+        return _Before(existed=False)
+    sizes, dirs = _hydra_files(run_dir)
+    return _Before(True, frozenset(p.name for p in run_dir.iterdir()), sizes, dirs)
+
+
+def _hydra_files(run_dir: Path) -> tuple[dict[str, int], frozenset[str]]:
+    """(size of each file Hydra writes for a job: `.hydra/**` and top-level logs, the dirs under `.hydra/`)."""
+    hydra = run_dir / HYDRA_DIR
+    inside = sorted(hydra.rglob("*")) if hydra.is_dir() else []
+    files = [p for p in inside if p.is_file()] + [p for p in run_dir.glob("*.log") if p.is_file()]
+    sizes = {str(p.relative_to(run_dir)): p.stat().st_size for p in files}
+    dirs = frozenset(str(p.relative_to(run_dir)) for p in [hydra, *inside] if p.is_dir())
+    return sizes, dirs
+
+
+# ------------------------------------------------------------------------------------- a refused start, undone
+def register_hydra_dir(run_dir: Path) -> Path:
+    """Note the run dir Hydra made or used for this process (what `undone_on_refusal` may clean)."""
+    _hydra_dirs.append(run_dir)
+    return run_dir
+
+
+@contextlib.contextmanager
+def undone_on_refusal() -> Iterator[None]:
+    """Around an entry script's Hydra main: when it exits non-zero (a refusal, a config mistake, Ctrl-C) before the
+    run wrote anything of its own, what Hydra wrote for it is removed again."""
+    try:
+        yield
+    except SystemExit as stop:
+        if stop.code not in (0, None):
+            for run_dir in _hydra_dirs:
+                discard_hydra_files(run_dir)
+        raise
+
+
+def discard_hydra_files(run_dir: Path) -> bool:
+    """Remove what Hydra wrote into `run_dir` for this process, if the dir holds nothing else new; True if done."""
+    if not run_dir.is_dir():
+        return False
+    before = _before.get(run_dir.resolve(), _Before(existed=False))
+    sizes, dirs = _hydra_files(run_dir)
+    new_entries = {p.name for p in run_dir.iterdir()} - before.entries - {HYDRA_DIR, LOCK}
+    if any(not name.endswith(".log") for name in new_entries):
+        return False  # the run wrote records of its own: they are kept
+    for name, size in sizes.items():
+        path = run_dir / name
+        if name not in before.sizes:
+            path.unlink(missing_ok=True)
+        elif size > before.sizes[name]:
+            os.truncate(path, before.sizes[name])  # lines appended to a log that was there
+    for name in sorted(dirs - before.dirs, key=len, reverse=True):
+        with contextlib.suppress(OSError):
+            (run_dir / name).rmdir()
+    if not before.existed:
+        with contextlib.suppress(OSError):  # never rmtree: a dir that is not empty stays
+            run_dir.rmdir()
+    return True
+
+
+# -------------------------------------------------------------------------------------------- while a run writes
+def is_held(run_dir: Path) -> bool:
+    """Whether a running process holds `run_dir` (its lock); a lock file a dead process left does not hold."""
+    if not (run_dir / LOCK).is_file():
+        return False
+    with open(run_dir / LOCK) as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
 
 
 @contextlib.contextmanager
 def claim(run_dir: Path, resuming_here: bool, overwrite: bool) -> Iterator[None]:
     """Hold `run_dir` for this process; refuse it when another process holds it, or when it holds another run's
-    checkpoints that this run neither resumes nor was told to overwrite."""
+    checkpoints that this run neither resumes nor was told to overwrite. A refused claim leaves no lock file."""
+    _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / LOCK, "a+") as lock:
+    lock_path = run_dir / LOCK
+    with open(lock_path, "a+") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UserError(_in_use(run_dir)) from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"pid {os.getpid()}\n")
-        lock.flush()
-        _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)
+            raise UserError(_in_use(run_dir)) from None  # the holder's lock file: not ours to remove
         try:
+            lock.seek(0)
+            lock.truncate()
+            lock.write(f"pid {os.getpid()}\n")
+            lock.flush()
+            _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)  # again, now that no one else writes
             yield
         finally:
-            (run_dir / LOCK).unlink(missing_ok=True)  # the run dir holds the run's files only; the lock ends here
-
-
-def check_before_hydra(argv: list[str]) -> None:
-    """The same refusals as `claim`, for an explicit `hydra.run.dir=` on the command line, before Hydra writes its
-    .hydra/ files there (they would replace those of the run that owns the dir)."""
-    overrides = dict(arg.split("=", 1) for arg in argv[1:] if "=" in arg and not arg.startswith("-"))
-    if "hydra.run.dir" not in overrides or "-m" in argv or "--multirun" in argv:
-        return
-    run_dir = Path(overrides["hydra.run.dir"])
-    if (run_dir / LOCK).is_file():
-        with open(run_dir / LOCK) as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise UserError(_in_use(run_dir)) from None
-    ckpt_path = overrides.get("ckpt_path")
-    here = ckpt_path is not None and Path(ckpt_path).resolve().parent == (run_dir / "checkpoints").resolve()
-    resuming = here or overrides.get("resume") not in (None, "null")
-    _refuse_foreign_checkpoints(run_dir, resuming, overrides.get("overwrite", "false").lower() == "true")
+            lock_path.unlink(missing_ok=True)  # the run dir holds the run's files only; the lock ends here
 
 
 def _in_use(run_dir: Path) -> str:
@@ -88,29 +284,44 @@ def _refuse_foreign_checkpoints(run_dir: Path, resuming_here: bool, overwrite: b
         )
 
 
+# ----------------------------------------------------------------------------------------- which run continues
 def config_hash(config: Mapping[str, Any]) -> str:
     """What a run trains, as a short hash of its resolved config without the keys that only start or record it."""
     kept = {key: value for key, value in config.items() if key not in _NOT_IDENTITY}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def requeued() -> bool:
+    """A SLURM job started again after a preemption or a time limit: it continues the run in its own dir."""
+    return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
+
+
 def unfinished(run_dir: Path) -> bool:
-    """A run whose training stopped early: interrupted by a signal, or killed before it wrote summary.json."""
+    """A run with a `last.pt` whose training did not complete: interrupted by a signal, failed (a killed tracker
+    or DataLoader worker: its last.pt is good), or killed before it wrote summary.json."""
     if not (run_dir / "checkpoints" / "last.pt").is_file():
         return False
     summary = run_dir / "summary.json"
     if not summary.is_file():
         return True
     try:
-        return json.loads(summary.read_text()).get("status") == "interrupted"
+        return json.loads(summary.read_text()).get("status") in ("interrupted", "failed")
     except ValueError:
         return True  # a summary cut short: the run died while writing it
 
 
-def newest_unfinished(runs_root: Path, wanted_hash: str, exclude: Path) -> Path | None:
-    """The newest unfinished run dir under `runs_root` (outputs/<task_name>/) that trains the same config."""
+def training_left(progress: Mapping[str, Any], trainer_cfg: Any) -> bool:
+    """Whether a checkpoint at `progress` has epochs (and steps) left under `trainer_cfg`."""
+    steps_left = trainer_cfg.max_steps <= 0 or progress["global_step"] < trainer_cfg.max_steps
+    return progress["epoch"] < trainer_cfg.max_epochs and steps_left
+
+
+def newest_unfinished(runs_root: Path, config: Mapping[str, Any], exclude: Path) -> Path | None:
+    """The newest unfinished run dir under `runs_root` (outputs/<task_name>/) that trains the same config and has
+    training left under it."""
     from lab.checkpointing.files import read  # torch: only when a resume is asked for
 
+    wanted = config_hash(config)
     candidates = sorted(
         (d for d in runs_root.iterdir() if d.is_dir() and d != exclude and unfinished(d)),
         key=lambda d: (d / "checkpoints" / "last.pt").stat().st_mtime,
@@ -118,34 +329,62 @@ def newest_unfinished(runs_root: Path, wanted_hash: str, exclude: Path) -> Path 
     )
     for run_dir in candidates:
         try:
-            saved = read(run_dir / "checkpoints" / "last.pt").get("config") or {}
+            saved = read(run_dir / "checkpoints" / "last.pt")
         except UserError as err:
             log.warning("resume=auto skips %s: %s", run_dir, err)
             continue
-        if config_hash(saved) == wanted_hash:
+        trainer = _Trainer(**{k: config["trainer"][k] for k in ("max_epochs", "max_steps")})
+        if config_hash(saved.get("config") or {}) == wanted and training_left(saved["progress"], trainer):
             return run_dir
     return None
 
 
-def continued_run(resume: str | None, fresh_dir: Path, config: Mapping[str, Any]) -> Path | None:
-    """The run dir this run continues in, or None for a new run. `resume=auto`: the newest unfinished run of the
-    same task and config next to `fresh_dir` (None when there is none); `resume=<run dir>`: that run."""
+@dataclass(frozen=True)
+class _Trainer:
+    max_epochs: int
+    max_steps: int
+
+
+def continued_run(resume: str | None, run_dir: Path, config: Mapping[str, Any]) -> Path | None:
+    """The run dir this run continues in, or None for a new run. `run_dir` is this process's own (Hydra's).
+
+    `resume=auto` (and a requeued SLURM job): the unfinished run in `run_dir` itself, else (auto only) the newest
+    unfinished run of the same task and config next to it (None when there is none); `resume=<run dir>`: that run.
+    """
+    if (resume == "auto" or requeued()) and unfinished(run_dir):
+        _require_same_config(run_dir, config)
+        return run_dir
     if resume is None:
         return None
     if resume == "auto":
-        found = newest_unfinished(fresh_dir.parent, config_hash(config), exclude=fresh_dir)
+        found = newest_unfinished(run_dir.parent, config, exclude=run_dir) if run_dir.parent.is_dir() else None
         if found is None:
-            log.info("resume=auto: no unfinished run of this config under %s; starting a new run", fresh_dir.parent)
+            log.info("resume=auto: no unfinished run of this config under %s; starting a new run", run_dir.parent)
         return found
-    run_dir = Path(resume).expanduser()
-    if not (run_dir / "checkpoints" / "last.pt").is_file():
+    resumed = Path(resume).expanduser()
+    if not (resumed / "checkpoints" / "last.pt").is_file():
         raise UserError(f"resume={resume}: no checkpoints/last.pt there; pass a run dir of scripts/train.py, or auto")
-    return run_dir
+    return resumed
+
+
+def _require_same_config(run_dir: Path, config: Mapping[str, Any]) -> None:
+    """Continuing in place trains what that run trained: another config there is refused, naming what differs."""
+    from lab.checkpointing.files import read
+
+    saved = read(run_dir / "checkpoints" / "last.pt").get("config") or {}
+    if config_hash(saved) == config_hash(config):
+        return
+    differ = sorted(k for k in {*saved, *config} - set(_NOT_IDENTITY) if saved.get(k) != config.get(k))
+    raise UserError(
+        f"{run_dir} holds an unfinished run of another config ({', '.join(differ)} differ); resume=auto continues "
+        "it only with the same config: rerun its own command (its .hydra/overrides.yaml), or leave hydra.run.dir "
+        "unset for a new run"
+    )
 
 
 def move_logs(fresh_dir: Path, run_dir: Path) -> None:
     """Continue the log file in `run_dir` (appending) instead of the dir Hydra made for this start, then remove
-    that dir: one run, one dir."""
+    what Hydra wrote in that dir (and the dir, if it made it): one run, one dir."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == fresh_dir:
@@ -155,4 +394,5 @@ def move_logs(fresh_dir: Path, run_dir: Path) -> None:
             root.removeHandler(handler)
             handler.close()
             root.addHandler(moved)
-    shutil.rmtree(fresh_dir, ignore_errors=True)
+    discard_hydra_files(fresh_dir)
+

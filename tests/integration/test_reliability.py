@@ -90,7 +90,7 @@ def test_a_rerun_into_a_used_dir_is_refused_and_keeps_its_checkpoints(train, tmp
     best = (done.dir / "checkpoints" / "best.pt").read_bytes()
     again = train(*SMALL, "trainer.max_epochs=1", run_dir=done.dir, check=False)
     assert again.proc.returncode == 1
-    assert again.proc.stderr.strip().splitlines()[-1].startswith(f"error: {done.dir} holds another run's checkpoints")
+    assert again.proc.stderr.strip().splitlines()[-1].startswith(f"error: {done.dir} holds another run (")
     assert (done.dir / "checkpoints" / "best.pt").read_bytes() == best
     finished = train(*SMALL, "trainer.max_epochs=1", f"resume={done.dir}", check=False)
     assert "has finished training (epoch 1 of trainer.max_epochs=1" in finished.proc.stderr

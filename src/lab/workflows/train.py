@@ -52,21 +52,51 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     """Train; with dist=ddp|fsdp outside torchrun/SLURM, spawn the ranks here and return rank 0's result."""
     run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
     _check_options(cfg)
-    continued = run_dirs.continued_run(cfg.resume, run_dir, OmegaConf.to_container(cfg, resolve=True))
-    if continued is not None:  # one run across resumes: its own dir, checkpoints, metrics and wandb run
-        run_dirs.move_logs(run_dir, continued)
-        run_dir, cfg.ckpt_path = continued, str(continued / "checkpoints" / "last.pt")
-        log.info("continuing the run in %s", run_dir)
-    checkpointing.require_file(cfg.ckpt_path)  # fail before starting processes
-    # the process that writes the run dir holds it (a spawning parent, for its ranks; under torchrun, rank 0)
+    # the process that writes the run dir decides which run this is and holds the dir (a spawning parent, for its
+    # ranks; under torchrun/srun rank 0, whose decision the other ranks receive when they join: _join_and_train)
     writer = not dist_env.launched_as_worker() or dist_env.rank() == 0
+    continued = None
+    if writer:
+        continued = run_dirs.continued_run(cfg.resume, run_dir, OmegaConf.to_container(cfg, resolve=True))
+    if continued is not None:  # one run across resumes: its own dir, checkpoints, metrics and wandb run
+        cfg.ckpt_path = str(continued / "checkpoints" / "last.pt")
+    checkpointing.require_file(cfg.ckpt_path)  # fail before starting processes
+    if writer and cfg.ckpt_path:
+        _refuse_finished(Path(cfg.ckpt_path), cfg.trainer)  # before anything is written, in any dir
     here = continued is not None or _inside(cfg.ckpt_path, run_dir)
-    with run_dirs.claim(run_dir, resuming_here=here, overwrite=cfg.overwrite) if writer else contextlib.nullcontext():
-        identity = tracking.job_identity(cfg, run_dir)
+    target = continued or run_dir
+    with run_dirs.claim(target, resuming_here=here, overwrite=cfg.overwrite) if writer else contextlib.nullcontext():
+        if continued is not None and continued != run_dir:
+            run_dirs.move_logs(run_dir, continued)  # this start's log goes on in the run's own log file
+        if continued is not None:
+            log.info("continuing the run in %s", continued)
+        identity = tracking.job_identity(cfg, target)
         if cfg.dist.strategy != "none" and not dist_env.launched_as_worker():
             container = OmegaConf.to_container(cfg, resolve=True)
-            return launch.spawn(_spawned_worker, (container, str(run_dir), identity), cfg.dist)
-        return _join_and_train(cfg, run_dir, identity)
+            return launch.spawn(_spawned_worker, (container, str(target), identity), cfg.dist)
+        return _join_and_train(cfg, target, identity)
+
+
+def _refuse_finished(path: Path, trainer_cfg: Any) -> None:
+    """A checkpoint whose training is over (or stopped early) would train nothing: refused in one line, before
+    any tracker or file is opened. Only its progress is read (memory-mapped: the weights are not loaded)."""
+    try:
+        progress = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["progress"]
+    except Exception:
+        progress = checkpointing.read(path)["progress"]  # its one-line reason why the file is unreadable
+    if not run_dirs.training_left(progress, trainer_cfg):
+        raise UserError(
+            f"{path} has finished training (epoch {progress['epoch']} of trainer.max_epochs="
+            f"{trainer_cfg.max_epochs}, step {progress['global_step']}): raise trainer.max_epochs (or max_steps) "
+            "to train further, or score it with scripts/eval.py"
+        )
+    stopping, stale = trainer_cfg.early_stopping, progress.get("stale_validations", 0)
+    if stopping.patience and stale >= stopping.patience:
+        raise UserError(
+            f"{path} stopped early at epoch {progress['epoch']} ({stale} validations without improvement, "
+            f"trainer.early_stopping.patience={stopping.patience}): raise the patience (or set it to 0) to train "
+            "further, or score it with scripts/eval.py"
+        )
 
 
 def _inside(ckpt_path: str | None, run_dir: Path) -> bool:
@@ -101,9 +131,12 @@ def _join_and_train(cfg: DictConfig, run_dir: Path, identity: dict) -> float | N
     try:
         if not parallel.is_main:
             logging.getLogger().setLevel(logging.WARNING)  # one rank speaks; the others only warn
-        shared_dir = Path(parallel.broadcast(str(run_dir)))  # torchrun/srun: every rank adopts rank 0's run dir
+        # torchrun/srun: every rank adopts rank 0's run dir and the checkpoint it resumes from (resume=auto is
+        # resolved there only: the other ranks' scratch dirs hold no run, and each would start a run of its own)
+        shared_dir, cfg.ckpt_path = parallel.broadcast((str(run_dir), cfg.ckpt_path))
+        shared_dir = Path(shared_dir)
         if shared_dir != run_dir and run_dir.name.startswith("lab-rank"):
-            shutil.rmtree(run_dir, ignore_errors=True)  # the scratch dir Hydra got on this non-zero rank
+            shutil.rmtree(run_dir, ignore_errors=True)  # the scratch dir this non-zero rank made (keep_hydra_outputs)
         return _train(cfg, shared_dir, identity, parallel)
     finally:
         launch.shutdown()
@@ -119,7 +152,14 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     continuing = resume is not None and _inside(cfg.ckpt_path, run_dir)
     resume_id = (resume.get("provenance") or {}).get("wandb_id") if continuing else None
     tracker = tracking.from_config(
-        cfg, run_dir, "train", provenance.collect(), rank=parallel.rank, identity=identity, resume_id=resume_id
+        cfg,
+        run_dir,
+        "train",
+        provenance.collect(),
+        rank=parallel.rank,
+        identity=identity,
+        resume_id=resume_id,
+        continuing=continuing,  # its files are appended to; any other run starts them afresh
     )
     with tracker.session(background=True):  # the trackers start while data and model are built
         summary = _fit(cfg, run_dir, parallel, device, precision, resume, tracker)
@@ -198,7 +238,7 @@ def _fit(
         ema=ema,
     )
     if resume is not None:
-        _resume(trainer, resume, Path(cfg.ckpt_path), cfg.trainer)
+        _resume(trainer, resume, Path(cfg.ckpt_path))
     with profiler or contextlib.nullcontext(), train_extras.anomaly_detector(trainer):
         summary = trainer.fit()
     summary.update(_test(trainer, datamodule.test, cfg, pin))
@@ -232,24 +272,9 @@ def _train_batches(
     return data.EpochLoader(loader, generator, loader_seed, cfg.trainer.limit_train_batches), loader
 
 
-def _resume(trainer: Trainer, ckpt: dict, path: Path, trainer_cfg: Any) -> None:
-    """Continue from `ckpt`; a run that already finished is refused (it would write nothing), and the best.pt of the
-    run it came from comes along, so best tracking and the final test score the true best."""
-    progress = ckpt["progress"]
-    steps_left = trainer_cfg.max_steps <= 0 or progress["global_step"] < trainer_cfg.max_steps
-    if progress["epoch"] >= trainer_cfg.max_epochs or not steps_left:
-        raise UserError(
-            f"{path} has finished training (epoch {progress['epoch']} of trainer.max_epochs="
-            f"{trainer_cfg.max_epochs}, step {progress['global_step']}): raise trainer.max_epochs (or max_steps) "
-            "to train further, or score it with scripts/eval.py"
-        )
-    stopping, stale = trainer_cfg.early_stopping, progress.get("stale_validations", 0)
-    if stopping.patience and stale >= stopping.patience:
-        raise UserError(
-            f"{path} stopped early at epoch {progress['epoch']} ({stale} validations without improvement, "
-            f"trainer.early_stopping.patience={stopping.patience}): raise the patience (or set it to 0) to train "
-            "further, or score it with scripts/eval.py"
-        )
+def _resume(trainer: Trainer, ckpt: dict, path: Path) -> None:
+    """Continue from `ckpt` (a finished one was refused in `run`); the best.pt of the run it came from comes
+    along, so best tracking and the final test score the true best."""
     trainer.state.resume(ckpt)
     best = path.with_name("best.pt")
     if trainer.parallel.is_main and best.is_file() and not trainer.checkpoints.best.exists():

@@ -1,0 +1,134 @@
+"""lab.run_dir in-process: which explicit run dirs are refused before Hydra writes, how a refused start is undone,
+and which run `resume=` continues."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from lab import run_dir as run_dirs
+from lab.errors import UserError
+
+CONFIG = {"seed": 1, "trainer": {"max_epochs": 3, "max_steps": -1}, "model": {"name": "mlp"}}
+
+
+def _run(path: Path, status: str | None = "interrupted", epoch: int = 1, config: dict = CONFIG) -> Path:
+    """A run dir as training leaves it: .hydra/, a last.pt at `epoch`, and a summary with `status` (None: none)."""
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "config.yaml").write_text("seed: 1\n")
+    (path / "checkpoints").mkdir()
+    progress = {"epoch": epoch, "global_step": 10 * epoch}
+    torch.save({"format_version": 1, "model": {}, "config": config, "progress": progress}, path / "checkpoints/last.pt")
+    if status is not None:
+        (path / "summary.json").write_text(json.dumps({"status": status}))
+    return path
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("spelling", ["hydra.run.dir={}", "hydra.run.dir='{}'", "++hydra.run.dir={}", "+hydra.run.dir={}"])
+def test_a_dir_holding_a_finished_run_is_refused_however_the_override_is_written(tmp_path, spelling) -> None:
+    done = _run(tmp_path / "done", status="completed")
+    before = _tree(done)
+    with pytest.raises(UserError, match="holds another run .*overwrite=true"):
+        run_dirs.check_before_hydra(["train.py", spelling.format(done)], "train")
+    assert _tree(done) == before and not (done / run_dirs.LOCK).exists()
+
+
+@pytest.mark.parametrize("script", ["eval", "export", "infer", "lr_find"])
+def test_eval_export_infer_never_write_into_a_run(tmp_path, script) -> None:
+    done = _run(tmp_path / "done", status="completed")
+    with pytest.raises(UserError, match=f"{script} writes a run dir of its own"):
+        run_dirs.check_before_hydra([f"{script}.py", f"hydra.run.dir={done}", "ckpt_path=x.pt"], script)
+    assert run_dirs.check_before_hydra([f"{script}.py", f"hydra.run.dir={tmp_path / 'new'}"], script)
+
+
+def test_resume_auto_on_an_unfinished_run_continues_in_place_keeping_its_hydra_dir(tmp_path) -> None:
+    job = _run(tmp_path / "job", status=None)  # killed before summary.json
+    argv = ["train.py", f"hydra.run.dir={job}", "resume=auto"]
+    assert run_dirs.check_before_hydra(argv, "train") == [*argv, "hydra.output_subdir=.hydra/attempt-2"]
+    (job / ".hydra" / "attempt-2").mkdir()
+    assert run_dirs.check_before_hydra(argv, "train")[-1] == "hydra.output_subdir=.hydra/attempt-3"
+    done = _run(tmp_path / "done", status="completed")
+    with pytest.raises(UserError, match="holds a run that has finished, so resume=auto has nothing to continue"):
+        run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={done}", "resume=auto"], "train")
+
+
+def test_a_requeued_slurm_job_continues_in_its_own_dir(tmp_path, monkeypatch) -> None:
+    job = _run(tmp_path / "job", status="interrupted")
+    assert run_dirs.continued_run(None, job, CONFIG) is None
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert run_dirs.continued_run(None, job, CONFIG) == job
+    assert run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={job}"], "train")[-1].startswith(
+        "hydra.output_subdir="
+    )
+
+
+def test_resume_auto_takes_its_own_dir_first_then_the_newest_sibling_with_training_left(tmp_path) -> None:
+    own = _run(tmp_path / "runs" / "own", status="failed")  # a killed tracker or loader worker: last.pt is good
+    assert run_dirs.continued_run("auto", own, CONFIG) == own
+    other = {**CONFIG, "seed": 2}
+    with pytest.raises(UserError, match=r"unfinished run of another config \(seed differ\)"):
+        run_dirs.continued_run("auto", own, other)
+    _run(tmp_path / "runs" / "over", status="interrupted", epoch=3)  # interrupted after its last epoch
+    fresh = tmp_path / "runs" / "fresh"
+    fresh.mkdir()
+    assert run_dirs.continued_run("auto", fresh, CONFIG) == own
+    assert run_dirs.continued_run("auto", fresh, {**CONFIG, "seed": 3}) is None
+
+
+def test_a_refused_start_removes_only_what_hydra_wrote(tmp_path) -> None:
+    notes = tmp_path / "my_notes"
+    notes.mkdir()
+    (notes / "important.txt").write_text("precious")
+    (notes / "train.log").write_text("the user's own log\n")
+    run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={notes}"], "train")
+    (notes / ".hydra").mkdir()  # what Hydra writes for the job
+    (notes / ".hydra" / "config.yaml").write_text("seed: 1\n")
+    with open(notes / "train.log", "a") as log:
+        log.write("[lab][ERROR] refused\n")
+    assert run_dirs.discard_hydra_files(notes)
+    assert _tree(notes) == {"important.txt": b"precious", "train.log": b"the user's own log\n"}
+
+    fresh = tmp_path / "fresh"  # a dir Hydra made for this process: removed once empty
+    (fresh / ".hydra").mkdir(parents=True)
+    (fresh / "train.log").write_text("x\n")
+    assert run_dirs.discard_hydra_files(fresh) and not fresh.exists()
+
+
+def test_a_run_that_wrote_its_own_records_keeps_them(tmp_path) -> None:
+    started = tmp_path / "started"
+    (started / ".hydra").mkdir(parents=True)
+    (started / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert not run_dirs.discard_hydra_files(started)
+    assert (started / ".hydra").is_dir() and (started / "metrics.jsonl").is_file()
+
+
+def test_a_refused_claim_leaves_no_lock(tmp_path) -> None:
+    done = _run(tmp_path / "done", status="completed")
+    with pytest.raises(UserError, match="holds another run's checkpoints"), run_dirs.claim(done, False, False):
+        pass
+    assert not (done / run_dirs.LOCK).exists()
+    with run_dirs.claim(done, True, False):
+        assert run_dirs.is_held(done)
+        with pytest.raises(UserError, match="is in use by a running job"):
+            run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={done}", f"resume={done}"], "train")
+    assert not run_dirs.is_held(done) and not (done / run_dirs.LOCK).exists()
+
+
+def test_an_unwritable_run_dir_is_one_line(tmp_path, monkeypatch) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UserError, match=r"file is a file, not a directory"):
+        run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={tmp_path / 'file' / 'run'}"], "train")
+    with pytest.raises(UserError, match="is over 255 bytes"):
+        run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={tmp_path / ('x' * 300)}"], "train")
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # root may write anywhere: pretend a read-only mount
+    monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((0,) * 8 + (os.ST_RDONLY, 255)))
+    with pytest.raises(UserError, match="is on a read-only file system; choose a writable hydra.run.dir"):
+        run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={tmp_path / 'run'}"], "train")
