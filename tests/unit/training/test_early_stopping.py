@@ -73,7 +73,7 @@ def test_the_count_survives_a_resume_and_a_stopped_run_is_not_resumed(tmp_path: 
     saved = checkpointing.read(tmp_path / "first" / "checkpoints" / "last.pt")
     assert saved["progress"]["stale_validations"] == 1  # epoch 1 set the reference, epoch 2's did not beat it
     resumed = _stopping(tmp_path / "resumed", max_epochs=10, **NEVER_ENOUGH)
-    train._resume(resumed, saved, tmp_path / "first" / "checkpoints" / "last.pt", resumed.cfg)
+    train._resume(resumed, saved, tmp_path / "first" / "checkpoints" / "last.pt")
     summary = resumed.fit()
     for trainer in (straight, first, resumed):
         trainer.tracker.finish()
@@ -84,4 +84,4 @@ def test_the_count_survives_a_resume_and_a_stopped_run_is_not_resumed(tmp_path: 
     again = _stopping(tmp_path / "again", max_epochs=10, **NEVER_ENOUGH)
     again.tracker.finish()
     with pytest.raises(UserError, match=r"stopped early at epoch 3 .*raise the patience"):
-        train._resume(again, checkpointing.read(stopped), stopped, again.cfg)
+        train._refuse_finished(stopped, again.cfg)  # before any file is opened
