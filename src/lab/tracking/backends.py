@@ -10,13 +10,21 @@ TensorBoard are slow imports): add one as a module here plus an entry in :data:`
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
+import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from lab.errors import UserError
+from lab.files import _FIXES
+
+log = logging.getLogger(__name__)
 
 # tracker name -> (module of this package, class)
 BACKENDS: dict[str, tuple[str, str]] = {
@@ -41,6 +49,7 @@ class RunInfo:
     group: str | None = None
     tags: list[str] = field(default_factory=list)
     resume_id: str | None = None  # continue this run (wandb: its run id) instead of starting a new one
+    continuing: bool = False  # the run continues in its own run dir: its files are appended to, not started afresh
 
     @property
     def git(self) -> dict[str, Any]:
@@ -48,10 +57,15 @@ class RunInfo:
         return {key: self.provenance.get(key) for key in GIT_KEYS}
 
 
+class TrackerStopped(RuntimeError):
+    """A tracker that can record no more (its child process died): the run goes on without it."""
+
+
 class Backend:
     """One tracker. Subclasses set `name` and implement `start` and `log`; the other hooks default to nothing."""
 
     name = ""
+    folder: str | None = None  # the folder of the run dir it writes (checked writable before the run starts)
     keeps_histograms = False  # True: log_histograms records them (computing them costs: asked only then)
     slow_to_start = False  # True: runs in a child process unless logger.child_process=false (see child_process)
 
@@ -103,6 +117,14 @@ def create(name: str, run: RunInfo, in_child_process: bool | None = None) -> Bac
     return backend_class(run)
 
 
+def folder(name: str) -> str | None:
+    """The run-dir folder the tracker `name` writes into, if any (None for an unknown name: `create` refuses it)."""
+    if name not in BACKENDS:
+        return None
+    module, cls = BACKENDS[name]
+    return getattr(importlib.import_module(f".{module}", __package__), cls).folder
+
+
 def chosen(settings: Any) -> list[str]:
     """The trackers a `logger` config turns on, in its order (none for no config)."""
     return [str(name) for name, on in (_setting(settings, "backends", None) or {}).items() if on]
@@ -140,3 +162,63 @@ def number(value: Any) -> float | None:
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         return number(value.item())
     return None
+
+
+def open_record(path: Path, continuing: bool, **kwargs: Any) -> IO:
+    """A run's own record file (metrics.jsonl, csv/metrics.csv), line-buffered so each event is on disk as it happens.
+    One run per file: a new run starts it afresh (the run it replaces in this dir does not stay above it); a
+    continuing run appends, after dropping a last line cut short by its previous attempt's end."""
+    if continuing:
+        drop_partial_line(path)
+    return open(path, "a" if continuing else "w", buffering=1, **kwargs)
+
+
+def drop_partial_line(path: Path) -> None:
+    """Truncate `path` after its last newline: a process killed mid-write leaves a line without one, and the next
+    record appended would be glued onto it (one unreadable line instead of two records)."""
+    try:
+        handle = open(path, "rb+")  # noqa: SIM115 (closed below)
+    except FileNotFoundError:
+        return
+    with handle:
+        end = handle.seek(0, os.SEEK_END)
+        keep = end
+        while keep > 0:  # backwards, a block at a time: only the tail of a long file is read
+            start = max(0, keep - 65536)
+            handle.seek(start)
+            newline = handle.read(keep - start).rfind(b"\n")
+            if newline >= 0:
+                keep = start + newline + 1
+                break
+            keep = start
+        if keep < end:
+            handle.truncate(keep)
+            log.warning("%s: dropped a last line cut short (%d bytes) by the previous attempt's end", path, end - keep)
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Disk-full and permission errors while writing `path` (a file or the folder written into) as one line naming
+    it and the fix (lab.files' table)."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in _FIXES:
+            raise
+        raise UserError(f"cannot write {path}: {_FIXES[err.errno]}{_make_writable(path)}") from err
+
+
+def check_writable(folder: Path) -> None:
+    """Refuse, before anything is written, a folder of the run dir that exists but cannot be written (a resume into
+    a dir made read-only): otherwise the tracker fails at its first write, after the run began."""
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        read_only_mount = os.statvfs(folder).f_flag & os.ST_RDONLY
+        fix = _FIXES[errno.EROFS if read_only_mount else errno.EACCES]
+        raise UserError(f"cannot write {folder}: {fix}{'' if read_only_mount else _make_writable(folder)}")
+
+
+def _make_writable(path: Path) -> str:
+    """The other fix for an existing path made read-only: make it writable again."""
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"; or make it writable again: chmod u+w {path}"
+    return ""

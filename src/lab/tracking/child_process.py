@@ -11,7 +11,9 @@ it, so the run files are complete when the command returns). Calls arrive in ord
 (`finish`, `ref`) wait for the answer. What the child logs is logged here; an error in the child is raised here by
 the call it answers, or by the next call that does not wait (a call that waits, `finish`, logs an earlier call's
 error as a warning and still happens). The child ignores SIGINT and SIGTERM: the run that handles the signal still
-finishes its tracker through it, and the child ends when this process closes the pipe (or dies).
+finishes its tracker through it, and the child ends when this process closes the pipe (or dies). A child that died
+(killed: an OOM kill, `kill -9`) is named at the next call as a TrackerStopped: the Tracker then goes on without
+this tracker (one warning) and never calls it again, finish included; a new child serves the next record.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from lab.tracking.backends import Backend, RunInfo
+from lab.tracking.backends import Backend, RunInfo, TrackerStopped
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +123,7 @@ class _Child:
         try:
             self.requests.send(request)
         except OSError as err:
-            raise RuntimeError(self._ended_message()) from err
+            raise TrackerStopped(self._ended_message()) from err
 
     def _take_answers(self, block: bool) -> Any:
         """Handle the answers waiting (log records; an error is raised); `block`: up to and including a result."""
@@ -131,7 +133,7 @@ class _Child:
             except EOFError:
                 if self.requests.closed:  # closing: the child's end
                     raise
-                raise RuntimeError(self._ended_message()) from None
+                raise TrackerStopped(self._ended_message()) from None
             if kind == "result":
                 return payload
             if kind == "log":
@@ -145,10 +147,11 @@ class _Child:
 
     def _ended_message(self) -> str:
         code = self.process.wait()
-        return (
-            f"the tracker's child process ended unexpectedly (exit code {code}); its error is in the output above. "
-            "Set logger.child_process=false to run the tracker in this process instead"
-        )
+        if code < 0:
+            how = f"was killed ({signal.Signals(-code).name})"
+        else:
+            how = f"ended unexpectedly (exit code {code}; its error is in the output above)"
+        return f"its child process {how}; logger.child_process=false runs the tracker in the training process instead"
 
 
 _CHILD: _Child | None = None

@@ -3,7 +3,8 @@
 `metrics.csv` has a row per event (`step`, `epoch`, then one column per metric) and a header that grows as new
 metrics appear (validation after the first training lines, `test/*` at the end): the file is rewritten once with
 the wider header, earlier rows getting empty cells. `config.yaml` is the resolved config with the git commit,
-branch and dirty flag under `provenance`. A resumed run appends to the same `metrics.csv`.
+branch and dirty flag under `provenance`. A run continuing in its own dir appends to its `metrics.csv` (after
+dropping a last line its killed previous attempt cut short); a new run starts the file afresh.
 """
 
 from __future__ import annotations
@@ -15,23 +16,26 @@ from typing import Any
 
 import yaml
 
-from lab.tracking.backends import Backend, plain
+from lab.tracking.backends import Backend, open_record, plain, writing
 
 
 class CsvBackend(Backend):
     name = "csv"
+    folder = "csv"
 
     def start(self) -> None:
-        self.dir = self.run.run_dir / "csv"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        config = {**plain(self.run.config), "provenance": plain(self.run.git)}
-        (self.dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        self.dir = self.run.run_dir / self.folder
         self.path = self.dir / "metrics.csv"
         self.columns = ["step", "epoch"]
-        if self.path.is_file() and self.path.stat().st_size:  # a resumed run: keep its rows and columns
+        config = {**plain(self.run.config), "provenance": plain(self.run.git)}
+        with writing(self.dir):
+            self.dir.mkdir(parents=True, exist_ok=True)
+            (self.dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+            self._file = open_record(self.path, self.run.continuing, newline="")
+        if self.run.continuing and self.path.stat().st_size:  # keep its rows and columns
             with open(self.path, newline="") as handle:
                 self.columns = next(csv.reader(handle), None) or self.columns
-        self._open()
+        self._start_writer()
 
     def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
         row = {"step": step, "epoch": epoch, **{key: plain(value) for key, value in metrics.items()}}
@@ -44,12 +48,9 @@ class CsvBackend(Backend):
         self._file.close()
         return {}
 
-    def _open(self) -> None:
-        fresh = not (self.path.is_file() and self.path.stat().st_size)
-        # line-buffered like metrics.jsonl: each event is on disk as it happens
-        self._file = open(self.path, "a", newline="", buffering=1)  # noqa: SIM115 (closed in finish)
+    def _start_writer(self) -> None:
         self._writer = csv.DictWriter(self._file, fieldnames=self.columns, restval="")
-        if fresh:
+        if not self.path.stat().st_size:
             self._writer.writeheader()
 
     def _widen(self, new: list[str]) -> None:
@@ -64,4 +65,5 @@ class CsvBackend(Backend):
             writer.writeheader()
             writer.writerows(rows)
         os.replace(partial, self.path)
-        self._open()
+        self._file = open_record(self.path, continuing=True, newline="")
+        self._start_writer()

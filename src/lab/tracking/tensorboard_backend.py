@@ -1,8 +1,10 @@
 """TensorBoard: event files in `<run dir>/tensorboard/` (`tensorboard --logdir outputs` shows every run).
 
 Metrics are scalars at step = global optimizer step (plus `epoch`); the resolved config with the git commit,
-branch and dirty flag is the text `config` (YAML), the final summary the text `summary`. A resumed run writes a
-further event file into the same folder, which TensorBoard reads as one run.
+branch and dirty flag is the text `config` (YAML), the final summary the text `summary`. A run continuing in its
+own dir writes a further event file into the same folder, which TensorBoard reads as one run. A new run in a dir
+that held another (`overwrite=true`) first removes that run's event files: TensorBoard would read both as one run,
+two curves over the same steps drawn as one zigzag.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from typing import Any
 import yaml
 
 from lab.errors import UserError
-from lab.tracking.backends import Backend, number, plain
+from lab.tracking.backends import Backend, number, plain, writing
+
+EVENT_FILES = "events.out.tfevents.*"  # the names torch's SummaryWriter gives its event files
 
 
 def as_markdown_code(text: str) -> str:
@@ -23,6 +27,7 @@ def as_markdown_code(text: str) -> str:
 
 class TensorBoardBackend(Backend):
     name = "tensorboard"
+    folder = "tensorboard"
 
     def start(self) -> None:
         try:
@@ -31,8 +36,12 @@ class TensorBoardBackend(Backend):
             raise UserError(
                 f"logger=tensorboard needs the tensorboard package: pip install tensorboard ({err})"
             ) from err
-        self.dir = self.run.run_dir / "tensorboard"
-        self.writer = SummaryWriter(log_dir=str(self.dir))
+        self.dir = self.run.run_dir / self.folder
+        with writing(self.dir):
+            if not self.run.continuing:
+                for replaced in self.dir.glob(EVENT_FILES):
+                    replaced.unlink()
+            self.writer = SummaryWriter(log_dir=str(self.dir))
         self._summary: dict[str, Any] = {}
         self._last_step = 0
         config = {**plain(self.run.config), "provenance": plain(self.run.git)}

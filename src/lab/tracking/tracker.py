@@ -5,8 +5,10 @@ Every workflow (train, eval, export, infer) does `start()`, `log(metrics, step)`
 (or `with tracker.session():`). Whatever the logger, the run dir gets `metrics.jsonl` (one JSON object per event),
 `summary.json` and `provenance/` (git diff, versions). Each tracker is a small class of its own
 (:mod:`lab.tracking.backends`), imported only when chosen, getting the resolved config, the git commit and every
-metric. A run continued from a checkpoint passes `resume_id` (the wandb run id it had): wandb continues that run
-and the local files are appended to.
+metric. One run per file: a run that continues in its own run dir (a resume) passes `continuing=True` and its
+files are appended to (a last line cut short by a killed attempt dropped first), and `resume_id` (the wandb run id
+it had) so that wandb continues that run; any other run starts its files afresh. A tracker that stops mid-run (its
+child process was killed) is named in one warning and the run goes on with the others and metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 from lab.files import write_json
 from lab.tracking import backends as trackers
 from lab.tracking import provenance as prov
-from lab.tracking.backends import RunInfo, plain
+from lab.tracking.backends import RunInfo, check_writable, open_record, plain, writing
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +44,13 @@ class Tracker:
         rank: int = 0,
         provenance: dict | None = None,
         resume_id: str | None = None,
+        continuing: bool = False,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.logger_cfg, self.job_type, self.config = logger_cfg, job_type, config or {}
         self.name, self.group, self.tags, self.rank = name, group, list(tags), rank
         self.provenance = provenance or {}
-        self.resume_id = resume_id
+        self.resume_id, self.continuing = resume_id, continuing
         self._backends: list[trackers.Backend] = []
         self._starting: threading.Thread | None = None  # start(background=True) until the backends are up
         self._start_error: BaseException | None = None
@@ -70,9 +73,32 @@ class Tracker:
             raise err
         deferred, self._deferred = self._deferred, []
         for call in deferred:
-            for backend in self._backends:
-                call(backend)
+            for backend in list(self._backends):
+                self._call(backend, call)
         return self._backends
+
+    def _call(self, backend: trackers.Backend, call: Callable[[trackers.Backend], Any]) -> Any:
+        """`call(backend)`; a tracker that stopped (its child process died) is dropped with one warning: the run
+        goes on with the others."""
+        try:
+            return call(backend)
+        except trackers.TrackerStopped as err:
+            self._stopped(backend, err)
+            return None
+
+    def _each(self, call: Callable[[trackers.Backend], Any]) -> None:
+        for backend in list(self.backends):
+            self._call(backend, call)
+
+    def _stopped(self, backend: trackers.Backend, err: Exception) -> None:
+        if backend in self._backends:
+            self._backends.remove(backend)  # never called again, at finish neither: nothing there to answer
+        log.warning(
+            "tracker %s stopped: %s. The run goes on without it: its metrics are still in %s",
+            backend.name,
+            err,
+            self.run_dir / "metrics.jsonl",
+        )
 
     def _on_backends(self, call: Callable[[trackers.Backend], None]) -> None:
         """`call(backend)` for every tracker: now, or once a background start is done (summary values and file
@@ -80,8 +106,7 @@ class Tracker:
         if self._starting is not None and self._starting.is_alive():
             self._deferred.append(call)
         else:
-            for backend in self.backends:
-                call(backend)
+            self._each(call)
 
     def start(self, background: bool = False) -> Tracker:
         """Open the run's records and start the chosen trackers. `background=True` starts them in a thread
@@ -90,10 +115,15 @@ class Tracker:
         self._started = time.monotonic()
         if not self.is_writer:
             return self
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        # Line-buffered, so `tail -f metrics.jsonl` shows each event as it happens; appended to when a run resumes.
-        self._metrics_file = open(self.run_dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115 (closed in finish)
-        self._write_provenance()
+        for folder in self._folders():  # a dir made read-only is refused before anything is written
+            check_writable(folder)
+        with writing(self.run_dir):
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            # `tail -f metrics.jsonl` shows each event as it happens
+            self._metrics_file = open_record(self.run_dir / "metrics.jsonl", self.continuing)
+            written = prov.record(self.run_dir, self.provenance, self.continuing)
+        # the trackers that keep files get this start's provenance, once started
+        self._deferred += [lambda backend, path=path: backend.save_file(path) for path in written]
         run = RunInfo(
             run_dir=self.run_dir,
             job_type=self.job_type,
@@ -104,6 +134,7 @@ class Tracker:
             group=self.group,
             tags=self.tags,
             resume_id=self.resume_id,
+            continuing=self.continuing,
         )
         if background:
             self._starting = threading.Thread(target=self._start_backends, args=(run,), name="tracker-start")
@@ -114,7 +145,13 @@ class Tracker:
             err, self._start_error = self._start_error, None
             self.finish("failed")  # leave nothing open behind (wandb's service, file handles)
             raise err
+        self.backends  # noqa: B018 (attaches the provenance files now)
         return self
+
+    def _folders(self) -> list[Path]:
+        """The run dir and the folders of it this run writes into."""
+        chosen = [trackers.folder(name) for name in trackers.chosen(self.logger_cfg)]
+        return [self.run_dir, self.run_dir / "provenance", *(self.run_dir / name for name in chosen if name)]
 
     def _start_backends(self, run: RunInfo) -> None:
         try:
@@ -133,21 +170,22 @@ class Tracker:
     def run_ref(self) -> dict[str, str | None]:
         """How other runs refer to this one: its run dir and wandb id/path (None without wandb)."""
         ref: dict[str, Any] = {"run_dir": str(self.run_dir), "wandb_id": None, "wandb_path": None}
-        for backend in self.backends:
-            ref.update(backend.ref())
+        for backend in list(self.backends):
+            ref.update(self._call(backend, lambda backend: backend.ref()) or {})
         return ref
 
     @contextlib.contextmanager
     def session(self, background: bool = False) -> Iterator[Tracker]:
         """start(background) ... finish(status): "completed", or the stopping exception's `run_status` ("failed"
-        by default, "pruned" for a pruned sweep trial), so a crashed run is still recorded as such."""
+        by default, "interrupted" for Ctrl-C, "pruned" for a pruned sweep trial), so a crashed run is still recorded
+        as such."""
         self.start(background)
         status = "failed"
         try:
             yield self
             status = "completed"
         except BaseException as err:
-            status = getattr(err, "run_status", "failed")
+            status = getattr(err, "run_status", "interrupted" if isinstance(err, KeyboardInterrupt) else "failed")
             raise
         finally:
             self.finish(status)
@@ -158,8 +196,7 @@ class Tracker:
             return
         record = {"step": step, "epoch": epoch, **{k: _json_value(v) for k, v in metrics.items()}}
         self._metrics_file.write(json.dumps(record) + "\n")
-        for backend in self.backends:
-            backend.log(metrics, step, epoch)
+        self._each(lambda backend: backend.log(metrics, step, epoch))
 
     @property
     def keeps_histograms(self) -> bool:
@@ -168,9 +205,7 @@ class Tracker:
 
     def log_histograms(self, histograms: dict[str, tuple[list[float], list[float]]], step: int) -> None:
         """Distributions (counts, bin edges) at `step`, to the trackers that keep histograms."""
-        for backend in self.backends:
-            if backend.keeps_histograms:
-                backend.log_histograms(histograms, step)
+        self._each(lambda backend: backend.log_histograms(histograms, step) if backend.keeps_histograms else None)
 
     def summary(self, values: dict[str, Any]) -> None:
         self._summary.update({k: _json_value(v) for k, v in values.items()})
@@ -185,8 +220,7 @@ class Tracker:
         """Keep a checkpoint with the run (wandb: a `model` artifact; offline runs keep it for `wandb sync`)."""
         if not Path(path).is_file():
             return
-        for backend in self.backends:
-            backend.log_checkpoint(Path(path), alias)
+        self._each(lambda backend: backend.log_checkpoint(Path(path), alias))
 
     def finish(self, status: str = "completed") -> None:
         if not self.is_writer:
@@ -207,20 +241,14 @@ class Tracker:
         for backend in backends:
             try:  # one tracker failing to close must not cost the others, nor summary.json
                 summary.update(backend.finish(status))
+            except trackers.TrackerStopped as err:
+                self._stopped(backend, err)
             except Exception as err:
                 log.warning("tracker %s could not finish cleanly: %s", backend.name, err)
         write_json(self.run_dir / "summary.json", summary)
         if self._metrics_file is not None:
             self._metrics_file.close()
             self._metrics_file = None
-
-    # ------------------------------------------------------------------ internals
-    def _write_provenance(self) -> None:
-        folder = self.run_dir / "provenance"
-        folder.mkdir(exist_ok=True)
-        if self.provenance.get("git_commit"):
-            (folder / "git.diff").write_text(prov.git_diff())
-        write_json(folder / "env.json", self.provenance)
 
 
 def _json_value(value: Any) -> Any:
@@ -254,9 +282,11 @@ def from_config(
     rank: int = 0,
     identity: dict[str, Any] | None = None,
     resume_id: str | None = None,
+    continuing: bool = False,
 ) -> Tracker:
     """A Tracker for a job: the resolved config plus the Hydra overrides, named and grouped by `job_identity`.
-    `resume_id`: the wandb run id of the run this job continues (a resumed training run), else a new record."""
+    `continuing`: the job continues a run in that run's own dir (its files are appended to, else started afresh);
+    `resume_id`: the wandb run id of the run it continues, else a new record."""
     from omegaconf import OmegaConf
 
     identity = identity or job_identity(cfg, run_dir)
@@ -272,4 +302,5 @@ def from_config(
         rank=rank,
         provenance=provenance,
         resume_id=resume_id,
+        continuing=continuing,
     )

@@ -55,10 +55,7 @@ class WandbBackend(Backend):
     wandb_run: Any = None
 
     def start(self) -> None:
-        self.wandb_run = self._init()
-        for name in ("git.diff", "env.json"):
-            if (self.run.run_dir / "provenance" / name).is_file():
-                self.save_file(self.run.run_dir / "provenance" / name)
+        self.wandb_run = self._init()  # the Tracker then attaches this start's provenance files (save_file)
 
     def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
         self.wandb_run.log({**metrics, **({"epoch": epoch} if epoch is not None else {})}, step=step)

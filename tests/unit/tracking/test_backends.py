@@ -1,12 +1,15 @@
 """Each tracker behind the Tracker interface, read back with its own library: wandb's offline run file
 (tests/wandb_reader.py), TensorBoard's EventAccumulator, the csv module. Also: choosing trackers with the logger
-group, continuing a run (resume_id), and a tracker that fails to start."""
+group, continuing a run (continuing, resume_id) or replacing it with a new one, a tracker that fails to start, a
+folder that cannot be written, and Ctrl-C."""
 
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import math
+import os
 import textwrap
 from pathlib import Path
 
@@ -16,8 +19,8 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lab.config import LoggerConfig, validate
-from lab.errors import ConfigError
-from lab.tracking import Tracker, backends, child_process
+from lab.errors import ConfigError, UserError
+from lab.tracking import Tracker, backends, child_process, csv_backend
 from lab.tracking.csv_backend import CsvBackend
 from wandb_reader import find_run_files, read_run
 
@@ -45,8 +48,15 @@ def _logger(*names: str):
     return OmegaConf.structured(LoggerConfig(backends=dict.fromkeys(names, True), mode="offline"))
 
 
-def _record(run_dir: Path, *names: str, events=EVENTS, resume_id: str | None = None) -> dict:
-    tracker = Tracker(run_dir, logger_cfg=_logger(*names), config=CONFIG, provenance=PROVENANCE, resume_id=resume_id)
+def _record(run_dir: Path, *names: str, events=EVENTS, resume_id: str | None = None, continuing=False) -> dict:
+    tracker = Tracker(
+        run_dir,
+        logger_cfg=_logger(*names),
+        config=CONFIG,
+        provenance=PROVENANCE,
+        resume_id=resume_id,
+        continuing=continuing,
+    )
     with tracker.session():
         for metrics, step, epoch in events:
             tracker.log(metrics, step=step, epoch=epoch)
@@ -127,7 +137,9 @@ def test_every_tracker_records_the_same_events_as_metrics_jsonl(tmp_path):
 
 def test_a_resumed_run_continues_each_record(tmp_path):
     first = _record(tmp_path, "wandb", "tensorboard", "csv", events=EVENTS[:3])
-    second = _record(tmp_path, "wandb", "tensorboard", "csv", events=EVENTS[3:], resume_id=first["wandb_id"])
+    second = _record(
+        tmp_path, "wandb", "tensorboard", "csv", events=EVENTS[3:], resume_id=first["wandb_id"], continuing=True
+    )
 
     assert second["wandb_id"] == first["wandb_id"]  # the same wandb run, continued
     runs = [read_run(path) for path in find_run_files(tmp_path / "wandb")]
@@ -140,6 +152,79 @@ def test_a_resumed_run_continues_each_record(tmp_path):
     header, rows = _csv_rows(tmp_path)
     assert [r["step"] for r in rows] == ["1", "2", "2", "3", "3"] and header[-1] == "test/acc"
     assert [(e.step, e.value) for e in _tensorboard(tmp_path).Scalars("train/loss")] == [(1, 2.0), (2, 1.5), (3, 1.0)]
+
+
+def _steps(run_dir: Path) -> tuple[list[int], list[int], list[int]]:
+    """The steps of metrics.jsonl, csv/metrics.csv and TensorBoard's train/loss, each read back in full."""
+    local = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [int(row["step"]) for row in _csv_rows(run_dir)[1]]
+    return local, rows, [event.step for event in _tensorboard(run_dir).Scalars("train/loss")]
+
+
+def test_a_new_run_in_the_same_dir_starts_each_record_afresh(tmp_path):
+    """overwrite=true: the run it replaces leaves no lines above its own, nor events TensorBoard would mix in."""
+    _record(tmp_path, "tensorboard", "csv")
+    _record(tmp_path, "tensorboard", "csv", continuing=True)  # a second attempt of that run, to be replaced too
+    assert _steps(tmp_path) == ([1, 2, 2, 3, 3] * 2, [1, 2, 2, 3, 3] * 2, [1, 2, 3, 1, 2, 3])
+    assert (tmp_path / "provenance/attempt-2/env.json").is_file()
+
+    replacing = [({"train/loss": 9.0}, 1, 1), ({"train/loss": 8.0}, 2, 1)]
+    _record(tmp_path, "tensorboard", "csv", events=replacing)
+    assert _steps(tmp_path) == ([1, 2], [1, 2], [1, 2])
+    assert [e.value for e in _tensorboard(tmp_path).Scalars("train/loss")] == [9.0, 8.0]
+    assert sorted(p.name for p in (tmp_path / "provenance").iterdir()) == ["env.json", "git.diff"]
+
+
+def test_a_continuing_run_drops_a_last_line_its_killed_attempt_cut_short(tmp_path, caplog):
+    _record(tmp_path, "csv", events=EVENTS[:3])
+    with open(tmp_path / "metrics.jsonl", "a") as jsonl, open(tmp_path / "csv/metrics.csv", "a") as rows:
+        jsonl.write('{"step": 3, "epoch": 2, "train/lo')  # killed mid-write: no newline
+        rows.write("3,2,1.")
+    _record(tmp_path, "csv", events=EVENTS[3:], continuing=True)
+
+    local = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r.get("train/loss")) for r in local] == [(1, 2.0), (2, 1.5), (2, None), (3, 1.0), (3, None)]
+    header, rows = _csv_rows(tmp_path)
+    assert [(r["step"], r["train/loss"]) for r in rows] == [
+        ("1", "2.0"),
+        ("2", "1.5"),
+        ("2", ""),
+        ("3", "1.0"),
+        ("3", ""),
+    ]
+    assert header[-1] == "test/acc" and all(None not in row for row in rows)  # no row longer than the header
+    assert caplog.text.count("dropped a last line cut short") == 2
+
+
+def test_ctrl_c_records_the_run_as_interrupted(tmp_path):
+    with pytest.raises(KeyboardInterrupt), Tracker(tmp_path, logger_cfg=_logger("csv")).session():
+        raise KeyboardInterrupt
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.parametrize("folder", ["csv", "tensorboard"])
+def test_a_folder_that_cannot_be_written_is_one_line_before_anything_is_written(tmp_path, monkeypatch, folder):
+    run_dir = tmp_path / "run"
+    (run_dir / folder).mkdir(parents=True)
+    if os.geteuid() == 0:  # root writes whatever the mode says: have the OS answer as it would a user
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda path, mode: Path(path).name != folder and real_access(path, mode))
+    (run_dir / folder).chmod(0o555)
+    try:
+        with pytest.raises(UserError, match=rf"^cannot write {run_dir / folder}: permission denied: .*chmod u\+w"):
+            Tracker(run_dir, logger_cfg=_logger("tensorboard", "csv"), provenance=PROVENANCE).start()
+    finally:
+        (run_dir / folder).chmod(0o755)
+    assert [p.name for p in run_dir.iterdir()] == [folder] and not list((run_dir / folder).iterdir())
+
+
+def test_an_error_writing_a_trackers_folder_names_it_and_the_fix(tmp_path, monkeypatch):
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(csv_backend, "open_record", read_only)
+    with pytest.raises(UserError, match=rf"^cannot write {tmp_path / 'csv'}: read-only file system: choose a"):
+        Tracker(tmp_path, logger_cfg=_logger("csv"), provenance=PROVENANCE).start()
 
 
 def test_run_ref_names_the_wandb_run_or_none(tmp_path):

@@ -4,7 +4,10 @@ wandb in this process."""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -49,17 +52,32 @@ def test_the_childs_logs_and_errors_reach_this_process(tmp_path, caplog):
     tracker.finish()
 
 
-def test_a_child_that_died_is_named_at_the_next_call(tmp_path, caplog):
-    tracker = Tracker(tmp_path, logger_cfg=_logger()).start()
+def test_a_killed_child_stops_its_tracker_with_one_warning_and_the_run_goes_on(tmp_path, caplog):
+    logger = OmegaConf.structured(LoggerConfig(backends={"wandb": True, "csv": True}, mode="offline"))
+    tracker = Tracker(tmp_path, logger_cfg=logger).start()
+    tracker.log({"train/loss": 1.0}, step=1)
     child = tracker.backends[0].child
-    child.process.kill()
+    child.process.send_signal(signal.SIGKILL)  # an OOM kill, `kill -9`
     child.process.wait()
-    with pytest.raises(
-        RuntimeError, match=r"child process ended unexpectedly \(exit code -9\).*logger.child_process=false"
-    ):
-        tracker.log({"train/loss": 1.0}, step=1)
-    tracker.finish("failed")  # says so and still writes summary.json
-    assert "could not finish cleanly" in caplog.text and (tmp_path / "summary.json").is_file()
+    with caplog.at_level(logging.WARNING):
+        for step in (2, 3):
+            tracker.log({"train/loss": 1.0 / step}, step=step)
+        tracker.summary({"val/acc_best": 0.5})
+        assert tracker.run_ref()["wandb_id"] is None
+        assert [b.name for b in tracker.backends] == ["csv"]
+        tracker.finish()  # asks nothing of the dead child: no second warning, no "could not finish"
+
+    (warning,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.name == "lab.tracking.tracker" and "\n" not in warning.getMessage()
+    assert re.fullmatch(
+        r"tracker wandb stopped: its child process was killed \(SIGKILL\); logger\.child_process=false .*\. "
+        rf"The run goes on without it: its metrics are still in {re.escape(str(tmp_path / 'metrics.jsonl'))}",
+        warning.getMessage(),
+    )
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3
+    assert len((tmp_path / "csv/metrics.csv").read_text().splitlines()) == 4  # header + 3 rows: csv went on
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["val/acc_best"] == 0.5
 
 
 KILLED_RUN = """
