@@ -1,9 +1,14 @@
-"""Tracker credentials and other settings from a `.env` file (see `.env.example`), loaded at the start of every
-entry script: `KEY=value` lines, `export KEY=value` too, `#` comments, values optionally in single or double
-quotes. A variable already set in the environment is never overridden, so `WANDB_API_KEY=... python ...` and
-CI secrets win over the file. The files read, first one wins per variable: `.env` in the current directory, then
-`.env` at the root of the checkout the code runs from. `NO_DOTENV=1` skips both (tests that need an environment of
-their own). `.env` is git-ignored: credentials stay out of commits. No torch import (start-up speed).
+"""Tracker credentials and settings from a `.env` file (see `.env.example`), loaded at the start of every entry
+script: `KEY=value` lines, `export KEY=value` too, `#` comments, values optionally in single or double quotes. A
+variable already set in the environment is never overridden, so `WANDB_API_KEY=... python ...` and CI secrets win
+over the file. The files read, first one wins per variable: `.env` in the current directory, then `.env` at the root
+of the checkout the code runs from. `NO_DOTENV=1` skips both (tests that need an environment of their own). `.env`
+is git-ignored: credentials stay out of commits. No torch import (start-up speed).
+
+Only the trackers' variables are loaded: `WANDB_*` (wandb's own; TensorBoard and CSV take none), never wandb's
+internal `WANDB_X_*`/`WANDB__*` settings. A `.env` lies in whatever directory the command runs from, and any other
+variable could change what runs: `PYTHONPATH` or `LD_PRELOAD` would load code into this process and the tracker's
+child process. Other keys are ignored with one line naming them; set those in the shell.
 """
 
 from __future__ import annotations
@@ -12,10 +17,13 @@ import os
 import re
 import sys
 from collections.abc import Iterable
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # src/lab/dotenv.py -> repository root
 
+ALLOWED = ("WANDB_*",)  # what .env may set (.env.example documents them)
+NOT_ALLOWED = ("WANDB_X_*", "WANDB__*")  # wandb's internal settings (its executable, its service's transport)
 _LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 
@@ -58,7 +66,20 @@ def load_dotenv(files: Iterable[str | Path] | None = None) -> dict[str, str]:
         if path in seen or not path.is_file():
             continue
         seen.add(path)
-        for key, value in parse(path.read_text(), source=str(file)).items():
-            if key not in os.environ:
+        values = parse(path.read_text(), source=str(file))
+        ignored = [key for key in values if not allowed(key)]
+        if ignored:
+            print(
+                f"warning: {file}: ignored {', '.join(ignored)}: a .env sets only tracker variables "
+                f"({', '.join(ALLOWED)}); set others in the shell",
+                file=sys.stderr,
+            )
+        for key, value in values.items():
+            if allowed(key) and key not in os.environ:
                 os.environ[key] = loaded[key] = value
     return loaded
+
+
+def allowed(key: str) -> bool:
+    """Whether a .env may set `key` (case-sensitive, as the environment is)."""
+    return any(fnmatchcase(key, p) for p in ALLOWED) and not any(fnmatchcase(key, p) for p in NOT_ALLOWED)
