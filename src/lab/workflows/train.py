@@ -151,6 +151,9 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     # a run continued in its own dir continues its wandb run too: one run across resumes
     continuing = resume is not None and _inside(cfg.ckpt_path, run_dir)
     resume_id = (resume.get("provenance") or {}).get("wandb_id") if continuing else None
+    # the data before any record is opened: a bad dataset (a CSV's duplicate column, float class labels, a missing
+    # file) is refused with nothing written; a sweep's jobs share unchanged data
+    datamodule = data.build(cfg.data, reuse=in_multirun())
     tracker = tracking.from_config(
         cfg,
         run_dir,
@@ -161,8 +164,8 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
         resume_id=resume_id,
         continuing=continuing,  # its files are appended to; any other run starts them afresh
     )
-    with tracker.session(background=True):  # the trackers start while data and model are built
-        summary = _fit(cfg, run_dir, parallel, device, precision, resume, tracker)
+    with tracker.session(background=True):  # the trackers start while the model is built
+        summary = _fit(cfg, run_dir, datamodule, parallel, device, precision, resume, tracker)
     result = summary.get(cfg.optimized_metric)
     log.info("done: %s = %s; run dir %s", cfg.optimized_metric, result, run_dir)
     return result
@@ -171,14 +174,14 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
 def _fit(
     cfg: DictConfig,
     run_dir: Path,
+    datamodule: Any,
     parallel: Parallel,
     device: torch.device,
     precision: runtime.Precision,
     resume: dict | None,
     tracker: tracking.Tracker,
 ) -> dict[str, Any]:
-    """Data, model, optimizer and Trainer; train, then score the best checkpoint on the test split."""
-    datamodule = data.build(cfg.data, reuse=in_multirun())  # a sweep's jobs share unchanged data
+    """Model, optimizer and Trainer on the data; train, then score the best checkpoint on the test split."""
     meta = datamodule.meta
     train_set, val_set = datamodule.train, datamodule.val
     if cfg.trainer.overfit_batches:

@@ -1,0 +1,89 @@
+"""A run dir is the user's record: the real scripts never delete, rewrite or mix what another run or the user put
+there, and every refusal is one line with nothing written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import PYTHON, REPO, run_script, script_env
+
+SMALL = ["model=mlp", "logger=none", "seed=7", "trainer.max_epochs=2", "trainer.log_every_n_steps=1"]
+
+
+def _tree(root: Path) -> dict[str, tuple[int, float]]:
+    """Every file under `root` with its size and modification time: what a refusal must leave as it was."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory) -> Path:
+    """A run stopped by SIGTERM after its third step: last.pt, status interrupted (copied by each test)."""
+    run_dir = tmp_path_factory.mktemp("interrupted") / "run"
+    cmd = [PYTHON, str(REPO / "scripts" / "train.py"), f"hydra.run.dir={run_dir}", *SMALL]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = run_dir / "metrics.jsonl"
+    while proc.poll() is None and not (metrics.is_file() and metrics.read_text().count("train/loss") >= 3):
+        pass
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143, err[-3000:]
+    return run_dir
+
+
+def _last_line(proc: subprocess.CompletedProcess) -> str:
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def test_resume_auto_never_deletes_the_dir_it_was_given(interrupted, tmp_path) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(interrupted, runs / "runC")
+    notes = runs / "my_notes"
+    notes.mkdir()
+    (notes / "important.txt").write_text("precious\n")
+    proc = run_script("train.py", *SMALL, "resume=auto", f"hydra.run.dir={notes}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in notes.iterdir()) == ["important.txt"]  # Hydra's files there were removed again
+    assert json.loads((runs / "runC" / "summary.json").read_text())["status"] == "completed"
+
+
+def test_resume_auto_in_the_interrupted_runs_own_dir_continues_it_in_place(interrupted, tmp_path) -> None:
+    job = shutil.copytree(interrupted, tmp_path / "job")
+    original = (job / ".hydra" / "overrides.yaml").read_text()
+    proc = run_script("train.py", *SMALL, "resume=auto", f"hydra.run.dir={job}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((job / "summary.json").read_text())["status"] == "completed"
+    assert (job / ".hydra" / "overrides.yaml").read_text() == original  # the run's own record stays
+    assert "resume=auto" in (job / ".hydra" / "attempt-2" / "overrides.yaml").read_text()
+    steps = [json.loads(line)["step"] for line in (job / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps)  # one run, continued: no second run appended from step 1
+
+
+def test_every_refusal_is_one_line_and_writes_nothing(interrupted, tmp_path) -> None:
+    done = shutil.copytree(interrupted, tmp_path / "done")
+    finish = run_script("train.py", *SMALL, f"resume={done}", cwd=tmp_path)  # training it to the end first
+    assert finish.returncode == 0, finish.stderr[-3000:]
+    (tmp_path / "a_file").write_text("")
+    before, outputs = _tree(done), tmp_path / "outputs"
+    cases = {
+        ("train.py", f"resume={done}"): f"{done}/checkpoints/last.pt has finished training (epoch 2",
+        ("train.py", f"hydra.run.dir='{done}'"): f"{done} holds another run (.hydra, checkpoints",
+        ("train.py", f"++hydra.run.dir={done}"): f"{done} holds another run (.hydra, checkpoints",
+        ("train.py", "resume=auto", f"hydra.run.dir={done}"): "holds a run that has finished, so resume=auto",
+        ("train.py", f"hydra.run.dir={tmp_path / 'a_file' / 'run'}"): "a_file is a file, not a directory",
+        ("eval.py", f"ckpt_path={done}/checkpoints/best.pt", f"hydra.run.dir={done}"): "eval writes a run dir",
+        ("export.py", f"ckpt_path={done}/checkpoints/best.pt", f"hydra.run.dir={done}"): "export writes a run dir",
+        ("infer.py", f"ckpt_path={done}/checkpoints/best.pt", f"hydra.run.dir={done}"): "infer writes a run dir",
+    }
+    for (script, *overrides), message in cases.items():
+        proc = run_script(script, *(SMALL if script == "train.py" else []), *overrides, cwd=tmp_path)
+        assert proc.returncode == 1 and message in _last_line(proc), (overrides, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert _tree(done) == before, overrides
+        # no fresh run dir left behind (Hydra's parents of it, outputs/train/, may stay: empty)
+        assert not outputs.exists() or not any(p.name != "train" for p in outputs.rglob("*")), list(outputs.rglob("*"))
