@@ -87,3 +87,33 @@ def test_every_refusal_is_one_line_and_writes_nothing(interrupted, tmp_path) -> 
         assert _tree(done) == before, overrides
         # no fresh run dir left behind (Hydra's parents of it, outputs/train/, may stay: empty)
         assert not outputs.exists() or not any(p.name != "train" for p in outputs.rglob("*")), list(outputs.rglob("*"))
+
+
+def test_torchrun_resume_auto_is_decided_by_rank_zero_for_every_rank(tmp_path) -> None:
+    """Every rank runs the script; only rank 0 sees the run dirs (the others get scratch dirs), so resume=auto is
+    resolved there and sent to the others: otherwise they would start a new run beside rank 0's resumed one."""
+    command = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    command += [str(REPO / "scripts" / "train.py"), "dist=ddp", *SMALL]
+    env = {**script_env(), "TMPDIR": str(tmp_path)}  # where the other ranks make their scratch dirs
+
+    def torchrun(*overrides: str) -> subprocess.Popen:
+        args = [*command, *overrides]
+        return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    first = torchrun()
+    runs = tmp_path / "outputs" / "train"
+    while first.poll() is None and sum(p.read_text().count("train/loss") for p in runs.glob("*/metrics.jsonl")) < 3:
+        pass
+    first.send_signal(signal.SIGTERM)  # torchrun forwards it: every rank saves last.pt and stops
+    first.communicate(timeout=300)
+    (run,) = list(runs.iterdir())
+    stopped = json.loads((run / "summary.json").read_text())
+    assert stopped["status"] == "interrupted", stopped
+
+    second = torchrun("resume=auto")
+    _, err = second.communicate(timeout=300)
+    assert second.returncode == 0, err[-3000:]
+    assert list(runs.iterdir()) == [run] and not list(tmp_path.glob("lab-rank*"))
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps)
