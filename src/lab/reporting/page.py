@@ -94,7 +94,7 @@ def _final_metrics(report: Report) -> list[str]:
         k
         for run in report.runs
         for k, v in run.summary.items()
-        if k.startswith(("val/", "test/")) and "/per_class" not in k and isinstance(v, (int, float))
+        if k.startswith(("val/", "val_raw/", "test/")) and "/per_class" not in k and isinstance(v, (int, float))
     )
     keys.pop(report.metric, None)
     return sorted(keys, key=lambda k: (not k.startswith("val/"), k))
