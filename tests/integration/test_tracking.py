@@ -1,7 +1,10 @@
-"""Every run's wandb record holds its resolved config, git commit and metrics (read back from the offline files)."""
+"""Every run's wandb record holds its resolved config, git commit and metrics (read back from the offline files);
+the code's provenance includes untracked files; a run dir's records hold one run (a resume appends, overwrite=true
+starts afresh)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -11,6 +14,7 @@ import time
 
 import pytest
 from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from helpers import REPO, script_env
 from wandb_reader import find_run_files, read_run
@@ -95,14 +99,17 @@ def test_train_run_records_config_commit_dirty_flag_and_metrics(project_copy, tm
     assert summary["wandb_id"] == run.run_id and summary["git_commit"] == head and summary["git_dirty"] is False
     assert run.exit_code == 0
 
-    # a modified file: dirty flag, and the diff is kept with the run
+    # a modified file and a model added as a new, untracked file: dirty flag, and both are kept with the run
     with open(project_copy / "conf/model/mlp.yaml", "a") as handle:
         handle.write("# local tweak under test\n")
+    (project_copy / "src/lab/models/added_under_test.py").write_text('"""A model added as a new file."""\n')
     dirty = tmp_path / "dirty"
     _train(project_copy, dirty, *overrides, "trainer.max_epochs=1", env=env, cwd=elsewhere)
     run = read_run(find_run_files(dirty / "wandb")[0])
     assert run.git_commit == head and run.config["provenance"]["git_dirty"] is True
-    assert "+# local tweak under test" in (dirty / "provenance/git.diff").read_text()
+    diff = (dirty / "provenance/git.diff").read_text()
+    assert "+# local tweak under test" in diff
+    assert '+++ b/src/lab/models/added_under_test.py\n@@ -0,0 +1 @@\n+"""A model added as a new file."""\n' in diff
     assert (find_run_files(dirty / "wandb")[0].parent / "files/provenance/git.diff").is_file()
 
 
@@ -170,3 +177,35 @@ def test_online_without_credentials_falls_back_to_offline_quickly(tmp_path):
     (run_file,) = find_run_files(tmp_path / "run/wandb")  # only the offline run, no half-made online one
     assert read_run(run_file).exit_code == 0
     assert os.path.basename(run_file.parent).startswith("offline-run-")
+
+
+def test_a_resume_appends_to_its_records_and_overwrite_starts_them_afresh(tmp_path):
+    env = _isolated_env(tmp_path)
+    run_dir = tmp_path / "run"
+    small = ["model=mlp", "trainer.log_every_n_steps=5", "logger=[tensorboard,csv]", f"hydra.run.dir={run_dir}"]
+    _python("scripts/train.py", *small, "trainer.max_epochs=1", env=env)
+    with open(run_dir / "metrics.jsonl", "a") as jsonl, open(run_dir / "csv/metrics.csv", "a") as rows:
+        jsonl.write('{"step": 99, "train/lo')  # the process was killed mid-write
+        rows.write("99,1,0.")
+    last = run_dir / "checkpoints/last.pt"
+    proc = _python("scripts/train.py", *small, "trainer.max_epochs=2", f"ckpt_path={last}", env=env)
+    assert (proc.stdout + proc.stderr).count("dropped a last line cut short") == 2
+    steps = _steps(run_dir)
+    assert steps[0] == steps[1] == [5, 10, 15, 19, 19, 20, 25, 30, 35, 38, 38]  # one run, continued
+    assert steps[2] == [5, 10, 15, 20, 25, 30, 35]  # TensorBoard: both attempts' event files, one run
+    assert sorted(p.name for p in (run_dir / "provenance").iterdir()) == ["attempt-2", "env.json", "git.diff"]
+
+    _python("scripts/train.py", *small, "trainer.max_epochs=1", "overwrite=true", env=env)
+    assert _steps(run_dir) == ([5, 10, 15, 19, 19], [5, 10, 15, 19, 19], [5, 10, 15])  # the new run alone
+    assert sorted(p.name for p in (run_dir / "provenance").iterdir()) == ["env.json", "git.diff"]
+
+
+def _steps(run_dir):
+    """Steps of metrics.jsonl, csv/metrics.csv (every line read back whole) and TensorBoard's train/loss."""
+    local = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    with open(run_dir / "csv/metrics.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert all(None not in row for row in rows)  # no row longer than the header: nothing glued on
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    return local, [int(row["step"]) for row in rows], [e.step for e in events.Scalars("train/loss")]
