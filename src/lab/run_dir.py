@@ -62,7 +62,7 @@ class _Before:
 
 
 _before: dict[Path, _Before] = {}  # explicit run dirs, by resolved path; a dir not here was new (a timestamped one)
-_hydra_dirs: list[Path] = []  # the run dirs Hydra made or used for this process (registered by the workflows)
+_hydra_dirs: list[Path] = []  # the run dirs Hydra made or used for this process (noted by lab.cli)
 
 
 def check_before_hydra(argv: list[str], script: str) -> list[str]:
@@ -186,10 +186,9 @@ def _hydra_files(run_dir: Path) -> tuple[dict[str, int], frozenset[str]]:
 
 
 # ------------------------------------------------------------------------------------- a refused start, undone
-def register_hydra_dir(run_dir: Path) -> Path:
+def register_hydra_dir(run_dir: Path) -> None:
     """Note the run dir Hydra made or used for this process (what `undone_on_refusal` may clean)."""
     _hydra_dirs.append(run_dir)
-    return run_dir
 
 
 @contextlib.contextmanager
@@ -395,4 +394,3 @@ def move_logs(fresh_dir: Path, run_dir: Path) -> None:
             handler.close()
             root.addHandler(moved)
     discard_hydra_files(fresh_dir)
-

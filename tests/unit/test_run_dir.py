@@ -32,11 +32,14 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("spelling", ["hydra.run.dir={}", "hydra.run.dir='{}'", "++hydra.run.dir={}", "+hydra.run.dir={}"])
+SPELLINGS = ["hydra.run.dir={}", "hydra.run.dir='{}'", "++hydra.run.dir={}", "+hydra.run.dir={}"]
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
 def test_a_dir_holding_a_finished_run_is_refused_however_the_override_is_written(tmp_path, spelling) -> None:
     done = _run(tmp_path / "done", status="completed")
     before = _tree(done)
-    with pytest.raises(UserError, match="holds another run .*overwrite=true"):
+    with pytest.raises(UserError, match=r"holds another run .*overwrite=true"):
         run_dirs.check_before_hydra(["train.py", spelling.format(done)], "train")
     assert _tree(done) == before and not (done / run_dirs.LOCK).exists()
 
@@ -130,5 +133,5 @@ def test_an_unwritable_run_dir_is_one_line(tmp_path, monkeypatch) -> None:
         run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={tmp_path / ('x' * 300)}"], "train")
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # root may write anywhere: pretend a read-only mount
     monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((0,) * 8 + (os.ST_RDONLY, 255)))
-    with pytest.raises(UserError, match="is on a read-only file system; choose a writable hydra.run.dir"):
+    with pytest.raises(UserError, match=r"is on a read-only file system; choose a writable hydra\.run\.dir"):
         run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={tmp_path / 'run'}"], "train")

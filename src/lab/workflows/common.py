@@ -7,16 +7,14 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from lab import run_dir as run_dirs
 from lab import tracking
 from lab.tracking import provenance
 
 
 def hydra_run_dir() -> Path:
-    """This job's run dir, noted as the one a refused start leaves as it found it (lab.run_dir)."""
     from hydra.core.hydra_config import HydraConfig
 
-    return run_dirs.register_hydra_dir(Path(HydraConfig.get().runtime.output_dir))
+    return Path(HydraConfig.get().runtime.output_dir)
 
 
 def linked_tracker(
