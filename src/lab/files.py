@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,43 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise UserError(f"cannot write {path}: {_fix(cause)}{kept}{left}") from err
 
 
+@contextlib.contextmanager
+def staged(folder: str | Path, name: str) -> Iterator[Path]:
+    """A fresh, empty staging folder `<folder>/.<name>.tmp/` for a writer that makes several files which name each
+    other (an ONNX model and its external weights file): they are written there under their final names, checked,
+    and only then moved into `folder` with :func:`publish`. Whatever is still staged when the block ends (a failed
+    check, an error, Ctrl-C) is removed with the staging folder; after a kill, :func:`remove_stale_temps` removes it.
+    A writer's failure to write (disk full, read-only) is one UserError naming the path, as in :func:`atomic_path`."""
+    folder = Path(folder)
+    stage = temp_path(folder / name)
+    try:
+        _remove(stage)  # a killed run's leftovers under the same name: never verified
+        stage.mkdir(parents=True)
+        yield stage
+    except BaseException as err:
+        cause = write_error(err, stage if stage.is_dir() else folder)
+        if cause is None:
+            raise
+        raise UserError(f"cannot write {folder / name}: {_fix(cause)}") from err
+    finally:
+        with contextlib.suppress(OSError):  # an unremovable leftover is removed by the next run's clean-up
+            _remove(stage)
+
+
+def publish(files: list[Path], folder: Path) -> list[Path]:
+    """Move staged `files` (the main file first, then its companions) into `folder` under their own names, synced:
+    the companions first and the main file last, so the final name appears only once all it needs is in place."""
+    try:
+        for staged_file in [*files[1:], files[0]]:
+            with open(staged_file, "rb+") as written:
+                os.fsync(written.fileno())
+            os.replace(staged_file, folder / staged_file.name)
+        _sync_dir(folder)
+    except OSError as err:
+        raise UserError(f"cannot write {folder / files[0].name}: {_fix(err)}") from err
+    return [folder / f.name for f in files]
+
+
 def write_error(err: BaseException, folder: Path) -> OSError | None:
     """The OSError behind a failed write, or None when `err` is no I/O failure (a bug, Ctrl-C): `err` itself, the
     OSError torch's RuntimeError was raised from or during, or, when torch kept no errno, what `folder` and this
@@ -103,11 +141,20 @@ def _fix(err: OSError) -> str:
 
 
 def remove_stale_temps(folder: Path) -> list[Path]:
-    """Temp files a killed writer left behind (`.<name>.tmp`): never complete, safe to delete at start."""
+    """Temp files and staging folders a killed writer left behind (`.<name>.tmp`): never complete or never
+    verified, safe to delete at start."""
     stale = sorted(folder.glob(".*.tmp")) if folder.is_dir() else []
     for tmp in stale:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
     return stale
+
+
+def _remove(tmp: Path) -> None:
+    """A temp file, or a staging folder with the files a writer put in it (nothing else is ever there)."""
+    if tmp.is_dir() and not tmp.is_symlink():
+        shutil.rmtree(tmp)
+    else:
+        tmp.unlink(missing_ok=True)
 
 
 def _sync_dir(folder: Path) -> None:

@@ -209,13 +209,52 @@ def test_a_perturbed_export_fails_the_parity_check(best, tmp_path):
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert "parity check failed: onnx" in error and "model.onnx removed" in error
+    assert "parity check failed: onnx" in error and "model.onnx not written" in error
     assert not (run_dir / "model.onnx").exists() and (run_dir / "model.pt2").is_file()
+    assert not list(run_dir.glob(".*.tmp"))  # the staged file that failed went with its staging folder
     manifest = json.loads((run_dir / "export_manifest.json").read_text())
-    onnx_entry = manifest["artifacts"]["onnx"]
-    assert onnx_entry["status"] == "failed_parity" and onnx_entry["removed"]
-    assert onnx_entry["parity"]["max_abs_diff"] > 1e-4
-    assert manifest["artifacts"]["pt2"]["status"] == "ok"
+    assert list(manifest["artifacts"]) == ["pt2"] and manifest["artifacts"]["pt2"]["status"] == "ok"  # verified only
+    onnx_entry = manifest["failed"]["onnx"]
+    assert onnx_entry["status"] == "failed_parity" and onnx_entry["parity"]["max_abs_diff"] > 1e-4
+
+
+KILL_DURING_PARITY = """
+import os, runpy, signal, sys, time
+from lab import exporting
+
+compare, calls = exporting.compare, []
+
+def killed_at_the_second_check(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:  # model.onnx passed; model.pt2 is written and being checked
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)
+    return compare(*args, **kwargs)
+
+exporting.compare = killed_at_the_second_check
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_an_export_killed_mid_check_leaves_no_final_named_file_it_did_not_verify(best, tmp_path):
+    run_dir = tmp_path / "export"
+    args = [f"ckpt_path={best}", "export.formats=[onnx,pt2]", "logger=none", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(
+        [PYTHON, "-c", KILL_DURING_PARITY, str(REPO / "scripts/export.py"), *args],
+        cwd=REPO,
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0, proc.stderr[-3000:]
+    assert (run_dir / "model.onnx").is_file()  # verified before the kill: published
+    assert not (run_dir / "model.pt2").exists()  # complete on disk but unverified: only under its staging name
+    assert not (run_dir / "export_manifest.json").exists()
+    from lab.inference import OnnxBackend
+
+    assert OnnxBackend(run_dir / "model.onnx")(torch.zeros(3, 1, 8, 8)).shape == (3, 10)  # a whole file
 
 
 # --------------------------------------------------------------------------- infer
@@ -281,6 +320,47 @@ def lonely_onnx(exported, tmp_path):
     path.parent.mkdir()
     path.write_bytes((exported.dir / "model.onnx").read_bytes())
     return path
+
+
+@pytest.fixture
+def exported_copy(exported, tmp_path):
+    """model.onnx and its manifest, copied: a test may edit either."""
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    for name in ("model.onnx", "export_manifest.json"):
+        (folder / name).write_bytes((exported.dir / name).read_bytes())
+    return folder
+
+
+def test_a_swapped_model_is_refused_unless_allowed(exported, exported_copy, images, tmp_path):
+    """A model.onnx that is not the one the export verified (here: the INT8 one under the fp32 name) would run with
+    the manifest's preprocessing and class names, unnoticed: refused in one line, run only when asked for."""
+    (exported_copy / "model.onnx").write_bytes((exported.dir / "model.int8.onnx").read_bytes())
+    args = [f"ckpt_path={exported_copy}/model.onnx", f"input={images[0]}", "logger=none"]
+    refused = _run("infer.py", tmp_path / "refused", *args)
+    assert refused.proc.returncode == 1 and "Traceback" not in refused.output
+    assert refused.proc.stderr.strip().splitlines() == [
+        f"error: {exported_copy}/model.onnx is not the file the export verified (sha256 differs from "
+        "export_manifest.json's): it was replaced or modified after export; export again, or pass "
+        "infer.allow_modified_artifact=true to run it anyway"
+    ]
+    assert not (refused.dir / "predictions.csv").exists()
+    allowed = _ok(_run("infer.py", tmp_path / "allowed", *args, "infer.allow_modified_artifact=true"))
+    assert "not the file the export verified" in allowed.output  # still said, as a warning
+    assert len(_predictions(allowed)["predictions"]) == NUM_IMAGES
+
+
+def test_an_edited_manifest_input_shape_is_one_line_naming_both_shapes(exported_copy, images, tmp_path):
+    path = exported_copy / "export_manifest.json"
+    edited = json.loads(path.read_text())
+    edited["data_meta"]["input_shape"] = [1, 8, 9]
+    path.write_text(json.dumps(edited))
+    run = _run("infer.py", tmp_path, f"ckpt_path={exported_copy}/model.onnx", f"input={images[0]}", "logger=none")
+    assert run.proc.returncode == 1 and "Traceback" not in run.output
+    assert run.proc.stderr.strip().splitlines() == [
+        "error: export_manifest.json next to model.onnx gives data_meta.input_shape [1, 8, 9], but model.onnx takes "
+        "inputs of shape (batch, 1, 8, 8): restore the manifest of this export, or export again"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -121,6 +121,9 @@ class InferOptions:
     max_new_tokens: int = 200  # language models: tokens generated after the prompt
     temperature: float = 0.8  # language models: < 1 sharper, > 1 more random
     seed: int = 0  # language models: the sampling is reproducible by seed
+    # an exported model whose sha256 differs from the one export_manifest.json verified (swapped or edited after
+    # export), or that the manifest does not list, is refused; true: run it anyway, with a warning
+    allow_modified_artifact: bool = False
 
     def __post_init__(self) -> None:
         _require(self.top_k >= 1, f"infer.top_k must be >= 1, got {self.top_k}")

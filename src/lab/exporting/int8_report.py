@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 from lab.data import batches as batching
 from lab.exporting import manifest, quantize
 from lab.exporting.parity import Runner
+from lab.files import publish, staged
 
 log = logging.getLogger(__name__)
 
@@ -163,19 +164,21 @@ def build(
     artifacts = {}
     for variant in quantize.MODES[mode]:
         key, name = quantize.VARIANTS[variant]
-        try:
-            path = quantize.quantize(variant, onnx_path, onnx_path.parent, calibration)
-            runner = open_runner(path)
-            metrics, _, agreement = score(runner, val_loader, task, reference)
-        except Exception as err:  # onnxruntime raises its own types; a model it cannot quantize is not fatal
-            log.warning("%s INT8 skipped", variant, exc_info=True)
-            (onnx_path.parent / name).unlink(missing_ok=True)
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            variants[variant] = {"file": name, "status": "skipped", "reason": f"{type(err).__name__}: {first}"}
-            continue
+        # quantized and scored in a staging folder: the final name appears only for a model that ran
+        with staged(onnx_path.parent, name) as stage:
+            try:
+                path = quantize.quantize(variant, onnx_path, stage, calibration)
+                runner = open_runner(path)  # onnxruntime holds the model in memory from here on
+                metrics, _, agreement = score(runner, val_loader, task, reference)
+            except Exception as err:  # onnxruntime raises its own types; a model it cannot quantize is not fatal
+                log.warning("%s INT8 skipped", variant, exc_info=True)
+                first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                variants[variant] = {"file": name, "status": "skipped", "reason": f"{type(err).__name__}: {first}"}
+                continue
+            artifacts[key] = _artifact(path, variant)
+            publish([path], onnx_path.parent)
         runners[variant] = runner
         variants[variant] = {"file": name, "status": "ok", "metrics": metrics, "agreement": agreement}
-        artifacts[key] = _artifact(path, variant)
 
     ms = {f"batch{b}": latencies(runners, example, b, runs) for b in LATENCY_BATCHES}
     fp32_value = fp32_metrics[task.monitor]

@@ -76,6 +76,7 @@ def build(
     source_run: dict[str, Any],
     provenance: dict[str, Any],
     artifacts: dict[str, dict[str, Any]],
+    failed: dict[str, dict[str, Any]],
     opset: int | None,
     tolerance: float,
     quantization: dict[str, Any] | None,
@@ -99,7 +100,8 @@ def build(
         "data_meta": meta,
         "opset": opset,
         "tolerance": tolerance,
-        "artifacts": artifacts,
+        "artifacts": artifacts,  # only files that passed their check, each with its sha256
+        "failed": failed,  # formats whose file failed the parity check: its figures; no file was written
         "quantization": quantization,
     }
 

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from lab.errors import UserError
+from lab.files import write_error
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,8 @@ def write(
     try:
         return writer(model, example, folder / name, opset, tuple(dims))
     except Exception as err:
+        if write_error(err, folder) is not None:
+            raise  # the disk, not the exporter: lab.files.staged names the file and the fix
         log.exception("%s export failed", fmt)
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from lab.errors import UserError
+from lab.exporting.writers import AXIS_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,29 @@ class Backend(Protocol):
     name: str
 
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor: ...
+
+
+# An exported model's input shape as the file declares it: an int per fixed axis, a name per dynamic one (batch,
+# sequence). A batch of another shape is refused in one line naming both, before the runtime fails on it.
+InputShape = list[int | str]
+
+
+def shape_text(shape: InputShape | tuple[int, ...]) -> str:
+    return f"({', '.join(map(str, shape))})"
+
+
+def fits(inputs_shape: tuple[int, ...] | list, declared: InputShape) -> bool:
+    """Whether a shape fits the declared one: the same number of axes, equal sizes on the fixed ones."""
+    return len(inputs_shape) == len(declared) and all(
+        not isinstance(d, int) or d == size for d, size in zip(declared, inputs_shape)
+    )
+
+
+def check_shape(path: Path, inputs: torch.Tensor, declared: InputShape | None) -> None:
+    if declared is not None and not fits(tuple(inputs.shape), declared):
+        raise UserError(
+            f"{path.name} takes inputs of shape {shape_text(declared)}; got {shape_text(tuple(inputs.shape))}"
+        )
 
 
 class ModuleBackend:
@@ -43,6 +67,7 @@ class EagerBackend(ModuleBackend):
     """The PyTorch module itself (eval mode)."""
 
     name = "eager"
+    input_shape: InputShape | None = None  # a module declares none
 
     def __init__(self, model: nn.Module, device: torch.device | None = None) -> None:
         self.device = device or torch.device("cpu")
@@ -66,12 +91,23 @@ class OnnxBackend:
             self.session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
         except Exception as err:  # onnxruntime raises its own Fail / InvalidGraph / NoSuchFile types
             raise UserError(f"onnxruntime cannot load {path}: {str(err).splitlines()[0]}") from err
-        self.input_name = self.session.get_inputs()[0].name
+        self.path = Path(path)
+        graph_input = self.session.get_inputs()[0]
+        self.input_name = graph_input.name
+        self.input_shape: InputShape = [d if isinstance(d, int) else str(d) for d in graph_input.shape]
 
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+        check_shape(self.path, inputs, self.input_shape)
         array = inputs.detach().cpu()
         array = np.ascontiguousarray((array.float() if array.is_floating_point() else array).numpy())  # int64 tokens
-        (logits,) = self.session.run(None, {self.input_name: array})
+        try:
+            (logits,) = self.session.run(None, {self.input_name: array})
+        except Exception as err:  # onnxruntime's InvalidArgument, Fail...: a multi-line report with no traceback use
+            first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+            raise UserError(
+                f"onnxruntime cannot run {self.path.name} on inputs of shape {shape_text(array.shape)} "
+                f"({array.dtype}): {first}"
+            ) from err
         return torch.from_numpy(logits)
 
 
@@ -86,6 +122,8 @@ class ExportedProgramBackend(ModuleBackend):
             program = torch.export.load(str(path))
         except Exception as err:
             raise UserError(f"torch.export.load cannot read {path}: {str(err).splitlines()[0]}") from err
+        self.path = Path(path)
+        self.input_shape = _program_input_shape(program)
         if self.device.type != "cpu":
             from torch.export.passes import move_to_device_pass
 
@@ -93,11 +131,26 @@ class ExportedProgramBackend(ModuleBackend):
             program = move_to_device_pass(program, self.device)
         self.module = program.module()
 
+    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+        check_shape(self.path, inputs, self.input_shape)  # else a guard's AssertionError from inside the graph
+        return super().__call__(inputs)
+
+
+def _program_input_shape(program: Any) -> InputShape | None:
+    """The first user input's shape as the exported graph holds it: ints, and symbols for the dynamic axes."""
+    names = program.graph_signature.user_inputs
+    node = next((n for n in program.graph.nodes if n.op == "placeholder" and names and n.name == names[0]), None)
+    value = node.meta.get("val") if node is not None else None
+    if not isinstance(value, torch.Tensor):
+        return None
+    return [int(d) if isinstance(d, int) else AXIS_NAMES.get(axis, str(d)) for axis, d in enumerate(value.shape)]
+
 
 class TorchScriptBackend(ModuleBackend):
     """A TorchScript archive (`torch.jit.load`); TorchScript is deprecated in torch, kept for old deployments."""
 
     name = "torchscript"
+    input_shape: InputShape | None = None  # a traced module keeps no declared input shape
 
     def __init__(self, path: str | Path, device: torch.device | None = None) -> None:
         self.device = device or torch.device("cpu")

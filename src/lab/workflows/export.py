@@ -1,8 +1,11 @@
 """Orchestration of one export: checkpoint -> plain eval-mode model -> each format -> parity -> manifest.
 
-Each artifact is run by the runner inference uses (onnxruntime, torch.export.load, torch.jit.load) on real
-validation samples and compared with the eager model. An artifact above `export.tolerance` is deleted, its
-figures stay in export_manifest.json, and the run exits non-zero. Returns the worst max |output difference|.
+Each artifact is written into a staging folder (`.model.onnx.tmp/`, lab.files.staged), run there by the runner
+inference uses (onnxruntime, torch.export.load, torch.jit.load) on real validation samples and compared with the
+eager model; only an artifact that passed is moved to its final name. So a killed export (SIGTERM, Ctrl-C) leaves no
+final-named file that is partial or unchecked, and export_manifest.json lists under `artifacts` only files that
+passed. One above `export.tolerance` is never published: its figures go under the manifest's `failed`, and the run
+exits non-zero. Returns the worst max |output difference|.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from lab import data, exporting
 from lab.checkpointing import restore
 from lab.errors import UserError
 from lab.exporting import int8_report, manifest
+from lab.files import publish, remove_stale_temps, staged
 from lab.inference import EagerBackend, OnnxBackend, artifact_backend
 from lab.workflows.common import hydra_run_dir, linked_tracker
 
@@ -47,15 +51,23 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         data_effective=OmegaConf.to_container(data_cfg, resolve=True),
     )
     with tracker.session():
-        artifacts, opset = {}, None
+        for stale in remove_stale_temps(run_dir):  # a killed export's staging folders: never verified
+            log.warning("removed %s: left by an export that was killed before its checks ended", stale)
+        artifacts, failed, opset = {}, {}, None
         for fmt in opts.formats:
-            written = exporting.write(fmt, restored.model, example, run_dir, opts.opset, task.dynamic_dims)
-            opset = written.opset or opset
-            backend = artifact_backend(written.files[0])
-            parity = exporting.compare(backend, batches, reference, opts.tolerance, task.agreement)
-            artifacts[fmt] = _record(fmt, written, parity)
+            with staged(run_dir, exporting.WRITERS[fmt][0]) as stage:
+                written = exporting.write(fmt, restored.model, example, stage, opts.opset, task.dynamic_dims)
+                opset = written.opset or opset
+                backend = artifact_backend(written.files[0])
+                parity = exporting.compare(backend, batches, reference, opts.tolerance, task.agreement)
+                entry = _record(fmt, written, parity)
+                if parity.passed:
+                    publish(written.files, run_dir)
+                    artifacts[fmt] = entry
+                else:
+                    failed[fmt] = entry
         quantization = None
-        if opts.quantize and artifacts["onnx"]["status"] == "ok":
+        if opts.quantize and "onnx" in artifacts:
             train_loader = data.make_loader(datamodule.train, data_cfg, train=False, generator=None, pin_memory=False)
             quantization, written = int8_report.build(
                 run_dir / "model.onnx",
@@ -81,16 +93,16 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
                 source_run=restored.source(),
                 provenance=prov,
                 artifacts=artifacts,
+                failed=failed,
                 opset=opset,
                 tolerance=opts.tolerance,
                 quantization=quantization,
             ),
         )
         tracker.save_file(path)
-        figures = _figures(artifacts, quantization)
+        figures = _figures({**artifacts, **failed}, quantization)
         tracker.log(figures, step=restored.global_step)
         tracker.summary(figures)
-        failed = {fmt: a for fmt, a in artifacts.items() if a["status"] != "ok"}
         if failed:
             raise UserError(_failure_message(failed, opts.tolerance, path))
     log.info("exported %s to %s", ", ".join(artifacts), run_dir)
@@ -100,7 +112,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
 def _failure_message(failed: dict[str, dict], tolerance: float, manifest_path: Path) -> str:
     parts = [
         f"{fmt} max |outputs - eager| = {a['parity']['max_abs_diff']:.3g} > export.tolerance={tolerance:g}"
-        f"{_agreement(a['parity'])}, {a['file']} removed"
+        f"{_agreement(a['parity'])}, {a['file']} not written"
         for fmt, a in failed.items()
     ]
     return f"parity check failed: {'; '.join(parts)}; figures in {manifest_path}"
@@ -112,7 +124,7 @@ def _agreement(parity: dict[str, Any]) -> str:
 
 
 def _record(fmt: str, written: exporting.Written, parity: exporting.Parity) -> dict[str, Any]:
-    """The manifest entry of one artifact; a failed one is deleted so nothing downstream can pick it up."""
+    """The manifest entry of one staged artifact (file names as they are once published)."""
     main = written.files[0]
     entry: dict[str, Any] = {
         "file": main.name,
@@ -133,11 +145,9 @@ def _record(fmt: str, written: exporting.Written, parity: exporting.Parity) -> d
     )
     if parity.passed:
         entry["status"] = "ok"
-    else:
-        for f in written.files:
-            f.unlink(missing_ok=True)
-        entry.update(status="failed_parity", removed=True)
-        log.error("%s: above export.tolerance=%g, %s removed", fmt, parity.tolerance, main.name)
+    else:  # never published: nothing downstream can pick it up
+        entry["status"] = "failed_parity"
+        log.error("%s: above export.tolerance=%g, %s not written", fmt, parity.tolerance, main.name)
     return entry
 
 

@@ -19,6 +19,7 @@ from lab.checkpointing import restore
 from lab.errors import UserError
 from lab.exporting import manifest
 from lab.inference import EagerBackend, artifact_backend, write_predictions
+from lab.inference.backends import fits, shape_text
 from lab.workflows.common import hydra_run_dir, linked_tracker
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
     if not model_path.is_file():
         raise UserError(f"ckpt_path={cfg.ckpt_path} does not exist; give a checkpoint .pt or an exported .onnx/.pt2")
     device = runtime.select_device(cfg.device)
-    backend, task, meta, source, model_config = _open(model_path, device)
+    backend, task, meta, source, model_config = _open(model_path, device, cfg.infer.allow_modified_artifact)
 
     tracker, _ = linked_tracker(cfg, run_dir, "infer", source, model_config)
     with tracker.session():
@@ -52,16 +53,50 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
     return len(predictions.records)
 
 
-def _open(path: Path, device: Any) -> tuple[Any, Any, dict, dict, dict]:
+def _open(path: Path, device: Any, allow_modified: bool = False) -> tuple[Any, Any, dict, dict, dict]:
     """(runner, task, data_meta, source run, model config) for a checkpoint or an exported artifact."""
     if _is_artifact(path):
         found = manifest.read(path)
-        entry = next((a for a in found["artifacts"].values() if a.get("file") == path.name), None)
-        if entry is not None and entry.get("sha256") != manifest.sha256(path):
-            log.warning("%s differs from the file the manifest's parity check verified (sha256 mismatch)", path)
+        _check_verified(path, found, allow_modified)
         meta = restore.upgrade_meta(found["data_meta"])
         task = tasks.build(OmegaConf.create(restore.task_config(found)), meta)
-        return artifact_backend(path, device), task, meta, found.get("source_run", {}), found.get("model", {})
+        backend = artifact_backend(path, device)
+        _check_input_shape(path, backend, meta)
+        return backend, task, meta, found.get("source_run", {}), found.get("model", {})
     restored = restore.rebuild(path)
     backend = EagerBackend(restored.model, device)
     return backend, restored.task, restored.meta, restored.source(), restored.config["model"]
+
+
+_OVERRIDE = "infer.allow_modified_artifact=true"
+
+
+def _check_verified(path: Path, found: dict[str, Any], allow_modified: bool) -> None:
+    """The file must be the one the export checked against eager PyTorch: listed in the manifest, same sha256. A
+    swapped or edited model would otherwise run with another model's preprocessing and class names, unnoticed."""
+    entry = next((a for a in found["artifacts"].values() if a.get("file") == path.name), None)
+    if entry is None:
+        problem = f"{path.name} is not among the verified artifacts of {manifest.MANIFEST} next to it"
+    elif entry.get("sha256") != manifest.sha256(path):
+        problem = (
+            f"{path} is not the file the export verified (sha256 differs from {manifest.MANIFEST}'s): "
+            "it was replaced or modified after export"
+        )
+    else:
+        return
+    if not allow_modified:
+        raise UserError(f"{problem}; export again, or pass {_OVERRIDE} to run it anyway")
+    log.warning("%s; running it anyway (%s)", problem, _OVERRIDE)
+
+
+def _check_input_shape(path: Path, backend: Any, meta: dict[str, Any]) -> None:
+    """data_meta.input_shape (what inputs are read and checked against) must be what the model file takes: an
+    edited manifest would otherwise fail inside the runtime, on the first batch."""
+    declared = getattr(backend, "input_shape", None)
+    expected = meta.get("input_shape")
+    if declared is None or expected is None or fits(list(expected), declared[1:]):  # [0]: the batch axis
+        return
+    raise UserError(
+        f"{manifest.MANIFEST} next to {path.name} gives data_meta.input_shape {list(expected)}, but {path.name} "
+        f"takes inputs of shape {shape_text(declared)}: restore the manifest of this export, or export again"
+    )

@@ -98,6 +98,70 @@ def test_writers_export_the_eval_mode_model_with_a_dynamic_batch(tmp_path, write
         assert torch.allclose(runner(x), reference(x), atol=1e-5), size
 
 
+# --------------------------------------------------------------------------- staging: final names for verified files
+def test_a_staged_artifact_gets_its_final_name_only_when_published(tmp_path) -> None:
+    from lab.files import publish, remove_stale_temps, staged
+
+    with staged(tmp_path, "model.onnx") as stage:
+        assert stage == tmp_path / ".model.onnx.tmp" and not list(stage.iterdir())
+        model, data = stage / "model.onnx", stage / "model.onnx.data"  # a model and the weights file it names
+        model.write_bytes(b"graph")
+        data.write_bytes(b"weights")
+        assert not (tmp_path / "model.onnx").exists()  # written and being checked: no final name yet
+        assert publish([model, data], tmp_path) == [tmp_path / "model.onnx", tmp_path / "model.onnx.data"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data"]
+    assert (tmp_path / "model.onnx.data").read_bytes() == b"weights"
+
+    with staged(tmp_path, "model.pt2") as stage:  # failed its check: never published
+        (stage / "model.pt2").write_bytes(b"unverified")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data"]
+
+    # a kill mid-check leaves the staging folder: the next export's clean-up removes it, the published files stay
+    (tmp_path / ".model.pt2.tmp").mkdir()
+    (tmp_path / ".model.pt2.tmp" / "model.pt2").write_bytes(b"half")
+    assert remove_stale_temps(tmp_path) == [tmp_path / ".model.pt2.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data"]
+
+
+def test_a_staging_folder_that_cannot_be_made_is_one_line_naming_the_file(tmp_path) -> None:
+    from lab.files import staged
+
+    (tmp_path / "run").write_text("a file where the run dir should be")
+    with pytest.raises(UserError, match=r"^cannot write .*run/model\.onnx: "), staged(tmp_path / "run", "model.onnx"):
+        pass
+
+
+# --------------------------------------------------------------------------- declared input shapes
+def test_exported_runners_refuse_a_batch_of_another_shape_in_one_line(tmp_path) -> None:
+    from lab.exporting.writers import write_onnx
+    from lab.inference import OnnxBackend
+
+    model = nn.Sequential(nn.Linear(10, 3))
+    example = torch.randn(exporting.EXAMPLE_BATCH, 10)
+    runners = [
+        OnnxBackend(write_onnx(model, example, tmp_path / "model.onnx").files[0]),
+        ExportedProgramBackend(write_pt2(model, example, tmp_path / "model.pt2").files[0]),
+    ]
+    for runner in runners:
+        assert runner.input_shape == ["batch", 10]
+        assert runner(torch.zeros(5, 10)).shape == (5, 3)
+        for wrong in ((4, 11), (4, 10, 1)):
+            message = rf"^model\.\w+ takes inputs of shape \(batch, 10\); got \({wrong[0]}, "
+            with pytest.raises(UserError, match=message):
+                runner(torch.zeros(wrong))
+
+
+def test_an_onnxruntime_failure_is_one_line_naming_the_inputs(tmp_path) -> None:
+    from lab.exporting.writers import write_onnx
+    from lab.inference import OnnxBackend
+
+    runner = OnnxBackend(write_onnx(nn.Linear(4, 2), torch.randn(2, 4), tmp_path / "model.onnx").files[0])
+    with pytest.raises(UserError) as failed:
+        runner(torch.zeros(3, 4, dtype=torch.int64))  # int64 where the graph takes float: onnxruntime refuses
+    assert "\n" not in str(failed.value)
+    assert str(failed.value).startswith("onnxruntime cannot run model.onnx on inputs of shape (3, 4) (int64): ")
+
+
 # --------------------------------------------------------------------------- inputs
 def _png(path, value: int = 128, size: int = 8, mode: str = "L") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
