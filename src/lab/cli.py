@@ -35,7 +35,8 @@ def user_errors() -> Iterator[None]:
     is re-raised too, so Hydra shows where it came from.
     """
     try:
-        yield
+        with ctrl_c_in_one_line():
+            yield
     except Interrupted as err:  # a stop signal: the run saved and asks to end with 128 + the signal (even a sweep)
         print(err, file=sys.stderr)
         sys.exit(err.exit_code)
@@ -43,6 +44,26 @@ def user_errors() -> Iterator[None]:
         if in_multirun() or full_errors():
             raise
         sys.exit(f"error: {one_line(err)}")
+
+
+# Training saves last.pt on SIGINT itself (an Interrupted, above); wherever else Ctrl-C arrives nothing is saved on
+# the way out, and files are written atomically or staged (lab.files): nothing partial is left under a final name
+CTRL_C = "interrupted by Ctrl-C (SIGINT); stopped at once, nothing more was saved"
+SIGINT_EXIT = 130  # 128 + SIGINT: what a shell reports for a process Ctrl-C ended
+
+
+@contextlib.contextmanager
+def ctrl_c_in_one_line() -> Iterator[None]:
+    """Ctrl-C where no handler of ours catches it (imports, composing the config, building data and model, an eval
+    or export: only training saves on SIGINT, lab.training.preemption) ends with one line and exit code 130, not
+    a KeyboardInterrupt traceback. It still ends a whole sweep. HYDRA_FULL_ERROR=1 shows where it arrived."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if full_errors():
+            raise
+        print(CTRL_C, file=sys.stderr)
+        sys.exit(SIGINT_EXIT)
 
 
 def one_line(err: BaseException) -> str:
@@ -77,7 +98,7 @@ def main(hydra_main: Callable[[], Any], script: str) -> Any:
     load_dotenv()  # credentials from .env (never over variables already set), before Hydra reads the environment
     with user_errors():
         sys.argv = run_dirs.check_before_hydra(sys.argv, script)
-    with run_dirs.undone_on_refusal(), concise_config_errors():
+    with run_dirs.undone_on_refusal(), concise_config_errors(), ctrl_c_in_one_line():
         return hydra_main()
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from lab.files import write_json
+from lab.files import atomic_path, write_json
 from lab.inference.backends import Backend
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def write_predictions(
     rows = [_csv_row(record) for record in records]
     columns = list(dict.fromkeys(key for row in rows for key in row))
     csv_path = run_dir / "predictions.csv"
-    with csv_path.open("w", newline="") as f:
+    with atomic_path(csv_path) as tmp, tmp.open("w", newline="") as f:  # a Ctrl-C mid-write leaves no half table
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)

@@ -121,6 +121,56 @@ def test_a_bad_value_keeps_its_one_line_and_shows_its_traceback_with_hydra_full_
     """A value check fails inside the run (lab.cli.run_workflow): its own message, or with HYDRA_FULL_ERROR=1 the
     traceback that says where it came from."""
     run_dir = f"hydra.run.dir={tmp_path}"
-    assert _mistake("optimizer.lr=-1", run_dir).splitlines() == ["error: optimizer.lr must be > 0, got -1.0"]
+    expected = "error: optimizer.lr must be in (0, 100], got -1.0 (typical: 1e-5 to 1)"
+    assert _mistake("optimizer.lr=-1", run_dir).splitlines() == [expected]
     full = _mistake("optimizer.lr=-1", run_dir, env={**script_env(), "HYDRA_FULL_ERROR": "1"})
-    assert "Traceback (most recent call last)" in full and "ConfigError: optimizer.lr must be > 0" in full
+    assert "Traceback (most recent call last)" in full and "ConfigError: optimizer.lr must be in (0, 100]" in full
+
+
+# --------------------------------------------------------------------------- Ctrl-C before training's own handler
+CTRL_C_WHILE_BUILDING_DATA = """
+import os, runpy, signal, sys, time
+from lab import data
+
+def ctrl_c(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C a few seconds in, while the data is being built
+    time.sleep(60)
+
+data.build = ctrl_c
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_ctrl_c_before_training_started_is_one_line_and_exit_130(tmp_path) -> None:
+    """A real SIGINT through scripts/train.py before training installs its handler (which saves last.pt first):
+    no KeyboardInterrupt traceback, the shell's exit code for Ctrl-C."""
+    run_dir = tmp_path / "run"
+    args = ["model=mlp", "logger=none", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(
+        [PYTHON, "-c", CTRL_C_WHILE_BUILDING_DATA, str(REPO / "scripts" / "train.py"), *args],
+        cwd=REPO,
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr and "KeyboardInterrupt" not in proc.stdout + proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == "interrupted by Ctrl-C (SIGINT); stopped at once, nothing more was saved"
+    assert not (run_dir / "checkpoints").exists()
+
+
+def test_ctrl_c_while_hydra_composes_is_one_line_too(monkeypatch, capsys) -> None:
+    from lab import cli
+
+    def composing() -> None:
+        raise KeyboardInterrupt  # Ctrl-C during Hydra's config composition, before any workflow runs
+
+    monkeypatch.setattr("sys.argv", ["scripts/eval.py"])
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(composing, "eval")
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err.splitlines() == [cli.CTRL_C]
