@@ -39,6 +39,7 @@ SECRET_NAMES = (
 _PLAIN_PATH = re.compile(r"^[\w./ +@=,-]+$", re.ASCII)  # a path git writes unquoted in a patch header
 _ATTEMPT = re.compile(r"^attempt-(\d+)$")
 RUN_FILES = ("this run's own file", "a run dir's file")  # left out as outputs, not code: named in env.json only
+RUN_DIR_MARKERS = (".hydra", "metrics.jsonl", "summary.json", "multirun.yaml")  # what a run or sweep dir holds
 
 
 def _git(*args: str, cwd: Path) -> str | None:
@@ -51,13 +52,24 @@ def _git(*args: str, cwd: Path) -> str | None:
 
 def git_info(root: Path = REPO_ROOT) -> dict:
     """Commit, branch and dirty flag of the checkout the code runs from (not the current directory's). Dirty:
-    a tracked file differs from the commit, or an untracked file that .gitignore does not exclude exists."""
+    a tracked file differs from the commit, or an untracked file that .gitignore does not exclude exists (run dirs'
+    files aside: a `hydra.run.dir` inside the checkout does not make its own run dirty)."""
     head = _git("rev-parse", "HEAD", "--abbrev-ref", "HEAD", cwd=root)
     if head is None:
         return {"git_commit": None, "git_branch": None, "git_dirty": None, "git_note": f"{root} is not a git checkout"}
-    commit, branch = head.split()
-    status = _git("status", "--porcelain", "--untracked-files=normal", cwd=root)
-    return {"git_commit": commit, "git_branch": branch, "git_dirty": bool(status)}
+    commit, *_, branch = head.split()
+    entries = iter((_git("status", "--porcelain", "-z", "--untracked-files=all", cwd=root) or "").split("\0"))
+    run_dirs: dict[Path, bool] = {}
+    dirty = False
+    for entry in filter(None, entries):
+        state, name = entry[:2], entry[3:]
+        if state != "??":
+            dirty = True
+            break
+        if not _in_run_dir(root / name, root, run_dirs):
+            dirty = True
+            break
+    return {"git_commit": commit, "git_branch": branch, "git_dirty": dirty}
 
 
 def git_diff(root: Path = REPO_ROOT, skip: Path | None = None) -> tuple[str, dict]:
@@ -104,6 +116,10 @@ def _not_recordable(name: str, path: Path, root: Path, skip: Path | None, run_di
     """Why an untracked file is left out of the record, or None."""
     if name.endswith("/"):  # a nested git repository: its own history, not ours to copy
         return "a nested git repository"
+    if skip is not None and path.is_relative_to(skip):
+        return RUN_FILES[0]
+    if _in_run_dir(path, root, run_dirs):  # another run's files (a run dir inside the checkout .gitignore misses)
+        return RUN_FILES[1]
     if any(fnmatch.fnmatch(path.name, pattern) for pattern in SECRET_NAMES):
         return "may hold credentials"
     if not _PLAIN_PATH.match(name):
@@ -114,16 +130,19 @@ def _not_recordable(name: str, path: Path, root: Path, skip: Path | None, run_di
         return "unreadable"
     if not stat.S_ISREG(mode):
         return "not a regular file"
-    if skip is not None and path.is_relative_to(skip):
-        return RUN_FILES[0]
-    for parent in path.parents:  # another run's files (a run dir inside the checkout that .gitignore misses)
-        if parent == root:
-            break
-        if parent not in run_dirs:
-            run_dirs[parent] = (parent / ".hydra").is_dir()
-        if run_dirs[parent]:
-            return RUN_FILES[1]
     return None
+
+
+def _in_run_dir(path: Path, root: Path, run_dirs: dict[Path, bool]) -> bool:
+    """Whether `path` lies in a run or sweep dir under `root` (`run_dirs`: what is known of each folder)."""
+    for parent in path.parents:
+        if parent == root or parent == parent.parent:
+            return False
+        if parent not in run_dirs:
+            run_dirs[parent] = any((parent / marker).exists() for marker in RUN_DIR_MARKERS)
+        if run_dirs[parent]:
+            return True
+    return False
 
 
 def _new_file_patch(name: str, path: Path) -> str | None:

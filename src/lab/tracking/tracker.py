@@ -157,7 +157,11 @@ class Tracker:
         try:
             for name in trackers.chosen(self.logger_cfg):
                 backend = trackers.create(name, run)
-                backend.start()
+                try:
+                    backend.start()
+                except trackers.TrackerStopped as err:  # its child process died as it started: the others go on
+                    self._stopped(backend, err)
+                    continue
                 self._backends.append(backend)
         except BaseException as err:  # raised where the trackers are next used (start, or the first log)
             self._start_error = err

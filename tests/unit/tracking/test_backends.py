@@ -252,6 +252,19 @@ def test_a_tracker_that_fails_to_start_closes_the_others(tmp_path, monkeypatch):
     assert read_run(run_file).exit_code == 1  # the wandb run was finished, as failed
 
 
+def test_a_tracker_that_stops_as_it_starts_is_named_and_the_others_record(tmp_path, monkeypatch, caplog):
+    def child_died(self):
+        raise backends.TrackerStopped("its child process was killed (SIGKILL)")
+
+    monkeypatch.setattr(CsvBackend, "start", child_died)
+    with Tracker(tmp_path, logger_cfg=_logger("csv", "tensorboard")).session(background=True) as tracker:
+        tracker.log({"train/loss": 1.0}, step=1)
+        assert [b.name for b in tracker.backends] == ["tensorboard"]
+    assert "tracker csv stopped: its child process was killed (SIGKILL). The run goes on" in caplog.text
+    assert [e.step for e in _tensorboard(tmp_path).Scalars("train/loss")] == [1]
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "completed"
+
+
 def test_a_start_in_the_background_is_waited_for_and_its_failure_raised_at_first_use(tmp_path, monkeypatch):
     tracker = Tracker(tmp_path / "ok", logger_cfg=_logger("wandb", "csv"), config=CONFIG, provenance=PROVENANCE)
     with tracker.session(background=True):

@@ -29,11 +29,16 @@ def checkout(tmp_path: Path) -> Path:
     return repo
 
 
-def test_an_untracked_file_makes_the_checkout_dirty_an_ignored_one_does_not(checkout):
+def test_an_untracked_file_makes_the_checkout_dirty_an_ignored_one_or_a_run_dirs_does_not(checkout):
     assert provenance.git_info(checkout)["git_dirty"] is False
     (checkout / "outputs").mkdir()
     (checkout / "outputs/metrics.jsonl").write_text("{}\n")
     (checkout / "best.pt").write_bytes(b"\0weights")
+    for run_dir, marker in (("runs/r1", ".hydra/config.yaml"), ("runs/sweep", "multirun.yaml")):
+        (checkout / run_dir / marker).parent.mkdir(parents=True, exist_ok=True)  # hydra.run.dir=runs/...: outputs
+        (checkout / run_dir / marker).write_text("seed: 1\n")
+        (checkout / run_dir / "0").mkdir(exist_ok=True)
+        (checkout / run_dir / "0/train.log").write_text("a log\n")
     assert provenance.git_info(checkout)["git_dirty"] is False
     (checkout / "src/new_model.py").write_text("class New: ...\n")
     info = provenance.git_info(checkout)
