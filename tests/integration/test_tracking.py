@@ -32,6 +32,8 @@ def project_copy(tmp_path):
     repo = tmp_path / "repo"
     for part in ("conf", "src", "scripts"):
         shutil.copytree(REPO / part, repo / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    # its .gitignore too: the bytecode a run writes (__pycache__/) is no untracked change of the code
+    shutil.copyfile(REPO / ".gitignore", repo / ".gitignore")
     _git("init", "-q", cwd=repo)
     _git("add", "-A", cwd=repo)
     _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "snapshot", cwd=repo)
