@@ -64,12 +64,22 @@ class Run:
         return torch.load(self.dir / "checkpoints" / name, weights_only=True)["model"]
 
 
+# Runs the entry script named by its first argument as `python scripts/<script> ...` would, after a patch.
+_THEN_RUN_THE_SCRIPT = """
+import runpy as _runpy, sys as _sys
+_sys.argv = _sys.argv[1:]
+_runpy.run_path(_sys.argv[0], run_name="__main__")
+"""
+
+
 def run_script(
-    script: str, *overrides: str, cwd: Path | None = None, timeout: float = 300
+    script: str, *overrides: str, cwd: Path | None = None, timeout: float = 300, patch: str | None = None
 ) -> subprocess.CompletedProcess:
-    """Run scripts/<script> the way a user does, in a subprocess."""
+    """Run scripts/<script> the way a user does, in a subprocess. `patch`: Python code run first in that process
+    (to fake a fault where no real one can be arranged: a kill at a chosen moment, a perturbed writer)."""
+    prefix = [PYTHON] if patch is None else [PYTHON, "-c", patch + _THEN_RUN_THE_SCRIPT]
     return subprocess.run(
-        [PYTHON, str(REPO / "scripts" / script), *overrides],
+        [*prefix, str(REPO / "scripts" / script), *overrides],
         cwd=cwd or REPO,
         env=script_env(),
         capture_output=True,

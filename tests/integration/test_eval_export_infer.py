@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import PYTHON, REPO, Run, run_script, script_env
+from helpers import REPO, Run, run_script
 from wandb_reader import find_run_files, read_run
 
 pytestmark = pytest.mark.slow
@@ -174,7 +174,6 @@ def test_onnx_file_matches_the_checkpoint_independently(exported, best):
 
 
 PERTURB = """
-import runpy, sys
 import numpy as np, onnx
 from onnx import numpy_helper
 from lab.exporting import writers
@@ -190,22 +189,13 @@ def perturbed(model, example, path, opset, dims):
     return written
 
 writers.WRITERS["onnx"] = (name, perturbed)
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
 def test_a_perturbed_export_fails_the_parity_check(best, tmp_path):
     run_dir = tmp_path / "export"
     args = [f"ckpt_path={best}", "export.formats=[onnx,pt2]", "logger=none", f"hydra.run.dir={run_dir}"]
-    proc = subprocess.run(
-        [PYTHON, "-c", PERTURB, str(REPO / "scripts/export.py"), *args],
-        cwd=REPO,
-        env=script_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_script("export.py", *args, patch=PERTURB)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -219,7 +209,7 @@ def test_a_perturbed_export_fails_the_parity_check(best, tmp_path):
 
 
 KILL_DURING_PARITY = """
-import os, runpy, signal, sys, time
+import os, signal, time
 from lab import exporting
 
 compare, calls = exporting.compare, []
@@ -232,22 +222,13 @@ def killed_at_the_second_check(*args, **kwargs):
     return compare(*args, **kwargs)
 
 exporting.compare = killed_at_the_second_check
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
 def test_an_export_killed_mid_check_leaves_no_final_named_file_it_did_not_verify(best, tmp_path):
     run_dir = tmp_path / "export"
     args = [f"ckpt_path={best}", "export.formats=[onnx,pt2]", "logger=none", f"hydra.run.dir={run_dir}"]
-    proc = subprocess.run(
-        [PYTHON, "-c", KILL_DURING_PARITY, str(REPO / "scripts/export.py"), *args],
-        cwd=REPO,
-        env=script_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_script("export.py", *args, patch=KILL_DURING_PARITY)
     assert proc.returncode != 0, proc.stderr[-3000:]
     assert (run_dir / "model.onnx").is_file()  # verified before the kill: published
     assert not (run_dir / "model.pt2").exists()  # complete on disk but unverified: only under its staging name

@@ -252,18 +252,24 @@ TORCH_WRITE_FAILED = "[enforce fail at inline_container.cc:672] . PytorchStreamW
 TORCH_OPEN_FAILED = "File {} cannot be opened."
 
 
-def test_torchs_runtime_error_with_the_os_error_in_its_context_names_the_cause(tmp_path: Path, monkeypatch) -> None:
-    path = tmp_path / "last.pt"
-    checkpointing.save(path, {"model": _net().state_dict(), "progress": {"epoch": 1}})
+def _torch_save_failing_with(code: int):
+    """A torch.save that writes part of the file, then fails as torch's writer does when the OS refuses a write."""
 
     def fail(obj, f, *args, **kwargs):
         f.write(b"half")
         try:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            raise OSError(code, os.strerror(code))
         except OSError:
             raise RuntimeError(TORCH_WRITE_FAILED) from None  # as torch does: the OSError stays the __context__
 
-    monkeypatch.setattr(checkpointing.files.torch, "save", fail)
+    return fail
+
+
+def test_torchs_runtime_error_with_the_os_error_in_its_context_names_the_cause(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "last.pt"
+    checkpointing.save(path, {"model": _net().state_dict(), "progress": {"epoch": 1}})
+
+    monkeypatch.setattr(checkpointing.files.torch, "save", _torch_save_failing_with(errno.ENOSPC))
     with pytest.raises(UserError, match=r"cannot write .*last\.pt: no space left on the device.*previous last\.pt"):
         checkpointing.save(path, {"model": {}, "progress": {"epoch": 2}})
     monkeypatch.undo()
@@ -305,17 +311,10 @@ def test_a_clean_up_that_fails_too_still_gives_one_line_and_keeps_the_previous_f
     path = tmp_path / "last.pt"
     checkpointing.save(path, {"model": _net().state_dict(), "progress": {"epoch": 1}})
 
-    def fail(obj, f, *args, **kwargs):
-        f.write(b"half")
-        try:
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
-        except OSError:
-            raise RuntimeError(TORCH_WRITE_FAILED) from None
-
     def cannot_unlink(self, missing_ok=False):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
 
-    monkeypatch.setattr(checkpointing.files.torch, "save", fail)
+    monkeypatch.setattr(checkpointing.files.torch, "save", _torch_save_failing_with(errno.EROFS))
     monkeypatch.setattr(Path, "unlink", cannot_unlink)
     with pytest.raises(UserError) as refused:
         checkpointing.save(path, {"model": {}, "progress": {"epoch": 2}})

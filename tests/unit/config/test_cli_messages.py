@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from helpers import GROUPS, PYTHON, REPO, group_options, script_env
+from helpers import GROUPS, PYTHON, REPO, group_options, run_script, script_env
 
 MODELS = ["cnn", "gpt", "mlp", "resnet18", "torchvision"]
 
@@ -129,7 +129,7 @@ def test_a_bad_value_keeps_its_one_line_and_shows_its_traceback_with_hydra_full_
 
 # --------------------------------------------------------------------------- Ctrl-C before training's own handler
 CTRL_C_WHILE_BUILDING_DATA = """
-import os, runpy, signal, sys, time
+import os, signal, time
 from lab import data
 
 def ctrl_c(*args, **kwargs):
@@ -137,8 +137,6 @@ def ctrl_c(*args, **kwargs):
     time.sleep(60)
 
 data.build = ctrl_c
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
@@ -147,14 +145,7 @@ def test_ctrl_c_before_training_started_is_one_line_and_exit_130(tmp_path) -> No
     no KeyboardInterrupt traceback, the shell's exit code for Ctrl-C."""
     run_dir = tmp_path / "run"
     args = ["model=mlp", "logger=none", f"hydra.run.dir={run_dir}"]
-    proc = subprocess.run(
-        [PYTHON, "-c", CTRL_C_WHILE_BUILDING_DATA, str(REPO / "scripts" / "train.py"), *args],
-        cwd=REPO,
-        env=script_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_script("train.py", *args, patch=CTRL_C_WHILE_BUILDING_DATA, timeout=120)
     assert proc.returncode == 130, proc.stderr[-3000:]
     assert "Traceback" not in proc.stdout + proc.stderr and "KeyboardInterrupt" not in proc.stdout + proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
