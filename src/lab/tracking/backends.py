@@ -16,13 +16,13 @@ import importlib
 import logging
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from lab.errors import UserError
-from lab.files import _FIXES
+from lab.files import _FIXES, atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ class RunInfo:
     tags: list[str] = field(default_factory=list)
     resume_id: str | None = None  # continue this run (wandb: its run id) instead of starting a new one
     continuing: bool = False  # the run continues in its own run dir: its files are appended to, not started afresh
+    resumed_step: int | None = None  # continuing: the global step of the checkpoint it resumed from
 
     @property
     def git(self) -> dict[str, Any]:
@@ -164,13 +165,38 @@ def number(value: Any) -> float | None:
     return None
 
 
-def open_record(path: Path, continuing: bool, **kwargs: Any) -> IO:
+def open_record(
+    path: Path,
+    continuing: bool,
+    resumed_step: int | None = None,
+    step_of: Callable[[str], int | None] | None = None,
+    **kwargs: Any,
+) -> IO:
     """A run's own record file (metrics.jsonl, csv/metrics.csv), line-buffered so each event is on disk as it happens.
     One run per file: a new run starts it afresh (the run it replaces in this dir does not stay above it); a
-    continuing run appends, after dropping a last line cut short by its previous attempt's end."""
+    continuing run appends, after dropping a last line cut short by its previous attempt's end and, given the step
+    it resumed from (`resumed_step`; `step_of(line)` reads a line's step), the records after it: its previous attempt
+    got further than its last checkpoint, and those steps are logged again."""
     if continuing:
         drop_partial_line(path)
+        if resumed_step is not None and step_of is not None:
+            drop_records_after(path, resumed_step, step_of)
     return open(path, "a" if continuing else "w", buffering=1, **kwargs)
+
+
+def drop_records_after(path: Path, step: int, step_of: Callable[[str], int | None]) -> None:
+    """Rewrite `path` without the lines whose step is after `step` (lines with no step, a header, are kept)."""
+    try:
+        with open(path, newline="") as handle:  # newline="": line ends kept as written (csv's \r\n)
+            lines = handle.read().splitlines(keepends=True)
+    except FileNotFoundError:
+        return
+    kept = [line for line in lines if (line_step := step_of(line)) is None or line_step <= step]
+    if len(kept) == len(lines):
+        return
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as handle:
+        handle.write("".join(kept))
+    log.info("%s: dropped %d records after step %d, where this run resumes", path, len(lines) - len(kept), step)
 
 
 def drop_partial_line(path: Path) -> None:

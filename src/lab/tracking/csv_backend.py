@@ -19,6 +19,12 @@ import yaml
 from lab.tracking.backends import Backend, open_record, plain, writing
 
 
+def _row_step(line: str) -> int | None:
+    """The step of a row: its first cell (an integer; the header's is `step`)."""
+    first = line.split(",", 1)[0]
+    return int(first) if first.isdigit() else None
+
+
 class CsvBackend(Backend):
     name = "csv"
     folder = "csv"
@@ -31,7 +37,9 @@ class CsvBackend(Backend):
         with writing(self.dir):
             self.dir.mkdir(parents=True, exist_ok=True)
             (self.dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-            self._file = open_record(self.path, self.run.continuing, newline="")
+            self._file = open_record(
+                self.path, self.run.continuing, self.run.resumed_step, step_of=_row_step, newline=""
+            )
         if self.run.continuing and self.path.stat().st_size:  # keep its rows and columns
             with open(self.path, newline="") as handle:
                 self.columns = next(csv.reader(handle), None) or self.columns

@@ -41,7 +41,10 @@ class TensorBoardBackend(Backend):
             if not self.run.continuing:
                 for replaced in self.dir.glob(EVENT_FILES):
                     replaced.unlink()
-            self.writer = SummaryWriter(log_dir=str(self.dir))
+            # a continuing run hides what its previous attempt logged after the checkpoint it resumed from: those
+            # steps are logged again (TensorBoard purges the earlier events from that step on)
+            resumed = self.run.resumed_step if self.run.continuing else None
+            self.writer = SummaryWriter(log_dir=str(self.dir), purge_step=None if resumed is None else resumed + 1)
         self._summary: dict[str, Any] = {}
         self._last_step = 0
         config = {**plain(self.run.config), "provenance": plain(self.run.git)}

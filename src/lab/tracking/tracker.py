@@ -45,12 +45,13 @@ class Tracker:
         provenance: dict | None = None,
         resume_id: str | None = None,
         continuing: bool = False,
+        resumed_step: int | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.logger_cfg, self.job_type, self.config = logger_cfg, job_type, config or {}
         self.name, self.group, self.tags, self.rank = name, group, list(tags), rank
         self.provenance = provenance or {}
-        self.resume_id, self.continuing = resume_id, continuing
+        self.resume_id, self.continuing, self.resumed_step = resume_id, continuing, resumed_step
         self._backends: list[trackers.Backend] = []
         self._starting: threading.Thread | None = None  # start(background=True) until the backends are up
         self._start_error: BaseException | None = None
@@ -120,7 +121,9 @@ class Tracker:
         with writing(self.run_dir):
             self.run_dir.mkdir(parents=True, exist_ok=True)
             # `tail -f metrics.jsonl` shows each event as it happens
-            self._metrics_file = open_record(self.run_dir / "metrics.jsonl", self.continuing)
+            self._metrics_file = open_record(
+                self.run_dir / "metrics.jsonl", self.continuing, self.resumed_step, step_of=_jsonl_step
+            )
             written = prov.record(self.run_dir, self.provenance, self.continuing)
         # the trackers that keep files get this start's provenance, once started
         self._deferred += [lambda backend, path=path: backend.save_file(path) for path in written]
@@ -135,6 +138,7 @@ class Tracker:
             tags=self.tags,
             resume_id=self.resume_id,
             continuing=self.continuing,
+            resumed_step=self.resumed_step,
         )
         if background:
             self._starting = threading.Thread(target=self._start_backends, args=(run,), name="tracker-start")
@@ -255,6 +259,14 @@ class Tracker:
             self._metrics_file = None
 
 
+def _jsonl_step(line: str) -> int | None:
+    try:
+        step = json.loads(line).get("step")
+    except (ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) else None
+
+
 def _json_value(value: Any) -> Any:
     """JSON has no NaN/inf: write them as strings so the file stays valid and the problem stays visible."""
     return plain(value) if isinstance(value, float) else value
@@ -287,10 +299,12 @@ def from_config(
     identity: dict[str, Any] | None = None,
     resume_id: str | None = None,
     continuing: bool = False,
+    resumed_step: int | None = None,
 ) -> Tracker:
     """A Tracker for a job: the resolved config plus the Hydra overrides, named and grouped by `job_identity`.
-    `continuing`: the job continues a run in that run's own dir (its files are appended to, else started afresh);
-    `resume_id`: the wandb run id of the run it continues, else a new record."""
+    `continuing`: the job continues a run in that run's own dir (its files are appended to, else started afresh),
+    from the checkpoint at global step `resumed_step` (the records its previous attempt made after it are dropped:
+    they are logged again); `resume_id`: the wandb run id of the run it continues, else a new record."""
     from omegaconf import OmegaConf
 
     identity = identity or job_identity(cfg, run_dir)
@@ -307,4 +321,5 @@ def from_config(
         provenance=provenance,
         resume_id=resume_id,
         continuing=continuing,
+        resumed_step=resumed_step,
     )

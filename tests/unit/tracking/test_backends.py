@@ -196,6 +196,27 @@ def test_a_continuing_run_drops_a_last_line_its_killed_attempt_cut_short(tmp_pat
     assert caplog.text.count("dropped a last line cut short") == 2
 
 
+def test_a_resume_drops_what_its_killed_attempt_logged_after_the_checkpoint(tmp_path):
+    """Killed at step 5 with last.pt at step 3: steps 4-5 are done again, and each record holds them once."""
+    first = [({"train/loss": 1.0 / step}, step, 1) for step in range(1, 6)]
+    again = [({"train/loss": 10.0 + step}, step, 1) for step in range(4, 7)]
+    _record(tmp_path, "tensorboard", "csv", events=first)
+    tracker = Tracker(tmp_path, logger_cfg=_logger("tensorboard", "csv"), continuing=True, resumed_step=3)
+    with tracker.session():
+        for metrics, step, epoch in again:
+            tracker.log(metrics, step=step, epoch=epoch)
+
+    expected = [(1, 1.0), (2, 0.5), (3, 1 / 3), (4, 14.0), (5, 15.0), (6, 16.0)]
+    local = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["train/loss"]) for r in local] == expected
+    header, rows = _csv_rows(tmp_path)
+    assert [(int(r["step"]), float(r["train/loss"])) for r in rows] == expected and header[:2] == ["step", "epoch"]
+    assert (tmp_path / "csv/metrics.csv").read_bytes().count(b"\r\n") == len(rows) + 1  # csv's line ends kept
+    events = _tensorboard(tmp_path).Scalars("train/loss")  # the first attempt's steps 4-5 purged
+    assert [e.step for e in events] == [step for step, _ in expected]
+    assert [e.value for e in events] == pytest.approx([value for _, value in expected])
+
+
 def test_ctrl_c_records_the_run_as_interrupted(tmp_path):
     with pytest.raises(KeyboardInterrupt), Tracker(tmp_path, logger_cfg=_logger("csv")).session():
         raise KeyboardInterrupt
