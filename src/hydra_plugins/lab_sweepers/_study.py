@@ -20,7 +20,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 
-from lab.sweeps.jobs import fail_fast, outcome
+from lab.sweeps.jobs import fail_fast, launch_numbered, outcome
+from lab.sweeps.ownership import claim
 from lab.sweeps.pruning import open_trial
 
 from ._search_space import Param, search_space
@@ -105,16 +106,6 @@ class Search:
             overrides.append(_dict_override(PRUNING_CALLBACK, spec))
         return overrides
 
-    def _launch(self, overrides: list[list[str]], trials: list[optuna.Trial]) -> list[JobReturn]:
-        """Job number = trial number (run dir <sweep dir>/<trial number>), so launch runs of consecutive numbers."""
-        results: list[JobReturn] = []
-        start = 0
-        for end in range(1, len(trials) + 1):
-            if end == len(trials) or trials[end].number != trials[end - 1].number + 1:
-                results += self.launcher.launch(overrides[start:end], initial_job_idx=trials[start].number)
-                start = end
-        return results
-
     def _tell(self, study: optuna.Study, trial: optuna.Trial, ret: JobReturn) -> bool:
         """Record one job's result in the study; True if the job failed."""
         result = outcome(ret)
@@ -142,11 +133,17 @@ class Search:
                 "the Optuna search space is empty: set hydra.sweeper.params or pass key=interval(a,b) / choice(x,y)"
             )
         distributions = {name: p.distribution for name, p in params.items()}
-
+        # The study is what resumes (its storage); `resume=auto` only lets this run add its trials to the sweep dir
+        # of an earlier one. A trial is a new job in a dir of its own (its number): it starts fresh.
+        fixed = [o for o in fixed if parser.parse_override(o).key_or_group != "resume"]
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        with claim(sweep_dir, resuming=OmegaConf.select(self.config, "resume") == "auto"):
+            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            return self._search(params, fixed, distributions)
 
+    def _search(
+        self, params: dict[str, Param], fixed: list[str], distributions: dict[str, Any]
+    ) -> list[list[JobReturn]]:
         study = self._open_study()
         counted = sum(_counted(t) for t in study.get_trials(deepcopy=False))
         wanted, batch = self.options["n_trials"], max(1, self.options["n_jobs"])
@@ -156,7 +153,8 @@ class Search:
         while counted < wanted:
             trials = [study.ask(distributions) for _ in range(min(batch, wanted - counted))]
             overrides = [self._job_overrides(trial, params, fixed) for trial in trials]
-            results = self._launch(overrides, trials)
+            # job number = trial number: run dir <sweep dir>/<trial number>
+            results = launch_numbered(self.launcher, [(t.number, o) for t, o in zip(trials, overrides)])
             returns.append(results)
             failed = [self._tell(study, trial, ret) for trial, ret in zip(trials, results)]
             counted += len(trials)

@@ -1,5 +1,6 @@
 """Configs of the plugins, registered in Hydra's ConfigStore as `hydra/sweeper=lab_grid|lab_optuna` and
-`hydra/launcher=lab_slurm` (conf/hydra/default.yaml makes lab_grid the default sweeper)."""
+`hydra/launcher=lab_slurm|joblib` (conf/hydra/default.yaml makes lab_grid the default sweeper,
+conf/hydra/launcher/slurm.yaml selects lab_slurm; joblib replaces the joblib plugin's own entry)."""
 
 # No `from __future__ import annotations`: Hydra executes plugin modules before putting them in sys.modules, and
 # dataclasses cannot resolve string annotations of a module that is not there yet.
@@ -7,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from hydra_plugins.hydra_joblib_launcher.config import JobLibLauncherConf
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 
 
@@ -60,6 +62,18 @@ class LabSlurmConf(SlurmQueueConf):
     additional_parameters: dict[str, Any] = field(default_factory=lambda: {"requeue": True})
 
 
+@dataclass
+class LabJoblibConf(JobLibLauncherConf):
+    """Hydra's joblib launcher's keys (`n_jobs`: jobs at once, -1 = one per CPU; `timeout`: seconds per job), run
+    so that a worker that dies fails only its own job (joblib_launcher.py)."""
+
+    _target_: str = "hydra_plugins.lab_sweepers.joblib_launcher.LabJoblibLauncher"
+
+
 ConfigStore.instance().store(group="hydra/sweeper", name="lab_grid", node=GridSweeperConf, provider="lab")
 ConfigStore.instance().store(group="hydra/sweeper", name="lab_optuna", node=OptunaSweeperConf, provider="lab")
 ConfigStore.instance().store(group="hydra/launcher", name="lab_slurm", node=LabSlurmConf, provider="lab")
+# `hydra/launcher=joblib` itself is this launcher: stored over the joblib plugin's entry, which its module (imported
+# above, and not run again by Hydra's plugin scan) made first. A conf/hydra/launcher/joblib.yaml could not select
+# it: Hydra would validate that file against the plugin's schema of the same name, whose _target_ differs.
+ConfigStore.instance().store(group="hydra/launcher", name="joblib", node=LabJoblibConf, provider="lab")

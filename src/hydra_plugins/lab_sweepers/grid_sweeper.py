@@ -8,13 +8,17 @@ Before a batch runs, every job's overrides are checked (Hydra composes each job'
 the job runs: 0.3 s a time). Here a batch composes once per distinct choice of config groups; the other jobs'
 plain values (`seed=3`, `optimizer.lr=0.01`) are applied to that composed config the way Hydra applies them while
 composing, so an unknown key or a wrong type still stops the sweep before any job starts.
+
+The sweep dir is this sweep's alone (lab.sweeps.ownership): a dir holding an earlier sweep is refused, unless the
+command adds `resume=auto` to continue that sweep: its completed jobs are kept and not run again (Hydra would
+rewrite their `.hydra/`), the others run again in their own dirs under their own numbers.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +26,11 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
+from hydra.core.utils import JobReturn
 from omegaconf import DictConfig, OmegaConf
 
-from lab.sweeps.jobs import fail_fast, launcher_width, outcome
+from lab.sweeps.jobs import fail_fast, launch_numbered, launcher_width, outcome
+from lab.sweeps.ownership import claim
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +43,28 @@ class GridSweeper(BasicSweeper):
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides([*self._parse_config(), *arguments])
         self.overrides = self.split_arguments(overrides, batch_size)
+        jobs = [job for batch in self.overrides for job in batch]  # job n runs jobs[n]
 
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        resuming = OmegaConf.select(self.config, "resume") == "auto"
+        with claim(sweep_dir, resuming, jobs) as completed:
+            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            for num, job in sorted(completed.items()):
+                log.info("resume=auto: job #%d completed earlier (%s): kept, not run again", num, job.dir)
+            return self._run(completed, stop_on_failure)
 
+    def _run(self, completed: Mapping[int, Any], stop_on_failure: bool) -> list[Sequence[JobReturn]]:
         returns, first_job = [], 0
         while not self.is_done():
             batch = self.get_job_batch()
-            self.validate_batch_is_legal(batch)  # composition errors stop the sweep before any job runs
-            results = self.launcher.launch(batch, initial_job_idx=first_job)
-            returns.append(results)
+            numbered = [(first_job + i, job) for i, job in enumerate(batch) if first_job + i not in completed]
             first_job += len(batch)
-            failed = [first_job - len(batch) + i for i, r in enumerate(results) if outcome(r).failed]
+            if not numbered:
+                continue
+            self.validate_batch_is_legal([job for _, job in numbered])  # composition errors: before any job runs
+            results = launch_numbered(self.launcher, numbered)
+            returns.append(results)
+            failed = [num for (num, _), r in zip(numbered, results) if outcome(r).failed]
             if stop_on_failure and failed and not self.is_done():
                 left = sum(len(b) for b in self.overrides[self.batch_index :])
                 log.error("sweep.fail_fast: job #%d failed; not launching the %d remaining jobs", failed[0], left)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
+from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf
 
 
@@ -58,11 +60,33 @@ def fail_fast(config: DictConfig) -> bool:
     return bool(OmegaConf.select(config, "sweep.fail_fast", default=False))
 
 
+def joblib_width(n_jobs: int) -> int:
+    """Processes for joblib's `n_jobs`: -1 = one per CPU, -2 = all but one, ..."""
+    return max(1, (os.cpu_count() or 1) + 1 + n_jobs if n_jobs < 0 else n_jobs)
+
+
 def launcher_width(config: DictConfig) -> int:
     """How many jobs the configured launcher runs at once: the batch size that keeps fail_fast from waiting for
     jobs that never had to start, without making a parallel launcher run one job at a time."""
     launcher = config.hydra.launcher
-    n_jobs = OmegaConf.select(launcher, "n_jobs", default=None)  # joblib; -1 = one per CPU
+    n_jobs = OmegaConf.select(launcher, "n_jobs", default=None)  # joblib
     if n_jobs is not None:
-        return (os.cpu_count() or 1) if n_jobs < 0 else max(1, n_jobs)
+        return joblib_width(n_jobs)
     return max(1, OmegaConf.select(launcher, "array_parallelism", default=1))  # submitit; basic launcher: 1
+
+
+def launch_numbered(launcher: Launcher, jobs: Sequence[tuple[int, Sequence[str]]]) -> list[JobReturn]:
+    """Run `(job number, overrides)` pairs whose numbers need not follow each other (a resumed sweep skips the jobs
+    it completed; an Optuna trial's job number is its trial number). Hydra's launchers number a batch's jobs from
+    one first number, so each run of consecutive numbers is one launch; a launcher of ours that takes numbered
+    jobs (`launch_numbered`) gets them all at once and keeps its parallelism."""
+    if hasattr(launcher, "launch_numbered"):
+        return list(launcher.launch_numbered(jobs))
+    results: list[JobReturn] = []
+    start = 0
+    for end in range(1, len(jobs) + 1):
+        if end == len(jobs) or jobs[end][0] != jobs[end - 1][0] + 1:
+            overrides = [list(job[1]) for job in jobs[start:end]]
+            results += launcher.launch(overrides, initial_job_idx=jobs[start][0])
+            start = end
+    return results

@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,15 @@ from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from lab import files
 from lab.errors import ConfigError, UserError
 from lab.sweeps.jobs import outcome
+from lab.sweeps.ownership import JOB_RECORD, read_jobs
 
 log = logging.getLogger(__name__)
 
-JOB_RECORD = "sweep_job.json"
-_STATUS_ORDER = {"completed": 0, "pruned": 1, "failed": 2}
+_STATUS_ORDER = {"completed": 0, "pruned": 1, "interrupted": 2, "failed": 3}
+_NOT_SHOWN = ("resume",)  # a resumed sweep's relaunched jobs carry resume=auto: not what they train
 
 
 @dataclass
@@ -60,29 +63,66 @@ def _last_logged(metrics_file: Path, key: str) -> float | None:
     return value
 
 
-def collect(sweep_dir: Path, metric: str) -> list[Row]:
+def collect(sweep_dir: Path, metric: str, exclude_keys: Collection[str] = ()) -> list[Row]:
+    """One row per job dir of the sweep. A job whose process died before it ended (killed: no sweep_job.json)
+    is a failed row, its overrides from Hydra's record of the job (less `exclude_keys`)."""
     rows = []
-    for record_file in sweep_dir.rglob(JOB_RECORD):
-        record = json.loads(record_file.read_text())
-        run_dir = record_file.parent
-        summary_file = run_dir / "summary.json"
+    for job in read_jobs(sweep_dir):
+        record = job.record or {
+            "status": "failed",
+            "value": None,
+            "wall_s": None,
+            "overrides": [o for o in job.overrides if not _excluded(o, {*exclude_keys, *_NOT_SHOWN})],
+            "error": f"no {JOB_RECORD}: the job's process ended before the job did (killed?); see its log",
+        }
+        summary_file = job.dir / "summary.json"
         summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
         value = record["value"]
         if value is None and record["status"] != "failed":
-            value = _last_logged(run_dir / "metrics.jsonl", metric)
+            value = _last_logged(job.dir / "metrics.jsonl", metric)
         rows.append(
             Row(
-                job=record["job"],
+                job=job.num,
                 status=record["status"],
                 value=value,
                 best_epoch=summary.get("best_epoch"),
                 wall_s=record["wall_s"],
                 overrides=record["overrides"],
-                run_dir=str(run_dir),
+                run_dir=str(job.dir),
                 error=record["error"],
             )
         )
     return rows
+
+
+def job_record(
+    job: int,
+    status: str,
+    value: float | None,
+    error: str | None,
+    overrides: list[str],
+    exclude_keys: Collection[str],
+    start: float,
+    wall_s: float,
+    pid: int,
+) -> dict[str, Any]:
+    """What sweep_job.json holds: written by the job when it ends, or by the launcher for a job whose process died."""
+    return {
+        "job": job,
+        "pid": pid,  # which process ran it (the sweep's own, a joblib worker, a SLURM task)
+        "start": start,
+        "status": status,
+        "value": value,
+        "error": error,
+        "wall_s": round(wall_s, 2),
+        "end": time.time(),
+        "overrides": [o for o in overrides if not _excluded(o, {*exclude_keys, *_NOT_SHOWN})],
+    }
+
+
+def write_record(run_dir: Path, record: dict[str, Any]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    files.write_json(run_dir / JOB_RECORD, record)  # whole or not at all: a kill mid-write leaves no half record
 
 
 def sort_rows(rows: list[Row], direction: str) -> list[Row]:
@@ -91,7 +131,7 @@ def sort_rows(rows: list[Row], direction: str) -> list[Row]:
 
     def key(row: Row) -> tuple:
         missing = row.value is None
-        return (_STATUS_ORDER.get(row.status, 3), missing, sign * row.value if not missing else 0.0, row.job)
+        return (_STATUS_ORDER.get(row.status, 4), missing, sign * row.value if not missing else 0.0, row.job)
 
     return sorted(rows, key=key)
 
@@ -160,26 +200,25 @@ class SweepSummary(Callback):
             log.error("job #%d failed: %s", job, result.error, exc_info=trace)
         elif result.status != "completed":
             log.info("job #%d %s: %s", job, result.status, result.error)
-        exclude = set(config.hydra.job.config.override_dirname.exclude_keys)
-        record = {
-            "job": job,
-            "pid": os.getpid(),  # which process ran it (the sweep's own, a joblib worker, a SLURM task)
-            "start": self._job_start_wall,
-            "status": result.status,
-            "value": result.value,
-            "error": result.error,
-            "wall_s": round(time.monotonic() - self._job_start, 2),
-            "end": time.time(),
-            "overrides": [o for o in job_return.overrides or [] if not _excluded(o, exclude)],
-        }
-        run_dir = Path(config.hydra.runtime.output_dir)
-        (run_dir / JOB_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        record = job_record(
+            job,
+            result.status,
+            result.value,
+            result.error,
+            list(job_return.overrides or []),
+            config.hydra.job.config.override_dirname.exclude_keys,
+            start=self._job_start_wall,
+            wall_s=time.monotonic() - self._job_start,
+            pid=os.getpid(),
+        )
+        write_record(Path(config.hydra.runtime.output_dir), record)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         metric = OmegaConf.select(config, "optimized_metric", default=None) or "value"
         direction = OmegaConf.select(config, "sweep.direction", default="maximize")
-        rows = sort_rows(collect(sweep_dir, metric), direction)
+        exclude = config.hydra.job.config.override_dirname.exclude_keys
+        rows = sort_rows(collect(sweep_dir, metric, exclude), direction)
         if not rows:
             return
         (sweep_dir / f"{self.filename}.csv").write_text(to_csv(rows, metric))

@@ -13,9 +13,11 @@ import logging
 import signal
 import threading
 import time
+from pathlib import Path
 from types import FrameType, TracebackType
 
 from lab.errors import Interrupted
+from lab.sweeps.ownership import sweep_of, sweep_resume_hint
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +27,20 @@ _SAME_PRESS_S = 1.0
 
 def interrupted(signum: int, step: int, checkpoint: str) -> Interrupted:
     name = signal.Signals(signum).name
+    run_dir = Path(checkpoint).parent.parent  # <run dir>/checkpoints/last.pt
     return Interrupted(
-        f"interrupted by {name} after optimizer step {step}; saved {checkpoint} "
-        f"(resume: the same command with ckpt_path={checkpoint})",
+        f"interrupted by {name} after optimizer step {step}; saved {checkpoint} ({resume_hint(run_dir)})",
         exit_code=128 + signum,
     )
+
+
+def resume_hint(run_dir: Path) -> str:
+    """How to continue the run in `run_dir`. A sweep job is continued by its sweep: the same (sweep) command with
+    `ckpt_path=` or `resume=<run dir>` would start every job of the sweep from this one job's weights."""
+    sweep_dir = sweep_of(run_dir)
+    if sweep_dir is None:
+        return f"resume: the same command with resume={run_dir}"
+    return sweep_resume_hint(sweep_dir)
 
 
 class StopSignals:

@@ -1,0 +1,264 @@
+"""Who may write a sweep dir, and what `resume=auto` continues in it: a sweep dir is owned like a run dir.
+
+One sweep writes a sweep dir at a time: an exclusive lock on `<sweep dir>/.lock`, removed when the sweep ends and
+released by the OS when its process dies. A new sweep refuses a dir that holds an earlier sweep's jobs (their
+`.hydra/`, `sweep_job.json`, metrics and checkpoints would be rewritten or appended to, and the summary would mix
+both sweeps) unless it continues that sweep with `resume=auto`: then the jobs it completed are kept and skipped,
+the others run again in their own dirs, and a job list that is not the recorded one is refused. A job is its
+overrides (Hydra's `.hydra/overrides.yaml`), less the keys that only say how it starts (`resume`, `ckpt_path`).
+
+Every refusal comes before the sweep writes anything. No torch here: the entry scripts call
+`check_sweep_dir_before_hydra` before Hydra starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from lab.errors import UserError
+
+LOCK = ".lock"
+JOB_RECORD = "sweep_job.json"  # what became of a job, written into its run dir when it ends (lab.sweeps.summary)
+HYDRA_SUBDIR = ".hydra"  # where Hydra records a job's config and overrides when the job starts
+SWEEP_CONFIG = "multirun.yaml"  # the sweep's config, written by the sweeper before the first job
+RESUME_KEYS = ("resume", "ckpt_path")  # how a job starts, not which job it is
+
+
+# ---------------------------------------------------------------------------------------------- the jobs in a dir
+@dataclass(frozen=True)
+class RecordedJob:
+    num: int
+    dir: Path
+    overrides: tuple[str, ...]  # the job's task overrides, as Hydra recorded them
+    record: dict[str, Any] | None  # its sweep_job.json; None when its process ended without writing one (killed)
+
+    @property
+    def status(self) -> str | None:
+        return self.record["status"] if self.record else None
+
+
+def _read_record(job_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((job_dir / JOB_RECORD).read_text())
+    except (OSError, ValueError):  # none, or cut short by a kill
+        return None
+
+
+def _read_job(job_dir: Path) -> RecordedJob | None:
+    record = _read_record(job_dir)
+    hydra_dir = job_dir / HYDRA_SUBDIR
+    try:
+        overrides = yaml.safe_load((hydra_dir / "overrides.yaml").read_text()) or []
+    except (OSError, yaml.YAMLError):
+        overrides = record["overrides"] if record else None
+    num = record["job"] if record else None
+    if num is None:  # killed before it recorded its end: Hydra's record of its start says which job it was
+        with contextlib.suppress(OSError, yaml.YAMLError, KeyError, TypeError):
+            hydra = yaml.safe_load((hydra_dir / "hydra.yaml").read_text())["hydra"]
+            num = hydra["job"]["num"] if hydra["mode"] == "MULTIRUN" else None  # not a run of its own put here
+    if num is None or overrides is None:
+        return None
+    return RecordedJob(int(num), job_dir, tuple(str(o) for o in overrides), record)
+
+
+def job_dirs(sweep_dir: Path) -> Iterator[Path]:
+    """The job dirs under `sweep_dir` (any `hydra.sweep.subdir`): dirs with Hydra's `.hydra/` or a sweep_job.json.
+    A job dir's own subtree (checkpoints, wandb, ...) is not searched."""
+    for folder, subdirs, files in os.walk(sweep_dir):
+        if folder != str(sweep_dir) and (HYDRA_SUBDIR in subdirs or JOB_RECORD in files):
+            subdirs.clear()
+            yield Path(folder)
+        else:
+            subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+
+
+def read_jobs(sweep_dir: Path) -> list[RecordedJob]:
+    """The jobs in `sweep_dir`, in job number order: each dir a job of the sweep started (a job whose process died
+    before Hydra recorded it has left nothing to read)."""
+    jobs = (_read_job(folder) for folder in job_dirs(sweep_dir))
+    return sorted((job for job in jobs if job is not None), key=lambda job: job.num)
+
+
+def identity(overrides: Sequence[str]) -> tuple[str, ...]:
+    """What makes a job this job: its overrides in Hydra's own parse, without the keys that only say how it starts."""
+    parsed = _parser().parse_overrides(list(overrides))
+    return tuple(sorted(o.input_line for o in parsed if o.key_or_group not in RESUME_KEYS))
+
+
+@functools.cache
+def _parser() -> Any:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+def check(sweep_dir: Path, resuming: bool) -> None:
+    """Refuse a sweep dir that a running sweep holds, or that holds an earlier sweep's jobs unless `resuming` it.
+    Reads only: nothing is created."""
+    lock = sweep_dir / LOCK
+    if lock.is_file():
+        with open(lock) as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UserError(_in_use(sweep_dir)) from None
+    _refuse_earlier_sweep(sweep_dir, resuming)
+
+
+def _refuse_earlier_sweep(sweep_dir: Path, resuming: bool) -> None:
+    if resuming or not sweep_dir.is_dir():
+        return
+    earlier = [path.name for path in sweep_dir.iterdir() if path.name == SWEEP_CONFIG or _is_job_dir(path)]
+    if earlier:
+        jobs = sum(name != SWEEP_CONFIG for name in earlier)
+        raise UserError(
+            f"{sweep_dir} holds an earlier sweep ({jobs} job dirs); a sweep never writes over another: leave "
+            "hydra.sweep.dir unset (every sweep gets its own), pick another dir, or add resume=auto to continue "
+            "that sweep (the same command: its completed jobs are kept)"
+        )
+
+
+def _is_job_dir(path: Path) -> bool:
+    return path.is_dir() and ((path / HYDRA_SUBDIR).is_dir() or (path / JOB_RECORD).is_file())
+
+
+def _in_use(sweep_dir: Path) -> str:
+    try:
+        holder = (sweep_dir / LOCK).read_text().strip() or "another process"
+    except OSError:
+        holder = "another process"
+    return (
+        f"{sweep_dir} is in use by a running sweep ({holder}); two sweeps never share a sweep dir: leave "
+        "hydra.sweep.dir unset (every sweep gets its own), pick another dir, or wait for that sweep to end"
+    )
+
+
+def check_resumable(sweep_dir: Path, jobs: Sequence[Sequence[str]]) -> dict[int, RecordedJob]:
+    """For `resume=auto`: the jobs of `jobs` (this sweep's list, job n = jobs[n]) that an earlier run in `sweep_dir`
+    completed, by number. Refuses a dir whose recorded jobs are not this sweep's."""
+    recorded = {job.num: job for job in read_jobs(sweep_dir)}
+    for num, job in recorded.items():
+        ran, wanted = identity(job.overrides), identity(jobs[num]) if num < len(jobs) else None
+        if ran != wanted:
+            if wanted is None:
+                differs = f"its job #{num} is not among this sweep's {len(jobs)} jobs"
+            else:
+                only_ran, only_wanted = [o for o in ran if o not in wanted], [o for o in wanted if o not in ran]
+                differs = f"its job #{num} ran {_listed(only_ran)} where this sweep's has {_listed(only_wanted)}"
+            raise UserError(
+                f"resume=auto: {sweep_dir} holds another sweep ({differs}); continue it with the command that "
+                "started it, or leave hydra.sweep.dir unset for a new sweep"
+            )
+    return {num: job for num, job in recorded.items() if job.status == "completed"}
+
+
+def _listed(overrides: list[str]) -> str:
+    return f"`{' '.join(overrides)}`" if overrides else "no other override"
+
+
+# ---------------------------------------------------------------------------------------------- the lock
+def _lock(sweep_dir: Path) -> IO:
+    """An exclusive lock on `<sweep dir>/.lock`, the file holding this process's pid. A lock file another sweep
+    removed (at its end) between our open and our lock is not the lock: take the new one."""
+    path = sweep_dir / LOCK
+    while True:
+        handle = open(path, "a+")  # noqa: SIM115 (held open: the lock lives as long as it)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise UserError(_in_use(sweep_dir)) from None
+        try:
+            same = os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()}\n")
+            handle.flush()
+            return handle
+        handle.close()
+
+
+@contextlib.contextmanager
+def claim(
+    sweep_dir: Path, resuming: bool, jobs: Sequence[Sequence[str]] | None = None
+) -> Iterator[dict[int, RecordedJob]]:
+    """Hold `sweep_dir` for this sweep while the block runs; yields the jobs (by number) that an earlier run of this
+    sweep completed, when `resuming` with the job list `jobs` known (the grid sweeper), else nothing.
+
+    A refusal ends the sweep with one line (`error: ...`, exit 1) before anything is written: a sweeper runs inside
+    Hydra, whose report of an exception is many lines. A refused claim leaves no lock file behind."""
+    try:
+        check(sweep_dir, resuming)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        handle = _lock(sweep_dir)
+    except UserError as err:
+        sys.exit(f"error: {err}")
+    try:
+        try:
+            _refuse_earlier_sweep(sweep_dir, resuming)  # again under the lock: a sweep may have ended here since
+            completed = check_resumable(sweep_dir, jobs) if resuming and jobs is not None else {}
+        except UserError as err:
+            sys.exit(f"error: {err}")
+        yield completed
+    finally:
+        (sweep_dir / LOCK).unlink(missing_ok=True)  # ours: we hold it
+        handle.close()
+
+
+# ---------------------------------------------------------------------------------------------- resuming
+def sweep_of(run_dir: Path) -> Path | None:
+    """The sweep dir `run_dir` is a job of, or None for a run of its own. Read from Hydra's config where this
+    process runs the job, else from the files (a spawned DDP rank has no Hydra): a sweep dir holds the sweep's
+    multirun.yaml."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        hydra = HydraConfig.get()
+        return Path(hydra.sweep.dir).absolute() if hydra.mode.name == "MULTIRUN" else None
+    near = run_dir.absolute().parents[:2]  # <sweep dir>/<job num>, or a subdir one level deeper
+    return next((folder for folder in near if (folder / SWEEP_CONFIG).is_file()), None)
+
+
+def sweep_resume_hint(sweep_dir: Path) -> str:
+    return (
+        f"resume the sweep: the same command with hydra.sweep.dir={sweep_dir} resume=auto "
+        "(its completed jobs are kept, the others continue from their last.pt)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- before Hydra
+def check_sweep_dir_before_hydra(argv: list[str]) -> None:
+    """The refusals of `claim` for an explicit `hydra.sweep.dir=` of a multirun, before Hydra or the sweeper write
+    anything: the command line is read the way Hydra reads it (its argument parser and override grammar), so a
+    quoted value or a `+`/`++` prefix is the same dir. The sweeper's claim still checks every sweep dir (a
+    default one, one set in a config) and holds the lock."""
+    if not any("hydra.sweep.dir" in arg for arg in argv[1:]):
+        return  # the common case, without loading Hydra's parsers
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        args = get_args_parser().parse_args(argv[1:])
+        parsed = OverridesParser.create().parse_overrides(args.overrides)
+    except (SystemExit, HydraException):
+        return  # not a valid command line: Hydra reports it
+    values = {o.key_or_group: o.value() for o in parsed if not o.is_delete() and not o.is_sweep_override()}
+    multirun = args.multirun or str(values.get("hydra.mode", "")).upper() == "MULTIRUN" or "hparams_search" in values
+    if multirun and isinstance(values.get("hydra.sweep.dir"), str):
+        check(Path(values["hydra.sweep.dir"]).expanduser(), resuming=values.get("resume") == "auto")
