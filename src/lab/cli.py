@@ -80,8 +80,8 @@ def run_workflow(cfg: Any, workflow: str) -> Any:
     """What every entry script does: validate the config, then import (torch-heavy) and run lab.workflows.<x>."""
     from hydra.core.hydra_config import HydraConfig
 
-    # noted first: a refusal or a Ctrl-C from here on (the torch import takes seconds) leaves it as it was found
-    run_dirs.register_hydra_dir(Path(HydraConfig.get().runtime.output_dir))
+    if HydraConfig.initialized():  # noted first: a refusal or a Ctrl-C from here on leaves it as it was found
+        run_dirs.register_hydra_dir(Path(HydraConfig.get().runtime.output_dir))
     with user_errors():
         validate(cfg)
         run = importlib.import_module(f"lab.workflows.{workflow}").run
