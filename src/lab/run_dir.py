@@ -136,6 +136,15 @@ def _attempt_subdir(run_dir: Path) -> str:
     return f"{HYDRA_DIR}/attempt-{len(earlier) + 2}"
 
 
+def forget_attempts(run_dir: Path) -> None:
+    """`overwrite=true`: the `.hydra/attempt-<n>/` configs of the run being replaced go with it (Hydra has just
+    written the new run's own into `.hydra/`)."""
+    for attempt in (run_dir / HYDRA_DIR).glob("attempt-*"):
+        for file in attempt.iterdir():
+            file.unlink()
+        attempt.rmdir()
+
+
 def _foreign_run(run_dir: Path, held: list[str], resume: Any) -> str:
     last = run_dir / "checkpoints" / "last.pt"
     if resume == "auto":

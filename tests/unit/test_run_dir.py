@@ -135,3 +135,11 @@ def test_an_unwritable_run_dir_is_one_line(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((0,) * 8 + (os.ST_RDONLY, 255)))
     with pytest.raises(UserError, match=r"is on a read-only file system; choose a writable hydra\.run\.dir"):
         run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={tmp_path / 'run'}"], "train")
+
+
+def test_overwrite_forgets_the_replaced_runs_later_attempts_only(tmp_path) -> None:
+    done = _run(tmp_path / "done", status="completed")
+    (done / ".hydra" / "attempt-2").mkdir()
+    (done / ".hydra" / "attempt-2" / "config.yaml").write_text("seed: 1\n")
+    run_dirs.forget_attempts(done)
+    assert _tree(done / ".hydra") == {"config.yaml": b"seed: 1\n"}

@@ -68,6 +68,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     with run_dirs.claim(target, resuming_here=here, overwrite=cfg.overwrite) if writer else contextlib.nullcontext():
         if continued is not None and continued != run_dir:
             run_dirs.move_logs(run_dir, continued)  # this start's log goes on in the run's own log file
+        if cfg.overwrite and not here:
+            run_dirs.forget_attempts(target)  # the replaced run's later configs: this is a new run
         if continued is not None:
             log.info("continuing the run in %s", continued)
         identity = tracking.job_identity(cfg, target)
@@ -163,6 +165,8 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
         identity=identity,
         resume_id=resume_id,
         continuing=continuing,  # its files are appended to; any other run starts them afresh
+        # what a killed attempt logged after its last.pt is dropped: those steps are trained again
+        resumed_step=resume["progress"]["global_step"] if continuing else None,
     )
     with tracker.session(background=True):  # the trackers start while the model is built
         summary = _fit(cfg, run_dir, datamodule, parallel, device, precision, resume, tracker)
