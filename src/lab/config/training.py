@@ -209,7 +209,8 @@ class TrainConfig:
     dist: Any = MISSING  # typed by the chosen strategy's schema (conf/dist/*.yaml)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     # name -> {_target_: ..., ...}: objects with on_validation_end(trainer, metrics, epoch) / on_fit_end(trainer,
-    # summary) / on_train_step_end(trainer) / on_before_optimizer_step(trainer) (gradients still there) hooks,
+    # summary) / on_train_step_end(trainer) / on_train_log(trainer, metrics) / on_before_optimizer_step(trainer)
+    # (gradients still there) hooks,
     # instantiated per run (e.g. the Optuna pruning callback a sweep adds)
     callbacks: dict[str, Any] = field(default_factory=dict)
     sweep: SweepConfig = field(default_factory=SweepConfig)
