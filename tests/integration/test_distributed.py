@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 from helpers import REPO, max_abs_diff, run_script, script_env
-from lab.distributed.launch import free_port
+from lab.distributed import launch
+from lab.errors import UserError
 
 pytestmark = pytest.mark.slow
 
@@ -127,6 +135,28 @@ def test_a_failing_rank_ends_the_job_quickly_with_its_error(tmp_path):
     assert "failed: scheduler.monitor='val/bogus' is not a validation metric" in proc.stderr, proc.stderr[-2000:]
 
 
+@record
+def _stop_or_time_out(marker: str) -> None:
+    """Rank 1 stops (SIGSTOP: it can act on no signal but SIGKILL); rank 0's collective with it times out."""
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=2))
+    if dist.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    try:
+        dist.all_reduce(torch.zeros(1))
+    finally:
+        Path(marker).write_text(str(time.time()))
+
+
+def test_a_stopped_rank_is_killed_grace_s_after_its_peer_gave_up(tmp_path):
+    marker = tmp_path / "failed_at"
+    dist_cfg = SimpleNamespace(nproc=2, master_port=None, grace_s=1, strategy="ddp", max_restarts=0)
+    with pytest.raises(UserError, match="rank 1 stopped responding"):
+        launch.spawn(_stop_or_time_out, (str(marker),), dist_cfg)
+    # torch's own wait between SIGTERM and SIGKILL is 30 s, which a stopped rank sits out; with dist.grace_s=1 the
+    # launcher returns about 3 s after rank 0 failed (its exit, the kill, the report: 6 s on a loaded machine)
+    assert time.time() - float(marker.read_text()) < 20
+
+
 def _torchrun(*args, cwd, timeout=240):
     command = [sys.executable, "-m", "torch.distributed.run", *args]
     env = {**script_env(), "TMPDIR": str(cwd)}  # where non-zero ranks make their scratch dirs: checked below
@@ -156,7 +186,7 @@ def test_torchrun_standalone_leaves_one_run_dir(tmp_path):
 
 
 def test_two_nodes_on_localhost_leave_one_run_dir(tmp_path):
-    port = free_port()
+    port = launch.free_port()
     nodes = [
         _torchrun(
             "--nnodes=2",

@@ -104,8 +104,8 @@ def _launch(worker: Callable[..., Any], args: tuple, dist_cfg: Any, nproc: int, 
         rdzv_endpoint=f"127.0.0.1:{port}",
         max_restarts=0,  # restarts are new launches (see spawn)
         monitor_interval=0.2,
-        # after a stop signal or a failed rank, the others get this long to exit before SIGKILL: a stopped or hung
-        # rank ends the job within dist.timeout_s (its peers' collective fails) + grace_s
+        # after a stop signal, the workers get this long to exit before SIGKILL (after a failed rank: see
+        # _failure_handled_promptly)
         shutdown_timeout=dist_cfg.grace_s,
         start_method="spawn",
     )
@@ -115,7 +115,10 @@ def _launch(worker: Callable[..., Any], args: tuple, dist_cfg: Any, nproc: int, 
     try:
         # the launcher forwards these to the workers (SIGUSR1 too, else it would kill the launcher and orphan them),
         # which finish their step, save last.pt and stop (lab.training.preemption)
-        with _environment(TORCHELASTIC_SIGNALS_TO_HANDLE=_FORWARDED_SIGNALS):
+        with (
+            _environment(TORCHELASTIC_SIGNALS_TO_HANDLE=_FORWARDED_SIGNALS),
+            _failure_handled_promptly(dist_cfg.grace_s),
+        ):
             return elastic_launch(config, worker)(*args)[0]
     except SignalException as err:
         name = signal.Signals(err.sigval).name
@@ -124,6 +127,43 @@ def _launch(worker: Callable[..., Any], args: tuple, dist_cfg: Any, nproc: int, 
             "(continue with resume=auto or resume=<run dir>)",
             exit_code=128 + err.sigval,
         ) from None
+
+
+@contextlib.contextmanager
+def _failure_handled_promptly(grace_s: float) -> Iterator[None]:
+    """While the workers run: once a rank has failed, the others get grace_s to exit before SIGKILL, and the
+    failure is reported without a pause.
+
+    The elastic agent hands a failed rank to torch.multiprocessing's ProcessContext.join, which it calls without a
+    grace period: that SIGTERMs the other ranks, then waits a fixed 30 s before SIGKILL (LaunchConfig's
+    shutdown_timeout bounds only the shutdown on a stop signal). A rank that cannot act on SIGTERM (stopped, or
+    blocked in C code) thus held the job 30 s past the dist.timeout_s after which its peers gave up: 60 s, not 30 s,
+    for dist.timeout_s=20 and grace_s=10. Every wait of that join is capped at grace_s here.
+
+    The agent then logs the failed rank's traceback through torch's log formatter, which imports torch._dynamo to
+    format any exception (seconds, more on a loaded machine): the traceback is formatted as plain text first."""
+    from torch.multiprocessing.spawn import ProcessContext
+
+    join = getattr(ProcessContext, "_join_procs_with_timeout", None)  # absent in another torch: its wait stands
+    agent_log = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
+    agent_log.addFilter(_plain_traceback)
+    if join is not None:
+        ProcessContext._join_procs_with_timeout = lambda context, timeout: join(context, min(timeout, grace_s))
+    try:
+        yield
+    finally:
+        agent_log.removeFilter(_plain_traceback)
+        if join is not None:
+            ProcessContext._join_procs_with_timeout = join
+
+
+def _plain_traceback(record: logging.LogRecord) -> bool:
+    """The record's exception as ready text (exc_text), the same text logging makes of it: torch's formatter prints
+    that as it is instead of importing torch._dynamo to format exc_info."""
+    if record.exc_info:
+        record.exc_text = logging.Formatter().formatException(record.exc_info)
+        record.exc_info = None
+    return True
 
 
 def threads_per_rank(nproc: int) -> str:
