@@ -30,7 +30,7 @@ from lab.distributed.parallel import Parallel
 from lab.errors import ConfigError, Interrupted, UserError
 
 log = logging.getLogger(__name__)
-_FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+_FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"
 
 
 def free_port() -> int:

@@ -1,5 +1,6 @@
 """Stopping on a signal without losing work: SIGTERM (a cluster's preemption or `kill`), SIGUSR1 (SLURM's warning
-before the time limit, with `--signal=USR1@<seconds>`) and SIGINT (Ctrl-C).
+before the time limit, with `--signal=USR1@<seconds>`), SIGUSR2 (submitit's warning before a preemption or the time
+limit, `SUBMITIT_PREEMPT_SIGNAL`) and SIGINT (Ctrl-C).
 
 The handler only records the signal; the trainer finishes the optimizer step in flight, all ranks agree to stop
 (`Parallel.any_rank_lagged`), last.pt is written, and the run ends with status "interrupted" and exit code
@@ -21,7 +22,7 @@ from lab.sweeps.ownership import sweep_of, sweep_resume_hint
 
 log = logging.getLogger(__name__)
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
 _SAME_PRESS_S = 1.0
 
 
@@ -60,9 +61,14 @@ class StopSignals:
         return self
 
     def __exit__(self, kind: type | None, value: BaseException | None, traceback: TracebackType | None) -> None:
-        for sig, handler in self._previous.items():
+        previous, self._previous = self._previous, {}
+        for sig, handler in previous.items():
             signal.signal(sig, handler)
-        self._previous = {}
+        handler = previous.get(signal.SIGUSR2)
+        if self.received == signal.SIGUSR2 and callable(handler):
+            # submitit's own handler, now that last.pt is saved: it requeues the job (hydra/launcher=slurm adds
+            # ckpt_path=<run dir>/checkpoints/last.pt to the requeued job) and exits
+            handler(signal.SIGUSR2, None)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.received is not None and signum == signal.SIGINT:
