@@ -203,7 +203,7 @@ def _fit(
     utilization = report_start(model, task, train_loader, run_dir, device, precision, tracker, parallel, peak)
     model, forward = parallel.wrap(model, cfg.dist, device, precision)  # before the optimizer: FSDP swaps params
     if parallel.world_size > 1:
-        runtime.seed_everything(cfg.seed + parallel.rank)  # dropout etc. differ per rank from here on
+        runtime.seed_everything((cfg.seed + parallel.rank) % 2**32)  # dropout etc. differ per rank from here on
     optimizer = build_optimizer(_scaled_optimizer_cfg(cfg, parallel, tracker), model, device)
     steps_per_epoch = math.ceil(len(train_batches) / cfg.trainer.grad_accum_steps)
     scheduler = build_scheduler(cfg.scheduler, optimizer, _planned_steps(cfg.trainer, steps_per_epoch))
