@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -167,6 +168,73 @@ def test_joblib_runs_jobs_in_parallel_processes(tmp_path):
     assert jobs[0]["pid"] != jobs[1]["pid"]
     assert jobs[0]["start"] < jobs[1]["end"] and jobs[1]["start"] < jobs[0]["end"]  # they overlapped
     assert [row["status"] for row in _summary_rows(sweep)] == ["completed"] * 2
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _killing_env(job: int, signal_name: str) -> dict:
+    env = script_env()
+    env["PYTHONPATH"] += os.pathsep + str(REPO / "tests" / "integration" / "plugins")
+    env.update(KILL_JOB=str(job), KILL_SIGNAL=signal_name)
+    return env
+
+
+def test_a_killed_joblib_worker_fails_its_own_job_and_resume_auto_runs_only_that_one(tmp_path):
+    sweep = tmp_path / "joblib"
+    command = [*QUICK, "logger=none", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2,3"]
+    command.append("+callbacks.kill={_target_:kill_job.KillJob}")  # job 1 SIGKILLs itself, as an OOM kill does
+    proc = _sweep(sweep, *command, env=_killing_env(1, "KILL"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: 1 of 3 sweep jobs failed (#1 JobKilled: worker process killed by SIGKILL (out of memory?)); "
+        f"overrides and logs: {sweep}/sweep_summary.md"
+    )
+    rows = {row["job"]: row for row in _summary_rows(sweep)}
+    assert [rows[j]["status"] for j in "012"] == ["completed", "failed", "completed"]  # the others went on
+    assert rows["1"]["error"] == "JobKilled: worker process killed by SIGKILL (out of memory?)"
+    finished = {job: _files(sweep / job) for job in "02"}
+
+    # the same command again would write over the finished jobs: refused in one line, nothing written
+    before = _files(sweep)
+    again = _sweep(sweep, *command, env=_killing_env(-1, "KILL"))
+    assert again.returncode == 1 and again.stderr.strip() == (
+        f"error: {sweep} holds an earlier sweep (3 job dirs); a sweep never writes over another: leave "
+        "hydra.sweep.dir unset (every sweep gets its own), pick another dir, or add resume=auto to continue that "
+        "sweep (the same command: its completed jobs are kept)"
+    )
+    assert _files(sweep) == before
+
+    # resume=auto runs the failed job again in its own dir; the completed ones are kept as they are
+    resumed = _sweep(sweep, *command, "resume=auto", env=_killing_env(-1, "KILL"))
+    _ok(resumed)
+    assert {job: _files(sweep / job) for job in "02"} == finished
+    rows = {row["job"]: row for row in _summary_rows(sweep)}
+    assert sorted(rows) == ["0", "1", "2"] and {row["status"] for row in rows.values()} == {"completed"}
+    assert rows["1"]["run_dir"] == str(sweep / "1") and "seed=2" in rows["1"]["overrides"]
+    assert _job(sweep, 1)["status"] == "completed" and not (sweep / ".lock").exists()
+
+
+def test_a_stopped_sweep_job_names_the_command_that_resumes_its_sweep(tmp_path):
+    sweep = tmp_path / "stopped"
+    command = [
+        *QUICK,
+        "logger=none",
+        "trainer.max_epochs=2",
+        "seed=1,2",
+        "+callbacks.kill={_target_:kill_job.KillJob}",
+    ]
+    proc = _sweep(sweep, *command, env=_killing_env(0, "TERM"))  # job 0 gets SIGTERM after its first validation
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    hint = f"(resume the sweep: the same command with hydra.sweep.dir={sweep} resume=auto"
+    assert hint in proc.stderr and "ckpt_path=" not in proc.stderr  # not job 0's weights for every job
+    assert (sweep / "0" / "checkpoints" / "last.pt").is_file() and not (sweep / "1").exists()
+
+    _ok(_sweep(sweep, *command, "resume=auto", env=_killing_env(-1, "TERM")))
+    rows = {row["job"]: row for row in _summary_rows(sweep)}
+    assert sorted(rows) == ["0", "1"] and {row["status"] for row in rows.values()} == {"completed"}
+    assert f"continuing the run in {sweep}/0" in (sweep / "0" / "train.log").read_text()  # in its own dir
 
 
 def test_submitit_local_launcher(tmp_path):

@@ -7,7 +7,9 @@ conf/hydra/launcher/slurm.yaml selects lab_slurm; joblib replaces the joblib plu
 from dataclasses import dataclass, field
 from typing import Any
 
+from hydra.core.config_search_path import ConfigSearchPath
 from hydra.core.config_store import ConfigStore
+from hydra.plugins.search_path_plugin import SearchPathPlugin
 from hydra_plugins.hydra_joblib_launcher.config import JobLibLauncherConf
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 
@@ -73,7 +75,15 @@ class LabJoblibConf(JobLibLauncherConf):
 ConfigStore.instance().store(group="hydra/sweeper", name="lab_grid", node=GridSweeperConf, provider="lab")
 ConfigStore.instance().store(group="hydra/sweeper", name="lab_optuna", node=OptunaSweeperConf, provider="lab")
 ConfigStore.instance().store(group="hydra/launcher", name="lab_slurm", node=LabSlurmConf, provider="lab")
-# `hydra/launcher=joblib` itself is this launcher: stored over the joblib plugin's entry, which its module (imported
-# above, and not run again by Hydra's plugin scan) made first. A conf/hydra/launcher/joblib.yaml could not select
-# it: Hydra would validate that file against the plugin's schema of the same name, whose _target_ differs.
-ConfigStore.instance().store(group="hydra/launcher", name="joblib", node=LabJoblibConf, provider="lab")
+
+
+class JoblibIsLabJoblib(SearchPathPlugin):
+    """Makes `hydra/launcher=joblib` this template's joblib launcher, stored over the joblib plugin's own entry.
+
+    It is done here because Hydra calls this after its plugin scan, which runs every plugin's config module again
+    in the order of sys.path (the joblib plugin's could come after this module and store its entry back). A
+    conf/hydra/launcher/joblib.yaml could not do it: Hydra validates a file against a stored config of the same
+    name (the plugin's, with another _target_) and warns of that on every start."""
+
+    def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+        ConfigStore.instance().store(group="hydra/launcher", name="joblib", node=LabJoblibConf, provider="lab")

@@ -1,10 +1,11 @@
 """Hydra callback: with `hydra/launcher=joblib` on a machine with several GPUs, each parallel job gets a GPU of
 its own (`CUDA_VISIBLE_DEVICES`), instead of every job piling onto GPU 0.
 
-The rule is per worker process, not per job number: joblib's loky workers are reused across jobs, and once a
-process has initialised CUDA its visible devices are fixed, so a GPU chosen by `job_num % n_gpus` could not be
-changed for the worker's next job and two running jobs could share a GPU. Instead, a worker's first job claims the
-first free GPU with a lock file in the sweep dir (held until the worker exits) and keeps it for every later job.
+The rule is per worker process, not per job number: the joblib launcher's workers are reused across jobs
+(hydra_plugins/lab_sweepers/joblib_launcher.py), and once a process has initialised CUDA its visible devices are
+fixed, so a GPU chosen by `job_num % n_gpus` could not be changed for the worker's next job and two running jobs
+could share a GPU. Instead, a worker's first job claims the first free GPU with a lock file in the sweep dir (held
+until the worker exits: the worker that replaces a killed one finds its GPU free) and keeps it for every later job.
 With more workers than GPUs (`hydra.launcher.n_jobs` > GPUs) the extra workers share GPU `job_num % n_gpus`.
 """
 

@@ -207,7 +207,7 @@ def test_joblib_worker_pins_its_gpu_for_all_its_jobs(tmp_path, monkeypatch) -> N
     monkeypatch.setattr(sweep_devices, "_claimed", None)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     callback = sweep_devices.GpuPerWorker()
-    joblib = _job_config(tmp_path, "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", num=5)
+    joblib = _job_config(tmp_path, "hydra_plugins.lab_sweepers.joblib_launcher.LabJoblibLauncher", num=5)
     callback.on_job_start(joblib)
     assert sweep_devices._claimed[0] == "2" and os.environ["CUDA_VISIBLE_DEVICES"] == "2"
     callback.on_job_start(joblib)  # the worker's next job keeps its GPU (CUDA cannot switch in a live process)
