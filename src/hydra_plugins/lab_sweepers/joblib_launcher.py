@@ -67,7 +67,7 @@ class JobStopped(JobKilled):
 
 
 class JobTimedOut(JobKilled):
-    pass
+    """The job ran past `hydra.launcher.timeout` and was stopped."""
 
 
 class LabJoblibLauncher(Launcher):
@@ -106,15 +106,14 @@ class LabJoblibLauncher(Launcher):
             log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
         timeout = self.joblib.get("timeout")
         results, stopped_by = self._pool.run(jobs, float(timeout) if timeout else None)
-        if stopped_by is not None:
-            log.error("%s", sweep_resume_hint(sweep_dir.absolute()))
         returns = []
         for num, overrides in jobs:
-            ret = results[num]
+            ret = results.get(num)  # none for a job a stop signal kept from starting
             if isinstance(ret, JobKilled):  # the job's process ended without a result
                 ret = self._record_lost(num, overrides, ret)
             returns.append(ret)
         if stopped_by is not None:
+            log.error("%s", sweep_resume_hint(sweep_dir.absolute()))
             # SystemExit, like a stop signal in a job the sweep runs itself: no summary of a sweep cut short
             sys.exit(128 + stopped_by)
         return returns
@@ -126,7 +125,7 @@ class LabJoblibLauncher(Launcher):
         ret = JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=err)
         try:
             job_config = self._job_config(num, overrides)
-        except Exception as compose_err:  # the worker died composing it: Hydra made no dir for it
+        except Exception as compose_err:  # it does not compose: the worker died composing it, before its run dir
             log.error("job #%d: %s; no run dir (%s)", num, describe(err), describe(compose_err))
             return ret
         ret.hydra_cfg = OmegaConf.create({"hydra": job_config.hydra})
@@ -167,20 +166,21 @@ class _Worker:
         self.process.start()
         child_end.close()  # the worker's end lives in the worker only: its death closes the pipe here
         self.job: tuple[int, Sequence[str]] | None = None
-        self.started, self.deadline = 0.0, None
+        self.started, self.timeout, self.deadline = 0.0, None, None
         self.timed_out = False
 
     def give(self, job: tuple[int, Sequence[str]], timeout: float | None) -> None:
         self.conn.send(job)
         self.job, self.started, self.timed_out = job, time.time(), False
-        self.deadline = time.monotonic() + timeout if timeout else None
+        self.timeout, self.deadline = timeout, time.monotonic() + timeout if timeout else None
 
     def lost(self) -> JobKilled:
         """Why this worker's job has no result: the worker is gone (wait for its exit code)."""
         self.process.join()
         code, pid = self.process.exitcode, self.process.pid
         if self.timed_out:
-            return JobTimedOut("ran past hydra.launcher.timeout: stopped with SIGTERM", pid, self.started)
+            limit = f"hydra.launcher.timeout={self.timeout:g}s"
+            return JobTimedOut(f"ran past {limit}: stopped with SIGTERM", pid, self.started)
         if code is not None and code < 0:
             oom = " (out of memory?)" if -code == signal.SIGKILL else ""
             return JobKilled(f"worker process killed by {signal.Signals(-code).name}{oom}", pid, self.started)
@@ -248,7 +248,8 @@ class _Pool:
         overdue = [w for w in workers if w.deadline is not None and not w.timed_out and time.monotonic() >= w.deadline]
         for worker in overdue:
             worker.timed_out = True
-            log.error("job #%d ran past hydra.launcher.timeout: stopping it (SIGTERM)", worker.job[0])
+            num, limit = worker.job[0], worker.timeout
+            log.error("job #%d ran past hydra.launcher.timeout=%gs: stopping it (SIGTERM)", num, limit)
         _signal(overdue, signal.SIGTERM)
 
     def close(self) -> None:
