@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import functools
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -27,6 +28,8 @@ from typing import IO, Any
 import yaml
 
 from lab.errors import UserError
+
+log = logging.getLogger(__name__)
 
 LOCK = ".lock"
 JOB_RECORD = "sweep_job.json"  # what became of a job, written into its run dir when it ends (lab.sweeps.summary)
@@ -149,6 +152,9 @@ def check_resumable(sweep_dir: Path, jobs: Sequence[Sequence[str]]) -> dict[int,
     """For `resume=auto`: the jobs of `jobs` (this sweep's list, job n = jobs[n]) that an earlier run in `sweep_dir`
     completed, by number. Refuses a dir whose recorded jobs are not this sweep's."""
     recorded = {job.num: job for job in read_jobs(sweep_dir)}
+    if not recorded:
+        hint = "to continue an earlier sweep, pass its hydra.sweep.dir"
+        log.warning("resume=auto: %s holds no job of an earlier run: the sweep starts (%s)", sweep_dir, hint)
     for num, job in recorded.items():
         ran, wanted = identity(job.overrides), identity(jobs[num]) if num < len(jobs) else None
         if ran != wanted:
