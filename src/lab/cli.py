@@ -18,6 +18,7 @@ from lab.config.mistakes import describe
 from lab.dotenv import load_dotenv
 from lab.errors import ConfigError, Interrupted, UserError
 from lab.sweeps.jobs import in_multirun
+from lab.sweeps.ownership import check_sweep_dir_before_hydra
 
 
 def full_errors() -> bool:
@@ -97,6 +98,7 @@ def main(hydra_main: Callable[[], Any], script: str) -> Any:
     Hydra wrote leaves the run dir as it found it (lab.run_dir)."""
     load_dotenv()  # credentials from .env (never over variables already set), before Hydra reads the environment
     with user_errors():
+        check_sweep_dir_before_hydra(sys.argv)
         sys.argv = run_dirs.check_before_hydra(sys.argv, script)
     with run_dirs.undone_on_refusal(), concise_config_errors(), ctrl_c_in_one_line():
         return hydra_main()

@@ -68,11 +68,12 @@ _hydra_dirs: list[Path] = []  # the run dirs Hydra made or used for this process
 def check_before_hydra(argv: list[str], script: str) -> list[str]:
     """Refuse an explicit `hydra.run.dir=` that `script` may not write, before Hydra writes `.hydra/` into it.
     Returns argv, with `hydra.output_subdir` added when training continues a run in place (its `.hydra/` stays)."""
-    if "-m" in argv or "--multirun" in argv:
-        return argv  # a sweep's dirs: lab.sweeps.ownership
-    overrides = _overrides(argv[1:])
-    if "hydra.run.dir" not in overrides:
-        return argv  # Hydra makes a new timestamped dir
+    if not any("hydra.run.dir" in arg for arg in argv[1:]):
+        return argv  # Hydra makes a new timestamped dir (the common case, without loading Hydra's parsers)
+    command = read_command_line(argv)
+    if command is None or command.multirun or "hydra.run.dir" not in command.values:
+        return argv  # Hydra reports a bad command line; a sweep's dirs: lab.sweeps.ownership
+    overrides = command.values
     run_dir = Path(str(overrides["hydra.run.dir"])).expanduser()
     _require_writable(run_dir)
     _before[run_dir.resolve()] = _snapshot(run_dir)
@@ -93,24 +94,27 @@ def check_before_hydra(argv: list[str], script: str) -> list[str]:
     raise UserError(_foreign_run(run_dir, held, overrides.get("resume")))
 
 
-def _overrides(args: list[str]) -> dict[str, Any]:
-    """`key -> value` of the command line's overrides, read as Hydra reads them (`'quoted'`, `+`/`++` prefixes);
-    the last one of a key wins, as in Hydra. Unparsable ones are left for Hydra to report."""
+@dataclass(frozen=True)
+class CommandLine:
+    multirun: bool  # -m/--multirun, hydra.mode=MULTIRUN or a hparams_search (which sets it)
+    values: dict[str, Any]  # key -> value of each override that is not a sweep (the last of a key wins, as in Hydra)
+
+
+def read_command_line(argv: list[str]) -> CommandLine | None:
+    """An entry script's command line read the way Hydra reads it (its argument parser and override grammar), so
+    `'quoted'` values and `+`/`++` prefixes name the same key; None when Hydra will refuse it (it says why)."""
+    from hydra._internal.utils import get_args_parser
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
-    parser = OverridesParser.create()
-    values: dict[str, Any] = {}
-    for arg in args:
-        if arg.startswith("-"):
-            continue
-        try:
-            (override,) = parser.parse_overrides([arg])
-        except HydraException:
-            continue
-        if not override.is_sweep_override() and not override.is_delete():
-            values[override.key_or_group] = override.value()
-    return values
+    try:
+        args = get_args_parser().parse_args(argv[1:])
+        parsed = OverridesParser.create().parse_overrides(args.overrides)
+    except (SystemExit, HydraException):
+        return None
+    values = {o.key_or_group: o.value() for o in parsed if not o.is_delete() and not o.is_sweep_override()}
+    multirun = args.multirun or str(values.get("hydra.mode", "")).upper() == "MULTIRUN"
+    return CommandLine(multirun or values.get("hparams_search") is not None, values)
 
 
 def _flag(value: Any) -> bool:
@@ -353,11 +357,12 @@ class _Trainer:
     max_steps: int
 
 
-def continued_run(resume: str | None, run_dir: Path, config: Mapping[str, Any]) -> Path | None:
+def continued_run(resume: str | None, run_dir: Path, config: Mapping[str, Any], siblings: bool = True) -> Path | None:
     """The run dir this run continues in, or None for a new run. `run_dir` is this process's own (Hydra's).
 
-    `resume=auto` (and a requeued SLURM job): the unfinished run in `run_dir` itself, else (auto only) the newest
-    unfinished run of the same task and config next to it (None when there is none); `resume=<run dir>`: that run.
+    `resume=auto` (and a requeued SLURM job): the unfinished run in `run_dir` itself, else (auto and `siblings`
+    only) the newest unfinished run of the same task and config next to it (None when there is none);
+    `resume=<run dir>`: that run.
     """
     if (resume == "auto" or requeued()) and unfinished(run_dir):
         _require_same_config(run_dir, config)
@@ -365,7 +370,8 @@ def continued_run(resume: str | None, run_dir: Path, config: Mapping[str, Any]) 
     if resume is None:
         return None
     if resume == "auto":
-        found = newest_unfinished(run_dir.parent, config, exclude=run_dir) if run_dir.parent.is_dir() else None
+        nearby = siblings and run_dir.parent.is_dir()
+        found = newest_unfinished(run_dir.parent, config, exclude=run_dir) if nearby else None
         if found is None:
             log.info("resume=auto: no unfinished run of this config under %s; starting a new run", run_dir.parent)
         return found

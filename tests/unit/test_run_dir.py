@@ -143,3 +143,11 @@ def test_overwrite_forgets_the_replaced_runs_later_attempts_only(tmp_path) -> No
     (done / ".hydra" / "attempt-2" / "config.yaml").write_text("seed: 1\n")
     run_dirs.forget_attempts(done)
     assert _tree(done / ".hydra") == {"config.yaml": b"seed: 1\n"}
+
+
+def test_a_sweep_job_continues_only_in_its_own_dir(tmp_path) -> None:
+    _run(tmp_path / "sweep" / "0", status="interrupted")  # job 0 of the sweep, same config
+    job1 = tmp_path / "sweep" / "1"
+    job1.mkdir()
+    assert run_dirs.continued_run("auto", job1, CONFIG, siblings=False) is None
+    assert run_dirs.continued_run("auto", job1, CONFIG) == tmp_path / "sweep" / "0"

@@ -56,7 +56,9 @@ def resolve_nproc(dist_cfg: Any) -> int:
     return nproc
 
 
-def spawn(worker: Callable[..., Any], args: tuple, dist_cfg: Any) -> Any:
+def spawn(
+    worker: Callable[..., Any], args: tuple, dist_cfg: Any, resume_hint: str = "continue with resume=<run dir>"
+) -> Any:
     """Run `worker(*args)` in `dist.nproc` local processes; return rank 0's result or raise naming the failed rank.
 
     With dist.max_restarts=N a failed attempt (a crash, a lost rank: not a config/data error, not a stop signal)
@@ -69,7 +71,7 @@ def spawn(worker: Callable[..., Any], args: tuple, dist_cfg: Any) -> Any:
     for attempt in range(dist_cfg.max_restarts + 1):
         try:
             with _environment(OMP_NUM_THREADS=threads, **{RESTART_COUNT: str(attempt)}):
-                return _launch(worker, args, dist_cfg, nproc, threads)
+                return _launch(worker, args, dist_cfg, nproc, threads, resume_hint)
         except ChildFailedError as err:
             reason, restartable = _describe_failure(err, nproc)
             log.error("%s", reason)  # into the run's log file as well as the console
@@ -91,7 +93,7 @@ def restart_count() -> int:
     return int(os.environ.get(RESTART_COUNT, "0"))
 
 
-def _launch(worker: Callable[..., Any], args: tuple, dist_cfg: Any, nproc: int, threads: str) -> Any:
+def _launch(worker: Callable[..., Any], args: tuple, dist_cfg: Any, nproc: int, threads: str, resume_hint: str) -> Any:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # the elastic agent: only to spawn
 
     port = dist_cfg.master_port or free_port()
@@ -123,8 +125,7 @@ def _launch(worker: Callable[..., Any], args: tuple, dist_cfg: Any, nproc: int, 
     except SignalException as err:
         name = signal.Signals(err.sigval).name
         raise Interrupted(
-            f"interrupted by {name}: every rank finished its optimizer step and saved last.pt in the run dir "
-            "(continue with resume=auto or resume=<run dir>)",
+            f"interrupted by {name}: every rank finished its optimizer step and saved last.pt ({resume_hint})",
             exit_code=128 + err.sigval,
         ) from None
 

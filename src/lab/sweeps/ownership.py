@@ -28,6 +28,7 @@ from typing import IO, Any
 import yaml
 
 from lab.errors import UserError
+from lab.run_dir import read_command_line
 
 log = logging.getLogger(__name__)
 
@@ -255,16 +256,9 @@ def check_sweep_dir_before_hydra(argv: list[str]) -> None:
     default one, one set in a config) and holds the lock."""
     if not any("hydra.sweep.dir" in arg for arg in argv[1:]):
         return  # the common case, without loading Hydra's parsers
-    from hydra._internal.utils import get_args_parser
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    try:
-        args = get_args_parser().parse_args(argv[1:])
-        parsed = OverridesParser.create().parse_overrides(args.overrides)
-    except (SystemExit, HydraException):
+    command = read_command_line(argv)
+    if command is None:
         return  # not a valid command line: Hydra reports it
-    values = {o.key_or_group: o.value() for o in parsed if not o.is_delete() and not o.is_sweep_override()}
-    multirun = args.multirun or str(values.get("hydra.mode", "")).upper() == "MULTIRUN" or "hparams_search" in values
-    if multirun and isinstance(values.get("hydra.sweep.dir"), str):
+    values = command.values
+    if command.multirun and isinstance(values.get("hydra.sweep.dir"), str):
         check(Path(values["hydra.sweep.dir"]).expanduser(), resuming=values.get("resume") == "auto")

@@ -28,7 +28,7 @@ from lab.errors import UserError
 from lab.optim import build_optimizer, build_scheduler, lr_scale
 from lab.sweeps.jobs import in_multirun
 from lab.tracking import provenance
-from lab.training import Trainer, flops
+from lab.training import Trainer, flops, preemption
 from lab.training.report import report_start
 from lab.workflows import train_extras
 from lab.workflows.common import hydra_run_dir
@@ -57,7 +57,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     writer = not dist_env.launched_as_worker() or dist_env.rank() == 0
     continued = None
     if writer:
-        continued = run_dirs.continued_run(cfg.resume, run_dir, OmegaConf.to_container(cfg, resolve=True))
+        config = OmegaConf.to_container(cfg, resolve=True)
+        # a sweep job continues in its own dir only: the dirs next to it are the other jobs of its sweep
+        continued = run_dirs.continued_run(cfg.resume, run_dir, config, siblings=not in_multirun())
     if continued is not None:  # one run across resumes: its own dir, checkpoints, metrics and wandb run
         cfg.ckpt_path = str(continued / "checkpoints" / "last.pt")
     checkpointing.require_file(cfg.ckpt_path)  # fail before starting processes
@@ -75,7 +77,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
         identity = tracking.job_identity(cfg, target)
         if cfg.dist.strategy != "none" and not dist_env.launched_as_worker():
             container = OmegaConf.to_container(cfg, resolve=True)
-            return launch.spawn(_spawned_worker, (container, str(target), identity), cfg.dist)
+            hint = preemption.resume_hint(target)  # a sweep job's names its sweep
+            return launch.spawn(_spawned_worker, (container, str(target), identity), cfg.dist, hint)
         return _join_and_train(cfg, target, identity)
 
 
