@@ -132,6 +132,9 @@ CTRL_C_WHILE_BUILDING_DATA = """
 import os, signal, time
 from lab import data
 
+# a shell starts the script with Ctrl-C's default action; an xdist worker ignores SIGINT and its children inherit that
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 def ctrl_c(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C a few seconds in, while the data is being built
     time.sleep(60)
