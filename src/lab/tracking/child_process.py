@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -35,6 +36,13 @@ from lab.tracking.backends import Backend, RunInfo, TrackerStopped
 log = logging.getLogger(__name__)
 
 SRC = Path(__file__).resolve().parents[2]  # the folder holding `lab`, for the child's import path
+
+# The child starts in the tracker-start thread while the main thread may fork DataLoader workers (Linux's start
+# method). A fork in the middle of Popen copies Popen's exec-status pipe into the worker, and Popen then waits for
+# that pipe to close, i.e. for the worker to exit: the run hung at its first log line. A fork (os.fork, and so
+# multiprocessing's) waits until the child is started and this process has closed the child's ends of its pipes.
+_STARTING = threading.Lock()
+os.register_at_fork(before=_STARTING.acquire, after_in_parent=_STARTING.release, after_in_child=_STARTING.release)
 
 
 class ChildProcessBackend(Backend):
@@ -79,16 +87,17 @@ class _Child:
     """This process's end of the child: requests out, answers (results, log records, errors) back."""
 
     def __init__(self) -> None:
-        request_read, request_write = os.pipe()
-        answer_read, answer_write = os.pipe()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(request_read), str(answer_write)],
-            pass_fds=(request_read, answer_write),
-            env=env,
-        )
-        os.close(request_read)
-        os.close(answer_write)
+        with _STARTING:  # no fork while the pipes' child ends are open here (Popen runs no Python fork hooks)
+            request_read, request_write = os.pipe()
+            answer_read, answer_write = os.pipe()
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(request_read), str(answer_write)],
+                pass_fds=(request_read, answer_write),
+                env=env,
+            )
+            os.close(request_read)
+            os.close(answer_write)
         self.requests = Connection(request_write, readable=False)
         self.answers = Connection(answer_read, writable=False)
         self.late_error: Exception | None = None  # of a call that did not wait: raised at the next one

@@ -116,3 +116,31 @@ def test_child_process_false_keeps_wandb_in_this_process(tmp_path):
     tracker = Tracker(tmp_path, logger_cfg=_logger(child_process=False)).start()
     assert isinstance(tracker.backends[0], WandbBackend)
     tracker.finish()
+
+
+def test_a_fork_waits_until_the_child_process_is_started(monkeypatch):
+    """A DataLoader worker forked (by another thread) while Popen runs would hold Popen's exec-status pipe and hang
+    it: the fork must come after Popen returned and the child's pipe ends were closed here."""
+    import os
+    import threading
+
+    events: list[str] = []
+    started = threading.Event()
+
+    class SlowPopen:
+        def __init__(self, *args, **kwargs) -> None:
+            started.set()
+            time.sleep(0.5)  # the fork below is asked for meanwhile
+            events.append("popen returned")
+
+    monkeypatch.setattr(child_process.subprocess, "Popen", SlowPopen)
+    starting = threading.Thread(target=child_process._Child)
+    starting.start()
+    started.wait()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    events.append("forked")
+    os.waitpid(pid, 0)
+    starting.join()
+    assert events == ["popen returned", "forked"]
