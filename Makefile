@@ -20,8 +20,8 @@ train: $(STAMP)  ## train the default experiment (digits, CNN); pass overrides w
 
 # worksteal: an idle worker takes tests queued on the other; with `load` one worker could be left with a queue of
 # long integration tests while the other had finished
-test: $(STAMP)  ## the whole test suite
-	$(PY) -m pytest -q -n 2 --dist worksteal $(ARGS)
+test: $(STAMP)  ## the whole test suite (the 25 slowest tests are listed at the end: keep the suite in budget)
+	$(PY) -m pytest -q -n 2 --dist worksteal --durations=25 $(ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
