@@ -322,10 +322,9 @@ def unfinished(run_dir: Path) -> bool:
         return True  # a summary cut short: the run died while writing it
 
 
-def training_left(progress: Mapping[str, Any], trainer_cfg: Any) -> bool:
-    """Whether a checkpoint at `progress` has epochs (and steps) left under `trainer_cfg`."""
-    steps_left = trainer_cfg.max_steps <= 0 or progress["global_step"] < trainer_cfg.max_steps
-    return progress["epoch"] < trainer_cfg.max_epochs and steps_left
+def training_left(progress: Mapping[str, Any], max_epochs: int, max_steps: int) -> bool:
+    """Whether a checkpoint at `progress` has epochs (and steps: `max_steps` <= 0 sets no limit) left."""
+    return progress["epoch"] < max_epochs and (max_steps <= 0 or progress["global_step"] < max_steps)
 
 
 def newest_unfinished(runs_root: Path, config: Mapping[str, Any], exclude: Path) -> Path | None:
@@ -345,16 +344,10 @@ def newest_unfinished(runs_root: Path, config: Mapping[str, Any], exclude: Path)
         except UserError as err:
             log.warning("resume=auto skips %s: %s", run_dir, err)
             continue
-        trainer = _Trainer(**{k: config["trainer"][k] for k in ("max_epochs", "max_steps")})
-        if config_hash(saved.get("config") or {}) == wanted and training_left(saved["progress"], trainer):
+        limits = config["trainer"]["max_epochs"], config["trainer"]["max_steps"]
+        if config_hash(saved.get("config") or {}) == wanted and training_left(saved["progress"], *limits):
             return run_dir
     return None
-
-
-@dataclass(frozen=True)
-class _Trainer:
-    max_epochs: int
-    max_steps: int
 
 
 def continued_run(resume: str | None, run_dir: Path, config: Mapping[str, Any], siblings: bool = True) -> Path | None:

@@ -89,7 +89,7 @@ def _refuse_finished(path: Path, trainer_cfg: Any) -> None:
         progress = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["progress"]
     except Exception:
         progress = checkpointing.read(path)["progress"]  # its one-line reason why the file is unreadable
-    if not run_dirs.training_left(progress, trainer_cfg):
+    if not run_dirs.training_left(progress, trainer_cfg.max_epochs, trainer_cfg.max_steps):
         raise UserError(
             f"{path} has finished training (epoch {progress['epoch']} of trainer.max_epochs="
             f"{trainer_cfg.max_epochs}, step {progress['global_step']}): raise trainer.max_epochs (or max_steps) "
