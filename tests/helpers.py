@@ -32,8 +32,13 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "train") ->
 
 
 def group_options(group: str) -> list[str]:
-    """The options of one config group, from the files on disk (a new conf/<group>/x.yaml is picked up)."""
-    return sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml"))
+    """The options of one config group: the option classes lab.config stores in Hydra's ConfigStore (a fork's too)
+    and the presets on disk (a new conf/<group>/x.yaml is picked up)."""
+    from hydra.core.config_store import ConfigStore
+
+    group_node = ConfigStore.instance().repo.get(group, {})
+    stored = {name.removesuffix(".yaml") for name, node in group_node.items() if not isinstance(node, dict)}
+    return sorted(stored | {path.stem for path in (CONF_DIR / group).glob("*.yaml")})
 
 
 def script_env() -> dict[str, str]:

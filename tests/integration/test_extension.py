@@ -39,19 +39,29 @@ def _commands(section: str) -> list[str]:
     return [line.strip() for line in block.splitlines() if line.strip()]
 
 
-def test_a_new_model_dataset_and_task_are_new_files_only_and_run_through_every_script(tmp_path):
+def _fork(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A copy of the repository with the README's new files written in (none of them may exist already)."""
     fork = tmp_path / "fork"
     for name in ("src", "conf", "scripts"):
         shutil.copytree(REPO / name, fork / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     files = _files(_section())
-    assert {Path(p).parts[0] for p in files} == {"src", "conf"} and len(files) == 6
+    assert {Path(p).parts[0] for p in files} == {"src"} and len(files) == 4  # three options and the task's class
     for path, content in files.items():
         target = fork / path
         assert not target.exists(), f"{path} exists already: the README must need new files only"
         target.write_text(content)
+    return fork, {**os.environ, "PYTHONPATH": str(fork / "src"), "WANDB_MODE": "offline"}
 
+
+def _train(fork: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "scripts/train.py", *args], cwd=fork, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_a_new_model_dataset_and_task_are_new_files_only_and_run_through_every_script(tmp_path):
+    fork, env = _fork(tmp_path)
     np.save(fork / "rows.npy", np.random.default_rng(0).integers(0, 2, (5, 12)).astype(np.float32))
-    env = {**os.environ, "PYTHONPATH": str(fork / "src"), "WANDB_MODE": "offline"}
     run = fork / "outputs/train/run"
     for index, command in enumerate(_commands(_section())):
         args = shlex.split(command.replace("outputs/train/<run>", str(run)))
@@ -68,3 +78,54 @@ def test_a_new_model_dataset_and_task_are_new_files_only_and_run_through_every_s
     assert {a["status"] for a in manifest["artifacts"].values()} == {"ok"}
     predictions = json.loads((fork / "outputs/step3/predictions.json").read_text())["predictions"]
     assert len(predictions) == 5 and all(len(p["output"]) == 3 for p in predictions)
+
+
+def test_a_new_option_takes_its_keys_without_plus_and_a_preset_yaml_holds_only_what_differs(tmp_path):
+    fork, env = _fork(tmp_path)
+    options = ["task=multilabel", "data=bits", "model=gated_mlp"]
+    listed = _train(fork, env, "--help")
+    assert re.search(r"^model: .*\bgated_mlp\b", listed.stdout, re.M) and re.search(
+        r"^data: .*\bbits\b", listed.stdout, re.M
+    )
+
+    # the option's own keys, with no `+`, typed by its class; its defaults fill what the command line leaves
+    composed = _train(fork, env, *options, "model.hidden=128", "data.num_bits=16", "--cfg", "job")
+    assert composed.returncode == 0, composed.stderr
+    assert (
+        "hidden: 128" in composed.stdout
+        and "num_bits: 16" in composed.stdout
+        and "num_samples: 2000" in composed.stdout
+    )
+
+    # a preset of the new option: its YAML holds only the value that differs
+    (fork / "conf/model/gated_mlp_wide.yaml").write_text("defaults:\n  - gated_mlp\n\nhidden: 256\n")
+    preset = _train(fork, env, *options[:2], "model=gated_mlp_wide", "--cfg", "job")
+    assert preset.returncode == 0, preset.stderr
+    assert "name: gated_mlp" in preset.stdout and "hidden: 256" in preset.stdout and "freeze: []" in preset.stdout
+
+    # mistakes across options are one line each, before any work
+    for mistake, named in [
+        (["data=digits", "data.num_bits=5"], "data.num_bits"),  # another option's key
+        ([*options, "model.hidden=wide"], "model.hidden"),  # a wrong type
+        ([*options[:2], "model=gated_mpl"], "model=gated_mpl"),  # a misspelt option
+    ]:
+        proc = _train(fork, env, *mistake, "--cfg", "job")
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and named in lines[0] and len(lines) <= 2, proc.stderr
+
+    # `+`/`++` overrides in a sweep, beside the new option's keys
+    sweep = tmp_path / "sweep"
+    proc = _train(
+        fork,
+        env,
+        "-m",
+        *options,
+        "model.hidden=8,16",
+        "++data.num_samples=300",
+        "+callbacks.noop={_target_:builtins.object}",
+        "logger=none",
+        "trainer.max_epochs=1",
+        f"hydra.sweep.dir={sweep}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()) == ["0", "1"]

@@ -1,6 +1,6 @@
 """Configs of the plugins, registered in Hydra's ConfigStore as `hydra/sweeper=lab_grid|lab_optuna` and
 `hydra/launcher=lab_slurm|joblib` (conf/hydra/default.yaml makes lab_grid the default sweeper,
-conf/hydra/launcher/slurm.yaml selects lab_slurm; joblib replaces the joblib plugin's own entry)."""
+hydra/launcher=slurm is lab_slurm; joblib replaces the joblib plugin's own entry)."""
 
 # No `from __future__ import annotations`: Hydra executes plugin modules before putting them in sys.modules, and
 # dataclasses cannot resolve string annotations of a module that is not there yet.
@@ -50,7 +50,10 @@ class OptunaSweeperConf:
 
 @dataclass
 class LabSlurmConf(SlurmQueueConf):
-    """Hydra's submitit_slurm launcher with this template's defaults (conf/hydra/launcher/slurm.yaml extends it)."""
+    """`hydra/launcher=slurm`: Hydra's submitit_slurm launcher with this template's defaults, one SLURM job per sweep
+    job (an array); a job requeued after preemption or timeout resumes from its last.pt. Every field of submitit_slurm
+    applies (partition, qos, account, constraint, ...): python scripts/train.py -m hydra/launcher=slurm
+    hydra.launcher.partition=gpu ..."""
 
     _target_: str = "hydra_plugins.lab_sweepers.slurm_launcher.LabSlurmLauncher"
     timeout_min: int = 240  # --time; submitit signals the job signal_delay_s before it, which checkpoints and requeues
@@ -75,6 +78,7 @@ class LabJoblibConf(JobLibLauncherConf):
 ConfigStore.instance().store(group="hydra/sweeper", name="lab_grid", node=GridSweeperConf, provider="lab")
 ConfigStore.instance().store(group="hydra/sweeper", name="lab_optuna", node=OptunaSweeperConf, provider="lab")
 ConfigStore.instance().store(group="hydra/launcher", name="lab_slurm", node=LabSlurmConf, provider="lab")
+ConfigStore.instance().store(group="hydra/launcher", name="slurm", node=LabSlurmConf, provider="lab")
 
 
 class JoblibIsLabJoblib(SearchPathPlugin):

@@ -17,6 +17,7 @@ rewrite their `.hydra/`), the others run again in their own dirs under their own
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import Override, OverrideType
 from hydra.core.utils import JobReturn
 from omegaconf import DictConfig, OmegaConf
 
@@ -79,13 +80,19 @@ class GridSweeper(BasicSweeper):
         for overrides in batch:
             parsed = parser.parse_overrides(list(overrides))
             if groups is not None and _group_choices(parsed, groups) in composed:
-                plain = [o for o in parsed if not _chooses_group(o, groups)]
+                # `+key=v` was applied to this copy by the job it was composed for: add-or-replace it here (the
+                # first job's composition already checked that the key could be added)
+                plain = [_adding_again(o) for o in parsed if not _chooses_group(o, groups)]
                 config = copy.deepcopy(composed[_group_choices(parsed, groups)])
                 ConfigLoaderImpl._apply_overrides_to_config(plain, config)  # what composing does with them
                 continue
             config = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
             groups = set(config.hydra.runtime.choices)
             composed[_group_choices(parsed, groups)] = config
+
+
+def _adding_again(override: Override) -> Override:
+    return dataclasses.replace(override, type=OverrideType.FORCE_ADD) if override.type == OverrideType.ADD else override
 
 
 def _chooses_group(override: Override, groups: set[str]) -> bool:

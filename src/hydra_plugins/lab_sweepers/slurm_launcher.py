@@ -1,4 +1,4 @@
-"""`hydra/launcher=slurm` (conf/hydra/launcher/slurm.yaml): Hydra's submitit SLURM launcher, plus resumption.
+"""`hydra/launcher=slurm` (LabSlurmConf in config.py): Hydra's submitit SLURM launcher, plus resumption.
 
 On preemption or timeout submitit calls the launcher's `checkpoint()` inside the running job and requeues what
 it returns. Hydra's launcher requeues the same overrides, so the job would train again from scratch; this one

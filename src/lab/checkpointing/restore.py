@@ -7,6 +7,7 @@ in eval mode: no DDP / torch.compile / channels_last wrapper can reach an evalua
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,8 +19,7 @@ from torch import nn
 
 from lab import data, models, tasks
 from lab.checkpointing import files, state_dicts
-from lab.config import ClassificationTaskConfig
-from lab.data.datasets import checked_config
+from lab.config import ClassificationConfig, options
 from lab.errors import ConfigError, UserError
 
 
@@ -58,7 +58,7 @@ def rebuild(path: str | Path) -> Restored:
     if not isinstance(meta, dict) or not meta:
         raise UserError(f"{path} has no data_meta: cannot rebuild the model and the preprocessing it expects")
     meta = upgrade_meta(meta)
-    model = models.build(OmegaConf.create(config["model"]), meta)
+    model = models.build(options.instantiate("model", config["model"], drop_unknown=True), meta)
     state_dicts.load_model_state(model, ckpt["model"])
     model.eval()
     return Restored(
@@ -66,7 +66,7 @@ def rebuild(path: str | Path) -> Restored:
         model=model,
         meta=meta,
         config=config,
-        task=tasks.build(OmegaConf.create(task_config(config)), meta),
+        task=tasks.build(options.instantiate("task", task_config(config), drop_unknown=True), meta),
         provenance=dict(ckpt.get("provenance") or {}),
         progress=dict(ckpt.get("progress") or {}),
     )
@@ -74,11 +74,11 @@ def rebuild(path: str | Path) -> Restored:
 
 def data_config(restored: Restored, overrides: Mapping[str, Any] | DictConfig | None) -> DictConfig:
     """The checkpoint's data config with the non-null CLI overrides (root, batch sizes, workers) on top,
-    checked by the same schema as training's."""
+    checked by the same option as training's."""
     changes = {k: v for k, v in dict(overrides or {}).items() if v is not None}
-    merged = OmegaConf.merge(OmegaConf.create(restored.config["data"]), changes)
+    option = options.instantiate("data", restored.config["data"], drop_unknown=True)
     try:
-        return checked_config(merged)  # the dataset's own schema and value checks
+        return OmegaConf.structured(options.instantiate("data", {**dataclasses.asdict(option), **changes}))
     except ConfigError:
         raise
     except Exception as err:
@@ -103,7 +103,7 @@ def rebuild_data(restored: Restored, overrides: Mapping[str, Any] | DictConfig |
 
 def task_config(config: dict[str, Any]) -> dict[str, Any]:
     """The run's task config; checkpoints from before tasks existed were classification runs."""
-    return config.get("task") or OmegaConf.to_container(OmegaConf.structured(ClassificationTaskConfig))
+    return config.get("task") or dataclasses.asdict(ClassificationConfig())
 
 
 def upgrade_meta(meta: dict[str, Any]) -> dict[str, Any]:

@@ -1,124 +1,143 @@
-"""Structured config schemas: each default is written here, once.
+"""Every config schema, and every option a run can choose (lab.config.options): each default is written here, once.
 
-Each entry config (``conf/train.yaml``...) and each group option (``conf/<group>/<option>.yaml``) extends one of
-these dataclasses (``defaults: [/<name>@_here_]``, a name of :data:`SCHEMAS`) and writes only the values that
-differ from it; experiment, debug and hparams_search options write only what they change (``conf/hydra/``
-extends Hydra's own schemas and those of src/hydra_plugins/). So Hydra rejects unknown keys and wrong types while
-composing, and tests/unit/config/test_defaults_once.py fails on a YAML value that repeats a default. Value checks
-(``lr > 0``...) live in ``__post_init__`` and run in :func:`validate`, before any work starts.
+Each option of the model, data, task, optimizer, scheduler and dist groups is a dataclass that subclasses its
+kind's base config and builds its component; :func:`register` stores it in Hydra's ConfigStore as
+``<group>/<name>``, so ``model=cnn`` needs no YAML, Hydra types the node by the option (unknown keys, wrong types
+and another option's keys fail while composing) and ``--help`` lists it. A YAML in ``conf/<group>/`` is a preset:
+``defaults: [<option>]`` plus what differs (``conf/model/resnet18.yaml``). The entry configs (``conf/train.yaml``...)
+extend the root schemas in :data:`SCHEMAS`. Value checks (``lr > 0``...) live in ``__post_init__`` and run once, in
+:func:`validate`, before any work starts; tests/unit/config/test_defaults_once.py fails on a YAML value that
+repeats a default.
 
-The schemas sit at the root of Hydra's ConfigStore under the names in :data:`SCHEMAS`, not in the config groups:
-``--help`` and tab completion list the groups' options, and a schema is not an option.
-
-This package must not import torch: it is imported by every entry script, and ``--help`` / ``--cfg job``
-stay fast only if nothing heavy is loaded before Hydra prints and exits.
+A fork's options are modules in this package (``src/lab/config/<anything>.py``): :func:`register` imports every
+module here first. This package must not import torch: it is imported by every entry script, and ``--help`` /
+``--cfg job`` stay fast only if nothing heavy is loaded before Hydra prints and exits (an option's ``build``
+imports its component).
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from lab.config.data import CsvConfig, DataConfig, DiabetesConfig, LoaderConfig, TextConfig
+from lab.config import options
+from lab.config.data import (
+    Cifar10Config,
+    CsvConfig,
+    DataConfig,
+    DiabetesConfig,
+    DigitsConfig,
+    FashionMnistConfig,
+    ImageDataConfig,
+    ImageFolderConfig,
+    MnistConfig,
+    SyntheticConfig,
+    TextConfig,
+)
 from lab.config.distributed import DDPConfig, DistConfig, FSDPConfig, NoDistConfig, ProcessGroupConfig
 from lab.config.mistakes import undeclared_keys, unknown_key_message
 from lab.config.models import CNNConfig, GPTConfig, MLPConfig, ModelConfig, TorchvisionConfig
 from lab.config.optim import (
-    AdamWConfig,
-    ConstantSchedulerConfig,
-    CosineSchedulerConfig,
-    OneCycleSchedulerConfig,
+    AdamwConfig,
+    ConstantConfig,
+    CosineConfig,
+    OnecycleConfig,
     OptimizerConfig,
-    PlateauSchedulerConfig,
+    PlateauConfig,
     SchedulerConfig,
     SGDConfig,
-    StepSchedulerConfig,
+    StepConfig,
 )
-from lab.config.tasks import ClassificationTaskConfig, LanguageModelTaskConfig, RegressionTaskConfig, TaskConfig
+from lab.config.options import Option
+from lab.config.tasks import ClassificationConfig, LanguageModelConfig, RegressionConfig, TaskConfig
 from lab.config.tools import EvalConfig, ExportConfig, InferConfig
 from lab.config.training import LoggerConfig, PrecisionConfig, TrainConfig, TrainerConfig
 from lab.errors import ConfigError
 
 __all__ = [
     "SCHEMAS",
-    "AdamWConfig",
+    "AdamwConfig",
     "CNNConfig",
-    "ClassificationTaskConfig",
+    "Cifar10Config",
+    "ClassificationConfig",
     "ConfigError",
-    "ConstantSchedulerConfig",
-    "CosineSchedulerConfig",
+    "ConstantConfig",
+    "CosineConfig",
     "CsvConfig",
     "DDPConfig",
     "DataConfig",
     "DiabetesConfig",
+    "DigitsConfig",
     "DistConfig",
     "EvalConfig",
     "ExportConfig",
     "FSDPConfig",
+    "FashionMnistConfig",
     "GPTConfig",
+    "ImageDataConfig",
+    "ImageFolderConfig",
     "InferConfig",
-    "LanguageModelTaskConfig",
-    "LoaderConfig",
+    "LanguageModelConfig",
     "LoggerConfig",
     "MLPConfig",
+    "MnistConfig",
     "ModelConfig",
     "NoDistConfig",
-    "OneCycleSchedulerConfig",
+    "OnecycleConfig",
     "OptimizerConfig",
-    "PlateauSchedulerConfig",
+    "Option",
+    "PlateauConfig",
     "PrecisionConfig",
     "ProcessGroupConfig",
-    "RegressionTaskConfig",
+    "RegressionConfig",
     "SGDConfig",
     "SchedulerConfig",
-    "StepSchedulerConfig",
+    "StepConfig",
+    "SyntheticConfig",
     "TaskConfig",
     "TextConfig",
     "TorchvisionConfig",
     "TrainConfig",
     "TrainerConfig",
+    "options",
     "register",
     "validate",
 ]
 
-# ConfigStore name -> schema. conf/<entry>.yaml and conf/<group>/<option>.yaml name theirs in their defaults list.
+# ConfigStore name -> schema of the entry configs (conf/<entry>.yaml names its own in its defaults list) and of the
+# presets of the precision group (conf/precision/amp.yaml: `defaults: [/precision_schema@_here_]`). The logger
+# group's YAMLs extend nothing: the entry schemas type `logger`, and `logger=[wandb,csv]` merges them in turn.
 SCHEMAS: dict[str, type] = {
     "train_schema": TrainConfig,
     "eval_schema": EvalConfig,
     "export_schema": ExportConfig,
     "infer_schema": InferConfig,
-    "trainer_schema": TrainerConfig,
-    "task_classification_schema": ClassificationTaskConfig,
-    "task_regression_schema": RegressionTaskConfig,
-    "task_language_model_schema": LanguageModelTaskConfig,
-    "data_image_schema": DataConfig,
-    "data_diabetes_schema": DiabetesConfig,
-    "data_csv_schema": CsvConfig,
-    "data_text_schema": TextConfig,
-    "model_cnn_schema": CNNConfig,
-    "model_gpt_schema": GPTConfig,
-    "model_mlp_schema": MLPConfig,
-    "model_torchvision_schema": TorchvisionConfig,
-    "optimizer_adamw_schema": AdamWConfig,
-    "optimizer_sgd_schema": SGDConfig,
-    "scheduler_cosine_schema": CosineSchedulerConfig,
-    "scheduler_step_schema": StepSchedulerConfig,
-    "scheduler_onecycle_schema": OneCycleSchedulerConfig,
-    "scheduler_plateau_schema": PlateauSchedulerConfig,
-    "scheduler_constant_schema": ConstantSchedulerConfig,
     "precision_schema": PrecisionConfig,
-    "dist_none_schema": NoDistConfig,
-    "dist_ddp_schema": DDPConfig,
-    "dist_fsdp_schema": FSDPConfig,
-    "logger_schema": LoggerConfig,
+}
+# Group options that are a schema's defaults as they are (no YAML holding nothing); the presets extend the schema.
+PLAIN_OPTIONS = {
+    ("trainer", "default"): TrainerConfig,
+    ("precision", "fp32"): PrecisionConfig,
+    ("logger", "none"): LoggerConfig,
 }
 
 
 def register() -> None:
-    """Store every schema at the root of Hydra's ConfigStore (no group: a schema is not an option to choose)."""
+    """Store the entry schemas at the root of Hydra's ConfigStore (a schema is not an option to choose) and every
+    option in its group, a fork's too: each module of this package is imported first."""
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
     cs = ConfigStore.instance()
     for name, schema in SCHEMAS.items():
         cs.store(name=name, node=schema)
+    for (group, name), schema in PLAIN_OPTIONS.items():
+        cs.store(group=group, name=name, node=schema)
+    for group in options.groups():
+        for name, option in options.options(group).items():
+            cs.store(group=group, name=name, node=option)
 
 
 def validate(cfg: DictConfig) -> None:

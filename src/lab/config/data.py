@@ -1,21 +1,24 @@
-"""Schemas of the `data` group: the loader keys every dataset has, and each shipped dataset's own keys."""
+"""The `data` group: the loader keys every dataset has (``DataConfig``), and one option per shipped dataset with its
+own keys (lab.config.options), so ``data=digits data.num_samples=5`` is refused: only synthetic has that key.
+``build()`` reads the files and returns a ``lab.data.DataModule``."""
 
 from __future__ import annotations
 
 import multiprocessing
 from dataclasses import dataclass
+from typing import Any
 
 from omegaconf import MISSING
 
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.checks import seed
+from lab.config.options import Option
 
 
 @dataclass
-class LoaderConfig:
-    """Keys every dataset has: where its files are, how it is split and batched. A dataset's own schema extends
-    this one (a fork's new dataset too: its module registers the schema with its builder)."""
+class DataConfig(Option, group="data"):
+    """Keys every dataset has: where its files are, how it is split and batched. Every dataset extends it."""
 
     name: str = MISSING
     root: str = "data"
@@ -35,6 +38,7 @@ class LoaderConfig:
     test_fraction: float = 0.15  # only for datasets without an official test split
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _require(self.batch_size >= 1, f"data.batch_size must be >= 1, got {self.batch_size}")
         _require(
             self.eval_batch_size is None or self.eval_batch_size >= 1,
@@ -52,21 +56,21 @@ class LoaderConfig:
             "data.test_fraction must be in [0, 1) and val_fraction + test_fraction < 1",
         )
 
+    def build(self) -> Any:
+        """The train/val(/test) splits and their ``meta`` (a ``lab.data.DataModule``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no build()")
+
 
 @dataclass
-class DataConfig(LoaderConfig):
-    """Image classification datasets: digits | mnist | fashion_mnist | cifar10 | image_folder | synthetic."""
+class ImageDataConfig(DataConfig, abstract=True):
+    """Keys of the image classification datasets."""
 
-    name: str = "digits"
-    download: bool = False
     num_classes: int | None = None  # null = what the dataset says
     in_channels: int = 1
     image_size: int = 8
     augment: bool = False
     mean: list[float] | None = None  # null = the dataset's own statistics
     std: list[float] | None = None
-    num_samples: int = 2048  # synthetic only
-    max_bad_samples: int = 0  # image_folder: unreadable images skipped (with a warning) before the run stops
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -79,23 +83,123 @@ class DataConfig(LoaderConfig):
         _require((self.mean is None) == (self.std is None), "set both data.mean and data.std, or neither")
         if self.std is not None:
             _require(all(s > 0 for s in self.std), f"data.std values must be > 0, got {self.std}")
-        _require(self.num_samples >= 1, f"data.num_samples must be >= 1, got {self.num_samples}")
+
+
+@dataclass
+class DigitsConfig(ImageDataConfig):
+    """scikit-learn's bundled 8x8 handwritten digits (1,797 images, offline). Split fixed by split_seed.
+    num_workers stays 0: an in-memory tensor set, where worker processes would only add IPC cost."""
+
+    num_classes: int | None = 10
+
+    def build(self) -> Any:
+        from lab.data.builtin import build_digits
+
+        return build_digits(self)
+
+
+@dataclass
+class MnistConfig(ImageDataConfig):
+    """MNIST (torchvision's files under data.root). No network here: data.download=true on a machine with one."""
+
+    download: bool = False
+    batch_size: int = 128
+    num_workers: int = 2
+    image_size: int = 28
+    num_classes: int | None = 10
+    val_fraction: float = 0.1
+
+    def build(self) -> Any:
+        from lab.data.builtin import build_mnist
+
+        return build_mnist(self)
+
+
+@dataclass
+class FashionMnistConfig(MnistConfig):
+    """Fashion-MNIST (torchvision's files under data.root), read like MNIST."""
+
+
+@dataclass
+class Cifar10Config(ImageDataConfig):
+    """CIFAR-10 (torchvision's files under data.root; data.download=true fetches them on a machine with a network)."""
+
+    download: bool = False
+    batch_size: int = 128
+    num_workers: int = 4
+    in_channels: int = 3
+    image_size: int = 32
+    num_classes: int | None = 10
+    val_fraction: float = 0.1
+    augment: bool = True  # random crop (pad 4) + horizontal flip, train split only
+
+    def build(self) -> Any:
+        from lab.data.builtin import build_cifar10
+
+        return build_cifar10(self)
+
+
+@dataclass
+class ImageFolderConfig(ImageDataConfig):
+    """Your own images: ${data.root}/{train,val}/<class_name>/*.png|jpg (optional test/). Classes = train's
+    sub-folders (num_classes stays null: counted from the folders). data.root=/path/to/images is required: the run
+    stops with the expected layout if root/train is missing."""
+
+    num_workers: int = 4
+    in_channels: int = 3
+    image_size: int = 64
+    augment: bool = True
+    max_bad_samples: int = 0  # unreadable images skipped (with a warning) before the run stops
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         _require(self.max_bad_samples >= 0, f"data.max_bad_samples must be >= 0, got {self.max_bad_samples}")
 
+    def build(self) -> Any:
+        from lab.data.folder import build_image_folder
+
+        return build_image_folder(self)
+
 
 @dataclass
-class DiabetesConfig(LoaderConfig):
-    """scikit-learn's bundled diabetes table: 442 patients, 10 features, disease progression after a year."""
+class SyntheticConfig(ImageDataConfig):
+    """Random tensors of a configurable shape (num_samples of them): for benchmarks and smoke tests, not for
+    learning. data.augment=true adds CIFAR-10's augmentation (random crop after padding 4 + horizontal flip)."""
 
-    name: str = "diabetes"
+    in_channels: int = 3
+    image_size: int = 32
+    num_classes: int | None = 10
+    num_samples: int = 2048
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.num_samples >= 1, f"data.num_samples must be >= 1, got {self.num_samples}")
+
+    def build(self) -> Any:
+        from lab.data.builtin import build_synthetic
+
+        return build_synthetic(self)
+
+
+@dataclass
+class DiabetesConfig(DataConfig):
+    """scikit-learn's bundled diabetes table (442 patients, 10 features, offline); for task=regression. Features and
+    target are standardised with the train split's statistics (kept in the checkpoint)."""
+
     batch_size: int = 32  # 442 rows: small batches, several steps per epoch
 
+    def build(self) -> Any:
+        from lab.data.tabular import build_diabetes
+
+        return build_diabetes(self)
+
 
 @dataclass
-class CsvConfig(LoaderConfig):
-    """A user's own table: one row per sample, numeric feature columns, one target column."""
+class CsvConfig(DataConfig):
+    """Your own table: python scripts/train.py data=csv data.path=my.csv data.target=price task=regression. Numeric
+    feature columns (all but the target unless data.features lists them), standardised with the train split's
+    statistics; the target is a class label (task=classification) or a value (task=regression)."""
 
-    name: str = "csv"
     path: str = MISSING  # the .csv file (header row required)
     target: str = MISSING  # the target column's name
     features: list[str] | None = None  # null = every other column
@@ -105,12 +209,17 @@ class CsvConfig(LoaderConfig):
         super().__post_init__()
         _one_of("data.target_type", self.target_type, ("class", "value"))
 
+    def build(self) -> Any:
+        from lab.data.tabular import build_csv
+
+        return build_csv(self)
+
 
 @dataclass
-class TextConfig(LoaderConfig):
-    """A text corpus for character/byte-level language modelling, cut into windows of block_size tokens."""
+class TextConfig(DataConfig):
+    """A text corpus for character/byte-level language modelling, cut into windows of block_size tokens (train/val/
+    test: contiguous parts). data.path=null reads a sample of Python's own standard-library sources."""
 
-    name: str = "text"
     path: str | None = None  # a text file; null = Python's own standard-library sources (always there offline)
     level: str = "char"  # char (vocabulary of the corpus' characters) | byte (256 symbols, any text)
     block_size: int = 64  # tokens per training window (the model's context)
@@ -124,3 +233,8 @@ class TextConfig(LoaderConfig):
         _one_of("data.level", self.level, ("char", "byte"))
         _require(self.block_size >= 2, f"data.block_size must be >= 2, got {self.block_size}")
         _require(self.max_chars >= 1, f"data.max_chars must be >= 1, got {self.max_chars}")
+
+    def build(self) -> Any:
+        from lab.data.text import build_text
+
+        return build_text(self)

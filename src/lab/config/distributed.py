@@ -1,6 +1,6 @@
-"""Schemas of the `dist` group: the keys every strategy has, plus one dataclass per strategy (conf/dist/<name>.yaml
-extends it), so a key of another strategy (`dist=none dist.nproc=4`, `dist=ddp dist.reshard_after_forward=false`)
-is refused while composing."""
+"""The `dist` group: the keys every strategy has, plus one option per strategy (lab.config.options; its name is
+under `strategy`), so a key of another strategy (`dist=none dist.nproc=4`, `dist=ddp
+dist.reshard_after_forward=false`) is refused while composing."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Any
 from omegaconf import MISSING
 
 from lab.config.checks import one_of as _one_of
-from lab.config.checks import own_choice
 from lab.config.checks import require as _require
+from lab.config.options import Option
 
 
 @dataclass
-class DistConfig:
+class DistConfig(Option, group="dist", key="strategy"):
     """Keys of every strategy. The lr scaling applies to one process too: gradient accumulation also grows the
     effective batch (per device x processes x trainer.grad_accum_steps)."""
 
@@ -24,7 +24,7 @@ class DistConfig:
     base_batch_size: int | None = None  # the effective batch optimizer.lr was tuned for; null = data.batch_size
 
     def __post_init__(self) -> None:
-        own_choice(self, "dist", "strategy", "strategy")
+        super().__post_init__()
         _one_of("dist.lr_scaling", self.lr_scaling, ("none", "linear", "sqrt"))
         _require(
             self.base_batch_size is None or self.base_batch_size >= 1,
@@ -33,14 +33,12 @@ class DistConfig:
 
 
 @dataclass
-class NoDistConfig(DistConfig):
+class NoDistConfig(DistConfig, name="none"):
     """One process: no process group, no wrappers."""
-
-    strategy: str = "none"
 
 
 @dataclass
-class ProcessGroupConfig(DistConfig):
+class ProcessGroupConfig(DistConfig, abstract=True):
     """Keys of the strategies that run one process per rank in a process group (lab.distributed.launch)."""
 
     nproc: Any = "auto"  # processes on this node: auto = one per GPU, 2 on a CPU-only machine
@@ -65,15 +63,19 @@ class ProcessGroupConfig(DistConfig):
 
 @dataclass
 class DDPConfig(ProcessGroupConfig):
-    """DistributedDataParallel: every rank holds the whole model; gradients are all-reduced."""
+    """DistributedDataParallel, one process per GPU (2 gloo processes on a CPU-only machine): every rank holds the
+    whole model; gradients are all-reduced. `python scripts/train.py dist=ddp` spawns the processes itself; under
+    torchrun/srun it joins the existing ones. data.batch_size is per process: the effective batch is batch_size x
+    processes x trainer.grad_accum_steps; dist.lr_scaling=linear|sqrt scales optimizer.lr by effective batch /
+    dist.base_batch_size."""
 
-    strategy: str = "ddp"
     find_unused_parameters: bool = False  # only for models whose forward skips parameters
 
 
 @dataclass
 class FSDPConfig(ProcessGroupConfig):
-    """FSDP2 (torch.distributed.fsdp.fully_shard): parameters, gradients and optimizer state sharded over ranks."""
+    """FSDP2 (torch.distributed.fsdp.fully_shard): parameters, gradients and optimizer state sharded over ranks.
+    Mixed precision follows the precision group (params in its dtype, fp32 reductions). Checkpoints hold the full
+    (gathered) state dict in the same format as every other strategy."""
 
-    strategy: str = "fsdp"
     reshard_after_forward: bool = True  # free gathered parameters after forward (less memory, one more gather)

@@ -1,17 +1,20 @@
-"""Schemas of the `optimizer` and `scheduler` groups: one dataclass per option, holding that option's defaults
-(conf/<group>/<option>.yaml only extends it), so a key of another option (`scheduler=step
-scheduler.min_lr_ratio=0.1`) is refused while composing."""
+"""The `optimizer` and `scheduler` groups: one option per optimizer and per schedule (lab.config.options), holding
+its defaults, so a key of another option (`scheduler=step scheduler.min_lr_ratio=0.1`) is refused while composing.
+An optimizer's ``build(groups)`` makes the torch optimizer over ``lab.optim.parameter_groups``; a schedule's
+``build(optimizer, total_steps)`` makes a ``lab.optim.Schedule``."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from omegaconf import MISSING
 
-from lab.config.checks import in_range, own_choice
+from lab.config.checks import in_range
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
+from lab.config.options import Option
 
 # --------------------------------------------------------------------------- optimizer
 # A bound no real run comes near (SGD on large batches uses up to ~10): above it, lr is a typo (1e308, 1e3 for 1e-3)
@@ -19,13 +22,15 @@ MAX_LR = 100.0
 
 
 @dataclass
-class OptimizerConfig:
-    _target_: str = MISSING
-    _partial_: bool = True  # lab.optim calls it with the parameter groups
+class OptimizerConfig(Option, group="optimizer"):
+    """Keys every optimizer has: lr scaling (dist.lr_scaling) and the parameter groups read them."""
+
+    name: str = MISSING
     lr: float = 1e-3
     weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         # inf, nan or 1e308 would pass a plain `> 0` and turn the weights into NaN at the first step; no optimizer
         # here trains with a learning rate above MAX_LR
         in_range("optimizer.lr", self.lr, 0, MAX_LR, open_low=True, hint="typical: 1e-5 to 1")
@@ -39,10 +44,15 @@ class OptimizerConfig:
             "typical weight_decay: 0 to 0.1",
         )
 
+    def build(self, groups: list[dict]) -> Any:
+        """The torch optimizer over ``groups`` (each with its own weight_decay: none on norms and biases)."""
+        raise NotImplementedError(f"{type(self).__name__} has no build(groups)")
+
 
 @dataclass
-class AdamWConfig(OptimizerConfig):
-    _target_: str = "torch.optim.AdamW"
+class AdamwConfig(OptimizerConfig):
+    """torch.optim.AdamW (decoupled weight decay)."""
+
     lr: float = 3e-3
     weight_decay: float = 0.05
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
@@ -59,10 +69,16 @@ class AdamWConfig(OptimizerConfig):
             in_range(f"optimizer.betas[{index}]", beta, 0, 1, open_high=True)
         in_range("optimizer.eps", self.eps, 0, math.inf, open_low=True, open_high=True)
 
+    def build(self, groups: list[dict]) -> Any:
+        import torch
+
+        return torch.optim.AdamW(groups, lr=self.lr, betas=tuple(self.betas), eps=self.eps, fused=self.fused)
+
 
 @dataclass
 class SGDConfig(OptimizerConfig):
-    _target_: str = "torch.optim.SGD"
+    """torch.optim.SGD with Nesterov momentum."""
+
     lr: float = 0.1
     weight_decay: float = 5e-4
     momentum: float = 0.9
@@ -74,26 +90,35 @@ class SGDConfig(OptimizerConfig):
         in_range("optimizer.momentum", self.momentum, 0, math.inf, open_high=True)
         _require(not self.nesterov or self.momentum > 0, "optimizer.nesterov=true needs optimizer.momentum > 0")
 
+    def build(self, groups: list[dict]) -> Any:
+        import torch
+
+        return torch.optim.SGD(groups, lr=self.lr, momentum=self.momentum, nesterov=self.nesterov, fused=self.fused)
+
 
 # --------------------------------------------------------------------------- scheduler
 @dataclass
-class SchedulerConfig:
-    """Keys every schedule has. `name` says which schedule lab.optim builds: it is fixed by the option's schema
-    (choose a schedule with `scheduler=<name>`, which also brings that schedule's own keys)."""
+class SchedulerConfig(Option, group="scheduler"):
+    """Keys every schedule has. A schedule's ``build`` returns a ``lab.optim.Schedule``: ``step()`` per optimizer
+    step, ``step_validation(metrics)`` per validation; ``lab.optim.warmup_lambda`` and ``PerStep`` make a plain
+    per-step multiplier one."""
 
     name: str = MISSING
     warmup_steps: int = 0  # linear warmup, in optimizer steps
 
     def __post_init__(self) -> None:
-        own_choice(self, "scheduler", "name", "schedule")
+        super().__post_init__()
         _require(self.warmup_steps >= 0, f"scheduler.warmup_steps must be >= 0, got {self.warmup_steps}")
+
+    def build(self, optimizer: Any, total_steps: int) -> Any:
+        """The schedule of ``optimizer``'s lr over ``total_steps`` optimizer steps."""
+        raise NotImplementedError(f"{type(self).__name__} has no build(optimizer, total_steps)")
 
 
 @dataclass
-class CosineSchedulerConfig(SchedulerConfig):
+class CosineConfig(SchedulerConfig):
     """Linear warmup, then cosine decay to lr * min_lr_ratio at the last optimizer step."""
 
-    name: str = "cosine"
     warmup_steps: int = 20
     min_lr_ratio: float = 0.0  # final lr = lr * min_lr_ratio
 
@@ -101,12 +126,18 @@ class CosineSchedulerConfig(SchedulerConfig):
         super().__post_init__()
         _require(0 <= self.min_lr_ratio <= 1, f"scheduler.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
 
+    def build(self, optimizer: Any, total_steps: int) -> Any:
+        from lab.optim.schedulers import cosine_decay, warmup_lambda
+
+        return warmup_lambda(
+            optimizer, self.warmup_steps, cosine_decay(total_steps - self.warmup_steps, self.min_lr_ratio)
+        )
+
 
 @dataclass
-class StepSchedulerConfig(SchedulerConfig):
+class StepConfig(SchedulerConfig):
     """Linear warmup, then lr *= gamma every step_size optimizer steps."""
 
-    name: str = "step"
     step_size: int = 1000  # optimizer steps between decays
     gamma: float = 0.1  # decay factor
 
@@ -115,20 +146,28 @@ class StepSchedulerConfig(SchedulerConfig):
         _require(self.step_size >= 1, f"scheduler.step_size must be >= 1, got {self.step_size}")
         _require(0 < self.gamma <= 1, f"scheduler.gamma must be in (0, 1], got {self.gamma}")
 
+    def build(self, optimizer: Any, total_steps: int) -> Any:
+        from lab.optim.schedulers import step_decay, warmup_lambda
+
+        return warmup_lambda(optimizer, self.warmup_steps, step_decay(self.step_size, self.gamma))
+
 
 @dataclass
-class OneCycleSchedulerConfig(SchedulerConfig):
+class OnecycleConfig(SchedulerConfig):
     """torch's OneCycleLR; its rising phase lasts warmup_steps (at least one step)."""
 
-    name: str = "onecycle"
     warmup_steps: int = 50
+
+    def build(self, optimizer: Any, total_steps: int) -> Any:
+        from lab.optim.schedulers import one_cycle
+
+        return one_cycle(optimizer, self.warmup_steps, total_steps)
 
 
 @dataclass
-class PlateauSchedulerConfig(SchedulerConfig):
+class PlateauConfig(SchedulerConfig):
     """Linear warmup per optimizer step, then ReduceLROnPlateau stepped once per validation on `monitor`."""
 
-    name: str = "plateau"
     monitor: str = "val/${task.monitor}"  # the metric it watches (default: the task's monitored metric)
     mode: str = "${task.mode}"  # min | max (default: the task's direction)
     factor: float = 0.5  # lr *= factor when the metric stops improving
@@ -140,9 +179,17 @@ class PlateauSchedulerConfig(SchedulerConfig):
         _require(0 < self.factor < 1, f"scheduler.factor must be in (0, 1), got {self.factor}")
         _require(self.patience >= 0, f"scheduler.patience must be >= 0, got {self.patience}")
 
+    def build(self, optimizer: Any, total_steps: int) -> Any:
+        from lab.optim.schedulers import WarmupPlateau
+
+        return WarmupPlateau(optimizer, self.warmup_steps, self.monitor, self.mode, self.factor, self.patience)
+
 
 @dataclass
-class ConstantSchedulerConfig(SchedulerConfig):
+class ConstantConfig(SchedulerConfig):
     """Linear warmup, then the optimizer's lr unchanged."""
 
-    name: str = "constant"
+    def build(self, optimizer: Any, total_steps: int) -> Any:
+        from lab.optim.schedulers import warmup_lambda
+
+        return warmup_lambda(optimizer, self.warmup_steps, lambda done: 1.0)

@@ -1,4 +1,5 @@
-"""Schemas of the `task` group: what is learned, the metric best.pt and sweeps follow, and each task's keys."""
+"""The `task` group: what is learned, the metric best.pt and sweeps follow, and each task's keys (one option per
+task, lab.config.options). ``build(meta)`` makes the ``lab.tasks.Task``."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from omegaconf import MISSING
 
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
+from lab.config.options import Option
 
 
 @dataclass
-class TaskConfig:
+class TaskConfig(Option, group="task"):
     """What is learned. `monitor` (a validation metric without "val/") and `mode` drive best.pt, the plateau
     scheduler and sweeps; `target_type` tells table datasets how to read their target column."""
 
@@ -22,14 +24,18 @@ class TaskConfig:
     target_type: str = MISSING  # class | value | tokens
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _one_of("task.mode", self.mode, ("max", "min"))
+
+    def build(self, meta: Any) -> Any:
+        """The ``lab.tasks.Task`` for the data ``meta`` describes (``lab.tasks.build`` sets its monitor and mode)."""
+        raise NotImplementedError(f"{type(self).__name__} has no build(meta)")
 
 
 @dataclass
-class ClassificationTaskConfig(TaskConfig):
+class ClassificationConfig(TaskConfig):
     """Class labels: cross-entropy (optionally label-smoothed); accuracy and top-5 accuracy, best by accuracy."""
 
-    name: str = "classification"
     monitor: str = "acc"
     mode: str = "max"
     target_type: str = "class"
@@ -53,22 +59,30 @@ class ClassificationTaskConfig(TaskConfig):
             f"task.class_weights must be null, balanced or a list of one non-negative float per class, got {weights}",
         )
 
+    def build(self, meta: Any) -> Any:
+        from lab.tasks.classification import build_classification
+
+        return build_classification(self, meta)
+
 
 @dataclass
-class RegressionTaskConfig(TaskConfig):
+class RegressionConfig(TaskConfig):
     """Real-valued targets, standardised by the train split: MSE; RMSE, MAE and R² in the target's units."""
 
-    name: str = "regression"
     monitor: str = "rmse"
     mode: str = "min"
     target_type: str = "value"
 
+    def build(self, meta: Any) -> Any:
+        from lab.tasks.regression import build_regression
+
+        return build_regression(self, meta)
+
 
 @dataclass
-class LanguageModelTaskConfig(TaskConfig):
+class LanguageModelConfig(TaskConfig):
     """Next-token prediction: token cross-entropy; loss, perplexity and token accuracy, best by loss."""
 
-    name: str = "language_model"
     monitor: str = "loss"
     mode: str = "min"
     target_type: str = "tokens"
@@ -78,3 +92,8 @@ class LanguageModelTaskConfig(TaskConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         _require(self.samples >= 0 and self.sample_tokens >= 1, "task.samples must be >= 0, sample_tokens >= 1")
+
+    def build(self, meta: Any) -> Any:
+        from lab.tasks.language_model import build_language_model
+
+        return build_language_model(self, meta)

@@ -142,7 +142,13 @@ class PrecisionConfig:
 
 
 # --------------------------------------------------------------------------- logger
-TRACKERS = ("wandb", "tensorboard", "csv")
+# The one list of trackers: tracker name -> "module:Class" of its lab.tracking backend (imported only when chosen:
+# wandb and TensorBoard are slow imports). logger.backends has a key per tracker; conf/logger/<name>.yaml turns one on.
+TRACKERS: dict[str, str] = {
+    "wandb": "lab.tracking.wandb_backend:WandbBackend",
+    "tensorboard": "lab.tracking.tensorboard_backend:TensorBoardBackend",
+    "csv": "lab.tracking.csv_backend:CsvBackend",
+}
 
 
 @dataclass
@@ -150,7 +156,7 @@ class LoggerConfig:
     # The trackers that record the run, each on or off. An option of the logger group turns its own on:
     # logger=wandb (default) | tensorboard | csv | none, and a list of options merges them: logger=[wandb,csv].
     # The run dir's metrics.jsonl / summary.json / provenance/ are written whatever is chosen.
-    backends: dict[str, bool] = field(default_factory=dict)  # {tracker: on}, trackers from TRACKERS
+    backends: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(TRACKERS, False))  # {tracker: on}
     # wandb's settings:
     mode: str = "auto"  # auto: online when credentials exist (WANDB_API_KEY or netrc), else offline | WANDB_MODE
     project: str | None = None  # null: $WANDB_PROJECT, else "lab"
@@ -221,4 +227,16 @@ class TrainConfig:
         _require(
             self.resume is None or self.ckpt_path is None,
             "pass resume=... or ckpt_path=..., not both (resume continues a run in its own dir)",
+        )
+        # the extras that need whole weights on every rank
+        fsdp = getattr(self.dist, "strategy", None) == "fsdp"
+        _require(
+            not (self.trainer.ema.decay and fsdp),
+            "trainer.ema.decay does not work with dist=fsdp (each rank holds only a shard of the weights); "
+            "use dist=ddp with EMA, or trainer.ema.decay=null under FSDP",
+        )
+        _require(
+            not (self.trainer.log_stats_every_n_steps and fsdp),
+            "trainer.log_stats_every_n_steps does not work with dist=fsdp (each rank holds only a shard of the "
+            "weights and gradients); collect the statistics with dist=ddp or dist=none",
         )

@@ -1,7 +1,7 @@
 """Datasets, transforms and loaders: ``build(cfg)`` -> :class:`DataModule`, then ``make_loader`` per split."""
 
 from lab.data.common import DataModule
-from lab.data.datasets import build, checked_config
+from lab.data.datasets import build
 from lab.data.device import DeviceEvalLoader, DeviceLoader
 from lab.data.loaders import EpochLoader, make_loader, seed_worker
 from lab.data.transforms import eval_transform
@@ -12,7 +12,6 @@ __all__ = [
     "DeviceLoader",
     "EpochLoader",
     "build",
-    "checked_config",
     "eval_transform",
     "make_loader",
     "seed_worker",

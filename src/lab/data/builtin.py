@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lab.config import ConfigError, DataConfig
 from lab.data import bundled
 from lab.data.common import (
     DataCfg,
@@ -20,9 +19,9 @@ from lab.data.common import (
     split_indices,
     train_val_test,
 )
-from lab.data.datasets import register
 from lab.data.tensor_dataset import TensorImageDataset
 from lab.data.transforms import RandomShiftFlip
+from lab.errors import ConfigError
 
 # Usual per-channel statistics of the official training sets, over pixels scaled to [0,1].
 MNIST_STATS = ([0.1307], [0.3081])
@@ -47,7 +46,6 @@ def _train_augment(cfg: DataCfg, padding: int, flip: bool) -> RandomShiftFlip | 
     return RandomShiftFlip(padding, flip) if cfg.augment else None
 
 
-@register("digits", config=DataConfig)
 def build_digits(cfg: DataCfg) -> DataModule:
     """sklearn's bundled 8x8 digits (1,797 images, values 0..16): train/val/test carved by split_seed."""
     check_fixed_shape(cfg, "digits", 1, 8)
@@ -78,8 +76,6 @@ def _mnist_files(raw: Path) -> list[Path]:
     return [raw / f"{split}-{kind}" for split in ("train", "t10k") for kind in kinds]
 
 
-@register("mnist", config=DataConfig)
-@register("fashion_mnist", config=DataConfig)
 def build_mnist(cfg: DataCfg) -> DataModule:
     """MNIST or Fashion-MNIST from the raw idx files; val carved from the official train set."""
     from torchvision import datasets  # lazy: torchvision is slow to import
@@ -140,7 +136,6 @@ def _cifar_dir(cfg: DataCfg) -> Path:
     return folder
 
 
-@register("cifar10", config=DataConfig)
 def build_cifar10(cfg: DataCfg) -> DataModule:
     """CIFAR-10 from the python-format batches; val carved from the 50k train images."""
     check_fixed_shape(cfg, "cifar10", 3, 32)
@@ -164,7 +159,6 @@ def build_cifar10(cfg: DataCfg) -> DataModule:
     )
 
 
-@register("synthetic", config=DataConfig)
 def build_synthetic(cfg: DataCfg) -> DataModule:
     """Gaussian noise images with random labels, for throughput benchmarks (nothing to learn)."""
     num_classes = cfg.num_classes or 10

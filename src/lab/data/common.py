@@ -11,10 +11,11 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import Dataset
 
-from lab.config import ConfigError, DataConfig, LoaderConfig
+from lab.config import DataConfig
 from lab.data import splits
+from lab.errors import ConfigError
 
-DataCfg = DataConfig | LoaderConfig | DictConfig
+DataCfg = DataConfig | DictConfig
 
 
 @dataclass

@@ -10,11 +10,9 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from lab.config import ConfigError, DataConfig
 from lab.data.common import DataCfg, DataModule, make_meta, resolve_num_classes, resolve_stats
-from lab.data.datasets import register
 from lab.data.transforms import EvalTransform, TrainImageTransform, eval_transform, pil_mode
-from lab.errors import UserError
+from lab.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +87,6 @@ def _split_samples(root: Path, split: str, class_names: list[str]) -> list[tuple
     return _scan(split_dir, class_names)
 
 
-@register("image_folder", config=DataConfig)
 def build_image_folder(cfg: DataCfg) -> DataModule:
     root = Path(cfg.root).expanduser()
     for split in ("train", "val"):

@@ -16,10 +16,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from lab.config import ConfigError, CsvConfig, DiabetesConfig
 from lab.data import bundled
 from lab.data.common import DataModule, train_val_test
-from lab.data.datasets import register
+from lab.errors import ConfigError
 
 
 class TableDataset(Dataset):
@@ -85,7 +84,6 @@ def table_module(
     return DataModule(train=part(train_idx), val=part(val_idx), test=part(test_idx), meta=meta)
 
 
-@register("diabetes", config=DiabetesConfig)
 def build_diabetes(cfg: Any) -> DataModule:
     """442 patients, 10 baseline features (age, sex, BMI, blood pressure, six serum measurements); the target is
     a measure of disease progression one year later (25..346)."""
@@ -100,7 +98,6 @@ def build_diabetes(cfg: Any) -> DataModule:
     )
 
 
-@register("csv", config=CsvConfig)
 def build_csv(cfg: Any) -> DataModule:
     header, rows = read_csv(Path(cfg.path))
     if cfg.target not in header:

@@ -16,10 +16,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from lab.config import ConfigError, TextConfig
 from lab.data.common import DataModule
-from lab.data.datasets import register
-from lab.errors import UserError
+from lab.errors import ConfigError, UserError
 
 IGNORE_INDEX = -100  # targets at padded positions: no loss, no weight, no metric
 
@@ -102,7 +100,6 @@ def decode(ids: Sequence[int], meta: Mapping[str, Any]) -> str:
     return "".join(meta["vocab"][i] for i in ids)
 
 
-@register("text", config=TextConfig)
 def build_text(cfg: Any) -> DataModule:
     text = read_corpus(cfg)
     vocab = None if cfg.level == "byte" else sorted(set(text))

@@ -1,9 +1,9 @@
 """Model zoo: ``build(cfg.model, meta)`` returns the ``nn.Module`` for the data ``meta`` describes.
 
-Every module of this package is imported on the first lookup: a fork adds a model as a new file here whose builder
-is decorated with ``@register("name")``, plus ``conf/model/<name>.yaml``.
+Each model is an option of the ``model`` group (``lab.config.models``): a dataclass whose ``build(meta)`` imports
+and makes the network from a module of this package.
 """
 
-from lab.models.registry import MODELS, Builder, available, build, register
+from lab.models.common import build, image_channels
 
-__all__ = ["MODELS", "Builder", "available", "build", "register"]
+__all__ = ["build", "image_channels"]

@@ -12,8 +12,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from lab.config import CNNConfig
-from lab.models.registry import image_channels, register
+from lab.models.common import image_channels
 
 
 def conv_block(in_channels: int, out_channels: int) -> nn.Sequential:
@@ -69,7 +68,6 @@ def _checkpoint_contexts(block: nn.Module) -> tuple[Any, Any]:
     return nullcontext(), _preserved_buffers(block)
 
 
-@register("cnn", config=CNNConfig)
 def build_cnn(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     return SmallCNN(
         in_channels=image_channels(meta, "cnn"),

@@ -12,9 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from lab.config import GPTConfig
 from lab.errors import ConfigError
-from lab.models.registry import register
 
 
 class CausalSelfAttention(nn.Module):
@@ -87,7 +85,6 @@ def _init(module: nn.Module) -> None:
         nn.init.zeros_(module.bias)
 
 
-@register("gpt", config=GPTConfig)
 def build_gpt(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     if "vocab_size" not in meta or "block_size" not in meta:
         raise ConfigError(

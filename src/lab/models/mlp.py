@@ -9,9 +9,6 @@ from typing import Any
 
 from torch import nn
 
-from lab.config import MLPConfig
-from lab.models.registry import register
-
 
 def make_mlp(in_features: int, hidden_dims: list[int], num_classes: int, dropout: float) -> nn.Sequential:
     layers: list[nn.Module] = [nn.Flatten()]
@@ -23,7 +20,6 @@ def make_mlp(in_features: int, hidden_dims: list[int], num_classes: int, dropout
     return nn.Sequential(*layers)
 
 
-@register("mlp", config=MLPConfig)
 def build_mlp(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     # Sized from meta rather than with Lazy modules so parameter counts and torchinfo work before any forward.
     in_features = math.prod(int(d) for d in meta["input_shape"])

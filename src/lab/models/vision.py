@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from lab.config import ConfigError, TorchvisionConfig
-from lab.models.registry import image_channels, register
+from lab.errors import ConfigError
+from lab.models.common import image_channels
 
 
 class ChannelAdapter(nn.Module):
@@ -63,7 +63,6 @@ def _resnet_stem(resnet: nn.Module, in_channels: int, small_input: bool) -> None
         )
 
 
-@register("torchvision", config=TorchvisionConfig)
 def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     arch = str(cfg.arch)
     archs = classification_archs()

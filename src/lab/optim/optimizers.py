@@ -3,12 +3,14 @@ effective batch."""
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import math
+from typing import Any
 
-import hydra.utils
 import torch
 from torch import nn
+
+from lab.config import options
 
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)
 
@@ -38,11 +40,11 @@ def lr_scale(dist_cfg, batch_size: int, world_size: int, grad_accum_steps: int) 
     return ratio if dist_cfg.lr_scaling == "linear" else math.sqrt(ratio)
 
 
-def build_optimizer(optimizer_cfg, model: nn.Module, device: torch.device | None = None) -> torch.optim.Optimizer:
-    """The configured optimizer over `parameter_groups`. On CUDA, torch's fused implementation when the optimizer
-    has one and the config does not choose: one kernel per step, and with a GradScaler it skips overflowed steps
-    on the device, where the unfused path reads `found_inf` back to the host every step."""
-    factory = hydra.utils.instantiate(optimizer_cfg, _convert_="all")  # a functools.partial (_partial_: true)
-    choosable = "fused" in inspect.signature(factory.func).parameters and factory.keywords.get("fused") is None
-    extra = {"fused": True} if choosable and device is not None and device.type == "cuda" else {}
-    return factory(parameter_groups(model, optimizer_cfg.weight_decay), **extra)
+def build_optimizer(optimizer_cfg: Any, model: nn.Module, device: torch.device | None = None) -> torch.optim.Optimizer:
+    """The configured optimizer (the option's ``build``) over `parameter_groups`. On CUDA, torch's fused
+    implementation when the option has a ``fused`` key left null: one kernel per step, and with a GradScaler it skips
+    overflowed steps on the device, where the unfused path reads `found_inf` back to the host every step."""
+    option = options.instantiate("optimizer", optimizer_cfg)
+    if getattr(option, "fused", False) is None and device is not None and device.type == "cuda":
+        option = dataclasses.replace(option, fused=True)
+    return option.build(parameter_groups(model, option.weight_decay))

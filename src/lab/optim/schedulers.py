@@ -1,6 +1,7 @@
 """LR schedules with linear warmup, behind one interface the trainer calls without knowing which one it has.
 
-Every schedule is a :class:`Schedule`: ``step()`` after each optimizer step, ``step_validation(metrics)`` after
+A schedule is an option of the ``scheduler`` group (``lab.config.optim``) whose ``build`` returns a
+:class:`Schedule`: ``step()`` after each optimizer step, ``step_validation(metrics)`` after
 each validation (only ReduceLROnPlateau acts on it), and a state dict for checkpoints.
 """
 
@@ -8,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler, OneCycleLR, ReduceLROnPlateau
 
+from lab.config import options
 from lab.errors import UserError
 
 
@@ -123,22 +125,18 @@ class WarmupPlateau:
         self.plateau.load_state_dict(state["plateau"])
 
 
-def build_scheduler(scheduler_cfg, optimizer: torch.optim.Optimizer, total_steps: int) -> Schedule:
-    """The configured schedule over `total_steps` optimizer steps."""
-    cfg = scheduler_cfg
-    if cfg.name == "plateau":
-        return WarmupPlateau(optimizer, cfg.warmup_steps, cfg.monitor, cfg.mode, cfg.factor, cfg.patience)
-    if cfg.name == "onecycle":
-        max_lrs = [group["lr"] for group in optimizer.param_groups]
-        pct_start = min(0.99, max(1, cfg.warmup_steps) / max(total_steps, 1))
-        return PerStep(OneCycleLR(optimizer, max_lr=max_lrs, total_steps=max(total_steps, 2), pct_start=pct_start))
-    if cfg.name == "cosine":
-        decay = cosine_decay(total_steps - cfg.warmup_steps, cfg.min_lr_ratio)
-    elif cfg.name == "step":
-        decay = step_decay(cfg.step_size, cfg.gamma)
-    elif cfg.name == "constant":
-        decay = lambda done: 1.0  # noqa: E731
-    else:
-        raise UserError(f"scheduler {cfg.name!r} has no builder: add it to lab/optim/schedulers.py build_scheduler")
-    multiplier = warmup_multiplier(cfg.warmup_steps, decay)
-    return PerStep(LambdaLR(optimizer, multiplier))
+def warmup_lambda(optimizer: torch.optim.Optimizer, warmup_steps: int, decay: Callable[[int], float]) -> PerStep:
+    """A per-step multiplier schedule: linear warmup, then ``decay(steps since warmup)`` (cosine, step, constant)."""
+    return PerStep(LambdaLR(optimizer, warmup_multiplier(warmup_steps, decay)))
+
+
+def one_cycle(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int) -> PerStep:
+    """torch's OneCycleLR peaking at each group's lr after ``warmup_steps`` (at least one)."""
+    max_lrs = [group["lr"] for group in optimizer.param_groups]
+    pct_start = min(0.99, max(1, warmup_steps) / max(total_steps, 1))
+    return PerStep(OneCycleLR(optimizer, max_lr=max_lrs, total_steps=max(total_steps, 2), pct_start=pct_start))
+
+
+def build_scheduler(scheduler_cfg: Any, optimizer: torch.optim.Optimizer, total_steps: int) -> Schedule:
+    """The configured schedule (the option's ``build``) over `total_steps` optimizer steps."""
+    return options.instantiate("scheduler", scheduler_cfg).build(optimizer, total_steps)

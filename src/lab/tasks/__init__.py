@@ -3,10 +3,9 @@ call only that interface; ``build(cfg.task, meta)`` returns the configured one."
 
 from lab.tasks.base import BaseTask, Metrics, Predictions, ReportContext, Task
 from lab.tasks.classification import Classification
-from lab.tasks.registry import TASKS, build, register
+from lab.tasks.common import build
 
 __all__ = [
-    "TASKS",
     "BaseTask",
     "Classification",
     "Metrics",
@@ -14,5 +13,4 @@ __all__ = [
     "ReportContext",
     "Task",
     "build",
-    "register",
 ]

@@ -2,7 +2,7 @@
 
 The trainer and the workflows call only these methods; classification, regression and language modelling (and a
 fork's own task) differ here and nowhere else. A task is built per run from its config node and the dataset's
-``meta`` by ``lab.tasks.build`` (a new module in ``lab/tasks/`` with ``@register("name")`` is found by itself).
+``meta`` by ``lab.tasks.build``: a ``task`` option's ``build(meta)`` (``lab.config.tasks``) makes it.
 """
 
 from __future__ import annotations
@@ -85,9 +85,10 @@ class Task(Protocol):
 
 
 class BaseTask:
-    """Defaults for a new task: subclass it and write ``loss`` and ``metrics`` (and set ``name``, ``monitor`` and
-    ``mode``). Every sample weighs the same; eval writes eval.json only; export parity is max |diff| alone; infer
-    runs the model on the rows of a .npy / .pt array and records the raw outputs."""
+    """Defaults for a new task: subclass it and write ``loss`` and ``metrics`` (``lab.tasks.build`` sets ``name``,
+    ``monitor`` and ``mode`` from the task's option). Every sample weighs the same; eval writes eval.json only;
+    export parity is max |diff| alone; infer runs the model on the rows of a .npy / .pt array and records the raw
+    outputs."""
 
     name = "task"
     monitor = "loss"

@@ -10,11 +10,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lab.config import ClassificationTaskConfig
 from lab.errors import UserError
 from lab.tasks import class_weights, figures
 from lab.tasks.base import Predictions, ReportContext, count
-from lab.tasks.registry import TASKS
 
 
 class ClassificationMetrics:
@@ -69,14 +67,13 @@ class ClassificationMetrics:
         return [row[i] / sum(row) if sum(row) else None for i, row in enumerate(matrix)]
 
 
-@TASKS.register("classification", config=ClassificationTaskConfig)
 def build_classification(cfg: Any, meta: Mapping[str, Any]) -> Classification:
     if "num_classes" not in meta:
         raise UserError(
             "task=classification needs class labels, but this dataset gives none (no num_classes in its meta); "
             "pick the task that fits the data (task=regression for values, task=language_model for text)"
         )
-    num_classes, weights = int(meta["num_classes"]), cfg.get("class_weights")
+    num_classes, weights = int(meta["num_classes"]), cfg.class_weights
     task = Classification(num_classes, float(cfg.label_smoothing), meta.get("class_names"))
     if weights == "balanced":
         task.balanced = True  # from the training labels: `prepare` sets them

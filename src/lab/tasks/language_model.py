@@ -11,11 +11,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lab.config import LanguageModelTaskConfig
 from lab.data.text import IGNORE_INDEX, decode, encode
 from lab.errors import UserError
 from lab.tasks.base import Predictions, ReportContext
-from lab.tasks.registry import register
 
 EVAL_PROMPTS = ("def ", "import ", "\n", "The ", " ")  # the first `samples` the vocabulary can spell
 
@@ -40,7 +38,6 @@ class TokenMetrics:
         return {"loss": loss / count, "perplexity": math.exp(min(loss / count, 700)), "token_acc": correct / count}
 
 
-@register("language_model", config=LanguageModelTaskConfig)
 def build_language_model(cfg: Any, meta: Mapping[str, Any]) -> LanguageModel:
     if "vocab_size" not in meta:
         raise UserError("task=language_model needs token sequences: use a text dataset (data=text)")

@@ -10,11 +10,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lab.config import RegressionTaskConfig
 from lab.errors import UserError
 from lab.tasks import figures
 from lab.tasks.base import Predictions, ReportContext, count
-from lab.tasks.registry import register
 
 
 class RegressionMetrics:
@@ -55,7 +53,6 @@ class RegressionMetrics:
         return pairs[:, 0].tolist(), pairs[:, 1].tolist()
 
 
-@register("regression", config=RegressionTaskConfig)
 def build_regression(cfg: Any, meta: Mapping[str, Any]) -> Regression:
     return Regression(float(meta.get("target_mean", 0.0)), float(meta.get("target_std", 1.0)), meta.get("target_name"))
 

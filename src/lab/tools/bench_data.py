@@ -164,7 +164,6 @@ def run(
     recommended overrides; return the rows and the recommended one."""
     from lab import data, runtime
 
-    cfg.data = data.checked_config(cfg.data)
     device = runtime.select_device(cfg.trainer.device)
     dataset = data.build(cfg.data).train
     cuda = device.type == "cuda"

@@ -231,9 +231,6 @@ def run(cfg: Any, run_dir: str | Path, options: Options) -> Result:
     from lab.tracking import provenance
 
     run_dir = Path(run_dir)
-    cfg.data = data.checked_config(cfg.data)
-    models.MODELS.checked(cfg.model)
-    tasks.TASKS.checked(cfg.task)
     runtime.seed_everything(cfg.seed)
     device = runtime.select_device(cfg.trainer.device)
     runtime.configure_backends(cfg.trainer, device)

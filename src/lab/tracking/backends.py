@@ -4,8 +4,8 @@ A :class:`Backend` is created and started by the Tracker on rank 0 only, with th
 resolved config, the git provenance, names and the run dir. It then receives every metric event, the summary,
 files to attach and checkpoints, and is finished once with the run's status. Only `start` and `log` must do
 something; the rest are optional. Each backend lives in its own module, imported only when chosen (wandb and
-TensorBoard are slow imports): add one as a module here plus an entry in :data:`BACKENDS` and in
-`lab.config.training.TRACKERS`, and a `conf/logger/<name>.yaml` turning it on.
+TensorBoard are slow imports): add one as a module here plus its entry in `lab.config.training.TRACKERS`, and a
+`conf/logger/<name>.yaml` turning it on.
 """
 
 from __future__ import annotations
@@ -21,17 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from lab.config.training import TRACKERS
 from lab.errors import UserError
 from lab.files import _FIXES, atomic_path
 
 log = logging.getLogger(__name__)
 
-# tracker name -> (module of this package, class)
-BACKENDS: dict[str, tuple[str, str]] = {
-    "wandb": ("wandb_backend", "WandbBackend"),
-    "tensorboard": ("tensorboard_backend", "TensorBoardBackend"),
-    "csv": ("csv_backend", "CsvBackend"),
-}
 
 GIT_KEYS = ("git_commit", "git_branch", "git_dirty")
 
@@ -104,10 +99,9 @@ class Backend:
 def create(name: str, run: RunInfo, in_child_process: bool | None = None) -> Backend:
     """The tracker `name` for `run`; one that is slow to start runs in a child process unless
     `logger.child_process=false` (None: as the run's logger config says)."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown tracker {name!r}; choose among {', '.join(BACKENDS)}")
-    module, cls = BACKENDS[name]
-    backend_class = getattr(importlib.import_module(f".{module}", __package__), cls)
+    if name not in TRACKERS:
+        raise ValueError(f"unknown tracker {name!r}; choose among {', '.join(TRACKERS)}")
+    backend_class = backend(name)
     if in_child_process is None:  # the child's pipes are passed as POSIX file descriptors (Linux, macOS)
         wanted = backend_class.slow_to_start and _setting(run.settings, "child_process", True)
         in_child_process = wanted and os.name == "posix"
@@ -120,10 +114,13 @@ def create(name: str, run: RunInfo, in_child_process: bool | None = None) -> Bac
 
 def folder(name: str) -> str | None:
     """The run-dir folder the tracker `name` writes into, if any (None for an unknown name: `create` refuses it)."""
-    if name not in BACKENDS:
-        return None
-    module, cls = BACKENDS[name]
-    return getattr(importlib.import_module(f".{module}", __package__), cls).folder
+    return backend(name).folder if name in TRACKERS else None
+
+
+def backend(name: str) -> type[Backend]:
+    """The Backend class of the tracker `name` (its module imported now)."""
+    module, cls = TRACKERS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def chosen(settings: Any) -> list[str]:

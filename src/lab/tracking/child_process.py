@@ -46,7 +46,7 @@ os.register_at_fork(before=_STARTING.acquire, after_in_parent=_STARTING.release,
 
 
 class ChildProcessBackend(Backend):
-    """The backend `name` of `lab.tracking.backends.BACKENDS`, run in the child process."""
+    """The backend `name` of `lab.config.training.TRACKERS`, run in the child process."""
 
     def __init__(self, name: str, run: RunInfo, keeps_histograms: bool) -> None:
         super().__init__(run)

@@ -51,7 +51,6 @@ def _planned_steps(trainer_cfg: Any, steps_per_epoch: int) -> int:
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     """Train; with dist=ddp|fsdp outside torchrun/SLURM, spawn the ranks here and return rank 0's result."""
     run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
-    _check_options(cfg)
     # the process that writes the run dir decides which run this is and holds the dir (a spawning parent, for its
     # ranks; under torchrun/srun rank 0, whose decision the other ranks receive when they join: _join_and_train)
     writer = not dist_env.launched_as_worker() or dist_env.rank() == 0
@@ -106,16 +105,6 @@ def _refuse_finished(path: Path, trainer_cfg: Any) -> None:
 
 def _inside(ckpt_path: str | None, run_dir: Path) -> bool:
     return ckpt_path is not None and Path(ckpt_path).resolve().parent == (run_dir / "checkpoints").resolve()
-
-
-def _check_options(cfg: DictConfig) -> None:
-    """Each chosen option against its own schema before any work: names that are not registered (with the nearest
-    one), unknown keys and bad values, for a fork's dataset, model or task as for the shipped ones. The data node
-    takes its schema's defaults too (a fork's conf/data/<name>.yaml may list only what differs)."""
-    cfg.data = data.checked_config(cfg.data)
-    models.MODELS.checked(cfg.model)
-    tasks.TASKS.checked(cfg.task)
-    train_extras.check(cfg)
 
 
 @record  # the failing rank's traceback reaches the launcher, which names it

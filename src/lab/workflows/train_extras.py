@@ -12,25 +12,10 @@ import torch
 
 from lab import tracking
 from lab.distributed.parallel import Parallel
-from lab.errors import ConfigError
 from lab.training import Trainer
 from lab.training.ema import EMA
 
 log = logging.getLogger(__name__)
-
-
-def check(cfg: Any) -> None:
-    """The extras that need whole weights on every rank refuse dist=fsdp before any work starts."""
-    if cfg.trainer.ema.decay and cfg.dist.strategy == "fsdp":
-        raise ConfigError(
-            "trainer.ema.decay does not work with dist=fsdp (each rank holds only a shard of the weights); "
-            "use dist=ddp with EMA, or trainer.ema.decay=null under FSDP"
-        )
-    if cfg.trainer.log_stats_every_n_steps and cfg.dist.strategy == "fsdp":
-        raise ConfigError(
-            "trainer.log_stats_every_n_steps does not work with dist=fsdp (each rank holds only a shard of the "
-            "weights and gradients); collect the statistics with dist=ddp or dist=none"
-        )
 
 
 def profiler(profile_cfg: Any, run_dir: Path, tracker: tracking.Tracker, device: Any, parallel: Parallel) -> Any:

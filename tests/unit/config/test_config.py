@@ -18,7 +18,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from helpers import CONF_DIR, GROUPS, PYTHON, REPO, TRAIN_SCRIPT, compose_config, group_options, script_env
-from lab.config import ConfigError, TrainConfig, validate
+from lab.config import ConfigError, TrainConfig, options, validate
 
 # Options whose YAML leaves a mandatory value (???) for the user: the override a real run would pass.
 REQUIRED_OVERRIDES: dict[tuple[str, str], list[str]] = {
@@ -27,6 +27,8 @@ REQUIRED_OVERRIDES: dict[tuple[str, str], list[str]] = {
 }
 
 ALL_OPTIONS = [(group, option) for group in GROUPS for option in group_options(group)]
+PRESETS = [(group, option) for group, option in ALL_OPTIONS if (CONF_DIR / group / f"{option}.yaml").is_file()]
+CLASSES = [(group, name) for group in options.groups() for name in options.options(group)]
 
 
 @functools.cache
@@ -49,7 +51,7 @@ def test_defaults(compose) -> None:
     validate(cfg)
     assert cfg.model.name == "cnn"
     assert cfg.data.name == "digits"
-    assert cfg.optimizer._target_ == "torch.optim.AdamW"
+    assert cfg.optimizer.name == "adamw"
     assert cfg.scheduler.name == "cosine"
     assert cfg.precision.name == "fp32"
     assert cfg.dist.strategy == "none"
@@ -77,6 +79,8 @@ def _yaml_leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 def _assert_option_applied(cfg: DictConfig, group: str, option: str, skip: frozenset[str] = frozenset()) -> None:
     """Every value written in conf/<group>/<option>.yaml is what the composed config holds (but `skip`)."""
     path = CONF_DIR / group / f"{option}.yaml"
+    if not path.is_file():  # an option class: test_every_option_class_defaults_reach_the_composed_config
+        return
     is_global = any(line.strip() == "# @package _global_" for line in path.read_text().splitlines()[:3])
     raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     defaults = raw.pop("defaults", [])
@@ -104,9 +108,22 @@ def _assert_option_applied(cfg: DictConfig, group: str, option: str, skip: froze
         assert actual == expected, f"{path.name}: {leaf} is {actual!r} in the composed config, not {expected!r}"
 
 
-@pytest.mark.parametrize(("group", "option"), [pytest.param(g, o, id=f"{g}={o}") for g, o in ALL_OPTIONS])
-def test_every_option_values_reach_the_composed_config(group: str, option: str) -> None:
+@pytest.mark.parametrize(("group", "option"), [pytest.param(g, o, id=f"{g}={o}") for g, o in PRESETS])
+def test_every_preset_values_reach_the_composed_config(group: str, option: str) -> None:
     _assert_option_applied(_compose_readonly((f"{group}={option}",)), group, option)
+
+
+@pytest.mark.parametrize(("group", "option"), [pytest.param(g, o, id=f"{g}={o}") for g, o in CLASSES])
+def test_every_option_class_defaults_reach_the_composed_config(group: str, option: str) -> None:
+    """``<group>=<name>`` with no YAML: the node is the option class's defaults, typed by it."""
+    cfg = _compose_readonly((f"{group}={option}", *REQUIRED_OVERRIDES.get((group, option), [])))
+    cls = options.option_class(group, option)
+    assert OmegaConf.get_type(cfg[group]) is cls
+    expected = OmegaConf.to_container(OmegaConf.structured(cls), resolve=False)
+    actual = OmegaConf.to_container(cfg[group], resolve=False)
+    for key in {k for override in REQUIRED_OVERRIDES.get((group, option), []) for k in [override.split("=")[0]]}:
+        actual.pop(key.split(".", 1)[1]), expected.pop(key.split(".", 1)[1])
+    assert actual == expected
 
 
 def test_experiment_switches_groups(compose) -> None:
@@ -118,7 +135,7 @@ def test_experiment_switches_groups(compose) -> None:
 def test_command_line_overrides_win(compose) -> None:
     cfg = compose(["optimizer=sgd", "optimizer.lr=0.5", "model=mlp", "model.hidden_dims=[8]", "seed=7"])
     validate(cfg)
-    assert cfg.optimizer._target_ == "torch.optim.SGD" and cfg.optimizer.lr == 0.5
+    assert cfg.optimizer.name == "sgd" and cfg.optimizer.lr == 0.5
     assert list(cfg.model.hidden_dims) == [8] and cfg.seed == 7
 
 

@@ -2,14 +2,14 @@
 
 from hydra import compose, initialize_config_dir
 
-import lab.config  # noqa: F401  (registers the schemas)
 from helpers import REPO
 from lab import data
+from lab.config import options
 
 
 def _data_cfg(*overrides: str):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return data.checked_config(compose("train", overrides=list(overrides)).data)
+        return options.instantiate("data", compose("train", overrides=list(overrides)).data)
 
 
 def test_the_same_data_config_is_built_once_and_a_changed_one_again():

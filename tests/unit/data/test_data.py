@@ -14,15 +14,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from PIL import Image
 
-from lab.config import ConfigError, DataConfig
+from lab.config import ConfigError, options
 from lab.data import DataModule, build, eval_transform, make_loader, seed_worker
 from lab.data.transforms import RandomShiftFlip
 
 N_DIGITS = 1797
 
 
-def data_cfg(**overrides) -> DictConfig:
-    return OmegaConf.structured(DataConfig(**overrides))
+def data_cfg(name: str = "digits", **overrides) -> DictConfig:
+    return OmegaConf.structured(options.option_class("data", name)(**overrides))
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_digits_splits_partition_the_data_by_the_fractions(digits: DataModule) -
 
 
 def test_digits_split_depends_only_on_split_seed(digits: DataModule) -> None:
-    other_settings = build(DataConfig(batch_size=7, augment=True, mean=[0.5], std=[0.5], num_workers=3))
+    other_settings = build(data_cfg(batch_size=7, augment=True, mean=[0.5], std=[0.5], num_workers=3))
     reseeded = build(data_cfg(split_seed=1))
     for name in ("train", "val", "test"):
         assert torch.equal(getattr(other_settings, name).source_indices, getattr(digits, name).source_indices)
@@ -228,7 +228,7 @@ def test_cifar10_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"cifar-10-batches-py.*data\.download=true"):
         build(data_cfg(name="cifar10", root=str(tmp_path), in_channels=3, image_size=32))
     with pytest.raises(ConfigError, match=r"data\.in_channels=1"):
-        build(data_cfg(name="cifar10", root=str(tmp_path), image_size=32))
+        build(data_cfg(name="cifar10", root=str(tmp_path), in_channels=1, image_size=32))
 
 
 # --------------------------------------------------------------------------- image_folder
@@ -279,15 +279,15 @@ def test_image_folder_errors(folder: Path, tmp_path_factory: pytest.TempPathFact
 
 # --------------------------------------------------------------------------- synthetic
 def test_synthetic_follows_config_and_split_seed() -> None:
-    cfg = DataConfig(name="synthetic", in_channels=3, image_size=4, num_samples=100, val_fraction=0.1)
-    dm = build(cfg)
+    cfg = dict(in_channels=3, image_size=4, num_samples=100, val_fraction=0.1)
+    dm = build(data_cfg("synthetic", **cfg))
     assert (len(dm.train), len(dm.val), len(dm.test)) == (100, 10, 10)
     assert dm.meta["num_classes"] == 10 and dm.meta["mean"] == [0.0] * 3 and dm.meta["std"] == [1.0] * 3
     assert dm.train[0][0].shape == (3, 4, 4)
-    assert torch.equal(build(cfg).train.images, dm.train.images)
-    assert not torch.equal(build(DataConfig(**{**cfg.__dict__, "split_seed": 1})).train.images, dm.train.images)
-    assert build(DataConfig(name="synthetic", num_classes=3, num_samples=50)).train.labels.max() < 3
-    augmented = build(DataConfig(**{**cfg.__dict__, "augment": True}))  # CIFAR's crop and flip, train split only
+    assert torch.equal(build(data_cfg("synthetic", **cfg)).train.images, dm.train.images)
+    assert not torch.equal(build(data_cfg("synthetic", **cfg, split_seed=1)).train.images, dm.train.images)
+    assert build(data_cfg("synthetic", num_classes=3, num_samples=50)).train.labels.max() < 3
+    augmented = build(data_cfg("synthetic", **cfg, augment=True))  # CIFAR's crop and flip, train split only
     assert torch.equal(augmented.train.images, dm.train.images) and augmented.val.augment is None
     assert not torch.equal(augmented.train.fetch(torch.arange(100))[0], dm.train.images)
 
@@ -295,7 +295,7 @@ def test_synthetic_follows_config_and_split_seed() -> None:
 # --------------------------------------------------------------------------- loaders
 @pytest.fixture(scope="module")
 def tiny() -> DataModule:
-    return build(DataConfig(name="synthetic", image_size=2, num_samples=10, val_fraction=0.3))
+    return build(data_cfg("synthetic", in_channels=1, image_size=2, num_samples=10, val_fraction=0.3))
 
 
 def test_make_loader_drops_last_batch_only_in_training(tiny: DataModule) -> None:

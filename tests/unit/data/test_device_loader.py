@@ -13,7 +13,7 @@ from torch.utils.data import DistributedSampler, Subset, TensorDataset
 
 from helpers import in_process_trainer
 from lab import checkpointing, data, models, tasks
-from lab.config import DataConfig, TextConfig
+from lab.config import DigitsConfig, TextConfig
 from lab.data import DataModule, DeviceEvalLoader, DeviceLoader, EpochLoader, make_loader
 from lab.distributed.parallel import ShardSampler
 from lab.errors import UserError
@@ -24,7 +24,7 @@ CPU = torch.device("cpu")
 
 
 def cfg(**overrides):
-    return OmegaConf.structured(DataConfig(**overrides))
+    return OmegaConf.structured(DigitsConfig(**overrides))
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, Subset, TensorDataset
 
 from helpers import in_process_trainer
 from lab import tasks
+from lab.config import options
 from lab.errors import ConfigError, UserError
 
 WEIGHTS = [0.5, 3.0, 1.25]
@@ -66,7 +67,7 @@ def test_bad_values_and_other_tasks_are_refused_by_the_schema() -> None:
     with pytest.raises(ConfigError, match=r"task.class_weights must be null, balanced or a list"):
         _task([1.0, -2.0, 1.0])
     with pytest.raises(ConfigError, match=r"class_weights"):  # regression has no such key
-        tasks.TASKS.checked(OmegaConf.create({"name": "regression", "class_weights": "balanced"}))
+        options.instantiate("task", OmegaConf.create({"name": "regression", "class_weights": "balanced"}))
 
 
 def test_balanced_weights_come_from_the_training_labels() -> None:

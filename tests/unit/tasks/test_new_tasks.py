@@ -230,9 +230,9 @@ def test_every_shipped_experiment_is_valid(compose):
 
 
 def test_an_unknown_task_dataset_or_model_name_suggests_the_nearest():
-    with pytest.raises(ConfigError, match=r"task.name='regresion' is not a registered task; did you mean 'regression'"):
+    with pytest.raises(ConfigError, match=r"task=regresion is not an option of task; did you mean 'regression'"):
         tasks.build(OmegaConf.create({"name": "regresion"}), {})
-    with pytest.raises(ConfigError, match=r"data.name='imagenet' is not a registered dataset"):
+    with pytest.raises(ConfigError, match=r"data=imagenet is not an option of data; .*choose one of .*digits"):
         data.build(OmegaConf.create({"name": "imagenet"}))
 
 

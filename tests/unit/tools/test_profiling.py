@@ -16,6 +16,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from helpers import in_process_trainer
+from lab.config import options
 from lab.config.training import ProfileConfig
 from lab.data.batches import split, to_device
 from lab.tools.profiling import CATEGORIES, TABLE_FILE, TRACE_FILE, StepProfiler, breakdown
@@ -104,7 +105,7 @@ def test_each_task_s_train_step_under_the_profiler(compose, tmp_path: Path, over
     from lab import data, models, tasks
 
     cfg = compose([*overrides, "logger=none", "trainer.progress_bar=off", "debug=profile"])
-    cfg.data = data.checked_config(cfg.data)
+    cfg.data = options.instantiate("data", cfg.data)
     datamodule = data.build(cfg.data)
     task = tasks.build(cfg.task, datamodule.meta)
     model = models.build(cfg.model, datamodule.meta)

@@ -12,12 +12,12 @@ from test_trainer import CPU, _trainer
 from torch import nn
 
 from lab import checkpointing
+from lab.config import validate
 from lab.config.training import EMAConfig
 from lab.errors import ConfigError
 from lab.training import trainer as trainer_module
 from lab.training.ema import EMA
 from lab.training.evaluation import score
-from lab.workflows import train
 
 
 def _model() -> nn.Module:
@@ -142,8 +142,8 @@ def test_a_run_without_ema_resumes_with_the_average_starting_at_its_weights(tmp_
 def test_ema_under_fsdp_is_refused_at_configuration_time(compose) -> None:
     cfg = compose(["dist=fsdp", "trainer.ema.decay=0.999"])
     with pytest.raises(ConfigError, match=r"trainer.ema.decay does not work with dist=fsdp .* use dist=ddp"):
-        train._check_options(cfg)
-    train._check_options(compose(["dist=ddp", "trainer.ema.decay=0.999"]))  # DDP is fine
+        validate(cfg)
+    validate(compose(["dist=ddp", "trainer.ema.decay=0.999"]))  # DDP is fine
 
 
 def test_ema_decay_out_of_range_is_one_config_error() -> None:

@@ -1,0 +1,131 @@
+"""One pattern for everything a run chooses: an *option* is a dataclass that subclasses its kind's base config and
+builds its component.
+
+    @dataclass
+    class Unet(ModelConfig):          # the option `model=unet`: its name is the class's, written once
+        width: int = 32               # its keys and defaults: `model.width=64` overrides without `+`
+
+        def build(self, meta):        # what it makes (imported here: a config module never imports torch)
+            from lab.models.unet import UNet
+            return UNet(self.width, meta["num_outputs"])
+
+Subclassing registers the option (``__init_subclass__``); :func:`lab.config.register` stores every option in
+Hydra's ConfigStore as ``<group>/<name>``, so Hydra types the group's node by it while composing: unknown keys,
+wrong types and another option's keys are refused, ``--help`` lists it, and no YAML is needed. A YAML in
+``conf/<group>/`` is a *preset*: ``defaults: [<option>]`` plus the values that differ.
+
+The name is the class name in snake_case without a ``Config`` suffix (``ImageFolder`` -> ``image_folder``,
+``CNNConfig`` -> ``cnn``); ``name=`` in the class line says it otherwise (``none`` is a Python word).
+A kind's base says ``group=`` (the config group, e.g. ``model``); a shared intermediate class says
+``abstract=True``. This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import re
+from typing import Any, ClassVar
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from lab.errors import ConfigError
+
+_KINDS: dict[str, type[Option]] = {}  # group -> the kind's base class
+_OPTIONS: dict[str, dict[str, type[Option]]] = {}  # group -> option name -> class
+
+
+class Option:
+    """Base of every kind's config (``ModelConfig``, ``DataConfig``, ...): see the module docstring."""
+
+    group: ClassVar[str] = ""  # the config group: model | data | task | optimizer | scheduler | dist
+    key: ClassVar[str] = "name"  # the node's key holding the option's name (dist calls it `strategy`)
+
+    def __init_subclass__(cls, group: str = "", key: str = "", name: str = "", abstract: bool = False, **kw: Any):
+        super().__init_subclass__(**kw)
+        if group:  # a kind's base: not an option itself
+            cls.group, cls.key = group, key or cls.key
+            _KINDS[group] = cls
+            _OPTIONS.setdefault(group, {})
+            return
+        if abstract:
+            return
+        name = name or snake_case(re.sub(r"Config$", "", cls.__name__))
+        # The option's name becomes the default of its name key: the dataclass decorator (which runs next) reads it
+        # from this class's own annotations, keeping the field where the kind's base declared it.
+        cls.__annotations__ = {**inspect.get_annotations(cls), cls.key: "str"}
+        setattr(cls, cls.key, name)
+        previous = _OPTIONS[cls.group].get(name)
+        # Re-importing the same module (reloads, notebooks) is harmless; two classes claiming one name is a bug
+        # that would otherwise silently pick whichever module was imported last.
+        if previous is not None and _qualified(previous) != _qualified(cls):
+            raise ValueError(f"{cls.group} option {name!r} is already defined by {_qualified(previous)}")
+        _OPTIONS[cls.group][name] = cls
+
+    def __post_init__(self) -> None:
+        own = option_name(type(self))
+        chosen = getattr(self, self.key)
+        if own is not None and chosen != own:
+            raise ConfigError(
+                f"{self.group}.{self.key}={chosen!r} on the {own} {self.group} config: choose another with "
+                f"{self.group}=<name> (which brings that option's keys), not with {self.group}.{self.key}"
+            )
+
+
+def snake_case(name: str) -> str:
+    """``ImageFolder`` -> ``image_folder``, ``CNN`` -> ``cnn``, ``Cifar10`` -> ``cifar10``, ``MyCNN`` -> ``my_cnn``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+def option_name(cls: type) -> str | None:
+    """The name a registered option class answers to; None for a kind's base or an abstract class."""
+    for name, option in _OPTIONS.get(getattr(cls, "group", ""), {}).items():
+        if option is cls:
+            return name
+    return None
+
+
+def options(group: str) -> dict[str, type[Option]]:
+    """Every option of `group`, by name (what ``<group>=<name>`` chooses)."""
+    return dict(sorted(_OPTIONS.get(group, {}).items()))
+
+
+def groups() -> list[str]:
+    return sorted(_OPTIONS)
+
+
+def option_class(group: str, name: str) -> type[Option]:
+    found = _OPTIONS.get(group, {})
+    if name not in found:
+        close = difflib.get_close_matches(str(name), found, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(
+            f"{group}={name} is not an option of {group}; {hint}choose one of {', '.join(sorted(found))} (a new one "
+            f"is a dataclass extending the {group} base config in a module of src/lab/config/)"
+        )
+    return found[name]
+
+
+def instantiate(group: str, node: Any, drop_unknown: bool = False) -> Any:
+    """The option object for a ``group`` config node (a composed node, or a checkpoint's saved dict), its values
+    checked by the option's ``__post_init__``. ``drop_unknown``: keys the option no longer declares are left out
+    (configs saved in checkpoints by an older version)."""
+    if isinstance(node, Option):
+        return node
+    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    name = values.get(_KINDS[group].key)
+    cls = option_class(group, name)
+    if drop_unknown:
+        declared = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+        values = {k: v for k, v in values.items() if k in declared}
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), values))
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"{group}: {str(err).splitlines()[0]} (the {name} options)") from err
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
