@@ -5,8 +5,9 @@
 The current name is the project name in pyproject.toml. The rename moves `src/<old>/` to `src/<new>/` and the
 Hydra plugins `src/hydra_plugins/<old>_sweepers/` to `<new>_sweepers/`, and rewrites every mention of the old name
 in the repository's files: imports, `_target_` strings, the `<old>.direction` resolver, the pyproject name, the
-wandb project default, README paths, scratch-dir prefixes... (each `<old>` that is a word of its own or the `<old>_`
-prefix of a name, and `<Old>` as the prefix of a class name). Then it reinstalls the project into `.venv`: the old
+wandb project default, README paths, scratch-dir prefixes... (each `<old>` that is a word of its own, also right after
+a string's escape as in "\\n<old>.errors", or the `<old>_` prefix of a name, and `<Old>` as the prefix of a class name;
+not `<old>` inside a word). Then it reinstalls the project into `.venv`: the old
 distribution is uninstalled and `pip install -e .` installs the new one, so no stale distribution is left.
 
 It refuses, with one line and a non-zero exit: a name that is no valid Python package name (not an identifier, a
@@ -46,16 +47,38 @@ def camel(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
 
 
+# a character of a word: a mention of `old` starts after none (`bold` is no mention, `older` neither)
+_WORD = re.compile(r"[A-Za-z0-9_]")
+# a string escape that ends where a mention starts: "\nold.errors" is a newline, then `old.errors` (a backslash run of
+# even length before it is escaped backslashes: "\\nold" is a backslash, then the word `nold`)
+_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\(?:[abfnrtv]|x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|[0-7]{1,3})\Z")
+_ESCAPE_LETTERS = "abfnrtvxuUN01234567"  # a backslash before a name starting with one of them escapes that letter
+
+
 def mentions(old: str) -> re.Pattern[str]:
-    """`old` as a word of its own (`old.config`, `src/old/`, `"old"`) or as the prefix of a name (`old_sweepers`)."""
-    return re.compile(rf"(?<![A-Za-z0-9_]){re.escape(old)}(?![A-Za-z0-9])")
+    """Where `old` may be mentioned: as a word of its own (`old.config`, `src/old/`, `"old"`, "\nold.errors") or as
+    the prefix of a name (`old_sweepers`); `substitute` keeps those that start no word."""
+    return re.compile(rf"{re.escape(old)}(?![A-Za-z0-9])")
+
+
+def starts_word(text: str, start: int) -> bool:
+    """Whether a word starts at `start`: no word's character before it, or one that ends a backslash escape (the `n`
+    of "\n"); not when the word's own first letter is escaped by a backslash before it ("\nlp" is no mention of nlp)."""
+    before = text[max(0, start - 32) : start]
+    if before.endswith("\\") and text[start : start + 1] in _ESCAPE_LETTERS:
+        return (len(before) - len(before.rstrip("\\"))) % 2 == 0
+    return not before or _WORD.match(before[-1]) is None or _ESCAPE.search(before) is not None
+
+
+def substitute(pattern: re.Pattern[str], new: str, text: str) -> str:
+    return pattern.sub(lambda m: new if starts_word(m.string, m.start()) else m.group(), text)
 
 
 def replacer(old: str, new: str):
-    words, classes = mentions(old), re.compile(rf"(?<![A-Za-z0-9_]){re.escape(camel(old))}(?=[A-Z])")
+    words, classes = mentions(old), re.compile(rf"{re.escape(camel(old))}(?=[A-Z])")
 
     def replace(text: str) -> str:
-        return classes.sub(camel(new), words.sub(new, text))
+        return substitute(classes, camel(new), substitute(words, new, text))
 
     return replace
 
@@ -152,7 +175,7 @@ def move(files: list[Path], root: Path, old: str, new: str) -> list[tuple[Path, 
     moves = []
     for path in files:
         rel = path.relative_to(root)
-        target = Path(*(words.sub(new, part) for part in rel.parts))
+        target = Path(*(substitute(words, new, part) for part in rel.parts))
         if target != rel:
             moves.append((path, root / target))
     for source, target in moves:
