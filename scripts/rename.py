@@ -403,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     root, new = args.root.resolve(), args.name
+    python = Path(os.path.abspath(args.python))  # absolute (not resolved: a venv's python is a link out of the venv)
     old = current_name(root)
 
     refuse_bad_name(new, old, root)
@@ -428,9 +429,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(stale, ignore_errors=True)
     print(f"renamed {old} -> {new}: {len(changed)} files rewritten, {len(moves)} moved")
     moved = dict(moves)
-    tidy(args.python, [moved.get(path, path) for path in changed], root)
+    tidy(python, [moved.get(path, path) for path in changed], root)
     if not args.no_install:
-        reinstall(args.python, old, new, root)
+        reinstall(python, old, new, root)
     print("next: review `git status` and `git diff`, run `make test`, commit")
     return 0
 
