@@ -107,7 +107,7 @@ def _fill(head: str, tail: str) -> str:
     return f"{head} {'x' * (116 - len(head) - len(tail) - 2)} {tail}"
 
 
-TREE_NEW = f"my{OLD}project"  # longer than OLD whatever OLD is: lines grow
+TREE_NEW = f"zz{OLD}project"  # longer than OLD (lines grow) and sorting after it, whatever OLD is
 
 
 def test_a_tree_holding_such_literals_is_renamed_and_lints_clean(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_a_tree_holding_such_literals_is_renamed_and_lints_clean(tmp_path: Path)
     re-sorted, and the lines the longer name pushes over the limit are wrapped (docstring, comment) or marked."""
     if importlib.util.find_spec("ruff") is None:
         pytest.skip("needs ruff in this Python")
-    new, mid = TREE_NEW, f"{OLD}0"  # `mid` sorts after OLD and before TREE_NEW: the imports need re-sorting
+    new, mid = TREE_NEW, f"{OLD}0"  # `mid` sorts after OLD and before TREE_NEW: the renamed imports need re-sorting
     docstring, comment = _fill('"""A docstring', f"{OLD}.errors"), _fill("# a comment", f"({OLD}.errors)")
     long = _fill('LONG = "', f'{OLD}"')
     files = {
