@@ -43,4 +43,4 @@ doctor: $(STAMP)  ## check the environment: versions, GPUs (a matmul each), bf16
 .PHONY: rename
 rename:  ## rename the package for your fork: make rename NAME=myproject (needs a clean git tree; reinstalls .venv)
 	@test -n "$(NAME)" || { echo "usage: make rename NAME=<new package name>" >&2; exit 2; }
-	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) scripts/rename.py "$(NAME)" $(ARGS)
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) scripts/rename.py "$(NAME)" --python "$(PY)" $(ARGS)

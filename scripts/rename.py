@@ -5,9 +5,14 @@
 The current name is the project name in pyproject.toml. The rename moves `src/<old>/` to `src/<new>/` and the
 Hydra plugins `src/hydra_plugins/<old>_sweepers/` to `<new>_sweepers/`, and rewrites every mention of the old name
 in the repository's files: imports, `_target_` strings, the `<old>.direction` resolver, the pyproject name, the
-wandb project default, README paths, scratch-dir prefixes... (each `<old>` that is a word of its own or the `<old>_`
-prefix of a name, and `<Old>` as the prefix of a class name). Then it reinstalls the project into `.venv`: the old
-distribution is uninstalled and `pip install -e .` installs the new one, so no stale distribution is left.
+wandb project default, README paths, scratch-dir prefixes... (each `<old>` that is a word of its own, also right after
+a string's escape as in "\\n<old>.errors", or the `<old>_` prefix of a name, and `<Old>` as the prefix of a class name;
+not `<old>` inside a word). A name of another length moves code: the changed Python files are formatted (imports
+sorted, code re-wrapped) by the ruff `make lint` runs, .venv's or, without one, the version requirements-dev.txt asks
+for (installed into a scratch folder for the rename), and a docstring's or comment's line now over the line limit is
+wrapped (a long string gets `# noqa: E501`): `make lint` passes after the rename, as it did before. Then it
+reinstalls the project into `.venv`: the old distribution is uninstalled and `pip install -e .` installs the new one,
+so no stale distribution is left.
 
 It refuses, with one line and a non-zero exit: a name that is no valid Python package name (not an identifier, a
 keyword, a standard-library module or an installed package it would shadow, a folder of the repository), and a
@@ -18,13 +23,18 @@ git tree with changes or untracked files (commit first: the rename is then one d
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
+import io
+import json
 import keyword
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,16 +56,38 @@ def camel(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
 
 
+# a character of a word: a mention of `old` starts after none (`bold` is no mention, `older` neither)
+_WORD = re.compile(r"[A-Za-z0-9_]")
+# a string escape that ends where a mention starts: "\nold.errors" is a newline, then `old.errors` (a backslash run of
+# even length before it is escaped backslashes: "\\nold" is a backslash, then the word `nold`)
+_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\(?:[abfnrtv]|x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|[0-7]{1,3})\Z")
+_ESCAPE_LETTERS = "abfnrtvxuUN01234567"  # a backslash before a name starting with one of them escapes that letter
+
+
 def mentions(old: str) -> re.Pattern[str]:
-    """`old` as a word of its own (`old.config`, `src/old/`, `"old"`) or as the prefix of a name (`old_sweepers`)."""
-    return re.compile(rf"(?<![A-Za-z0-9_]){re.escape(old)}(?![A-Za-z0-9])")
+    """Where `old` may be mentioned: as a word of its own (`old.config`, `src/old/`, `"old"`, "\nold.errors") or as
+    the prefix of a name (`old_sweepers`); `substitute` keeps those that start no word."""
+    return re.compile(rf"{re.escape(old)}(?![A-Za-z0-9])")
+
+
+def starts_word(text: str, start: int) -> bool:
+    """Whether a word starts at `start`: no word's character before it, or one that ends a backslash escape (the `n`
+    of "\n"); not when the word's own first letter is escaped by a backslash before it ("\nlp" is no mention of nlp)."""
+    before = text[max(0, start - 32) : start]
+    if before.endswith("\\") and text[start : start + 1] in _ESCAPE_LETTERS:
+        return (len(before) - len(before.rstrip("\\"))) % 2 == 0
+    return not before or _WORD.match(before[-1]) is None or _ESCAPE.search(before) is not None
+
+
+def substitute(pattern: re.Pattern[str], new: str, text: str) -> str:
+    return pattern.sub(lambda m: new if starts_word(m.string, m.start()) else m.group(), text)
 
 
 def replacer(old: str, new: str):
-    words, classes = mentions(old), re.compile(rf"(?<![A-Za-z0-9_]){re.escape(camel(old))}(?=[A-Z])")
+    words, classes = mentions(old), re.compile(rf"{re.escape(camel(old))}(?=[A-Z])")
 
     def replace(text: str) -> str:
-        return classes.sub(camel(new), words.sub(new, text))
+        return substitute(classes, camel(new), substitute(words, new, text))
 
     return replace
 
@@ -152,7 +184,7 @@ def move(files: list[Path], root: Path, old: str, new: str) -> list[tuple[Path, 
     moves = []
     for path in files:
         rel = path.relative_to(root)
-        target = Path(*(words.sub(new, part) for part in rel.parts))
+        target = Path(*(substitute(words, new, part) for part in rel.parts))
         if target != rel:
             moves.append((path, root / target))
     for source, target in moves:
@@ -167,34 +199,175 @@ def move(files: list[Path], root: Path, old: str, new: str) -> list[tuple[Path, 
     return moves
 
 
+def ruff_requirement(root: Path) -> str:
+    """ruff as requirements-dev.txt asks for it (e.g. `ruff>=0.6`): what `make install` puts into .venv."""
+    path = root / "requirements-dev.txt"
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        requirement = line.split("#", 1)[0].strip()
+        if re.match(r"ruff(?![\w.-])", requirement, flags=re.I):
+            return requirement
+    return "ruff"
+
+
+def find_ruff(python: Path, root: Path, scratch: Path) -> tuple[list[str] | None, str]:
+    """The ruff that `make lint` will run, and where it is from: the environment's; without one, the version that
+    requirements-dev.txt asks for, installed into `scratch` (what `make install` will install); only when pip cannot
+    install it, a ruff at hand (this Python's or the one on PATH)."""
+    has_ruff = python.exists() and subprocess.run([str(python), "-m", "ruff", "--version"], capture_output=True)
+    if has_ruff and has_ruff.returncode == 0:
+        return [str(python), "-m", "ruff"], f"the environment's ({python})"
+    requirement = ruff_requirement(root)
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-warn-script-location"]
+    proc = subprocess.run([*pip, "--target", str(scratch), requirement], cwd=root, capture_output=True, text=True)
+    if proc.returncode == 0 and (scratch / "bin" / "ruff").is_file():
+        return [str(scratch / "bin" / "ruff")], f"installed for the rename as requirements-dev.txt asks ({requirement})"
+    failed = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no ruff executable"]
+    print(f"warning: could not install {requirement} to format the renamed files: {failed[0]}", file=sys.stderr)
+    if importlib.util.find_spec("ruff") is not None:
+        return [sys.executable, "-m", "ruff"], f"{sys.executable}'s (its version may not be the one `make lint` runs)"
+    if shutil.which("ruff"):
+        return ["ruff"], "the one on PATH (its version may not be the one `make lint` runs)"
+    return None, ""
+
+
 def tidy(python: Path, changed: list[Path], root: Path) -> None:
     """A name of another length moves code: ruff sorts the imports and formats the changed Python files (as
-    `make format` does); a comment or string it cannot wrap that now exceeds the line limit is listed."""
-    if python.exists():
-        ruff = [str(python), "-m", "ruff"]
-    elif importlib.util.find_spec("ruff") is not None:
-        ruff = [sys.executable, "-m", "ruff"]
-    else:
-        ruff = ["ruff"] if shutil.which("ruff") else None
+    `make format` does), with the ruff `make lint` runs. A docstring's or comment's line that now exceeds the line
+    limit is wrapped onto the next; any other (a long string) gets `# noqa: E501`. `make lint` passes then."""
     sources = [str(path) for path in changed if path.suffix == ".py"]
     if not sources:
         return
-    if ruff is None:
-        print("ruff not found: run `make format` once the environment is installed")
-        return
-    subprocess.run([*ruff, "check", "-q", "--fix", "--select", "I", *sources], cwd=root, capture_output=True)
-    subprocess.run([*ruff, "format", "-q", *sources], cwd=root, capture_output=True)
+    with tempfile.TemporaryDirectory(prefix="rename-ruff-") as scratch:
+        ruff, origin = find_ruff(python, root, Path(scratch))
+        if ruff is None:
+            print("warning: no ruff to format the renamed files: run `make format` and shorten the lines it leaves")
+            return
+        version = subprocess.run([*ruff, "--version"], capture_output=True, text=True).stdout.strip() or "ruff"
+        subprocess.run([*ruff, "check", "-q", "--fix", "--select", "I", *sources], cwd=root, capture_output=True)
+        subprocess.run([*ruff, "format", "-q", *sources], cwd=root, capture_output=True)
+        fitted = 0
+        for wrap in (True, False):  # wrapped prose reformatted and checked again: what still exceeds gets the noqa
+            long = too_long(ruff, sources, root)
+            fitted += sum(fit_lines(path, rows, limit if wrap else None) for path, (rows, limit) in long.items())
+            if long and wrap:
+                subprocess.run([*ruff, "format", "-q", *map(str, long)], cwd=root, capture_output=True)
+        left = too_long(ruff, sources, root)
+    print(f"formatted with {version}, {origin}" + (f"; {fitted} line(s) over the line limit fitted" if fitted else ""))
+    if left:
+        shown = [f"  {path.relative_to(root)}:{row}" for path, (rows, _) in left.items() for row in rows]
+        print(f"warning: {len(shown)} line(s) exceed the line limit; shorten them (`make lint` checks):", *shown[:10])
+
+
+def too_long(ruff: list[str], sources: list[str], root: Path) -> dict[Path, tuple[list[tuple[int, int]], int]]:
+    """The files with lines over the line limit, as the project's ruff configuration checks it (E501 selected, files
+    not ignored): those rows, each with the row where ruff reads its `# noqa` (a multi-line string's last), and the
+    limit."""
     proc = subprocess.run(
-        [*ruff, "check", "--select", "E501", "--output-format", "concise", *sources],
+        [*ruff, "check", "-q", "--output-format", "json", *sources],
         cwd=root,
         capture_output=True,
         text=True,
     )
-    long = [line for line in proc.stdout.splitlines() if "E501" in line]
-    if long:
-        print(f"warning: {len(long)} line(s) now exceed the line limit; shorten them (`make lint` checks):")
-        shown = [f"  {line.removeprefix(str(root) + os.sep)}" for line in long[:10]]
-        print("\n".join(shown + ([f"  ... and {len(long) - 10} more: ruff check ."] if len(long) > 10 else [])))
+    try:
+        diagnostics = json.loads(proc.stdout or "[]")
+    except json.JSONDecodeError:
+        return {}
+    found: dict[Path, tuple[list[tuple[int, int]], int]] = {}
+    for item in (item for item in diagnostics if item.get("code") == "E501"):
+        path = root / item["filename"]  # absolute already: `/` keeps it
+        limit = re.search(r"> (\d+)\)", item.get("message", ""))
+        row = item["location"]["row"]
+        rows = [*found.get(path, ([], 0))[0], (row, item.get("noqa_row") or row)]
+        found[path] = (rows, int(limit.group(1)) if limit else 120)
+    return found
+
+
+def fit_lines(path: Path, rows: list[tuple[int, int]], limit: int | None) -> int:
+    """Fit the lines `rows` (1-based, each with the row of its noqa) of a Python file under `limit`: a docstring's
+    or a comment block's line is wrapped, its last words carried onto the next line of its paragraph (or a new one);
+    any other line, or any line when `limit` is None, gets `# noqa: E501` (at a multi-line string's end for its
+    lines: ruff reads it there)."""
+    lines = path.read_text().split("\n")
+    fitted = 0
+    for row, noqa in sorted(set(rows), reverse=True):  # from the bottom: a wrap moves the lines below it only
+        prose = _prose("\n".join(lines)).get(row)
+        if limit is not None and prose is not None and _wrap(lines, row - 1, limit, *prose):
+            fitted += 1
+        elif not lines[noqa - 1].rstrip().endswith("\\") and "noqa" not in lines[noqa - 1]:
+            lines[noqa - 1] = lines[noqa - 1].rstrip() + "  # noqa: E501"
+            fitted += 1
+    path.write_text("\n".join(lines))
+    return fitted
+
+
+def _prose(text: str) -> dict[int, tuple]:
+    """The rows of docstrings and of comment-only lines, each with its text's first column, the prefix its
+    continuation lines take, and whether a row continues its paragraph (a test of the row)."""
+    lines = text.split("\n")
+    try:
+        tree = ast.parse(text)
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (SyntaxError, tokenize.TokenError, ValueError):
+        return {}
+    prose: dict[int, tuple] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) or not node.body:
+            continue
+        doc = node.body[0].value if isinstance(node.body[0], ast.Expr) else None
+        if not (isinstance(doc, ast.Constant) and isinstance(doc.value, str)) or doc.end_lineno is None:
+            continue
+        opening = re.match(r"[rRuU]?('''|\"\"\"|'|\")", lines[doc.lineno - 1][doc.col_offset :])
+        if opening is None:
+            continue  # implicitly concatenated strings
+
+        def continues(row: int, first: int = doc.lineno, last: int = doc.end_lineno) -> bool:
+            text = lines[row - 1].strip()
+            return first < row <= last and bool(text) and not text.startswith(('"""', "'''", ">>>", "...", "- ", "* "))
+
+        for row in range(doc.lineno, doc.end_lineno + 1):
+            line = lines[row - 1]
+            if line.lstrip().startswith((">>>", "...")):
+                continue  # a doctest: wrapping would change it
+            if row == doc.lineno:
+                prose[row] = (doc.col_offset + opening.end(), " " * doc.col_offset, continues)
+            else:
+                indent = line[: len(line) - len(line.lstrip())]
+                prose[row] = (len(indent), indent, continues)
+    comments = {token.start[0] for token in tokens if token.type == tokenize.COMMENT}
+    for token in tokens:
+        row, col = token.start
+        marker = re.match(r"#+ *", token.string)
+        special = re.match(r"#\s*(noqa|type:|fmt:|pragma|ruff:|isort:|!)", token.string)
+        if token.type != tokenize.COMMENT or lines[row - 1][:col].strip() or special or marker is None:
+            continue
+
+        def continues(row: int, comments: set[int] = comments) -> bool:
+            return row in comments and not lines[row - 1].split("#", 1)[0].strip()
+
+        prose[row] = (col + marker.end(), lines[row - 1][:col] + marker.group(), continues)
+    return prose
+
+
+def _wrap(lines: list[str], index: int, limit: int, start: int, prefix: str, continues) -> bool:
+    """Carry the words of lines[index] past `limit` onto the next line of its paragraph (one that starts with the
+    same prefix, its text right after it), and so on down; a new line when the paragraph ends. False, nothing
+    changed, when a line has no space to break at."""
+    edited, row, inserted = lines[:], index + 1, False  # `row`: the file's row number before this wrapping
+    while len(edited[index]) > limit:
+        line = edited[index]
+        cut = line.rfind(" ", start, limit + 1)
+        if cut <= start or not line[start:cut].strip():
+            return False
+        edited[index], carried = line[:cut].rstrip(), line[cut + 1 :].lstrip()
+        after = edited[index + 1] if index + 1 < len(edited) else ""
+        if not inserted and continues(row + 1) and after.startswith(prefix) and after[len(prefix) :][:1].strip():
+            edited[index + 1] = prefix + carried + " " + after[len(prefix) :]
+            index, row, start = index + 1, row + 1, len(prefix)
+            continue
+        edited.insert(index + 1, prefix + carried)
+        index, start, inserted = index + 1, len(prefix), True
+    lines[:] = edited
+    return True
 
 
 def reinstall(python: Path, old: str, new: str, root: Path) -> None:
@@ -231,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     root, new = args.root.resolve(), args.name
+    python = Path(os.path.abspath(args.python))  # absolute (not resolved: a venv's python is a link out of the venv)
     old = current_name(root)
 
     refuse_bad_name(new, old, root)
@@ -256,9 +430,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(stale, ignore_errors=True)
     print(f"renamed {old} -> {new}: {len(changed)} files rewritten, {len(moves)} moved")
     moved = dict(moves)
-    tidy(args.python, [moved.get(path, path) for path in changed], root)
+    tidy(python, [moved.get(path, path) for path in changed], root)
     if not args.no_install:
-        reinstall(args.python, old, new, root)
+        reinstall(python, old, new, root)
     print("next: review `git status` and `git diff`, run `make test`, commit")
     return 0
 

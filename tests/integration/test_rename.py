@@ -28,7 +28,8 @@ NEW = "myproject" if OLD != "myproject" else "myproject2"
 
 
 def _mentions(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9])")
+    """`name` as a word of its own, also right after a string's escape (the `n` of a newline's, the `t` of a tab's)."""
+    return re.compile(rf"(?:(?<![A-Za-z0-9_])|(?<=\\[abfnrtv])){re.escape(name)}(?![A-Za-z0-9])")
 
 
 def _git(*args: str, cwd: Path) -> str:
@@ -74,19 +75,30 @@ def fork(tmp_path) -> Path:
     return _copy(tmp_path / "fork")
 
 
-@pytest.fixture(scope="module")
-def renamed(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """A copy renamed through the Makefile, as a user does it (without reinstalling: the copy has no .venv)."""
-    repo = _copy(tmp_path_factory.mktemp("renamed") / "fork")
-    proc = subprocess.run(
-        ["make", "-s", "rename", f"NAME={NEW}", "ARGS=--no-install", f"PYTHON={sys.executable}"],
+def _make_rename(repo: Path, args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["make", "-s", "rename", f"NAME={NEW}", f"ARGS={args}", f"PYTHON={sys.executable}"],
         cwd=repo,
-        env=_env(repo),
+        env={**_env(repo), **env},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
-    return repo, proc
+
+
+@pytest.fixture(scope="module")
+def renamed(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """A copy renamed through the Makefile, as a user does it (without reinstalling: the copy has no .venv; this
+    Python's ruff formats, the one the test lints with)."""
+    repo = _copy(tmp_path_factory.mktemp("renamed") / "fork")
+    return repo, _make_rename(repo, f"--no-install --python {sys.executable}")
+
+
+def _lint(repo: Path) -> None:
+    """What `make lint` runs."""
+    for check in (["check", "."], ["format", "--check", "."]):
+        ruff = subprocess.run([sys.executable, "-m", "ruff", *check], cwd=repo, capture_output=True, text=True)
+        assert ruff.returncode == 0, ruff.stdout[-2000:]
 
 
 def test_no_mention_of_the_old_name_is_left(renamed):
@@ -105,10 +117,24 @@ def test_no_mention_of_the_old_name_is_left(renamed):
     assert (repo / "src" / NEW / "__init__.py").is_file() and not (repo / "src" / OLD).exists()
     assert (repo / "src/hydra_plugins" / f"{NEW}_sweepers" / "__init__.py").is_file()
     assert f'name = "{NEW}"' in (repo / "pyproject.toml").read_text()
-    # imports re-sorted and code re-wrapped for the new name's length (long comments are only listed)
-    for check in (["format", "--check", "."], ["check", "--select", "I", "."]):
-        ruff = subprocess.run([sys.executable, "-m", "ruff", *check], cwd=repo, capture_output=True, text=True)
-        assert ruff.returncode == 0, ruff.stdout[-2000:]
+    # imports re-sorted, code re-wrapped for the new name's length, docstring and comment lines wrapped: lint passes
+    _lint(repo)
+
+
+def test_a_fork_without_an_environment_is_formatted_by_the_ruff_make_lint_will_install(tmp_path):
+    """No .venv and no ruff given: the rename installs the ruff requirements-dev.txt asks for into a scratch folder
+    (`make install` installs the same version later) and formats with it."""
+    repo = _copy(tmp_path / "fork")
+    try:  # pip gives up soon where no index answers
+        proc = _make_rename(repo, "--no-install", PIP_DEFAULT_TIMEOUT="20", PIP_RETRIES="1")
+    except subprocess.TimeoutExpired:
+        pytest.skip("pip cannot reach a package index here")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    if "could not install" in proc.stderr:
+        pytest.skip(f"pip cannot install ruff here: {proc.stderr.strip()}")
+    assert "installed for the rename as requirements-dev.txt asks" in proc.stdout, proc.stdout + proc.stderr
+    assert not (repo / ".venv").exists()
+    _lint(repo)
 
 
 def test_the_renamed_package_imports_composes_and_sweeps(renamed, tmp_path):

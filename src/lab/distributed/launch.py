@@ -233,8 +233,9 @@ def _exception(failure: Any) -> tuple[str, str, bool]:
         message = message.get("message", "")
     lines = [line for line in str(message).splitlines() if line.strip()]
     reason = lines[0] if lines else f"exit code {failure.exitcode}"
-    users = reason.startswith(("lab.errors.", "UserError: ", "ConfigError: ", "Interrupted: "))
-    for prefix in ("lab.errors.UserError: ", "lab.errors.ConfigError: ", "UserError: ", "ConfigError: "):
+    errors = f"{UserError.__module__}."  # the package's errors module, named as the package is named
+    users = reason.startswith((errors, "UserError: ", "ConfigError: ", "Interrupted: "))
+    for prefix in (f"{errors}UserError: ", f"{errors}ConfigError: ", "UserError: ", "ConfigError: "):
         reason = reason.removeprefix(prefix)
     frames = [line.strip() for line in callstack.splitlines() if line.strip().startswith('File "')]
     where = ""

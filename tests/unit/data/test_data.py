@@ -455,7 +455,8 @@ def test_an_error_from_a_loader_worker_is_reported_as_its_own_line() -> None:
 
     wrapped = UserError(
         "Caught UserError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
-        '  File "x.py", line 3, in f\n    raise\nlab.errors.UserError: cannot read image a.png: broken\n'
+        '  File "x.py", line 3, in f\n    raise\n'
+        f"{UserError.__module__}.UserError: cannot read image a.png: broken\n"
     )
     assert one_line(wrapped) == "cannot read image a.png: broken"
     assert one_line(UserError("plain")) == "plain"

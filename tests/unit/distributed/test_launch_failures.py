@@ -39,7 +39,7 @@ def test_the_earliest_own_error_wins_and_user_errors_read_as_themselves() -> Non
     err = SimpleNamespace(
         failures={
             0: _failure(105, "ValueError: later"),
-            1: _failure(101, "lab.errors.UserError: loss became nan at optimizer step 7 (epoch 1)"),
+            1: _failure(101, f"{UserError.__module__}.UserError: loss became nan at optimizer step 7 (epoch 1)"),
         }
     )
     # a user's error is not restarted: it would fail again
@@ -77,7 +77,7 @@ class _ChildFailed(ChildFailedError):
     ("error", "attempts"),
     [
         ("RuntimeError: CUDA error: an illegal memory access", ["0", "1", "2"]),
-        ("lab.errors.UserError: bad data", ["0"]),
+        (f"{UserError.__module__}.UserError: bad data", ["0"]),
     ],
 )
 def test_a_crash_is_restarted_up_to_max_restarts_and_a_users_error_is_not(monkeypatch, error, attempts) -> None:
