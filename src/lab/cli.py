@@ -74,7 +74,12 @@ def one_line(err: BaseException) -> str:
     if "Original Traceback" not in text:
         return text
     last = [line for line in text.splitlines() if line.strip()][-1]
-    return last.split(": ", 1)[1] if last.startswith(("lab.errors.", "UserError", "ConfigError")) else last
+    ours = (
+        f"{UserError.__module__}.",
+        "UserError",
+        "ConfigError",
+    )  # the package's own name, not spelt: forks rename it
+    return last.split(": ", 1)[1] if last.startswith(ours) else last
 
 
 def run_workflow(cfg: Any, workflow: str) -> Any:

@@ -16,6 +16,8 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from lab.config import options
+
 _SEARCH_PATH = "Config search path"  # Hydra lists it at the end of a message: nothing after it is about the mistake
 _NOISE = ("See https://hydra.cc", "Set the environment variable HYDRA_FULL_ERROR")  # lines that only point elsewhere
 
@@ -25,13 +27,20 @@ def _nearest(word: str, candidates: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
-def unknown_key_message(path: str, key: str, keys: Iterable[Any]) -> str:
+def unknown_key_message(path: str, key: str, keys: Iterable[Any], option: type | None = None) -> str:
     """`trainer.max_epoch is not a key of trainer; did you mean trainer.max_epochs?` and, on a second line, the
-    keys there are. `path` is the node's own ("trainer." or "" at the top)."""
+    keys there are. `path` is the node's own ("trainer." or "" at the top); `option`, the option class that types
+    it: the message names the option, and the options that have the key (`data=digits data.num_samples=5`)."""
     names = [str(k) for k in keys]
     close = _nearest(key, names)
     node = path[:-1] or "the config"
     hint = f"; did you mean {path}{close}?" if close else ""
+    name = options.option_name(option) if option is not None else None
+    if name is not None:
+        node = f"{node}={name}"
+        owners = [other for other, cls in options.options(option.group).items() if key in cls.__dataclass_fields__]
+        if owners:
+            hint += f" ({', '.join(f'{option.group}={o}' for o in owners)} {'have' if len(owners) > 1 else 'has'} it)"
     return f"{path}{key} is not a key of {node}{hint}\n  keys of {node}: {', '.join(names)}"
 
 
@@ -43,14 +52,14 @@ def unknown_option_message(group: str, option: str, options: Iterable[str]) -> s
     return f"{group}={option} is not an option of {group}{hint}\n  options of {group}: {', '.join(names)}"
 
 
-def undeclared_keys(node: DictConfig, path: str = "") -> Iterator[tuple[str, str, list[str]]]:
-    """(path of the node, key, the keys its schema declares) for each key a typed node holds beyond its schema:
+def undeclared_keys(node: DictConfig, path: str = "") -> Iterator[tuple[str, str, list[str], type]]:
+    """(path of the node, key, the keys its schema declares, the schema) for each key a typed node holds beyond it:
     Hydra's `+key=value` adds one to any node, schema or not, and OmegaConf.to_object drops it without a word."""
     schema = OmegaConf.get_type(node)
     fields = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
     for key in node:
         if fields is not None and key not in fields:
-            yield path, str(key), fields
+            yield path, str(key), fields, schema
         elif not (OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key)):
             child = node[key]
             if isinstance(child, DictConfig):
@@ -92,7 +101,7 @@ def describe(err: BaseException) -> str | None:
         keys = [str(k) for k in cause.parent_node if k != "hydra"]
         if not path:
             keys += [g for g in _top_level_groups() if g not in keys]
-        return unknown_key_message(path, key, keys)
+        return unknown_key_message(path, key, keys, OmegaConf.get_type(cause.parent_node))
     lines = _first_lines(str(err))
     reason = _first_lines(str(cause))[:1] if isinstance(cause, OmegaConfBaseException) else []
     if isinstance(cause, ValidationError) and lines and reason:  # a wrong type: `data.batch_size=abc: Value 'abc'...`

@@ -69,7 +69,7 @@ def test_a_key_added_with_plus_to_a_typed_node_is_refused(tmp_path) -> None:
     stderr = _mistake("+model.depth=2", f"hydra.run.dir={tmp_path}")
     lines = stderr.splitlines()
     assert len(lines) <= 2, stderr
-    assert lines[0] == "error: model.depth is not a key of model"
+    assert lines[0] == "error: model.depth is not a key of model=cnn"
     assert lines[1].split(": ")[1].split(", ") == ["name", "freeze", "channels", "dropout", "grad_checkpointing"]
     assert not (tmp_path / "checkpoints").exists()
 
@@ -85,8 +85,17 @@ def test_a_key_added_with_plus_to_a_typed_node_is_refused(tmp_path) -> None:
         (["model=cnnn"], "model=cnnn is not an option of model; did you mean model=cnn?", ", ".join(MODELS)),
         (["scheduler=cosin"], "scheduler=cosin is not an option of scheduler; did you mean scheduler=cosine?", "step"),
         (["experimnt=digits_mlp"], "experimnt is not a key of the config; did you mean experiment?", "hparams_search"),
-        # each schedule has its own keys: min_lr_ratio is cosine's
-        (["scheduler=step", "scheduler.min_lr_ratio=0.1"], "scheduler.min_lr_ratio is not a key of scheduler", "gamma"),
+        # each option has its own keys: min_lr_ratio is cosine's, num_samples synthetic's
+        (
+            ["data.num_samples=5"],
+            "data.num_samples is not a key of data=digits; did you mean data.num_classes? (data=synthetic has it)",
+            "num_classes",
+        ),
+        (
+            ["scheduler=step", "scheduler.min_lr_ratio=0.1"],
+            "scheduler.min_lr_ratio is not a key of scheduler=step (scheduler=cosine has it)",
+            "gamma",
+        ),
         (
             ["data.batch_size=abc"],
             "data.batch_size=abc: Value 'abc' of type 'str' could not be converted to Integer",

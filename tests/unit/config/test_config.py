@@ -274,7 +274,11 @@ def test_debug_overfit_uses_a_constant_lr_even_under_an_experiment(compose) -> N
 def test_a_key_added_with_plus_is_refused_by_validate(compose) -> None:
     """Hydra's `+key=value` adds a key to a typed node whatever its schema says; validate refuses it."""
     for overrides, message in (
-        (["+model.depth=2"], "model.depth is not a key of model"),
+        (["+model.depth=2"], "model.depth is not a key of model=cnn"),
+        (
+            ["data=digits", "+data.num_samples=5"],
+            "data.num_samples is not a key of data=digits; did you mean data.num_classes? (data=synthetic has it)",
+        ),
         (["++trainer.max_epoch=3"], "trainer.max_epoch is not a key of trainer; did you mean trainer.max_epochs?"),
         (["+bogus=1"], "bogus is not a key of the config"),
     ):

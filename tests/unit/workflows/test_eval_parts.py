@@ -133,7 +133,7 @@ def test_defaults_compose_and_only_delivery_settings_of_data_are_overridable(com
     overrides = ["ckpt_path=x.pt", "input=a.png"] if config_name == "infer" else ["ckpt_path=x.pt"]
     cfg = compose(overrides, config_name=config_name)
     validate(cfg)
-    assert cfg.task_name == config_name and cfg.logger.backends == {"wandb": True}
+    assert cfg.task_name == config_name and cfg.logger.backends == {"wandb": True, "tensorboard": False, "csv": False}
     if config_name != "infer":
         assert compose([*overrides, "data.root=/data", "data.batch_size=8"], config_name=config_name).data.root
         with pytest.raises(Exception, match="image_size"):  # what the model sees stays as trained
