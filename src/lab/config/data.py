@@ -21,7 +21,7 @@ class DataConfig(Option, group="data"):
     """Keys every dataset has: where its files are, how it is split and batched. Every dataset extends it."""
 
     name: str = MISSING
-    root: str = "data"
+    root: str = "${oc.select:paths.data,data}"  # paths.data (this machine's: conf/local/default.yaml), alone "data"
     batch_size: int = 64  # per device
     eval_batch_size: int | None = None  # null = batch_size
     # torch: a DataLoader (workers, any dataset) | device: each split held as tensors on the training device, batches

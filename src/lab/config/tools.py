@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.checks import seed, wandb_tags
-from lab.config.training import LoggerConfig
+from lab.config.training import LoggerConfig, PathsConfig
 
 # --------------------------------------------------------------------------- eval / export / infer
 _CKPT_HINT = "e.g. ckpt_path=outputs/train/<run>/checkpoints/best.pt"
@@ -51,6 +51,7 @@ class EvalConfig:
     tags: list[str] = field(default_factory=list)
     eval: EvalOptions = field(default_factory=EvalOptions)
     data: CheckpointDataConfig = field(default_factory=CheckpointDataConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
 
     def __post_init__(self) -> None:
@@ -107,6 +108,7 @@ class ExportConfig:
     tags: list[str] = field(default_factory=list)
     export: ExportOptions = field(default_factory=ExportOptions)
     data: CheckpointDataConfig = field(default_factory=CheckpointDataConfig)  # validation samples for parity
+    paths: PathsConfig = field(default_factory=PathsConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
 
     def __post_init__(self) -> None:
@@ -146,6 +148,7 @@ class InferConfig:
     device: str = "auto"  # auto | cpu | cuda | mps (eager checkpoints and onnxruntime's CUDA provider)
     tags: list[str] = field(default_factory=list)
     infer: InferOptions = field(default_factory=InferOptions)
+    paths: PathsConfig = field(default_factory=PathsConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
 
     def __post_init__(self) -> None:

@@ -194,6 +194,16 @@ class SweepConfig:
         _one_of("sweep.direction", self.direction, ("maximize", "minimize"))
 
 
+# --------------------------------------------------------------------------- paths
+@dataclass
+class PathsConfig:
+    """Where this machine keeps data and outputs. A fork's machines differ in conf/local/default.yaml (git-ignored,
+    composed last), not in a diff. Relative paths start at the directory a script is run from."""
+
+    data: str = "data"  # data.root's default: where datasets' files are (or are downloaded to)
+    outputs: str = "outputs"  # run dirs: <outputs>/<task_name>/<stamp>; sweeps: <outputs>/<task_name>/multirun/<stamp>
+
+
 # --------------------------------------------------------------------------- top level
 @dataclass
 class TrainConfig:
@@ -205,6 +215,7 @@ class TrainConfig:
     tags: list[str] = field(default_factory=list)
     # what train returns to sweepers: val/acc_best for classification, val/rmse_best for regression
     optimized_metric: str = "val/${task.monitor}_best"
+    paths: PathsConfig = field(default_factory=PathsConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     task: Any = MISSING  # typed by the chosen task's own schema (conf/task/*.yaml)
     data: Any = MISSING  # typed by the chosen dataset's own schema (conf/data/*.yaml)

@@ -384,3 +384,36 @@ def test_cli_help_lists_groups_and_config() -> None:
     for group in GROUPS:
         assert re.search(rf"^{group}: ", proc.stdout, re.MULTILINE), f"--help does not list the {group} group"
     assert "seed: 42" in proc.stdout
+
+
+# --------------------------------------------------------------------------- paths and this machine's config
+@pytest.mark.parametrize("entry", ["train", "eval", "export", "infer"])
+def test_a_local_config_is_composed_last_and_moves_data_and_outputs(tmp_path, entry: str) -> None:
+    """conf/local/default.yaml (git-ignored) is this machine's: composed after everything, an experiment included,
+    and `paths` leads data.root and the run and sweep dirs."""
+    import shutil
+
+    from hydra import compose, initialize_config_dir
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    overrides = {"train": ["experiment=digits_mlp"], "infer": ["ckpt_path=x.pt", "input=a.png"]}.get(
+        entry, ["ckpt_path=x.pt"]
+    )
+
+    def composed() -> DictConfig:
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            return compose(config_name=entry, overrides=overrides, return_hydra_config=True)
+
+    assert composed().paths.outputs == "outputs" and not (conf / "local/default.yaml").exists()
+    (conf / "local/default.yaml").write_text(
+        "# @package _global_\npaths:\n  data: /mnt/datasets\n  outputs: /mnt/runs\ntags: [this_machine]\n"
+        + ("trainer:\n  max_epochs: 3\n" if entry == "train" else "")
+    )
+    cfg = composed()
+    assert cfg.hydra.run.dir.startswith(f"/mnt/runs/{entry}/") and cfg.hydra.sweep.dir.startswith(f"/mnt/runs/{entry}/")
+    assert list(cfg.tags) == ["this_machine"]
+    if entry == "train":
+        assert cfg.data.root == "/mnt/datasets" and cfg.trainer.max_epochs == 3  # digits_mlp's 20 is overridden
+    rules = (REPO / ".gitignore").read_text().splitlines()
+    assert "/conf/local/*" in rules  # the file never reaches a commit
