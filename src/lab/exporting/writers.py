@@ -1,9 +1,9 @@
 """Model files from a plain eval-mode module: ONNX (dynamo exporter), torch.export (.pt2), TorchScript.
 
-Every writer gets the module `lab.restore` built (never a DDP / torch.compile wrapper, never channels_last) and
-puts it in eval mode itself, so dropout is off and BatchNorm uses its running statistics in every artifact. The
-batch axis (and a sequence axis where the task has one) is dynamic in all of them; the parity check then runs
-sizes other than the traced ones.
+Every writer gets the module `lab.checkpointing.restore` built (never a DDP / torch.compile wrapper, never
+channels_last) and puts it in eval mode itself, so dropout is off and BatchNorm uses its running statistics in every
+artifact. The batch axis (and a sequence axis where the task has one) is dynamic in all of them; the parity check
+then runs sizes other than the traced ones.
 """
 
 from __future__ import annotations

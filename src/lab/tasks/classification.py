@@ -114,10 +114,6 @@ class Classification:
             self._weights_on[device] = self.class_weights.to(device)
         return self._weights_on[device]
 
-    @property
-    def monitor_mode(self) -> str:
-        return self.mode
-
     def check_first_batch(self, inputs: Any, targets: Any) -> str:
         if not isinstance(targets, torch.Tensor) or targets.is_floating_point() or targets.ndim != 1:
             found = f"{targets.dtype} {tuple(targets.shape)}" if isinstance(targets, torch.Tensor) else type(targets)

@@ -1,7 +1,7 @@
 """Orchestration of one evaluation: checkpoint -> its own model, data and task -> one split -> eval.json + the
 task's artifacts (confusion matrix, predicted-vs-true plot, sample generations).
 
-The numbers come from the same code training validates with (`evaluation.evaluate` + the task's metrics), on the
+The numbers come from the same code training validates with (`lab.training.evaluation` + the task's metrics), on the
 checkpoint's data config, precision, channels_last and backend switches, so scoring best.pt on `val` reproduces the
 validation metrics training logged for it. Returns `<split>/<the task's monitor>`.
 """

@@ -1,9 +1,9 @@
 """Orchestration of one inference run: model (checkpoint or exported file) + inputs -> predictions.csv / .json.
 
-The backend follows `ckpt_path`: a training checkpoint runs the eager model rebuilt by lab.restore; model.onnx
-runs onnxruntime, model.pt2 torch.export and model.torchscript.pt torch.jit, each with the task and data_meta of
-the export_manifest.json next to it. The task reads the inputs (images, table rows, a prompt) and turns outputs
-into records. Returns the number of records.
+The backend follows `ckpt_path`: a training checkpoint runs the eager model rebuilt by lab.checkpointing.restore;
+model.onnx runs onnxruntime, model.pt2 torch.export and model.torchscript.pt torch.jit, each with the task and
+data_meta of the export_manifest.json next to it. The task reads the inputs (images, table rows, a prompt) and turns
+outputs into records. Returns the number of records.
 """
 
 from __future__ import annotations

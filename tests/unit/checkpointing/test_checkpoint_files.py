@@ -1,4 +1,4 @@
-"""lab.checkpoint: atomic writes, weights_only loads, RNG capture, wrapper prefixes, clear errors."""
+"""lab.checkpointing: atomic writes, weights_only loads, RNG capture, wrapper prefixes, clear errors."""
 
 from __future__ import annotations
 
@@ -408,7 +408,7 @@ def test_load_model_state_names_shape_mismatches() -> None:
 def test_load_model_state_non_strict_loads_what_fits(caplog: pytest.LogCaptureFixture) -> None:
     source = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
     target = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 5))
-    with caplog.at_level(logging.WARNING, logger="lab.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="lab.checkpointing.state_dicts"):
         checkpointing.load_model_state(target, {**source.state_dict(), "extra": torch.ones(1)}, strict=False)
     torch.testing.assert_close(target[0].weight, source[0].weight)
     assert "extra" in caplog.text and "1.weight" in caplog.text
