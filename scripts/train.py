@@ -11,7 +11,7 @@ import hydra
 from omegaconf import DictConfig
 
 from lab import cli
-from lab.distributed.env import keep_hydra_outputs_to_rank_zero
+from lab.distributed.env import adopt_slurm_ranks, keep_hydra_outputs_to_rank_zero
 
 
 @hydra.main(config_path="../conf", config_name="train", version_base="1.3")
@@ -21,6 +21,7 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     # under torchrun/srun every rank runs this script; only rank 0 may create the run dir (the others get scratch)
+    adopt_slurm_ranks()
     sys.argv = keep_hydra_outputs_to_rank_zero(sys.argv)
     # a used hydra.run.dir= is refused before Hydra writes into it; config mistakes in one or two lines
     cli.main(main, "train")

@@ -19,7 +19,9 @@ def _slurm_head_node() -> str:
 
 
 def adopt_slurm_ranks() -> None:
-    """One SLURM task per rank (`srun`, submitit with tasks_per_node=GPUs): expose it the way torchrun does."""
+    """One SLURM task per rank (`srun`, submitit with tasks_per_node=GPUs): expose it the way torchrun does. Called
+    once, at the entry of a training process (scripts/train.py, and lab.workflows.train.run for a job submitit
+    starts); it writes os.environ and may run `scontrol`, so the probes below never call it."""
     if any(key in os.environ for key in _TORCHRUN_KEYS):
         return
     if int(os.environ.get("SLURM_NTASKS", "1")) <= 1 or "SLURM_PROCID" not in os.environ:
@@ -36,8 +38,8 @@ def adopt_slurm_ranks() -> None:
 
 
 def launched_as_worker() -> bool:
-    """True when an external launcher (torchrun, srun, submitit) already started one process per rank."""
-    adopt_slurm_ranks()
+    """True when an external launcher (torchrun, or srun/submitit once adopt_slurm_ranks ran) already started one
+    process per rank."""
     return all(key in os.environ for key in _TORCHRUN_KEYS)
 
 

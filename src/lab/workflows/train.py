@@ -51,6 +51,7 @@ def _planned_steps(trainer_cfg: Any, steps_per_epoch: int) -> int:
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     """Train; with dist=ddp|fsdp outside torchrun/SLURM, spawn the ranks here and return rank 0's result."""
     run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
+    dist_env.adopt_slurm_ranks()  # a SLURM task submitit started runs this, not scripts/train.py
     # the process that writes the run dir decides which run this is and holds the dir (a spawning parent, for its
     # ranks; under torchrun/srun rank 0, whose decision the other ranks receive when they join: _join_and_train)
     writer = not dist_env.launched_as_worker() or dist_env.rank() == 0

@@ -41,6 +41,8 @@ def test_slurm_tasks_become_ranks_that_agree_on_the_rendezvous(clean_env):
     clean_env.setenv("SLURM_NNODES", "1")
     clean_env.setenv("SLURM_JOB_ID", "123456")
     clean_env.setenv("SLURM_NTASKS_PER_NODE", "4(x1)")
+    assert not env.launched_as_worker()  # a probe: only adopting them (once, at the entry) writes the variables
+    env.adopt_slurm_ranks()
     assert env.launched_as_worker()
     assert [os.environ[k] for k in TORCHRUN] == ["3", "4", "1", "4", "127.0.0.1", str(20000 + 123456 % 20000)]
 
@@ -48,6 +50,7 @@ def test_slurm_tasks_become_ranks_that_agree_on_the_rendezvous(clean_env):
 def test_a_single_slurm_task_spawns_its_own_workers(clean_env):
     clean_env.setenv("SLURM_NTASKS", "1")
     clean_env.setenv("SLURM_PROCID", "0")
+    env.adopt_slurm_ranks()
     assert not env.launched_as_worker()
 
 
