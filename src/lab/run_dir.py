@@ -330,7 +330,7 @@ def training_left(progress: Mapping[str, Any], max_epochs: int, max_steps: int) 
 def newest_unfinished(runs_root: Path, config: Mapping[str, Any], exclude: Path) -> Path | None:
     """The newest unfinished run dir under `runs_root` (outputs/<task_name>/) that trains the same config and has
     training left under it."""
-    from lab.checkpointing.files import read  # torch: only when a resume is asked for
+    from lab.checkpointing.storage import read  # torch: only when a resume is asked for
 
     wanted = config_hash(config)
     candidates = sorted(
@@ -376,7 +376,7 @@ def continued_run(resume: str | None, run_dir: Path, config: Mapping[str, Any], 
 
 def _require_same_config(run_dir: Path, config: Mapping[str, Any]) -> None:
     """Continuing in place trains what that run trained: another config there is refused, naming what differs."""
-    from lab.checkpointing.files import read
+    from lab.checkpointing.storage import read
 
     saved = read(run_dir / "checkpoints" / "last.pt").get("config") or {}
     if config_hash(saved) == config_hash(config):

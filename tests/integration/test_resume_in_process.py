@@ -15,14 +15,14 @@ def test_mid_epoch_checkpoint_resumes_to_identical_weights(tmp_path, compose, mo
     # cosine with warmup (the default schedule), dropout, 19 optimizer steps per epoch, a checkpoint every 5 steps
     overrides = ["model=mlp", "trainer.max_epochs=3", "trainer.ckpt_every_n_steps=5", "trainer.log_every_n_steps=5"]
     snapshot = tmp_path / "step25.pt"
-    real_save = checkpointing.files.save
+    real_save = checkpointing.storage.save
 
     def keep_step_25(path, payload):
         real_save(path, payload)
         if path.name == "last.pt" and payload["progress"]["global_step"] == 25:
             shutil.copy(path, snapshot)  # what a preempted job would find on disk
 
-    monkeypatch.setattr(checkpointing.files, "save", keep_step_25)
+    monkeypatch.setattr(checkpointing.storage, "save", keep_step_25)
     cfg = compose(overrides)
     validate(cfg)
     run(cfg, tmp_path / "straight")

@@ -1,11 +1,11 @@
-"""Checkpoints: the files (``files``: atomic save, safe read), wrapper-free model weights (``state_dicts``), the RNG
+"""Checkpoints: the files (``storage``: atomic save, safe read), wrapper-free model weights (``state_dicts``), the RNG
 streams (``rng``), a run's checkpoint paths and cadence (``manager``), and a trained model rebuilt from a file for
 eval, export and infer (``restore``, imported on its own: it pulls in the data, model and task packages)."""
 
-from lab.checkpointing.files import FORMAT_VERSION, copy, read, require_file, save
 from lab.checkpointing.manager import CheckpointManager
 from lab.checkpointing.rng import capture_rng, restore_rng
 from lab.checkpointing.state_dicts import load_model_state, strip_wrapper_prefixes, unwrap
+from lab.checkpointing.storage import FORMAT_VERSION, copy, read, require_file, save
 
 __all__ = [
     "FORMAT_VERSION",

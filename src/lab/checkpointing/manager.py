@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lab.checkpointing import files
+from lab.checkpointing import storage
 from lab.files import remove_stale_temps
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class CheckpointManager:
             if self._run_ref is not None:
                 self.extras["provenance"] = {**self.extras.get("provenance", {}), **self._run_ref()}
                 self._run_ref = None
-            files.save(self.last, {**state, **self.extras})
+            storage.save(self.last, {**state, **self.extras})
             if best:
-                files.copy(self.last, self.best)
+                storage.copy(self.last, self.best)
         self.parallel.barrier()

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from lab import data, models, tasks
-from lab.checkpointing import files, state_dicts
+from lab.checkpointing import state_dicts, storage
 from lab.config import ClassificationConfig, options
 from lab.errors import ConfigError, UserError
 
@@ -51,7 +51,7 @@ class Restored:
 def rebuild(path: str | Path) -> Restored:
     """Checkpoint -> plain eval-mode model with its weights; a UserError names what is missing or wrong."""
     path = Path(path).expanduser()
-    ckpt = files.read(path)
+    ckpt = storage.read(path)
     config, meta = ckpt.get("config"), ckpt.get("data_meta")
     if not isinstance(config, dict) or "model" not in config or "data" not in config:
         raise UserError(f"{path} holds no training config (config.model / config.data); was it written by train.py?")

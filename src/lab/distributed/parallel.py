@@ -84,7 +84,7 @@ class Parallel:
     local_rank: int = 0
     world_size: int = 1
     timeout_s: float = 600.0  # dist.timeout_s: how long a collective waits for a missing rank
-    _control: Any = field(default=None, repr=False)  # a gloo group for host-side votes (any_rank_lagged)
+    _control: Any = field(default=None, repr=False)  # a gloo group for host-side votes (any_rank_at_last_call)
     _vote: Any = field(default=None, repr=False)  # the vote in flight: (work, its tensor)
 
     @property
@@ -189,7 +189,7 @@ class Parallel:
         if self.active:
             dist.barrier()
 
-    def any_rank_lagged(self, flag: bool) -> bool:
+    def any_rank_at_last_call(self, flag: bool) -> bool:
         """Whether `flag` was true on any rank at the previous call (`flag` itself when alone). The vote runs on a
         gloo group in the background, so the step never waits on it nor syncs the GPU, and every rank gets the same
         answer one call later: all of them take the same branch (e.g. stop and save) at the same step."""

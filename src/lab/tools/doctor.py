@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from lab.tools.checks import INSTALL_FIX, MIN_PYTHON, Check, fail, ok, warn
+from lab.tools.doctor_checks import INSTALL_FIX, MIN_PYTHON, Check, fail, ok, warn
 from lab.tools.torch_checks import check_cuda, check_gpus, check_precision, import_torch, nvidia_smi
 
 

@@ -3,7 +3,7 @@ before the time limit, with `--signal=USR1@<seconds>`), SIGUSR2 (submitit's warn
 limit, `SUBMITIT_PREEMPT_SIGNAL`) and SIGINT (Ctrl-C).
 
 The handler only records the signal; the trainer finishes the optimizer step in flight, all ranks agree to stop
-(`Parallel.any_rank_lagged`), last.pt is written, and the run ends with status "interrupted" and exit code
+(`Parallel.any_rank_at_last_call`), last.pt is written, and the run ends with status "interrupted" and exit code
 128 + the signal number (143 SIGTERM, 138 SIGUSR1, 130 SIGINT), the code a shell gives a process the signal killed.
 A second Ctrl-C quits at once.
 """

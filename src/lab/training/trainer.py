@@ -148,7 +148,7 @@ class Trainer:
                 self._log(epoch, bar)
             if self.checkpoints.due(progress.global_step):
                 self._save(best=False)
-            if self.parallel.any_rank_lagged(self.stop.received is not None):
+            if self.parallel.any_rank_at_last_call(self.stop.received is not None):
                 self._save_and_stop()
             if self._done():
                 break

@@ -29,7 +29,7 @@ from lab.optim import build_optimizer, build_scheduler, lr_scale
 from lab.sweeps.jobs import in_multirun
 from lab.tracking import provenance
 from lab.training import Trainer, flops, preemption
-from lab.training.report import report_start
+from lab.training.start import log_start
 from lab.workflows import train_extras
 from lab.workflows.common import hydra_run_dir
 
@@ -193,7 +193,7 @@ def _fit(
     model = models.build(cfg.model, meta).to(device)
     model = runtime.apply_channels_last(model, cfg.trainer.channels_last, cfg.dist.strategy)
     peak = flops.peak_flops(cfg.trainer.peak_flops, device, precision.autocast_dtype, cfg.trainer.tf32)
-    utilization = report_start(model, task, train_loader, run_dir, device, precision, tracker, parallel, peak)
+    utilization = log_start(model, task, train_loader, run_dir, device, precision, tracker, parallel, peak)
     model, forward = parallel.wrap(model, cfg.dist, device, precision)  # before the optimizer: FSDP swaps params
     if parallel.world_size > 1:
         runtime.seed_everything((cfg.seed + parallel.rank) % 2**32)  # dropout etc. differ per rank from here on

@@ -53,7 +53,7 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: 
         f.write(b"half a checkpoint")  # a partial write, then the disk fills up
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(checkpointing.files.torch, "save", crash_mid_write)
+    monkeypatch.setattr(checkpointing.storage.torch, "save", crash_mid_write)
     with pytest.raises(
         UserError, match=r"cannot write .*last\.pt: no space left on the device.*previous last\.pt is intact"
     ):
@@ -239,7 +239,7 @@ def test_an_unwritable_dir_names_the_path_and_the_fix_and_keeps_the_previous_fil
     def fail(*args, **kwargs):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(checkpointing.files.torch, "save", fail)
+    monkeypatch.setattr(checkpointing.storage.torch, "save", fail)
     with pytest.raises(UserError, match=rf"cannot write .*last\.pt: {fix}.*previous last\.pt is intact"):
         checkpointing.save(path, {"model": {}, "progress": {"epoch": 2}})
     monkeypatch.undo()
@@ -269,7 +269,7 @@ def test_torchs_runtime_error_with_the_os_error_in_its_context_names_the_cause(t
     path = tmp_path / "last.pt"
     checkpointing.save(path, {"model": _net().state_dict(), "progress": {"epoch": 1}})
 
-    monkeypatch.setattr(checkpointing.files.torch, "save", _torch_save_failing_with(errno.ENOSPC))
+    monkeypatch.setattr(checkpointing.storage.torch, "save", _torch_save_failing_with(errno.ENOSPC))
     with pytest.raises(UserError, match=r"cannot write .*last\.pt: no space left on the device.*previous last\.pt"):
         checkpointing.save(path, {"model": {}, "progress": {"epoch": 2}})
     monkeypatch.undo()
@@ -314,7 +314,7 @@ def test_a_clean_up_that_fails_too_still_gives_one_line_and_keeps_the_previous_f
     def cannot_unlink(self, missing_ok=False):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
 
-    monkeypatch.setattr(checkpointing.files.torch, "save", _torch_save_failing_with(errno.EROFS))
+    monkeypatch.setattr(checkpointing.storage.torch, "save", _torch_save_failing_with(errno.EROFS))
     monkeypatch.setattr(Path, "unlink", cannot_unlink)
     with pytest.raises(UserError) as refused:
         checkpointing.save(path, {"model": {}, "progress": {"epoch": 2}})

@@ -19,7 +19,7 @@ from lab.runtime import Precision
 from lab.tasks import Classification
 from lab.tracking import Tracker
 from lab.training import flops
-from lab.training.report import report_start
+from lab.training.start import log_start
 
 CPU = torch.device("cpu")
 FP32 = Precision("fp32", autocast_dtype=None, grad_scaler=False)
@@ -87,10 +87,10 @@ def test_trainer_logs_mfu_from_its_throughput_and_flops_per_step_in_the_summary(
     )
     model, task, loader = _mlp(), Classification(3), _loader()
     tracker = Tracker(tmp_path / "report").start()
-    meter = report_start(model, task, loader, tmp_path, CPU, FP32, tracker, Parallel(), peak_flops=1e9)
+    meter = log_start(model, task, loader, tmp_path, CPU, FP32, tracker, Parallel(), peak_flops=1e9)
     tracker.finish("completed")
     assert meter.flops_per_sample == MLP_FLOPS_PER_SAMPLE
-    assert report_start(model, task, loader, tmp_path, CPU, FP32, tracker, Parallel()) is None  # no peak, no count
+    assert log_start(model, task, loader, tmp_path, CPU, FP32, tracker, Parallel()) is None  # no peak, no count
 
     trainer = in_process_trainer(cfg, model, task, loader, tmp_path / "run", callbacks=[meter])
     summary = trainer.fit()

@@ -1,4 +1,4 @@
-"""Start-of-run report: what is about to train, on what, and whether the first batch looks sane."""
+"""The start of a run, logged: what is about to train, on what, and whether the first batch looks sane."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def _shapes(data: Any) -> str:
     return ", ".join(f"{tuple(t.shape)} {t.dtype}" for _, t in _tensors(data, "targets"))
 
 
-def report_start(
+def log_start(
     model: torch.nn.Module,
     task: Any,
     loader: torch.utils.data.DataLoader,
