@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +100,19 @@ def plugins_env() -> dict[str, str]:
     env = script_env()
     env["PYTHONPATH"] += os.pathsep + str(REPO / "tests" / "integration" / "plugins")
     return env
+
+
+def made_once(path: Path, make: Callable[[], object]) -> Path:
+    """`make()` (which writes `path`) unless another xdist worker of this session did it already: under a file lock,
+    with a marker written after it succeeded (a failed attempt leaves none: the next asker tries, and fails, itself)."""
+    from filelock import FileLock
+
+    done = path.with_name(path.name + ".done")
+    with FileLock(path.with_name(path.name + ".lock")):
+        if not done.exists():
+            make()
+            done.touch()
+    return path
 
 
 def max_abs_diff(a: dict, b: dict) -> float:
