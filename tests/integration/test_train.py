@@ -114,7 +114,8 @@ PRECISIONS = {"bf16": "autocast bfloat16", "amp": "autocast bfloat16", "fp16": "
 def test_mixed_precision_on_cpu(tmp_path):
     # one process, a job per precision (Hydra's basic launcher): cheaper than a subprocess each
     overrides = ["-m", f"hydra.sweep.dir={tmp_path}", f"precision={','.join(PRECISIONS)}", "logger=none"]
-    proc = run_script("train.py", *overrides, "trainer.max_epochs=2", "trainer.log_every_n_steps=10")
+    # the limit of a run each (300 s) for each of the three: CPU autocast is slow, float16's most of all
+    proc = run_script("train.py", *overrides, "trainer.max_epochs=2", "trainer.log_every_n_steps=10", timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     for job, (precision, dtype_line) in enumerate(PRECISIONS.items()):
         run = Run(proc, tmp_path / str(job))
