@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: install train test lint format clean
+.PHONY: install train test test-fast lint format clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ train: $(STAMP)  ## train the default experiment (digits, CNN); pass overrides w
 # long integration tests while the other had finished
 test: $(STAMP)  ## the whole test suite (the 25 slowest tests are listed at the end: keep the suite in budget)
 	$(PY) -m pytest -q -n 2 --dist worksteal --durations=25 $(ARGS)
+
+test-fast: $(STAMP)  ## the in-process tests only, no subprocess (no `integration` marker): a few minutes
+	$(PY) -m pytest -q -n 2 --dist worksteal -m "not integration" --durations=10 $(ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

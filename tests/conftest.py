@@ -11,10 +11,43 @@ import pytest
 from omegaconf import DictConfig
 
 from helpers import REPO, compose_config
+from tiers import PROCESS_STARTERS, is_integration, refuser
 
 ComposeFn = Callable[..., DictConfig]
 # a developer's .env (tracker credentials) must not reach the tests: they expect offline wandb, as on CI
 os.environ["NO_DOTENV"] = "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_integration(Path(item.path), item.name):
+            item.add_marker(pytest.mark.integration)
+
+
+_CALL_PASSED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[pytest.TestReport]:
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_PASSED] = report.passed
+    return report
+
+
+@pytest.fixture(autouse=True)
+def fast_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str] | None]:
+    """Keeps the fast tier honest (tests/tiers.py): outside `integration`, starting a process raises ProcessStarted,
+    and a test whose code caught that error still fails, at teardown. Yields the attempts (None in integration)."""
+    if request.node.get_closest_marker("integration") is not None:
+        yield None
+        return
+    started: list[str] = []
+    for owner, name, what in PROCESS_STARTERS:
+        monkeypatch.setattr(owner, name, refuser(started, request.node.nodeid, what))
+    yield started
+    if started and request.node.stash.get(_CALL_PASSED, False):
+        pytest.fail(f"a fast-tier test started a process ({'; '.join(started)}): mark it integration", False)
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,19 +78,46 @@ _runpy.run_path(_sys.argv[0], run_name="__main__")
 
 
 def run_script(
-    script: str, *overrides: str, cwd: Path | None = None, timeout: float = 300, patch: str | None = None
+    script: str,
+    *overrides: str,
+    cwd: Path | None = None,
+    timeout: float = 300,
+    patch: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     """Run scripts/<script> the way a user does, in a subprocess. `patch`: Python code run first in that process
-    (to fake a fault where no real one can be arranged: a kill at a chosen moment, a perturbed writer)."""
+    (to fake a fault where no real one can be arranged: a kill at a chosen moment, a perturbed writer). `env`: the
+    environment, script_env() by default."""
     prefix = [PYTHON] if patch is None else [PYTHON, "-c", patch + _THEN_RUN_THE_SCRIPT]
     return subprocess.run(
         [*prefix, str(REPO / "scripts" / script), *overrides],
         cwd=cwd or REPO,
-        env=script_env(),
+        env=env or script_env(),
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def plugins_env() -> dict[str, str]:
+    """script_env() with tests/integration/plugins importable: the tests' own callbacks, named in `+callbacks.<x>=`
+    overrides (spawned ranks inherit it)."""
+    env = script_env()
+    env["PYTHONPATH"] += os.pathsep + str(REPO / "tests" / "integration" / "plugins")
+    return env
+
+
+def made_once(path: Path, make: Callable[[], object]) -> Path:
+    """`make()` (which writes `path`) unless another xdist worker of this session did it already: under a file lock,
+    with a marker written after it succeeded (a failed attempt leaves none: the next asker tries, and fails, itself)."""
+    from filelock import FileLock
+
+    done = path.with_name(path.name + ".done")
+    with FileLock(path.with_name(path.name + ".lock")):
+        if not done.exists():
+            make()
+            done.touch()
+    return path
 
 
 def max_abs_diff(a: dict, b: dict) -> float:

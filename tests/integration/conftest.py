@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from helpers import Run, run_script
+from helpers import Run, made_once, run_script
 
 
 @pytest.fixture
@@ -24,37 +25,52 @@ def train(tmp_path):
     return _train
 
 
-# Trained once per test session (per xdist worker) and shared: the README's commands and the report read them.
-# They sit in one outputs/ folder, as a user's runs do, so tools that look for a run's eval/export runs find them.
+# Trained once per test session and shared: the README's commands and the report read them. They sit in one outputs/
+# folder, as a user's runs do, so tools that look for a run's eval/export runs find them. Under xdist the workers
+# share them too: made by the first worker that asks (under a file lock), found by the other.
 @pytest.fixture(scope="session")
 def outputs_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("project") / "outputs"
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp/popen-gw<n>: the parent is this session's, not the worker's
+        base = base.parent
+    path = base / "project" / "outputs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture(scope="session")
 def finished_run(outputs_dir) -> Path:
     """A debug=fast training run (the default CNN on digits) in outputs/train/run."""
+
+    def make() -> None:
+        proc = run_script("train.py", "debug=fast", f"hydra.run.dir={run_dir}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
     run_dir = outputs_dir / "train" / "run"
-    proc = run_script("train.py", "debug=fast", f"hydra.run.dir={run_dir}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run_dir
+    return made_once(run_dir, make)
 
 
 @pytest.fixture(scope="session")
 def finished_export(finished_run, outputs_dir) -> Path:
     """outputs/export/run: model.onnx, model.pt2 and their manifest, exported from finished_run's best.pt."""
+
+    def make() -> None:
+        overrides = [f"ckpt_path={finished_run}/checkpoints/best.pt", "export.formats=[onnx,pt2]", "logger=none"]
+        proc = run_script("export.py", *overrides, f"hydra.run.dir={run_dir}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
     run_dir = outputs_dir / "export" / "run"
-    overrides = [f"ckpt_path={finished_run}/checkpoints/best.pt", "export.formats=[onnx,pt2]", "logger=none"]
-    proc = run_script("export.py", *overrides, f"hydra.run.dir={run_dir}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run_dir
+    return made_once(run_dir, make)
 
 
 @pytest.fixture(scope="session")
 def finished_sweep(outputs_dir) -> Path:
     """A 2-job grid sweep (debug=fast MLPs, two learning rates) in outputs/train/multirun/sweep."""
+
+    def make() -> None:
+        overrides = ["-m", "debug=fast", "model=mlp", "logger=none", "optimizer.lr=1e-3,3e-2"]
+        proc = run_script("train.py", *overrides, f"hydra.sweep.dir={sweep_dir}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
     sweep_dir = outputs_dir / "train" / "multirun" / "sweep"
-    overrides = ["-m", "debug=fast", "model=mlp", "logger=none", "optimizer.lr=1e-3,3e-2"]
-    proc = run_script("train.py", *overrides, f"hydra.sweep.dir={sweep_dir}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return sweep_dir
+    return made_once(sweep_dir, make)

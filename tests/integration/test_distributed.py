@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import datetime
 import json
 import os
@@ -238,3 +239,7 @@ def test_submitit_local_launcher_runs_a_ddp_job(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "0/summary.json").read_text())
     assert summary["status"] == "completed" and summary["effective_batch_size"] == 128  # 64 x 2 ranks
+    assert list((tmp_path / ".submitit").rglob("*_log.out"))  # submitit's own job logs
+    with open(tmp_path / "sweep_summary.csv", newline="") as handle:
+        (row,) = csv.DictReader(handle)
+    assert row["status"] == "completed"

@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import pytest
 
-from helpers import run_script
+from helpers import made_once, run_script
 from lab.reporting.runs import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -51,12 +51,14 @@ def browser():
 @pytest.fixture(scope="module")
 def evaluated_job(finished_sweep):
     """An eval run of the sweep's job 0 in the same outputs/ folder: the report must link its files."""
+
+    def make() -> None:  # outputs/ is shared by the xdist workers: made by the first to ask
+        ckpt = f"ckpt_path={finished_sweep}/0/checkpoints/best.pt"
+        proc = run_script("eval.py", ckpt, "logger=none", f"hydra.run.dir={run_dir}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
     run_dir = finished_sweep.parents[2] / "eval" / "job0"
-    proc = run_script(
-        "eval.py", f"ckpt_path={finished_sweep}/0/checkpoints/best.pt", "logger=none", f"hydra.run.dir={run_dir}"
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run_dir
+    return made_once(run_dir, make)
 
 
 def _open(browser, page: Path) -> str:

@@ -7,6 +7,7 @@ import json
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ def interrupted(tmp_path_factory) -> Path:
     proc = subprocess.Popen(cmd, cwd=REPO, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = run_dir / "metrics.jsonl"
     while proc.poll() is None and not (metrics.is_file() and metrics.read_text().count("train/loss") >= 3):
-        pass
+        time.sleep(0.02)  # not a busy loop: on a 2-core machine it would take a core from the run it waits for
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 143, err[-3000:]
@@ -103,7 +104,7 @@ def test_torchrun_resume_auto_is_decided_by_rank_zero_for_every_rank(tmp_path) -
     first = torchrun()
     runs = tmp_path / "outputs" / "train"
     while first.poll() is None and sum(p.read_text().count("train/loss") for p in runs.glob("*/metrics.jsonl")) < 3:
-        pass
+        time.sleep(0.02)
     first.send_signal(signal.SIGTERM)  # torchrun forwards it: every rank saves last.pt and stops
     first.communicate(timeout=300)
     (run,) = list(runs.iterdir())

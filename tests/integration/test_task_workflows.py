@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import max_abs_diff, run_script
+from helpers import max_abs_diff, plugins_env, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -49,12 +49,12 @@ class Trained:
         return torch.load(self.root / name / "checkpoints/last.pt", weights_only=True)["model"]
 
 
-def _run(script: str, run_dir: Path, *overrides: str, check: bool = True):
+def _run(script: str, run_dir: Path, *overrides: str, check: bool = True, env: dict[str, str] | None = None):
     if "-m" in overrides:  # the flag goes first; the sweep's jobs land in <run_dir>/<job>
         overrides = ("-m", f"hydra.sweep.dir={run_dir}", *(o for o in overrides if o != "-m"))
     else:
         overrides = (f"hydra.run.dir={run_dir}", *overrides)
-    proc = run_script(script, *overrides, timeout=600)
+    proc = run_script(script, *overrides, timeout=600, env=env)
     if check:
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return proc
@@ -62,13 +62,15 @@ def _run(script: str, run_dir: Path, *overrides: str, check: bool = True):
 
 @pytest.fixture(scope="module", params=list(TASKS))
 def trained(request, tmp_path_factory) -> Trained:
-    """2 epochs straight, and 1 epoch then resumed to 2: the runs the tests below share."""
+    """2 epochs straight, keeping the checkpoint its first epoch ended with (a test callback), and a run resumed
+    from that checkpoint to 2 epochs: the runs the tests below share."""
     task, root = request.param, tmp_path_factory.mktemp(request.param)
     overrides = [*TASKS[task], *COMMON]
-    _run("train.py", root / "straight", *overrides, "trainer.max_epochs=2")
-    _run("train.py", root / "first", *overrides, "trainer.max_epochs=1")
-    last = root / "first/checkpoints/last.pt"
-    _run("train.py", root / "resumed", *overrides, "trainer.max_epochs=2", f"ckpt_path={last}")
+    keep = "+callbacks.keep={_target_: keep_checkpoint.KeepCheckpoint, epoch: 1}"
+    _run("train.py", root / "straight", *overrides, "trainer.max_epochs=2", keep, env=plugins_env())
+    epoch1 = root / "straight/checkpoints/epoch1.pt"
+    assert torch.load(epoch1, weights_only=True)["progress"]["epoch"] == 1  # what a 1-epoch run leaves
+    _run("train.py", root / "resumed", *overrides, "trainer.max_epochs=2", f"ckpt_path={epoch1}")
     return Trained(task, root)
 
 

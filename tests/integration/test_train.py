@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from helpers import REPO, max_abs_diff, run_script
+from helpers import REPO, Run, max_abs_diff, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -64,14 +64,15 @@ def test_default_command_reaches_95_percent_and_writes_the_run_contract(train):
 
 @pytest.mark.parametrize("extra", [(), ("dist=ddp", "model=mlp")], ids=["one-process", "ddp"])
 def test_overfit_one_batch_drives_loss_to_zero(train, extra):
-    run = train("debug=overfit", *extra)  # ddp: each rank's own fixed batch (the subset is batch_size x ranks)
+    # ddp: each rank's own fixed batch (the subset is batch_size x ranks)
+    run = train("debug=overfit", "logger=none", *extra)
     losses = [r["train/loss"] for r in run.metrics() if "train/loss" in r]
     assert losses[-1] < 0.01, losses
     assert run.summary()["val/acc"] == 1.0  # validation uses the same fixed batch
 
 
 def test_gradient_accumulation_matches_the_large_batch(train):
-    common = ["model=mlp", "model.dropout=0", "trainer.max_steps=15", "trainer.log_every_n_steps=5"]
+    common = ["model=mlp", "model.dropout=0", "trainer.max_steps=15", "trainer.log_every_n_steps=5", "logger=none"]
     big = train(*common, "data.batch_size=64")
     accumulated = train(*common, "data.batch_size=32", "trainer.grad_accum_steps=2")
     assert max_abs_diff(big.weights(), accumulated.weights()) <= 1e-5
@@ -82,7 +83,7 @@ def test_gradient_accumulation_matches_the_large_batch(train):
 
 def test_resume_continues_exactly_where_training_stopped(train, tmp_path):
     # constant LR: a 2-epoch run then extended to 4 must follow the 4-epoch run's schedule
-    common = ["scheduler=constant", "trainer.log_every_n_steps=10"]
+    common = ["scheduler=constant", "trainer.log_every_n_steps=10", "logger=none"]
     straight = train(*common, "trainer.max_epochs=4")
     first = train(*common, "trainer.max_epochs=2")
     resumed = train(*common, "trainer.max_epochs=4", f"ckpt_path={first.dir}/checkpoints/last.pt")
@@ -101,25 +102,30 @@ def test_resume_continues_exactly_where_training_stopped(train, tmp_path):
 
 
 def test_same_seed_same_weights_other_seed_other_weights(train):
-    common = ["debug=fast", "trainer.limit_train_batches=5", "trainer.deterministic=true"]
+    common = ["debug=fast", "trainer.limit_train_batches=5", "trainer.deterministic=true", "logger=none"]
     a, b, c = train(*common), train(*common), train(*common, "seed=0")
     assert max_abs_diff(a.weights(), b.weights()) == 0.0
     assert max_abs_diff(a.weights(), c.weights()) > 0.0
 
 
-@pytest.mark.parametrize(
-    "precision,dtype_line",
-    [("bf16", "autocast bfloat16"), ("amp", "autocast bfloat16"), ("fp16", "autocast float16, GradScaler")],
-)
-def test_mixed_precision_on_cpu(train, precision, dtype_line):
-    run = train(f"precision={precision}", "trainer.max_epochs=2", "trainer.log_every_n_steps=10")
-    assert f"precision {precision} ({dtype_line})" in run.output
-    assert run.summary()["val/acc_best"] > 0.8
-    rows = [r for r in run.metrics() if "train/loss" in r]
-    assert all(math.isfinite(r["train/loss"]) and math.isfinite(r["train/grad_norm"]) for r in rows)
-    if precision == "fp16":  # the scaler's state is logged and checkpointed
-        assert "train/grad_scale" in rows[0]
-        assert torch.load(run.dir / "checkpoints/last.pt", weights_only=True)["scaler"]["scale"] > 0
+PRECISIONS = {"bf16": "autocast bfloat16", "amp": "autocast bfloat16", "fp16": "autocast float16, GradScaler"}
+
+
+def test_mixed_precision_on_cpu(tmp_path):
+    # one process, a job per precision (Hydra's basic launcher): cheaper than a subprocess each
+    overrides = ["-m", f"hydra.sweep.dir={tmp_path}", f"precision={','.join(PRECISIONS)}", "logger=none"]
+    # the limit of a run each (300 s) for each of the three: CPU autocast is slow, float16's most of all
+    proc = run_script("train.py", *overrides, "trainer.max_epochs=2", "trainer.log_every_n_steps=10", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for job, (precision, dtype_line) in enumerate(PRECISIONS.items()):
+        run = Run(proc, tmp_path / str(job))
+        assert f"precision {precision} ({dtype_line})" in (run.dir / "train.log").read_text(), precision
+        assert run.summary()["val/acc_best"] > 0.8, precision
+        rows = [r for r in run.metrics() if "train/loss" in r]
+        assert rows and all(math.isfinite(r["train/loss"]) and math.isfinite(r["train/grad_norm"]) for r in rows)
+        if precision == "fp16":  # the scaler's state is logged and checkpointed
+            assert "train/grad_scale" in rows[0]
+            assert torch.load(run.dir / "checkpoints/last.pt", weights_only=True)["scaler"]["scale"] > 0
 
 
 def test_non_finite_loss_stops_with_the_step_and_keeps_good_checkpoints(train):
@@ -130,6 +136,7 @@ def test_non_finite_loss_stops_with_the_step_and_keeps_good_checkpoints(train):
         "trainer.grad_clip=null",
         "trainer.log_every_n_steps=1",
         "model=mlp",
+        "logger=none",
         check=False,
     )
     assert run.proc.returncode != 0
@@ -171,6 +178,7 @@ def test_loader_workers_plateau_and_step_checkpoints(train):
         "trainer.ckpt_every_n_steps=7",
         "trainer.grad_accum_steps=3",
         "trainer.log_every_n_steps=2",
+        "logger=none",
     )
     steps = [r["step"] for r in run.metrics() if "train/loss" in r]
     assert steps[:3] == [2, 4, 6] and run.summary()["global_step"] == 21  # ceil(19 batches / 3) x 3 epochs
@@ -178,14 +186,14 @@ def test_loader_workers_plateau_and_step_checkpoints(train):
 
 
 def test_missing_checkpoint_is_one_clear_error(train, tmp_path):
-    run = train(f"ckpt_path={tmp_path}/nope.pt", check=False)
+    run = train(f"ckpt_path={tmp_path}/nope.pt", "logger=none", check=False)
     assert run.proc.returncode != 0
     assert f"error: checkpoint not found: {tmp_path}/nope.pt" in run.proc.stderr
     assert "Traceback" not in run.output
 
 
 def test_two_runs_started_together_get_their_own_directories(tmp_path):
-    command = [sys.executable, str(REPO / "scripts/train.py"), "debug=fast", "model=mlp"]
+    command = [sys.executable, str(REPO / "scripts/train.py"), "debug=fast", "model=mlp", "logger=none"]
     procs = [
         subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(2)
     ]

@@ -342,6 +342,7 @@ except UserError as err:
 """
 
 
+@pytest.mark.integration  # starts a process: a Python subprocess under ulimit -f
 def test_a_file_size_limit_ends_in_one_line_and_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
     """A real `ulimit -f` (RLIMIT_FSIZE, in a subprocess): torch fails with "unexpected pos", a RuntimeError."""
     import subprocess

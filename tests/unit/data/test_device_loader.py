@@ -194,6 +194,7 @@ def test_an_augmented_run_resumed_mid_epoch_ends_bitwise_equal(tmp_path: Path, c
         assert torch.equal(a, b)
 
 
+@pytest.mark.integration  # starts git (the run records its provenance)
 def test_a_device_run_trains_and_scores_like_a_dataloader_run(tmp_path: Path, compose) -> None:
     # the train workflow end to end, with accumulation (a short last group too) and a batch limit: the same batches
     # (no augmentation) give the same weights, and val/test through the device path give the same metrics

@@ -60,6 +60,7 @@ def test_what_is_not_a_run_or_sweep_dir_is_refused_in_one_line(tmp_path, make):
     assert "\n" not in str(err.value) and not (tmp_path / "x" / "report.html").exists()
 
 
+@pytest.mark.integration  # starts a process: a fresh Python interpreter
 def test_the_report_imports_no_torch():
     code = "import sys; import lab.reporting.page, lab.reporting.runs; sys.exit(int('torch' in sys.modules))"
     proc = subprocess.run([PYTHON, "-c", code], env=script_env(), capture_output=True, text=True, timeout=60)

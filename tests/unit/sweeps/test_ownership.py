@@ -91,6 +91,7 @@ def test_a_claim_holds_the_lock_while_the_sweep_runs_and_removes_it_at_the_end(t
     assert list(sweep.iterdir()) == []
 
 
+@pytest.mark.integration  # starts a process: a Python subprocess holds the sweep dir
 def test_a_running_sweep_refuses_a_second_one_there_and_its_death_frees_the_dir(tmp_path):
     sweep = tmp_path / "sweep"
     holder = textwrap.dedent(

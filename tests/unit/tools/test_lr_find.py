@@ -121,6 +121,7 @@ RUNS = {
 }
 
 
+@pytest.mark.integration  # starts git (the run records its provenance)
 @pytest.mark.parametrize("overrides", RUNS.values(), ids=RUNS.keys())
 def test_the_command_on_each_task(compose, tmp_path: Path, overrides: list[str], capsys) -> None:
     cfg = compose([*overrides, "logger=none"])

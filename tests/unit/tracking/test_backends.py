@@ -84,6 +84,7 @@ def _text(events: EventAccumulator, tag: str) -> dict:
 
 
 # --------------------------------------------------------------------------- csv
+@pytest.mark.integration  # starts git (provenance/git.diff)
 def test_csv_has_a_row_per_event_a_growing_header_and_the_config(tmp_path):
     summary = _record(tmp_path, "csv")
     header, rows = _csv_rows(tmp_path)
@@ -107,6 +108,7 @@ def test_csv_has_a_row_per_event_a_growing_header_and_the_config(tmp_path):
 
 
 # --------------------------------------------------------------------------- tensorboard
+@pytest.mark.integration  # starts git (provenance/git.diff)
 def test_tensorboard_has_scalars_per_step_and_the_config_and_summary_as_text(tmp_path):
     summary = _record(tmp_path, "tensorboard")
     events = _tensorboard(tmp_path)
@@ -120,6 +122,7 @@ def test_tensorboard_has_scalars_per_step_and_the_config_and_summary_as_text(tmp
 
 
 # --------------------------------------------------------------------------- all at once, and resumed
+@pytest.mark.integration  # starts wandb's processes and git
 def test_every_tracker_records_the_same_events_as_metrics_jsonl(tmp_path):
     summary = _record(tmp_path, "wandb", "tensorboard", "csv")
     local = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -135,6 +138,7 @@ def test_every_tracker_records_the_same_events_as_metrics_jsonl(tmp_path):
     assert [(int(r["step"]), float(r["train/loss"])) for r in rows if r["train/loss"]] == expected
 
 
+@pytest.mark.integration  # starts wandb's processes and git
 def test_a_resumed_run_continues_each_record(tmp_path):
     first = _record(tmp_path, "wandb", "tensorboard", "csv", events=EVENTS[:3])
     second = _record(
@@ -161,6 +165,7 @@ def _steps(run_dir: Path) -> tuple[list[int], list[int], list[int]]:
     return local, rows, [event.step for event in _tensorboard(run_dir).Scalars("train/loss")]
 
 
+@pytest.mark.integration  # starts git (provenance/git.diff)
 def test_a_new_run_in_the_same_dir_starts_each_record_afresh(tmp_path):
     """overwrite=true: the run it replaces leaves no lines above its own, nor events TensorBoard would mix in."""
     _record(tmp_path, "tensorboard", "csv")
@@ -175,6 +180,7 @@ def test_a_new_run_in_the_same_dir_starts_each_record_afresh(tmp_path):
     assert sorted(p.name for p in (tmp_path / "provenance").iterdir()) == ["env.json", "git.diff"]
 
 
+@pytest.mark.integration  # starts git (provenance/git.diff)
 def test_a_continuing_run_drops_a_last_line_its_killed_attempt_cut_short(tmp_path, caplog):
     _record(tmp_path, "csv", events=EVENTS[:3])
     with open(tmp_path / "metrics.jsonl", "a") as jsonl, open(tmp_path / "csv/metrics.csv", "a") as rows:
@@ -196,6 +202,7 @@ def test_a_continuing_run_drops_a_last_line_its_killed_attempt_cut_short(tmp_pat
     assert caplog.text.count("dropped a last line cut short") == 2
 
 
+@pytest.mark.integration  # starts git (provenance/git.diff)
 def test_a_resume_drops_what_its_killed_attempt_logged_after_the_checkpoint(tmp_path):
     """Killed at step 5 with last.pt at step 3: steps 4-5 are done again, and each record holds them once."""
     first = [({"train/loss": 1.0 / step}, step, 1) for step in range(1, 6)]
@@ -239,6 +246,7 @@ def test_a_folder_that_cannot_be_written_is_one_line_before_anything_is_written(
     assert [p.name for p in run_dir.iterdir()] == [folder] and not list((run_dir / folder).iterdir())
 
 
+@pytest.mark.integration  # starts git (provenance/git.diff)
 def test_an_error_writing_a_trackers_folder_names_it_and_the_fix(tmp_path, monkeypatch):
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
@@ -248,6 +256,7 @@ def test_an_error_writing_a_trackers_folder_names_it_and_the_fix(tmp_path, monke
         Tracker(tmp_path, logger_cfg=_logger("csv"), provenance=PROVENANCE).start()
 
 
+@pytest.mark.integration  # starts wandb's processes and git
 def test_run_ref_names_the_wandb_run_or_none(tmp_path):
     tracker = Tracker(tmp_path / "plain", logger_cfg=_logger("csv")).start()
     assert tracker.run_ref() == {"run_dir": str(tmp_path / "plain"), "wandb_id": None, "wandb_path": None}
@@ -258,6 +267,7 @@ def test_run_ref_names_the_wandb_run_or_none(tmp_path):
     child_process.close()
 
 
+@pytest.mark.integration  # starts wandb's processes and git
 def test_a_tracker_that_fails_to_start_closes_the_others(tmp_path, monkeypatch):
     def broken(self):
         raise OSError("disk full")
@@ -286,6 +296,7 @@ def test_a_tracker_that_stops_as_it_starts_is_named_and_the_others_record(tmp_pa
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "completed"
 
 
+@pytest.mark.integration  # starts wandb's processes and git
 def test_a_start_in_the_background_is_waited_for_and_its_failure_raised_at_first_use(tmp_path, monkeypatch):
     tracker = Tracker(tmp_path / "ok", logger_cfg=_logger("wandb", "csv"), config=CONFIG, provenance=PROVENANCE)
     with tracker.session(background=True):

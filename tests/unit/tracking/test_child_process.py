@@ -36,6 +36,7 @@ def _logger(**settings) -> OmegaConf:
     return OmegaConf.structured(LoggerConfig(backends={"wandb": True}, mode="offline", **settings))
 
 
+@pytest.mark.integration  # starts wandb's processes
 def test_the_childs_logs_and_errors_reach_this_process(tmp_path, caplog):
     caplog.set_level(logging.INFO)
     tracker = Tracker(tmp_path, logger_cfg=_logger()).start()
@@ -52,6 +53,7 @@ def test_the_childs_logs_and_errors_reach_this_process(tmp_path, caplog):
     tracker.finish()
 
 
+@pytest.mark.integration  # starts wandb's processes
 def test_a_killed_child_stops_its_tracker_with_one_warning_and_the_run_goes_on(tmp_path, caplog):
     logger = OmegaConf.structured(LoggerConfig(backends={"wandb": True, "csv": True}, mode="offline"))
     tracker = Tracker(tmp_path, logger_cfg=logger).start()
@@ -93,6 +95,7 @@ os._exit(0)  # as a killed process: no finish, no atexit
 """
 
 
+@pytest.mark.integration  # starts wandb's processes
 def test_a_run_killed_before_finishing_keeps_what_it_logged_and_is_recorded_as_failed(tmp_path):
     subprocess.run([sys.executable, "-c", KILLED_RUN, str(tmp_path)], check=True, timeout=120)
     deadline = time.monotonic() + 120  # the orphaned child finishes the record on its own: a hang must end
@@ -112,6 +115,7 @@ def _finished_run(root: Path):
     return run if run.exit_code is not None else None
 
 
+@pytest.mark.integration  # starts wandb's processes
 def test_child_process_false_keeps_wandb_in_this_process(tmp_path):
     tracker = Tracker(tmp_path, logger_cfg=_logger(child_process=False)).start()
     assert isinstance(tracker.backends[0], WandbBackend)

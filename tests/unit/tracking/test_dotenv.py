@@ -79,6 +79,7 @@ def test_only_tracker_variables_are_loaded_and_the_others_named_in_one_line(tmp_
 SITECUSTOMIZE = "import pathlib; pathlib.Path('{marker}').write_text('ran')\n"
 
 
+@pytest.mark.integration  # starts a process: Python subprocesses
 def test_a_dotenv_in_the_working_directory_cannot_load_code_into_child_processes(tmp_path):
     """The attack the allow-list closes: PYTHONPATH=<a dir with sitecustomize.py> in a .env where the command runs
     ran that code in every Python child (the wandb process)."""

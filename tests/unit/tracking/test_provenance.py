@@ -29,6 +29,7 @@ def checkout(tmp_path: Path) -> Path:
     return repo
 
 
+@pytest.mark.integration  # starts git
 def test_an_untracked_file_makes_the_checkout_dirty_an_ignored_one_or_a_run_dirs_does_not(checkout):
     assert provenance.git_info(checkout)["git_dirty"] is False
     (checkout / "outputs").mkdir()
@@ -46,6 +47,7 @@ def test_an_untracked_file_makes_the_checkout_dirty_an_ignored_one_or_a_run_dirs
     assert info["git_commit"] == _git("rev-parse", "HEAD", cwd=checkout).strip()
 
 
+@pytest.mark.integration  # starts git
 def test_git_diff_holds_changes_and_untracked_files_as_a_patch_git_applies(checkout, tmp_path, caplog):
     (checkout / "src/model.py").write_text("width = 16\n")  # a tracked change
     new = {
@@ -102,6 +104,7 @@ def test_git_diff_holds_changes_and_untracked_files_as_a_patch_git_applies(check
     )  # run dirs' files are outputs, not code: only env.json names them
 
 
+@pytest.mark.integration  # starts git
 def test_untracked_files_stop_at_the_total_cap(checkout, monkeypatch):
     monkeypatch.setattr(provenance, "MAX_TOTAL_BYTES", 25)
     for name in ("a.py", "b.py", "c.py"):
@@ -114,6 +117,7 @@ def test_untracked_files_stop_at_the_total_cap(checkout, monkeypatch):
     }
 
 
+@pytest.mark.integration  # starts git
 def test_each_start_of_a_continuing_run_keeps_its_code_state(checkout, tmp_path):
     run_dir = tmp_path / "run"
     commit = {"git_commit": _git("rev-parse", "HEAD", cwd=checkout).strip()}

@@ -41,6 +41,7 @@ def _offline_run(tmp_path, config):
     return path
 
 
+@pytest.mark.integration  # starts wandb's processes
 def test_reader_returns_config_history_summary(tmp_path):
     run = read_run(_offline_run(tmp_path, {"model": {"hidden_dims": [3, 4]}, "lr": 0.1}))
     assert (run.name, run.group, run.job_type, run.tags) == ("n", "g", "train", ["t"])
@@ -50,6 +51,7 @@ def test_reader_returns_config_history_summary(tmp_path):
     assert run.summary["val/acc_best"] == 0.5 and run.exit_code == 0
 
 
+@pytest.mark.integration  # starts wandb's processes
 def test_reader_joins_records_that_span_blocks_and_rejects_corruption(tmp_path):
     big = {f"key_{i}": "x" * 100 for i in range(800)}  # ~90 KB of config: FIRST/MIDDLE/LAST records
     path = _offline_run(tmp_path, big)
@@ -86,6 +88,7 @@ def test_api_key_counts_as_credentials(no_wandb_env, monkeypatch):
     assert has_wandb_credentials()
 
 
+@pytest.mark.integration  # starts wandb's processes
 def test_only_rank_zero_writes(no_wandb_env, tmp_path):
     logger = OmegaConf.structured(LoggerConfig(backends={"wandb": True}, mode="offline"))
     for rank in (1, 0):
