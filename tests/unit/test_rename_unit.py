@@ -110,6 +110,7 @@ def _fill(head: str, tail: str) -> str:
 TREE_NEW = f"zz{OLD}project"  # longer than OLD (lines grow) and sorting after it, whatever OLD is
 
 
+@pytest.mark.integration  # git and ruff run as processes
 def test_a_tree_holding_such_literals_is_renamed_and_lints_clean(tmp_path: Path) -> None:
     """A small project named OLD: its literals read the same with the new name after the rename, the imports are
     re-sorted, and the lines the longer name pushes over the limit are wrapped (docstring, comment) or marked."""
