@@ -20,7 +20,7 @@ os.environ["NO_DOTENV"] = "1"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if is_integration(Path(item.path), item.name):
+        if is_integration(Path(item.path)):
             item.add_marker(pytest.mark.integration)
 
 

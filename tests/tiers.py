@@ -16,13 +16,6 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 
-# Tests of tests/unit/config/ (rewritten together with lab.config) are named here by node id prefix instead of
-# carrying the marker themselves. One that is missed fails in the fast tier.
-SUBPROCESS_TESTS = (
-    "tests/unit/config/test_cli_messages.py::",  # the whole file: its tests run the entry scripts
-    "tests/unit/config/test_config.py::test_cli_",
-)
-
 # Every way to a new process short of a fork: subprocess (also behind os.popen and asyncio), os.system, posix_spawn,
 # and multiprocessing's spawn and forkserver start methods (torch's elastic launcher spawns its workers that way).
 # A fork (a DataLoader worker under the fork start method) starts no new interpreter: allowed.
@@ -39,13 +32,9 @@ class ProcessStarted(RuntimeError):
     """A fast-tier test started a process: mark it `integration` (or move it to tests/integration)."""
 
 
-def is_integration(path: Path, name: str) -> bool:
-    """Whether the test `name` in the file `path` belongs to the integration tier by where it is."""
-    relative = path.resolve().relative_to(TESTS)
-    if relative.parts[0] == "integration":
-        return True
-    nodeid = f"tests/{relative.as_posix()}::{name}"
-    return nodeid.startswith(SUBPROCESS_TESTS)
+def is_integration(path: Path) -> bool:
+    """Whether a test belongs to the integration tier by where it is (elsewhere, by its own marker)."""
+    return path.resolve().relative_to(TESTS).parts[0] == "integration"
 
 
 def refuser(started: list[str], nodeid: str, what: str) -> Callable[..., None]:

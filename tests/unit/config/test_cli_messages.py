@@ -11,6 +11,7 @@ import pytest
 
 from helpers import GROUPS, PYTHON, REPO, group_options, run_script, script_env
 
+pytestmark = pytest.mark.integration  # every test runs an entry script
 MODELS = group_options("model")  # the option classes and the presets: never a hand-kept list
 
 

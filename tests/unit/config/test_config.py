@@ -328,6 +328,7 @@ def _run_train(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.integration  # runs the entry script
 def test_cli_unknown_option_lists_the_valid_ones() -> None:
     proc = _run_train("precision=fp17")
     assert proc.returncode != 0
@@ -338,6 +339,7 @@ def test_cli_unknown_option_lists_the_valid_ones() -> None:
     assert set(group_options("precision")) >= {"fp32", "amp", "bf16", "fp16"}
 
 
+@pytest.mark.integration  # runs the entry script
 def test_cli_bad_value_is_one_error_line_without_traceback(tmp_path) -> None:
     proc = _run_train("optimizer.lr=-1", f"hydra.run.dir={tmp_path}")
     out = proc.stdout + proc.stderr
@@ -360,6 +362,7 @@ def _imported_modules(importtime_stderr: str) -> set[str]:
     return modules
 
 
+@pytest.mark.integration  # runs the entry script
 def test_cli_cfg_job_prints_the_config_without_importing_torch() -> None:
     proc = subprocess.run(
         [PYTHON, "-X", "importtime", str(TRAIN_SCRIPT), "--cfg", "job"],
@@ -378,6 +381,7 @@ def test_cli_cfg_job_prints_the_config_without_importing_torch() -> None:
     assert not heavy, f"--cfg job imported {heavy[:5]}"
 
 
+@pytest.mark.integration  # runs the entry script
 def test_cli_help_lists_groups_and_config() -> None:
     proc = _run_train("--help")
     assert proc.returncode == 0, proc.stderr
