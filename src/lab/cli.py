@@ -91,7 +91,7 @@ def run_workflow(cfg: Any, workflow: str) -> Any:
     with user_errors():
         validate(cfg)
         run = importlib.import_module(f"lab.workflows.{workflow}").run
-        from lab.tools import oom  # torch is imported by now (the workflow's own imports)
+        from lab.training import oom  # torch is imported by now (the workflow's own imports)
 
         with oom.explained(cfg):  # a CUDA out-of-memory error: a memory report and what to try, then one line
             return run(cfg)

@@ -87,7 +87,7 @@ def lr_find_ran(stdout: str, run_dir: Path, args: list[str]) -> None:
 
 def profile_ran(stdout: str, run_dir: Path, args: list[str]) -> None:
     trace, table = run_dir / "profile_trace.json", run_dir / "profile_table.txt"
-    assert trace.is_file(), "no profile_trace.json: is lab.tools.profiling.StepProfiler wired into the trainer?"
+    assert trace.is_file(), "no profile_trace.json: is lab.training.profiling.StepProfiler wired into the trainer?"
     events = json.loads(trace.read_text())["traceEvents"]
     steps = {event["name"] for event in events if event.get("name", "").startswith("ProfilerStep#")}
     active = next((int(a.split("=")[1]) for a in args if a.startswith("trainer.profile.active=")), 3)

@@ -18,7 +18,7 @@ from lab.config.checks import seed, wandb_project, wandb_tags
 @dataclass
 class ProfileConfig:
     """torch.profiler over a few training steps (debug=profile): skip `wait` steps, warm up for `warmup`, record
-    `active`; the op table, a Chrome trace and the bottleneck go to the run dir (lab.tools.profiling)."""
+    `active`; the op table, a Chrome trace and the bottleneck go to the run dir (lab.training.profiling)."""
 
     enabled: bool = False
     wait: int = 1
@@ -80,7 +80,7 @@ class TrainerConfig:
     cudnn_benchmark: bool = False
     tf32: bool = True
     # autograd anomaly mode plus checks of every module's output, the batch and the loss: the run stops at the
-    # first NaN/inf, named in one line (debug=anomaly; lab.tools.anomaly). Slow: a host sync per module
+    # first NaN/inf, named in one line (debug=anomaly; lab.training.anomaly). Slow: a host sync per module
     detect_anomaly: bool = False
     max_bad_steps: int = 0  # >0: skip up to this many consecutive steps whose loss is not finite (a sync per step)
     progress_bar: str = "auto"  # auto (only on a TTY) | on | off

@@ -13,19 +13,16 @@ import logging
 import math
 from typing import Any
 
+from lab.training.callbacks import Callback
+
 log = logging.getLogger(__name__)
 
 
-class EarlyStopping:
-    def __init__(self, patience: int, min_delta: float, mode: str, monitor: str) -> None:
-        self.patience, self.min_delta, self.sign = patience, min_delta, 1 if mode == "max" else -1
-        self.monitor = monitor  # val/<the task's monitor>
+class EarlyStopping(Callback):
+    def __init__(self, patience: int, min_delta: float, task: Any) -> None:
+        self.patience, self.min_delta, self.sign = patience, min_delta, 1 if task.mode == "max" else -1
+        self.monitor = f"val/{task.monitor}"
         self.stopped_epoch: int | None = None
-
-    @classmethod
-    def from_config(cls, cfg: Any, task: Any) -> EarlyStopping | None:
-        """`trainer.early_stopping` on the task's monitor, or None when off (patience 0)."""
-        return cls(cfg.patience, cfg.min_delta, task.mode, f"val/{task.monitor}") if cfg.patience else None
 
     def record(self, progress: Any, value: float) -> None:
         """After a validation: reset the count on an improvement, count one more otherwise (NaN never improves)."""

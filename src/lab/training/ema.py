@@ -4,11 +4,12 @@ After every `every_n_steps`-th optimizer step: ``ema = decay * ema + (1 - decay)
 parameters, in one fused ``torch._foreach_lerp_`` on the device (no host sync), and the buffers (BatchNorm running
 statistics) copied as they are. Frozen parameters never change, so their copy needs no update.
 
-Validation scores ``module`` (the averaged copy) as ``val/<metric>``, best.pt is chosen by it and holds it as its
-``model``, so eval, export and infer use it unchanged; the optimizer's own weights are scored too, as
-``val_raw/<metric>``, to show what the average buys. Checkpoints keep those weights under ``raw_model`` to resume
-from (``lab.training.state``). Under DDP every rank holds the same parameters and so keeps the same average; FSDP shards
-them and is refused at configuration time (``lab.workflows.train_extras.check``).
+A Trainer callback (``lab.training.callbacks``). For validation the average takes the model's place (the two swap
+values in place, so the DDP / compiled views score it too): ``val/<metric>`` is the average's, best.pt is chosen by
+it and holds it as its ``model``, so eval, export and infer use it unchanged; the optimizer's own weights are scored
+after, as ``val_raw/<metric>``, to show what the average buys. Checkpoints keep those weights under ``raw_model``,
+which a resume loads (``lab.training.state``). Under DDP every rank holds the same parameters and so keeps the same
+average; FSDP shards them and is refused at configuration time (``TrainConfig``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import torch
 from torch import nn
 
 from lab.checkpointing import load_model_state
+from lab.training.callbacks import Callback
 
 
-class EMA:
+class EMA(Callback):
     def __init__(self, model: nn.Module, decay: float, every_n_steps: int = 1) -> None:
         if not 0 < decay < 1:
             raise ValueError(f"EMA decay must be in (0, 1), got {decay}")
@@ -45,10 +47,36 @@ class EMA:
         if self._buffers:
             torch._foreach_copy_(self._buffers, self._source_buffers)
 
+    @torch.no_grad()
+    def swap(self) -> None:
+        """Exchange the values of the averaged and the followed tensors (parameters and buffers), in place."""
+        averaged, followed = self._averaged + self._buffers, self._sources + self._source_buffers
+        held = torch._foreach_mul(followed, 1)  # a copy: _foreach_copy_ reads and writes in one pass
+        torch._foreach_copy_(followed, averaged)
+        torch._foreach_copy_(averaged, held)
+
     def on_train_step_end(self, trainer: Any) -> None:
-        """The trainer's step hook: a host-side integer test, then the update on the device."""
+        """A host-side integer test, then the update on the device."""
         if trainer.progress.global_step % self.every_n_steps == 0:
             self.update()
+
+    def on_validation_start(self, trainer: Any) -> None:
+        self.swap()  # val/ scores the average
+
+    def on_validation_end(self, trainer: Any, metrics: dict[str, float], epoch: int) -> None:
+        self.swap()  # the optimizer's own weights back in the model, scored beside the average
+        raw = trainer.score(trainer.val_loader, trainer.cfg.limit_val_batches)
+        metrics.update({f"val_raw/{name}": value for name, value in raw.items()})
+
+    def on_save_checkpoint(self, trainer: Any, checkpoint: dict[str, Any]) -> None:
+        """`model` is what eval, export and infer load: the average, as validated; a resume loads `raw_model`."""
+        trainer.parallel.sync_buffers(self.module)  # rank 0's BatchNorm statistics, as for the model
+        checkpoint["raw_model"], checkpoint["model"] = checkpoint["model"], self.state_dict()
+
+    def on_load_checkpoint(self, trainer: Any, checkpoint: dict[str, Any]) -> None:
+        """The average goes on from the checkpoint's `model`: an EMA run's average, or (from a run without EMA)
+        the weights the run resumes from."""
+        self.load_state_dict(checkpoint["model"])
 
     def state_dict(self) -> dict[str, Any]:
         return self.module.state_dict()

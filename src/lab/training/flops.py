@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from lab.training.callbacks import Callback
+
 log = logging.getLogger(__name__)
 
 _T = 1e12
@@ -96,7 +98,7 @@ def count_flops(model: nn.Module, task: Any, inputs: Any, targets: Any, device: 
     return int(counter.get_total_flops())
 
 
-class Utilization:
+class Utilization(Callback):
     """Trainer callback: adds train/mfu to each logged window and train/flops_per_step to the summary, from the FLOPs
     of one counted batch of `batch_size` samples."""
 

@@ -17,7 +17,6 @@ from torch import nn
 
 from lab.checkpointing import capture_rng, restore_rng
 from lab.distributed.parallel import Parallel
-from lab.training.ema import EMA
 
 log = logging.getLogger(__name__)
 
@@ -53,18 +52,13 @@ class TrainingState:
     parallel: Parallel
     device: torch.device  # whose CUDA generator is saved and restored
     progress: Progress = field(default_factory=Progress)
-    ema: EMA | None = None  # trainer.ema: checkpoints then hold its weights as `model`, the optimizer's as `raw_model`
 
     def payload(self) -> dict[str, Any]:
         """The training state to checkpoint; a collective under FSDP (gathers the shards), so every rank calls it."""
         rng = self.parallel.gather(capture_rng(self.device))
         self.parallel.sync_buffers(self.model)  # rank 0 writes: its BatchNorm statistics are the ones validated
-        weights = {"model": self.parallel.model_state(self.model)}
-        if self.ema is not None:  # `model` is what eval, export and infer load: the averaged weights, as validated
-            self.parallel.sync_buffers(self.ema.module)
-            weights = {"model": self.ema.state_dict(), "raw_model": weights["model"]}
         return {
-            **weights,
+            "model": self.parallel.model_state(self.model),
             "optimizer": self.parallel.optimizer_state(self.model, self.optimizer),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
@@ -75,10 +69,9 @@ class TrainingState:
 
     def resume(self, ckpt: dict[str, Any]) -> None:
         """Continue a run exactly: weights, optimizer moments, LR schedule, loss scale, position and RNG."""
-        raw = ckpt.get("raw_model", ckpt["model"])  # an EMA run's checkpoint keeps the optimizer's weights apart
-        self.parallel.load_model_state(self.model, raw)
-        if self.ema is not None:  # from a run without EMA, the average starts at the resumed weights
-            self.ema.load_state_dict(ckpt["model"] if "raw_model" in ckpt else raw)
+        # where a callback put other weights in `model` (the EMA's average), the ones training goes on from are
+        # kept as `raw_model`
+        self.parallel.load_model_state(self.model, ckpt.get("raw_model", ckpt["model"]))
         self.parallel.load_optimizer_state(self.model, self.optimizer, ckpt["optimizer"])
         self.scheduler.load_state_dict(ckpt["scheduler"])
         if ckpt.get("scaler"):

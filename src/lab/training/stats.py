@@ -28,12 +28,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from lab.training.callbacks import Callback
+
 log = logging.getLogger(__name__)
 
 HISTOGRAM_BINS = 64
 
 
-class TrainingStats:
+class TrainingStats(Callback):
     def __init__(self, model: nn.Module, every_n_steps: int, warn_after: int = 3) -> None:
         self.every, self.warn_after = every_n_steps, warn_after
         self.layers = {

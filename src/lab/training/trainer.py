@@ -8,12 +8,13 @@ checkpoint time, so the step itself runs as fast as a hand-written loop.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -30,14 +31,14 @@ from lab.distributed.parallel import Parallel
 from lab.errors import UserError
 from lab.optim import Schedule
 from lab.runtime import Precision, reset_peak_memory
+from lab.tasks.base import Task
 from lab.tracking import Tracker
 from lab.training.bad_steps import BadSteps
-from lab.training.early_stopping import EarlyStopping
-from lab.training.ema import EMA
+from lab.training.callbacks import Callback, configured, hooks
 from lab.training.evaluation import score
 from lab.training.preemption import StopSignals, interrupted
 from lab.training.state import Progress, TrainingState
-from lab.training.update import apply_update
+from lab.training.update import clip_grad_norm, scaled_step
 from lab.training.window import StepWindow, log_line
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class Trainer:
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
         scheduler: Schedule,
-        task: Any,
+        task: Task,
         train_batches: EpochLoader,
         val_loader: torch.utils.data.DataLoader | None,
         device: torch.device,
@@ -63,8 +64,7 @@ class Trainer:
         checkpoints: CheckpointManager,
         parallel: Parallel | None = None,
         forward: nn.Module | None = None,
-        callbacks: Sequence[Any] = (),
-        ema: EMA | None = None,
+        callbacks: Sequence[Callback] = (),
     ) -> None:
         # A plain dataclass, not a DictConfig: OmegaConf attribute access costs microseconds, several per step.
         self.cfg = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
@@ -76,13 +76,10 @@ class Trainer:
         self.train_batches, self.val_loader = train_batches, val_loader
         self.device, self.precision = device, precision
         self._autocast = precision.autocast(device)  # reused every step: building a torch.autocast costs a microsecond
-        self.ema = ema  # validated as val/ and checkpointed as `model` in place of the model (val_raw/ scores that)
-        early = EarlyStopping.from_config(self.cfg.early_stopping, task)
         self.tracker, self.checkpoints = tracker, checkpoints
-        self.callbacks = [*callbacks, *filter(None, [ema, early])]
         self.should_stop = False  # a callback's request to end the run after this epoch's checkpoint (early stopping)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.grad_scaler)
-        self.state = TrainingState(model, optimizer, scheduler, self.scaler, self.parallel, device, ema=ema)
+        self.state = TrainingState(model, optimizer, scheduler, self.scaler, self.parallel, device)
         # fp16 steps the GradScaler skipped, counted on the device: reading the scale every step would sync
         self.skipped_steps = torch.zeros((), dtype=torch.int64, device=device)
         self.bad_steps = BadSteps(self.cfg.max_bad_steps, self.parallel) if self.cfg.max_bad_steps else None
@@ -90,10 +87,11 @@ class Trainer:
         self.window = StepWindow()
         self.stop = StopSignals()  # installed for the length of fit()
         self.show_bar = {"on": True, "off": False, "auto": sys.stderr.isatty()}[self.cfg.progress_bar]
-        self._total = self._inverse_total = None  # the last group weight and its reciprocal (see train_step)
-        # per-step hooks, found once, not per step: after every optimizer step (debug=profile's profiler), and before
-        # it while the gradients are still there (trainer.log_stats_every_n_steps)
-        self._step_hooks, self._grad_hooks = self._hooks("on_train_step_end"), self._hooks("on_before_optimizer_step")
+        self._total = self._inverse_total = None  # the last group weight and its reciprocal (see _inverse_weight)
+        self.callbacks = [*configured(self), *callbacks]  # the ones trainer.* switches on, then the workflow's
+        # the per-step hooks, found once rather than per step
+        self._step_hooks = hooks(self.callbacks, "on_train_step_end")
+        self._grad_hooks = hooks(self.callbacks, "on_before_optimizer_step")
 
     @property
     def progress(self) -> Progress:
@@ -104,7 +102,10 @@ class Trainer:
         cfg = self.cfg
         self.window = StepWindow()
         reset_peak_memory(self.device)  # the peak of training alone: not the model summary, not a previous job
-        with self.stop, torch.autograd.set_detect_anomaly(cfg.detect_anomaly):
+        with self.stop, contextlib.ExitStack() as callbacks:
+            for callback in self.callbacks:  # a profiler, anomaly hooks: on until fit ends, however it ends
+                if hasattr(callback, "fitting"):
+                    callbacks.enter_context(callback.fitting(self))
             for epoch in range(self.progress.epoch, cfg.max_epochs):
                 self.progress.epoch = epoch
                 finished = self.train_epoch(epoch)
@@ -131,12 +132,10 @@ class Trainer:
         total, position = len(self.train_batches), progress.batch_in_epoch
         batches = self.train_batches.epoch(epoch, start=position)
         bar = self._bar(epoch, position, total)
-        accum = cfg.grad_accum_steps
         while position < total:
-            if accum == 1:
-                group = [self._next_batch(batches)]
-            else:  # the last group of an epoch may be short
-                group = [self._next_batch(batches) for _ in range(min(accum, total - position))]
+            fetch_start = time.perf_counter()
+            group = [split_batch(next(batches)) for _ in range(min(cfg.grad_accum_steps, total - position))]
+            self.window.data_time += time.perf_counter() - fetch_start  # the last group of an epoch may be short
             self.train_step(group)
             for hook in self._step_hooks:
                 hook(self)
@@ -157,52 +156,52 @@ class Trainer:
         return position == total
 
     def train_step(self, group: list[tuple[Any, Any]]) -> None:
-        """One optimizer step over the micro-batches of an accumulation group.
+        """One optimizer step over the (inputs, targets) micro-batches of an accumulation group, as loaded:
+        each goes to the device in turn, so only one micro-batch's tensors and activations are there at a time.
 
-        Each micro-batch's summed loss is divided by the weight (samples, or unmasked tokens) of the whole group
+        Each micro-batch's summed loss is divided by the weight (samples, tokens, pixels) of the whole group,
         averaged over ranks, so the gradient equals that of one large batch even when micro-batches carry
         different token counts; DDP/FSDP then average over ranks. No host sync: all of it stays on the device.
         """
-        task, window, progress = self.task, self.window, self.progress
-        weights = [task.weight(targets) for _, targets in group]
-        total = self.parallel.mean_over_ranks(weights[0] if len(group) == 1 else torch.stack(weights).sum())
-        if total is not self._total:  # a task's weight is one cached tensor per batch size: so is its reciprocal
-            self._total, self._inverse_total = total, total.reciprocal()
+        cfg, task, scaler, progress = self.cfg, self.task, self.scaler, self.progress
+        weights = [task.weight(targets).to(self.device, non_blocking=True) for _, targets in group]
+        total, inverse_total = self._group_weight(weights)
         step, last, losses = progress.global_step + 1, len(group) - 1, []
-        for index, (inputs, targets) in enumerate(group):
+        for index, batch in enumerate(group):
+            inputs, targets = to_device(batch, self.device, cfg.channels_last)
             # no gradient all-reduce until the group's last micro-batch (DDP no_sync / FSDP sync off)
             with self.parallel.accumulation(self.wrapped, sync=index == last):
                 with self._autocast:
                     outputs = self.forward(inputs)
                 loss = task.loss(outputs, targets)  # summed, fp32
                 # seeded with 1/total rather than differentiating loss / total: no extra autograd node
-                self.scaler.scale(loss).backward(self._inverse_total)
+                scaler.scale(loss).backward(inverse_total)
             losses.append(loss)
-            window.add(loss, weights[index], step, progress.epoch, batch_size(targets))
-        # trainer.max_bad_steps: a non-finite step still counts, but leaves the weights as they were
-        update = self.bad_steps is None or self.bad_steps.finite(losses, total, progress)
-        for hook in self._grad_hooks:
+            self.window.add(loss, weights[index], step, progress.epoch, batch_size(targets))
+        for hook in self._grad_hooks:  # the gradients are there until zero_grad
             hook(self)
-        if update:
-            self._update(step)
+        # trainer.max_bad_steps: a non-finite step still counts, but leaves the weights as they were
+        if self.bad_steps is None or self.bad_steps.finite(losses, total, progress):
+            measure = step % cfg.log_every_n_steps == 0  # the norm is logged: measured on log steps only
+            if cfg.grad_clip is not None or measure:
+                scaler.unscale_(self.optimizer)  # clip (and measure) the true gradients, not the fp16-scaled ones
+                self.window.grad_norm = clip_grad_norm(self.model, cfg.grad_clip)
+            if scaler.is_enabled():  # it skips the update when fp16 gradients overflowed: counted on the device
+                self.skipped_steps += scaled_step(self.optimizer, scaler)
+            else:
+                self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         progress.global_step = step
 
-    def _update(self, step: int) -> None:
-        """Clip (and measure the gradient norm on log steps), then step the optimizer (through the GradScaler)."""
-        measure = step % self.cfg.log_every_n_steps == 0
-        norm, skipped = apply_update(self.model, self.optimizer, self.scaler, self.cfg.grad_clip, measure)
-        if norm is not None:
-            self.window.grad_norm = norm
-        if skipped is not None:
-            self.skipped_steps += skipped
-
-    def _next_batch(self, batches: Iterator[Any]) -> tuple[Any, Any]:
-        fetch_start = time.perf_counter()
-        batch = to_device(split_batch(next(batches)), self.device, self.cfg.channels_last)
-        self.window.data_time += time.perf_counter() - fetch_start
-        return batch
+    def _group_weight(self, weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The group's weight averaged over ranks, and its reciprocal. A task's sample count is one cached tensor
+        per batch size, so on one device the usual group gives the same tensor every step: its reciprocal is kept
+        rather than recomputed (bench/loop_overhead.py, regression: a table's step is a few microseconds)."""
+        total = self.parallel.mean_over_ranks(weights[0] if len(weights) == 1 else torch.stack(weights).sum())
+        if total is not self._total:
+            self._total, self._inverse_total = total, total.reciprocal()
+        return total, self._inverse_total
 
     def _done(self) -> bool:
         return 0 < self.cfg.max_steps <= self.progress.global_step
@@ -219,30 +218,24 @@ class Trainer:
 
     def _validate(self, epoch: int) -> bool:
         """Score the validation split, track the best, let the schedule react; True when the monitor improved."""
-
-        def scored(prefix: str, model: nn.Module | None = None) -> dict[str, float]:
-            metrics = self.score(self.val_loader, self.cfg.limit_val_batches, model)
-            return {f"{prefix}/{k}": v for k, v in metrics.items()}
-
         with self.window.paused():
-            # with trainer.ema, val/ scores the average (what best.pt holds) and val_raw/ the optimizer's own
-            # weights beside it, so the run shows what the average buys: one more pass, only then
-            metrics = scored("val") if self.ema is None else {**scored("val", self.ema.module), **scored("val_raw")}
-        monitor = f"val/{self.task.monitor}"
-        if monitor not in metrics:
-            raise UserError(
-                f"task.monitor={self.task.monitor!r} is not a validation metric; choose one of {', '.join(metrics)}"
-            )
-        improved = self.progress.record(metrics[monitor], epoch + 1, self.task.mode)
-        if self.progress.best_metric is not None:  # none yet while every validation so far was NaN
-            metrics[f"{monitor}_best"] = self.progress.best_metric
-        self.scheduler.step_validation(metrics)
+            self._call("on_validation_start")
+            metrics = {f"val/{k}": v for k, v in self.score(self.val_loader, self.cfg.limit_val_batches).items()}
+            monitor = f"val/{self.task.monitor}"
+            if monitor not in metrics:
+                raise UserError(
+                    f"task.monitor={self.task.monitor!r} is not a validation metric; choose one of {', '.join(metrics)}"
+                )
+            improved = self.progress.record(metrics[monitor], epoch + 1, self.task.mode)
+            if self.progress.best_metric is not None:  # none yet while every validation so far was NaN
+                metrics[f"{monitor}_best"] = self.progress.best_metric
+            self.scheduler.step_validation(metrics)
+            self._call("on_validation_end", metrics, epoch + 1)  # callbacks may add metrics (the EMA's val_raw/)
         self.last_val = metrics
         reset_peak_memory(self.device)  # validation's activations are not training's peak
         self.tracker.log(metrics, step=self.progress.global_step, epoch=epoch + 1)
         line = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items())
         log.info("epoch %d/%d step %d  %s", epoch + 1, self.cfg.max_epochs, self.progress.global_step, line)
-        self._call("on_validation_end", metrics, epoch + 1)
         return improved
 
     def summary(self) -> dict[str, Any]:
@@ -282,7 +275,14 @@ class Trainer:
     def _save(self, best: bool) -> None:
         with self.window.paused():
             self._losses()  # never write weights that went NaN over good ones
-            self.checkpoints.save(self.state.payload(), best)  # a collective under FSDP: every rank gathers
+            checkpoint = self.state.payload()  # a collective under FSDP: every rank gathers
+            self._call("on_save_checkpoint", checkpoint)
+            self.checkpoints.save(checkpoint, best)
+
+    def resume(self, checkpoint: dict[str, Any]) -> None:
+        """Continue a run exactly from `checkpoint`: the training state, then what the callbacks kept."""
+        self.state.resume(checkpoint)
+        self._call("on_load_checkpoint", checkpoint)
 
     def _save_and_stop(self) -> None:
         """A stop signal reached some rank: every rank saves at this same step (a collective under FSDP), then
@@ -296,11 +296,7 @@ class Trainer:
             return tqdm(total=total, initial=position, desc=f"epoch {epoch + 1}/{self.cfg.max_epochs}", leave=False)
         return None
 
-    def _hooks(self, hook: str) -> list[Callable[..., Any]]:
-        """The callbacks' methods named `hook`, in the callbacks' order."""
-        return [getattr(callback, hook) for callback in self.callbacks if hasattr(callback, hook)]
-
     def _call(self, hook: str, *args: Any) -> None:
         """Run a hook on every callback that has it (a callback may raise to stop the run, e.g. pruning)."""
-        for method in self._hooks(hook):
+        for method in hooks(self.callbacks, hook):
             method(self, *args)

@@ -1,6 +1,6 @@
-"""One optimizer update from the accumulated gradients: unscale them (fp16), clip them or only measure their norm,
-and step through the GradScaler, telling whether fp16 overflow made it skip the update. No host sync: the norm and
-the skip stay on the device until a log line reads them."""
+"""The two parts of an optimizer update that need more than one line: the gradient norm (clipped, or only measured)
+and the step through the GradScaler, telling whether fp16 overflow made it skip the update. No host sync: the norm
+and the skip stay on the device until a log line reads them."""
 
 from __future__ import annotations
 
@@ -8,27 +8,18 @@ import torch
 from torch import nn
 
 
-def apply_update(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    grad_clip: float | None,
-    measure_norm: bool,
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """(the gradient norm when clipped or `measure_norm`, else None; whether the GradScaler skipped this update as a
-    device bool, None without a GradScaler)."""
-    norm = None
-    if grad_clip is not None or measure_norm:
-        scaler.unscale_(optimizer)  # the norm means something (and clipping works) only unscaled
-        if grad_clip is not None:
-            norm = nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        else:  # the norm alone: clip_grad_norm_(inf) would also multiply every gradient by 1
-            norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-    if not scaler.is_enabled():
-        optimizer.step()
-        return norm, None
+def clip_grad_norm(model: nn.Module, max_norm: float | None) -> torch.Tensor:
+    """The total gradient norm, after clipping to `max_norm`; with None, the norm alone (clipping to inf would
+    still multiply every gradient by 1)."""
+    if max_norm is not None:
+        return nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    return nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+
+
+def scaled_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> torch.Tensor:
+    """Step through the GradScaler and update its scale; whether it skipped the update, as a device bool."""
     # the scale as a device tensor (get_scale() would copy it to the host): it drops only on a skipped step
     scale_before = scaler._get_scale_async().clone()
     scaler.step(optimizer)  # skips the update when fp16 gradients overflowed
     scaler.update()
-    return norm, scaler._get_scale_async() < scale_before
+    return scaler._get_scale_async() < scale_before

@@ -30,7 +30,6 @@ from lab.sweeps.jobs import in_multirun
 from lab.tracking import provenance
 from lab.training import Trainer, flops, preemption
 from lab.training.start import log_start
-from lab.workflows import train_extras
 from lab.workflows.common import hydra_run_dir
 
 log = logging.getLogger(__name__)
@@ -115,7 +114,7 @@ def _spawned_worker(container: dict, run_dir: str, identity: dict) -> float | No
     last = Path(run_dir) / "checkpoints" / "last.pt"
     if launch.restart_count() and last.is_file():  # dist.max_restarts: a restart continues the failed attempt
         cfg.ckpt_path = str(last)
-    from lab.tools import oom
+    from lab.training import oom
 
     with oom.explained(cfg):  # in the rank that ran out of memory: its memory report (lab.cli does it elsewhere)
         return _join_and_train(cfg, Path(run_dir), identity)
@@ -201,7 +200,6 @@ def _fit(
     steps_per_epoch = math.ceil(len(train_batches) / cfg.trainer.grad_accum_steps)
     scheduler = build_scheduler(cfg.scheduler, optimizer, _planned_steps(cfg.trainer, steps_per_epoch))
     log.info("%d optimizer steps per epoch", steps_per_epoch)
-    ema = train_extras.ema(cfg.trainer.ema, model)
 
     prov = tracker.provenance
     extras = {
@@ -215,8 +213,6 @@ def _fit(
     }
     # tracker.run_ref (the wandb id) lets eval/export runs link back to this training run
     checkpoints = CheckpointManager(run_dir, parallel, cfg.trainer.ckpt_every_n_steps, extras, tracker.run_ref)
-    profiler = train_extras.profiler(cfg.trainer.profile, run_dir, tracker, device, parallel)
-    stats = train_extras.training_stats(cfg.trainer.log_stats_every_n_steps, model, parallel)
     trainer = Trainer(
         model=model,
         forward=forward,
@@ -231,16 +227,12 @@ def _fit(
         cfg=cfg.trainer,
         tracker=tracker,
         checkpoints=checkpoints,
-        callbacks=[
-            *(hydra.utils.instantiate(spec) for spec in cfg.callbacks.values()),
-            *filter(None, [profiler, stats, utilization]),
-        ],
-        ema=ema,
+        # the ones cfg.callbacks names (Optuna pruning); the Trainer adds those its own trainer.* keys switch on
+        callbacks=[*(hydra.utils.instantiate(spec) for spec in cfg.callbacks.values()), *filter(None, [utilization])],
     )
     if resume is not None:
         _resume(trainer, resume, Path(cfg.ckpt_path))
-    with profiler or contextlib.nullcontext(), train_extras.anomaly_detector(trainer):
-        summary = trainer.fit()
+    summary = trainer.fit()
     summary.update(_test(trainer, datamodule.test, cfg, pin))
     tracker.summary(summary)
     if cfg.logger.log_checkpoints != "none":
@@ -275,7 +267,7 @@ def _train_batches(
 def _resume(trainer: Trainer, ckpt: dict, path: Path) -> None:
     """Continue from `ckpt` (a finished one was refused in `run`); the best.pt of the run it came from comes
     along, so best tracking and the final test score the true best."""
-    trainer.state.resume(ckpt)
+    trainer.resume(ckpt)
     best = path.with_name("best.pt")
     if trainer.parallel.is_main and best.is_file() and not trainer.checkpoints.best.exists():
         trainer.checkpoints.dir.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -26,7 +27,10 @@ def _stopping(tmp_path: Path, **settings):
 
 
 def test_the_count_needs_an_improvement_larger_than_min_delta_and_nan_is_none() -> None:
-    stopping, progress = EarlyStopping(patience=2, min_delta=0.01, mode="max", monitor="val/acc"), Progress()
+    stopping, progress = (
+        EarlyStopping(patience=2, min_delta=0.01, task=SimpleNamespace(mode="max", monitor="acc")),
+        Progress(),
+    )
     counts = []
     for value in (0.5, 0.505, 0.509, 0.515, float("nan"), 0.52, 0.6):
         stopping.record(progress, value)
@@ -37,7 +41,10 @@ def test_the_count_needs_an_improvement_larger_than_min_delta_and_nan_is_none() 
 
 
 def test_a_nan_first_validation_is_no_reference() -> None:
-    stopping, progress = EarlyStopping(patience=3, min_delta=0.0, mode="min", monitor="val/loss"), Progress()
+    stopping, progress = (
+        EarlyStopping(patience=3, min_delta=0.0, task=SimpleNamespace(mode="min", monitor="loss")),
+        Progress(),
+    )
     stopping.record(progress, float("nan"))
     assert (progress.stale_validations, progress.early_stopping_reference) == (1, None)
     stopping.record(progress, 0.9)  # any number beats no reference

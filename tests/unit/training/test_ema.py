@@ -26,9 +26,13 @@ def _model() -> nn.Module:
 
 
 def _with_ema(tmp_path: Path, decay: float = 0.8, every_n_steps: int = 1, **settings):
-    model = _model()
-    # what the workflow passes: the EMA rides along as a step hook and is validated and checkpointed
-    return _trainer(tmp_path, model=model, ema=EMA(model, decay, every_n_steps), **settings)
+    """A trainer with trainer.ema on: the EMA is a callback the Trainer adds itself."""
+    return _trainer(tmp_path, model=_model(), ema=EMAConfig(decay, every_n_steps), **settings)
+
+
+def _ema(trainer) -> EMA:
+    (ema,) = [callback for callback in trainer.callbacks if isinstance(callback, EMA)]
+    return ema
 
 
 class Recorder:
@@ -56,11 +60,11 @@ def test_the_average_is_the_hand_computed_one_updated_every_n_steps(tmp_path: Pa
         if step % every == 0:
             expected = [decay * e + (1 - decay) * w for e, w in zip(expected, weights)]
     assert len(recorder.weights) == 16
-    for averaged, hand in zip(trainer.ema.module.parameters(), expected):
+    for averaged, hand in zip(_ema(trainer).module.parameters(), expected):
         torch.testing.assert_close(averaged, hand, rtol=1e-6, atol=1e-7)
-    assert not torch.equal(next(trainer.ema.module.parameters()), next(trainer.model.parameters()))
+    assert not torch.equal(next(_ema(trainer).module.parameters()), next(trainer.model.parameters()))
     # buffers (BatchNorm statistics) are copied, not averaged: those of the last update, step 15
-    for averaged, own in zip(trainer.ema.module.buffers(), recorder.buffers[14]):
+    for averaged, own in zip(_ema(trainer).module.buffers(), recorder.buffers[14]):
         assert torch.equal(averaged, own)
 
 
@@ -69,11 +73,11 @@ def test_validation_and_best_pt_use_the_average_and_last_pt_keeps_both(tmp_path:
     summary = trainer.fit()
     trainer.tracker.finish()
     args = (trainer.task, trainer.parallel, CPU, trainer.precision)
-    ema_loss = score(trainer.ema.module, trainer.ema.module, trainer.val_loader, *args)["loss"]
+    ema_loss = score(_ema(trainer).module, _ema(trainer).module, trainer.val_loader, *args)["loss"]
     raw_loss = score(trainer.model, trainer.model, trainer.val_loader, *args)["loss"]
     assert summary["val/loss"] == ema_loss != raw_loss
     last = checkpointing.read(tmp_path / "checkpoints" / "last.pt")
-    for key, value in trainer.ema.module.state_dict().items():
+    for key, value in _ema(trainer).module.state_dict().items():
         assert torch.equal(last["model"][key], value)
         assert torch.equal(last["raw_model"][key], trainer.model.state_dict()[key])
     best = checkpointing.read(tmp_path / "checkpoints" / "best.pt")
@@ -98,7 +102,7 @@ def test_the_raw_weights_are_validated_beside_the_average_as_val_raw_only_with_e
     trainer = _with_ema(tmp_path / "ema", max_epochs=2)
     summary = trainer.fit()
     trainer.tracker.finish()
-    assert scored == [trainer.ema.module, trainer.model] * 2  # one more pass per validation
+    assert scored == [trainer.model] * 4  # one more pass per validation: the average's, then the raw weights
     args = (trainer.task, trainer.parallel, CPU, trainer.precision)
     raw_loss = score(trainer.model, trainer.model, trainer.val_loader, *args)["loss"]
     assert summary["val_raw/loss"] == raw_loss != summary["val/loss"]
@@ -116,14 +120,14 @@ def test_a_resumed_run_continues_the_average_bit_for_bit(tmp_path: Path) -> None
     first = _with_ema(tmp_path / "first", max_epochs=3, max_steps=13)  # stops mid-epoch 2
     first.fit()
     resumed = _with_ema(tmp_path / "resumed", max_epochs=3)  # fresh weights: the checkpoint brings both back
-    resumed.state.resume(checkpointing.read(tmp_path / "first" / "checkpoints" / "last.pt"))
+    resumed.resume(checkpointing.read(tmp_path / "first" / "checkpoints" / "last.pt"))
     resumed.fit()
     for trainer in (straight, first, resumed):
         trainer.tracker.finish()
     assert resumed.progress.global_step == straight.progress.global_step == 24
     for module in ("model", "ema"):
-        a = straight.model if module == "model" else straight.ema.module
-        b = resumed.model if module == "model" else resumed.ema.module
+        a = straight.model if module == "model" else _ema(straight).module
+        b = resumed.model if module == "model" else _ema(resumed).module
         for key, value in a.state_dict().items():
             assert torch.equal(value, b.state_dict()[key]), (module, key)
 
@@ -133,9 +137,9 @@ def test_a_run_without_ema_resumes_with_the_average_starting_at_its_weights(tmp_
     plain.fit()
     plain.tracker.finish()
     resumed = _with_ema(tmp_path / "resumed", max_epochs=2)
-    resumed.state.resume(checkpointing.read(tmp_path / "plain" / "checkpoints" / "last.pt"))
+    resumed.resume(checkpointing.read(tmp_path / "plain" / "checkpoints" / "last.pt"))
     resumed.tracker.finish()
-    for a, b in zip(resumed.ema.module.state_dict().values(), plain.model.state_dict().values()):
+    for a, b in zip(_ema(resumed).module.state_dict().values(), plain.model.state_dict().values()):
         assert torch.equal(a, b)
 
 

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import in_process_trainer
 from lab.tasks import BaseTask
-from lab.training.stats import HISTOGRAM_BINS, TrainingStats
+from lab.training.stats import HISTOGRAM_BINS
 
 SETTINGS = [
     "logger=none",
@@ -90,10 +90,8 @@ def _train(compose, tmp_path: Path, scale: float | None = None):
     spy = Spy(model)
     data = TensorDataset(torch.randn(64, 3), torch.randn(64))
     cfg = compose(SETTINGS)
-    stats = TrainingStats(model, cfg.trainer.log_stats_every_n_steps)
-    trainer = in_process_trainer(
-        cfg, model, SquaredError(), DataLoader(data, batch_size=8), tmp_path, callbacks=[stats, spy]
-    )
+    # trainer.log_stats_every_n_steps: the Trainer adds the TrainingStats callback itself
+    trainer = in_process_trainer(cfg, model, SquaredError(), DataLoader(data, batch_size=8), tmp_path, callbacks=[spy])
     if scale is not None:  # fp16-style loss scaling (fp32 compute): gradients arrive multiplied by `scale`
         trainer.scaler = torch.amp.GradScaler("cpu", init_scale=scale)
     histograms = HistogramBackend()

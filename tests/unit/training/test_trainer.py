@@ -72,9 +72,7 @@ def _data(n: int = 64, seed: int = 0) -> TensorDataset:
     return TensorDataset(x, y)
 
 
-def _trainer(
-    tmp_path: Path, batch_size: int = 8, model: nn.Module | None = None, lr: float = 0.05, ema=None, **settings
-):
+def _trainer(tmp_path: Path, batch_size: int = 8, model: nn.Module | None = None, lr: float = 0.05, **settings):
     cfg = TrainerConfig(**{"grad_clip": None, "progress_bar": "off", "log_every_n_steps": 4, **settings})
     torch.manual_seed(0)
     model = model if model is not None else nn.Linear(3, 1)
@@ -94,7 +92,6 @@ def _trainer(
         tracker=Tracker(tmp_path).start(),
         checkpoints=CheckpointManager(tmp_path, parallel, cfg.ckpt_every_n_steps, extras={"config": {"toy": 1}}),
         parallel=parallel,
-        ema=ema,
     )
 
 
@@ -142,7 +139,7 @@ def test_a_resumed_trainer_continues_exactly_where_the_checkpoint_stopped(tmp_pa
     first = _trainer(tmp_path / "first", max_epochs=3, max_steps=13)
     first.fit()
     resumed = _trainer(tmp_path / "resumed", max_epochs=3, model=copy.deepcopy(nn.Linear(3, 1)))
-    resumed.state.resume(checkpointing.read(tmp_path / "first" / "checkpoints" / "last.pt"))
+    resumed.resume(checkpointing.read(tmp_path / "first" / "checkpoints" / "last.pt"))
     resumed.fit()
     for trainer in (straight, first, resumed):
         trainer.tracker.finish()
@@ -198,7 +195,7 @@ def test_a_stop_signal_finishes_the_step_saves_and_resumes_exactly(tmp_path: Pat
     saved = checkpointing.read(tmp_path / "stopped" / "checkpoints" / "last.pt")
     assert saved["progress"]["global_step"] == 11 and saved["progress"]["batch_in_epoch"] == 3  # epoch 2, batch 3
     resumed = _trainer(tmp_path / "resumed", max_epochs=2)
-    resumed.state.resume(saved)
+    resumed.resume(saved)
     resumed.fit()
     for trainer in (straight, stopped, resumed):
         trainer.tracker.finish()

@@ -19,7 +19,7 @@ from helpers import in_process_trainer
 from lab.config import options
 from lab.config.training import ProfileConfig
 from lab.data.batches import split, to_device
-from lab.tools.profiling import CATEGORIES, TABLE_FILE, TRACE_FILE, StepProfiler, breakdown
+from lab.training.profiling import CATEGORIES, TABLE_FILE, TRACE_FILE, StepProfiler, breakdown
 
 CPU = torch.device("cpu")
 

@@ -15,7 +15,7 @@ from helpers import in_process_trainer
 from lab import cli
 from lab.runtime import Precision
 from lab.tasks import BaseTask
-from lab.tools import oom
+from lab.training import oom
 from lab.training.evaluation import accumulate_metrics
 
 GIB = 2**30

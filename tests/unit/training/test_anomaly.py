@@ -15,7 +15,6 @@ from lab import cli
 from lab.config import options
 from lab.errors import UserError
 from lab.tasks import BaseTask
-from lab.tools.anomaly import NonFiniteDetector
 
 SETTINGS = [
     "logger=none",
@@ -77,7 +76,7 @@ def _data(bad_inputs: bool = False, bad_targets: bool = False) -> DataLoader:
 def _fit(compose, tmp_path: Path, model: nn.Module, loader: DataLoader) -> str:
     trainer = in_process_trainer(compose(SETTINGS), model, SquaredError(), loader, tmp_path)
     try:
-        with pytest.raises(UserError) as caught, NonFiniteDetector(trainer):
+        with pytest.raises(UserError) as caught:  # debug=anomaly: the Trainer adds the detector
             trainer.fit()
     finally:
         trainer.tracker.finish()
@@ -140,7 +139,7 @@ def test_the_first_non_finite_value_is_named(compose, tmp_path: Path, case) -> N
 def test_the_run_ends_with_one_error_line(compose, tmp_path: Path, capsys) -> None:
     trainer = in_process_trainer(compose(SETTINGS), Net(middle=Explode()), SquaredError(), _data(), tmp_path)
     try:
-        with pytest.raises(SystemExit) as ended, cli.user_errors(), NonFiniteDetector(trainer):
+        with pytest.raises(SystemExit) as ended, cli.user_errors():
             trainer.fit()
     finally:
         trainer.tracker.finish()
@@ -177,11 +176,10 @@ def test_each_task_runs_clean_then_names_a_diverged_layer(compose, tmp_path: Pat
             for group in trainer.optimizer.param_groups:
                 group["lr"] = lr
         try:
-            with NonFiniteDetector(trainer):
-                if lr is None:
-                    trainer.fit()
-                    continue
-                with pytest.raises(UserError, match=r"anomaly: training step 2 \(epoch 1\): the output of `"):
-                    trainer.fit()
+            if lr is None:
+                trainer.fit()
+                continue
+            with pytest.raises(UserError, match=r"anomaly: training step 2 \(epoch 1\): the output of `"):
+                trainer.fit()
         finally:
             trainer.tracker.finish()

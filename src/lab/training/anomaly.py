@@ -1,19 +1,19 @@
 """``debug=anomaly`` (``trainer.detect_anomaly=true``): stop at the first place a value turns NaN or inf, named in
 one line instead of a traceback wall.
 
-    with NonFiniteDetector(trainer):
-        trainer.fit()
+A Trainer callback (``lab.training.callbacks``), on for the length of ``fit()``.
 
 Forward hooks on every module check each output as it is produced (a host sync per module: a debugging mode), so
 the run stops at the FIRST module whose output is non-finite, naming it (qualified name and type), the step and
 epoch, its input's range and whether its parameters were already non-finite. Upstream of the modules, the batch's
 inputs are checked before the model sees them, and the task's loss after it (finite outputs with non-finite targets
-name the data). What forward never shows, a NaN made by backward, is autograd's anomaly mode (the Trainer turns it on
-with the same key): its error is summarised as the backward op and the line of the forward call that made it.
+name the data). What forward never shows, a NaN made by backward, is autograd's anomaly mode (on for the same
+length): its error is summarised as the backward op and the line of the forward call that made it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import warnings
@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from lab.errors import UserError
+from lab.training.callbacks import Callback
 
 log = logging.getLogger(__name__)
 
@@ -64,20 +65,28 @@ def describe(value: Any) -> str:
     return text
 
 
-class NonFiniteDetector:
-    """Forward hooks on every module of ``trainer.model`` plus a check of the batch and of the loss; entered around
-    ``trainer.fit()``. Any finding raises :class:`UserError`, so the run ends with one line and a non-zero exit."""
+class NonFiniteDetector(Callback):
+    """trainer.detect_anomaly: forward hooks on every module of ``trainer.model`` plus a check of the batch and of
+    the loss, and autograd's anomaly mode, for the length of ``fit()``. Any finding raises :class:`UserError`, so
+    the run ends with one line and a non-zero exit."""
 
-    def __init__(self, trainer: Any) -> None:
-        self.trainer = trainer
-        self.names = {module: name or "(model)" for name, module in trainer.model.named_modules()}
+    def __init__(self) -> None:
+        self.trainer: Any = None
+        self.names: dict[nn.Module, str] = {}
         self._handles: list[Any] = []
         self._last_finite: nn.Module | None = None  # the latest module whose output was finite, in this forward
         self._forward_trace = ""  # autograd's traceback of the forward call behind a NaN in backward
 
+    @contextlib.contextmanager
+    def fitting(self, trainer: Any) -> Iterator[None]:
+        self.trainer = trainer
+        with torch.autograd.set_detect_anomaly(True), self:
+            yield
+
     # ------------------------------------------------------------------ install / remove
     def __enter__(self) -> NonFiniteDetector:
         model = self.trainer.model
+        self.names = {module: name or "(model)" for name, module in model.named_modules()}
         self._handles.append(model.register_forward_pre_hook(self._check_batch, with_kwargs=True))
         self._handles += [module.register_forward_hook(self._check_output) for module in model.modules()]
         # the task's loss, checked on its way out; an instance attribute, removed again in __exit__

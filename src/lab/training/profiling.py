@@ -32,6 +32,8 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from lab.training.callbacks import Callback
+
 log = logging.getLogger(__name__)
 
 TRACE_FILE = "profile_trace.json"
@@ -144,9 +146,10 @@ def breakdown(events: Iterable[Any], on_device: bool, steps: int | None = None) 
     return Breakdown(len(steps), total, per)
 
 
-class StepProfiler:
+class StepProfiler(Callback):
     """torch.profiler with ``schedule(wait, warmup, active)``, entered around training and stepped after every
-    optimizer step; it writes and logs its results when the active steps end (or the run ends during them)."""
+    optimizer step; it writes and logs its results when the active steps end (or the run ends during them). A
+    Trainer callback (``trainer.profile.enabled``, rank 0), or a context manager around a loop of your own."""
 
     def __init__(
         self,
@@ -191,8 +194,10 @@ class StepProfiler:
         if self._profile is not None and self.result is None:
             self._profile.step()
 
+    def fitting(self, trainer: Any) -> StepProfiler:
+        return self
+
     def on_train_step_end(self, trainer: Any) -> None:
-        """As a Trainer callback: stepped after every optimizer step."""
         self.step()
 
     def __exit__(self, *exc: object) -> None:

@@ -1,0 +1,100 @@
+"""The Trainer's one extension seam: a `Callback` is told what happens in training and may add to it.
+
+Every optional part of a run is a callback, switched on by its own `trainer.*` key (`configured`): the EMA of the
+weights, early stopping, per-layer statistics, the profiler and anomaly detection; the workflow adds MFU (it needs
+the FLOPs of a first batch) and what `cfg.callbacks` names (Optuna pruning, a fork's own). The Trainer itself
+knows none of them by name.
+
+Subclass `Callback` and override the hooks you need; an object that merely has some of these methods works too
+(duck typing). Per-step hooks are looked up once, when the Trainer is built, and only the overridden ones are
+called: a callback costs a step nothing unless it hooks the step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lab.training.trainer import Trainer
+
+
+class Callback:
+    """Hooks in the order a run calls them. A hook may raise to end the run (a pruned trial, a NaN found)."""
+
+    def fitting(self, trainer: Trainer) -> AbstractContextManager[Any]:
+        """A context entered around the whole of `fit()` and left however it ends (a profiler, anomaly hooks)."""
+        return contextlib.nullcontext()
+
+    def on_before_optimizer_step(self, trainer: Trainer) -> None:
+        """After the group's backward passes, before clipping and the update: the gradients are there (scaled
+        under fp16: `trainer.scaler` knows the scale)."""
+
+    def on_train_step_end(self, trainer: Trainer) -> None:
+        """After each optimizer step; `trainer.progress.global_step` counts it already."""
+
+    def on_train_log(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+        """Each `trainer.log_every_n_steps`: add entries to `metrics` before they are logged (train/mfu)."""
+
+    def on_validation_start(self, trainer: Trainer) -> None:
+        """Before the validation split is scored (the EMA puts its average in the model's place)."""
+
+    def on_validation_end(self, trainer: Trainer, metrics: dict[str, float], epoch: int) -> None:
+        """After scoring and best tracking, before the metrics are logged: read them, add to them, or set
+        `trainer.should_stop` to end the run after this epoch's checkpoint."""
+
+    def on_save_checkpoint(self, trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+        """Every rank, before a checkpoint is written: add entries, or replace `model` (keep the weights training
+        continues from as `raw_model` then: a resume loads those)."""
+
+    def on_load_checkpoint(self, trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+        """After the training state was restored from `checkpoint` on a resume."""
+
+    def on_fit_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
+        """After the last epoch: add entries to the run's summary."""
+
+
+HOOKS = tuple(name for name in vars(Callback) if name.startswith("on_"))
+
+
+def hooks(callbacks: list[Any], name: str) -> list[Callable[..., Any]]:
+    """The `name` hooks the callbacks implement, in the callbacks' order: a `Callback`'s inherited no-op is left
+    out, so a step calls only what does something."""
+    found = []
+    for callback in callbacks:
+        method = getattr(type(callback), name, None)
+        if method is not None and method is not getattr(Callback, name):
+            found.append(getattr(callback, name))
+    return found
+
+
+def configured(trainer: Trainer) -> list[Callback]:
+    """The callbacks the trainer's own config switches on, each imported only then. They come before the
+    workflow's, so a callback of yours sees each hook's final state (the EMA's weights back in the model and its
+    val_raw/ metrics added, the statistics hooks installed)."""
+    cfg, parallel = trainer.cfg, trainer.parallel
+    found: list[Callback] = []
+    if cfg.ema.decay:
+        from lab.training.ema import EMA
+
+        found.append(EMA(trainer.model, cfg.ema.decay, cfg.ema.every_n_steps))
+    if cfg.early_stopping.patience:
+        from lab.training.early_stopping import EarlyStopping
+
+        found.append(EarlyStopping(cfg.early_stopping.patience, cfg.early_stopping.min_delta, trainer.task))
+    if cfg.log_stats_every_n_steps and parallel.is_main:  # DDP's gradients are the same on every rank
+        from lab.training.stats import TrainingStats
+
+        found.append(TrainingStats(trainer.model, cfg.log_stats_every_n_steps))
+    if cfg.profile.enabled and parallel.is_main:
+        from lab.training.profiling import StepProfiler
+
+        run_dir = trainer.checkpoints.dir.parent
+        found.append(StepProfiler(cfg.profile, run_dir, trainer.tracker, trainer.device))
+    if cfg.detect_anomaly:
+        from lab.training.anomaly import NonFiniteDetector
+
+        found.append(NonFiniteDetector())
+    return found
