@@ -1,8 +1,10 @@
 """The training loop: autocast, loss scaling, accumulation, clipping, validation, best tracking, checkpoints.
 
-It knows no task, schedule or strategy by name: the task supplies the loss and the metrics, the schedule steps
-itself (`lab.optim.schedulers.Schedule`), `Parallel` says how ranks accumulate, reduce and evaluate, and the
-`CheckpointManager` where and when checkpoints go. Host-device syncs happen only at logging, validation and
+It knows no task, schedule, strategy or extra by name: the task supplies the loss and the metrics, the schedule
+steps itself (`lab.optim.schedulers.Schedule`), `Parallel` says how ranks accumulate, reduce and evaluate, the
+`CheckpointManager` where and when checkpoints go, and callbacks (`lab.training.callbacks`: EMA, early stopping,
+statistics, profiler, anomaly detection, a fork's own) hook in. `train_step` is the step, read top to bottom:
+forward, loss, backward per micro-batch, then clip, step, zero_grad and schedule. Host-device syncs happen only at logging, validation and
 checkpoint time, so the step itself runs as fast as a hand-written loop.
 """
 
@@ -87,7 +89,7 @@ class Trainer:
         self.window = StepWindow()
         self.stop = StopSignals()  # installed for the length of fit()
         self.show_bar = {"on": True, "off": False, "auto": sys.stderr.isatty()}[self.cfg.progress_bar]
-        self._total = self._inverse_total = None  # the last group weight and its reciprocal (see _inverse_weight)
+        self._total = self._inverse_total = None  # the last group weight and its reciprocal (see _group_weight)
         self.callbacks = [*configured(self), *callbacks]  # the ones trainer.* switches on, then the workflow's
         # the per-step hooks, found once rather than per step
         self._step_hooks = hooks(self.callbacks, "on_train_step_end")
