@@ -45,7 +45,7 @@ def _fork(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     for name in ("src", "conf", "scripts"):
         shutil.copytree(REPO / name, fork / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     files = _files(_section())
-    assert {Path(p).parts[0] for p in files} == {"src"} and len(files) == 4  # three options and the task's class
+    assert {Path(p).parts[0] for p in files} == {"src"} and len(files) == 5  # four options and the task's class
     for path, content in files.items():
         target = fork / path
         assert not target.exists(), f"{path} exists already: the README must need new files only"
@@ -72,6 +72,11 @@ def test_a_new_model_dataset_and_task_are_new_files_only_and_run_through_every_s
 
     summary = json.loads((run / "summary.json").read_text())
     assert summary["val/exact_match_best"] > 0.5  # learns: 3 labels all right for most samples
+    # callback=stop_at: the run ends at the first validation that reaches the target, or trains every epoch
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    validations = [(r["epoch"], r["val/exact_match"]) for r in records if "val/exact_match" in r]
+    reached = [epoch for epoch, value in validations if value >= 0.95]
+    assert validations[-1][0] == (reached[0] if reached else 20), validations
     evaluated = json.loads((fork / "outputs/step1/eval.json").read_text())
     assert evaluated["task"] == "multilabel" and set(evaluated["metrics"]) == {"loss", "exact_match"}
     manifest = json.loads((fork / "outputs/step2/export_manifest.json").read_text())
@@ -108,6 +113,7 @@ def test_a_new_option_takes_its_keys_without_plus_and_a_preset_yaml_holds_only_w
         (["data=digits", "data.num_bits=5"], "data.num_bits"),  # another option's key
         ([*options, "model.hidden=wide"], "model.hidden"),  # a wrong type
         ([*options[:2], "model=gated_mpl"], "model=gated_mpl"),  # a misspelt option
+        ([*options, "callback=stop_at", "callbacks.stop_at.targt=1"], "targt"),  # a callback's misspelt key
     ]:
         proc = _train(fork, env, *mistake, "--cfg", "job")
         lines = proc.stderr.strip().splitlines()

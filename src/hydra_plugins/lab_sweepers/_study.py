@@ -95,8 +95,7 @@ class Search:
     def _job_overrides(self, trial: optuna.Trial, params: dict[str, Param], fixed: list[str]) -> list[str]:
         overrides = [*fixed, *(params[name].override(trial.params[name]) for name in params)]
         if self.options["pruner"]:
-            spec = {
-                "_target_": "lab.sweeps.pruning.OptunaPruning",
+            spec = {  # the optuna_pruning callback option's keys (lab.config.callbacks)
                 "storage": self.storage,
                 "study_name": self.study_name,
                 "trial_number": trial.number,

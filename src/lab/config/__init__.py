@@ -24,6 +24,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from lab.config import options
+from lab.config.callbacks import CallbackConfig, OptunaPruningConfig
 from lab.config.data import (
     Cifar10Config,
     CsvConfig,
@@ -61,6 +62,7 @@ __all__ = [
     "SCHEMAS",
     "AdamwConfig",
     "CNNConfig",
+    "CallbackConfig",
     "Cifar10Config",
     "ClassificationConfig",
     "ConfigError",
@@ -89,6 +91,7 @@ __all__ = [
     "OnecycleConfig",
     "OptimizerConfig",
     "Option",
+    "OptunaPruningConfig",
     "PlateauConfig",
     "PrecisionConfig",
     "ProcessGroupConfig",
@@ -137,7 +140,7 @@ def register() -> None:
         cs.store(group=group, name=name, node=schema)
     for group in options.groups():
         for name, option in options.options(group).items():
-            cs.store(group=group, name=name, node=option)
+            cs.store(group=group, name=name, node=option, package=options.package(group, name))
 
 
 def validate(cfg: DictConfig) -> None:

@@ -41,11 +41,16 @@ class Option:
 
     group: ClassVar[str] = ""  # the config group: model | data | task | optimizer | scheduler | dist
     key: ClassVar[str] = "name"  # the node's key holding the option's name (dist calls it `strategy`)
+    # where a chosen option lands, when not in its group's node: a kind of which several may be on at once gives
+    # each its own node ("callbacks.{name}")
+    package: ClassVar[str | None] = None
 
-    def __init_subclass__(cls, group: str = "", key: str = "", name: str = "", abstract: bool = False, **kw: Any):
+    def __init_subclass__(
+        cls, group: str = "", key: str = "", name: str = "", abstract: bool = False, package: str = "", **kw: Any
+    ):
         super().__init_subclass__(**kw)
         if group:  # a kind's base: not an option itself
-            cls.group, cls.key = group, key or cls.key
+            cls.group, cls.key, cls.package = group, key or cls.key, package or None
             _KINDS[group] = cls
             _OPTIONS.setdefault(group, {})
             return
@@ -93,6 +98,12 @@ def options(group: str) -> dict[str, type[Option]]:
 
 def groups() -> list[str]:
     return sorted(_OPTIONS)
+
+
+def package(group: str, name: str) -> str | None:
+    """Where the option `name` of `group` lands when chosen: None for the group's own node."""
+    pattern = _KINDS[group].package
+    return pattern.format(name=name) if pattern else None
 
 
 def option_class(group: str, name: str) -> type[Option]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from lab.config import callbacks as callback_options
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.checks import seed, wandb_project, wandb_tags
@@ -225,16 +226,15 @@ class TrainConfig:
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     dist: Any = MISSING  # typed by the chosen strategy's schema (conf/dist/*.yaml)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
-    # name -> {_target_: ..., ...}: objects with on_validation_end(trainer, metrics, epoch) / on_fit_end(trainer,
-    # summary) / on_train_step_end(trainer) / on_train_log(trainer, metrics) / on_before_optimizer_step(trainer)
-    # (gradients still there) hooks,
-    # instantiated per run (e.g. the Optuna pruning callback a sweep adds)
+    # the trainer callbacks a run turns on (lab.config.callbacks): +callback=<name> puts that option's node here as
+    # callbacks.<name>; +callbacks.<key>={_target_: module.Class, ...} names one by import path
     callbacks: dict[str, Any] = field(default_factory=dict)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
     def __post_init__(self) -> None:
         seed("seed", self.seed)
         wandb_tags("tags", self.tags)
+        callback_options.chosen(self.callbacks)  # an unknown callback or key: refused here, before any work
         _require(
             self.resume is None or self.ckpt_path is None,
             "pass resume=... or ckpt_path=..., not both (resume continues a run in its own dir)",

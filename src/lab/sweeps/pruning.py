@@ -1,8 +1,8 @@
 """Optuna pruning inside a training job: report a validation metric to the trial, stop when the pruner says so.
 
-The Optuna sweeper (hydra_plugins/lab_sweepers) adds this callback to each trial's overrides as
-`+callbacks.optuna_pruning={_target_: lab.sweeps.pruning.OptunaPruning, storage: ..., study_name: ...,
-trial_number: ..., ...}`. It opens the study from its storage, so it works in whatever process the launcher runs
+The Optuna sweeper (hydra_plugins/lab_sweepers) turns this callback on in each trial's overrides as
+`+callbacks.optuna_pruning={storage: ..., study_name: ..., trial_number: ..., ...}` (the `optuna_pruning`
+option of lab.config.callbacks). It opens the study from its storage, so it works in whatever process the launcher runs
 the job in (the sweeper's own, a joblib worker, a SLURM node sharing the filesystem).
 """
 
@@ -36,6 +36,8 @@ def open_trial(
 
 
 class OptunaPruning:
+    """A trainer callback (duck-typed: the sweeper imports this module, which so stays free of torch)."""
+
     def __init__(
         self, storage: str, study_name: str, trial_number: int, pruner: Any = None, metric: str = "val/acc"
     ) -> None:

@@ -4,8 +4,8 @@ It knows no task, schedule, strategy or extra by name: the task supplies the los
 steps itself (`lab.optim.schedulers.Schedule`), `Parallel` says how ranks accumulate, reduce and evaluate, the
 `CheckpointManager` where and when checkpoints go, and callbacks (`lab.training.callbacks`: EMA, early stopping,
 statistics, profiler, anomaly detection, a fork's own) hook in. `train_step` is the step, read top to bottom:
-forward, loss, backward per micro-batch, then clip, step, zero_grad and schedule. Host-device syncs happen only at logging, validation and
-checkpoint time, so the step itself runs as fast as a hand-written loop.
+forward, loss, backward per micro-batch, then clip, step, zero_grad and schedule. Host-device syncs happen only
+at logging, validation and checkpoint time, so the step itself runs as fast as a hand-written loop.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import hydra.utils
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed.elastic.multiprocessing.errors import record
@@ -21,6 +20,7 @@ from lab import checkpointing, data, models, runtime, tasks, tracking
 from lab import run_dir as run_dirs
 from lab.checkpointing import CheckpointManager
 from lab.config import TrainConfig
+from lab.config import callbacks as config_callbacks
 from lab.distributed import env as dist_env
 from lab.distributed import launch
 from lab.distributed.parallel import Parallel
@@ -228,7 +228,7 @@ def _fit(
         tracker=tracker,
         checkpoints=checkpoints,
         # the ones cfg.callbacks names (Optuna pruning); the Trainer adds those its own trainer.* keys switch on
-        callbacks=[*(hydra.utils.instantiate(spec) for spec in cfg.callbacks.values()), *filter(None, [utilization])],
+        callbacks=[*filter(None, [utilization]), *config_callbacks.build(cfg.callbacks)],
     )
     if resume is not None:
         _resume(trainer, resume, Path(cfg.ckpt_path))

@@ -1,0 +1,76 @@
+"""The `callback` kind: trainer callbacks a run turns on by name, each an option (lab.config.options) whose
+``build()`` makes a ``lab.training.callbacks.Callback``.
+
+    @dataclass
+    class PrintLr(CallbackConfig):    # +callback=print_lr   (several at once: +callback=[print_lr,other])
+        every: int = 100              # callbacks.print_lr.every=10
+
+        def build(self):
+            from lab.training.print_lr import PrintLr
+            return PrintLr(self.every)
+
+Several callbacks can be on at once, so an option lands in its own node, ``callbacks.<name>``, rather than in the
+group's. ``+callbacks.<name>={key: value}`` turns one on too (the sweeper does so for pruning), and a callback that
+lives outside this package (a test's, a notebook's) can be named by import path instead:
+``+callbacks.<any>={_target_: module.Class, ...}``. The shipped EMA, early stopping, statistics, profiler and
+anomaly detection are settings of the loop (``trainer.*`` keys) that the Trainer turns into callbacks itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import MISSING
+
+from lab.config.options import Option, instantiate
+
+
+@dataclass
+class CallbackConfig(Option, group="callback", package="callbacks.{name}"):
+    name: str = MISSING
+
+    def build(self) -> Any:
+        raise NotImplementedError(f"the {self.name} callback option needs a build() that returns the callback")
+
+
+def chosen(callbacks: Mapping[str, Any]) -> dict[str, Any]:
+    """Each entry of ``cfg.callbacks`` as its option (values checked), or as it is when it names a ``_target_``."""
+    return {key: _option(key, spec) for key, spec in callbacks.items()}
+
+
+def _option(key: str, spec: Any) -> Any:
+    if isinstance(spec, Option) or "_target_" in spec:
+        return spec
+    return instantiate("callback", {"name": key, **spec})
+
+
+def build(callbacks: Mapping[str, Any]) -> list[Any]:
+    """The callbacks ``cfg.callbacks`` turns on, built."""
+    import hydra.utils
+
+    return [
+        hydra.utils.instantiate(option) if isinstance(option, Mapping) else option.build()
+        for option in chosen(callbacks).values()
+    ]
+
+
+@dataclass
+class OptunaPruningConfig(CallbackConfig):
+    """Report `metric` to the Optuna trial after each validation and stop the run when its pruner says so. The
+    Optuna sweeper turns it on for each trial (`hydra.sweeper.pruner`, `hydra.sweeper.pruning_metric`)."""
+
+    storage: str = MISSING  # the study's storage URL (sqlite:///...)
+    study_name: str = MISSING
+    trial_number: int = MISSING
+    metric: str = "val/acc"
+    pruner: Any = None  # an optuna pruner spec ({_target_: optuna.pruners.MedianPruner, ...})
+
+    def build(self) -> Any:
+        import hydra.utils
+
+        from lab.sweeps.pruning import OptunaPruning
+
+        pruner = hydra.utils.instantiate(self.pruner) if self.pruner else None
+        return OptunaPruning(self.storage, self.study_name, self.trial_number, pruner, self.metric)

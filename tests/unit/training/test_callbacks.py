@@ -1,0 +1,140 @@
+"""The Callback seam: each hook is called in the order of a run with what it documents, only overridden hooks are
+called, a callback's checkpoint entries come back on resume, and the `callback` options are chosen and checked by
+name like every other option."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+from test_trainer import _trainer
+
+from lab import checkpointing
+from lab.config import callbacks as callback_options
+from lab.errors import ConfigError
+from lab.training.callbacks import HOOKS, Callback, hooks
+
+
+class Journal(Callback):
+    """Writes down every hook as it is called; keeps a counter in the checkpoint."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.loaded: dict | None = None
+
+    @contextlib.contextmanager
+    def fitting(self, trainer):
+        self.calls.append("enter")
+        try:
+            yield
+        finally:
+            self.calls.append("exit")
+
+    def on_before_optimizer_step(self, trainer):
+        assert all(p.grad is not None for p in trainer.model.parameters())  # the gradients are there
+        self.calls.append("before_optimizer_step")
+
+    def on_train_step_end(self, trainer):
+        self.calls.append(f"step_end {trainer.progress.global_step}")
+
+    def on_train_log(self, trainer, metrics):
+        metrics["train/journal"] = 1.0
+        self.calls.append("log")
+
+    def on_validation_start(self, trainer):
+        self.calls.append("validation_start")
+
+    def on_validation_end(self, trainer, metrics, epoch):
+        metrics["val/journal"] = float(epoch)
+        self.calls.append(f"validation_end {epoch}")
+
+    def on_save_checkpoint(self, trainer, checkpoint):
+        checkpoint["journal"] = {"steps": trainer.progress.global_step}
+        self.calls.append("save")
+
+    def on_load_checkpoint(self, trainer, checkpoint):
+        self.loaded = checkpoint["journal"]
+
+    def on_fit_end(self, trainer, summary):
+        summary["journal_calls"] = len(self.calls)
+        self.calls.append("fit_end")
+
+
+def test_every_hook_is_called_in_the_order_of_a_run(tmp_path: Path) -> None:
+    journal = Journal()
+    trainer = _trainer(tmp_path, max_epochs=1, log_every_n_steps=2, limit_train_batches=4)  # 4 steps, 2 log lines
+    trainer.callbacks.append(journal)
+    trainer._step_hooks.append(journal.on_train_step_end)
+    trainer._grad_hooks.append(journal.on_before_optimizer_step)
+    summary = trainer.fit()
+    trainer.tracker.finish()
+    step = ["before_optimizer_step"]
+    assert journal.calls == [
+        "enter",
+        *step,
+        "step_end 1",
+        *step,
+        "step_end 2",
+        "log",
+        *step,
+        "step_end 3",
+        *step,
+        "step_end 4",
+        "log",
+        "validation_start",
+        "validation_end 1",
+        "save",
+        "exit",
+        "fit_end",
+    ]
+    assert summary["journal_calls"] == len(journal.calls) - 1 and summary["val/journal"] == 1.0
+    assert checkpointing.read(tmp_path / "checkpoints" / "last.pt")["journal"] == {"steps": 4}
+    resumed = _trainer(tmp_path / "resumed", max_epochs=2)
+    resumed.callbacks.append(again := Journal())
+    resumed.resume(checkpointing.read(tmp_path / "checkpoints" / "last.pt"))
+    resumed.tracker.finish()
+    assert again.loaded == {"steps": 4}
+
+
+def test_fitting_is_left_when_the_run_fails(tmp_path: Path) -> None:
+    class Boom(Journal):
+        def on_validation_end(self, trainer, metrics, epoch):
+            raise RuntimeError("pruned")
+
+    boom = Boom()
+    trainer = _trainer(tmp_path, max_epochs=1)
+    trainer.callbacks.append(boom)
+    with pytest.raises(RuntimeError, match="pruned"):
+        trainer.fit()
+    trainer.tracker.finish()
+    assert boom.calls[0] == "enter" and boom.calls[-1] == "exit"
+
+
+def test_only_overridden_hooks_are_called_and_duck_typed_callbacks_work() -> None:
+    class StepOnly(Callback):
+        def on_train_step_end(self, trainer):
+            pass
+
+    class Duck:
+        def on_fit_end(self, trainer, summary):
+            pass
+
+    step_only, duck = StepOnly(), Duck()
+    assert hooks([step_only, duck], "on_train_step_end") == [step_only.on_train_step_end]
+    assert hooks([step_only, duck], "on_fit_end") == [duck.on_fit_end]
+    assert all(hooks([Callback()], name) == [] for name in HOOKS)
+
+
+def test_callback_options_are_chosen_by_name_and_their_keys_checked(compose) -> None:
+    cfg = compose(["callback=optuna_pruning", "callbacks.optuna_pruning.storage=sqlite:///s.db"])
+    assert cfg.callbacks.optuna_pruning.metric == "val/acc"  # the option's defaults, in its own node
+    spec = {"storage": "sqlite:///s.db", "study_name": "s", "trial_number": 2}
+    (option,) = callback_options.chosen({"optuna_pruning": spec}).values()
+    assert type(option).__name__ == "OptunaPruningConfig" and option.trial_number == 2
+    target = {"_target_": "builtins.object"}  # a callback outside src/lab/config, by import path
+    assert callback_options.chosen({"mine": target}) == {"mine": target}
+    with pytest.raises(ConfigError, match=r"callback=optuna_prunin is not an option of callback; did you mean"):
+        callback_options.chosen({"optuna_prunin": spec})
+    with pytest.raises(ConfigError, match=r"Key 'bogus' not in 'OptunaPruningConfig'"):
+        callback_options.chosen({"optuna_pruning": {**spec, "bogus": 1}})
