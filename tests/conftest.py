@@ -42,6 +42,10 @@ def fast_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
     if request.node.get_closest_marker("integration") is not None:
         yield None
         return
+    # torch's first import looks for CUDA's libraries with `ldconfig -p`: a process, but torch's, not the test's;
+    # whichever test of a worker imports torch first would fail
+    import torch  # noqa: F401
+
     started: list[str] = []
     for owner, name, what in PROCESS_STARTERS:
         monkeypatch.setattr(owner, name, refuser(started, request.node.nodeid, what))
