@@ -77,7 +77,6 @@ class Trainer:
         self.optimizer, self.scheduler, self.task = optimizer, scheduler, task
         self.train_batches, self.val_loader = train_batches, val_loader
         self.device, self.precision = device, precision
-        self._autocast = precision.autocast(device)  # reused every step: building a torch.autocast costs a microsecond
         self.tracker, self.checkpoints = tracker, checkpoints
         self.should_stop = False  # a callback's request to end the run after this epoch's checkpoint (early stopping)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.grad_scaler)
@@ -89,7 +88,6 @@ class Trainer:
         self.window = StepWindow()
         self.stop = StopSignals()  # installed for the length of fit()
         self.show_bar = {"on": True, "off": False, "auto": sys.stderr.isatty()}[self.cfg.progress_bar]
-        self._total = self._inverse_total = None  # the last group weight and its reciprocal (see _group_weight)
         self.callbacks = [*configured(self), *callbacks]  # the ones trainer.* switches on, then the workflow's
         # the per-step hooks, found once rather than per step
         self._step_hooks = hooks(self.callbacks, "on_train_step_end")
@@ -126,18 +124,16 @@ class Trainer:
 
     def train_epoch(self, epoch: int) -> bool:
         """One pass over the training batches (from a resumed position); False when max_steps ended it early."""
-        # validation restores training mode itself, so usually there is nothing to switch, and model.train() costs
-        # a Python __setattr__ per module: more than a step of a small model (a table's epoch may be a few steps)
-        if not all(module.training for module in self.model.modules()):
-            self.model.train()
+        self.model.train()
         cfg, progress = self.cfg, self.progress
         total, position = len(self.train_batches), progress.batch_in_epoch
         batches = self.train_batches.epoch(epoch, start=position)
         bar = self._bar(epoch, position, total)
         while position < total:
-            fetch_start = time.perf_counter()
+            fetch_start = time.perf_counter()  # the wait for data (train/data_wait)
+            # an accumulation group's batches, as loaded (the last group of an epoch may be short)
             group = [split_batch(next(batches)) for _ in range(min(cfg.grad_accum_steps, total - position))]
-            self.window.data_time += time.perf_counter() - fetch_start  # the last group of an epoch may be short
+            self.window.data_time += time.perf_counter() - fetch_start
             self.train_step(group)
             for hook in self._step_hooks:
                 hook(self)
@@ -167,13 +163,14 @@ class Trainer:
         """
         cfg, task, scaler, progress = self.cfg, self.task, self.scaler, self.progress
         weights = [task.weight(targets).to(self.device, non_blocking=True) for _, targets in group]
-        total, inverse_total = self._group_weight(weights)
+        total = self.parallel.mean_over_ranks(weights[0] if len(weights) == 1 else torch.stack(weights).sum())
+        inverse_total = total.reciprocal()
         step, last, losses = progress.global_step + 1, len(group) - 1, []
         for index, batch in enumerate(group):
             inputs, targets = to_device(batch, self.device, cfg.channels_last)
             # no gradient all-reduce until the group's last micro-batch (DDP no_sync / FSDP sync off)
             with self.parallel.accumulation(self.wrapped, sync=index == last):
-                with self._autocast:
+                with self.precision.autocast(self.device):
                     outputs = self.forward(inputs)
                 loss = task.loss(outputs, targets)  # summed, fp32
                 # seeded with 1/total rather than differentiating loss / total: no extra autograd node
@@ -195,15 +192,6 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         progress.global_step = step
-
-    def _group_weight(self, weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The group's weight averaged over ranks, and its reciprocal. A task's sample count is one cached tensor
-        per batch size, so on one device the usual group gives the same tensor every step: its reciprocal is kept
-        rather than recomputed (bench/loop_overhead.py, regression: a table's step is a few microseconds)."""
-        total = self.parallel.mean_over_ranks(weights[0] if len(weights) == 1 else torch.stack(weights).sum())
-        if total is not self._total:
-            self._total, self._inverse_total = total, total.reciprocal()
-        return total, self._inverse_total
 
     def _done(self) -> bool:
         return 0 < self.cfg.max_steps <= self.progress.global_step
