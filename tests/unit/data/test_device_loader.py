@@ -185,7 +185,7 @@ def test_an_augmented_run_resumed_mid_epoch_ends_bitwise_equal(tmp_path: Path, c
     first = trainer("first", max_steps=8 + 3)  # stops in epoch 2, batch 3
     first.fit()
     resumed = trainer("resumed")
-    resumed.state.resume(checkpointing.read(tmp_path / "first" / "checkpoints" / "last.pt"))
+    resumed.resume(checkpointing.read(tmp_path / "first" / "checkpoints" / "last.pt"))
     assert resumed.progress.batch_in_epoch == 3
     resumed.fit()
     for t in (straight, first, resumed):

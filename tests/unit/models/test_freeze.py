@@ -39,7 +39,7 @@ def test_frozen_parameters_stay_bit_identical_and_out_of_the_optimizer(compose, 
     # the checkpointed optimizer state holds the trained parameters only, and resumes
     state = trainer.state.payload()
     assert set(state["optimizer"]["state"]) == {"4.weight", "4.bias"}
-    trainer.state.resume(state)
+    trainer.resume(state)
     trainer.tracker.finish()
 
 
