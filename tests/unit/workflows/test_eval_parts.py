@@ -8,7 +8,6 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from lab import checkpointing, models
-from lab.checkpointing import restore
 from lab.config import ConfigError, validate
 from lab.config.trackers import trackers
 from lab.data.common import make_meta
@@ -16,6 +15,7 @@ from lab.errors import UserError
 from lab.tasks import Classification
 from lab.tasks.classification import ClassificationMetrics
 from lab.tasks.figures import confusion_matrix_png
+from lab.workflows import restore
 
 CPU = torch.device("cpu")
 
