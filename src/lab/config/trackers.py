@@ -18,8 +18,8 @@ no YAML and no table to edit:
   merges several, `logger=none` turns every one off.
 
 The backend itself gets its settings object as ``RunInfo.settings`` (lab.tracking.backends). The keys of
-:class:`LoggerConfig` are about every tracker; a tracker may not be named like one of them. This module imports no
-torch (and no tracker): an option's ``backend()`` imports its class.
+:class:`LoggerConfig` are about every tracker; a tracker may not be named like one of them, nor `none`. This
+module imports no torch (and no tracker): an option's ``backend()`` imports its class.
 """
 
 from __future__ import annotations
@@ -142,8 +142,8 @@ def logger_schema() -> type[LoggerConfig]:
     lab/config/ is imported, a fork's too); kept as this module's `TrackingConfig`, so a pickled config finds it."""
     found = tuple(trackers().items())
     if found not in _SCHEMAS:
-        shared = {f.name for f in dataclasses.fields(LoggerConfig)}
-        clash = [name for name, _ in found if name in shared]
+        taken = {f.name for f in dataclasses.fields(LoggerConfig)} | {"none"}  # logger's keys, `logger=none`
+        clash = [name for name, _ in found if name in taken]
         if clash:
             raise ValueError(f"tracker {clash[0]!r} is named like a key of logger; name its TrackerConfig otherwise")
         schema = dataclasses.make_dataclass(

@@ -20,7 +20,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import lab.config
 from lab.config import options, validate
-from lab.config.trackers import TrackerConfig, WandbConfig, logger_config, trackers
+from lab.config.trackers import TrackerConfig, WandbConfig, logger_config, logger_schema, trackers
 from lab.errors import ConfigError, UserError
 from lab.tracking import Tracker, backends, child_process, csv_backend
 from lab.tracking.csv_backend import CsvBackend
@@ -418,3 +418,18 @@ def test_a_fork_adds_a_tracker_with_one_class(compose, fork_tracker, tmp_path):
         tracker.log({"loss": 1.0}, step=1)
     assert _ListBackend.seen == [("start", "fork/", "fork"), (1, {"fork/loss": 1.0})]
     assert (tmp_path / "csv" / "metrics.csv").is_file()
+
+
+def test_a_tracker_may_not_take_a_name_the_logger_node_uses():
+    from dataclasses import dataclass
+
+    @dataclass
+    class ChildProcessConfig(TrackerConfig):  # `child_process`: a key of logger already
+        pass
+
+    try:
+        with pytest.raises(ValueError, match="tracker 'child_process' is named like a key of logger"):
+            logger_schema()
+    finally:
+        del options._OPTIONS["tracker"]["child_process"]
+    assert "child_process" not in trackers() and logger_schema()
