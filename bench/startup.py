@@ -72,7 +72,7 @@ def seconds_to_first_step(overrides: list[str], logger: str, tmp: Path) -> float
         str(REPO / "scripts/train.py"),
         f"hydra.run.dir={tmp / f'run-{time.time_ns()}'}",
         f"logger={logger}",
-        "logger.mode=offline" if logger == "wandb" else "trainer.progress_bar=off",
+        "logger.wandb.mode=offline" if logger == "wandb" else "trainer.progress_bar=off",
         "+callbacks.first_step._target_=startup.FirstStep",
         *overrides,
     ]

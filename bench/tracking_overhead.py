@@ -21,7 +21,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from lab.config import LoggerConfig
+from lab.config.trackers import WandbConfig, logger_config
 from lab.tracking import Tracker, child_process
 
 VARIANTS = {
@@ -35,7 +35,7 @@ def one_run(root: Path, variant: str) -> tuple[float, float, float]:
     """(wall s, CPU s of this process, s spent in the 40 log calls)"""
     settings = VARIANTS[variant]
     backends = {"wandb": True} if settings else {}
-    cfg = OmegaConf.structured(LoggerConfig(backends=backends, mode="offline", **settings))
+    cfg = OmegaConf.structured(logger_config(backends=backends, wandb=WandbConfig(mode="offline"), **settings))
     start, cpu = time.perf_counter(), time.process_time()
     tracker = Tracker(root / f"run-{time.monotonic_ns()}", logger_cfg=cfg, config={"a": 1}).start()
     logging_started = time.perf_counter()

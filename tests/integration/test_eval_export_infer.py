@@ -65,7 +65,7 @@ def images(best, tmp_path_factory):
     a file that is not an image. Returns (folder, {file name: the dataset's normalized tensor})."""
     from PIL import Image
 
-    from lab.checkpointing import restore
+    from lab.workflows import restore
 
     folder = tmp_path_factory.mktemp("images")
     (folder / "more").mkdir()
@@ -159,7 +159,7 @@ def test_onnx_file_matches_the_checkpoint_independently(exported, best):
     """Not trusting the manifest: onnxruntime on the file vs the checkpoint's model, odd batch size."""
     import onnxruntime as ort
 
-    from lab.checkpointing import restore
+    from lab.workflows import restore
 
     restored = restore.rebuild(best)
     x = torch.randn(7, 1, 8, 8)
@@ -265,7 +265,7 @@ def test_every_backend_predicts_the_same_and_skips_the_corrupt_image(best, expor
 
     # the preprocessing is eval's: each PNG gives (up to 8-bit rounding) the dataset's tensor, so the model's
     # probabilities for the file match its probabilities for the dataset sample
-    from lab.checkpointing import restore
+    from lab.workflows import restore
 
     model = restore.rebuild(best).model
     with torch.no_grad():

@@ -129,7 +129,7 @@ def test_eval_reproduces_validation_and_writes_the_task_artifact(trained: Traine
 
 
 def _eager_outputs(best: Path, inputs: torch.Tensor) -> torch.Tensor:
-    from lab.checkpointing import restore
+    from lab.workflows import restore
 
     with torch.inference_mode():
         return restore.rebuild(best).model(inputs)

@@ -153,8 +153,8 @@ def test_online_without_credentials_falls_back_to_offline_quickly(tmp_path):
         f"hydra.run.dir={tmp_path}/run",
         "debug=fast",
         "model=mlp",
-        "logger.mode=online",
-        "logger.init_timeout=5",
+        "logger.wandb.mode=online",
+        "logger.wandb.init_timeout=5",
         env=env,
         timeout=120,
     )

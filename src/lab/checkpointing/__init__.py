@@ -1,6 +1,6 @@
 """Checkpoints: the files (``storage``: atomic save, safe read), wrapper-free model weights (``state_dicts``), the RNG
-streams (``rng``), a run's checkpoint paths and cadence (``manager``), and a trained model rebuilt from a file for
-eval, export and infer (``restore``, imported on its own: it pulls in the data, model and task packages)."""
+streams (``rng``) and a run's checkpoint paths and cadence (``manager``). Rebuilding a trained model, its task and
+its data from a file (eval, export, infer) is workflow work: lab.workflows.restore."""
 
 from lab.checkpointing.manager import CheckpointManager
 from lab.checkpointing.rng import capture_rng, restore_rng

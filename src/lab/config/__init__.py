@@ -3,11 +3,12 @@
 Each option of the model, data, task, optimizer, scheduler and dist groups is a dataclass that subclasses its
 kind's base config and builds its component; :func:`register` stores it in Hydra's ConfigStore as
 ``<group>/<name>``, so ``model=cnn`` needs no YAML, Hydra types the node by the option (unknown keys, wrong types
-and another option's keys fail while composing) and ``--help`` lists it. A YAML in ``conf/<group>/`` is a preset:
-``defaults: [<option>]`` plus what differs (``conf/model/resnet18.yaml``). The entry configs (``conf/train.yaml``...)
-extend the root schemas in :data:`SCHEMAS`. Value checks (``lr > 0``...) live in ``__post_init__`` and run once, in
-:func:`validate`, before any work starts; tests/unit/config/test_defaults_once.py fails on a YAML value that
-repeats a default.
+and another option's keys fail while composing) and ``--help`` lists it. A tracker (trackers.py) is not one-of: it
+is stored as ``logger/<name>``, turning it on, and types its settings node ``logger.<name>``. A YAML in
+``conf/<group>/`` is a preset: ``defaults: [<option>]`` plus what differs (``conf/model/resnet18.yaml``). The entry
+configs (``conf/train.yaml``...) extend the root schemas in :data:`SCHEMAS`. Value checks (``lr > 0``...) live in
+``__post_init__`` and run once, in :func:`validate`, before any work starts; tests/unit/config/test_defaults_once.py
+fails on a YAML value that repeats a default.
 
 A fork's options are modules in this package (``src/lab/config/<anything>.py``): :func:`register` imports every
 module here first. This package must not import torch: it is imported by every entry script, and ``--help`` /
@@ -55,7 +56,8 @@ from lab.config.optim import (
 from lab.config.options import Option
 from lab.config.tasks import ClassificationConfig, LanguageModelConfig, RegressionConfig, TaskConfig
 from lab.config.tools import EvalConfig, ExportConfig, InferConfig
-from lab.config.training import LoggerConfig, PrecisionConfig, TrainConfig, TrainerConfig
+from lab.config.trackers import LoggerConfig, TrackerConfig, logger_config
+from lab.config.training import PrecisionConfig, TrainConfig, TrainerConfig
 from lab.errors import ConfigError
 
 __all__ = [
@@ -103,8 +105,10 @@ __all__ = [
     "TaskConfig",
     "TextConfig",
     "TorchvisionConfig",
+    "TrackerConfig",
     "TrainConfig",
     "TrainerConfig",
+    "logger_config",
     "options",
     "register",
     "validate",
@@ -112,7 +116,7 @@ __all__ = [
 
 # ConfigStore name -> schema of the entry configs (conf/<entry>.yaml names its own in its defaults list) and of the
 # presets of the precision group (conf/precision/amp.yaml: `defaults: [/precision_schema@_here_]`). The logger
-# group's YAMLs extend nothing: the entry schemas type `logger`, and `logger=[wandb,csv]` merges them in turn.
+# group's options extend nothing: the entry schemas type `logger`, and `logger=[wandb,csv]` merges them in turn.
 SCHEMAS: dict[str, type] = {
     "train_schema": TrainConfig,
     "eval_schema": EvalConfig,
@@ -124,8 +128,9 @@ SCHEMAS: dict[str, type] = {
 PLAIN_OPTIONS = {
     ("trainer", "default"): TrainerConfig,
     ("precision", "fp32"): PrecisionConfig,
-    ("logger", "none"): LoggerConfig,
 }
+# Group options that change nothing: `logger=none` keeps every tracker's switch off (the schema's default).
+EMPTY_OPTIONS = (("logger", "none"),)
 
 
 def register() -> None:
@@ -138,9 +143,12 @@ def register() -> None:
         cs.store(name=name, node=schema)
     for (group, name), schema in PLAIN_OPTIONS.items():
         cs.store(group=group, name=name, node=schema)
+    for group, name in EMPTY_OPTIONS:
+        cs.store(group=group, name=name, node={})
     for group in options.groups():
         for name, option in options.options(group).items():
-            cs.store(group=group, name=name, node=option, package=options.package(group, name))
+            stored_group, node = option.stored_as(name)
+            cs.store(group=stored_group, name=name, node=node, package=options.package(group, name))
 
 
 def validate(cfg: DictConfig) -> None:

@@ -32,16 +32,29 @@ def unknown_key_message(path: str, key: str, keys: Iterable[Any], option: type |
     keys there are. `path` is the node's own ("trainer." or "" at the top); `option`, the option class that types
     it: the message names the option, and the options that have the key (`data=digits data.num_samples=5`)."""
     names = [str(k) for k in keys]
-    close = _nearest(key, names)
+    close = _nearest(key, names) or _in_a_child(option, key)
     node = path[:-1] or "the config"
     hint = f"; did you mean {path}{close}?" if close else ""
     name = options.option_name(option) if option is not None else None
-    if name is not None:
+    if name is not None and option.key:  # an option chosen by `<group>=<name>` (not a tracker's settings)
+        group = option.config_group
         node = f"{node}={name}"
-        owners = [other for other, cls in options.options(option.group).items() if key in cls.__dataclass_fields__]
+        owners = [other for other, cls in options.options(group).items() if key in cls.__dataclass_fields__]
         if owners:
-            hint += f" ({', '.join(f'{option.group}={o}' for o in owners)} {'have' if len(owners) > 1 else 'has'} it)"
+            hint += f" ({', '.join(f'{group}={o}' for o in owners)} {'have' if len(owners) > 1 else 'has'} it)"
     return f"{path}{key} is not a key of {node}{hint}\n  keys of {node}: {', '.join(names)}"
+
+
+def _in_a_child(schema: type | None, key: str) -> str | None:
+    """`wandb.mode` for `logger.mode`: the key is one of a child node's, whose schema is its field's default (a
+    tracker's settings under `logger`)."""
+    if schema is None or not dataclasses.is_dataclass(schema):
+        return None
+    for field in dataclasses.fields(schema):
+        child = field.default_factory
+        if isinstance(child, type) and dataclasses.is_dataclass(child) and key in child.__dataclass_fields__:
+            return f"{field.name}.{key}"
+    return None
 
 
 def unknown_option_message(group: str, option: str, options: Iterable[str]) -> str:

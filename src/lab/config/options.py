@@ -17,7 +17,9 @@ wrong types and another option's keys are refused, ``--help`` lists it, and no Y
 The name is the class name in snake_case without a ``Config`` suffix (``ImageFolder`` -> ``image_folder``,
 ``CNNConfig`` -> ``cnn``); ``name=`` in the class line says it otherwise (``none`` is a Python word).
 A kind's base says ``group=`` (the config group, e.g. ``model``); a shared intermediate class says
-``abstract=True``. This module imports no torch.
+``abstract=True``. A kind whose options are not one-of overrides :meth:`Option.stored_as` and says ``key=""``: a
+tracker (lab.config.trackers) is stored as the preset ``logger/<name>`` and its settings node does not name it.
+This module imports no torch.
 """
 
 from __future__ import annotations
@@ -39,18 +41,30 @@ _OPTIONS: dict[str, dict[str, type[Option]]] = {}  # group -> option name -> cla
 class Option:
     """Base of every kind's config (``ModelConfig``, ``DataConfig``, ...): see the module docstring."""
 
-    group: ClassVar[str] = ""  # the config group: model | data | task | optimizer | scheduler | dist
-    key: ClassVar[str] = "name"  # the node's key holding the option's name (dist calls it `strategy`)
-    # where a chosen option lands, when not in its group's node: a kind of which several may be on at once gives
+    # the kind's group: model | data | task | optimizer | scheduler | dist | tracker (not called `group`: an option
+    # may have a key of that name, wandb's does)
+    config_group: ClassVar[str] = ""
+    # the node's key holding the option's name (dist calls it `strategy`); "" for a kind whose node never says which
+    # option it is (a tracker's settings sit under `logger.<its name>`)
+    key: ClassVar[str] = "name"
+    # where a chosen option lands when not in its group's node: a kind of which several may be on at once gives
     # each its own node ("callbacks.{name}")
     package: ClassVar[str | None] = None
 
     def __init_subclass__(
-        cls, group: str = "", key: str = "", name: str = "", abstract: bool = False, package: str = "", **kw: Any
-    ):
+        cls,
+        group: str = "",
+        key: str | None = None,
+        name: str = "",
+        abstract: bool = False,
+        package: str = "",
+        **kw: Any,
+    ) -> None:
         super().__init_subclass__(**kw)
         if group:  # a kind's base: not an option itself
-            cls.group, cls.key, cls.package = group, key or cls.key, package or None
+            cls.config_group, cls.package = group, package or None
+            if key is not None:
+                cls.key = key
             _KINDS[group] = cls
             _OPTIONS.setdefault(group, {})
             return
@@ -59,22 +73,32 @@ class Option:
         name = name or snake_case(re.sub(r"Config$", "", cls.__name__))
         # The option's name becomes the default of its name key: the dataclass decorator (which runs next) reads it
         # from this class's own annotations, keeping the field where the kind's base declared it.
-        cls.__annotations__ = {**inspect.get_annotations(cls), cls.key: "str"}
-        setattr(cls, cls.key, name)
-        previous = _OPTIONS[cls.group].get(name)
+        if cls.key:
+            cls.__annotations__ = {**inspect.get_annotations(cls), cls.key: "str"}
+            setattr(cls, cls.key, name)
+        previous = _OPTIONS[cls.config_group].get(name)
         # Re-importing the same module (reloads, notebooks) is harmless; two classes claiming one name is a bug
         # that would otherwise silently pick whichever module was imported last.
         if previous is not None and _qualified(previous) != _qualified(cls):
-            raise ValueError(f"{cls.group} option {name!r} is already defined by {_qualified(previous)}")
-        _OPTIONS[cls.group][name] = cls
+            raise ValueError(f"{cls.config_group} option {name!r} is already defined by {_qualified(previous)}")
+        _OPTIONS[cls.config_group][name] = cls
+
+    @classmethod
+    def stored_as(cls, name: str) -> tuple[str, Any]:
+        """Where :func:`lab.config.register` stores the option named `name` in Hydra's ConfigStore: (group, node).
+        An option is its group's choice `<group>=<name>`; a kind whose options are not one-of overrides this."""
+        return cls.config_group, cls
 
     def __post_init__(self) -> None:
+        if not self.key:
+            return
         own = option_name(type(self))
         chosen = getattr(self, self.key)
         if own is not None and chosen != own:
+            group = self.config_group
             raise ConfigError(
-                f"{self.group}.{self.key}={chosen!r} on the {own} {self.group} config: choose another with "
-                f"{self.group}=<name> (which brings that option's keys), not with {self.group}.{self.key}"
+                f"{group}.{self.key}={chosen!r} on the {own} {group} config: choose another with "
+                f"{group}=<name> (which brings that option's keys), not with {group}.{self.key}"
             )
 
 
@@ -85,7 +109,7 @@ def snake_case(name: str) -> str:
 
 def option_name(cls: type) -> str | None:
     """The name a registered option class answers to; None for a kind's base or an abstract class."""
-    for name, option in _OPTIONS.get(getattr(cls, "group", ""), {}).items():
+    for name, option in _OPTIONS.get(getattr(cls, "config_group", ""), {}).items():
         if option is cls:
             return name
     return None

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.checks import seed, wandb_tags
-from lab.config.training import LoggerConfig, PathsConfig
+from lab.config.trackers import LoggerConfig, logger_config
+from lab.config.training import PathsConfig
 
 # --------------------------------------------------------------------------- eval / export / infer
 _CKPT_HINT = "e.g. ckpt_path=outputs/train/<run>/checkpoints/best.pt"
@@ -52,7 +53,7 @@ class EvalConfig:
     eval: EvalOptions = field(default_factory=EvalOptions)
     data: CheckpointDataConfig = field(default_factory=CheckpointDataConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    logger: LoggerConfig = field(default_factory=logger_config)
 
     def __post_init__(self) -> None:
         _require(bool(self.ckpt_path), f"ckpt_path is required: the checkpoint to evaluate, {_CKPT_HINT}")
@@ -109,7 +110,7 @@ class ExportConfig:
     export: ExportOptions = field(default_factory=ExportOptions)
     data: CheckpointDataConfig = field(default_factory=CheckpointDataConfig)  # validation samples for parity
     paths: PathsConfig = field(default_factory=PathsConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    logger: LoggerConfig = field(default_factory=logger_config)
 
     def __post_init__(self) -> None:
         _require(bool(self.ckpt_path), f"ckpt_path is required: the checkpoint to export, {_CKPT_HINT}")
@@ -149,7 +150,7 @@ class InferConfig:
     tags: list[str] = field(default_factory=list)
     infer: InferOptions = field(default_factory=InferOptions)
     paths: PathsConfig = field(default_factory=PathsConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    logger: LoggerConfig = field(default_factory=logger_config)
 
     def __post_init__(self) -> None:
         _require(

@@ -1,6 +1,6 @@
-"""Schema of training runs (conf/train.yaml) and of its groups trainer, precision, logger and sweep. The data,
-task, model, optimizer/scheduler and dist groups have a module each (data.py, tasks.py, models.py, optim.py,
-distributed.py)."""
+"""Schema of training runs (conf/train.yaml) and of its groups trainer, precision and sweep. The data, task, model,
+optimizer/scheduler and dist groups have a module each (data.py, tasks.py, models.py, optim.py, distributed.py), and
+so do the trackers of `logger` (trackers.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from omegaconf import MISSING
 from lab.config import callbacks as callback_options
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
-from lab.config.checks import seed, wandb_project, wandb_tags
+from lab.config.checks import seed, wandb_tags
+from lab.config.trackers import LoggerConfig, logger_config
 
 
 # --------------------------------------------------------------------------- trainer
@@ -142,48 +143,6 @@ class PrecisionConfig:
             _one_of("precision.dtype", self.dtype, ("float16", "bfloat16"))
 
 
-# --------------------------------------------------------------------------- logger
-# The one list of trackers: tracker name -> "module:Class" of its lab.tracking backend (imported only when chosen:
-# wandb and TensorBoard are slow imports). logger.backends has a key per tracker; conf/logger/<name>.yaml turns one on.
-TRACKERS: dict[str, str] = {
-    "wandb": "lab.tracking.wandb_backend:WandbBackend",
-    "tensorboard": "lab.tracking.tensorboard_backend:TensorBoardBackend",
-    "csv": "lab.tracking.csv_backend:CsvBackend",
-}
-
-
-@dataclass
-class LoggerConfig:
-    # The trackers that record the run, each on or off. An option of the logger group turns its own on:
-    # logger=wandb (default) | tensorboard | csv | none, and a list of options merges them: logger=[wandb,csv].
-    # The run dir's metrics.jsonl / summary.json / provenance/ are written whatever is chosen.
-    backends: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(TRACKERS, False))  # {tracker: on}
-    # wandb's settings:
-    mode: str = "auto"  # auto: online when credentials exist (WANDB_API_KEY or netrc), else offline | WANDB_MODE
-    project: str | None = None  # null: $WANDB_PROJECT, else "lab"
-    entity: str | None = None  # null: $WANDB_ENTITY or your default entity
-    group: str | None = None  # null: the sweep's name for multirun jobs
-    tags: list[str] = field(default_factory=list)  # added to the top-level `tags`
-    init_timeout: float = 30.0  # seconds to reach the server before falling back to offline
-    log_checkpoints: str = "none"  # none | best | last: upload that checkpoint as a model artifact at the end
-    # wandb runs in a child process: its ~1 s start and its per-event Python use another core. false: in this
-    # process (e.g. to call wandb.log or use wandb.run from your own code)
-    child_process: bool = True
-
-    def __post_init__(self) -> None:
-        for name in self.backends:
-            _require(
-                name in TRACKERS,
-                f"logger.backends.{name} is not a tracker; choose among {', '.join(TRACKERS)}: "
-                f"logger=[{','.join(TRACKERS)}] (or logger=none)",
-            )
-        _one_of("logger.mode", self.mode, ("auto", "online", "offline", "disabled"))
-        _one_of("logger.log_checkpoints", self.log_checkpoints, ("none", "best", "last"))
-        _require(self.init_timeout > 0, f"logger.init_timeout must be > 0, got {self.init_timeout}")
-        wandb_tags("logger.tags", self.tags)
-        wandb_project("logger.project", self.project)
-
-
 # --------------------------------------------------------------------------- sweeps (Hydra multirun)
 @dataclass
 class SweepConfig:
@@ -225,8 +184,8 @@ class TrainConfig:
     scheduler: Any = MISSING  # typed by the chosen schedule's schema (conf/scheduler/*.yaml)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     dist: Any = MISSING  # typed by the chosen strategy's schema (conf/dist/*.yaml)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    # the trainer callbacks a run turns on (lab.config.callbacks): +callback=<name> puts that option's node here as
+    logger: LoggerConfig = field(default_factory=logger_config)  # + logger.<tracker> per tracker (trackers.py)
+    # the trainer callbacks a run turns on (lab.config.callbacks): callback=<name> puts that option's node here as
     # callbacks.<name>; +callbacks.<key>={_target_: module.Class, ...} names one by import path
     callbacks: dict[str, Any] = field(default_factory=dict)
     sweep: SweepConfig = field(default_factory=SweepConfig)

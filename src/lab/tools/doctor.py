@@ -90,7 +90,7 @@ def check_disk(path: Path, min_free_gib: float) -> Check:
 
 
 def check_wandb() -> Check:
-    """The mode `logger.mode=auto` resolves to (lab.tracking.resolve_mode) and why."""
+    """The mode `logger.wandb.mode=auto` resolves to (lab.tracking.resolve_mode) and why."""
     try:
         from lab.tracking import has_wandb_credentials, resolve_mode
     except Exception as err:  # lab.tracking imports torch-free code only; a broken install may still break it
@@ -107,8 +107,10 @@ def check_wandb() -> Check:
     try:
         version = importlib.metadata.version("wandb")
     except importlib.metadata.PackageNotFoundError:
-        return warn("wandb", f"not installed; logger.mode=auto would be {mode}", f"use logger=none, or {INSTALL_FIX}")
-    return ok("wandb", f"{version}, logger.mode=auto -> {mode}: {why}")
+        return warn(
+            "wandb", f"not installed; logger.wandb.mode=auto would be {mode}", f"use logger=none, or {INSTALL_FIX}"
+        )
+    return ok("wandb", f"{version}, logger.wandb.mode=auto -> {mode}: {why}")
 
 
 # --------------------------------------------------------------------------- the report

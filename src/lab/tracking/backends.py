@@ -1,18 +1,19 @@
 """The trackers a run can write to (`logger.backends`), each a small class behind one interface.
 
 A :class:`Backend` is created and started by the Tracker on rank 0 only, with the run's :class:`RunInfo`: the
-resolved config, the git provenance, names and the run dir. It then receives every metric event, the summary,
-files to attach and checkpoints, and is finished once with the run's status. Only `start` and `log` must do
-something; the rest are optional. Each backend lives in its own module, imported only when chosen (wandb and
-TensorBoard are slow imports): add one as a module here plus its entry in `lab.config.training.TRACKERS`, and a
-`conf/logger/<name>.yaml` turning it on.
+resolved config, the git provenance, names, the run dir and the tracker's own settings. It then receives every
+metric event, the summary, files to attach and checkpoints, and is finished once with the run's status. Only `start`
+and `log` must do something; the rest are optional. Each backend lives in its own module, imported only when chosen
+(wandb and TensorBoard are slow imports). A tracker is its option in lab.config (a ``TrackerConfig`` subclass in a
+module of src/lab/config/, whose ``backend()`` returns the class) plus that class: nothing else names it
+(lab.config.trackers).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
-import importlib
 import logging
 import math
 import os
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from lab.config.training import TRACKERS
+from lab.config.trackers import chosen, tracker_settings, trackers
 from lab.errors import UserError
 from lab.files import _FIXES, atomic_path
 
@@ -39,7 +40,7 @@ class RunInfo:
     job_type: str = "train"
     config: dict[str, Any] = field(default_factory=dict)  # the resolved config (+ hydra_overrides)
     provenance: dict[str, Any] = field(default_factory=dict)  # git_commit, git_branch, git_dirty, versions, ...
-    settings: Any = None  # the `logger` config node (wandb's mode, project, ...)
+    settings: Any = None  # this tracker's own settings: its option of lab.config.trackers (`logger.<name>`)
     name: str | None = None
     group: str | None = None
     tags: list[str] = field(default_factory=list)
@@ -64,6 +65,7 @@ class Backend:
     folder: str | None = None  # the folder of the run dir it writes (checked writable before the run starts)
     keeps_histograms = False  # True: log_histograms records them (computing them costs: asked only then)
     slow_to_start = False  # True: runs in a child process unless logger.child_process=false (see child_process)
+    # and started before the others: its child works while they start
 
     def __init__(self, run: RunInfo) -> None:
         self.run = run
@@ -96,43 +98,36 @@ class Backend:
         return {}
 
 
-def create(name: str, run: RunInfo, in_child_process: bool | None = None) -> Backend:
-    """The tracker `name` for `run`; one that is slow to start runs in a child process unless
-    `logger.child_process=false` (None: as the run's logger config says)."""
-    if name not in TRACKERS:
-        raise ValueError(f"unknown tracker {name!r}; choose among {', '.join(TRACKERS)}")
-    backend_class = backend(name)
-    if in_child_process is None:  # the child's pipes are passed as POSIX file descriptors (Linux, macOS)
-        wanted = backend_class.slow_to_start and _setting(run.settings, "child_process", True)
-        in_child_process = wanted and os.name == "posix"
-    if in_child_process:
+def create(name: str, run: RunInfo, child_process: bool = True) -> Backend:
+    """The tracker `name` for `run` (`run.settings`: its settings; None: its option's defaults). One that is slow to
+    start runs in a child process unless `child_process` is false (`logger.child_process`)."""
+    if name not in trackers():
+        raise ValueError(f"unknown tracker {name!r}; choose among {', '.join(trackers())}")
+    if run.settings is None:
+        run = dataclasses.replace(run, settings=tracker_settings(None, name))
+    backend_class = run.settings.backend()
+    # the child's pipes are passed as POSIX file descriptors (Linux, macOS)
+    if backend_class.slow_to_start and child_process and os.name == "posix":
         from lab.tracking.child_process import ChildProcessBackend
 
         return ChildProcessBackend(name, run, backend_class.keeps_histograms)
     return backend_class(run)
 
 
-def folder(name: str) -> str | None:
+def backend(name: str, logger: Any = None) -> type[Backend]:
+    """The Backend class of the tracker `name` (its module imported now), as a `logger` config node sets it up."""
+    return tracker_settings(logger, name).backend()
+
+
+def folder(name: str, logger: Any = None) -> str | None:
     """The run-dir folder the tracker `name` writes into, if any (None for an unknown name: `create` refuses it)."""
-    return backend(name).folder if name in TRACKERS else None
+    return backend(name, logger).folder if name in trackers() else None
 
 
-def backend(name: str) -> type[Backend]:
-    """The Backend class of the tracker `name` (its module imported now)."""
-    module, cls = TRACKERS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
-
-
-def chosen(settings: Any) -> list[str]:
-    """The trackers a `logger` config turns on, in its order (none for no config)."""
-    return [str(name) for name, on in (_setting(settings, "backends", None) or {}).items() if on]
-
-
-def _setting(settings: Any, key: str, default: Any) -> Any:
-    """A key of the `logger` config node (a DictConfig, a dataclass or None)."""
-    if settings is None:
-        return default
-    return settings.get(key, default) if hasattr(settings, "get") else getattr(settings, key, default)
+def in_start_order(logger: Any) -> list[str]:
+    """The trackers a `logger` config turns on (``lab.config.trackers.chosen``), those slow to start first."""
+    names = chosen(logger)
+    return sorted(names, key=lambda name: not (name in trackers() and backend(name, logger).slow_to_start))
 
 
 def plain(value: Any) -> Any:

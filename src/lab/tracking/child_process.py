@@ -46,7 +46,7 @@ os.register_at_fork(before=_STARTING.acquire, after_in_parent=_STARTING.release,
 
 
 class ChildProcessBackend(Backend):
-    """The backend `name` of `lab.config.training.TRACKERS`, run in the child process."""
+    """The tracker `name` (a lab.config.trackers option), its backend run in the child process."""
 
     def __init__(self, name: str, run: RunInfo, keeps_histograms: bool) -> None:
         super().__init__(run)
@@ -219,7 +219,7 @@ def serve(requests: Connection, answers: Connection) -> None:
             if method == "start":
                 backend = None
                 name, run = args
-                started = backends.create(name, run, in_child_process=False)
+                started = backends.create(name, run, child_process=False)
                 started.start()
                 backend = started
                 result = None

@@ -14,6 +14,7 @@ child process was killed) is named in one warning and the run goes on with the o
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
@@ -132,7 +133,6 @@ class Tracker:
             job_type=self.job_type,
             config=self.config,
             provenance=self.provenance,
-            settings=self.logger_cfg,
             name=self.name,
             group=self.group,
             tags=self.tags,
@@ -154,13 +154,15 @@ class Tracker:
 
     def _folders(self) -> list[Path]:
         """The run dir and the folders of it this run writes into."""
-        chosen = [trackers.folder(name) for name in trackers.chosen(self.logger_cfg)]
+        chosen = [trackers.folder(name, self.logger_cfg) for name in trackers.chosen(self.logger_cfg)]
         return [self.run_dir, self.run_dir / "provenance", *(self.run_dir / name for name in chosen if name)]
 
     def _start_backends(self, run: RunInfo) -> None:
         try:
-            for name in trackers.chosen(self.logger_cfg):
-                backend = trackers.create(name, run)
+            child_process = _setting(self.logger_cfg, "child_process", True)
+            for name in trackers.in_start_order(self.logger_cfg):
+                settings = trackers.tracker_settings(self.logger_cfg, name)  # `logger.<name>`, checked
+                backend = trackers.create(name, dataclasses.replace(run, settings=settings), child_process)
                 try:
                     backend.start()
                 except trackers.TrackerStopped as err:  # its child process died as it started: the others go on
@@ -257,6 +259,13 @@ class Tracker:
         if self._metrics_file is not None:
             self._metrics_file.close()
             self._metrics_file = None
+
+
+def _setting(logger: Any, key: str, default: Any) -> Any:
+    """A key of the `logger` config node (a DictConfig, a dataclass or None)."""
+    if logger is None:
+        return default
+    return logger.get(key, default) if hasattr(logger, "get") else getattr(logger, key, default)
 
 
 def _jsonl_step(line: str) -> int | None:

@@ -2,7 +2,7 @@
 metrics (step = global optimizer step), the summary, attached run-dir files and checkpoint artifacts.
 
 wandb is imported only when this backend starts, and never blocks a run: without credentials it writes offline
-(sync later with `wandb sync`), and a server that does not answer within `logger.init_timeout` falls back to
+(sync later with `wandb sync`), and a server that does not answer within `logger.wandb.init_timeout` falls back to
 offline with one warning. A resumed run (`resume_id`) continues the wandb run of that id.
 """
 
@@ -22,7 +22,7 @@ from lab.tracking.backends import Backend
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PROJECT = "lab"  # when neither logger.project nor $WANDB_PROJECT says otherwise
+DEFAULT_PROJECT = "lab"  # when neither logger.wandb.project nor $WANDB_PROJECT says otherwise
 
 
 def has_wandb_credentials() -> bool:

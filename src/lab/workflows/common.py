@@ -1,4 +1,5 @@
-"""Pieces the workflows share: the Hydra run dir, and (eval, export, infer) the wandb run linked to training."""
+"""Pieces the workflows share: the Hydra run dir, and (eval, export, infer) the wandb run linked to training. The
+model, task and data those three rebuild from a checkpoint: lab.workflows.restore."""
 
 from __future__ import annotations
 

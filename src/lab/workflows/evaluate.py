@@ -14,11 +14,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from lab import data, runtime
-from lab.checkpointing import restore
 from lab.errors import UserError
 from lab.files import write_json
 from lab.tasks import ReportContext
 from lab.training.evaluation import accumulate_metrics
+from lab.workflows import restore
 from lab.workflows.common import hydra_run_dir, linked_tracker
 
 log = logging.getLogger(__name__)

@@ -17,11 +17,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from lab import data, exporting
-from lab.checkpointing import restore
 from lab.errors import UserError
 from lab.exporting import int8_report, manifest
 from lab.files import publish, remove_stale_temps, staged
 from lab.inference import EagerBackend, OnnxBackend, artifact_backend
+from lab.workflows import restore
 from lab.workflows.common import hydra_run_dir, linked_tracker
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Orchestration of one inference run: model (checkpoint or exported file) + inputs -> predictions.csv / .json.
 
-The backend follows `ckpt_path`: a training checkpoint runs the eager model rebuilt by lab.checkpointing.restore;
+The backend follows `ckpt_path`: a training checkpoint runs the eager model rebuilt by lab.workflows.restore;
 model.onnx runs onnxruntime, model.pt2 torch.export and model.torchscript.pt torch.jit, each with the task and
 data_meta of the export_manifest.json next to it. The task reads the inputs (images, table rows, a prompt) and turns
 outputs into records. Returns the number of records.
@@ -15,11 +15,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from lab import runtime, tasks
-from lab.checkpointing import restore
 from lab.errors import UserError
 from lab.exporting import manifest
 from lab.inference import EagerBackend, artifact_backend, write_predictions
 from lab.inference.backends import fits, shape_text
+from lab.workflows import restore
 from lab.workflows.common import hydra_run_dir, linked_tracker
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,8 @@ REQUIRED_OVERRIDES: dict[tuple[str, str], list[str]] = {
 
 ALL_OPTIONS = [(group, option) for group in GROUPS for option in group_options(group)]
 PRESETS = [(group, option) for group, option in ALL_OPTIONS if (CONF_DIR / group / f"{option}.yaml").is_file()]
-CLASSES = [(group, name) for group in options.groups() for name in options.options(group)]
+# the options chosen by `<group>=<name>` (a tracker is turned on by `logger=<name>`: tests/unit/tracking)
+CLASSES = [(group, name) for group in options.groups() if group in GROUPS for name in options.options(group)]
 
 
 @functools.cache
@@ -199,8 +200,8 @@ def test_unknown_keys_and_wrong_types_fail_while_composing(compose, overrides: l
         (["seed=4294967296"], "seed"),  # 2**32: numpy's seeds end at 2**32 - 1
         (["data.split_seed=-1"], "data.split_seed"),
         ([f"tags=[{'t' * 65}]"], "tags[0]"),  # wandb refuses a tag over 64 characters
-        (["logger.tags=['']"], "logger.tags[0]"),
-        (["logger.project=team/project"], "logger.project"),
+        (["logger.wandb.tags=['']"], "logger.wandb.tags[0]"),
+        (["logger.wandb.project=team/project"], "logger.wandb.project"),
     ],
 )
 def test_bad_values_raise_config_error_naming_the_key(compose, overrides: list[str], key: str) -> None:
@@ -281,6 +282,8 @@ def test_a_key_added_with_plus_is_refused_by_validate(compose) -> None:
             "data.num_samples is not a key of data=digits; did you mean data.num_classes? (data=synthetic has it)",
         ),
         (["++trainer.max_epoch=3"], "trainer.max_epoch is not a key of trainer; did you mean trainer.max_epochs?"),
+        # a tracker's own settings are in its node (logger.wandb.*), not in logger
+        (["+logger.mode=offline"], "logger.mode is not a key of logger; did you mean logger.wandb.mode?"),
         (["+bogus=1"], "bogus is not a key of the config"),
     ):
         with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
@@ -314,7 +317,7 @@ def test_the_limits_themselves_are_valid(compose) -> None:
     [
         ("infer", ["ckpt_path=m.onnx", "input=x.npy", "infer.seed=-1"], "infer.seed must be in [0, 2**32 - 1]"),
         ("eval", ["ckpt_path=best.pt", f"tags=[{'e' * 65}]"], "has 65 characters; wandb takes tags of 1 to 64"),
-        ("export", ["ckpt_path=best.pt", f"logger.tags=[{'x' * 80}]"], "logger.tags[0]='xxx"),
+        ("export", ["ckpt_path=best.pt", f"logger.wandb.tags=[{'x' * 80}]"], "logger.wandb.tags[0]='xxx"),
     ],
 )
 def test_the_checkpoint_scripts_check_seeds_and_tags_too(compose, config_name, overrides, message) -> None:

@@ -1,7 +1,7 @@
 """Each tracker behind the Tracker interface, read back with its own library: wandb's offline run file
 (tests/wandb_reader.py), TensorBoard's EventAccumulator, the csv module. Also: choosing trackers with the logger
 group, continuing a run (continuing, resume_id) or replacing it with a new one, a tracker that fails to start, a
-folder that cannot be written, and Ctrl-C."""
+folder that cannot be written, Ctrl-C, and a fork's tracker added with one TrackerConfig."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ import yaml
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from lab.config import LoggerConfig, validate
+import lab.config
+from lab.config import options, validate
+from lab.config.trackers import TrackerConfig, WandbConfig, logger_config, logger_schema, trackers
 from lab.errors import ConfigError, UserError
 from lab.tracking import Tracker, backends, child_process, csv_backend
 from lab.tracking.csv_backend import CsvBackend
@@ -45,7 +47,7 @@ def no_wandb_env(monkeypatch, tmp_path):
 
 
 def _logger(*names: str):
-    return OmegaConf.structured(LoggerConfig(backends=dict.fromkeys(names, True), mode="offline"))
+    return OmegaConf.structured(logger_config(backends=dict.fromkeys(names, True), wandb=WandbConfig(mode="offline")))
 
 
 def _record(run_dir: Path, *names: str, events=EVENTS, resume_id: str | None = None, continuing=False) -> dict:
@@ -324,25 +326,110 @@ def test_a_start_in_the_background_is_waited_for_and_its_failure_raised_at_first
         (["logger=csv"], ["csv"]),
         (["logger=tensorboard"], ["tensorboard"]),
         (["logger=[wandb,tensorboard,csv]"], ["wandb", "tensorboard", "csv"]),
-        (["logger=[tensorboard,csv]", "logger.mode=offline"], ["tensorboard", "csv"]),
+        (["logger=[tensorboard,csv]", "logger.wandb.mode=offline"], ["tensorboard", "csv"]),
         (["logger.backends.wandb=false"], []),
         (["logger.backends.csv=true"], ["wandb", "csv"]),  # every tracker is a key: no `+`
+        (["logger=none", "logger.backends.tensorboard=true"], ["tensorboard"]),
     ],
 )
 def test_the_logger_group_chooses_the_trackers(compose, overrides, chosen):
     cfg = compose(overrides)
     validate(cfg)
-    assert backends.chosen(cfg.logger) == chosen
+    assert sorted(backends.chosen(cfg.logger)) == sorted(chosen)
+    order = backends.in_start_order(cfg.logger)  # wandb (slow to start: a child process) first
+    assert sorted(order) == sorted(chosen) and ("wandb" not in chosen or order[0] == "wandb")
+
+
+def test_every_tracker_is_a_switch_a_settings_node_and_a_logger_option(compose):
+    """Derived from the registered TrackerConfig classes: no list of trackers anywhere else."""
+    cfg = compose([])
+    assert set(cfg.logger.backends) == set(trackers())
+    for name, option in trackers().items():
+        assert OmegaConf.get_type(cfg.logger[name]) is option
+        assert backends.chosen(compose([f"logger={name}"]).logger) == [name]
+
+
+def test_a_trackers_settings_override_without_plus_and_are_checked(compose):
+    cfg = compose(["logger.wandb.mode=offline", "logger.wandb.project=mine", "logger.wandb.tags=[a,b]"])
+    validate(cfg)
+    settings = backends.tracker_settings(cfg.logger, "wandb")
+    assert isinstance(settings, WandbConfig) and (settings.mode, settings.project, settings.tags) == (
+        "offline",
+        "mine",
+        ["a", "b"],
+    )
+    with pytest.raises(ConfigError, match=r"logger\.wandb\.mode"):
+        validate(compose(["logger.wandb.mode=sometimes"]))
 
 
 def test_an_unknown_tracker_is_refused_naming_the_choices(compose):
-    with pytest.raises(ConfigError, match=r"logger\.backends\.mlflow is not a tracker; choose among wandb, tensorb"):
+    choices = ", ".join(trackers())
+    with pytest.raises(ConfigError, match=rf"logger\.backends\.mlflow is not a tracker; choose among {choices}"):
         validate(compose(["+logger.backends.mlflow=true"]))
 
 
 def test_each_known_tracker_has_a_backend_class():
-    from lab.config.training import TRACKERS
-
-    for name in TRACKERS:
+    for name in trackers():
         backend = backends.create(name, backends.RunInfo(run_dir=Path("unused")))
         assert isinstance(backend, backends.Backend) and backend.name == name
+
+
+# --------------------------------------------------------------------------- a fork's tracker
+class _ListBackend(backends.Backend):
+    """A fork's tracker: keeps what it is given in memory."""
+
+    name = "memory"
+    seen: list = []
+
+    def start(self) -> None:
+        _ListBackend.seen = [("start", self.run.settings.prefix, self.run.git["git_branch"])]
+
+    def log(self, metrics, step, epoch) -> None:
+        _ListBackend.seen.append((step, {f"{self.run.settings.prefix}{k}": v for k, v in metrics.items()}))
+
+
+@pytest.fixture
+def fork_tracker():
+    """A TrackerConfig defined here, as a fork's module of src/lab/config/ would; unregistered afterwards."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class MemoryConfig(TrackerConfig):
+        prefix: str = ""
+
+        def backend(self) -> type:
+            return _ListBackend
+
+    lab.config.register()  # what importing a module of lab/config/ does: the stored schemas now know it
+    yield MemoryConfig
+    del options._OPTIONS["tracker"]["memory"]
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().repo["logger"].pop("memory.yaml", None)
+    lab.config.register()
+
+
+def test_a_fork_adds_a_tracker_with_one_class(compose, fork_tracker, tmp_path):
+    cfg = compose(["logger=[csv,memory]", "logger.memory.prefix=fork/"])  # a switch, a settings node, a preset
+    validate(cfg)
+    assert OmegaConf.get_type(cfg.logger.memory) is fork_tracker and cfg.logger.backends.memory
+    provenance = {"git_commit": None, "git_branch": "fork"}  # no commit: no `git diff` in the fast tier
+    with Tracker(tmp_path, logger_cfg=cfg.logger, provenance=provenance).session() as tracker:
+        tracker.log({"loss": 1.0}, step=1)
+    assert _ListBackend.seen == [("start", "fork/", "fork"), (1, {"fork/loss": 1.0})]
+    assert (tmp_path / "csv" / "metrics.csv").is_file()
+
+
+def test_a_tracker_may_not_take_a_name_the_logger_node_uses():
+    from dataclasses import dataclass
+
+    @dataclass
+    class ChildProcessConfig(TrackerConfig):  # `child_process`: a key of logger already
+        pass
+
+    try:
+        with pytest.raises(ValueError, match="tracker 'child_process' is named like a key of logger"):
+            logger_schema()
+    finally:
+        del options._OPTIONS["tracker"]["child_process"]
+    assert "child_process" not in trackers() and logger_schema()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from lab.config import LoggerConfig
+from lab.config.trackers import WandbConfig, logger_config
 from lab.tracking import Tracker, child_process
 from lab.tracking.child_process import ChildProcessBackend
 from lab.tracking.wandb_backend import WandbBackend
@@ -33,7 +33,7 @@ def offline(monkeypatch, tmp_path):
 
 
 def _logger(**settings) -> OmegaConf:
-    return OmegaConf.structured(LoggerConfig(backends={"wandb": True}, mode="offline", **settings))
+    return OmegaConf.structured(logger_config(backends={"wandb": True}, wandb=WandbConfig(mode="offline"), **settings))
 
 
 @pytest.mark.integration  # starts wandb's processes
@@ -55,7 +55,9 @@ def test_the_childs_logs_and_errors_reach_this_process(tmp_path, caplog):
 
 @pytest.mark.integration  # starts wandb's processes
 def test_a_killed_child_stops_its_tracker_with_one_warning_and_the_run_goes_on(tmp_path, caplog):
-    logger = OmegaConf.structured(LoggerConfig(backends={"wandb": True, "csv": True}, mode="offline"))
+    logger = OmegaConf.structured(
+        logger_config(backends={"wandb": True, "csv": True}, wandb=WandbConfig(mode="offline"))
+    )
     tracker = Tracker(tmp_path, logger_cfg=logger).start()
     tracker.log({"train/loss": 1.0}, step=1)
     child = tracker.backends[0].child
@@ -85,9 +87,10 @@ def test_a_killed_child_stops_its_tracker_with_one_warning_and_the_run_goes_on(t
 KILLED_RUN = """
 import os, sys
 from omegaconf import OmegaConf
-from lab.config import LoggerConfig
+from lab.config.trackers import WandbConfig, logger_config
 from lab.tracking import Tracker, child_process
-tracker = Tracker(sys.argv[1], logger_cfg=OmegaConf.structured(LoggerConfig(backends={"wandb": True}, mode="offline")))
+logger = logger_config(backends={"wandb": True}, wandb=WandbConfig(mode="offline"))
+tracker = Tracker(sys.argv[1], logger_cfg=OmegaConf.structured(logger))
 tracker.start()
 for step in (1, 2, 3):
     tracker.log({"train/loss": 1.0 / step}, step=step)

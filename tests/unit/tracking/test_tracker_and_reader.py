@@ -6,7 +6,7 @@ import pytest
 import wandb
 from omegaconf import OmegaConf
 
-from lab.config import LoggerConfig
+from lab.config.trackers import WandbConfig, logger_config
 from lab.tracking import Tracker, has_wandb_credentials, resolve_mode
 from wandb_reader import BLOCK, CorruptRunFile, find_run_files, read_payloads, read_run
 
@@ -90,7 +90,7 @@ def test_api_key_counts_as_credentials(no_wandb_env, monkeypatch):
 
 @pytest.mark.integration  # starts wandb's processes
 def test_only_rank_zero_writes(no_wandb_env, tmp_path):
-    logger = OmegaConf.structured(LoggerConfig(backends={"wandb": True}, mode="offline"))
+    logger = OmegaConf.structured(logger_config(backends={"wandb": True}, wandb=WandbConfig(mode="offline")))
     for rank in (1, 0):
         tracker = Tracker(tmp_path / f"rank{rank}", logger_cfg=logger, rank=rank).start()
         tracker.log({"train/loss": 1.0}, step=1)
