@@ -15,6 +15,7 @@ from typing import Any
 from lab import run_dir as run_dirs
 from lab.config import validate
 from lab.config.mistakes import describe
+from lab.config.trackers import moved_keys
 from lab.dotenv import load_dotenv
 from lab.errors import ConfigError, Interrupted, UserError
 from lab.sweeps.jobs import in_multirun
@@ -103,6 +104,7 @@ def main(hydra_main: Callable[[], Any], script: str) -> Any:
     Hydra wrote leaves the run dir as it found it (lab.run_dir)."""
     load_dotenv()  # credentials from .env (never over variables already set), before Hydra reads the environment
     with user_errors():
+        sys.argv = moved_keys(sys.argv)
         check_sweep_dir_before_hydra(sys.argv)
         sys.argv = run_dirs.check_before_hydra(sys.argv, script)
     with run_dirs.undone_on_refusal(), concise_config_errors(), ctrl_c_in_one_line():

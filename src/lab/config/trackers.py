@@ -25,6 +25,7 @@ module imports no torch (and no tracker): an option's ``backend()`` imports its 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,3 +186,27 @@ def _get(node: Any, key: str) -> Any:
     if node is None:
         return None
     return node.get(key) if hasattr(node, "get") else getattr(node, key, None)
+
+
+# wandb's settings sat at the top of `logger` before each tracker had its own node: a command line written then
+# (logger.mode=offline) still runs, moved to the new key with one warning line
+MOVED_KEYS = {
+    f"logger.{key}": f"logger.wandb.{key}" for key in ("mode", "project", "entity", "group", "tags", "init_timeout")
+}
+
+
+def moved_keys(argv: list[str]) -> list[str]:
+    """The command line with the keys of MOVED_KEYS under their new names (`+`/`++`/`~` prefixes kept)."""
+    renamed = []
+    for arg in argv:
+        rest = arg.lstrip("+~")
+        prefix = arg[: len(arg) - len(rest)]
+        key, sep, value = rest.partition("=")
+        if key in MOVED_KEYS:
+            print(
+                f"warning: {key} is {MOVED_KEYS[key]} now (each tracker's settings are under logger.<name>)",
+                file=sys.stderr,
+            )
+            arg = f"{prefix}{MOVED_KEYS[key]}{sep}{value}"
+        renamed.append(arg)
+    return renamed

@@ -83,7 +83,11 @@ def test_a_key_added_with_plus_to_a_typed_node_is_refused(tmp_path) -> None:
             "trainer.max_epoch is not a key of trainer; did you mean trainer.max_epochs?",
             "max_steps",
         ),
-        (["logger.mode=offline"], "logger.mode is not a key of logger; did you mean logger.wandb.mode?", "wandb"),
+        (
+            ["logger.wandb.mod=offline"],
+            "logger.wandb.mod is not a key of logger.wandb; did you mean logger.wandb.mode?",
+            "init_timeout",
+        ),
         (["model=cnnn"], "model=cnnn is not an option of model; did you mean model=cnn?", ", ".join(MODELS)),
         (["scheduler=cosin"], "scheduler=cosin is not an option of scheduler; did you mean scheduler=cosine?", "step"),
         (["experimnt=digits_mlp"], "experimnt is not a key of the config; did you mean experiment?", "hparams_search"),

@@ -425,3 +425,23 @@ def test_a_local_config_is_composed_last_and_moves_data_and_outputs(tmp_path, en
         assert cfg.data.root == "/mnt/datasets" and cfg.trainer.max_epochs == 3  # digits_mlp's 20 is overridden
     rules = (REPO / ".gitignore").read_text().splitlines()
     assert "/conf/local/*" in rules  # the file never reaches a commit
+
+
+def test_wandb_keys_from_before_trackers_had_their_own_node_still_run(capsys) -> None:
+    from lab.config.trackers import moved_keys
+
+    argv = ["train.py", "logger.mode=offline", "++logger.project=p", "~logger.tags", "-m", "logger.group=a,b"]
+    assert moved_keys([*argv, "logger.backends.csv=true", "logger.wandb.entity=e"]) == [
+        "train.py",
+        "logger.wandb.mode=offline",
+        "++logger.wandb.project=p",
+        "~logger.wandb.tags",
+        "-m",
+        "logger.wandb.group=a,b",
+        "logger.backends.csv=true",
+        "logger.wandb.entity=e",
+    ]
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 4 and warnings[0] == (
+        "warning: logger.mode is logger.wandb.mode now (each tracker's settings are under logger.<name>)"
+    )
