@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -82,17 +83,18 @@ def check_dims(example: torch.Tensor, dims: tuple[int, ...]) -> None:
         )
 
 
-def dynamic_shapes(example: torch.Tensor, dims: tuple[int, ...]) -> tuple[dict[int, torch.export.Dim]]:
-    """The input axes that accept any size (torch.export `Dim`s; the ONNX exporter turns them into named dynamic
-    axes): the batch from 1, a token sequence from 1 up to the example's length, any other axis (height, width)
-    from 2 (torch.export specializes sizes 0 and 1), unbounded."""
-    axes = {}
+def dynamic_shapes(example: torch.Tensor, dims: tuple[int, ...]) -> tuple[dict[int, Any]]:
+    """The input axes that accept any size (torch.export's dynamic shapes; the ONNX exporter turns them into dynamic
+    axes): the batch from 1, a token sequence from 1 up to the example's length, named `Dim`s as before; any other
+    axis (height, width) `Dim.DYNAMIC`, whose range torch.export derives from the model (a stride-2 layer needs
+    a height of at least 3, say) instead of refusing a range the user could not know."""
+    axes: dict[int, Any] = {}
     for dim in dims:
         name, limit = axis_name(dim, example.ndim), axis_limit(example, dim)
         if dim == 0 or limit is not None:
             axes[dim] = torch.export.Dim(name, min=1, max=limit) if limit else torch.export.Dim(name, min=1)
         else:
-            axes[dim] = torch.export.Dim(name, min=2)
+            axes[dim] = torch.export.Dim.DYNAMIC
     return (axes,)
 
 
