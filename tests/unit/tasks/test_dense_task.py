@@ -55,7 +55,7 @@ def test_tokens_count_every_target_but_the_ignored_ones_and_a_wrong_normaliser_i
 
     targets = torch.tensor([[[0, 255], [1, 2]], [[255, 255], [3, 0]]])
     assert Unlabelled().weight(targets).item() == 5
-    with pytest.raises(ValueError, match="samples, elements, tokens.*'pixels'"):
+    with pytest.raises(ValueError, match=r"samples, elements, tokens.*'pixels'"):
         normalised_weight("pixels", targets)
 
 
