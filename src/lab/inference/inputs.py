@@ -107,6 +107,9 @@ class ImageTransform:
 
 def read_image(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
     """One image file (decoded here: a truncated file fails now, as an OSError the caller turns into a skip)."""
+    if "feature_names" in meta:  # a table model: its reader names the files it takes
+        yield from _table_rows(path, meta)
+        return
     with Image.open(path) as image:
         size = (image.height, image.width)
         tensor = ImageTransform(meta, resize)(image)
