@@ -80,6 +80,10 @@ class ExportOptions:
     # an INT8 model is recommended only if its val metric (the task's monitor) is at most this fraction worse
     quantize_tolerance: float = 0.01
     latency_runs: int = 50  # timed runs per batch size for the INT8-vs-fp32 latency figures
+    # input axes the exported model accepts at any size, e.g. [0, 2, 3] for batch, height and width of (N, C, H, W)
+    # images (a fully convolutional model); null = the task's dynamic_dims ([0]; [0, 1] for a language model).
+    # Parity also runs a second size along each of them.
+    dynamic_dims: list[int] | None = None
 
     def __post_init__(self) -> None:
         _require(len(self.formats) >= 1, f"export.formats must name at least one of {', '.join(EXPORT_FORMATS)}")
@@ -100,6 +104,11 @@ class ExportOptions:
         )
         _require(self.quantize_tolerance >= 0, f"export.quantize_tolerance must be >= 0, got {self.quantize_tolerance}")
         _require(self.latency_runs >= 1, f"export.latency_runs must be >= 1, got {self.latency_runs}")
+        dims = self.dynamic_dims
+        _require(
+            dims is None or (0 in dims and all(d >= 0 for d in dims) and len(set(dims)) == len(dims)),
+            f"export.dynamic_dims must list distinct input axes including 0 (the batch), got {dims}",
+        )
 
 
 @dataclass
@@ -127,6 +136,10 @@ class InferOptions:
     # an exported model whose sha256 differs from the one export_manifest.json verified (swapped or edited after
     # export), or that the manifest does not list, is refused; true: run it anyway, with a warning
     allow_modified_artifact: bool = False
+    # images: true resizes every input to the training size (a model that needs it, e.g. a classifier with a
+    # flattening head); false keeps each input's own size (a fully convolutional model); null = false when the
+    # model's height and width axes are dynamic (the task's or the export's dynamic_dims), else true
+    resize: bool | None = None
 
     def __post_init__(self) -> None:
         _require(self.top_k >= 1, f"infer.top_k must be >= 1, got {self.top_k}")

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from lab.errors import UserError
-from lab.exporting.writers import AXIS_NAMES, INPUT_NAME, OUTPUT_NAME
+from lab.exporting.writers import INPUT_NAME, OUTPUT_NAME, axis_name
 from lab.files import write_json
 
 FORMAT_VERSION = 1
@@ -59,8 +59,9 @@ def preprocessing(meta: dict[str, Any]) -> dict[str, Any]:
     return {"note": "see data_meta"}
 
 
-def _tensor_spec(name: str, tensor: torch.Tensor, dynamic_dims: tuple[int, ...]) -> dict[str, Any]:
-    shape = [AXIS_NAMES.get(d, f"dim{d}") if d in dynamic_dims else int(n) for d, n in enumerate(tensor.shape)]
+def _tensor_spec(name: str, tensor: torch.Tensor, dynamic_dims: tuple[int, ...], names_ndim: int) -> dict[str, Any]:
+    """Shape with a name for each dynamic axis (named as the input's axes of that index: `names_ndim` dims)."""
+    shape = [axis_name(d, names_ndim) if d in dynamic_dims else int(n) for d, n in enumerate(tensor.shape)]
     spec = {"name": name, "shape": shape, "dtype": str(tensor.dtype).removeprefix("torch.")}
     return {**spec, "layout": "NCHW"} if name == INPUT_NAME and tensor.ndim == 4 else spec
 
@@ -90,10 +91,12 @@ def build(
         "source_run": source_run,
         "task": task_config,
         "model": model_config,
-        "input": _tensor_spec(INPUT_NAME, example, dynamic_dims),
-        "output": _tensor_spec(OUTPUT_NAME, output, dynamic_dims),
+        "input": _tensor_spec(INPUT_NAME, example, dynamic_dims, example.ndim),
+        "output": _tensor_spec(OUTPUT_NAME, output, dynamic_dims, example.ndim),
+        "dynamic_dims": list(dynamic_dims),  # input axes of any size; infer keeps image sizes when H and W are
         "dynamic_axes": {
-            AXIS_NAMES.get(d, f"dim{d}"): f"dim {d} of input and output, any size >= 1" for d in dynamic_dims
+            axis_name(d, example.ndim): f"dim {d} of the input (and of the output where it has it), any size"
+            for d in dynamic_dims
         },
         "preprocessing": preprocessing(meta),
         "class_names": meta.get("class_names"),

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 from torch.utils.data import DataLoader
 
 from lab.data import batches as batching
+from lab.exporting.writers import axis_limit, check_dims
 
 # what parity compares against the eager model: an inference backend (lab.inference), batch in, outputs out
 Runner = Callable[[torch.Tensor], torch.Tensor]
@@ -22,6 +23,8 @@ class Parity:
     max_abs_diff: float  # max |outputs - eager outputs| over every sample and output
     top1_agreement: float | None  # share of decisions (argmax) that match eager's; None for tasks without one
     tolerance: float
+    input_shapes: list[list[int]] = field(default_factory=list)  # distinct per-sample input shapes run
+    error: str | None = None  # the runner refused or failed an input (a size baked in at export): its first line
 
     @property
     def passed(self) -> bool:
@@ -45,16 +48,29 @@ def take(loader: DataLoader, samples: int) -> list[torch.Tensor]:
 
 
 def sample_batches(loader: DataLoader, samples: int, dynamic_dims: Sequence[int] = (0,)) -> list[torch.Tensor]:
-    """The first `samples` inputs of the loader in its own batches (the last one possibly short), plus a batch of
-    one (and, with a dynamic sequence axis, a shorter sequence): a size baked in at trace time shows up as a
-    failure instead of passing silently."""
+    """The first `samples` inputs of the loader in its own batches (the last one possibly short), plus a second
+    shape along every dynamic axis: a batch of one, and per other dynamic axis a batch of 3 whose size there differs
+    from the traced one (`other_size`). A size baked in at export then fails parity instead of passing silently."""
     batches = take(loader, samples)
     if not batches:
         raise ValueError("the validation loader is empty: no samples to check parity on")
-    extra = [batches[0][:1]]
-    if 1 in dynamic_dims and batches[0].shape[1] > 1:
-        extra.append(batches[0][:3, : batches[0].shape[1] // 2])
+    first = batches[0]
+    check_dims(first, tuple(dynamic_dims))
+    extra = [first[:1]]
+    for dim in sorted(d for d in dynamic_dims if d != 0):
+        resized = other_size(first[:3], dim)
+        if resized is not None:
+            extra.append(resized)
     return [*batches, *extra]
+
+
+def other_size(inputs: torch.Tensor, dim: int) -> torch.Tensor | None:
+    """`inputs` at another size along `dim`: a token sequence (bounded by the traced length) cut to half; any other
+    axis (height, width) doubled by repeating each entry (nearest-neighbour upsampling: sizes a strided model
+    divided evenly still divide). None when a sequence of one cannot be shortened."""
+    if axis_limit(inputs, dim) is not None:
+        return inputs.narrow(dim, 0, inputs.shape[dim] // 2) if inputs.shape[dim] > 1 else None
+    return inputs.repeat_interleave(2, dim=dim)
 
 
 def compare(
@@ -65,19 +81,35 @@ def compare(
     agreement: Callable[[torch.Tensor, torch.Tensor], float | None] = lambda ref, out: None,
 ) -> Parity:
     """Run `candidate` on `batches` and compare with the eager outputs `reference` (same order). `agreement` is
-    the task's share of matching decisions in one batch (top-1 for classes and tokens), or None."""
+    the task's share of matching decisions in one batch (top-1 for classes and tokens), or None. An input the
+    candidate refuses or fails on, or outputs of another shape than eager's, fail parity (max |diff| = inf) with
+    the reason in `error`."""
     worst, agree, count = 0.0, 0.0, 0
+    sizes, shapes = _sizes(batches), _shapes(batches)
     for inputs, expected in zip(batches, reference):
-        got = candidate(inputs).float()
+        try:
+            got = candidate(inputs).float()
+        except Exception as err:  # onnxruntime / torch.export guards / a traced constant: the model cannot run it
+            reason = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+            error = f"inputs of shape {tuple(inputs.shape)}: {reason}"
+            return Parity(count, sizes, math.inf, 0.0, tolerance, shapes, error)
         if got.shape != expected.shape:
-            return Parity(count, _sizes(batches), math.inf, 0.0, tolerance)
+            error = (
+                f"inputs of shape {tuple(inputs.shape)}: outputs {tuple(got.shape)}, eager's {tuple(expected.shape)}"
+            )
+            return Parity(count, sizes, math.inf, 0.0, tolerance, shapes, error)
         diff = float((got - expected).abs().max()) if got.numel() else 0.0
         worst = diff if math.isnan(diff) else max(worst, diff)
         share = agreement(expected, got)
         agree = None if share is None else agree + share * len(inputs)
         count += len(inputs)
-    return Parity(count, _sizes(batches), worst, None if agree is None else agree / max(count, 1), tolerance)
+    share = None if agree is None else agree / max(count, 1)
+    return Parity(count, sizes, worst, share, tolerance, shapes)
 
 
 def _sizes(batches: Sequence[torch.Tensor]) -> list[int]:
     return sorted({len(b) for b in batches})
+
+
+def _shapes(batches: Sequence[torch.Tensor]) -> list[list[int]]:
+    return [list(shape) for shape in sorted({tuple(b.shape[1:]) for b in batches})]

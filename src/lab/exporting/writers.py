@@ -1,9 +1,10 @@
 """Model files from a plain eval-mode module: ONNX (dynamo exporter), torch.export (.pt2), TorchScript.
 
-Every writer gets the module `lab.checkpointing.restore` built (never a DDP / torch.compile wrapper, never
+Every writer gets the module `lab.workflows.restore` built (never a DDP / torch.compile wrapper, never
 channels_last) and puts it in eval mode itself, so dropout is off and BatchNorm uses its running statistics in every
-artifact. The batch axis (and a sequence axis where the task has one) is dynamic in all of them; the parity check
-then runs sizes other than the traced ones.
+artifact. The axes the task's `dynamic_dims` (or `export.dynamic_dims`) name accept any size in ONNX and torch.export
+(the batch always; a token sequence; the height and width of a fully convolutional model's images); the parity check
+then runs sizes other than the traced ones along each of them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -52,16 +54,47 @@ def quiet_logs(*names: str) -> Iterator[None]:
 
 
 Writer = Callable[[nn.Module, torch.Tensor, Path, "int | None", "tuple[int, ...]"], Written]
-AXIS_NAMES = {0: "batch", 1: "sequence"}
+_IMAGE_AXES = ("batch", "channels", "height", "width")
 
 
-def dynamic_shapes(example: torch.Tensor, dims: tuple[int, ...]) -> tuple[dict[int, torch.export.Dim]]:
-    """The input axes that accept any size: the batch, and for sequence models the sequence up to the length the
-    model was built for (the example's, e.g. its position embeddings)."""
-    axes = {}
+def axis_name(dim: int, ndim: int) -> str:
+    """The name of input axis `dim` of an `ndim`-d input, in the files and the manifest: batch; sequence (token ids
+    (N, L)); channels, height, width ((N, C, H, W) images); dim<d> otherwise."""
+    if dim == 0:
+        return "batch"
+    if ndim == 2 and dim == 1:
+        return "sequence"
+    return _IMAGE_AXES[dim] if ndim == 4 and dim < 4 else f"dim{dim}"
+
+
+def axis_limit(example: torch.Tensor, dim: int) -> int | None:
+    """The largest size dynamic axis `dim` may take: a token sequence up to the example's length (the context the
+    model was built for, e.g. its position embeddings); any other axis is unbounded."""
+    return int(example.shape[dim]) if example.ndim == 2 and dim == 1 else None
+
+
+def check_dims(example: torch.Tensor, dims: tuple[int, ...]) -> None:
+    """A UserError when `dims` names an axis the input does not have."""
+    wrong = [d for d in dims if not 0 <= d < example.ndim]
+    if wrong or 0 not in dims:
+        raise UserError(
+            f"dynamic axes {list(dims)} do not fit inputs of shape {tuple(example.shape)}: give axes "
+            f"0..{example.ndim - 1} including 0, the batch (task.dynamic_dims or export.dynamic_dims)"
+        )
+
+
+def dynamic_shapes(example: torch.Tensor, dims: tuple[int, ...]) -> tuple[dict[int, Any]]:
+    """The input axes that accept any size (torch.export's dynamic shapes; the ONNX exporter turns them into dynamic
+    axes): the batch from 1, a token sequence from 1 up to the example's length, named `Dim`s as before; any other
+    axis (height, width) `Dim.DYNAMIC`, whose range torch.export derives from the model (a stride-2 layer needs
+    a height of at least 3, say) instead of refusing a range the user could not know."""
+    axes: dict[int, Any] = {}
     for dim in dims:
-        name = AXIS_NAMES.get(dim, f"dim{dim}")
-        axes[dim] = torch.export.Dim(name, min=1) if dim == 0 else torch.export.Dim(name, min=1, max=example.shape[dim])
+        name, limit = axis_name(dim, example.ndim), axis_limit(example, dim)
+        if dim == 0 or limit is not None:
+            axes[dim] = torch.export.Dim(name, min=1, max=limit) if limit else torch.export.Dim(name, min=1)
+        else:
+            axes[dim] = torch.export.Dim.DYNAMIC
     return (axes,)
 
 

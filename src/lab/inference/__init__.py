@@ -1,4 +1,4 @@
-"""Inference on user inputs: input discovery and preprocessing, model runners per format, top-k predictions."""
+"""Inference on user inputs: a reader per kind of input file, model runners per format, predictions files."""
 
 from lab.inference.backends import (
     Backend,
@@ -8,19 +8,21 @@ from lab.inference.backends import (
     TorchScriptBackend,
     artifact_backend,
 )
-from lab.inference.inputs import Samples, discover
-from lab.inference.predict import batched_outputs, top_k_records, write_predictions
+from lab.inference.inputs import READERS, Inputs, discover
+from lab.inference.predict import batched_outputs, output_record, top_k_records, write_predictions
 
 __all__ = [
+    "READERS",
     "Backend",
     "EagerBackend",
     "ExportedProgramBackend",
+    "Inputs",
     "OnnxBackend",
-    "Samples",
     "TorchScriptBackend",
     "artifact_backend",
     "batched_outputs",
     "discover",
+    "output_record",
     "top_k_records",
     "write_predictions",
 ]

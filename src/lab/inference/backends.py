@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from lab.errors import UserError
-from lab.exporting.writers import AXIS_NAMES
+from lab.exporting.writers import axis_name
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class Backend(Protocol):
 
 
 # An exported model's input shape as the file declares it: an int per fixed axis, a name per dynamic one (batch,
-# sequence). A batch of another shape is refused in one line naming both, before the runtime fails on it.
+# sequence, height, width). A batch of another shape is refused in one line naming both, before the runtime fails on it.
 InputShape = list[int | str]
 
 
@@ -143,7 +143,8 @@ def _program_input_shape(program: Any) -> InputShape | None:
     value = node.meta.get("val") if node is not None else None
     if not isinstance(value, torch.Tensor):
         return None
-    return [int(d) if isinstance(d, int) else AXIS_NAMES.get(axis, str(d)) for axis, d in enumerate(value.shape)]
+    ndim = len(value.shape)
+    return [int(d) if isinstance(d, int) else axis_name(axis, ndim) for axis, d in enumerate(value.shape)]
 
 
 class TorchScriptBackend(ModuleBackend):

@@ -1,9 +1,25 @@
-"""What `input=` names, turned into model-ready tensors with the evaluation preprocessing.
+"""What `input=` names, read into model-ready tensors: one reader per kind of file, chosen by its suffix.
 
-Images (a file, a folder searched recursively, or a glob) go through `lab.data.eval_transform(meta)`, the
-transform validation used in training. Tensor files (.npy / .pt) are either raw uint8 pixels (N, C, H, W),
-preprocessed like images, or float arrays taken as already-normalized model inputs (what a DataLoader yields).
-An image that cannot be read is reported and skipped; the others are still predicted.
+| suffix | reader | one input per |
+|---|---|---|
+| `.png` `.jpg` `.jpeg` | `read_image` | file: L/RGB as the model's channels, [0, 1], data_meta's `mean`/`std` |
+| `.npy` | `read_npy` | row of the array (any numeric dtype) |
+| `.pt` | `read_pt` | row of the tensor (`torch.save`d, read with `weights_only=True`) |
+| `.csv` | `read_csv` | row: a table model's feature columns by name, else every column, numeric |
+
+An array (`.npy`/`.pt`) means, for an image model (data_meta has `mean`/`std`): uint8 (N, C, H, W) raw pixels,
+preprocessed exactly like image files; any other dtype already-normalised inputs, taken as float32. For a table model:
+(N, features) rows, standardised like the CSV. For any other model: (N, *input_shape) model inputs, float32 whatever
+the stored dtype (uint8, int, float16...), int64 for token ids (data_meta has `vocab_size`). One sample without the
+N axis is fine too.
+
+`resize` is the one choice about image sizes: True (a model that needs the training size, e.g. a classifier with a
+flattening head) resizes every image to data_meta's `image_size` and refuses float arrays of another size; False (a
+fully convolutional model: the task's export `dynamic_dims` hold H and W) keeps each input's own size. Either way
+`Inputs.sizes[name]` is the input's original (H, W), so a dense task can write its mask at that size.
+
+A folder is searched recursively for images, a glob matches images; an image that cannot be read is reported and
+skipped (`Inputs.skipped`), the others are still predicted.
 """
 
 from __future__ import annotations
@@ -11,7 +27,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,14 +36,28 @@ import numpy as np
 import torch
 from PIL import Image
 
-from lab.data import eval_transform
 from lab.data.folder import IMAGE_SUFFIXES
+from lab.data.transforms import ToNormalizedTensor, pil_mode, to_mode
 from lab.errors import UserError
 
 log = logging.getLogger(__name__)
 
 TENSOR_SUFFIXES = (".npy", ".pt")
-_ACCEPTED = "an image (.png/.jpg/.jpeg), a folder of images, a glob like 'imgs/*.png', or a .npy/.pt tensor file"
+TABLE_SUFFIXES = (".csv",)
+_ACCEPTED = (
+    "an image (.png/.jpg/.jpeg), a folder of images, a glob like 'imgs/*.png', a .npy/.pt tensor file or .csv rows"
+)
+
+# (name, model-ready tensor of one input, its original spatial size or None)
+Item = tuple[str, torch.Tensor, "tuple[int, ...] | None"]
+Reader = Callable[[Path, Mapping[str, Any], bool], Iterator[Item]]
+
+
+def keeps_size(meta: Mapping[str, Any], dynamic_dims: Any) -> bool:
+    """Whether the model takes image inputs at any size: every axis after the channels of its (N, C, H, W) input
+    is dynamic (a fully convolutional model). Then infer keeps each image's own size instead of resizing it."""
+    spatial = range(2, 1 + len(meta.get("input_shape", ())))
+    return len(spatial) > 0 and all(d in dynamic_dims for d in spatial)
 
 
 def _is_image(path: Path) -> bool:
@@ -38,7 +68,7 @@ def discover(spec: str) -> list[Path]:
     """The files `input=` names, sorted; a UserError when it names nothing usable."""
     path = Path(spec).expanduser()
     if path.is_file():
-        if path.suffix.lower() in IMAGE_SUFFIXES + TENSOR_SUFFIXES:
+        if path.suffix.lower() in READERS:
             return [path]
         raise UserError(f"input={spec} is not {_ACCEPTED}")
     if path.is_dir():
@@ -57,61 +87,125 @@ def discover(spec: str) -> list[Path]:
     raise UserError(f"input={spec} does not exist; give {_ACCEPTED}")
 
 
-@dataclass
-class Samples:
-    """Iterates (name, normalized (C, H, W) tensor) over the files; unreadable ones land in `skipped`."""
+class ImageTransform:
+    """PIL image -> normalised float32 (C, H, W): data_meta's channels, mean and std; resized to its `image_size`
+    only when `resize` (the transform validation uses, `lab.data.eval_transform`, does the same with resize)."""
 
-    files: list[Path]
-    meta: Mapping[str, Any]
-    skipped: list[dict[str, str]] = field(default_factory=list)
+    def __init__(self, meta: Mapping[str, Any], resize: bool) -> None:
+        if "mean" not in meta or "in_channels" not in meta:
+            raise UserError("this model was not trained on images (no mean/in_channels in its data_meta)")
+        self.mode = pil_mode(int(meta["in_channels"]))
+        self.size = int(meta["image_size"]) if resize and "image_size" in meta else None
+        self.to_tensor = ToNormalizedTensor(meta["mean"], meta["std"])
 
-    def __post_init__(self) -> None:
-        self.transform = eval_transform(self.meta)
-
-    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
-        for path in self.files:
-            if path.suffix.lower() in TENSOR_SUFFIXES:
-                batch = load_tensor_file(path, self.meta, self.transform)
-                for index, row in enumerate(batch):
-                    yield f"{path}[{index}]", row
-                continue
-            try:
-                with Image.open(path) as image:
-                    tensor = self.transform(image)  # converting decodes the pixels: truncated files fail here
-            # OSError covers unidentified and truncated files; some PIL decoders raise SyntaxError on bad chunks
-            except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
-                reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-                log.warning("skipped %s: cannot read it as an image (%s)", path, reason)
-                self.skipped.append({"path": str(path), "error": reason})
-                continue
-            yield str(path), tensor
+    def __call__(self, image: Image.Image) -> torch.Tensor:
+        image = to_mode(image, self.mode)
+        if self.size is not None and image.size != (self.size, self.size):
+            image = image.resize((self.size, self.size), Image.Resampling.BILINEAR)
+        return self.to_tensor(image)
 
 
-def load_tensor_file(path: Path, meta: Mapping[str, Any], transform: Any) -> torch.Tensor:
-    """(N, C, H, W) model inputs from a .npy / .pt file (a single (C, H, W) sample is fine too)."""
+def read_image(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
+    """One image file (decoded here: a truncated file fails now, as an OSError the caller turns into a skip)."""
+    if "feature_names" in meta:  # a table model: its reader names the files it takes
+        yield from _table_rows(path, meta)
+        return
+    with Image.open(path) as image:
+        size = (image.height, image.width)
+        tensor = ImageTransform(meta, resize)(image)
+    yield str(path), tensor, size
+
+
+def _load(path: Path) -> Any:
     try:
         if path.suffix.lower() == ".npy":
-            data = torch.from_numpy(np.load(path, allow_pickle=False))
-        else:
-            data = torch.load(path, map_location="cpu", weights_only=True)
+            return np.load(path, allow_pickle=False)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise UserError(f"input={path}: cannot read the tensor file ({str(err).splitlines()[0]})") from err
+
+
+def _table_rows(path: Path, meta: Mapping[str, Any]) -> Iterator[Item]:
+    """A table model's rows (lab.inference.rows: the training features, standardised)."""
+    from lab.inference.rows import read_rows
+
+    for name, row in read_rows(str(path), meta):
+        yield name, row, None
+
+
+def read_npy(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
+    """A .npy array of inputs (any numeric dtype; see the module's table for what it means per model)."""
+    if "feature_names" in meta:
+        yield from _table_rows(path, meta)
+    else:
+        yield from _array_items(path, _load(path), meta, resize)
+
+
+def read_pt(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
+    """A `torch.save`d tensor of inputs, read with weights_only=True."""
+    if "feature_names" in meta:
+        yield from _table_rows(path, meta)
+    else:
+        yield from _array_items(path, _load(path), meta, resize)
+
+
+def read_csv(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
+    """CSV rows: a table model's feature columns by name (standardised), else every column as one flat input."""
+    if "feature_names" in meta:
+        yield from _table_rows(path, meta)
+        return
+    from lab.config import ConfigError
+    from lab.data.tabular import numeric_columns
+    from lab.data.tabular import read_csv as read_table
+
+    try:
+        header, rows = read_table(path)
+        matrix = numeric_columns(rows, header, header, path)
+    except ConfigError as err:
+        raise UserError(f"input={path}: {err}") from err
+    yield from _array_items(path, matrix, meta, resize)
+
+
+# suffix -> reader: the one place that decides how a file becomes inputs
+READERS: dict[str, Reader] = {
+    **dict.fromkeys(IMAGE_SUFFIXES, read_image),
+    ".npy": read_npy,
+    ".pt": read_pt,
+    ".csv": read_csv,
+}
+
+
+def _array_items(path: Path, data: Any, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
     if isinstance(data, np.ndarray):
+        if not (np.issubdtype(data.dtype, np.number) or data.dtype == np.bool_):
+            raise UserError(f"input={path} holds {data.dtype} values; give numbers")
         data = torch.from_numpy(data)
     if not isinstance(data, torch.Tensor):
-        raise UserError(f"input={path} holds a {type(data).__name__}, not a tensor of images (N, C, H, W)")
-    if data.ndim == 3:
-        data = data.unsqueeze(0)
-    c, size = int(meta["in_channels"]), int(meta["image_size"])
+        raise UserError(f"input={path} holds a {type(data).__name__}, not a tensor of inputs")
+    if "mean" in meta and "in_channels" in meta:
+        batch = _image_array(path, data, meta, resize)
+        size = (int(data.shape[-2]), int(data.shape[-1]))  # as stored, before any resize
+    else:
+        batch = _model_array(path, data, meta, resize)
+        size = tuple(int(d) for d in batch.shape[2:]) or None
+    for index, row in enumerate(batch):
+        yield f"{path}[{index}]", row, size
+
+
+def _image_array(path: Path, data: torch.Tensor, meta: Mapping[str, Any], resize: bool) -> torch.Tensor:
+    """(N, C, H, W) inputs of an image model: uint8 pixels preprocessed like image files, else normalised floats."""
+    data = data.unsqueeze(0) if data.ndim == 3 else data
+    c, size = int(meta["in_channels"]), int(meta.get("image_size", 0))
     if data.ndim != 4 or data.shape[1] != c:
         raise UserError(
             f"input={path} has shape {tuple(data.shape)}; expected (N, {c}, H, W) images for this model "
             f"({c} channel(s))"
         )
-    if data.dtype == torch.uint8:  # raw pixels: exactly the image path's preprocessing
+    if data.dtype == torch.uint8:  # raw pixels: exactly the image files' preprocessing
+        transform = ImageTransform(meta, resize)
         pages = data.permute(0, 2, 3, 1).numpy()  # (H, W) uint8 -> mode L, (H, W, 3) -> RGB
         return torch.stack([transform(Image.fromarray(p[..., 0] if c == 1 else p)) for p in pages])
-    if not data.is_floating_point() or tuple(data.shape[2:]) != (size, size):
+    if data.dtype == torch.bool or (resize and tuple(data.shape[2:]) != (size, size)):
         raise UserError(
             f"input={path} has shape {tuple(data.shape)} and dtype {data.dtype}; give uint8 pixels (N, {c}, H, W) "
             f"or normalized float inputs (N, {c}, {size}, {size})"
@@ -119,22 +213,54 @@ def load_tensor_file(path: Path, meta: Mapping[str, Any], transform: Any) -> tor
     return data.float()
 
 
-def load_array(spec: str, meta: Mapping[str, Any]) -> list[tuple[str, torch.Tensor]]:
-    """(name, row) for each row of a .npy / .pt array of model inputs, (N, *input_shape) as the model takes them."""
-    path = Path(spec).expanduser()
+def _model_array(path: Path, data: torch.Tensor, meta: Mapping[str, Any], resize: bool) -> torch.Tensor:
+    """(N, *input_shape) model inputs: float32 whatever the stored dtype, int64 for token ids. With `resize` off,
+    only the number of axes and the first (channel) axis must match: the model takes any size on the others."""
     shape = [int(d) for d in meta["input_shape"]]
     wanted = f"(N, {', '.join(map(str, shape))})"
-    if not path.is_file() or path.suffix.lower() not in TENSOR_SUFFIXES:
-        raise UserError(f"input={spec}: give a .npy or .pt array of model inputs, shape {wanted}")
-    try:
-        data = (
-            np.load(path, allow_pickle=False) if path.suffix.lower() == ".npy" else torch.load(path, weights_only=True)
-        )
-    except Exception as err:
-        raise UserError(f"input={spec}: cannot read the array ({str(err).splitlines()[0]})") from err
-    array = torch.as_tensor(data)
-    array = array.unsqueeze(0) if list(array.shape) == shape else array  # one sample
-    if list(array.shape[1:]) != shape:
-        raise UserError(f"input={spec} has shape {tuple(array.shape)}; the model takes {wanted}")
-    array = array.float() if array.is_floating_point() else array
-    return [(f"{path}[{i}]", row) for i, row in enumerate(array)]
+    data = data.unsqueeze(0) if data.ndim == len(shape) else data
+    fits = data.ndim == len(shape) + 1 and (
+        list(data.shape[1:]) == shape or (not resize and len(shape) > 1 and data.shape[1] == shape[0])
+    )
+    if not fits:
+        raise UserError(f"input={path} has shape {tuple(data.shape)}; the model takes {wanted}")
+    if "vocab_size" in meta:
+        if data.is_floating_point():
+            raise UserError(f"input={path} holds {data.dtype} values; this model takes integer token ids")
+        return data.long()
+    return data.float()
+
+
+@dataclass
+class Inputs:
+    """Iterates (name, model-ready tensor) over the inputs of `files`, each file read by its suffix's reader;
+    `sizes[name]` is each input's original spatial size (H, W) when it has one; unreadable images land in
+    `skipped`, the others are still read."""
+
+    files: list[Path]
+    meta: Mapping[str, Any]
+    resize: bool = True
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    sizes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, spec: str, meta: Mapping[str, Any], resize: bool = True) -> Inputs:
+        return cls(discover(spec), meta, resize)
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for path in self.files:
+            reader = READERS.get(path.suffix.lower())
+            if reader is None:
+                raise UserError(f"input={path} is not {_ACCEPTED}")
+            try:
+                for name, tensor, size in reader(path, self.meta, self.resize):
+                    if size is not None:
+                        self.sizes[name] = size
+                    yield name, tensor
+            # OSError covers unidentified and truncated images; some PIL decoders raise SyntaxError on bad chunks
+            except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+                if reader is not read_image:
+                    raise
+                reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+                log.warning("skipped %s: cannot read it as an image (%s)", path, reason)
+                self.skipped.append({"path": str(path), "error": reason})

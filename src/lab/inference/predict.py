@@ -22,8 +22,9 @@ def batched_outputs(
     batch_size: int,
     skipped: list[dict[str, str]] | None = None,
 ) -> Iterator[tuple[list[str], torch.Tensor]]:
-    """(names, outputs) per batch of `batch_size` samples stacked together. A sample with NaN or inf values gets
-    no prediction (a model answers it as confidently as any other): it goes into `skipped` with the reason."""
+    """(names, outputs) per batch of at most `batch_size` samples stacked together; a sample of another shape than
+    the batch's (images kept at their own size) starts a new batch. A sample with NaN or inf values gets no
+    prediction (a model answers it as confidently as any other): it goes into `skipped` with the reason."""
     names: list[str] = []
     tensors: list[torch.Tensor] = []
     for name, tensor in samples:
@@ -32,6 +33,9 @@ def batched_outputs(
             if skipped is not None:
                 skipped.append({"path": name, "reason": "NaN or inf in the input"})
             continue
+        if tensors and tensor.shape != tensors[0].shape:
+            yield names, backend(torch.stack(tensors)).float()
+            names, tensors = [], []
         names.append(name)
         tensors.append(tensor)
         if len(tensors) == batch_size:
@@ -39,6 +43,23 @@ def batched_outputs(
             names, tensors = [], []
     if tensors:
         yield names, backend(torch.stack(tensors)).float()
+
+
+def output_record(output: torch.Tensor, run_dir: Path, index: int, max_csv: int) -> dict[str, Any]:
+    """One input's raw outputs as record fields: up to `max_csv` values as the list "output" (flattened; its
+    "output_shape" when not 1-d), which predictions.csv spreads over output_0, output_1...; a bigger output (a mask,
+    a feature map) as <run_dir>/outputs/<index>.npy, float32, named in "output_file" with its shape."""
+    if output.numel() <= max_csv:
+        shape = {} if output.ndim == 1 else {"output_shape": list(output.shape)}
+        return {"output": output.flatten().tolist(), **shape}
+    import numpy as np
+
+    folder = run_dir / "outputs"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{index}.npy"
+    with atomic_path(path) as tmp, tmp.open("wb") as f:
+        np.save(f, output.float().numpy())
+    return {"output_file": str(path.relative_to(run_dir)), "output_shape": list(output.shape)}
 
 
 def top_k_records(
@@ -60,9 +81,15 @@ def top_k_records(
 
 
 def _csv_row(record: dict[str, Any]) -> dict[str, Any]:
-    """A record's scalar fields; a ranked "top_k" list becomes top1_label, top1_prob, top2_label, ..."""
+    """A record's scalar fields; a list of numbers `key` becomes key_0, key_1, ... (raw outputs); a ranked "top_k"
+    list becomes top1_label, top1_prob, top2_label, ..."""
     ranked = "top_k" in record  # its first label is top1_label
-    row = {k: v for k, v in record.items() if not isinstance(v, list | dict) and not (ranked and k == "label")}
+    row: dict[str, Any] = {}
+    for key, value in record.items():
+        if isinstance(value, list) and value and all(isinstance(v, int | float) for v in value):
+            row.update({f"{key}_{i}": v for i, v in enumerate(value)})
+        elif not isinstance(value, list | dict) and not (ranked and key == "label"):
+            row[key] = value
     for rank, entry in enumerate(record.get("top_k", []), 1):
         row[f"top{rank}_label"], row[f"top{rank}_prob"] = entry["label"], f"{entry['prob']:.6f}"
     return row

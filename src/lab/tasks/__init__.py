@@ -1,16 +1,18 @@
-"""Tasks: what is learned, how it is scored and reported (``lab.tasks.base.Task``). The trainer and the workflows
-call only that interface; ``build(cfg.task, meta)`` returns the configured one."""
+"""Tasks: what is learned, how it is scored and what eval and infer write (``lab.tasks.base.Task``). The trainer and
+the workflows call only that interface; ``build(cfg.task, meta)`` returns the configured one."""
 
-from lab.tasks.base import BaseTask, Metrics, Predictions, ReportContext, Task
+from lab.tasks.base import NORMALISERS, BaseTask, EvalContext, InferContext, Metrics, Predictions, Task
 from lab.tasks.classification import Classification
 from lab.tasks.common import build
 
 __all__ = [
+    "NORMALISERS",
     "BaseTask",
     "Classification",
+    "EvalContext",
+    "InferContext",
     "Metrics",
     "Predictions",
-    "ReportContext",
     "Task",
     "build",
 ]

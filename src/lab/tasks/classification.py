@@ -12,7 +12,16 @@ import torch.nn.functional as F
 
 from lab.errors import UserError
 from lab.tasks import class_weights, figures
-from lab.tasks.base import Predictions, ReportContext, count
+from lab.tasks.base import BaseTask, EvalContext, InferContext, Predictions
+
+
+def cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None = None, label_smoothing: float = 0.0
+) -> torch.Tensor:
+    """The classification loss, written once: cross-entropy summed over the batch, in fp32 (under autocast the
+    logits may be fp16/bf16, and log-softmax loses precision there). The training loss passes the task's class
+    weights and label smoothing; the metrics score the plain loss (validation stays unweighted)."""
+    return F.cross_entropy(logits.float(), targets, weight=weight, label_smoothing=label_smoothing, reduction="sum")
 
 
 class ClassificationMetrics:
@@ -32,7 +41,7 @@ class ClassificationMetrics:
 
     def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
         logits = logits.float()  # fp32 loss/softmax even under autocast
-        loss_sum = F.cross_entropy(logits, targets, reduction="sum")
+        loss_sum = cross_entropy(logits, targets)
         topk = logits.topk(self.top_k, dim=1).indices
         hits = topk == targets.unsqueeze(1)
         batch = torch.stack(
@@ -82,12 +91,13 @@ def build_classification(cfg: Any, meta: Mapping[str, Any]) -> Classification:
     return task
 
 
-class Classification:
+class Classification(BaseTask):
     """Cross-entropy over class logits (N, K); accuracy (top-1, top-5) as the monitor."""
 
     name = "classification"
     monitor = "acc"  # higher is better; best.pt tracks val/acc
     mode = "max"
+    normaliser = "samples"  # with task.class_weights: the summed weights of the batch's labels (`weight`)
     dynamic_dims = (0,)
 
     def __init__(
@@ -132,21 +142,19 @@ class Classification:
     def weight(self, targets: torch.Tensor) -> torch.Tensor:
         weights = self._class_weights(targets.device)
         if weights is None:
-            return count(len(targets), targets.device)
+            return super().weight(targets)
         # summed weighted loss / summed target weights = torch's weighted-mean cross-entropy, over any grouping
         return weights[targets].sum()
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        # Cross-entropy in fp32: under autocast, logits may be fp16/bf16 and log-softmax loses precision there.
-        weights = self._class_weights(logits.device)
-        return F.cross_entropy(
-            logits.float(), targets, weight=weights, label_smoothing=self.label_smoothing, reduction="sum"
-        )
+        return cross_entropy(logits, targets, self._class_weights(logits.device), self.label_smoothing)
 
     def metrics(self, device: torch.device, full: bool = False) -> ClassificationMetrics:
         return ClassificationMetrics(self.num_classes, device, confusion=full)
 
-    def report(self, metrics: ClassificationMetrics, context: ReportContext) -> tuple[dict[str, Any], list[Path]]:
+    def write_eval_artifacts(
+        self, metrics: ClassificationMetrics, context: EvalContext
+    ) -> tuple[dict[str, Any], list[Path]]:
         per_class = dict(zip(self.class_names, metrics.per_class_accuracy()))
         matrix = metrics.confusion_matrix()  # [true][predicted]
         figure = context.run_dir / "confusion_matrix.png"
@@ -158,19 +166,11 @@ class Classification:
     def agreement(self, reference: torch.Tensor, outputs: torch.Tensor) -> float | None:
         return float((reference.argmax(-1) == outputs.argmax(-1)).float().mean())
 
-    def predict(self, backend: Any, cfg: Any, meta: dict[str, Any]) -> Predictions:
+    def predict(self, backend: Any, context: InferContext) -> Predictions:
         """Images (a file, a folder, a glob), image tensors (.npy/.pt), or table rows (.csv/.npy) for a model
         trained on a table -> top-k labels with probabilities."""
-        from lab.inference.inputs import Samples, discover
         from lab.inference.predict import top_k_records
-        from lab.inference.rows import read_rows
 
-        if not cfg.input:
-            raise UserError("input= is required: images, a folder or glob of them, a .npy/.pt tensor or .csv rows")
-        if "feature_names" in meta:  # trained on a table
-            samples, skipped = read_rows(cfg.input, meta), []
-        else:
-            samples = Samples(discover(cfg.input), meta)
-            skipped = samples.skipped
-        records = top_k_records(backend, samples, cfg.infer.batch_size, cfg.infer.top_k, self.class_names, skipped)
-        return Predictions(records, skipped)
+        inputs, options = context.inputs(), context.cfg.infer
+        records = top_k_records(backend, inputs, options.batch_size, options.top_k, self.class_names, inputs.skipped)
+        return Predictions(records, inputs.skipped)

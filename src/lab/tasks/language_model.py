@@ -13,9 +13,16 @@ import torch.nn.functional as F
 
 from lab.data.text import IGNORE_INDEX, decode, encode
 from lab.errors import UserError
-from lab.tasks.base import Predictions, ReportContext
+from lab.tasks.base import BaseTask, EvalContext, InferContext, Predictions
 
 EVAL_PROMPTS = ("def ", "import ", "\n", "The ", " ")  # the first `samples` the vocabulary can spell
+
+
+def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The language-model loss, written once: next-token cross-entropy summed over the tokens whose target is not
+    IGNORE_INDEX, in fp32 (a softmax over the vocabulary under autocast). The loss and the metrics both call it."""
+    flat = logits.float().reshape(-1, logits.shape[-1])
+    return F.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum")
 
 
 class TokenMetrics:
@@ -27,7 +34,7 @@ class TokenMetrics:
     def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
         flat, labels = logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1)
         counted = labels != IGNORE_INDEX
-        loss = F.cross_entropy(flat, labels, ignore_index=IGNORE_INDEX, reduction="sum")
+        loss = token_cross_entropy(logits, targets)
         correct = ((flat.argmax(-1) == labels) & counted).sum()
         self.totals += torch.stack([loss.double(), correct.double(), counted.sum().double()])
 
@@ -44,10 +51,12 @@ def build_language_model(cfg: Any, meta: Mapping[str, Any]) -> LanguageModel:
     return LanguageModel(dict(meta), int(cfg.samples), int(cfg.sample_tokens))
 
 
-class LanguageModel:
+class LanguageModel(BaseTask):
     name = "language_model"
     monitor = "loss"
     mode = "min"
+    normaliser = "tokens"  # not sequences: padding (target IGNORE_INDEX) weighs nothing
+    ignore_index = IGNORE_INDEX
     dynamic_dims = (0, 1)  # batch and sequence
 
     def __init__(self, meta: dict[str, Any], samples: int = 3, sample_tokens: int = 120) -> None:
@@ -67,17 +76,13 @@ class LanguageModel:
             )
         return f"{int((targets != IGNORE_INDEX).sum())} target tokens of a {self.vocab_size}-symbol vocabulary"
 
-    def weight(self, targets: torch.Tensor) -> torch.Tensor:
-        return (targets != IGNORE_INDEX).sum().float()  # tokens, not sequences: padding weighs nothing
-
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        flat = logits.float().reshape(-1, logits.shape[-1])  # fp32 softmax over the vocabulary under autocast
-        return F.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum")
+        return token_cross_entropy(logits, targets)
 
     def metrics(self, device: torch.device, full: bool = False) -> TokenMetrics:
         return TokenMetrics(device)
 
-    def report(self, metrics: TokenMetrics, context: ReportContext) -> tuple[dict[str, Any], list[Path]]:
+    def write_eval_artifacts(self, metrics: TokenMetrics, context: EvalContext) -> tuple[dict[str, Any], list[Path]]:
         prompts = [p for p in EVAL_PROMPTS if _spellable(p, self.meta)][: self.samples]
         model, generator = context.model, torch.Generator().manual_seed(0)
 
@@ -96,8 +101,9 @@ class LanguageModel:
     def agreement(self, reference: torch.Tensor, outputs: torch.Tensor) -> float | None:
         return float((reference.argmax(-1) == outputs.argmax(-1)).float().mean())
 
-    def predict(self, backend: Any, cfg: Any, meta: dict[str, Any]) -> Predictions:
+    def predict(self, backend: Any, context: InferContext) -> Predictions:
         """prompt= -> its continuation of infer.max_new_tokens tokens, sampled reproducibly by infer.seed."""
+        cfg = context.cfg
         if cfg.prompt is None:
             raise UserError("prompt= is required for a language model: the text to continue, e.g. prompt='def '")
         generator = torch.Generator().manual_seed(int(cfg.infer.seed))

@@ -8,11 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from lab.errors import UserError
 from lab.tasks import figures
-from lab.tasks.base import Predictions, ReportContext, count
+from lab.tasks.base import BaseTask, EvalContext, InferContext, Predictions
+
+
+def residuals(outputs: torch.Tensor, targets: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """outputs - targets per target value, in ``dtype``: the one definition of the error. The loss sums its
+    squares in fp32 (the MSE objective); the metrics sum its squares and magnitudes in float64 (loss, RMSE, MAE)."""
+    return outputs.to(dtype).reshape(targets.shape) - targets.to(dtype)
 
 
 class RegressionMetrics:
@@ -26,13 +31,13 @@ class RegressionMetrics:
         self.pairs: list[torch.Tensor] | None = [] if keep else None
 
     def update(self, outputs: torch.Tensor, targets: torch.Tensor) -> None:
-        predicted = outputs.float().reshape(targets.shape).double()
+        error = residuals(outputs.float(), targets, torch.float64)
         true = targets.double()
-        error = predicted - true
         # the count as a fill on the device: new_tensor would copy a host value, which waits for the GPU's queue
         samples = true.new_full((), true.numel())
         self.totals += torch.stack([error.square().sum(), error.abs().sum(), true.sum(), true.square().sum(), samples])
         if self.pairs is not None:
+            predicted = outputs.float().reshape(targets.shape).double()
             self.pairs.append(torch.stack([predicted.flatten(), true.flatten()], 1).cpu())
 
     def compute(self) -> dict[str, float]:
@@ -57,10 +62,11 @@ def build_regression(cfg: Any, meta: Mapping[str, Any]) -> Regression:
     return Regression(float(meta.get("target_mean", 0.0)), float(meta.get("target_std", 1.0)), meta.get("target_name"))
 
 
-class Regression:
+class Regression(BaseTask):
     name = "regression"
     monitor = "rmse"
     mode = "min"
+    normaliser = "elements"  # every target value (one per sample for a single target)
     dynamic_dims = (0,)
 
     def __init__(self, target_mean: float = 0.0, target_std: float = 1.0, target_name: str | None = None) -> None:
@@ -78,21 +84,20 @@ class Regression:
             raise UserError("the first training batch has NaN or inf targets; clean the target column")
         return f"{self.target_name} standardised, range [{float(targets.min()):.3f}, {float(targets.max()):.3f}]"
 
-    def weight(self, targets: torch.Tensor) -> torch.Tensor:
-        return count(targets.numel(), targets.device)
-
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if outputs.numel() != targets.numel():
             raise UserError(
                 f"the model gives {tuple(outputs.shape)} outputs for {tuple(targets.shape)} targets; a regression "
                 "model needs one output per target value (num_outputs in data_meta)"
             )
-        return F.mse_loss(outputs.float().reshape(targets.shape), targets.float(), reduction="sum")
+        return residuals(outputs, targets).square().sum()  # summed squared error in fp32
 
     def metrics(self, device: torch.device, full: bool = False) -> RegressionMetrics:
         return RegressionMetrics(self.target_mean, self.target_std, device, keep=full)
 
-    def report(self, metrics: RegressionMetrics, context: ReportContext) -> tuple[dict[str, Any], list[Path]]:
+    def write_eval_artifacts(
+        self, metrics: RegressionMetrics, context: EvalContext
+    ) -> tuple[dict[str, Any], list[Path]]:
         predicted, true = metrics.predicted_and_true()
         scores = metrics.compute()
         title = f"{context.title}, RMSE {scores['rmse']:.4g}, R2 {scores['r2']:.3f}"
@@ -103,16 +108,14 @@ class Regression:
     def agreement(self, reference: torch.Tensor, outputs: torch.Tensor) -> float | None:
         return None  # no decision to agree on: parity is the max |difference| alone
 
-    def predict(self, backend: Any, cfg: Any, meta: dict[str, Any]) -> Predictions:
+    def predict(self, backend: Any, context: InferContext) -> Predictions:
         """Table rows (.csv with the feature columns, or .npy / .pt (N, F)) -> values in the target's units."""
         from lab.inference.predict import batched_outputs
-        from lab.inference.rows import read_rows
 
-        if not cfg.input:
-            raise UserError("input= is required: a .csv with the feature columns or a .npy of rows")
+        inputs = context.inputs()
         records: list[dict[str, Any]] = []
-        skipped: list[dict[str, str]] = []
-        for names, outputs in batched_outputs(backend, read_rows(cfg.input, meta), cfg.infer.batch_size, skipped):
+        skipped = inputs.skipped
+        for names, outputs in batched_outputs(backend, inputs, context.cfg.infer.batch_size, skipped):
             values = outputs.reshape(len(names), -1) * self.target_std + self.target_mean
             for name, row in zip(names, values.tolist()):
                 records.append({"path": name, self.target_name: row[0] if len(row) == 1 else row})

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from lab import data, runtime
 from lab.errors import UserError
 from lab.files import write_json
-from lab.tasks import ReportContext
+from lab.tasks import EvalContext
 from lab.training.evaluation import accumulate_metrics
 from lab.workflows import restore
 from lab.workflows.common import hydra_run_dir, linked_tracker
@@ -54,8 +54,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         accumulate_metrics(model, loader, metrics, device=device, precision=precision, channels_last=channels_last)
         scores = metrics.compute()
         title = f"{restored.path.name} - {split} split, {len(dataset)} samples"
-        extra, files = task.report(metrics, ReportContext(run_dir, title, model, device, restored.meta))
-        report = {
+        extra, files = task.write_eval_artifacts(metrics, EvalContext(run_dir, title, model, device, restored.meta))
+        eval_json = {
             "task": task.name,
             "split": split,
             "num_samples": len(dataset),
@@ -66,7 +66,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         scalars = {f"{split}/{key}": value for key, value in scores.items()}
         tracker.log(scalars, step=restored.global_step, epoch=restored.progress.get("epoch"))
         tracker.summary({**scalars, "split": split, "num_samples": len(dataset), **_flat(split, extra)})
-        write_json(run_dir / "eval.json", report)
+        write_json(run_dir / "eval.json", eval_json)
         for path in [run_dir / "eval.json", *files]:
             tracker.save_file(path)
         log.info("%s", "  ".join(f"{k} {v:.4f}" for k, v in scalars.items()))
@@ -75,7 +75,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
 
 
 def _flat(split: str, extra: dict) -> dict[str, float | None]:
-    """Per-group scalars of a report (per-class accuracy...) as summary keys: <split>/<entry>/<name>."""
+    """Per-group scalars of the task's eval.json entries (per-class accuracy...) as summary keys:
+    <split>/<entry>/<name>."""
     return {
         f"{split}/{key}/{name}": value
         for key, group in extra.items()

@@ -37,7 +37,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     datamodule = restore.rebuild_data(restored, {**OmegaConf.to_container(cfg.data), **plain})
     val_loader = data.make_loader(datamodule.val, data_cfg, train=False, generator=None, pin_memory=False)
     task = restored.task
-    batches = exporting.sample_batches(val_loader, opts.parity_samples, task.dynamic_dims)
+    dims = tuple(opts.dynamic_dims) if opts.dynamic_dims is not None else tuple(task.dynamic_dims)
+    batches = exporting.sample_batches(val_loader, opts.parity_samples, dims)
     example = batches[0][: exporting.EXAMPLE_BATCH]
     eager = EagerBackend(restored.model)  # CPU, fp32, eval mode: the reference every artifact must match
     reference = [eager(b) for b in batches]
@@ -56,7 +57,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         artifacts, failed, opset = {}, {}, None
         for fmt in opts.formats:
             with staged(run_dir, exporting.WRITERS[fmt][0]) as stage:
-                written = exporting.write(fmt, restored.model, example, stage, opts.opset, task.dynamic_dims)
+                written = exporting.write(fmt, restored.model, example, stage, opts.opset, dims)
                 opset = written.opset or opset
                 backend = artifact_backend(written.files[0])
                 parity = exporting.compare(backend, batches, reference, opts.tolerance, task.agreement)
@@ -88,7 +89,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
                 task_config=restore.task_config(restored.config),
                 example=example,
                 output=reference[0],
-                dynamic_dims=task.dynamic_dims,
+                dynamic_dims=dims,
                 model_config=restored.config["model"],
                 source_run=restored.source(),
                 provenance=prov,
@@ -112,10 +113,14 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
 def _failure_message(failed: dict[str, dict], tolerance: float, manifest_path: Path) -> str:
     parts = [
         f"{fmt} max |outputs - eager| = {a['parity']['max_abs_diff']:.3g} > export.tolerance={tolerance:g}"
-        f"{_agreement(a['parity'])}, {a['file']} not written"
+        f"{_agreement(a['parity'])}{_error(a['parity'])}, {a['file']} not written"
         for fmt, a in failed.items()
     ]
     return f"parity check failed: {'; '.join(parts)}; figures in {manifest_path}"
+
+
+def _error(parity: dict[str, Any]) -> str:
+    return f" ({parity['error']})" if parity.get("error") else ""
 
 
 def _agreement(parity: dict[str, Any]) -> str:
@@ -135,13 +140,15 @@ def _record(fmt: str, written: exporting.Written, parity: exporting.Parity) -> d
         "notes": written.notes,
     }
     log.info(
-        "%s: %s, max |outputs - eager| %.3g on %d validation samples (batch sizes %s)%s",
+        "%s: %s, max |outputs - eager| %.3g on %d validation samples (batch sizes %s, input shapes %s)%s%s",
         fmt,
         main.name,
         parity.max_abs_diff,
         parity.samples,
         parity.batch_sizes,
+        parity.input_shapes,
         _agreement(parity.as_dict()),
+        _error(parity.as_dict()),
     )
     if parity.passed:
         entry["status"] = "ok"

@@ -2,8 +2,10 @@
 
 The backend follows `ckpt_path`: a training checkpoint runs the eager model rebuilt by lab.workflows.restore;
 model.onnx runs onnxruntime, model.pt2 torch.export and model.torchscript.pt torch.jit, each with the task and
-data_meta of the export_manifest.json next to it. The task reads the inputs (images, table rows, a prompt) and turns
-outputs into records. Returns the number of records.
+data_meta of the export_manifest.json next to it. The task reads the inputs (images, table rows, a prompt: through
+`InferContext.inputs`, lab.inference.inputs) and turns outputs into records, writing any further files (masks) into
+the run dir. Images keep their own size when the model takes any height and width (`infer.resize`). Returns the
+number of records.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from lab.errors import UserError
 from lab.exporting import manifest
 from lab.inference import EagerBackend, artifact_backend, write_predictions
 from lab.inference.backends import fits, shape_text
+from lab.inference.inputs import keeps_size
+from lab.tasks import InferContext
 from lab.workflows import restore
 from lab.workflows.common import hydra_run_dir, linked_tracker
 
@@ -35,12 +39,14 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
     if not model_path.is_file():
         raise UserError(f"ckpt_path={cfg.ckpt_path} does not exist; give a checkpoint .pt or an exported .onnx/.pt2")
     device = runtime.select_device(cfg.device)
-    backend, task, meta, source, model_config = _open(model_path, device, cfg.infer.allow_modified_artifact)
+    backend, task, meta, source, model_config, dims = _open(model_path, device, cfg.infer.allow_modified_artifact)
+    resize = cfg.infer.resize if cfg.infer.resize is not None else not keeps_size(meta, dims)
+    context = InferContext(cfg, meta, run_dir, resize=bool(resize))
 
     tracker, _ = linked_tracker(cfg, run_dir, "infer", source, model_config)
     with tracker.session():
         log.info("%s inference with the %s backend", task.name, backend.name)
-        predictions = task.predict(backend, cfg, meta)
+        predictions = task.predict(backend, context)
         if not predictions.records:
             raise UserError(f"input={cfg.input}: none of the inputs could be read ({len(predictions.skipped)} skipped)")
         header = {"model": str(model_path), "backend": backend.name, "task": task.name, "input": cfg.input}
@@ -53,8 +59,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
     return len(predictions.records)
 
 
-def _open(path: Path, device: Any, allow_modified: bool = False) -> tuple[Any, Any, dict, dict, dict]:
-    """(runner, task, data_meta, source run, model config) for a checkpoint or an exported artifact."""
+def _open(path: Path, device: Any, allow_modified: bool = False) -> tuple[Any, Any, dict, dict, dict, tuple]:
+    """(runner, task, data_meta, source run, model config, the input axes it takes at any size) for a checkpoint
+    or an exported artifact (whose manifest says which axes the export made dynamic)."""
     if _is_artifact(path):
         found = manifest.read(path)
         _check_verified(path, found, allow_modified)
@@ -62,10 +69,12 @@ def _open(path: Path, device: Any, allow_modified: bool = False) -> tuple[Any, A
         task = tasks.build(OmegaConf.create(restore.task_config(found)), meta)
         backend = artifact_backend(path, device)
         _check_input_shape(path, backend, meta)
-        return backend, task, meta, found.get("source_run", {}), found.get("model", {})
+        dims = tuple(found.get("dynamic_dims", task.dynamic_dims))
+        return backend, task, meta, found.get("source_run", {}), found.get("model", {}), dims
     restored = restore.rebuild(path)
     backend = EagerBackend(restored.model, device)
-    return backend, restored.task, restored.meta, restored.source(), restored.config["model"]
+    task = restored.task
+    return backend, task, restored.meta, restored.source(), restored.config["model"], tuple(task.dynamic_dims)
 
 
 _OVERRIDE = "infer.allow_modified_artifact=true"

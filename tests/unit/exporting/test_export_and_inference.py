@@ -16,7 +16,7 @@ from lab.data import eval_transform
 from lab.data.common import make_meta
 from lab.errors import UserError
 from lab.exporting.writers import write_pt2, write_torchscript
-from lab.inference import EagerBackend, ExportedProgramBackend, Samples, TorchScriptBackend, discover, top_k_records
+from lab.inference import EagerBackend, ExportedProgramBackend, Inputs, TorchScriptBackend, discover, top_k_records
 from lab.models.cnn import SmallCNN
 from lab.tasks import Classification
 
@@ -193,7 +193,7 @@ def test_images_use_the_eval_transform_and_corrupt_ones_are_skipped(tmp_path) ->
     _png(tmp_path / "big_rgb.png", 204, size=32, mode="RGB")  # converted to L and resized, as in evaluation
     (tmp_path / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\ngarbage")
     files = [tmp_path / "broken.png", tmp_path / "gray.png", tmp_path / "big_rgb.png"]
-    samples = Samples(files, META)
+    samples = Inputs(files, META)
     items = dict(samples)
     assert list(items) == [str(tmp_path / "gray.png"), str(tmp_path / "big_rgb.png")]
     assert [s["path"] for s in samples.skipped] == [str(tmp_path / "broken.png")]
@@ -206,21 +206,21 @@ def test_tensor_files_uint8_pixels_match_the_image_path_and_floats_pass_through(
     pixels = np.random.default_rng(0).integers(0, 256, (2, 1, 8, 8), dtype=np.uint8)
     Image.fromarray(pixels[1, 0]).save(tmp_path / "one.png")
     np.save(tmp_path / "pixels.npy", pixels)
-    from_npy = dict(Samples([tmp_path / "pixels.npy"], META))
-    from_png = dict(Samples([tmp_path / "one.png"], META))
+    from_npy = dict(Inputs([tmp_path / "pixels.npy"], META))
+    from_png = dict(Inputs([tmp_path / "one.png"], META))
     assert list(from_npy) == [f"{tmp_path / 'pixels.npy'}[0]", f"{tmp_path / 'pixels.npy'}[1]"]
     assert torch.equal(from_npy[f"{tmp_path / 'pixels.npy'}[1]"], from_png[str(tmp_path / "one.png")])
 
     normalized = torch.randn(3, 1, 8, 8)
     torch.save(normalized, tmp_path / "inputs.pt")
-    assert torch.equal(torch.stack([t for _, t in Samples([tmp_path / "inputs.pt"], META)]), normalized)
+    assert torch.equal(torch.stack([t for _, t in Inputs([tmp_path / "inputs.pt"], META)]), normalized)
 
     torch.save(torch.randn(3, 3, 8, 8), tmp_path / "rgb.pt")
     with pytest.raises(UserError, match=r"expected \(N, 1, H, W\)"):
-        list(Samples([tmp_path / "rgb.pt"], META))
+        list(Inputs([tmp_path / "rgb.pt"], META))
     (tmp_path / "bad.npy").write_bytes(b"not numpy")
     with pytest.raises(UserError, match="cannot read the tensor file"):
-        list(Samples([tmp_path / "bad.npy"], META))
+        list(Inputs([tmp_path / "bad.npy"], META))
 
 
 # --------------------------------------------------------------------------- predict
