@@ -11,10 +11,9 @@ import torch
 from PIL import Image
 
 from helpers import compose_config
-from lab.workflows import restore
 from lab.config import validate
 from lab.inference.inputs import ImageTransform
-from lab.workflows import export, infer
+from lab.workflows import export, infer, restore
 
 
 def _run(workflow, config_name: str, run_dir, *overrides: str) -> None:
