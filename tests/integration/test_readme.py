@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, script_env
 
 pytestmark = pytest.mark.slow
 
+SMALL_SYNTHETIC_ROWS = ["data=synthetic data.num_samples=256", "data=synthetic data.num_samples=256 data.augment=true"]
 # the benchmarks' shortest settings: the test checks that they run, not their figures
 QUICK_BENCH_ARGS = {
     "bench/loop_overhead.py": ["--epochs", "1", "--repeats", "1"],
@@ -23,7 +24,9 @@ QUICK_BENCH_ARGS = {
     "bench/sweep_overhead.py": ["--jobs", "2"],
     "bench/gpu_smoke.py": ["--checks", "fsdp_batchnorm_bf16"],
     "bench/startup.py": ["--repeats", "1"],
-    "bench/device_loader.py": ["--epochs", "1", "--repeats", "1"],
+    # its three rows (digits; CIFAR-sized synthetic images, plain and augmented), the synthetic ones on 256 images
+    # instead of 2048
+    "bench/device_loader.py": ["--epochs", "1", "--repeats", "1", "--rows", "data=digits", *SMALL_SYNTHETIC_ROWS],
 }
 
 
@@ -99,7 +102,7 @@ def test_readme_command_runs(command, tmp_path, request):
         args.append(f"hydra.sweep.dir={tmp_path}" if "-m" in args or search else f"hydra.run.dir={tmp_path}")
         if search:  # a study of its own, not the one under outputs/, and two trials only
             args += [f"hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db", "hydra.sweeper.n_trials=2"]
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(args, cwd=REPO, env=script_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     if args[1] == "scripts/report.py":
         assert Path(proc.stdout.removeprefix("report: ").strip()).is_file(), proc.stdout
@@ -184,14 +187,24 @@ def test_the_slurm_command_composes():
     (command,) = [c for c in NOT_RUN_AS_WRITTEN if "hydra/launcher=slurm" in c]
     args = [a for a in shlex.split(command)[1:] if a != "-m" and "," not in a]  # one job's config, nothing submitted
     proc = subprocess.run(
-        [sys.executable, *args, "--cfg", "hydra"], cwd=REPO, capture_output=True, text=True, timeout=60
+        [sys.executable, *args, "--cfg", "hydra"],
+        cwd=REPO,
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0 and "partition: gpu" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
 def test_help_lists_the_groups():
     proc = subprocess.run(
-        [sys.executable, "scripts/train.py", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60
+        [sys.executable, "scripts/train.py", "--help"],
+        cwd=REPO,
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0
     for group in ("model:", "data:", "optimizer:", "scheduler:", "precision:", "dist:"):
