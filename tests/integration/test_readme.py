@@ -3,6 +3,7 @@ such as outputs/train/<run> point at runs the module makes)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -21,7 +22,7 @@ SMALL_SYNTHETIC_ROWS = ["data=synthetic data.num_samples=256", "data=synthetic d
 QUICK_BENCH_ARGS = {
     "bench/loop_overhead.py": ["--epochs", "1", "--repeats", "1"],
     "bench/tracking_overhead.py": ["--runs", "1"],
-    "bench/sweep_overhead.py": ["--jobs", "2"],
+    "bench/sweep_overhead.py": ["--jobs", "2", "debug=fast", "model=mlp", "logger=none"],  # its default, no wandb
     "bench/gpu_smoke.py": ["--checks", "fsdp_batchnorm_bf16"],
     "bench/startup.py": ["--repeats", "1"],
     # its three rows (digits; CIFAR-sized synthetic images, plain and augmented), the synthetic ones on 256 images
@@ -98,6 +99,15 @@ def test_readme_command_runs(command, tmp_path, request):
         # only training has a debug group; eval/export/infer are already quick on a debug checkpoint
         if args[1] == "scripts/train.py" and not any(a.startswith("debug=") for a in args):
             args.append("debug=fast")
+        if args[1:] == ["scripts/train.py", "debug=fast"]:
+            # `python scripts/train.py` (shortened) and `... debug=fast`: exactly the command the session's
+            # finished_run fixture runs (and asserts to exit 0): that run is this command's, not run a second time
+            run = request.getfixturevalue("finished_run")
+            assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+            return
+        if "debug=overfit" in args:  # 150 epochs of one batch; 15 run the same loop (tests/integration/test_train.py
+            # checks that the 150 drive the loss to ~0)
+            args.append("trainer.max_epochs=15")
         search = any(a.startswith("hparams_search=") for a in args)  # a sweep without -m (hydra.mode=MULTIRUN)
         args.append(f"hydra.sweep.dir={tmp_path}" if "-m" in args or search else f"hydra.run.dir={tmp_path}")
         if search:  # a study of its own, not the one under outputs/, and two trials only
@@ -106,6 +116,9 @@ def test_readme_command_runs(command, tmp_path, request):
     assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     if args[1] == "scripts/report.py":
         assert Path(proc.stdout.removeprefix("report: ").strip()).is_file(), proc.stdout
+    if args[1] == "scripts/train.py" and "-m" in args:  # every job of the sweep ran to the end, in a dir of its own
+        jobs = [json.loads(path.read_text()) for path in tmp_path.glob("[0-9]*/summary.json")]
+        assert len(jobs) >= 2 and {job["status"] for job in jobs} == {"completed"}, command
 
 
 # ```sh blocks hold what this test does not run as written. The sections below are run by their own tests; the
