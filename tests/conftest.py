@@ -16,6 +16,11 @@ from tiers import PROCESS_STARTERS, is_integration, refuser
 ComposeFn = Callable[..., DictConfig]
 # a developer's .env (tracker credentials) must not reach the tests: they expect offline wandb, as on CI
 os.environ["NO_DOTENV"] = "1"
+# One OpenMP thread per process unless the developer set it: `make test` runs two xdist workers, each starting
+# training processes (a DDP job: two ranks), and torch's default of a thread per core oversubscribes the CPU; the
+# spinning threads then slow the tiny models' steps several times over (measured on 2 cores: a debug=fast run 25 s
+# -> 17 s, a step loop 4 -> 90 steps/s). Set before torch is imported here; every subprocess inherits it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -39,6 +39,18 @@ def outputs_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def shared_dir(tmp_path_factory) -> Path:
+    """A folder of this test session that every xdist worker sees: runs a module's tests share are made there once,
+    with made_once(), instead of once per worker that runs one of those tests."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    path = base / "shared"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
 def finished_run(outputs_dir) -> Path:
     """A debug=fast training run (the default CNN on digits) in outputs/train/run."""
 

@@ -125,6 +125,8 @@ def test_cell_trains_resumes_bitwise_and_evaluates_as_validated(cell, tmp_path):
 
     assert losses(resumed, 2) == losses(straight, 2) and losses(straight, 2)
     end, resumed_end = _checkpoint(tmp_path / "straight"), _checkpoint(tmp_path / "resumed")
+    # plain weights whatever wrapped the model (torch.compile, DDP, FSDP): no _orig_mod./module. prefixes
+    assert not any(key.startswith(("_orig_mod.", "module.")) for key in end["model"]), list(end["model"])[:5]
     for key, value in end["model"].items():
         assert torch.equal(value, resumed_end["model"][key]), f"{key} differs after resume"
     assert end["progress"] == resumed_end["progress"]

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from helpers import REPO, max_abs_diff, run_script, script_env
+from helpers import REPO, made_once, max_abs_diff, run_script, script_env
 from lab.distributed import launch
 from lab.errors import UserError
 
@@ -41,13 +41,18 @@ def _train_losses(run):
 
 
 @pytest.fixture(scope="module")
-def single_process_run(tmp_path_factory):
+def single_process_run(shared_dir):
+    """One process, batch 64: trained once for the session's xdist workers (both strategies compare to it)."""
     from helpers import Run
 
-    run_dir = tmp_path_factory.mktemp("single") / "run"
-    proc = run_script("train.py", f"hydra.run.dir={run_dir}", *EQUIVALENCE, "data.batch_size=64")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return Run(proc, run_dir)
+    run_dir = shared_dir / "distributed-single"
+
+    def make() -> None:
+        proc = run_script("train.py", f"hydra.run.dir={run_dir}", *EQUIVALENCE, "data.batch_size=64")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    made_once(run_dir, make)
+    return Run(None, run_dir)
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
@@ -207,21 +212,8 @@ def test_two_nodes_on_localhost_leave_one_run_dir(tmp_path):
     _assert_one_run_dir(tmp_path)
 
 
-def test_multirun_of_ddp_jobs(tmp_path):
-    proc = run_script(
-        "train.py",
-        "-m",
-        f"hydra.sweep.dir={tmp_path}",
-        "dist=ddp",
-        "dist.nproc=2",
-        "model=mlp",
-        "debug=fast",
-        "logger=none",
-        "optimizer.lr=0.001,0.002",
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    for job in ("0", "1"):
-        assert (tmp_path / job / "summary.json").is_file()
+# a multirun of DDP jobs (each its own process group and port): the README's `python scripts/train.py -m dist=ddp
+# optimizer.lr=1e-3,3e-3`, which tests/integration/test_readme.py runs and checks every job of
 
 
 def test_submitit_local_launcher_runs_a_ddp_job(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import REPO, Run, run_script
+from helpers import REPO, Run, made_once, run_script
 from wandb_reader import find_run_files, read_run
 
 pytestmark = pytest.mark.slow
@@ -20,12 +20,18 @@ NUM_IMAGES = 16
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """Two epochs of the CNN on digits (val/acc ~0.98), with wandb offline so it has a run id to link to."""
-    run_dir = tmp_path_factory.mktemp("train") / "run"
-    proc = run_script("train.py", "model=cnn", "trainer.max_epochs=2", f"hydra.run.dir={run_dir}")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return Run(proc, run_dir)
+def trained(shared_dir):
+    """Two epochs of the CNN on digits (val/acc ~0.98), with wandb offline so it has a run id to link to; trained
+    once for the session's workers."""
+    run_dir = shared_dir / "eval_export_infer" / "run"
+    run_dir.parent.mkdir(exist_ok=True)
+
+    def make() -> None:
+        proc = run_script("train.py", "model=cnn", "trainer.max_epochs=2", f"hydra.run.dir={run_dir}")
+        assert proc.returncode == 0, proc.stderr[-4000:]
+
+    made_once(run_dir, make)
+    return Run(None, run_dir)
 
 
 @pytest.fixture(scope="module")
@@ -44,19 +50,27 @@ def _ok(run: Run) -> Run:
 
 
 @pytest.fixture(scope="module")
-def exported(best, tmp_path_factory):
-    """Every format plus both INT8 variants, in one export run."""
-    run = _run(
-        "export.py",
-        tmp_path_factory.mktemp("export"),
-        f"ckpt_path={best}",
-        "export.formats=[onnx,pt2,torchscript]",
-        "export.quantize=both",
-        "export.calibration_samples=64",
-        "export.latency_runs=10",
-        "logger=none",
-    )
-    return _ok(run)
+def exported(best, shared_dir):
+    """Every format plus both INT8 variants, in one export run (once for the session's workers)."""
+    run_dir = shared_dir / "eval_export_infer" / "export"
+
+    log = run_dir.with_name("export.output.txt")  # what the run printed, for the tests that read its log
+
+    def make() -> None:
+        run = _run(
+            "export.py",
+            run_dir.parent,
+            f"ckpt_path={best}",
+            "export.formats=[onnx,pt2,torchscript]",
+            "export.quantize=both",
+            "export.calibration_samples=64",
+            "export.latency_runs=10",
+            "logger=none",
+        )
+        log.write_text(_ok(run).output)
+
+    made_once(run_dir, make)
+    return Run(subprocess.CompletedProcess([], 0, log.read_text(), ""), run_dir)
 
 
 @pytest.fixture(scope="module")

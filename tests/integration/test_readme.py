@@ -3,6 +3,7 @@ such as outputs/train/<run> point at runs the module makes)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -12,18 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, script_env
 
 pytestmark = pytest.mark.slow
 
+SMALL_SYNTHETIC_ROWS = ["data=synthetic data.num_samples=256", "data=synthetic data.num_samples=256 data.augment=true"]
 # the benchmarks' shortest settings: the test checks that they run, not their figures
 QUICK_BENCH_ARGS = {
     "bench/loop_overhead.py": ["--epochs", "1", "--repeats", "1"],
     "bench/tracking_overhead.py": ["--runs", "1"],
-    "bench/sweep_overhead.py": ["--jobs", "2"],
+    "bench/sweep_overhead.py": ["--jobs", "2", "debug=fast", "model=mlp", "logger=none"],  # its default, no wandb
     "bench/gpu_smoke.py": ["--checks", "fsdp_batchnorm_bf16"],
     "bench/startup.py": ["--repeats", "1"],
-    "bench/device_loader.py": ["--epochs", "1", "--repeats", "1"],
+    # its three rows (digits; CIFAR-sized synthetic images, plain and augmented), the synthetic ones on 256 images
+    # instead of 2048
+    "bench/device_loader.py": ["--epochs", "1", "--repeats", "1", "--rows", "data=digits", *SMALL_SYNTHETIC_ROWS],
 }
 
 
@@ -95,14 +99,26 @@ def test_readme_command_runs(command, tmp_path, request):
         # only training has a debug group; eval/export/infer are already quick on a debug checkpoint
         if args[1] == "scripts/train.py" and not any(a.startswith("debug=") for a in args):
             args.append("debug=fast")
+        if args[1:] == ["scripts/train.py", "debug=fast"]:
+            # `python scripts/train.py` (shortened) and `... debug=fast`: exactly the command the session's
+            # finished_run fixture runs (and asserts to exit 0): that run is this command's, not run a second time
+            run = request.getfixturevalue("finished_run")
+            assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+            return
+        if "debug=overfit" in args:  # 150 epochs of one batch; 15 run the same loop (tests/integration/test_train.py
+            # checks that the 150 drive the loss to ~0)
+            args.append("trainer.max_epochs=15")
         search = any(a.startswith("hparams_search=") for a in args)  # a sweep without -m (hydra.mode=MULTIRUN)
         args.append(f"hydra.sweep.dir={tmp_path}" if "-m" in args or search else f"hydra.run.dir={tmp_path}")
         if search:  # a study of its own, not the one under outputs/, and two trials only
             args += [f"hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db", "hydra.sweeper.n_trials=2"]
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(args, cwd=REPO, env=script_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     if args[1] == "scripts/report.py":
         assert Path(proc.stdout.removeprefix("report: ").strip()).is_file(), proc.stdout
+    if args[1] == "scripts/train.py" and "-m" in args:  # every job of the sweep ran to the end, in a dir of its own
+        jobs = [json.loads(path.read_text()) for path in tmp_path.glob("[0-9]*/summary.json")]
+        assert len(jobs) >= 2 and {job["status"] for job in jobs} == {"completed"}, command
 
 
 # ```sh blocks hold what this test does not run as written. The sections below are run by their own tests; the
@@ -184,14 +200,24 @@ def test_the_slurm_command_composes():
     (command,) = [c for c in NOT_RUN_AS_WRITTEN if "hydra/launcher=slurm" in c]
     args = [a for a in shlex.split(command)[1:] if a != "-m" and "," not in a]  # one job's config, nothing submitted
     proc = subprocess.run(
-        [sys.executable, *args, "--cfg", "hydra"], cwd=REPO, capture_output=True, text=True, timeout=60
+        [sys.executable, *args, "--cfg", "hydra"],
+        cwd=REPO,
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0 and "partition: gpu" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
 def test_help_lists_the_groups():
     proc = subprocess.run(
-        [sys.executable, "scripts/train.py", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60
+        [sys.executable, "scripts/train.py", "--help"],
+        cwd=REPO,
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0
     for group in ("model:", "data:", "optimizer:", "scheduler:", "precision:", "dist:"):

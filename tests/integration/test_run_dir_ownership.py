@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PYTHON, REPO, run_script, script_env
+from helpers import PYTHON, REPO, made_once, run_script, script_env
 
 SMALL = ["model=mlp", "logger=none", "seed=7", "trainer.max_epochs=2", "trainer.log_every_n_steps=1"]
 
@@ -23,18 +23,23 @@ def _tree(root: Path) -> dict[str, tuple[int, float]]:
 
 
 @pytest.fixture(scope="module")
-def interrupted(tmp_path_factory) -> Path:
-    """A run stopped by SIGTERM after its third step: last.pt, status interrupted (copied by each test)."""
-    run_dir = tmp_path_factory.mktemp("interrupted") / "run"
-    cmd = [PYTHON, str(REPO / "scripts" / "train.py"), f"hydra.run.dir={run_dir}", *SMALL]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    metrics = run_dir / "metrics.jsonl"
-    while proc.poll() is None and not (metrics.is_file() and metrics.read_text().count("train/loss") >= 3):
-        time.sleep(0.02)  # not a busy loop: on a 2-core machine it would take a core from the run it waits for
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 143, err[-3000:]
-    return run_dir
+def interrupted(shared_dir) -> Path:
+    """A run stopped by SIGTERM after its third step: last.pt, status interrupted (copied by each test; made once for
+    the session's xdist workers)."""
+    run_dir = shared_dir / "run_dir_ownership-interrupted"
+
+    def make() -> None:
+        cmd = [PYTHON, str(REPO / "scripts" / "train.py"), f"hydra.run.dir={run_dir}", *SMALL]
+        env = script_env()
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        metrics = run_dir / "metrics.jsonl"
+        while proc.poll() is None and not (metrics.is_file() and metrics.read_text().count("train/loss") >= 3):
+            time.sleep(0.02)  # not a busy loop: on a 2-core machine it would take a core from the run it waits for
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 143, err[-3000:]
+
+    return made_once(run_dir, make)
 
 
 def _last_line(proc: subprocess.CompletedProcess) -> str:

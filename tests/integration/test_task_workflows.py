@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import max_abs_diff, plugins_env, run_script
+from helpers import made_once, max_abs_diff, plugins_env, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -60,18 +60,26 @@ def _run(script: str, run_dir: Path, *overrides: str, check: bool = True, env: d
     return proc
 
 
-@pytest.fixture(scope="module", params=list(TASKS))
-def trained(request, tmp_path_factory) -> Trained:
+def _trained(task: str, shared_dir: Path) -> Trained:
     """2 epochs straight, keeping the checkpoint its first epoch ended with (a test callback), and a run resumed
-    from that checkpoint to 2 epochs: the runs the tests below share."""
-    task, root = request.param, tmp_path_factory.mktemp(request.param)
-    overrides = [*TASKS[task], *COMMON]
-    keep = "+callbacks.keep={_target_: keep_checkpoint.KeepCheckpoint, epoch: 1}"
-    _run("train.py", root / "straight", *overrides, "trainer.max_epochs=2", keep, env=plugins_env())
-    epoch1 = root / "straight/checkpoints/epoch1.pt"
-    assert torch.load(epoch1, weights_only=True)["progress"]["epoch"] == 1  # what a 1-epoch run leaves
-    _run("train.py", root / "resumed", *overrides, "trainer.max_epochs=2", f"ckpt_path={epoch1}")
+    from that checkpoint to 2 epochs: the runs the tests below share, made once for the session's xdist workers."""
+    root = shared_dir / f"task_workflows-{task}"
+
+    def make() -> None:
+        overrides = [*TASKS[task], *COMMON]
+        keep = "+callbacks.keep={_target_: keep_checkpoint.KeepCheckpoint, epoch: 1}"
+        _run("train.py", root / "straight", *overrides, "trainer.max_epochs=2", keep, env=plugins_env())
+        epoch1 = root / "straight/checkpoints/epoch1.pt"
+        assert torch.load(epoch1, weights_only=True)["progress"]["epoch"] == 1  # what a 1-epoch run leaves
+        _run("train.py", root / "resumed", *overrides, "trainer.max_epochs=2", f"ckpt_path={epoch1}")
+
+    made_once(root, make)
     return Trained(task, root)
+
+
+@pytest.fixture(scope="module", params=list(TASKS))
+def trained(request, shared_dir) -> Trained:
+    return _trained(request.param, shared_dir)
 
 
 def test_resume_is_bitwise_and_the_task_metrics_are_logged(trained: Trained):
@@ -186,14 +194,9 @@ def test_export_parity_and_infer_from_every_backend(trained: Trained, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> dict[str, Path]:
-    """A barely trained checkpoint of each task, for the mistakes below."""
-    root = tmp_path_factory.mktemp("tiny")
-    out = {}
-    for task, options in TASKS.items():
-        _run("train.py", root / task, *options, *COMMON, "trainer.max_epochs=1", "trainer.limit_train_batches=2")
-        out[task] = root / task / "checkpoints/last.pt"
-    return out
+def tiny(shared_dir) -> dict[str, Path]:
+    """A checkpoint of each task, for the mistakes below: the 2-epoch runs the tests above share."""
+    return {task: _trained(task, shared_dir).path("straight/checkpoints/last.pt") for task in TASKS}
 
 
 def _mistake(case: str, tmp_path: Path, request) -> list[str]:
