@@ -7,6 +7,7 @@ import csv
 import json
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
@@ -47,4 +48,5 @@ def test_height_and_width_exported_dynamic_and_infer_keeps_the_images_size(finis
     assert tensor.shape == (1, 12, 20)
     with torch.inference_mode():
         probs = restored.model.eval()(tensor[None]).softmax(-1)[0]
-    assert float(row["top1_prob"]) == float(f"{float(probs.max()):.6f}")
+    # onnxruntime against eager torch, printed to 6 decimals: equal within the export's own parity tolerance
+    assert float(row["top1_prob"]) == pytest.approx(float(probs.max()), abs=1e-5)

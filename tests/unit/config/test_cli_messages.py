@@ -31,7 +31,7 @@ def test_help_lists_the_real_options_of_every_group_and_no_schema() -> None:
     proc = _script("train.py", "--help")
     assert proc.returncode == 0, proc.stderr
     groups = dict(re.findall(r"^(\w+): (.*)$", proc.stdout.split("== Config ==")[0], re.MULTILINE))
-    assert set(GROUPS) | {"logger", "hparams_search"} == set(groups)  # no schema group
+    assert set(GROUPS) | {"logger", "hparams_search", "callback"} == set(groups)  # no schema group
     for group, options in groups.items():
         assert options.split(", ") == group_options(group), f"--help lists {options} for {group}"
     assert "schema" not in proc.stdout
