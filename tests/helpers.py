@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 import lab.config  # noqa: F401  (registers the structured-config schemas every conf/<group>/*.yaml extends)
+from warm_python import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO / "conf"
@@ -85,18 +86,13 @@ def run_script(
     patch: str | None = None,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run scripts/<script> the way a user does, in a subprocess. `patch`: Python code run first in that process
-    (to fake a fault where no real one can be arranged: a kill at a chosen moment, a perturbed writer). `env`: the
-    environment, script_env() by default."""
-    prefix = [PYTHON] if patch is None else [PYTHON, "-c", patch + _THEN_RUN_THE_SCRIPT]
-    return subprocess.run(
-        [*prefix, str(REPO / "scripts" / script), *overrides],
-        cwd=cwd or REPO,
-        env=env or script_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """Run scripts/<script> the way a user does, in a process of its own (tests/warm_python.py). `patch`: Python
+    code run first in that process (to fake a fault where no real one can be arranged: a kill at a chosen moment, a
+    perturbed writer). `env`: the environment, script_env() by default."""
+    args = [str(REPO / "scripts" / script), *overrides]
+    if patch is not None:
+        args = ["-c", patch + _THEN_RUN_THE_SCRIPT, *args]
+    return run_python(args, cwd=cwd or REPO, env=env or script_env(), timeout=timeout)
 
 
 def plugins_env() -> dict[str, str]:

@@ -99,16 +99,12 @@ def test_ddp_with_batchnorm_sync_bn_accumulation_and_lr_scaling(train):
 
 
 def test_checkpoints_move_between_ddp_and_one_process(train):
-    ddp = train("dist=ddp", "dist.nproc=2", "model=mlp", "trainer.max_epochs=1", "logger=none")
-    single = train("model=mlp", "trainer.max_epochs=2", f"ckpt_path={ddp.dir}/checkpoints/last.pt", "logger=none")
+    small = ["model=mlp", "trainer.limit_train_batches=4", "logger=none"]
+    ddp = train("dist=ddp", "dist.nproc=2", *small, "trainer.max_epochs=1")
+    single = train(*small, "trainer.max_epochs=2", f"ckpt_path={ddp.dir}/checkpoints/last.pt")
     assert "resumed at epoch 2" in single.output
     back = train(
-        "dist=ddp",
-        "dist.nproc=2",
-        "model=mlp",
-        "trainer.max_epochs=3",
-        f"ckpt_path={single.dir}/checkpoints/last.pt",
-        "logger=none",
+        "dist=ddp", "dist.nproc=2", *small, "trainer.max_epochs=3", f"ckpt_path={single.dir}/checkpoints/last.pt"
     )
     assert "resumed at epoch 3" in back.output and back.summary()["epochs"] == 3
     # the scripts that consume checkpoints take a DDP-trained one as it is (last.pt: a resumed run writes best.pt

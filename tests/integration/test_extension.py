@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from helpers import REPO
+from warm_python import run_python
 
 pytestmark = pytest.mark.slow
 SECTION = "## Add your own model, dataset or task"
@@ -54,9 +55,7 @@ def _fork(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 
 def _train(fork: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "scripts/train.py", *args], cwd=fork, env=env, capture_output=True, text=True, timeout=600
-    )
+    return run_python(["scripts/train.py", *args], cwd=fork, env=env, timeout=600)
 
 
 def test_a_new_model_dataset_and_task_are_new_files_only_and_run_through_every_script(tmp_path):
@@ -67,7 +66,7 @@ def test_a_new_model_dataset_and_task_are_new_files_only_and_run_through_every_s
         args = shlex.split(command.replace("outputs/train/<run>", str(run)))
         args[0] = sys.executable
         args.append(f"hydra.run.dir={run if 'train.py' in args[1] else fork / f'outputs/step{index}'}")
-        proc = subprocess.run(args, cwd=fork, env=env, capture_output=True, text=True, timeout=600)
+        proc = run_python(args[1:], cwd=fork, env=env, timeout=600)
         assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
 
     summary = json.loads((run / "summary.json").read_text())

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO, script_env
+from warm_python import run_python
 
 pytestmark = pytest.mark.slow
 
@@ -112,7 +113,7 @@ def test_readme_command_runs(command, tmp_path, request):
         args.append(f"hydra.sweep.dir={tmp_path}" if "-m" in args or search else f"hydra.run.dir={tmp_path}")
         if search:  # a study of its own, not the one under outputs/, and two trials only
             args += [f"hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db", "hydra.sweeper.n_trials=2"]
-    proc = subprocess.run(args, cwd=REPO, env=script_env(), capture_output=True, text=True, timeout=300)
+    proc = run_python(args[1:], cwd=REPO, env=script_env(), timeout=300)
     assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     if args[1] == "scripts/report.py":
         assert Path(proc.stdout.removeprefix("report: ").strip()).is_file(), proc.stdout

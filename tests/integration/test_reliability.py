@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from helpers import PYTHON, REPO, script_env
+from warm_python import run_python
 
 SMALL = ["model=mlp", "logger=none", "trainer.log_every_n_steps=1"]
 
@@ -162,8 +163,7 @@ def test_max_restarts_restarts_the_workers_from_last_pt(tmp_path: Path) -> None:
     crash = "+callbacks.crash={_target_: crash_once.CrashOnce}"  # the first attempt fails after its validation
     args = [*SMALL, "dist=ddp", "dist.nproc=2", "dist.max_restarts=1", "trainer.max_epochs=2"]
     args += ["trainer.ckpt_every_n_steps=4", crash, f"hydra.run.dir={run_dir}"]
-    command = [PYTHON, str(REPO / "scripts" / "train.py"), *args]
-    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_python([str(REPO / "scripts" / "train.py"), *args], cwd=REPO, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = (run_dir / "train.log").read_text()
     assert "restarting the workers (restart 1 of dist.max_restarts=1)" in log

@@ -7,7 +7,6 @@ import json
 import os
 import pickle
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from optuna.trial import TrialState
 
 from helpers import REPO, script_env
 from wandb_reader import find_run_files, read_run
+from warm_python import run_python
 
 pytestmark = pytest.mark.slow
 
@@ -24,15 +24,8 @@ QUICK = ["debug=fast", "model=mlp"]
 
 
 def _sweep(sweep_dir: Path, *overrides: str, env: dict | None = None, multirun: bool = True):
-    args = [sys.executable, str(REPO / "scripts/train.py"), *(["-m"] if multirun else [])]
-    return subprocess.run(
-        [*args, f"hydra.sweep.dir={sweep_dir}", *overrides],
-        cwd=REPO,
-        env=env or script_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    args = [str(REPO / "scripts/train.py"), *(["-m"] if multirun else []), f"hydra.sweep.dir={sweep_dir}", *overrides]
+    return run_python(args, cwd=REPO, env=env or script_env(), timeout=300)
 
 
 def _ok(proc: subprocess.CompletedProcess) -> None:

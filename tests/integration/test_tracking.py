@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 
 import pytest
@@ -18,6 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from helpers import REPO, script_env
 from wandb_reader import find_run_files, read_run
+from warm_python import run_python
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def _isolated_env(tmp_path, **extra):
 
 def _python(*args, env, cwd=REPO, timeout=300):
     """Run `python <args>` and require success."""
-    proc = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = run_python(args, cwd=cwd, env=env, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
 
