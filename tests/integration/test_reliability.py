@@ -121,23 +121,30 @@ def test_ddp_ranks_stop_together_on_a_signal_to_the_launcher(tmp_path: Path) -> 
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
 
 
-def _rank_pid(parent: int, rank: int, limit_s: float = 120) -> int:
-    """The pid of a spawned rank: the launcher starts its workers (multiprocessing spawn_main children) in rank
-    order, so the rank-th lowest pid."""
+def _rank_pid(launcher: int, rank: int, limit_s: float = 120) -> int:
+    """The pid of a spawned rank: the launcher's forkserver (lab.distributed.launch) forks the workers one after
+    the other in rank order, so the rank-th lowest pid among its children."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        workers = []
+        parents = {}  # pid -> parent pid
         for proc in Path("/proc").iterdir():
             try:
-                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                if ppid == parent and b"spawn_main" in (proc / "cmdline").read_bytes():
-                    workers.append(int(proc.name))
+                parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
             except (OSError, ValueError, IndexError):
                 continue  # not a process, or gone
+        servers = [pid for pid, ppid in parents.items() if ppid == launcher and _is_forkserver(pid)]
+        workers = sorted(pid for pid, ppid in parents.items() if ppid in servers)
         if len(workers) > rank:
-            return sorted(workers)[rank]
+            return workers[rank]
         time.sleep(0.1)
-    raise AssertionError(f"no rank {rank} under pid {parent}")
+    raise AssertionError(f"no rank {rank} under pid {launcher}")
+
+
+def _is_forkserver(pid: int) -> bool:
+    try:
+        return b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def test_a_stopped_rank_ends_the_job_within_the_timeout_naming_it(tmp_path: Path) -> None:

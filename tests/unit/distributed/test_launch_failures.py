@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 import pytest
@@ -85,7 +84,7 @@ def test_a_crash_is_restarted_up_to_max_restarts_and_a_users_error_is_not(monkey
 
     def fake_launch(config, worker):
         def run(*args):
-            seen.append(os.environ[launch.RESTART_COUNT])
+            worker(*args)  # what each rank runs: it reads its attempt with launch.restart_count()
             raise _ChildFailed({1: _failure(100, error, CALLSTACK)})
 
         return run
@@ -93,5 +92,5 @@ def test_a_crash_is_restarted_up_to_max_restarts_and_a_users_error_is_not(monkey
     monkeypatch.setattr(torch.distributed.launcher.api, "elastic_launch", fake_launch)
     dist_cfg = SimpleNamespace(nproc=2, master_port=None, grace_s=1, strategy="ddp", max_restarts=2)
     with pytest.raises(UserError, match=error.split(": ", 1)[1]):
-        launch.spawn(lambda: None, (), dist_cfg)
-    assert seen == attempts and launch.RESTART_COUNT not in os.environ
+        launch.spawn(lambda: seen.append(str(launch.restart_count())), (), dist_cfg)
+    assert seen == attempts
