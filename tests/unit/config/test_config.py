@@ -445,3 +445,30 @@ def test_wandb_keys_from_before_trackers_had_their_own_node_still_run(capsys) ->
     assert len(warnings) == 4 and warnings[0] == (
         "warning: logger.mode is logger.wandb.mode now (each tracker's settings are under logger.<name>)"
     )
+
+
+def test_hydras_repository_copy_shares_the_config_store_and_leaves_the_original_as_it_was() -> None:
+    """lab.config makes Hydra's per-composition copy of its config repository shallow (6 of the 7 s of `--help`
+    were deep copies of the ConfigStore): the copy must still be free to take another search path."""
+    from hydra._internal.config_repository import CachingConfigRepository, ConfigRepository
+    from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # registers the config sources (file://, structured://), as Hydra's start does
+
+    def search_path(*folders: str) -> ConfigSearchPathImpl:
+        path = ConfigSearchPathImpl()
+        for folder in folders:
+            path.append("main", f"file://{folder}")
+        path.append("schema", "structured://")
+        return path
+
+    original = ConfigRepository(config_search_path=search_path(str(CONF_DIR)))
+    sources = list(original.get_sources())
+    copy = CachingConfigRepository(original)
+    assert copy.get_schema_source().store is ConfigStore.instance()  # shared, not copied
+    assert copy.config_exists("model/resnet18")  # a preset: conf/model/resnet18.yaml
+    copy.initialize_sources(search_path())  # the stored options only
+    assert not copy.config_exists("model/resnet18") and copy.config_exists("model/mlp")
+    assert original.get_sources() == sources and original.config_exists("model/resnet18")
