@@ -106,6 +106,9 @@ def test_readme_command_runs(command, tmp_path, request):
             run = request.getfixturevalue("finished_run")
             assert json.loads((run / "summary.json").read_text())["status"] == "completed"
             return
+        if not any(a.startswith("logger") for a in args):  # wandb, the default tracker, costs a run ~3 s of CPU:
+            # finished_run (the bare command) and the commands that name a tracker run it; test_tracking reads it
+            args.append("logger=none")
         if "debug=overfit" in args:  # 150 epochs of one batch; 15 run the same loop (tests/integration/test_train.py
             # checks that the 150 drive the loss to ~0)
             args.append("trainer.max_epochs=15")

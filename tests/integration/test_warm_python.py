@@ -20,6 +20,11 @@ print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "var": os.environ.ge
 print("to stderr", file=sys.stderr)
 if sys.argv[1:] == ["fail"]:
     raise ValueError("boom")
+if sys.argv[1:] == ["message"]:
+    sys.exit("a message")
+if sys.argv[1:] == ["thread"]:  # a non-daemon thread still running at the end is waited for
+    import threading, time
+    threading.Thread(target=lambda: (time.sleep(0.5), print("thread ran", flush=True))).start()
 if sys.argv[1:] == ["hang"]:
     import time
     time.sleep(600)
@@ -44,14 +49,19 @@ def _both(script, tmp_path, *args, timeout=60):
     return warm, cold
 
 
-@pytest.mark.parametrize("args", [[], ["3"], ["fail"]], ids=["ok", "exit-3", "exception"])
+ENDINGS = {"ok": [], "exit-3": ["3"], "exception": ["fail"], "exit-message": ["message"], "thread": ["thread"]}
+
+
+@pytest.mark.parametrize("args", ENDINGS.values(), ids=ENDINGS)
 def test_a_warm_run_ends_like_a_cold_one(script, tmp_path, args):
     warm, cold = _both(script, tmp_path, *args)
     assert warm.returncode == cold.returncode
     first_warm, first_cold = warm.stdout.splitlines()[0], cold.stdout.splitlines()[0]
     assert first_warm.replace(str(_pid(first_warm)), "") == first_cold.replace(str(_pid(first_cold)), "")
     assert _pid(first_warm) != os.getpid()
-    assert warm.stdout.rstrip().endswith("atexit ran") and cold.stdout.rstrip().endswith("atexit ran")
+    assert warm.stdout.splitlines()[1:] == cold.stdout.splitlines()[1:]  # "thread ran" then "atexit ran"
+    assert warm.stdout.rstrip().endswith("atexit ran")
+    assert warm.stderr.splitlines()[-1] == cold.stderr.splitlines()[-1]  # "to stderr", or the error's line
     assert warm.stderr.startswith("to stderr") and ("ValueError: boom" in warm.stderr) == (args == ["fail"])
 
 
