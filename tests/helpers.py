@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -40,6 +41,14 @@ def group_options(group: str) -> list[str]:
     group_node = ConfigStore.instance().repo.get(group, {})
     stored = {name.removesuffix(".yaml") for name, node in group_node.items() if not isinstance(node, dict)}
     return sorted(stored | {path.stem for path in (CONF_DIR / group).glob("*.yaml")})
+
+
+def readme_commands() -> list[str]:
+    """The `python ...` and `make train ...` lines of the README's ```bash blocks (test_readme runs each)."""
+    text = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
+    return list(dict.fromkeys(line for line in lines if line.startswith(("python ", "make train "))))
 
 
 def script_env() -> dict[str, str]:

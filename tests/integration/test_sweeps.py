@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import pickle
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from helpers import REPO, script_env
+from helpers import REPO, readme_commands, script_env
 from wandb_reader import find_run_files, read_run
 from warm_python import run_python
 
@@ -156,9 +157,12 @@ def test_optuna_study_resumes_to_n_trials_and_prunes_bad_trials(tmp_path):
 
 def test_joblib_runs_jobs_in_parallel_processes(tmp_path):
     sweep = tmp_path / "joblib"
+    # the README's command as written (test_readme leaves it to this test), shortened as test_readme does
+    (command,) = [c for c in readme_commands() if "hydra/launcher=joblib" in c]
+    python, script, multirun, *args = shlex.split(command)
+    assert (python, script, multirun) == ("python", "scripts/train.py", "-m") and "seed=1,2" in args, command
     # with DataLoader workers: a loky process passes on its own start method, which once failed to start them
-    workers = "data.num_workers=1"
-    _ok(_sweep(sweep, *QUICK, "logger=none", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", workers, "seed=1,2"))
+    _ok(_sweep(sweep, *args, *QUICK, "logger=none", "data.num_workers=1"))
     jobs = [_job(sweep, n, "sweep_job.json") for n in (0, 1)]
     assert jobs[0]["pid"] != jobs[1]["pid"]
     assert jobs[0]["start"] < jobs[1]["end"] and jobs[1]["start"] < jobs[0]["end"]  # they overlapped

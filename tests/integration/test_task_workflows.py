@@ -96,8 +96,9 @@ def test_resume_is_bitwise_and_the_task_metrics_are_logged(trained: Trained):
     assert validation[1][monitor] < validation[0][monitor]
 
 
-# Each task under one strategy (test_distributed runs classification under both): fsdp for the LM, whose output
-# projection reads the (root unit's) token embedding; ddp for regression, whose loss is averaged over outputs.
+# Each task under one strategy (test_distributed runs classification under both, each DDP launch costs a few
+# seconds of start): fsdp for the LM, whose output projection reads the (root unit's) token embedding; ddp for the
+# regression MLP, which shares no weight.
 STRATEGY = {"regression": "ddp", "language_model": "fsdp"}
 
 
@@ -109,10 +110,8 @@ def test_two_ranks_of_b_match_one_process_of_2b(trained: Trained, tmp_path):
     runs = Trained(trained.task, tmp_path)
     one = [row["train/loss"] for row in runs.metrics("one") if "train/loss" in row]
     assert len(one) == 12
-    strategy = STRATEGY[trained.task]
-    _run(
-        "train.py", tmp_path / strategy, *overrides, f"dist={strategy}", "dist.nproc=2", f"data.batch_size={batch // 2}"
-    )
+    strategy, half = STRATEGY[trained.task], f"data.batch_size={batch // 2}"
+    _run("train.py", tmp_path / strategy, *overrides, f"dist={strategy}", "dist.nproc=2", half)
     assert max_abs_diff(runs.weights("one"), runs.weights(strategy)) <= 1e-5
     losses = [row["train/loss"] for row in runs.metrics(strategy) if "train/loss" in row]
     assert losses == pytest.approx(one, abs=1e-5)
