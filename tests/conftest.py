@@ -21,10 +21,6 @@ os.environ["NO_DOTENV"] = "1"
 # spinning threads then slow the tiny models' steps several times over (measured on 2 cores: a debug=fast run 25 s
 # -> 17 s, a step loop 4 -> 90 steps/s). Set before torch is imported here; every subprocess inherits it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-# torch.compile builds a new graph's kernels in a pool of fresh interpreters, one per core, unless told otherwise;
-# beside the other worker's runs the pool's start costs more than it gains: a first compile of the debug=fast CNN
-# took 69 s of CPU with it and 56 s in the compiling process alone.
-os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

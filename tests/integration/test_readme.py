@@ -24,8 +24,9 @@ QUICK_BENCH_ARGS = {
     "bench/loop_overhead.py": ["--epochs", "1", "--repeats", "1"],
     "bench/tracking_overhead.py": ["--runs", "1"],
     "bench/sweep_overhead.py": ["--jobs", "2", "debug=fast", "model=mlp", "logger=none"],  # its default, no wandb
-    # its in-process check: the checks that run the CLI (FSDP, DDP, compile, export) run what other tests run
-    "bench/gpu_smoke.py": ["--checks", "host_syncs_per_step"],
+    # its in-process check, a fit (5 s): the checks that start the CLI under FSDP, DDP or compile take 30 s each on
+    # the CPU and run what tests/integration/test_combinations.py runs
+    "bench/gpu_smoke.py": ["--checks", "peak_memory_after_large_free"],
     "bench/startup.py": ["--repeats", "1"],
     # its three rows (digits; CIFAR-sized synthetic images, plain and augmented), the synthetic ones on 256 images
     # instead of 2048

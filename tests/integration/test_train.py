@@ -163,6 +163,7 @@ def test_every_model_data_and_switch_combination_runs_in_one_multirun(tmp_path):
         "trainer.channels_last=true",
         "scheduler=onecycle",
         "optimizer=sgd",
+        "logger=none",
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     for job in range(3):
