@@ -160,7 +160,8 @@ def test_a_stopped_rank_ends_the_job_within_the_timeout_naming_it(tmp_path: Path
         os.kill(rank1, signal.SIGKILL) if Path(f"/proc/{rank1}").exists() else None
     elapsed = time.monotonic() - stopped
     assert code == 1 and err.strip().splitlines()[-1].startswith("error: rank 1 stopped responding"), err[-3000:]
-    assert elapsed < 5 * (8 + 1)  # dist.timeout_s + dist.grace_s, with room for a loaded machine
+    # dist.timeout_s + dist.grace_s and the launcher's report: 10-15 s here; 90 leaves room for a loaded machine
+    assert elapsed < 90
 
 
 def test_max_restarts_restarts_the_workers_from_last_pt(tmp_path: Path) -> None:
