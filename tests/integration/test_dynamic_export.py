@@ -13,7 +13,7 @@ from PIL import Image
 
 from helpers import compose_config
 from lab.config import validate
-from lab.inference.inputs import ImageTransform
+from lab.inference.inputs import image_transform
 from lab.workflows import export, infer, restore
 
 
@@ -44,7 +44,7 @@ def test_height_and_width_exported_dynamic_and_infer_keeps_the_images_size(finis
 
     restored = restore.rebuild(best)  # the eager model on the image at its own 12x20, not resized to 8x8
     with Image.open(tmp_path / "wide.png") as image:
-        tensor = ImageTransform(restored.meta, resize=False)(image)
+        tensor = image_transform(restored.meta, resize=False)(image)
     assert tensor.shape == (1, 12, 20)
     with torch.inference_mode():
         probs = restored.model.eval()(tensor[None]).softmax(-1)[0]

@@ -42,7 +42,7 @@ from lab.config.data import (
 )
 from lab.config.distributed import DDPConfig, DistConfig, FSDPConfig, NoDistConfig, ProcessGroupConfig
 from lab.config.mistakes import undeclared_keys, unknown_key_message
-from lab.config.models import CNNConfig, GPTConfig, MLPConfig, ModelConfig, TorchvisionConfig
+from lab.config.models import CNNConfig, GPTConfig, MLPConfig, ModelConfig, TimmConfig, TorchvisionConfig
 from lab.config.optim import (
     AdamwConfig,
     ConstantConfig,
@@ -105,6 +105,7 @@ __all__ = [
     "SyntheticConfig",
     "TaskConfig",
     "TextConfig",
+    "TimmConfig",
     "TorchvisionConfig",
     "TrackerConfig",
     "TrainConfig",

@@ -69,8 +69,13 @@ class ImageDataConfig(DataConfig, abstract=True):
     in_channels: int = 1
     image_size: int = 8
     augment: bool = False
-    mean: list[float] | None = None  # null = the dataset's own statistics
+    # null = the pretrained model's (model.preprocessing()), else the dataset's own statistics
+    mean: list[float] | None = None
     std: list[float] | None = None
+    # evaluation and inference on image files: the shorter side resized to image_size / crop_pct, the centre
+    # image_size square kept. null = the pretrained model's, else 1 (the whole shorter side)
+    crop_pct: float | None = None
+    interpolation: str | None = None  # bilinear | bicubic | nearest; null = the pretrained model's, else bilinear
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -79,7 +84,14 @@ class ImageDataConfig(DataConfig, abstract=True):
             f"data.num_classes must be >= 2 or null, got {self.num_classes}",
         )
         _require(self.in_channels >= 1, f"data.in_channels must be >= 1, got {self.in_channels}")
-        _require(self.image_size >= 1, f"data.image_size must be >= 1, got {self.image_size}")
+        _require(
+            self.image_size is None or self.image_size >= 1, f"data.image_size must be >= 1, got {self.image_size}"
+        )
+        _require(
+            self.crop_pct is None or 0 < self.crop_pct <= 1, f"data.crop_pct must be in (0, 1], got {self.crop_pct}"
+        )
+        if self.interpolation is not None:
+            _one_of("data.interpolation", self.interpolation, ("bilinear", "bicubic", "nearest"))
         _require((self.mean is None) == (self.std is None), "set both data.mean and data.std, or neither")
         if self.std is not None:
             _require(all(s > 0 for s in self.std), f"data.std values must be > 0, got {self.std}")
@@ -141,13 +153,14 @@ class Cifar10Config(ImageDataConfig):
 
 @dataclass
 class ImageFolderConfig(ImageDataConfig):
-    """Your own images: ${data.root}/{train,val}/<class_name>/*.png|jpg (optional test/). Classes = train's
-    sub-folders (num_classes stays null: counted from the folders). data.root=/path/to/images is required: the run
-    stops with the expected layout if root/train is missing."""
+    """Your own images: ${data.root}/{train,val}/<class_name>/*.png|jpg (optional test/); without val/, a stratified
+    data.val_fraction of train/ (split by data.split_seed). Classes = train's sub-folders (num_classes stays null:
+    counted from the folders). data.root=/path/to/images is required: the run stops with the expected layout if
+    root/train is missing."""
 
     num_workers: int = 4
     in_channels: int = 3
-    image_size: int = 64
+    image_size: int | None = None  # null = the pretrained model's input size, else 64
     augment: bool = True
     max_bad_samples: int = 0  # unreadable images skipped (with a warning) before the run stops
 

@@ -3,13 +3,16 @@ the data ``meta`` describes (``input_shape``, ``num_outputs``...); the network c
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING
 
 from lab.config.checks import require as _require
 from lab.config.options import Option
+from lab.errors import UserError
 
 
 @dataclass
@@ -18,10 +21,30 @@ class ModelConfig(Option, group="model"):
     # fnmatch patterns over parameter names (model.freeze=[backbone.*]): those parameters keep their initial
     # weights and stay out of the optimizer (lab.models.freeze)
     freeze: list[str] = field(default_factory=list)
+    # another run's checkpoint (or any weights file) to start from: every tensor that fits is loaded, a head of
+    # another shape stays freshly initialised, and the counts are logged (lab.models.pretrained)
+    init_from: str | None = None
 
     def build(self, meta: Any) -> Any:
-        """The model (an ``nn.Module``) for the data ``meta`` describes; ``lab.models.build`` applies ``freeze``."""
+        """The model (an ``nn.Module``) for the data ``meta`` describes; ``lab.models.build`` applies ``init_from``
+        and ``freeze``."""
         raise NotImplementedError(f"{type(self).__name__} has no build(meta)")
+
+    def locate_weights(self) -> None:
+        """Before a run writes anything: find the files ``build`` will read, refusing in one line when one cannot
+        be had (a pretrained file neither cached nor downloadable, a moved init_from checkpoint)."""
+        if self.init_from is not None and not Path(self.init_from).expanduser().is_file():
+            raise UserError(f"model.init_from={self.init_from}: no such file (pass <run dir>/checkpoints/best.pt)")
+
+    def preprocessing(self) -> dict[str, Any] | None:
+        """What the pretrained weights expect of their inputs (image_size, interpolation, crop_pct, mean, std): an
+        image dataset takes it for each of those keys it leaves null. None: the data's own."""
+        return None
+
+    def for_checkpoint(self) -> ModelConfig:
+        """The architecture alone, without its sources of initial weights: what a checkpoint's weights are loaded
+        into, so eval/export/infer never read a pretrained file or another run's checkpoint again."""
+        return dataclasses.replace(self, init_from=None)
 
 
 @dataclass
@@ -66,16 +89,105 @@ class CNNConfig(ModelConfig):
 
 @dataclass
 class TorchvisionConfig(ModelConfig):
-    """Any torchvision classification model by name, random init: model.arch=efficientnet_b0, mobilenet_v3_small,
-    vit_b_16, ... (model=resnet18 is the preset for CIFAR-size images)."""
+    """Any torchvision classification model by name: model.arch=efficientnet_b0, mobilenet_v3_small, vit_b_16, ...;
+    random init, or model.weights=DEFAULT (or a named weight) for torchvision's pretrained weights with a new head
+    (model=resnet18 is the preset for CIFAR-size images)."""
 
     arch: str = "resnet18"  # any name from torchvision.models.list_models(torchvision.models)
     small_input: bool = False  # resnets: 3x3 stride-1 stem without max-pool, for 8-32 px images
+    # pretrained weights: DEFAULT, a name of the arch's weights enum (IMAGENET1K_V1) or the full
+    # ResNet18_Weights.IMAGENET1K_V1; null = random init. Read from torch's hub cache ($TORCH_HOME)
+    weights: str | None = None
+    weights_path: str | None = None  # the weights' file itself, when it is not in the cache (needs model.weights)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(
+            self.weights_path is None or self.weights is not None,
+            "model.weights_path needs model.weights (the weights it holds, for their preprocessing); "
+            "to start from any other file use model.init_from=<file>",
+        )
 
     def build(self, meta: Any) -> Any:
         from lab.models.vision import build_torchvision
 
         return build_torchvision(self, meta)
+
+    def locate_weights(self) -> None:
+        super().locate_weights()
+        if self.weights is not None:
+            from lab.models.vision import locate_weights
+
+            locate_weights(self)
+
+    def preprocessing(self) -> dict[str, Any] | None:
+        if self.weights is None:
+            return None
+        from lab.models.vision import pretrained_weights
+
+        transforms = pretrained_weights(self).transforms()
+        crop, resize = transforms.crop_size[0], transforms.resize_size[0]
+        return {
+            "image_size": int(crop),
+            "crop_pct": crop / resize,
+            "interpolation": transforms.interpolation.value,
+            "mean": list(transforms.mean),
+            "std": list(transforms.std),
+        }
+
+    def for_checkpoint(self) -> ModelConfig:
+        return dataclasses.replace(self, init_from=None, weights=None, weights_path=None)
+
+
+@dataclass
+class TimmConfig(ModelConfig):
+    """Any timm model by name (timm.list_models(); a tag picks the weights: resnet50.a1_in1k), pretrained by default
+    with a new head for the data's classes and the first convolution adapted to its channels. Weights come from
+    model.weights_path, the Hugging Face cache ($HF_HOME) or the hub when the machine can reach it."""
+
+    arch: str = "resnet18"
+    pretrained: bool = True
+    weights_path: str | None = None  # a local weights file (.safetensors / .pth / a checkpoint): no hub, no cache
+    drop_rate: float = 0.0  # dropout before the classifier
+    drop_path_rate: float = 0.0  # stochastic depth, for the archs that have it (ViTs, ConvNeXts, ResNets)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("drop_rate", "drop_path_rate"):
+            _require(0 <= getattr(self, key) < 1, f"model.{key} must be in [0, 1), got {getattr(self, key)}")
+        _require(
+            self.weights_path is None or self.pretrained,
+            "model.weights_path is read only with model.pretrained=true (or drop model.weights_path)",
+        )
+
+    def build(self, meta: Any) -> Any:
+        from lab.models.timm_model import build_timm
+
+        return build_timm(self, meta)
+
+    def locate_weights(self) -> None:
+        super().locate_weights()
+        if self.pretrained:
+            from lab.models.timm_model import locate_weights
+
+            locate_weights(self)
+
+    def preprocessing(self) -> dict[str, Any] | None:
+        if not self.pretrained:
+            return None
+        from lab.models.timm_model import pretrained_cfg
+
+        cfg = pretrained_cfg(self.arch)
+        return {
+            "image_size": int(cfg.input_size[-1]),
+            "crop_pct": float(cfg.crop_pct),
+            "interpolation": str(cfg.interpolation),
+            "mean": [float(m) for m in cfg.mean],
+            "std": [float(s) for s in cfg.std],
+        }
+
+    def for_checkpoint(self) -> ModelConfig:
+        return dataclasses.replace(self, init_from=None, pretrained=False, weights_path=None)
 
 
 @dataclass

@@ -28,9 +28,16 @@ class OptimizerConfig(Option, group="optimizer"):
     name: str = MISSING
     lr: float = 1e-3
     weight_decay: float = 0.0
+    # fine-tuning: the classifier's learning rate is lr * head_lr_scale (e.g. 10: a new head learns fast on a
+    # pretrained backbone); layer_decay (timm models) gives the i-th of L layer groups lr * layer_decay ** (L-1-i)
+    head_lr_scale: float = 1.0
+    layer_decay: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        in_range("optimizer.head_lr_scale", self.head_lr_scale, 0, 1e4, open_low=True, hint="typical: 1 to 100")
+        if self.layer_decay is not None:
+            in_range("optimizer.layer_decay", self.layer_decay, 0, 1, open_low=True, hint="typical: 0.65 to 0.9")
         # inf, nan or 1e308 would pass a plain `> 0` and turn the weights into NaN at the first step; no optimizer
         # here trains with a learning rate above MAX_LR
         in_range("optimizer.lr", self.lr, 0, MAX_LR, open_low=True, hint="typical: 1e-5 to 1")

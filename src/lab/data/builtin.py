@@ -67,7 +67,7 @@ def build_digits(cfg: DataCfg) -> DataModule:
         train=full.subset(train_idx, _train_augment(cfg, padding=1, flip=False)),  # digits are not mirror-symmetric
         val=full.subset(val_idx),
         test=None if test_idx is None else full.subset(test_idx),
-        meta=make_meta(num_classes, 1, 8, mean, std, DIGIT_CLASSES),
+        meta=make_meta(num_classes, 1, 8, mean, std, DIGIT_CLASSES, cfg.crop_pct, cfg.interpolation),
     )
 
 
@@ -105,7 +105,7 @@ def build_mnist(cfg: DataCfg) -> DataModule:
         train=train_full.subset(train_idx, _train_augment(cfg, padding=2, flip=False)),
         val=train_full.subset(val_idx),
         test=test,
-        meta=make_meta(num_classes, 1, 28, mean, std, class_names),
+        meta=make_meta(num_classes, 1, 28, mean, std, class_names, cfg.crop_pct, cfg.interpolation),
     )
 
 
@@ -155,7 +155,7 @@ def build_cifar10(cfg: DataCfg) -> DataModule:
         train=train_full.subset(train_idx, _train_augment(cfg, padding=4, flip=True)),
         val=train_full.subset(val_idx),
         test=test,
-        meta=make_meta(num_classes, 3, 32, mean, std, class_names),
+        meta=make_meta(num_classes, 3, 32, mean, std, class_names, cfg.crop_pct, cfg.interpolation),
     )
 
 
@@ -175,5 +175,6 @@ def build_synthetic(cfg: DataCfg) -> DataModule:
     # data.augment: CIFAR-10's recipe (pad 4, crop, flip), so augmentation's cost can be benchmarked too
     train = make(cfg.num_samples, _train_augment(cfg, padding=4, flip=True))
     val, test = make(n_eval), make(n_eval)
-    meta = make_meta(num_classes, c, s, [0.0] * c, [1.0] * c, [f"class_{i}" for i in range(num_classes)])
+    names = [f"class_{i}" for i in range(num_classes)]
+    meta = make_meta(num_classes, c, s, [0.0] * c, [1.0] * c, names, cfg.crop_pct, cfg.interpolation)
     return DataModule(train=train, val=val, test=test, meta=meta)

@@ -78,9 +78,11 @@ def make_meta(
     mean: Sequence[float],
     std: Sequence[float],
     class_names: Sequence[str],
+    crop_pct: float | None = None,
+    interpolation: str | None = None,
 ) -> dict[str, Any]:
     """Meta of an image classification dataset: the generic keys every model reads (``input_shape`` of one
-    sample, ``num_outputs``) plus what preprocessing and class labels need."""
+    sample, ``num_outputs``) plus what preprocessing (``lab.data.eval_transform``) and class labels need."""
     return {
         "input_shape": [int(in_channels), int(image_size), int(image_size)],
         "num_outputs": int(num_classes),
@@ -89,6 +91,8 @@ def make_meta(
         "image_size": int(image_size),
         "mean": [float(m) for m in mean],
         "std": [float(s) for s in std],
+        "crop_pct": float(crop_pct if crop_pct is not None else 1.0),
+        "interpolation": str(interpolation or "bilinear"),
         "class_names": [str(c) for c in class_names],
     }
 

@@ -1,4 +1,5 @@
-"""User image folders: ``root/{train,val}/<class>/*.png|jpg|jpeg`` plus an optional ``root/test``."""
+"""User image folders: ``root/train/<class>/*.png|jpg|jpeg``, ``root/val`` (else a stratified ``data.val_fraction``
+of train) and an optional ``root/test``."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from lab.data.common import DataCfg, DataModule, make_meta, resolve_num_classes, resolve_stats
+from lab.data.common import DataCfg, DataModule, make_meta, resolve_num_classes, resolve_stats, split_indices
 from lab.data.transforms import EvalTransform, TrainImageTransform, eval_transform, pil_mode
 from lab.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
-LAYOUT = "<root>/train/<class>/*.png|jpg|jpeg, <root>/val/<class>/..., optional <root>/test/<class>/..."
+LAYOUT = "<root>/train/<class>/*.png|jpg|jpeg, optional <root>/val/<class>/... and <root>/test/<class>/..."
+DEFAULT_SIZE = 64  # data.image_size when neither the config nor a pretrained model says
 
 
 class ImageFolderDataset(Dataset):
@@ -89,9 +91,8 @@ def _split_samples(root: Path, split: str, class_names: list[str]) -> list[tuple
 
 def build_image_folder(cfg: DataCfg) -> DataModule:
     root = Path(cfg.root).expanduser()
-    for split in ("train", "val"):
-        if not (root / split).is_dir():
-            raise ConfigError(f"data.root={cfg.root}: {root / split} does not exist; expected layout {LAYOUT}")
+    if not (root / "train").is_dir():
+        raise ConfigError(f"data.root={cfg.root}: {root / 'train'} does not exist; expected layout {LAYOUT}")
     pil_mode(cfg.in_channels)  # fail on e.g. in_channels=2 before scanning anything
     class_names = _class_dirs(root / "train")
     if len(class_names) < 2:
@@ -101,14 +102,21 @@ def build_image_folder(cfg: DataCfg) -> DataModule:
         )
     num_classes = resolve_num_classes(cfg, f"image_folder {root}", len(class_names))
     train_samples = _scan(root / "train", class_names, every_class=True)
-    val_samples = _split_samples(root, "val", class_names)
+    if (root / "val").is_dir():
+        val_samples = _split_samples(root, "val", class_names)
+    else:  # held out of train/, stratified: the same files for every run and its eval (data.split_seed)
+        labels = torch.tensor([label for _, label in train_samples])
+        kept, held = split_indices(labels, cfg.val_fraction, cfg.split_seed)
+        train_samples, val_samples = [train_samples[i] for i in kept], [train_samples[i] for i in held]
     test_samples = _split_samples(root, "test", class_names) if (root / "test").is_dir() else None
 
-    c, s = cfg.in_channels, cfg.image_size
+    c, s = cfg.in_channels, cfg.image_size or DEFAULT_SIZE
     mean, std = resolve_stats(cfg, c, [0.5] * c, [0.5] * c)
-    meta = make_meta(num_classes, c, s, mean, std, class_names)
+    meta = make_meta(num_classes, c, s, mean, std, class_names, cfg.crop_pct, cfg.interpolation)
     evaluate = eval_transform(meta)  # the same object inference uses, so val/test match it exactly
-    train_tf: TrainImageTransform | EvalTransform = TrainImageTransform(c, s, mean, std) if cfg.augment else evaluate
+    train_tf: TrainImageTransform | EvalTransform = (
+        TrainImageTransform(c, s, mean, std, meta["interpolation"]) if cfg.augment else evaluate
+    )
     return DataModule(
         train=ImageFolderDataset(train_samples, train_tf, cfg.max_bad_samples),
         val=ImageFolderDataset(val_samples, evaluate, cfg.max_bad_samples),

@@ -7,6 +7,7 @@ Transforms are classes (not closures) so DataLoader workers can pickle them unde
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -63,37 +64,85 @@ class ToNormalizedTensor:
         return normalize(pil_to_unit_tensor(img), self.mean, self.std)
 
 
-class EvalTransform:
-    """Any PIL image -> the normalized float32 (C, image_size, image_size) tensor the model expects."""
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest")  # data.interpolation: PIL's resampling filters of those names
 
-    def __init__(self, in_channels: int, image_size: int, mean: Sequence[float], std: Sequence[float]) -> None:
+
+def resample(interpolation: str) -> Image.Resampling:
+    return Image.Resampling[interpolation.upper()]
+
+
+class EvalTransform:
+    """Any PIL image -> the normalized float32 (C, image_size, image_size) tensor the model expects: the shorter
+    side resized to image_size / crop_pct, then the centre image_size square (no distortion of non-square images;
+    crop_pct < 1 keeps a margin, as pretrained models were evaluated). ``crop_pct=None`` is the squash to a square
+    of checkpoints from before crop_pct, kept so they see what they were trained on; ``image_size=None`` keeps the
+    image's own size (a fully convolutional model)."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        image_size: int | None,
+        mean: Sequence[float],
+        std: Sequence[float],
+        crop_pct: float | None = 1.0,
+        interpolation: str = "bilinear",
+    ) -> None:
         self.mode = pil_mode(in_channels)
-        self.size = image_size
+        self.size, self.crop_pct, self.resample = image_size, crop_pct, resample(interpolation)
         self.to_tensor = ToNormalizedTensor(mean, std)
 
     def __call__(self, img: Image.Image) -> torch.Tensor:
         img = to_mode(img, self.mode)
-        if img.size != (self.size, self.size):
-            img = img.resize((self.size, self.size), Image.Resampling.BILINEAR)
+        if self.size is None:
+            return self.to_tensor(img)
+        if self.crop_pct is None:
+            if img.size != (self.size, self.size):
+                img = img.resize((self.size, self.size), self.resample)
+            return self.to_tensor(img)
+        width, height = img.size
+        shorter = math.floor(self.size / self.crop_pct)
+        scale = shorter / min(width, height)
+        resized = (max(shorter, round(width * scale)), max(shorter, round(height * scale)))
+        if resized != img.size:
+            img = img.resize(resized, self.resample)
+        left, top = (resized[0] - self.size) // 2, (resized[1] - self.size) // 2
+        if (left, top) != (0, 0) or resized != (self.size, self.size):
+            img = img.crop((left, top, left + self.size, top + self.size))
         return self.to_tensor(img)
 
 
-def eval_transform(meta: Mapping[str, Any]) -> EvalTransform:
-    """The deterministic PIL -> tensor transform for a dataset's ``meta`` (see :class:`lab.data.DataModule`)."""
-    return EvalTransform(meta["in_channels"], meta["image_size"], meta["mean"], meta["std"])
+def eval_transform(meta: Mapping[str, Any], resize: bool = True) -> EvalTransform:
+    """The deterministic PIL -> tensor transform for a dataset's ``meta`` (see :class:`lab.data.DataModule`);
+    ``resize=False`` keeps each image's size (inference with a fully convolutional model)."""
+    return EvalTransform(
+        meta["in_channels"],
+        int(meta["image_size"]) if resize else None,
+        meta["mean"],
+        meta["std"],
+        meta.get("crop_pct"),  # absent: a checkpoint from before crop_pct, trained on squashed images
+        meta.get("interpolation", "bilinear"),
+    )
 
 
 class TrainImageTransform:
     """Light augmentation for user image folders: random resized crop (mild) + horizontal flip."""
 
-    def __init__(self, in_channels: int, image_size: int, mean: Sequence[float], std: Sequence[float]) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        image_size: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+        interpolation: str = "bilinear",
+    ) -> None:
         from torchvision.transforms import v2  # imported lazily: torchvision is slow to import
 
         self.mode = pil_mode(in_channels)
+        mode = v2.InterpolationMode(interpolation)
         # scale >= 0.7 keeps most of the object in view; the usual ImageNet 0.08 is too harsh for small data
         self.augment = v2.Compose(
             [
-                v2.RandomResizedCrop(image_size, scale=(0.7, 1.0), antialias=True),
+                v2.RandomResizedCrop(image_size, scale=(0.7, 1.0), interpolation=mode, antialias=True),
                 v2.RandomHorizontalFlip(),
             ]
         )

@@ -37,7 +37,7 @@ import torch
 from PIL import Image
 
 from lab.data.folder import IMAGE_SUFFIXES
-from lab.data.transforms import ToNormalizedTensor, pil_mode, to_mode
+from lab.data.transforms import eval_transform
 from lab.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -87,22 +87,12 @@ def discover(spec: str) -> list[Path]:
     raise UserError(f"input={spec} does not exist; give {_ACCEPTED}")
 
 
-class ImageTransform:
-    """PIL image -> normalised float32 (C, H, W): data_meta's channels, mean and std; resized to its `image_size`
-    only when `resize` (the transform validation uses, `lab.data.eval_transform`, does the same with resize)."""
-
-    def __init__(self, meta: Mapping[str, Any], resize: bool) -> None:
-        if "mean" not in meta or "in_channels" not in meta:
-            raise UserError("this model was not trained on images (no mean/in_channels in its data_meta)")
-        self.mode = pil_mode(int(meta["in_channels"]))
-        self.size = int(meta["image_size"]) if resize and "image_size" in meta else None
-        self.to_tensor = ToNormalizedTensor(meta["mean"], meta["std"])
-
-    def __call__(self, image: Image.Image) -> torch.Tensor:
-        image = to_mode(image, self.mode)
-        if self.size is not None and image.size != (self.size, self.size):
-            image = image.resize((self.size, self.size), Image.Resampling.BILINEAR)
-        return self.to_tensor(image)
+def image_transform(meta: Mapping[str, Any], resize: bool) -> Callable[[Image.Image], torch.Tensor]:
+    """PIL image -> normalised float32 (C, H, W): validation's own transform (`lab.data.eval_transform`: data_meta's
+    channels, size, crop, interpolation, mean and std); with `resize=False` the image keeps its size."""
+    if "mean" not in meta or "in_channels" not in meta:
+        raise UserError("this model was not trained on images (no mean/in_channels in its data_meta)")
+    return eval_transform(meta, resize=resize and "image_size" in meta)
 
 
 def read_image(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
@@ -112,7 +102,7 @@ def read_image(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[It
         return
     with Image.open(path) as image:
         size = (image.height, image.width)
-        tensor = ImageTransform(meta, resize)(image)
+        tensor = image_transform(meta, resize)(image)
     yield str(path), tensor, size
 
 
@@ -202,7 +192,7 @@ def _image_array(path: Path, data: torch.Tensor, meta: Mapping[str, Any], resize
             f"({c} channel(s))"
         )
     if data.dtype == torch.uint8:  # raw pixels: exactly the image files' preprocessing
-        transform = ImageTransform(meta, resize)
+        transform = image_transform(meta, resize)
         pages = data.permute(0, 2, 3, 1).numpy()  # (H, W) uint8 -> mode L, (H, W, 3) -> RGB
         return torch.stack([transform(Image.fromarray(p[..., 0] if c == 1 else p)) for p in pages])
     if data.dtype == torch.bool or (resize and tuple(data.shape[2:]) != (size, size)):

@@ -4,6 +4,6 @@ Each model is an option of the ``model`` group (``lab.config.models``): a datacl
 and makes the network from a module of this package.
 """
 
-from lab.models.common import build, image_channels
+from lab.models.common import build, image_channels, prepare
 
-__all__ = ["build", "image_channels"]
+__all__ = ["build", "image_channels", "prepare"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,9 @@ from torch import nn
 from lab.config import options
 from lab.errors import ConfigError
 from lab.models.freeze import freeze
+from lab.models.pretrained import load_matching, read_weights
+
+log = logging.getLogger(__name__)
 
 
 def image_channels(meta: Mapping[str, Any], model: str) -> int:
@@ -25,8 +29,33 @@ def image_channels(meta: Mapping[str, Any], model: str) -> int:
 
 def build(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     """The model of the ``model`` option ``cfg`` (a composed node, a checkpoint's saved dict or the option object)
-    for the data described by ``meta``, with ``cfg.freeze``'s parameters frozen."""
+    for the data described by ``meta``, started from ``cfg.init_from``'s weights where they fit, with
+    ``cfg.freeze``'s parameters frozen."""
     option = options.instantiate("model", cfg)
     model = option.build(meta)
+    if option.init_from is not None:
+        what = f"model.init_from={option.init_from}"
+        load_matching(model, read_weights(option.init_from, what), what)
     freeze(model, list(option.freeze))
     return model
+
+
+def prepare(model_cfg: Any, data_cfg: Any) -> None:
+    """Before a run writes anything: the files the model starts from are found (or refused in one line), and the
+    pretrained weights' preprocessing (input size, crop, interpolation, mean/std) fills each of those data keys the
+    config leaves null, in place, so the run's saved config and data_meta record what training applied and
+    eval/export/infer apply it again."""
+    option = options.instantiate("model", model_cfg)
+    option.locate_weights()
+    preprocessing = option.preprocessing() or {}
+    taken = {}
+    for key, value in preprocessing.items():
+        if key in data_cfg and data_cfg[key] is None:
+            if key in ("mean", "std") and len(value) != data_cfg.get("in_channels", len(value)):
+                # grey images through RGB weights (whose first convolution sums the colour filters): the
+                # statistics of a grey pixel are those of its colours averaged
+                value = [sum(value) / len(value)] * int(data_cfg.in_channels)
+            data_cfg[key] = value
+            taken[key] = value
+    if taken:
+        log.info("data: %s from the pretrained model (set data.<key> to choose otherwise)", taken)

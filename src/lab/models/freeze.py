@@ -2,7 +2,9 @@
 
 They get ``requires_grad=False``, so the optimizer leaves them out (``lab.optim.parameter_groups`` takes trainable
 parameters only), DDP does not reduce them and no gradient is ever computed for them; the start-of-run report
-counts them as frozen.
+counts them as frozen. A normalisation layer whose weights are all frozen keeps its running statistics too
+(:func:`train_mode` leaves it in eval mode): a frozen pretrained backbone would otherwise drift to the statistics of
+the new data's batches under weights that never adapt to them.
 """
 
 from __future__ import annotations
@@ -48,3 +50,14 @@ def _top_level(model: nn.Module) -> list[str]:
     """The names a pattern starts with: top-level submodules, and parameters held by the model itself."""
     names = [name for name, child in model.named_children() if any(True for _ in child.parameters())]
     return names + [name for name, _ in model.named_parameters(recurse=False)]
+
+
+def train_mode(model: nn.Module) -> None:
+    """``model.train()``, except for the normalisation layers whose parameters are all frozen: those stay in eval
+    mode, normalising with (and never updating) the running statistics their weights were trained with."""
+    model.train()
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            params = list(module.parameters())
+            if params and not any(p.requires_grad for p in params):
+                module.eval()

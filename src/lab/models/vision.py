@@ -1,16 +1,19 @@
-"""Any torchvision classification model by name (random init only), adapted to the data's channels and size."""
+"""Any torchvision classification model by name, randomly initialised or from torchvision's pretrained weights
+(``model.weights=DEFAULT``), adapted to the data's channels, size and classes."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from lab.errors import ConfigError
+from lab.errors import ConfigError, UserError
 from lab.models.common import image_channels
+from lab.models.pretrained import load_matching, reachable, read_weights
 
 
 class ChannelAdapter(nn.Module):
@@ -77,6 +80,8 @@ def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     from torchvision.models import ResNet
 
     in_channels = image_channels(meta, "torchvision")
+    # built for this data's classes, then the weights loaded around the new head (torchvision itself refuses
+    # pretrained weights with another class count)
     net = torchvision.models.get_model(
         arch, weights=None, num_classes=int(meta["num_outputs"]), **_arch_kwargs(arch, meta)
     )
@@ -87,5 +92,42 @@ def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
         )
     if is_resnet_family:
         _resnet_stem(net, in_channels, bool(cfg.small_input))
-        return net
-    return net if in_channels == 3 else ChannelAdapter(in_channels, net)
+    if cfg.weights:
+        what = f"model.weights={cfg.weights}"
+        load_matching(net, read_weights(locate_weights(cfg), what), what)
+    return net if is_resnet_family or in_channels == 3 else ChannelAdapter(in_channels, net)
+
+
+def pretrained_weights(cfg: Any) -> Any:
+    """torchvision's weights enum member that ``model.weights`` names (DEFAULT, IMAGENET1K_V1 or the full
+    ResNet18_Weights.IMAGENET1K_V1) for ``model.arch``."""
+    import torchvision
+
+    enum = torchvision.models.get_model_weights(str(cfg.arch))
+    name = str(cfg.weights).rsplit(".", 1)[-1]
+    try:
+        return enum[name] if name != "DEFAULT" else enum.DEFAULT
+    except KeyError:
+        names = ", ".join(["DEFAULT", *enum.__members__])
+        raise ConfigError(f"model.weights={cfg.weights} is not a weight of {cfg.arch}; choose one of {names}") from None
+
+
+def locate_weights(cfg: Any) -> str:
+    """The local file of ``model.weights`` (model.weights_path, else torch's hub cache, downloading into it when
+    the machine can); a UserError with the command that fills the cache otherwise."""
+    if cfg.weights_path:
+        return str(cfg.weights_path)
+    from torch.hub import get_dir
+
+    weights = pretrained_weights(cfg)
+    path = Path(get_dir()) / "checkpoints" / Path(weights.url).name
+    if not path.is_file():
+        if not reachable(weights.url):
+            raise UserError(
+                f"model=torchvision model.weights={cfg.weights}: the file {path} is not in torch's hub cache and this "
+                f'machine cannot download it; run `python -c "import torchvision; torchvision.models.get_weight('
+                f"'{weights}').get_state_dict()\"` on a machine with a network (a login node) with the same "
+                "TORCH_HOME, or set model.weights_path=<file>"
+            )
+        weights.get_state_dict(progress=False, check_hash=True)  # downloads into the cache
+    return str(path)

@@ -1,5 +1,5 @@
-"""The optimizer over two parameter groups (no weight decay on norms and biases), and LR scaling for the
-effective batch."""
+"""The optimizer over its parameter groups (no weight decay on norms and biases; fine-tuning's per-layer learning
+rates), and LR scaling for the effective batch."""
 
 from __future__ import annotations
 
@@ -10,25 +10,74 @@ from typing import Any
 import torch
 from torch import nn
 
-from lab.config import options
+from lab.config import ConfigError, options
 
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: decayed weights, and norm parameters + biases (decaying those only hurts)."""
-    decay, no_decay, seen = [], [], set()
-    for module in model.modules():
+def parameter_groups(
+    model: nn.Module, weight_decay: float, lr: float = 0.0, head_lr_scale: float = 1.0, layer_decay: float | None = None
+) -> list[dict]:
+    """Decayed weights apart from norm parameters and biases (decaying those only hurts); with fine-tuning's
+    learning rates (`head_lr_scale`, `layer_decay`), each of those split again by learning rate, every group with
+    its own ``lr`` (`lr` times its scale), which the schedules then scale as a whole."""
+    scales = _lr_scales(model, head_lr_scale, layer_decay)
+    groups: dict[tuple[float, bool], list[nn.Parameter]] = {(1.0, True): [], (1.0, False): []}
+    seen: set[int] = set()
+    for module_name, module in model.named_modules():
         for name, param in module.named_parameters(recurse=False):
             if not param.requires_grad or id(param) in seen:
                 continue
             seen.add(id(param))
-            skip = isinstance(module, _NORM_TYPES) or name.endswith("bias") or param.ndim <= 1
-            (no_decay if skip else decay).append(param)
+            decays = not (isinstance(module, _NORM_TYPES) or name.endswith("bias") or param.ndim <= 1)
+            scale = scales.get(f"{module_name}.{name}" if module_name else name, 1.0)
+            groups.setdefault((scale, decays), []).append(param)
     return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {
+            "params": params,
+            "weight_decay": weight_decay if decays else 0.0,
+            **({"lr": lr * scale} if scale != 1 else {}),
+        }
+        for (scale, decays), params in groups.items()
+        if params or scale == 1.0
     ]
+
+
+def _lr_scales(model: nn.Module, head_lr_scale: float, layer_decay: float | None) -> dict[str, float]:
+    """Parameter name -> learning-rate multiplier (absent: 1). Layer-wise decay gives the i-th of a timm model's L
+    layer groups (stem first, classifier last) layer_decay ** (L - 1 - i); the head's parameters are then scaled
+    by head_lr_scale."""
+    scales: dict[str, float] = {}
+    if layer_decay is not None and layer_decay != 1:
+        if not hasattr(model, "group_matcher"):
+            raise ConfigError(
+                "optimizer.layer_decay needs a model that names its layers in order (timm models: model=timm); "
+                "use optimizer.head_lr_scale to give the head its own learning rate"
+            )
+        from timm.models import group_parameters
+
+        layers = list(group_parameters(model, model.group_matcher(coarse=False)).values())
+        for index, names in enumerate(layers):
+            for name in names:
+                scales[name] = layer_decay ** (len(layers) - 1 - index)
+    if head_lr_scale != 1:
+        for name in head_parameters(model):
+            scales[name] = scales.get(name, 1.0) * head_lr_scale
+    return scales
+
+
+def head_parameters(model: nn.Module) -> list[str]:
+    """Names of the classifier's parameters: a timm model's ``get_classifier()``, else the last ``nn.Linear``."""
+    named = {id(p): n for n, p in model.named_parameters()}
+    head = model.get_classifier() if hasattr(model, "get_classifier") else None
+    if not isinstance(head, nn.Module):
+        head = next((m for m in reversed(list(model.modules())) if isinstance(m, nn.Linear)), None)
+    if head is None or not any(True for _ in head.parameters()):
+        raise ConfigError(
+            f"optimizer.head_lr_scale: {type(model).__name__} has no classifier layer to scale (no nn.Linear); "
+            "leave optimizer.head_lr_scale=1"
+        )
+    return [named[id(p)] for p in head.parameters() if id(p) in named]
 
 
 def lr_scale(dist_cfg, batch_size: int, world_size: int, grad_accum_steps: int) -> float:
@@ -47,4 +96,5 @@ def build_optimizer(optimizer_cfg: Any, model: nn.Module, device: torch.device |
     option = options.instantiate("optimizer", optimizer_cfg)
     if getattr(option, "fused", False) is None and device is not None and device.type == "cuda":
         option = dataclasses.replace(option, fused=True)
-    return option.build(parameter_groups(model, option.weight_decay))
+    groups = parameter_groups(model, option.weight_decay, option.lr, option.head_lr_scale, option.layer_decay)
+    return option.build(groups)

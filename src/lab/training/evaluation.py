@@ -26,11 +26,12 @@ def accumulate_metrics(
 ) -> Any:
     """Feed the loader through the model in eval mode (no autograd) into `metrics`, a task accumulator.
 
-    `forward` is the callable to run (a compiled or DDP-wrapped view of `model`); the model's train/eval mode
-    is restored afterwards. Returns `metrics` for the caller to `compute()`.
+    `forward` is the callable to run (a compiled or DDP-wrapped view of `model`); each module's train/eval mode
+    is restored afterwards (frozen BatchNorm layers stay in eval mode while the rest trains). Returns `metrics`
+    for the caller to `compute()`.
     """
     forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
-    was_training = model.training
+    modes = [(module, module.training) for module in model.modules()]
     model.eval()
     # a distributed shard may end in padding (equal batch counts keep ranks in step): count only real samples
     remaining = getattr(loader.sampler, "num_valid", None)
@@ -44,7 +45,8 @@ def accumulate_metrics(
             outputs, targets = batches.head(outputs, remaining), batches.head(targets, remaining)
             remaining -= batches.size(targets)
         metrics.update(outputs, targets)
-    model.train(was_training)
+    for module, training in modes:
+        module.training = training
     return metrics
 
 

@@ -31,6 +31,7 @@ from lab.data.batches import split as split_batch
 from lab.data.batches import to_device
 from lab.distributed.parallel import Parallel
 from lab.errors import UserError
+from lab.models.freeze import train_mode
 from lab.optim import Schedule
 from lab.runtime import Precision, reset_peak_memory
 from lab.tasks.base import Task
@@ -124,7 +125,7 @@ class Trainer:
 
     def train_epoch(self, epoch: int) -> bool:
         """One pass over the training batches (from a resumed position); False when max_steps ended it early."""
-        self.model.train()
+        train_mode(self.model)  # frozen BatchNorm layers stay in eval mode
         cfg, progress = self.cfg, self.progress
         total, position = len(self.train_batches), progress.batch_in_epoch
         batches = self.train_batches.epoch(epoch, start=position)

@@ -58,7 +58,8 @@ def rebuild(path: str | Path) -> Restored:
     if not isinstance(meta, dict) or not meta:
         raise UserError(f"{path} has no data_meta: cannot rebuild the model and the preprocessing it expects")
     meta = upgrade_meta(meta)
-    model = models.build(options.instantiate("model", config["model"], drop_unknown=True), meta)
+    # the architecture alone: the checkpoint holds every weight, so a pretrained file that has moved is never read
+    model = models.build(options.instantiate("model", config["model"], drop_unknown=True).for_checkpoint(), meta)
     state_dicts.load_model_state(model, ckpt["model"])
     model.eval()
     return Restored(

@@ -51,6 +51,8 @@ def test_digits_items_are_normalized_float_images(digits: DataModule) -> None:
         "image_size": 8,
         "mean": digits.meta["mean"],
         "std": digits.meta["std"],
+        "crop_pct": 1.0,  # image files at inference: the shorter side resized to 8, the centre 8x8 kept
+        "interpolation": "bilinear",
         "class_names": [str(i) for i in range(10)],
     }
 

@@ -174,7 +174,7 @@ def test_non_resnet_gets_a_1x1_channel_adapter_only_when_needed() -> None:
 
 def test_unknown_model_name_lists_available_models() -> None:
     with pytest.raises(
-        ConfigError, match="model=transformer is not an option of model; choose one of cnn, gpt, mlp, torchvision"
+        ConfigError, match="model=transformer is not an option of model; choose one of cnn, gpt, mlp, timm, torchvision"
     ) as err:
         models.build(OmegaConf.create({"name": "transformer"}), make_meta(1, 8))
     assert "\n" not in str(err.value)
