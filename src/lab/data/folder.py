@@ -10,8 +10,9 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from lab.data.augment import train_transform
 from lab.data.common import DataCfg, DataModule, make_meta, resolve_num_classes, resolve_stats
-from lab.data.transforms import EvalTransform, TrainImageTransform, eval_transform, pil_mode
+from lab.data.transforms import eval_transform, pil_mode
 from lab.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ def build_image_folder(cfg: DataCfg) -> DataModule:
     mean, std = resolve_stats(cfg, c, [0.5] * c, [0.5] * c)
     meta = make_meta(num_classes, c, s, mean, std, class_names)
     evaluate = eval_transform(meta)  # the same object inference uses, so val/test match it exactly
-    train_tf: TrainImageTransform | EvalTransform = TrainImageTransform(c, s, mean, std) if cfg.augment else evaluate
+    train_tf: Callable[[Image.Image], torch.Tensor] = train_transform(cfg, c, s, mean, std) if cfg.augment else evaluate
     return DataModule(
         train=ImageFolderDataset(train_samples, train_tf, cfg.max_bad_samples),
         val=ImageFolderDataset(val_samples, evaluate, cfg.max_bad_samples),
