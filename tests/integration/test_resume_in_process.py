@@ -2,31 +2,76 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 
+import numpy as np
+import pytest
 import torch
+from PIL import Image
 
 from lab import checkpointing
 from lab.config import validate
 from lab.workflows.train import run
 
+# cosine with warmup (the default schedule), dropout, 19 optimizer steps per epoch, a checkpoint every 5 steps
+DIGITS = ["model=mlp", "trainer.max_epochs=3", "trainer.ckpt_every_n_steps=5", "trainer.log_every_n_steps=5"]
+# training augmentation drawn in two loader workers: RandAugment and random erasing per image, MixUp or CutMix per
+# batch (soft targets); 16 images of 8x8 in batches of 4: 4 steps per epoch, a checkpoint every 3 steps
+AUGMENTED = [
+    "data=image_folder",
+    "data.image_size=8",
+    "data.batch_size=4",
+    "data.num_workers=2",
+    "data.auto_augment=randaugment",
+    "data.random_erasing=0.5",
+    "data.mixup_alpha=0.4",
+    "data.cutmix_alpha=1.0",
+    "model=mlp",
+    "trainer.max_epochs=3",
+    "trainer.ckpt_every_n_steps=3",
+    "trainer.log_every_n_steps=3",
+]
 
-def test_mid_epoch_checkpoint_resumes_to_identical_weights(tmp_path, compose, monkeypatch):
-    # cosine with warmup (the default schedule), dropout, 19 optimizer steps per epoch, a checkpoint every 5 steps
-    overrides = ["model=mlp", "trainer.max_epochs=3", "trainer.ckpt_every_n_steps=5", "trainer.log_every_n_steps=5"]
-    snapshot = tmp_path / "step25.pt"
+
+def write_images(root):
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 8), ("val", 2)):
+        for cls in ("a", "b"):
+            (root / split / cls).mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray(rng.integers(0, 256, (10, 12, 3), dtype=np.uint8)).save(root / split / cls / f"{i}.png")
+    return [f"data.root={root}"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "step", "batch_in_epoch", "first_batch"),
+    [
+        (DIGITS, 25, 6, "class labels in"),  # epoch 2, batch 6 of 19
+        (AUGMENTED, 6, 2, "class probabilities (N, 2)"),  # epoch 2, batch 2 of 4
+    ],
+    ids=["digits", "image_folder-workers2-randaugment-mixup-cutmix"],
+)
+def test_mid_epoch_checkpoint_resumes_to_identical_weights(
+    tmp_path, compose, monkeypatch, caplog, overrides, step, batch_in_epoch, first_batch
+):
+    if overrides is AUGMENTED:
+        overrides = [*overrides, *write_images(tmp_path / "images")]
+    snapshot = tmp_path / f"step{step}.pt"
     real_save = checkpointing.storage.save
 
-    def keep_step_25(path, payload):
+    def keep_step(path, payload):
         real_save(path, payload)
-        if path.name == "last.pt" and payload["progress"]["global_step"] == 25:
+        if path.name == "last.pt" and payload["progress"]["global_step"] == step:
             shutil.copy(path, snapshot)  # what a preempted job would find on disk
 
-    monkeypatch.setattr(checkpointing.storage, "save", keep_step_25)
+    monkeypatch.setattr(checkpointing.storage, "save", keep_step)
     cfg = compose(overrides)
     validate(cfg)
-    run(cfg, tmp_path / "straight")
-    assert torch.load(snapshot, weights_only=True)["progress"]["batch_in_epoch"] == 6  # epoch 2, batch 6 of 19
+    with caplog.at_level(logging.INFO):
+        run(cfg, tmp_path / "straight")
+    assert first_batch in caplog.text  # the start-of-run report of the batch the loader gave
+    assert torch.load(snapshot, weights_only=True)["progress"]["batch_in_epoch"] == batch_in_epoch
 
     resumed_cfg = compose([*overrides, f"ckpt_path={snapshot}"])
     run(resumed_cfg, tmp_path / "resumed")

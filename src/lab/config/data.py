@@ -4,12 +4,14 @@ own keys (lab.config.options), so ``data=digits data.num_samples=5`` is refused:
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import MISSING
 
+from lab.config.checks import in_range as _in_range
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.checks import seed
@@ -76,6 +78,11 @@ class ImageDataConfig(DataConfig, abstract=True):
     # image_size square kept. null = the pretrained model's, else 1 (the whole shorter side)
     crop_pct: float | None = None
     interpolation: str | None = None  # bilinear | bicubic | nearest; null = the pretrained model's, else bilinear
+    # MixUp / CutMix on training batches (lab.data.augment): each batch mixed with itself rolled by one sample, by a
+    # share drawn from Beta(alpha, alpha); targets become class probabilities (N, K). 0 = off (0.2 and 1.0 are the
+    # usual values); both > 0: one of the two per batch. Needs a classification task and data.loader=torch.
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -95,6 +102,13 @@ class ImageDataConfig(DataConfig, abstract=True):
         _require((self.mean is None) == (self.std is None), "set both data.mean and data.std, or neither")
         if self.std is not None:
             _require(all(s > 0 for s in self.std), f"data.std values must be > 0, got {self.std}")
+        for key in ("mixup_alpha", "cutmix_alpha"):
+            _in_range(f"data.{key}", getattr(self, key), 0, math.inf, open_high=True, hint="0 = off")
+        _require(
+            self.loader == "torch" or not (self.mixup_alpha or self.cutmix_alpha),
+            "data.mixup_alpha/cutmix_alpha mix batches in the DataLoader's collate, which data.loader=device does not "
+            "use; set data.loader=torch, or data.mixup_alpha=0 data.cutmix_alpha=0",
+        )
 
 
 @dataclass
@@ -163,10 +177,25 @@ class ImageFolderConfig(ImageDataConfig):
     image_size: int | None = None  # null = the pretrained model's input size, else 64
     augment: bool = True
     max_bad_samples: int = 0  # unreadable images skipped (with a warning) before the run stops
+    # added to data.augment's crop + flip, training images only (lab.data.augment): an automatic policy on the image,
+    # null | randaugment (2 ops, magnitude 9) | trivialaugment (TrivialAugmentWide), and the probability of erasing a
+    # random rectangle of each normalized image (0 = never; 0.25 is usual)
+    auto_augment: str | None = None
+    random_erasing: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _require(self.max_bad_samples >= 0, f"data.max_bad_samples must be >= 0, got {self.max_bad_samples}")
+        _require(
+            self.auto_augment in (None, "randaugment", "trivialaugment"),
+            f"data.auto_augment={self.auto_augment!r} is not valid; choose null, randaugment or trivialaugment",
+        )
+        _in_range("data.random_erasing", self.random_erasing, 0, 1, hint="a probability; 0 = off")
+        _require(
+            self.augment or (self.auto_augment is None and self.random_erasing == 0),
+            "data.auto_augment and data.random_erasing add to the training augmentation, which data.augment=false "
+            "turns off; set data.augment=true, or drop them",
+        )
 
     def build(self) -> Any:
         from lab.data.folder import build_image_folder

@@ -198,6 +198,12 @@ class TrainConfig:
             self.resume is None or self.ckpt_path is None,
             "pass resume=... or ckpt_path=..., not both (resume continues a run in its own dir)",
         )
+        mixing = getattr(self.data, "mixup_alpha", 0) or getattr(self.data, "cutmix_alpha", 0)
+        _require(
+            not mixing or getattr(self.task, "target_type", None) == "class",
+            "data.mixup_alpha/cutmix_alpha mix class labels into class probabilities, which only a classification task "
+            f"trains on (task={getattr(self.task, 'name', '?')}); use task=classification, or set them to 0",
+        )
         # the extras that need whole weights on every rank
         fsdp = getattr(self.dist, "strategy", None) == "fsdp"
         _require(

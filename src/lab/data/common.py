@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,9 @@ class DataModule:
     val: Dataset
     test: Dataset | None
     meta: dict[str, Any]
+    # how the training loader puts a batch together (MixUp/CutMix: lab.data.augment.MixBatch); None = torch's
+    # default. Validation, test and evaluation loaders always use the default.
+    train_collate: Callable[[list[Any]], Any] | None = None
 
 
 def check_fixed_shape(cfg: DataCfg, dataset: str, in_channels: int, image_size: int) -> None:

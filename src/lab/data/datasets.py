@@ -25,10 +25,19 @@ def build(cfg: Any, reuse: bool = False) -> DataModule:
     global _last_built
     option = options.instantiate("data", cfg)
     if not reuse:
-        return option.build()
+        return _with_mixing(option, option.build())
     key = json.dumps(dataclasses.asdict(option), sort_keys=True, default=str)
     if _last_built is None or _last_built[0] != key:
         _last_built = None  # never two datasets in memory at once
-        _last_built = (key, option.build())
+        _last_built = (key, _with_mixing(option, option.build()))
     module = _last_built[1]
     return dataclasses.replace(module, meta=copy.deepcopy(module.meta))
+
+
+def _with_mixing(option: Any, module: DataModule) -> DataModule:
+    """data.mixup_alpha / cutmix_alpha: the training loader's collate mixes its batches (lab.data.augment)."""
+    if not (getattr(option, "mixup_alpha", 0) or getattr(option, "cutmix_alpha", 0)):
+        return module
+    from lab.data.augment import batch_mixer
+
+    return dataclasses.replace(module, train_collate=batch_mixer(option, int(module.meta["num_classes"])))

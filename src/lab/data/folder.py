@@ -11,8 +11,9 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from lab.data.augment import train_transform
 from lab.data.common import DataCfg, DataModule, make_meta, resolve_num_classes, resolve_stats, split_indices
-from lab.data.transforms import EvalTransform, TrainImageTransform, eval_transform, pil_mode
+from lab.data.transforms import eval_transform, pil_mode
 from lab.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
@@ -114,8 +115,8 @@ def build_image_folder(cfg: DataCfg) -> DataModule:
     mean, std = resolve_stats(cfg, c, [0.5] * c, [0.5] * c)
     meta = make_meta(num_classes, c, s, mean, std, class_names, cfg.crop_pct, cfg.interpolation)
     evaluate = eval_transform(meta)  # the same object inference uses, so val/test match it exactly
-    train_tf: TrainImageTransform | EvalTransform = (
-        TrainImageTransform(c, s, mean, std, meta["interpolation"]) if cfg.augment else evaluate
+    train_tf: Callable[[Image.Image], torch.Tensor] = (
+        train_transform(cfg, c, s, mean, std, meta["interpolation"]) if cfg.augment else evaluate
     )
     return DataModule(
         train=ImageFolderDataset(train_samples, train_tf, cfg.max_bad_samples),

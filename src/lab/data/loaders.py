@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -111,11 +111,14 @@ def make_loader(
     generator: torch.Generator | None,
     pin_memory: bool,
     sampler: Sampler | None = None,
+    collate: Callable[[list[Any]], Any] | None = None,
 ) -> DataLoader:
     """Train loaders shuffle (unless a sampler is given) and drop the last partial batch, whose size could be
     1 and break BatchNorm; eval loaders keep every sample in order. A train loader's sampler is an
     :class:`EpochSampler` (a resume starts it mid-epoch); with workers, augmentation is reseeded per batch from the
-    loader's seed (``generator``'s initial seed), the epoch and the batch's position."""
+    loader's seed (``generator``'s initial seed), the epoch and the batch's position. ``collate`` (a train loader's
+    only: ``DataModule.train_collate``, MixUp/CutMix) runs in the worker right after that batch's items, so it draws
+    from the same reseeded stream."""
     batch_size = cfg.batch_size if train else (cfg.eval_batch_size or cfg.batch_size)
     seed = generator.initial_seed() if generator is not None else torch.initial_seed()
     if generator is None:
@@ -143,6 +146,7 @@ def make_loader(
         worker_init_fn=seed_worker,
         generator=generator,
         pin_memory=pin_memory,
+        collate_fn=collate if train else None,
     )
 
 

@@ -20,7 +20,11 @@ def cross_entropy(
 ) -> torch.Tensor:
     """The classification loss, written once: cross-entropy summed over the batch, in fp32 (under autocast the
     logits may be fp16/bf16, and log-softmax loses precision there). The training loss passes the task's class
-    weights and label smoothing; the metrics score the plain loss (validation stays unweighted)."""
+    weights and label smoothing; the metrics score the plain loss (validation stays unweighted).
+
+    ``targets`` are class indices (N,) or class probabilities (N, K) (MixUp/CutMix batches: ``lab.data.augment``),
+    for which sample i adds -sum_c w_c p'_ic log softmax(logits_i)_c with p' = (1 - eps) p + eps / K: label
+    smoothing applies to the mixed distribution, and a one-hot p gives exactly the index case."""
     return F.cross_entropy(logits.float(), targets, weight=weight, label_smoothing=label_smoothing, reduction="sum")
 
 
@@ -42,6 +46,8 @@ class ClassificationMetrics:
     def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
         logits = logits.float()  # fp32 loss/softmax even under autocast
         loss_sum = cross_entropy(logits, targets)
+        if targets.ndim == 2:  # class probabilities (MixUp/CutMix): accuracy against the class with the larger share
+            targets = targets.argmax(1)
         topk = logits.topk(self.top_k, dim=1).indices
         hits = topk == targets.unsqueeze(1)
         batch = torch.stack(
@@ -125,6 +131,8 @@ class Classification(BaseTask):
         return self._weights_on[device]
 
     def check_first_batch(self, inputs: Any, targets: Any) -> str:
+        if isinstance(targets, torch.Tensor) and targets.is_floating_point() and targets.ndim == 2:
+            return self._check_probabilities(targets)
         if not isinstance(targets, torch.Tensor) or targets.is_floating_point() or targets.ndim != 1:
             found = f"{targets.dtype} {tuple(targets.shape)}" if isinstance(targets, torch.Tensor) else type(targets)
             raise UserError(
@@ -139,12 +147,29 @@ class Classification(BaseTask):
             )
         return f"class labels in [{low}, {high}] of {self.num_classes}"
 
+    def _check_probabilities(self, targets: torch.Tensor) -> str:
+        """Soft targets (MixUp/CutMix): one probability per class, rows summing to 1."""
+        sums = targets.double().sum(1)
+        if (
+            targets.shape[1] != self.num_classes
+            or not bool(torch.isfinite(targets).all())
+            or bool((targets < 0).any())
+            or not bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-4))
+        ):
+            raise UserError(
+                f"task=classification takes float targets only as class probabilities (N, {self.num_classes}), "
+                f"non-negative, each row summing to 1; got {targets.dtype} {tuple(targets.shape)} with row sums in "
+                f"[{float(sums.min()):.4g}, {float(sums.max()):.4g}]; give integer class labels instead"
+            )
+        return f"class probabilities (N, {self.num_classes}) (MixUp/CutMix)"
+
     def weight(self, targets: torch.Tensor) -> torch.Tensor:
         weights = self._class_weights(targets.device)
         if weights is None:
             return super().weight(targets)
-        # summed weighted loss / summed target weights = torch's weighted-mean cross-entropy, over any grouping
-        return weights[targets].sum()
+        # summed weighted loss / summed target weights = torch's weighted-mean cross-entropy, over any grouping;
+        # class probabilities weigh sum_c w_c p_ic per sample, as their loss does (one-hot: the label's weight)
+        return (targets.float() @ weights).sum() if targets.ndim == 2 else weights[targets].sum()
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return cross_entropy(logits, targets, self._class_weights(logits.device), self.label_smoothing)

@@ -247,7 +247,9 @@ def run(cfg: Any, run_dir: str | Path, options: Options) -> Result:
     task = tasks.build(cfg.task, datamodule.meta, datamodule.train)
     pin = cfg.data.pin_memory if cfg.data.pin_memory is not None else device.type == "cuda"
     generator = torch.Generator().manual_seed(cfg.seed)
-    loader = data.make_loader(datamodule.train, cfg.data, train=True, generator=generator, pin_memory=pin)
+    loader = data.make_loader(
+        datamodule.train, cfg.data, train=True, generator=generator, pin_memory=pin, collate=datamodule.train_collate
+    )
     model = models.build(cfg.model, datamodule.meta).to(device)
     model = runtime.apply_channels_last(model, cfg.trainer.channels_last, "none")
     optimizer_cfg = OmegaConf.merge(cfg.optimizer, {"lr": options.start_lr})

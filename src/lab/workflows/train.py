@@ -187,7 +187,7 @@ def _fit(
     task = tasks.build(cfg.task, meta, train_set)
     # Pinned host memory only pays off with asynchronous copies to a CUDA device.
     pin = cfg.data.pin_memory if cfg.data.pin_memory is not None else device.type == "cuda"
-    train_batches, train_loader = _train_batches(train_set, cfg, pin, parallel, device)
+    train_batches, train_loader = _train_batches(train_set, cfg, pin, parallel, device, datamodule.train_collate)
     val_loader = _eval_loader(val_set, "val", cfg, pin, parallel, device)
 
     model = models.build(cfg.model, meta).to(device)
@@ -243,7 +243,7 @@ def _fit(
 
 
 def _train_batches(
-    train_set: Any, cfg: DictConfig, pin: bool, parallel: Parallel, device: torch.device
+    train_set: Any, cfg: DictConfig, pin: bool, parallel: Parallel, device: torch.device, collate: Any = None
 ) -> tuple[Any, Any]:
     """(what the Trainer walks each epoch, the loader the start-of-run report reads a first batch from)."""
     loader_seed = cfg.seed * 1000 + parallel.rank  # worker augmentation streams differ per rank
@@ -261,7 +261,9 @@ def _train_batches(
         return loader, loader
     generator = torch.Generator().manual_seed(loader_seed)
     sampler = parallel.train_sampler(train_set, seed=runtime.epoch_generator_seed(cfg.seed, 0))
-    loader = data.make_loader(train_set, cfg.data, train=True, generator=generator, pin_memory=pin, sampler=sampler)
+    loader = data.make_loader(
+        train_set, cfg.data, train=True, generator=generator, pin_memory=pin, sampler=sampler, collate=collate
+    )
     return data.EpochLoader(loader, generator, loader_seed, cfg.trainer.limit_train_batches), loader
 
 

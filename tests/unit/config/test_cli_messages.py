@@ -71,7 +71,14 @@ def test_a_key_added_with_plus_to_a_typed_node_is_refused(tmp_path) -> None:
     lines = stderr.splitlines()
     assert len(lines) <= 2, stderr
     assert lines[0] == "error: model.depth is not a key of model=cnn"
-    assert lines[1].split(": ")[1].split(", ") == ["name", "freeze", "init_from", "channels", "dropout", "grad_checkpointing"]
+    assert lines[1].split(": ")[1].split(", ") == [
+        "name",
+        "freeze",
+        "init_from",
+        "channels",
+        "dropout",
+        "grad_checkpointing",
+    ]
     assert not (tmp_path / "checkpoints").exists()
 
 

@@ -1,0 +1,106 @@
+"""Training-only augmentation from torchvision's v2 transforms: an automatic policy (RandAugment, TrivialAugmentWide)
+and random erasing in image_folder's per-image pipeline, and MixUp/CutMix on whole training batches.
+
+Where each runs, and why there:
+
+- ``data.auto_augment`` acts on the PIL image after the random resized crop and flip (the policies' ops are
+  defined on 8-bit images), ``data.random_erasing`` on the normalized tensor (an erased patch is then 0, the
+  dataset's mean colour), both in :class:`PolicyImageTransform`, per image, in the loader's workers.
+- ``data.mixup_alpha`` / ``data.cutmix_alpha`` mix each training batch with itself rolled by one sample
+  (:class:`MixBatch`, the training loader's ``collate_fn``): the batch leaves the loader as (mixed images, soft
+  targets (N, K)), so the trainer, the task's ``weight`` and ``loss`` see the targets they train on, and
+  validation, test and eval loaders (``collate_fn`` unset) never mix.
+
+Randomness: every draw here comes from the global torch RNG of the process that runs it. In a worker that is
+reseeded for each batch from (loader seed, epoch, the batch's position) (``lab.data.loaders.EpochSeededDataset``)
+before the batch's images are read, and the collate runs right after them in the same worker; without workers it
+is the main process's RNG, which checkpoints save. Either way a resumed run draws what an uninterrupted one drew.
+Classes, not closures, so workers can pickle them under the spawn start method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from PIL import Image
+from torch.utils.data import default_collate
+
+from lab.data.transforms import TrainImageTransform, to_mode
+
+AUTO_AUGMENT = ("randaugment", "trivialaugment")  # data.auto_augment's values (null = none)
+
+
+def policy(name: str | None) -> Any:
+    """The v2 transform of ``data.auto_augment`` (torchvision's default magnitudes), or None."""
+    if name is None:
+        return None
+    from torchvision.transforms import v2  # imported lazily: torchvision is slow to import
+
+    if name == "randaugment":
+        return v2.RandAugment()  # 2 ops per image, magnitude 9 of 31: the paper's ImageNet setting
+    if name == "trivialaugment":
+        return v2.TrivialAugmentWide()
+    raise ValueError(f"data.auto_augment must be one of {', '.join(AUTO_AUGMENT)} or null, got {name!r}")
+
+
+class PolicyImageTransform:
+    """:class:`lab.data.transforms.TrainImageTransform` (crop + flip) followed by an automatic augmentation policy on
+    the PIL image and random erasing on the normalized tensor."""
+
+    def __init__(self, base: TrainImageTransform, auto_augment: str | None, erasing: float) -> None:
+        from torchvision.transforms import v2
+
+        self.base = base
+        self.policy = policy(auto_augment)
+        self.erase = v2.RandomErasing(p=erasing, value=0.0) if erasing > 0 else None
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        img = self.base.augment(to_mode(img, self.base.mode))
+        if self.policy is not None:
+            img = self.policy(img)
+        x = self.base.to_tensor(img)
+        return self.erase(x) if self.erase is not None else x
+
+
+def train_transform(
+    cfg: Any,
+    in_channels: int,
+    image_size: int,
+    mean: Sequence[float],
+    std: Sequence[float],
+    interpolation: str = "bilinear",
+) -> TrainImageTransform | PolicyImageTransform:
+    """image_folder's training transform (with data.augment=true): crop + flip, plus what data.auto_augment and
+    data.random_erasing add."""
+    base = TrainImageTransform(in_channels, image_size, mean, std, interpolation)
+    auto_augment, erasing = getattr(cfg, "auto_augment", None), float(getattr(cfg, "random_erasing", 0.0))
+    if auto_augment is None and erasing == 0:
+        return base
+    return PolicyImageTransform(base, auto_augment, erasing)
+
+
+class MixBatch:
+    """The training loader's ``collate_fn``: torch's default collate, then MixUp or CutMix on the batch (one of the
+    two, drawn per batch with equal odds, when both alphas are > 0). Returns (images, soft targets (N, K) float32):
+    each row sums to 1; its argmax is the label of the image that keeps the larger share."""
+
+    def __init__(self, num_classes: int, mixup_alpha: float, cutmix_alpha: float) -> None:
+        from torchvision.transforms import v2
+
+        mixers = [v2.MixUp(alpha=mixup_alpha, num_classes=num_classes)] if mixup_alpha > 0 else []
+        mixers += [v2.CutMix(alpha=cutmix_alpha, num_classes=num_classes)] if cutmix_alpha > 0 else []
+        if not mixers:
+            raise ValueError("MixBatch needs mixup_alpha > 0 or cutmix_alpha > 0")
+        self.mix = mixers[0] if len(mixers) == 1 else v2.RandomChoice(mixers)
+
+    def __call__(self, samples: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        images, labels = default_collate(samples)
+        return self.mix(images, labels)
+
+
+def batch_mixer(cfg: Any, num_classes: int) -> MixBatch | None:
+    """The training batches' collate for ``data.mixup_alpha`` / ``data.cutmix_alpha``; None when both are 0."""
+    mixup, cutmix = float(getattr(cfg, "mixup_alpha", 0.0)), float(getattr(cfg, "cutmix_alpha", 0.0))
+    return MixBatch(num_classes, mixup, cutmix) if mixup > 0 or cutmix > 0 else None
