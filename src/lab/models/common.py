@@ -42,14 +42,18 @@ def build(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
 
 def prepare(model_cfg: Any, data_cfg: Any) -> None:
     """Before a run writes anything: the files the model starts from are found (or refused in one line), and the
-    pretrained weights' preprocessing (input size, crop, interpolation, mean/std) fills each of those data keys the
-    config leaves null, in place, so the run's saved config and data_meta record what training applied and
-    eval/export/infer apply it again."""
+    pretrained weights' preprocessing is taken by the data (:func:`adopt_preprocessing`)."""
     option = options.instantiate("model", model_cfg)
     option.locate_weights()
-    preprocessing = option.preprocessing() or {}
+    adopt_preprocessing(data_cfg, option.preprocessing())
+
+
+def adopt_preprocessing(data_cfg: Any, preprocessing: Mapping[str, Any] | None) -> None:
+    """The pretrained weights' input size, crop, interpolation and mean/std, written in place into each of those
+    data keys the config leaves null: the run's saved config and data_meta then record what training applied, and
+    eval/export/infer apply it again."""
     taken = {}
-    for key, value in preprocessing.items():
+    for key, value in (preprocessing or {}).items():
         if key in data_cfg and data_cfg[key] is None:
             if key in ("mean", "std") and len(value) != data_cfg.get("in_channels", len(value)):
                 # grey images through RGB weights (whose first convolution sums the colour filters): the

@@ -279,6 +279,38 @@ def test_image_folder_errors(folder: Path, tmp_path_factory: pytest.TempPathFact
         build(data_cfg(name="image_folder", root=str(folder), in_channels=3))
 
 
+def test_image_folder_without_val_holds_out_a_stratified_seeded_fraction(tmp_path: Path) -> None:
+    write_folder(tmp_path, {"train": {"dog": 10, "cat": 6}})
+    cfg = data_cfg(name="image_folder", root=str(tmp_path), in_channels=3, image_size=8, val_fraction=0.25)
+    dm = build(cfg)
+    train, val = [path for path, _ in dm.train.samples], [path for path, _ in dm.val.samples]
+    assert len(val) == 4 and not set(train) & set(val) and len(train) + len(val) == 16
+    assert {label for _, label in dm.val.samples} == {0, 1}  # stratified: every class held out
+    assert [path for path, _ in build(cfg).val.samples] == val  # the same files for every run and its eval
+    other = data_cfg(name="image_folder", root=str(tmp_path), in_channels=3, val_fraction=0.25, split_seed=1)
+    built = build(other)
+    assert [path for path, _ in built.val.samples] != val
+    assert built.meta["image_size"] == 64  # no size set, no pretrained model: the default
+
+
+def test_eval_transform_resizes_the_shorter_side_and_keeps_the_centre() -> None:
+    # a 40 x 20 (w x h) image: the left and right quarters red, the middle half blue
+    pixels = np.zeros((20, 40, 3), dtype=np.uint8)
+    pixels[:, :10, 0] = pixels[:, 30:, 0] = 255
+    pixels[:, 10:30, 2] = 255
+    meta = {"in_channels": 3, "image_size": 10, "mean": [0.0] * 3, "std": [1.0] * 3, "crop_pct": 1.0}
+    x = eval_transform({**meta, "interpolation": "nearest"})(Image.fromarray(pixels))
+    assert x.shape == (3, 10, 10) and torch.all(x[2] == 1) and torch.all(x[0] == 0)  # the blue centre, undistorted
+    expected = Image.fromarray(pixels).resize((20, 10), Image.Resampling.BICUBIC).crop((5, 0, 15, 10))
+    x = eval_transform({**meta, "interpolation": "bicubic"})(Image.fromarray(pixels))
+    assert torch.equal(x, torch.from_numpy(np.asarray(expected).copy()).permute(2, 0, 1).float() / 255)
+    # crop_pct 0.5: the shorter side resized to 20, the centre 10 x 10 kept (a margin, as pretrained models were
+    # evaluated); a checkpoint from before crop_pct squashed the image to a square, and still does
+    assert eval_transform({**meta, "crop_pct": 0.5})(Image.fromarray(pixels)).shape == (3, 10, 10)
+    squashed = eval_transform({k: v for k, v in meta.items() if k != "crop_pct"})(Image.fromarray(pixels))
+    assert squashed[0, :, 0].mean() == 1  # the red left edge is still in view
+
+
 # --------------------------------------------------------------------------- synthetic
 def test_synthetic_follows_config_and_split_seed() -> None:
     cfg = dict(in_channels=3, image_size=4, num_samples=100, val_fraction=0.1)

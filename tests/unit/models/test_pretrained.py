@@ -1,0 +1,198 @@
+"""Pretrained weights (issue 23): model=timm and model=torchvision model.weights from files the tests write,
+model.init_from, the pretrained preprocessing taken by the data, and the fine-tuning recipes (per-layer learning
+rates, frozen BatchNorm). No network: a "pretrained" file is a randomly initialised model saved by the test."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+
+from lab import models
+from lab.config import CNNConfig, ImageFolderConfig, SGDConfig, TimmConfig, TorchvisionConfig
+from lab.errors import UserError
+from lab.models.common import adopt_preprocessing
+from lab.models.freeze import train_mode
+from lab.optim import build_optimizer
+from lab.runtime import Precision
+from lab.training.evaluation import accumulate_metrics
+
+timm = pytest.importorskip("timm")
+
+META = {"input_shape": [3, 32, 32], "num_outputs": 3, "num_classes": 3, "in_channels": 3, "image_size": 32}
+GREY = {**META, "input_shape": [1, 32, 32], "in_channels": 1}
+
+
+def saved(tmp_path, model: nn.Module, name: str = "weights.pth") -> str:
+    path = tmp_path / name
+    torch.save(model.state_dict(), path)
+    return str(path)
+
+
+def test_timm_weights_file_is_loaded_whole_when_the_head_fits(tmp_path):
+    torch.manual_seed(0)
+    source = timm.create_model("test_resnet", num_classes=3).eval()
+    model = models.build(TimmConfig(arch="test_resnet", weights_path=saved(tmp_path, source)), META).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(model(x), source(x))  # the file's model, logits and all
+
+
+def test_a_1000_class_file_gives_a_new_head_and_a_grey_stem(tmp_path, caplog):
+    torch.manual_seed(0)
+    source = timm.create_model("test_resnet")  # ImageNet's 1000 classes, RGB
+    with caplog.at_level(logging.INFO, logger="lab.models.pretrained"):
+        model = models.build(TimmConfig(arch="test_resnet", weights_path=saved(tmp_path, source)), GREY)
+    own, theirs = model.state_dict(), source.state_dict()
+    assert own["fc.weight"].shape == (3, theirs["fc.weight"].shape[1])  # re-initialised for 3 classes
+    stem = "conv1.0.weight"
+    assert torch.equal(own[stem], theirs[stem].sum(dim=1, keepdim=True))  # RGB filters summed for grey images
+    same = [k for k in own if k not in ("fc.weight", "fc.bias", stem)]
+    assert same and all(torch.equal(own[k], theirs[k]) for k in same)
+    assert "2 re-initialised for this model (fc.weight: [1000, 96] in the file, [3, 96] here" in caplog.text
+    assert "1 adapted to the data's channels (conv1.0.weight)" in caplog.text
+
+
+def test_offline_without_the_weights_is_one_line_naming_the_cache_and_the_fix(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(UserError) as err:
+        TimmConfig(arch="test_resnet").locate_weights()
+    message = str(err.value)
+    assert "\n" not in message and "model.arch=test_resnet" in message
+    assert "hf download timm/test_resnet.r160_in1k" in message and "model.weights_path=<file>" in message
+
+
+def test_cached_hub_weights_are_read_from_the_cache_without_the_network(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    repo = tmp_path / "models--timm--test_resnet.r160_in1k"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc")
+    (repo / "snapshots" / "abc").mkdir(parents=True)
+    torch.manual_seed(0)
+    source = timm.create_model("test_resnet", num_classes=3)
+    from safetensors.torch import save_file
+
+    save_file(source.state_dict(), str(repo / "snapshots" / "abc" / "model.safetensors"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    model = models.build(TimmConfig(arch="test_resnet"), {**META, "num_outputs": 5})
+    own = model.state_dict()
+    assert torch.equal(own["conv1.0.weight"], source.state_dict()["conv1.0.weight"])
+    assert own["fc.weight"].shape[0] == 5  # timm's loader dropped the classifier of another class count
+
+
+def test_a_checkpoint_rebuilds_without_the_pretrained_file(tmp_path):
+    option = TimmConfig(arch="test_resnet", weights_path=str(tmp_path / "moved-away.pth"), init_from="gone.pt")
+    architecture = option.for_checkpoint()
+    assert (architecture.pretrained, architecture.weights_path, architecture.init_from) == (False, None, None)
+    models.build(architecture, META)  # nothing read
+
+
+def test_torchvision_weights_load_around_a_new_head(tmp_path):
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    source = torchvision.models.mobilenet_v3_small()  # 1000 classes
+    option = TorchvisionConfig(arch="mobilenet_v3_small", weights="IMAGENET1K_V1", weights_path=saved(tmp_path, source))
+    model = models.build(option, META)
+    own, theirs = model.state_dict(), source.state_dict()
+    head = {"classifier.3.weight", "classifier.3.bias"}
+    assert own["classifier.3.weight"].shape[0] == 3
+    assert all(torch.equal(own[k], theirs[k]) for k in own if k not in head)
+    # its preprocessing is the weights' transforms: resize 256, centre crop 224, ImageNet statistics
+    pre = option.preprocessing()
+    assert pre["image_size"] == 224 and pre["crop_pct"] == 224 / 256 and pre["interpolation"] == "bilinear"
+    assert pre["mean"] == pytest.approx([0.485, 0.456, 0.406])
+
+
+def test_init_from_another_run_loads_all_but_the_head(tmp_path, caplog):
+    torch.manual_seed(0)
+    ten_classes = models.build(CNNConfig(channels=[8, 16]), {**META, "num_outputs": 10, "num_classes": 10})
+    path = tmp_path / "best.pt"
+    torch.save({"model": ten_classes.state_dict(), "format_version": 1}, path)
+    with caplog.at_level(logging.INFO, logger="lab.models.pretrained"):
+        model = models.build(CNNConfig(channels=[8, 16], init_from=str(path)), META)
+    own, theirs = model.state_dict(), ten_classes.state_dict()
+    mismatched = {k for k in own if own[k].shape != theirs[k].shape}
+    assert mismatched and all(torch.equal(own[k], theirs[k]) for k in own if k not in mismatched)
+    assert (
+        f"model.init_from={path}: {len(own) - len(mismatched)} tensors loaded, {len(mismatched)} re-init" in caplog.text
+    )
+
+
+def test_init_from_a_missing_file_is_refused_before_the_run_writes(tmp_path):
+    with pytest.raises(UserError, match=r"model\.init_from=.*no such file"):
+        CNNConfig(init_from=str(tmp_path / "nope.pt")).locate_weights()
+
+
+def test_the_data_takes_the_pretrained_preprocessing_where_its_keys_are_null():
+    data = OmegaConf.structured(ImageFolderConfig(root="x", in_channels=1, interpolation="nearest"))
+    adopt_preprocessing(data, TimmConfig(arch="test_efficientnet").preprocessing())
+    # test_efficientnet's pretrained config: 160 px, crop 0.95, bicubic, ImageNet statistics (grey: their mean)
+    assert data.image_size == 160 and data.crop_pct == 0.95
+    assert data.interpolation == "nearest"  # set by the user: kept
+    assert data.mean == pytest.approx([(0.485 + 0.456 + 0.406) / 3])
+    assert TimmConfig(arch="test_resnet", pretrained=False).preprocessing() is None  # random init: the data's own
+
+
+def test_layer_decay_and_head_lr_scale_set_each_group_learning_rate():
+    model = timm.create_model("test_resnet", num_classes=3)
+    option = SGDConfig(lr=0.1, layer_decay=0.5, head_lr_scale=10.0)
+    optimizer = build_optimizer(option, model)
+    lr_of = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
+    named = dict(model.named_parameters())
+    # six layer groups (stem, layer1-4, fc): stem 0.5**5, layer4 0.5, the head 1 x head_lr_scale
+    assert lr_of[id(named["conv1.0.weight"])] == pytest.approx(0.1 * 0.5**5)
+    assert lr_of[id(named["layer4.0.conv1.weight"])] == pytest.approx(0.1 * 0.5)
+    assert lr_of[id(named["fc.weight"])] == pytest.approx(0.1 * 10)
+    decay_of = {id(p): group["weight_decay"] for group in optimizer.param_groups for p in group["params"]}
+    assert decay_of[id(named["layer4.0.bn1.weight"])] == 0.0  # norms still undecayed
+    assert len(lr_of) == len(named)
+
+
+def test_head_lr_scale_finds_the_last_linear_of_any_model():
+    model = models.build(CNNConfig(channels=[8]), META)
+    optimizer = build_optimizer(SGDConfig(lr=0.01, head_lr_scale=5.0), model)
+    head = [m for m in model.modules() if isinstance(m, nn.Linear)][-1]
+    scaled = [g for g in optimizer.param_groups if g["lr"] == pytest.approx(0.05)]
+    assert {id(p) for g in scaled for p in g["params"]} == {id(p) for p in head.parameters()}
+
+
+def test_layer_decay_needs_a_model_with_layer_groups():
+    from lab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"optimizer\.layer_decay needs a model that names its layers"):
+        build_optimizer(SGDConfig(layer_decay=0.7), models.build(CNNConfig(channels=[8]), META))
+
+
+def test_frozen_batchnorm_keeps_its_statistics_and_evaluation_restores_each_mode():
+    torch.manual_seed(0)
+    model = models.build(CNNConfig(channels=[8, 16], freeze=["blocks.0.*"]), META)
+    frozen = [m for n, m in model.named_modules() if isinstance(m, nn.BatchNorm2d) and n.startswith("blocks.0")]
+    trained = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d) and m not in frozen]
+    assert frozen and trained
+    before = frozen[0].running_mean.clone()
+    train_mode(model)
+    assert not frozen[0].training and trained[0].training
+    model(torch.randn(4, 3, 32, 32) * 3 + 1).sum().backward()
+    assert torch.equal(frozen[0].running_mean, before)  # eval mode: normalised by, and never updating, its stats
+
+    class Sink:
+        def update(self, outputs, targets):
+            pass
+
+    batch = torch.utils.data.TensorDataset(torch.randn(2, 3, 32, 32), torch.tensor([0, 1]))
+    accumulate_metrics(
+        model,
+        torch.utils.data.DataLoader(batch, batch_size=2),
+        Sink(),
+        device=torch.device("cpu"),
+        precision=Precision("fp32", None, False),
+    )
+    assert not frozen[0].training and trained[0].training  # each module's mode as it was
