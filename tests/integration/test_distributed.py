@@ -70,9 +70,11 @@ def test_two_ranks_of_32_match_one_process_of_64(train, single_process_run, stra
     ddp_val = [r for r in run.metrics() if "val/acc" in r][-1]
     assert ddp_val["val/acc"] == pytest.approx(single_val["val/acc"], abs=1e-9)
     assert ddp_val["val/loss"] == pytest.approx(single_val["val/loss"], abs=1e-5)
-    for name in ("f1", "auroc", "average_precision") if metrics else ():
-        # each rank alone scores its own half: equal only once synced (test_class_scores: and not summed twice)
-        assert ddp_val[f"val/{name}"] == pytest.approx(single_val[f"val/{name}"], abs=1e-6), name
+    # each rank alone scores its own half: equal only once synced (test_class_scores: and not summed twice). F1
+    # follows the argmax (acc: equal); AUROC and AP rank probabilities, where weights equal to 1e-5 could swap a
+    # near-tie: 1e-4, where an unsynced rank is 3e-3 off (f1 3e-2)
+    for name, tolerance in (("f1", 1e-6), ("auroc", 1e-4), ("average_precision", 1e-4)) if metrics else ():
+        assert ddp_val[f"val/{name}"] == pytest.approx(single_val[f"val/{name}"], abs=tolerance), name
     # one run dir, one writer: a single set of records
     assert sorted(p.name for p in run.dir.iterdir() if p.is_file()) == [
         "metrics.jsonl",
