@@ -3,7 +3,7 @@ task, lab.config.options). ``build(meta)`` makes the ``lab.tasks.Task``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import MISSING
@@ -11,6 +11,13 @@ from omegaconf import MISSING
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.options import Option
+
+# task.metrics of classification, beyond loss/acc/acc_top5 (lab.tasks.class_scores computes them with torchmetrics):
+# the first three are scalars (val/<name>, eval.json's metrics, a possible task.monitor), macro over the classes;
+# per_class is each class's precision, recall and F1, written by eval.py only (K x 3 values per validation would
+# bury the log line)
+CLASSIFICATION_SCALARS = ("f1", "auroc", "average_precision")
+CLASSIFICATION_METRICS = (*CLASSIFICATION_SCALARS, "per_class")
 
 
 @dataclass
@@ -43,9 +50,29 @@ class ClassificationConfig(TaskConfig):
     # weight of each class in the training loss: null = equal; balanced = n / (K * count) from the training labels;
     # or a list of K non-negative floats. Validation metrics stay unweighted.
     class_weights: Any = None
+    # metrics beyond accuracy, through torchmetrics: f1 (macro F1), auroc (macro one-vs-rest ROC AUC),
+    # average_precision (macro), per_class (each class's precision, recall and F1 in eval.json). [] = none, and
+    # torchmetrics is not even imported
+    metrics: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        unknown = [name for name in self.metrics if name not in CLASSIFICATION_METRICS]
+        _require(
+            not unknown,
+            f"task.metrics: {', '.join(map(repr, unknown))} is not a classification metric; "
+            f"choose from {', '.join(CLASSIFICATION_METRICS)}",
+        )
+        _require(
+            len(set(self.metrics)) == len(self.metrics), f"task.metrics lists a metric twice: {list(self.metrics)}"
+        )
+        # caught here, not after the first epoch's validation: the monitor must be a metric the run computes
+        _require(self.monitor != "per_class", "task.monitor=per_class is not one number; monitor f1, auroc, acc...")
+        _require(
+            self.monitor not in CLASSIFICATION_SCALARS or self.monitor in self.metrics,
+            f"task.monitor={self.monitor} is computed only when task.metrics lists it: add "
+            f"task.metrics=[{','.join([*self.metrics, self.monitor])}]",
+        )
         _require(0 <= self.label_smoothing < 1, f"task.label_smoothing must be in [0, 1), got {self.label_smoothing}")
         weights = self.class_weights
         _require(

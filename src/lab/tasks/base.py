@@ -65,7 +65,9 @@ def _first_tensor(data: Any) -> torch.Tensor | None:
 
 class Metrics(Protocol):
     """An exact metric accumulator. Running *sums* live in tensor attributes on the device (no host sync per
-    batch); ``Parallel.reduce_metrics`` sums every tensor attribute across ranks once; ``compute`` divides once."""
+    batch); ``Parallel.reduce_metrics`` sums every tensor attribute across ranks once; ``compute`` divides once.
+    A torchmetrics object it holds (not a tensor attribute, so not summed there) syncs itself in ``compute``, which
+    every rank calls (``lab.tasks.class_scores``)."""
 
     def update(self, outputs: Any, targets: Any) -> None: ...
 

@@ -1,5 +1,6 @@
 """Classification: cross-entropy, top-1/top-5 accuracy summed exactly over a split, and (for evaluation runs)
-the confusion matrix and per-class accuracy."""
+the confusion matrix and per-class accuracy; with ``task.metrics``, F1, AUROC, average precision and per-class
+scores through torchmetrics (``lab.tasks.class_scores``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from lab.errors import UserError
-from lab.tasks import class_weights, figures
+from lab.tasks import class_scores, class_weights, figures
 from lab.tasks.base import BaseTask, EvalContext, InferContext, Predictions
 
 
@@ -34,14 +35,21 @@ class ClassificationMetrics:
 
     ``confusion=True`` also counts (true, predicted) pairs. Off by default: training validates every epoch and
     only needs the scalars, while a K x K matrix for K = 1000 classes is a megabyte-sized add per batch.
+
+    ``extra`` names ``task.metrics`` (f1, auroc, average_precision, per_class): ``scores`` computes them with
+    torchmetrics, whose states sync themselves in ``compute`` (a ``ClassScores``, not a tensor attribute, so
+    ``Parallel.reduce_metrics`` leaves them alone: one reduction each). per_class only with ``confusion=True``.
     """
 
-    def __init__(self, num_classes: int, device: torch.device, confusion: bool = False) -> None:
+    def __init__(
+        self, num_classes: int, device: torch.device, confusion: bool = False, extra: Sequence[str] = ()
+    ) -> None:
         self.num_classes = num_classes
         self.top_k = min(5, num_classes)
         self.totals = torch.zeros(4, dtype=torch.float64, device=device)  # loss_sum, correct1, correctk, count
         # rows = true class, columns = predicted class
         self.confusion = torch.zeros(num_classes, num_classes, dtype=torch.int64, device=device) if confusion else None
+        self.scores = class_scores.scores(extra, num_classes, device, per_class=confusion) if extra else None
 
     def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
         logits = logits.float()  # fp32 loss/softmax even under autocast
@@ -63,12 +71,16 @@ class ClassificationMetrics:
             k = self.num_classes
             pairs = targets * k + topk[:, 0]
             self.confusion += torch.bincount(pairs, minlength=k * k).view(k, k)
+        if self.scores is not None:
+            self.scores.update(logits, targets)
 
     def compute(self) -> dict[str, float]:
         loss_sum, correct1, correctk, count = self.totals.tolist()
         if count == 0:
             return {}
-        return {"loss": loss_sum / count, "acc": correct1 / count, "acc_top5": correctk / count}
+        out = {"loss": loss_sum / count, "acc": correct1 / count, "acc_top5": correctk / count}
+        # count is the all-ranks total, so every rank (or none) gets here: the torchmetrics sync is a collective
+        return (out | self.scores.compute()) if self.scores is not None else out
 
     def confusion_matrix(self) -> list[list[int]]:
         """counts[true][predicted] over everything seen (needs ``confusion=True``)."""
@@ -89,7 +101,8 @@ def build_classification(cfg: Any, meta: Mapping[str, Any]) -> Classification:
             "pick the task that fits the data (task=regression for values, task=language_model for text)"
         )
     num_classes, weights = int(meta["num_classes"]), cfg.class_weights
-    task = Classification(num_classes, float(cfg.label_smoothing), meta.get("class_names"))
+    extra = list(getattr(cfg, "metrics", ()))  # task.metrics; a checkpoint's config from before it has none
+    task = Classification(num_classes, float(cfg.label_smoothing), meta.get("class_names"), extra)
     if weights == "balanced":
         task.balanced = True  # from the training labels: `prepare` sets them
     elif weights is not None:
@@ -107,9 +120,14 @@ class Classification(BaseTask):
     dynamic_dims = (0,)
 
     def __init__(
-        self, num_classes: int, label_smoothing: float = 0.0, class_names: Sequence[str] | None = None
+        self,
+        num_classes: int,
+        label_smoothing: float = 0.0,
+        class_names: Sequence[str] | None = None,
+        extra_metrics: Sequence[str] = (),
     ) -> None:
         self.num_classes = num_classes
+        self.extra_metrics = tuple(extra_metrics)  # task.metrics: f1, auroc, average_precision, per_class
         self.label_smoothing = label_smoothing
         self.class_names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
         self.class_weights: torch.Tensor | None = None  # task.class_weights, resolved (on the CPU)
@@ -175,7 +193,7 @@ class Classification(BaseTask):
         return cross_entropy(logits, targets, self._class_weights(logits.device), self.label_smoothing)
 
     def metrics(self, device: torch.device, full: bool = False) -> ClassificationMetrics:
-        return ClassificationMetrics(self.num_classes, device, confusion=full)
+        return ClassificationMetrics(self.num_classes, device, confusion=full, extra=self.extra_metrics)
 
     def write_eval_artifacts(
         self, metrics: ClassificationMetrics, context: EvalContext
@@ -185,7 +203,10 @@ class Classification(BaseTask):
         figure = context.run_dir / "confusion_matrix.png"
         title = f"{context.title}, acc {metrics.compute()['acc']:.4f}"
         figures.confusion_matrix_png(matrix, self.class_names, figure, title)
-        extra = {"per_class_acc": per_class, "class_names": self.class_names, "confusion_matrix": matrix}
+        extra: dict[str, Any] = {"per_class_acc": per_class}
+        if "per_class" in self.extra_metrics:  # task.metrics: per_class_{precision,recall,f1}, by class name
+            extra |= metrics.scores.per_class(self.class_names)
+        extra |= {"class_names": self.class_names, "confusion_matrix": matrix}
         return extra, [figure]
 
     def agreement(self, reference: torch.Tensor, outputs: torch.Tensor) -> float | None:

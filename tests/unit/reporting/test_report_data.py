@@ -34,6 +34,9 @@ def test_a_sweep_without_job_records_is_ranked_by_its_summaries_and_finds_its_ev
         "ckpt_path: outputs/train/multirun/stamp/1/checkpoints/best.pt\n"
     )
     (evaluation / "eval.json").write_text("{}")
+    # eval.py's summary: each scalar of eval.json's metrics (task.metrics' f1, auroc... too), per-class groups flat
+    scores = {"test/acc": 0.75, "test/f1": 0.625, "test/auroc": 0.875, "test/per_class_f1/cat": 0.5}
+    (evaluation / "summary.json").write_text(json.dumps(scores))
     monkeypatch.chdir(tmp_path.parent)  # not where the command ran: the link must not depend on the cwd
 
     report = runs.load(sweep)
@@ -44,6 +47,8 @@ def test_a_sweep_without_job_records_is_ranked_by_its_summaries_and_finds_its_ev
 
     html = write_report(sweep).read_text()
     assert 'href="../../../eval/stamp/eval.json"' in html and "<th>optimizer.lr</th>" in html
+    # the eval run's headline: every scalar metric, the per-class ones left to eval.json
+    assert "test/acc 0.75, test/f1 0.625, test/auroc 0.875" in html and "per_class" not in html
 
 
 @pytest.mark.parametrize("make", ["missing", "empty", "file", "other"])
