@@ -87,6 +87,26 @@ def test_two_ranks_of_32_match_one_process_of_64(train, single_process_run, stra
     assert len(ckpt["rng"]["per_rank"]) == 2
 
 
+def test_unfreezing_under_ddp_matches_one_process(train):
+    """trainer.unfreeze_at_epoch under DDP: the model is wrapped anew at the unfreeze, so the unfrozen layer's
+    gradients are averaged over the ranks like the rest (the first wrapper's reducer does not know them: the
+    ranks would drift apart, and rank 0's weights away from one process's)."""
+    recipe = [
+        "model=mlp",
+        "model.dropout=0",
+        "model.freeze=[1.*]",  # the first linear layer
+        "trainer.unfreeze_at_epoch=1",
+        "optimizer.head_lr_scale=10",
+        "trainer.limit_train_batches=3",
+        "trainer.max_epochs=2",
+        "logger=none",
+    ]
+    single = train(*recipe, "data.batch_size=64")
+    ddp = train(*recipe, "dist=ddp", "dist.nproc=2", "data.batch_size=32")
+    assert "epoch 2: 2 frozen parameter tensors unfrozen" in ddp.output
+    assert max_abs_diff(single.weights(), ddp.weights()) <= 1e-5
+
+
 def test_ddp_with_batchnorm_sync_bn_accumulation_and_lr_scaling(train):
     run = train(
         "dist=ddp",

@@ -33,6 +33,23 @@ AUGMENTED = [
     "trainer.log_every_n_steps=3",
 ]
 
+# fine-tuning: the first conv block (and its BatchNorm statistics) frozen for epoch 1, unfrozen from epoch 2; the head
+# at 10x the learning rate. The snapshot at step 3 lies before the unfreeze: the resumed run crosses it
+FINETUNE = [
+    "data=image_folder",
+    "data.image_size=8",
+    "data.batch_size=4",
+    "data.num_workers=0",
+    "model=cnn",
+    "model.channels=[4,8]",
+    "model.freeze=[blocks.0.*]",
+    "trainer.unfreeze_at_epoch=1",
+    "optimizer.head_lr_scale=10",
+    "trainer.max_epochs=3",
+    "trainer.ckpt_every_n_steps=3",
+    "trainer.log_every_n_steps=3",
+]
+
 
 def write_images(root):
     rng = np.random.default_rng(0)
@@ -49,13 +66,14 @@ def write_images(root):
     [
         (DIGITS, 25, 6, "class labels in"),  # epoch 2, batch 6 of 19
         (AUGMENTED, 6, 2, "class probabilities (N, 2)"),  # epoch 2, batch 2 of 4
+        (FINETUNE, 3, 3, "class labels in"),  # epoch 1 (frozen), batch 3 of 4
     ],
-    ids=["digits", "image_folder-workers2-randaugment-mixup-cutmix"],
+    ids=["digits", "image_folder-workers2-randaugment-mixup-cutmix", "frozen-then-unfrozen-at-epoch-1"],
 )
 def test_mid_epoch_checkpoint_resumes_to_identical_weights(
     tmp_path, compose, monkeypatch, caplog, overrides, step, batch_in_epoch, first_batch
 ):
-    if overrides is AUGMENTED:
+    if overrides is not DIGITS:
         overrides = [*overrides, *write_images(tmp_path / "images")]
     snapshot = tmp_path / f"step{step}.pt"
     real_save = checkpointing.storage.save
@@ -80,3 +98,9 @@ def test_mid_epoch_checkpoint_resumes_to_identical_weights(
     for key, value in straight["model"].items():
         assert torch.equal(value, resumed["model"][key]), key
     assert straight["progress"] == resumed["progress"]
+    if overrides[4:7] == FINETUNE[4:7]:  # frozen (weights and BatchNorm statistics) until the snapshot, then trained
+        before = torch.load(snapshot, weights_only=True)["model"]
+        assert torch.all(before["blocks.0.1.running_mean"] == 0) and torch.all(before["blocks.0.1.running_var"] == 1)
+        frozen = [k for k in before if k.startswith("blocks.0.") and "num_batches" not in k]
+        assert all(not torch.equal(before[k], straight["model"][k]) for k in frozen)
+        assert "epoch 2: 3 frozen parameter tensors unfrozen (trainer.unfreeze_at_epoch)" in caplog.text

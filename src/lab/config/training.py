@@ -95,9 +95,16 @@ class TrainerConfig:
     profile: ProfileConfig = field(default_factory=ProfileConfig)  # debug=profile
     ema: EMAConfig = field(default_factory=EMAConfig)  # trainer.ema.decay=0.999: validate and keep averaged weights
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)  # early_stopping.patience=N
+    # fine-tuning: what model.freeze names trains from this epoch on (0-based: 2 = two epochs with the backbone
+    # frozen, the head alone learning, then everything); null = frozen for the whole run
+    unfreeze_at_epoch: int | None = None
 
     def __post_init__(self) -> None:
         _require(self.max_epochs >= 1, f"trainer.max_epochs must be >= 1, got {self.max_epochs}")
+        _require(
+            self.unfreeze_at_epoch is None or self.unfreeze_at_epoch >= 1,
+            f"trainer.unfreeze_at_epoch must be >= 1 or null, got {self.unfreeze_at_epoch}",
+        )
         _require(
             self.max_steps == -1 or self.max_steps >= 1,
             f"trainer.max_steps must be -1 (no limit) or >= 1, got {self.max_steps}",
@@ -204,8 +211,18 @@ class TrainConfig:
             "data.mixup_alpha/cutmix_alpha mix class labels into class probabilities, which only a classification task "
             f"trains on (task={getattr(self.task, 'name', '?')}); use task=classification, or set them to 0",
         )
+        _require(
+            self.trainer.unfreeze_at_epoch is None or bool(getattr(self.model, "freeze", None)),
+            "trainer.unfreeze_at_epoch unfreezes what model.freeze names, and it names nothing; set "
+            "model.freeze=[<backbone patterns>] (e.g. [conv1.*, layer*]) or drop trainer.unfreeze_at_epoch",
+        )
         # the extras that need whole weights on every rank
         fsdp = getattr(self.dist, "strategy", None) == "fsdp"
+        _require(
+            not (self.trainer.unfreeze_at_epoch is not None and fsdp),
+            "trainer.unfreeze_at_epoch does not work with dist=fsdp yet (its shards are made for the trainable "
+            "parameters); use dist=ddp, or drop trainer.unfreeze_at_epoch",
+        )
         _require(
             not (self.trainer.ema.decay and fsdp),
             "trainer.ema.decay does not work with dist=fsdp (each rank holds only a shard of the weights); "

@@ -112,13 +112,26 @@ class Parallel:
         if dist_cfg.sync_bn:
             model = _sync_batchnorm(model, device)
         if self.strategy == "ddp":
-            ddp = nn.parallel.DistributedDataParallel(
-                model,
-                device_ids=[device.index] if device.type == "cuda" else None,
-                find_unused_parameters=dist_cfg.find_unused_parameters,
+            return model, self._ddp(
+                model, device.index if device.type == "cuda" else None, dist_cfg.find_unused_parameters
             )
-            return model, ddp
         return self._fully_shard(model, dist_cfg, precision), model
+
+    @staticmethod
+    def _ddp(model: nn.Module, device_index: int | None, find_unused_parameters: bool) -> nn.Module:
+        return nn.parallel.DistributedDataParallel(
+            model,
+            device_ids=None if device_index is None else [device_index],
+            find_unused_parameters=find_unused_parameters,
+        )
+
+    def rewrap(self, model: nn.Module, wrapped: Any) -> Any:
+        """A DDP view of `model` made anew with the settings of `wrapped` (the one `wrap` made), for parameters that
+        started to need gradients since; anything else is returned as it is."""
+        if not isinstance(wrapped, nn.parallel.DistributedDataParallel):
+            return wrapped
+        device_index = wrapped.device_ids[0] if wrapped.device_ids else None
+        return self._ddp(model, device_index, wrapped.find_unused_parameters)
 
     @staticmethod
     def _fully_shard(model: nn.Module, dist_cfg: Any, precision: Any) -> nn.Module:

@@ -16,17 +16,23 @@ _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.Lo
 
 
 def parameter_groups(
-    model: nn.Module, weight_decay: float, lr: float = 0.0, head_lr_scale: float = 1.0, layer_decay: float | None = None
+    model: nn.Module,
+    weight_decay: float,
+    lr: float = 0.0,
+    head_lr_scale: float = 1.0,
+    layer_decay: float | None = None,
+    include_frozen: bool = False,
 ) -> list[dict]:
     """Decayed weights apart from norm parameters and biases (decaying those only hurts); with fine-tuning's
     learning rates (`head_lr_scale`, `layer_decay`), each of those split again by learning rate, every group with
-    its own ``lr`` (`lr` times its scale), which the schedules then scale as a whole."""
+    its own ``lr`` (`lr` times its scale), which the schedules then scale as a whole. Frozen parameters are left
+    out unless `include_frozen` (trainer.unfreeze_at_epoch: no gradient, no update until they are unfrozen)."""
     scales = _lr_scales(model, head_lr_scale, layer_decay)
     groups: dict[tuple[float, bool], list[nn.Parameter]] = {(1.0, True): [], (1.0, False): []}
     seen: set[int] = set()
     for module_name, module in model.named_modules():
         for name, param in module.named_parameters(recurse=False):
-            if not param.requires_grad or id(param) in seen:
+            if (not param.requires_grad and not include_frozen) or id(param) in seen:
                 continue
             seen.add(id(param))
             decays = not (isinstance(module, _NORM_TYPES) or name.endswith("bias") or param.ndim <= 1)
@@ -89,12 +95,16 @@ def lr_scale(dist_cfg, batch_size: int, world_size: int, grad_accum_steps: int) 
     return ratio if dist_cfg.lr_scaling == "linear" else math.sqrt(ratio)
 
 
-def build_optimizer(optimizer_cfg: Any, model: nn.Module, device: torch.device | None = None) -> torch.optim.Optimizer:
+def build_optimizer(
+    optimizer_cfg: Any, model: nn.Module, device: torch.device | None = None, include_frozen: bool = False
+) -> torch.optim.Optimizer:
     """The configured optimizer (the option's ``build``) over `parameter_groups`. On CUDA, torch's fused
     implementation when the option has a ``fused`` key left null: one kernel per step, and with a GradScaler it skips
     overflowed steps on the device, where the unfused path reads `found_inf` back to the host every step."""
     option = options.instantiate("optimizer", optimizer_cfg)
     if getattr(option, "fused", False) is None and device is not None and device.type == "cuda":
         option = dataclasses.replace(option, fused=True)
-    groups = parameter_groups(model, option.weight_decay, option.lr, option.head_lr_scale, option.layer_decay)
+    groups = parameter_groups(
+        model, option.weight_decay, option.lr, option.head_lr_scale, option.layer_decay, include_frozen
+    )
     return option.build(groups)

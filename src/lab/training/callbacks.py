@@ -13,12 +13,15 @@ called: a callback costs a step nothing unless it hooks the step.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lab.training.trainer import Trainer
+
+log = logging.getLogger(__name__)
 
 
 class Callback:
@@ -27,6 +30,10 @@ class Callback:
     def fitting(self, trainer: Trainer) -> AbstractContextManager[Any]:
         """A context entered around the whole of `fit()` and left however it ends (a profiler, anomaly hooks)."""
         return contextlib.nullcontext()
+
+    def on_train_epoch_start(self, trainer: Trainer, epoch: int) -> None:
+        """Before each epoch's first batch, a resumed one's too (0-based `epoch`): what changes with the epoch
+        (trainer.unfreeze_at_epoch) is set here, so a resumed run sets it again."""
 
     def on_before_optimizer_step(self, trainer: Trainer) -> None:
         """After the group's backward passes, before clipping and the update: the gradients are there (scaled
@@ -97,4 +104,26 @@ def configured(trainer: Trainer) -> list[Callback]:
         from lab.training.anomaly import NonFiniteDetector
 
         found.append(NonFiniteDetector())
+    if cfg.unfreeze_at_epoch is not None:
+        found.append(Unfreeze(cfg.unfreeze_at_epoch))
     return found
+
+
+class Unfreeze(Callback):
+    """trainer.unfreeze_at_epoch: from that epoch on, the parameters model.freeze froze train too (their BatchNorm
+    layers update their statistics again). The optimizer has held them from the start (``build_optimizer(...,
+    include_frozen=True)``: without gradients they were never updated), so its state has one layout for the whole
+    run and a resume on either side of the epoch is exact. DDP's reducer knows only the parameters that needed
+    gradients when it was built: the model is wrapped anew."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer: Trainer, epoch: int) -> None:
+        frozen = [p for p in trainer.model.parameters() if not p.requires_grad]
+        if epoch < self.epoch or not frozen:
+            return
+        for param in frozen:
+            param.requires_grad_(True)
+        trainer.rewrap()
+        log.info("epoch %d: %d frozen parameter tensors unfrozen (trainer.unfreeze_at_epoch)", epoch + 1, len(frozen))

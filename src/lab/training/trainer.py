@@ -109,6 +109,7 @@ class Trainer:
                     callbacks.enter_context(callback.fitting(self))
             for epoch in range(self.progress.epoch, cfg.max_epochs):
                 self.progress.epoch = epoch
+                self._call("on_train_epoch_start", epoch)
                 finished = self.train_epoch(epoch)
                 last = self._done() or epoch == cfg.max_epochs - 1
                 improved = False
@@ -286,6 +287,14 @@ class Trainer:
         if self.show_bar:
             return tqdm(total=total, initial=position, desc=f"epoch {epoch + 1}/{self.cfg.max_epochs}", leave=False)
         return None
+
+    def rewrap(self) -> None:
+        """After parameters started to need gradients (trainer.unfreeze_at_epoch): the DDP view is built anew, as
+        its reducer covers only what needed gradients when it was made."""
+        wrapped = self.parallel.rewrap(self.model, self.wrapped)
+        if wrapped is not self.wrapped:
+            self.wrapped = wrapped
+            self.forward = torch.compile(wrapped) if self.cfg.compile else wrapped
 
     def _call(self, hook: str, *args: Any) -> None:
         """Run a hook on every callback that has it (a callback may raise to stop the run, e.g. pruning)."""
