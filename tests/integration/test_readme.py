@@ -130,6 +130,7 @@ def test_readme_command_runs(command, tmp_path, request):
 SECTIONS_RUN_ELSEWHERE = {
     "## Add your own model, dataset or task": "tests/integration/test_extension.py",
     "## Debugging tools": "tests/integration/test_tools.py",
+    "## Fine-tune a pretrained model": "tests/integration/test_finetune.py",  # weights it writes, offline
 }
 NOT_RUN_AS_WRITTEN = {
     "git checkout <git_commit>": ("would change this work tree", "tests/integration/test_report.py", "reproduce"),

@@ -1,0 +1,102 @@
+"""The README's fine-tuning section end to end, offline: `experiment=finetune_folder` on an image folder of
+non-square images without val/, from a "pretrained" timm file the test writes; then eval, export and infer from the
+checkpoint alone (the pretrained file moved away), each applying validation's preprocessing."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from helpers import Run, run_script
+
+pytestmark = pytest.mark.slow
+
+CLASSES = {"red": (200, 40, 40), "green": (40, 200, 40), "blue": (40, 40, 200)}
+
+
+@pytest.fixture(scope="module")
+def finetuned(tmp_path_factory):
+    timm = pytest.importorskip("timm")
+    root = tmp_path_factory.mktemp("finetune")
+    rng = np.random.default_rng(0)
+    for name, colour in CLASSES.items():
+        (root / "images" / "train" / name).mkdir(parents=True)
+        for i in range(6):  # 24 x 40: the eval transform must crop the centre, not squash
+            pixels = (np.array(colour) + rng.normal(0, 40, (24, 40, 3))).clip(0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(root / "images" / "train" / name / f"{i}.png")
+    torch.manual_seed(0)
+    weights = root / "pretrained.pth"
+    torch.save(timm.create_model("test_resnet").state_dict(), weights)  # ImageNet-shaped: 1000 classes, RGB
+    run_dir = root / "train"
+    proc = run_script(
+        "train.py",
+        "experiment=finetune_folder",
+        f"data.root={root / 'images'}",
+        "model.arch=test_resnet",
+        f"model.weights_path={weights}",
+        "data.image_size=48",  # test_resnet's own 160 px: the same code, 10x the compute
+        "data.val_fraction=0.25",
+        "data.batch_size=6",
+        "data.num_workers=0",
+        "trainer.max_epochs=2",
+        "scheduler.warmup_steps=1",
+        "task.metrics=[f1]",
+        "logger=none",
+        f"hydra.run.dir={run_dir}",
+    )
+    run = Run(proc, run_dir)
+    assert proc.returncode == 0, run.output[-4000:]
+    weights.rename(root / "moved-away.pth")  # a checkpoint holds every weight: nothing below may read the file
+    return run
+
+
+def _ok(proc, what):
+    assert proc.returncode == 0, f"{what}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+
+
+def test_the_pretrained_weights_and_their_preprocessing_are_used(finetuned):
+    assert "90 tensors loaded, 2 re-initialised for this model (fc.weight: [1000, 96]" in finetuned.output
+    meta = torch.load(finetuned.dir / "checkpoints/best.pt", weights_only=True)["data_meta"]
+    # test_resnet's pretrained config, except the size the run set
+    assert (meta["image_size"], meta["crop_pct"], meta["interpolation"]) == (48, 0.95, "bilinear")
+    assert meta["mean"] == [0.5] * 3 and meta["std"] == [0.5] * 3
+    assert "val/f1" in finetuned.metrics()[-1] or any("val/f1" in row for row in finetuned.metrics())
+
+
+def test_eval_export_and_infer_reproduce_validation_from_the_checkpoint_alone(finetuned, tmp_path):
+    best = f"ckpt_path={finetuned.dir}/checkpoints/best.pt"
+    proc = run_script("eval.py", best, "eval.split=val", "logger=none", f"hydra.run.dir={tmp_path / 'eval'}")
+    _ok(proc, "eval")
+    evaluated = json.loads((tmp_path / "eval/eval.json").read_text())["metrics"]
+    validated = [row for row in finetuned.metrics() if "val/acc" in row]
+    best_val = max(row["val/acc"] for row in validated)
+    assert evaluated["acc"] == pytest.approx(best_val, abs=1e-12)  # eval = validation, exactly
+
+    proc = run_script("export.py", best, "export.formats=[onnx]", "logger=none", f"hydra.run.dir={tmp_path / 'x'}")
+    _ok(proc, "export")  # it refuses an export whose outputs leave the eager model's (the parity check)
+    assert "top-1 agreement 1.0000" in proc.stdout + proc.stderr
+
+    # infer on the raw (non-square) validation files: the predictions validation's own transform gives
+    from lab.workflows import restore
+
+    restored = restore.rebuild(f"{finetuned.dir}/checkpoints/best.pt")
+    val = restore.rebuild_data(restored).val
+    proc = run_script(
+        "infer.py",
+        best,
+        f"input={val.samples[0][0].rsplit('/', 2)[0]}",
+        "logger=none",
+        f"hydra.run.dir={tmp_path / 'infer'}",
+    )
+    _ok(proc, "infer")
+    with open(tmp_path / "infer/predictions.csv") as f:
+        predicted = {row["path"]: float(row["top1_prob"]) for row in csv.DictReader(f)}
+    with torch.no_grad():
+        for index, (path, _) in enumerate(val.samples):
+            probabilities = restored.model(val[index][0].unsqueeze(0)).softmax(-1)
+            assert predicted[path] == pytest.approx(probabilities.max().item(), abs=1e-5), path
