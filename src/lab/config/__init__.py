@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from lab.config import options
 from lab.config.callbacks import CallbackConfig, OptunaPruningConfig
 from lab.config.data import (
+    PREPROCESSING_KEYS,
     Cifar10Config,
     CsvConfig,
     DataConfig,
@@ -62,6 +63,7 @@ from lab.config.training import PrecisionConfig, TrainConfig, TrainerConfig
 from lab.errors import ConfigError
 
 __all__ = [
+    "PREPROCESSING_KEYS",
     "SCHEMAS",
     "AdamwConfig",
     "CNNConfig",

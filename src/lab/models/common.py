@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -40,18 +41,19 @@ def build(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     return model
 
 
-def prepare(model_cfg: Any, data_cfg: Any) -> None:
-    """Before a run writes anything: the files the model starts from are found (or refused in one line), and the
-    pretrained weights' preprocessing is taken by the data (:func:`adopt_preprocessing`)."""
+def prepare(model_cfg: Any, data_cfg: Any) -> Any:
+    """Before a run writes anything: the files the model starts from are found (or refused in one line); returns
+    the data config to build the data from, with the pretrained weights' preprocessing taken
+    (:func:`adopt_preprocessing`). The run's own config is left as composed (resume=auto matches it against the
+    checkpoint's); the data's ``meta`` records what was taken, and eval/export/infer read it there."""
     option = options.instantiate("model", model_cfg)
     option.locate_weights()
-    adopt_preprocessing(data_cfg, option.preprocessing())
+    return adopt_preprocessing(data_cfg, option.preprocessing())
 
 
-def adopt_preprocessing(data_cfg: Any, preprocessing: Mapping[str, Any] | None) -> None:
-    """The pretrained weights' input size, crop, interpolation and mean/std, written in place into each of those
-    data keys the config leaves null: the run's saved config and data_meta then record what training applied, and
-    eval/export/infer apply it again."""
+def adopt_preprocessing(data_cfg: Any, preprocessing: Mapping[str, Any] | None) -> Any:
+    """A copy of `data_cfg` with the pretrained weights' input size, crop, interpolation and mean/std in each of
+    those keys it leaves null (`data_cfg` itself when there is nothing to take)."""
     taken = {}
     for key, value in (preprocessing or {}).items():
         if key in data_cfg and data_cfg[key] is None:
@@ -59,7 +61,11 @@ def adopt_preprocessing(data_cfg: Any, preprocessing: Mapping[str, Any] | None) 
                 # grey images through RGB weights (whose first convolution sums the colour filters): the
                 # statistics of a grey pixel are those of its colours averaged
                 value = [sum(value) / len(value)] * int(data_cfg.in_channels)
-            data_cfg[key] = value
             taken[key] = value
-    if taken:
-        log.info("data: %s from the pretrained model (set data.<key> to choose otherwise)", taken)
+    if not taken:
+        return data_cfg
+    log.info("data: %s from the pretrained model (set data.<key> to choose otherwise)", taken)
+    adopted = copy.deepcopy(data_cfg)
+    for key, value in taken.items():
+        adopted[key] = value
+    return adopted

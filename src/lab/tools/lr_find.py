@@ -242,8 +242,7 @@ def run(cfg: Any, run_dir: str | Path, options: Options) -> Result:
             cfg.data.batch_size,
         )
 
-    models.prepare(cfg.model, cfg.data)
-    datamodule = data.build(cfg.data)
+    datamodule = data.build(models.prepare(cfg.model, cfg.data))
     task = tasks.build(cfg.task, datamodule.meta, datamodule.train)
     pin = cfg.data.pin_memory if cfg.data.pin_memory is not None else device.type == "cuda"
     generator = torch.Generator().manual_seed(cfg.seed)

@@ -147,8 +147,8 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     resume_id = (resume.get("provenance") or {}).get("wandb_id") if continuing else None
     # the data before any record is opened: a bad dataset (a CSV's duplicate column, float class labels, a missing
     # file) is refused with nothing written; a sweep's jobs share unchanged data
-    models.prepare(cfg.model, cfg.data)  # pretrained weights found, their preprocessing taken by the data
-    datamodule = data.build(cfg.data, reuse=in_multirun())
+    data_cfg = models.prepare(cfg.model, cfg.data)  # pretrained weights found, their preprocessing taken
+    datamodule = data.build(data_cfg, reuse=in_multirun())
     tracker = tracking.from_config(
         cfg,
         run_dir,

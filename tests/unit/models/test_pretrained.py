@@ -132,8 +132,9 @@ def test_init_from_a_missing_file_is_refused_before_the_run_writes(tmp_path):
 
 
 def test_the_data_takes_the_pretrained_preprocessing_where_its_keys_are_null():
-    data = OmegaConf.structured(ImageFolderConfig(root="x", in_channels=1, interpolation="nearest"))
-    adopt_preprocessing(data, TimmConfig(arch="test_efficientnet").preprocessing())
+    composed = OmegaConf.structured(ImageFolderConfig(root="x", in_channels=1, interpolation="nearest"))
+    data = adopt_preprocessing(composed, TimmConfig(arch="test_efficientnet").preprocessing())
+    assert composed.image_size is None  # the run's config stays as composed: resume=auto compares it
     # test_efficientnet's pretrained config: 160 px, crop 0.95, bicubic, ImageNet statistics (grey: their mean)
     assert data.image_size == 160 and data.crop_pct == 0.95
     assert data.interpolation == "nearest"  # set by the user: kept
