@@ -8,6 +8,7 @@ without a network stops at once with the command that fetches them, not after a 
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -16,7 +17,9 @@ from torch import nn
 
 from lab.errors import ConfigError, UserError
 from lab.models.common import image_channels
-from lab.models.pretrained import load_matching, reachable, read_weights
+from lab.models.pretrained import reachable, read_weights
+
+log = logging.getLogger(__name__)
 
 # the file names timm asks the hub for, in its order
 _HUB_FILES = ("model.safetensors", "open_clip_pytorch_model.bin", "pytorch_model.bin")
@@ -28,18 +31,24 @@ def _timm() -> Any:
     return timm
 
 
-def pretrained_cfg(arch: str) -> Any:
-    """timm's pretrained config of `arch` (``resnet50`` or ``resnet50.a1_in1k``): its weights' source and the
-    preprocessing they were trained with; a ConfigError for an unknown name."""
+def check_arch(arch: str) -> None:
+    """A ConfigError naming close names when timm has no architecture `arch` (a tag after a dot is the weights')."""
     timm = _timm()
     if not timm.is_model(arch.split(".", 1)[0]):
         names = timm.list_models()
         close = difflib.get_close_matches(arch, names, n=3) or ["resnet18", "convnext_tiny", "vit_small_patch16_224"]
         raise ConfigError(f"model.arch={arch!r} is not a timm model (timm.list_models()); e.g. {', '.join(close)}")
-    cfg = timm.models.get_pretrained_cfg(arch)
+
+
+def pretrained_cfg(arch: str) -> Any:
+    """timm's pretrained config of `arch` (``resnet50`` or ``resnet50.a1_in1k``): its weights' source and the
+    preprocessing they were trained with; a ConfigError for an unknown name or tag."""
+    check_arch(arch)
+    cfg = _timm().models.get_pretrained_cfg(arch)
     if cfg is None:
         raise ConfigError(
-            f"model.arch={arch!r}: timm knows no pretrained weights by that tag; see timm.list_pretrained()"
+            f"model.arch={arch!r}: timm has no pretrained weights of that name or tag; see timm.list_pretrained(), "
+            "or set model.pretrained=false"
         )
     return cfg
 
@@ -77,26 +86,42 @@ def locate_weights(cfg: Any) -> str | None:
 
 def build_timm(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     in_chans = image_channels(meta, "timm")
-    pretrained_cfg(cfg.arch)  # the unknown-name error, before timm's own
+    check_arch(cfg.arch)  # close names, before timm's own error
     kwargs: dict[str, Any] = {
         "num_classes": int(meta["num_outputs"]),
         "in_chans": in_chans,
         "drop_rate": float(cfg.drop_rate),
         "drop_path_rate": float(cfg.drop_path_rate),
     }
-    if cfg.pretrained and not cfg.weights_path:
-        # timm's own loader for its published weights: it drops the classifier when num_classes differs, adapts
-        # the first convolution to in_chans and converts older layouts; a cached file is passed by path, so
-        # nothing is looked up on the network
-        file = locate_weights(cfg)
-        kwargs.update(pretrained=True, pretrained_cfg_overlay={"file": file} if file else None)
+    known = _timm().models.get_pretrained_cfg(cfg.arch)
+    if known is not None and known.fixed_input_size:
+        # ViTs, Swins: position embeddings (and windows) are made for one input size, the data's (timm resamples
+        # the pretrained position embeddings to it)
+        kwargs["img_size"] = int(meta["input_shape"][-1])
+    if cfg.pretrained:
+        kwargs.update(pretrained=True, pretrained_cfg_overlay=_weights_source(cfg, int(meta["num_outputs"])))
     try:
         model = _timm().create_model(cfg.arch, **kwargs)
     except (RuntimeError, ValueError, KeyError) as err:
         raise UserError(f"model=timm model.arch={cfg.arch}: timm could not build it ({err})") from err
-    if cfg.pretrained and cfg.weights_path:
-        # your own file (a fine-tuned model, weights copied from elsewhere): everything that fits is loaded,
-        # including a head of the same class count, which timm's loader would drop
-        what = f"model.weights_path={cfg.weights_path}"
-        load_matching(model, read_weights(locate_weights(cfg) or cfg.weights_path, what), what)
     return model
+
+
+def _weights_source(cfg: Any, num_classes: int) -> dict[str, Any] | None:
+    """What timm's own loader reads the weights from (its ``pretrained_cfg_overlay``). timm's loader converts older
+    layouts, resamples a ViT's position embeddings to another input size, adapts the first convolution to in_chans
+    and drops a classifier of another class count. A file of yours (model.weights_path: a state dict, a checkpoint
+    of this template, .safetensors) is read here and given as a state dict whose own class count timm is told,
+    so a head that fits is kept; a cached hub file is given by path; None: timm downloads it."""
+    if not cfg.weights_path:
+        file = locate_weights(cfg)
+        log.info("model=timm model.arch=%s: pretrained weights from %s", cfg.arch, file or "the hub")
+        return {"file": file} if file else None
+    what = f"model.weights_path={cfg.weights_path}"
+    state = read_weights(locate_weights(cfg) or cfg.weights_path, what)
+    known = pretrained_cfg(cfg.arch)
+    heads = (known.classifier,) if isinstance(known.classifier, str) else tuple(known.classifier or ())
+    rows = next((int(state[f"{h}.weight"].shape[0]) for h in heads if f"{h}.weight" in state), known.num_classes)
+    head = "its head kept" if rows == num_classes else f"a new head for {num_classes} classes (the file's has {rows})"
+    log.info("%s: %d tensors, loaded by timm; %s", what, len(state), head)
+    return {"state_dict": state, "num_classes": rows}

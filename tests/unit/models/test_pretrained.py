@@ -44,7 +44,7 @@ def test_timm_weights_file_is_loaded_whole_when_the_head_fits(tmp_path):
 def test_a_1000_class_file_gives_a_new_head_and_a_grey_stem(tmp_path, caplog):
     torch.manual_seed(0)
     source = timm.create_model("test_resnet")  # ImageNet's 1000 classes, RGB
-    with caplog.at_level(logging.INFO, logger="lab.models.pretrained"):
+    with caplog.at_level(logging.INFO, logger="lab.models.timm_model"):
         model = models.build(TimmConfig(arch="test_resnet", weights_path=saved(tmp_path, source)), GREY)
     own, theirs = model.state_dict(), source.state_dict()
     assert own["fc.weight"].shape == (3, theirs["fc.weight"].shape[1])  # re-initialised for 3 classes
@@ -52,8 +52,7 @@ def test_a_1000_class_file_gives_a_new_head_and_a_grey_stem(tmp_path, caplog):
     assert torch.equal(own[stem], theirs[stem].sum(dim=1, keepdim=True))  # RGB filters summed for grey images
     same = [k for k in own if k not in ("fc.weight", "fc.bias", stem)]
     assert same and all(torch.equal(own[k], theirs[k]) for k in same)
-    assert "2 re-initialised for this model (fc.weight: [1000, 96] in the file, [3, 96] here" in caplog.text
-    assert "1 adapted to the data's channels (conv1.0.weight)" in caplog.text
+    assert "loaded by timm; a new head for 3 classes (the file's has 1000)" in caplog.text
 
 
 def test_offline_without_the_weights_is_one_line_naming_the_cache_and_the_fix(tmp_path, monkeypatch):
@@ -86,6 +85,17 @@ def test_cached_hub_weights_are_read_from_the_cache_without_the_network(tmp_path
     own = model.state_dict()
     assert torch.equal(own["conv1.0.weight"], source.state_dict()["conv1.0.weight"])
     assert own["fc.weight"].shape[0] == 5  # timm's loader dropped the classifier of another class count
+
+
+def test_a_vit_file_is_resampled_to_the_data_size(tmp_path):
+    torch.manual_seed(0)
+    source = timm.create_model("test_vit", num_classes=3)  # position embeddings for 160 px
+    model = models.build(
+        TimmConfig(arch="test_vit", weights_path=saved(tmp_path, source)),
+        {**META, "image_size": 48, "input_shape": [3, 48, 48]},
+    )
+    assert model(torch.randn(1, 3, 48, 48)).shape == (1, 3)
+    assert torch.equal(model.state_dict()["blocks.0.attn.qkv.weight"], source.state_dict()["blocks.0.attn.qkv.weight"])
 
 
 def test_a_checkpoint_rebuilds_without_the_pretrained_file(tmp_path):
