@@ -18,8 +18,9 @@ from lab.errors import UserError
 @dataclass
 class ModelConfig(Option, group="model"):
     name: str = MISSING
-    # fnmatch patterns over parameter names (model.freeze=[backbone.*]): those parameters keep their initial
-    # weights and stay out of the optimizer (lab.models.freeze)
+    # fnmatch patterns over parameter names (model.freeze=[layer1.*]), or [backbone]: all but the classifier. Those
+    # parameters keep their initial weights (and their BatchNorm statistics) and stay out of the optimizer, until
+    # trainer.unfreeze_at_epoch (lab.models.freeze)
     freeze: list[str] = field(default_factory=list)
     # another run's checkpoint (or any weights file) to start from: every tensor that fits is loaded, a head of
     # another shape stays freshly initialised, and the counts are logged (lab.models.pretrained)

@@ -18,14 +18,19 @@ from torch import nn
 from lab.errors import ConfigError
 
 log = logging.getLogger(__name__)
+BACKBONE = "backbone"  # model.freeze=[backbone]: all but the classifier
 
 
 def freeze(model: nn.Module, patterns: Sequence[str]) -> list[str]:
-    """Freeze every parameter whose name matches one of `patterns`; returns the frozen names. A pattern that matches
-    nothing, or patterns that leave nothing to train, are a ConfigError naming the model's top-level modules."""
+    """Freeze every parameter whose name matches one of `patterns` (``backbone``: every parameter but the
+    classifier's, :func:`head_parameters`); returns the frozen names. A pattern that matches nothing, or patterns
+    that leave nothing to train, are a ConfigError naming the model's top-level modules."""
     if not patterns:
         return []
-    named = dict(model.named_parameters())
+    named, given = dict(model.named_parameters()), list(patterns)
+    if BACKBONE in patterns:
+        head = set(head_parameters(model, f"model.freeze=[{BACKBONE}]"))
+        patterns = [p for p in patterns if p != BACKBONE] + [n for n in named if n not in head]
     for pattern in patterns:
         if not any(fnmatchcase(name, pattern) for name in named):
             top = _top_level(model) or ["(none)"]
@@ -36,13 +41,13 @@ def freeze(model: nn.Module, patterns: Sequence[str]) -> list[str]:
     frozen = [name for name in named if any(fnmatchcase(name, pattern) for pattern in patterns)]
     if len(frozen) == len(named):
         raise ConfigError(
-            f"model.freeze={list(patterns)} freezes every parameter, so nothing would train; "
+            f"model.freeze={given} freezes every parameter, so nothing would train; "
             f"name only the parts to keep fixed (top-level modules: {', '.join(_top_level(model))})"
         )
     for name in frozen:
         named[name].requires_grad_(False)
     values = sum(named[name].numel() for name in frozen)
-    log.info("model.freeze=%s: %d parameter tensors (%s values) frozen", list(patterns), len(frozen), f"{values:,}")
+    log.info("model.freeze=%s: %d parameter tensors (%s values) frozen", given, len(frozen), f"{values:,}")
     return frozen
 
 
@@ -61,3 +66,17 @@ def train_mode(model: nn.Module) -> None:
             params = list(module.parameters())
             if params and not any(p.requires_grad for p in params):
                 module.eval()
+
+
+def head_parameters(model: nn.Module, key: str) -> list[str]:
+    """Names of the classifier's parameters: a timm model's ``get_classifier()``, else the last ``nn.Linear``."""
+    named = {id(p): n for n, p in model.named_parameters()}
+    head = model.get_classifier() if hasattr(model, "get_classifier") else None
+    if not isinstance(head, nn.Module):
+        head = next((m for m in reversed(list(model.modules())) if isinstance(m, nn.Linear)), None)
+    if head is None or not any(True for _ in head.parameters()):
+        raise ConfigError(
+            f"{key}: {type(model).__name__} has no classifier layer (no nn.Linear) to tell its head by; "
+            "name the parameters with patterns instead"
+        )
+    return [named[id(p)] for p in head.parameters() if id(p) in named]

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from lab.config import ConfigError, options
+from lab.models.freeze import head_parameters
 
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)
 
@@ -67,23 +68,9 @@ def _lr_scales(model: nn.Module, head_lr_scale: float, layer_decay: float | None
             for name in names:
                 scales[name] = layer_decay ** (len(layers) - 1 - index)
     if head_lr_scale != 1:
-        for name in head_parameters(model):
+        for name in head_parameters(model, "optimizer.head_lr_scale"):
             scales[name] = scales.get(name, 1.0) * head_lr_scale
     return scales
-
-
-def head_parameters(model: nn.Module) -> list[str]:
-    """Names of the classifier's parameters: a timm model's ``get_classifier()``, else the last ``nn.Linear``."""
-    named = {id(p): n for n, p in model.named_parameters()}
-    head = model.get_classifier() if hasattr(model, "get_classifier") else None
-    if not isinstance(head, nn.Module):
-        head = next((m for m in reversed(list(model.modules())) if isinstance(m, nn.Linear)), None)
-    if head is None or not any(True for _ in head.parameters()):
-        raise ConfigError(
-            f"optimizer.head_lr_scale: {type(model).__name__} has no classifier layer to scale (no nn.Linear); "
-            "leave optimizer.head_lr_scale=1"
-        )
-    return [named[id(p)] for p in head.parameters() if id(p) in named]
 
 
 def lr_scale(dist_cfg, batch_size: int, world_size: int, grad_accum_steps: int) -> float:

@@ -175,6 +175,11 @@ def test_head_lr_scale_finds_the_last_linear_of_any_model():
     assert {id(p) for g in scaled for p in g["params"]} == {id(p) for p in head.parameters()}
 
 
+def test_freezing_the_backbone_leaves_the_classifier_to_train():
+    model = models.build(TimmConfig(arch="test_resnet", pretrained=False, freeze=["backbone"]), META)
+    assert [n for n, p in model.named_parameters() if p.requires_grad] == ["fc.weight", "fc.bias"]
+
+
 def test_layer_decay_needs_a_model_with_layer_groups():
     from lab.errors import ConfigError
 
