@@ -28,7 +28,6 @@ from omegaconf import DictConfig, OmegaConf
 from lab.config import options
 from lab.config.callbacks import CallbackConfig, OptunaPruningConfig
 from lab.config.data import (
-    PREPROCESSING_KEYS,
     Cifar10Config,
     CsvConfig,
     DataConfig,
@@ -63,7 +62,6 @@ from lab.config.training import PrecisionConfig, TrainConfig, TrainerConfig
 from lab.errors import ConfigError
 
 __all__ = [
-    "PREPROCESSING_KEYS",
     "SCHEMAS",
     "AdamwConfig",
     "CNNConfig",

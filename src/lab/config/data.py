@@ -63,11 +63,6 @@ class DataConfig(Option, group="data"):
         raise NotImplementedError(f"{type(self).__name__} has no build()")
 
 
-# the keys of an image dataset that a pretrained model fills where they are null (ModelConfig.preprocessing), and
-# eval/export/infer take back from data_meta
-PREPROCESSING_KEYS = ("image_size", "crop_pct", "interpolation", "mean", "std")
-
-
 @dataclass
 class ImageDataConfig(DataConfig, abstract=True):
     """Keys of the image classification datasets."""

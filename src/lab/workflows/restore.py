@@ -19,7 +19,7 @@ from torch import nn
 
 from lab import data, models, tasks
 from lab.checkpointing import state_dicts, storage
-from lab.config import PREPROCESSING_KEYS, ClassificationConfig, options
+from lab.config import ClassificationConfig, options
 from lab.errors import ConfigError, UserError
 
 
@@ -78,8 +78,10 @@ def data_config(restored: Restored, overrides: Mapping[str, Any] | DictConfig | 
     checked by the same option as training's."""
     changes = {k: v for k, v in dict(overrides or {}).items() if v is not None}
     option = options.instantiate("data", restored.config["data"], drop_unknown=True)
-    # what training took from a pretrained model where its config said null is recorded in data_meta
-    for key in PREPROCESSING_KEYS:
+    # what training took from a pretrained model where its config said null, as data_meta recorded it (the data's own
+    # statistics are recomputed and compared instead: other data under data.root is refused)
+    pretrained = options.instantiate("model", restored.config["model"], drop_unknown=True).preprocessing() or {}
+    for key in pretrained:
         if getattr(option, key, 0) is None and key in restored.meta:
             changes.setdefault(key, restored.meta[key])
     try:
