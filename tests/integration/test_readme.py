@@ -31,6 +31,10 @@ QUICK_BENCH_ARGS = {
     # its three rows (digits; CIFAR-sized synthetic images, plain and augmented), the synthetic ones on 256 images
     # instead of 2048
     "bench/device_loader.py": ["--epochs", "1", "--repeats", "1", "--rows", "data=digits", *SMALL_SYNTHETIC_ROWS],
+    # four runs of a few steps on 4-8 images per class (2 epochs: the second is timed)
+    "bench/finetune.py": shlex.split(
+        "--epochs 2 --images-per-class 4 --val-images 4 --source-images 8 --source-epochs 1"
+    ),
 }
 
 
