@@ -50,7 +50,7 @@ def read_weights(path: str | Path, what: str) -> dict[str, torch.Tensor]:
     path = Path(path).expanduser()
     if not path.is_file():
         raise UserError(
-            f"{what}={path}: no such file; pass a checkpoint (<run dir>/checkpoints/best.pt) or weights file"
+            f"{what}: no such file ({path}); pass a checkpoint (<run dir>/checkpoints/best.pt) or a weights file"
         )
     try:
         if path.suffix == ".safetensors":
@@ -60,13 +60,13 @@ def read_weights(path: str | Path, what: str) -> dict[str, torch.Tensor]:
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise UserError(f"{what}={path}: cannot read it as weights ({str(err).splitlines()[0][:200]})") from err
+        raise UserError(f"{what}: cannot read it as weights ({str(err).splitlines()[0][:200]})") from err
     for key in ("model", "state_dict"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
     tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)} if isinstance(state, dict) else {}
     if not tensors:
-        raise UserError(f"{what}={path}: the file holds no tensors by name (not a state dict or checkpoint)")
+        raise UserError(f"{what}: the file holds no tensors by name (not a state dict or checkpoint)")
     return state_dicts.strip_wrapper_prefixes(tensors)
 
 

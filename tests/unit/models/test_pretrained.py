@@ -121,6 +121,26 @@ def test_torchvision_weights_load_around_a_new_head(tmp_path):
     assert pre["mean"] == pytest.approx([0.485, 0.456, 0.406])
 
 
+def test_torchvision_weights_come_from_torchs_cache_or_one_line(tmp_path, monkeypatch):
+    import torchvision
+
+    from lab.models import vision
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(vision, "reachable", lambda url, timeout=3.0: False)  # a compute node: no network
+    option = TorchvisionConfig(arch="mobilenet_v3_small", weights="DEFAULT")
+    with pytest.raises(UserError) as err:
+        option.locate_weights()
+    assert "\n" not in str(err.value) and "mobilenet_v3_small-047dcff4.pth is not in torch's hub cache" in str(
+        err.value
+    )
+    cached = tmp_path / "hub" / "checkpoints" / "mobilenet_v3_small-047dcff4.pth"
+    cached.parent.mkdir(parents=True)
+    torch.save(torchvision.models.mobilenet_v3_small().state_dict(), cached)
+    option.locate_weights()  # found in the cache: no network needed
+    assert models.build(option, META).classifier[3].out_features == 3
+
+
 def test_init_from_another_run_loads_all_but_the_head(tmp_path, caplog):
     torch.manual_seed(0)
     ten_classes = models.build(CNNConfig(channels=[8, 16]), {**META, "num_outputs": 10, "num_classes": 10})
