@@ -82,6 +82,7 @@ def test_every_refusal_is_one_line_and_writes_nothing(interrupted, tmp_path) -> 
         ("train.py", f"++hydra.run.dir={done}"): f"{done} holds another run (.hydra, checkpoints",
         ("train.py", "resume=auto", f"hydra.run.dir={done}"): "holds a run that has finished, so resume=auto",
         ("train.py", f"hydra.run.dir={tmp_path / 'a_file' / 'run'}"): "a_file is a file, not a directory",
+        ("train.py", "data.batch_size=5000"): "data.batch_size=5000 is larger than the",  # found with the data
         ("eval.py", f"ckpt_path={done}/checkpoints/best.pt", f"hydra.run.dir={done}"): "eval writes a run dir",
         ("export.py", f"ckpt_path={done}/checkpoints/best.pt", f"hydra.run.dir={done}"): "export writes a run dir",
         ("infer.py", f"ckpt_path={done}/checkpoints/best.pt", f"hydra.run.dir={done}"): "infer writes a run dir",

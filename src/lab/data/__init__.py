@@ -3,7 +3,7 @@
 from lab.data.common import DataModule
 from lab.data.datasets import build
 from lab.data.device import DeviceEvalLoader, DeviceLoader
-from lab.data.loaders import EpochLoader, make_loader, seed_worker
+from lab.data.loaders import EpochLoader, check_batch_fits, make_loader, seed_worker
 from lab.data.transforms import eval_transform
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "DeviceLoader",
     "EpochLoader",
     "build",
+    "check_batch_fits",
     "eval_transform",
     "make_loader",
     "seed_worker",

@@ -149,6 +149,8 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     # file) is refused with nothing written; a sweep's jobs share unchanged data
     data_cfg = models.prepare(cfg.model, cfg.data)  # pretrained weights found, their preprocessing taken
     datamodule = data.build(data_cfg, reuse=in_multirun())
+    if not cfg.trainer.overfit_batches:  # too few samples for a batch: refused before the first record, too
+        data.check_batch_fits(math.ceil(len(datamodule.train) / parallel.world_size), cfg.data.batch_size)
     tracker = tracking.from_config(
         cfg,
         run_dir,
