@@ -1,7 +1,7 @@
 """The Trainer's one extension seam: a `Callback` is told what happens in training and may add to it.
 
 Every optional part of a run is a callback, switched on by its own `trainer.*` key (`configured`): the EMA of the
-weights, early stopping, per-layer statistics, the profiler and anomaly detection; the workflow adds MFU (it needs
+weights, early stopping, per-layer statistics, the profiler, anomaly detection and the unfreeze of a fine-tuning; the workflow adds MFU (it needs
 the FLOPs of a first batch) and what `cfg.callbacks` names (Optuna pruning, a fork's own). The Trainer itself
 knows none of them by name.
 
