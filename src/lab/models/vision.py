@@ -17,7 +17,8 @@ from lab.models.pretrained import load_matching, reachable, read_weights
 
 
 class ChannelAdapter(nn.Module):
-    """Learned 1x1 projection from the data's channels to the 3 every non-ResNet torchvision model expects.
+    """Learned 1x1 projection from the data's channels to the 3 every non-ResNet torchvision model expects (with
+    pretrained weights it starts as the channels' mean on every plane: a grey image as the RGB one it is).
 
     Named submodules (rather than nn.Sequential) keep state-dict keys readable: ``adapter.*``, ``net.*``.
     """
@@ -95,7 +96,16 @@ def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     if cfg.weights:
         what = f"model.weights={cfg.weights}"
         load_matching(net, read_weights(locate_weights(cfg), what), what)
-    return net if is_resnet_family or in_channels == 3 else ChannelAdapter(in_channels, net)
+    if is_resnet_family or in_channels == 3:
+        return net
+    adapted = ChannelAdapter(in_channels, net)
+    if cfg.weights:
+        # the pretrained net sees each of its RGB planes as the mean of the data's channels (a grey image as
+        # three equal planes) to begin with, not a random mix; the projection still learns
+        with torch.no_grad():
+            adapted.adapter.weight.fill_(1.0 / in_channels)
+            adapted.adapter.bias.zero_()
+    return adapted
 
 
 def pretrained_weights(cfg: Any) -> Any:

@@ -141,6 +141,17 @@ def test_torchvision_weights_come_from_torchs_cache_or_one_line(tmp_path, monkey
     assert models.build(option, META).classifier[3].out_features == 3
 
 
+def test_grey_images_reach_torchvision_weights_as_three_equal_planes(tmp_path):
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    source = torchvision.models.mobilenet_v3_small(num_classes=3).eval()
+    option = TorchvisionConfig(arch="mobilenet_v3_small", weights="DEFAULT", weights_path=saved(tmp_path, source))
+    model = models.build(option, GREY).eval()
+    grey = torch.randn(2, 1, 32, 32)
+    with torch.no_grad():
+        assert torch.allclose(model(grey), source(grey.expand(-1, 3, -1, -1)), atol=1e-6)
+
+
 def test_init_from_another_run_loads_all_but_the_head(tmp_path, caplog):
     torch.manual_seed(0)
     ten_classes = models.build(CNNConfig(channels=[8, 16]), {**META, "num_outputs": 10, "num_classes": 10})
