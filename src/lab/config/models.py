@@ -99,15 +99,8 @@ class TorchvisionConfig(ModelConfig):
     # pretrained weights: DEFAULT, a name of the arch's weights enum (IMAGENET1K_V1) or the full
     # ResNet18_Weights.IMAGENET1K_V1; null = random init. Read from torch's hub cache ($TORCH_HOME)
     weights: str | None = None
-    weights_path: str | None = None  # the weights' file itself, when it is not in the cache (needs model.weights)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _require(
-            self.weights_path is None or self.weights is not None,
-            "model.weights_path needs model.weights (the weights it holds, for their preprocessing); "
-            "to start from any other file use model.init_from=<file>",
-        )
+    # a file of the arch's weights, wherever it is (the preprocessing: model.weights', else DEFAULT's)
+    weights_path: str | None = None
 
     def build(self, meta: Any) -> Any:
         from lab.models.vision import build_torchvision
@@ -116,13 +109,13 @@ class TorchvisionConfig(ModelConfig):
 
     def locate_weights(self) -> None:
         super().locate_weights()
-        if self.weights is not None:
+        if self.weights is not None or self.weights_path is not None:
             from lab.models.vision import locate_weights
 
             locate_weights(self)
 
     def preprocessing(self) -> dict[str, Any] | None:
-        if self.weights is None:
+        if self.weights is None and self.weights_path is None:
             return None
         from lab.models.vision import pretrained_weights
 

@@ -93,13 +93,14 @@ def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
         )
     if is_resnet_family:
         _resnet_stem(net, in_channels, bool(cfg.small_input))
-    if cfg.weights:
-        what = f"model.weights={cfg.weights}"
+    pretrained = bool(cfg.weights or cfg.weights_path)
+    if pretrained:
+        what = f"model.weights_path={cfg.weights_path}" if cfg.weights_path else f"model.weights={cfg.weights}"
         load_matching(net, read_weights(locate_weights(cfg), what), what)
     if is_resnet_family or in_channels == 3:
         return net
     adapted = ChannelAdapter(in_channels, net)
-    if cfg.weights:
+    if pretrained:
         # the pretrained net sees each of its RGB planes as the mean of the data's channels (a grey image as
         # three equal planes) to begin with, not a random mix; the projection still learns
         with torch.no_grad():
@@ -110,11 +111,12 @@ def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
 
 def pretrained_weights(cfg: Any) -> Any:
     """torchvision's weights enum member that ``model.weights`` names (DEFAULT, IMAGENET1K_V1 or the full
-    ResNet18_Weights.IMAGENET1K_V1) for ``model.arch``."""
+    ResNet18_Weights.IMAGENET1K_V1; null: DEFAULT, what a weights file of the arch most likely holds) for
+    ``model.arch``."""
     import torchvision
 
     enum = torchvision.models.get_model_weights(str(cfg.arch))
-    name = str(cfg.weights).rsplit(".", 1)[-1]
+    name = str(cfg.weights or "DEFAULT").rsplit(".", 1)[-1]
     try:
         return enum[name] if name != "DEFAULT" else enum.DEFAULT
     except KeyError:
@@ -123,10 +125,12 @@ def pretrained_weights(cfg: Any) -> Any:
 
 
 def locate_weights(cfg: Any) -> str:
-    """The local file of ``model.weights`` (model.weights_path, else torch's hub cache, downloading into it when
-    the machine can); a UserError with the command that fills the cache otherwise."""
+    """The local file of the weights (model.weights_path, else model.weights' in torch's hub cache, downloading
+    into it when the machine can); a UserError with the command that fills the cache otherwise."""
     if cfg.weights_path:
-        return str(cfg.weights_path)
+        if not Path(cfg.weights_path).expanduser().is_file():
+            raise UserError(f"model.weights_path={cfg.weights_path}: no such file")
+        return str(Path(cfg.weights_path).expanduser())
     from torch.hub import get_dir
 
     weights = pretrained_weights(cfg)
