@@ -39,13 +39,12 @@ def finetuned(tmp_path_factory):
         f"data.root={root / 'images'}",
         "model.arch=test_resnet",
         f"model.weights_path={weights}",
-        "data.image_size=48",  # test_resnet's own 160 px: the same code, 10x the compute
+        "data.image_size=32",  # test_resnet's own 160 px: the same code, 25x the compute
         "data.val_fraction=0.25",
         "data.batch_size=6",
         "data.num_workers=0",
-        "trainer.max_epochs=2",
+        "trainer.max_epochs=1",
         "scheduler.warmup_steps=1",
-        "task.metrics=[f1]",
         "logger=none",
         f"hydra.run.dir={run_dir}",
     )
@@ -63,9 +62,8 @@ def test_the_pretrained_weights_and_their_preprocessing_are_used(finetuned):
     assert "loaded by timm; a new head for 3 classes (the file's has 1000)" in finetuned.output
     meta = torch.load(finetuned.dir / "checkpoints/best.pt", weights_only=True)["data_meta"]
     # test_resnet's pretrained config, except the size the run set
-    assert (meta["image_size"], meta["crop_pct"], meta["interpolation"]) == (48, 0.95, "bilinear")
+    assert (meta["image_size"], meta["crop_pct"], meta["interpolation"]) == (32, 0.95, "bilinear")
     assert meta["mean"] == [0.5] * 3 and meta["std"] == [0.5] * 3
-    assert "val/f1" in finetuned.metrics()[-1] or any("val/f1" in row for row in finetuned.metrics())
 
 
 def test_eval_export_and_infer_reproduce_validation_from_the_checkpoint_alone(finetuned, tmp_path):
@@ -77,7 +75,8 @@ def test_eval_export_and_infer_reproduce_validation_from_the_checkpoint_alone(fi
     best_val = max(row["val/acc"] for row in validated)
     assert evaluated["acc"] == pytest.approx(best_val, abs=1e-12)  # eval = validation, exactly
 
-    proc = run_script("export.py", best, "export.formats=[onnx]", "logger=none", f"hydra.run.dir={tmp_path / 'x'}")
+    # torch.export (ONNX export of the same program costs half as much again; test_eval_export_infer covers it)
+    proc = run_script("export.py", best, "export.formats=[pt2]", "logger=none", f"hydra.run.dir={tmp_path / 'x'}")
     _ok(proc, "export")  # it refuses an export whose outputs leave the eager model's (the parity check)
     assert "top-1 agreement 1.0000" in proc.stdout + proc.stderr
 
