@@ -11,11 +11,13 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from lab.config import options
 from lab.config.checks import in_range as _in_range
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.checks import seed
 from lab.config.options import Option
+from lab.errors import ConfigError
 
 
 @dataclass
@@ -61,6 +63,18 @@ class DataConfig(Option, group="data"):
     def build(self) -> Any:
         """The train/val(/test) splits and their ``meta`` (a ``lab.data.DataModule``)."""
         raise NotImplementedError(f"{type(self).__name__} has no build()")
+
+    def prepare(self) -> None:
+        """``scripts/prepare_data.py``: write data.path from data.source once (lab.data.prepared), for the
+        datasets read from prepared files. The others read their files as they are."""
+        raise ConfigError(
+            f"data={self.name} reads its files as they are: nothing to prepare; scripts/prepare_data.py prepares "
+            f"{', '.join(n for n, o in options.options('data').items() if o.prepare is not DataConfig.prepare)}"
+        )
+
+    def verify(self) -> None:
+        """``scripts/prepare_data.py --verify``: every prepared part against its checksum."""
+        self.prepare()  # the datasets without prepared files refuse in the same words
 
 
 @dataclass

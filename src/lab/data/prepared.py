@@ -1,0 +1,200 @@
+"""Prepared data: a folder that ``scripts/prepare_data.py`` wrote once (tar shards, token files, Arrow tables) for
+training to read without holding it in memory, and the manifest that says it is whole and current.
+
+Writing (:class:`Preparer`): every part file is written under a temp name and renamed once complete, then recorded
+in ``parts.jsonl`` with its size and sha256; a rerun of the same prepare (same kind, same settings, same source)
+keeps the recorded parts and writes only the rest, so an interrupted prepare resumes. ``manifest.json`` is written
+last, atomically: the parts, their checksums, the source's fingerprint and ``info`` (what training needs: sample
+counts, class names, a tokenizer). A folder without it is partial.
+
+Reading (:func:`read_manifest`): training refuses, in one line naming the fix, a folder that is missing, partial
+(no manifest), of another kind or format version, prepared from a source that has changed since (when the config
+names the source), or whose parts are missing or of another size than the manifest says. Sizes are checked at every
+start (a stat per part); the sha256 of every part with ``scripts/prepare_data.py ... --verify``.
+
+Nothing here deletes or overwrites what it did not write: a folder holding other files, or another prepare's
+parts, is refused before the first write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from lab import files
+from lab.errors import ConfigError, UserError
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+PROGRESS = "parts.jsonl"
+FORMAT_VERSION = 1
+_CHUNK = 1 << 20
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fingerprint(source: str | Path) -> str:
+    """What changes when the source does: each file's relative path, size and modification time (a stat per file,
+    no read), hashed. A file's or a folder's."""
+    root = Path(source).expanduser()
+    digest = hashlib.sha256()
+    paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    for path in paths:
+        stat = path.stat()
+        digest.update(
+            f"{path.relative_to(root) if path != root else path.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode()
+        )
+    return digest.hexdigest()[:16]
+
+
+def _how(command: str) -> str:
+    return f"prepare it with: {command}"
+
+
+class Preparer:
+    """Writes one prepared folder: ``add`` each part (skipped when a previous, interrupted run of the same prepare
+    finished it), then ``finish``. `command` is the line that runs this prepare, for messages."""
+
+    def __init__(self, out: str | Path, kind: str, params: dict[str, Any], source: str | Path, command: str) -> None:
+        self.out, self.kind, self.command = Path(out).expanduser(), kind, command
+        self.header = {
+            "kind": kind,
+            "format_version": FORMAT_VERSION,
+            "params": params,
+            "source": str(source),
+            "source_fingerprint": fingerprint(source),
+        }
+        self.parts: dict[str, dict[str, Any]] = {}
+        self.up_to_date = False
+        self._check_out()
+
+    def _check_out(self) -> None:
+        """Refuse, before writing anything, a folder this prepare would mix with or overwrite."""
+        if self.out.exists() and not self.out.is_dir():
+            raise ConfigError(f"data.path={self.out} is a file; give a folder for the prepared data")
+        manifest = self.out / MANIFEST
+        if manifest.is_file():
+            old = json.loads(manifest.read_text())
+            if {k: old.get(k) for k in self.header} == self.header:
+                self.up_to_date = True
+                return
+            raise ConfigError(
+                f"data.path={self.out} already holds data prepared from {old.get('source')} with other settings; "
+                "choose another data.path (prepared data is never overwritten), or delete that folder yourself"
+            )
+        progress = self.out / PROGRESS
+        if progress.is_file():
+            lines = progress.read_text().splitlines()
+            if not lines or json.loads(lines[0]) != self.header:
+                raise ConfigError(
+                    f"data.path={self.out} holds an unfinished prepare of other settings or another source; finish it "
+                    "with its own command, or choose another data.path"
+                )
+            for line in lines[1:]:
+                try:
+                    part = json.loads(line)
+                except json.JSONDecodeError:  # the line a kill cut short: that part is written again
+                    continue
+                if (self.out / part["name"]).is_file() and (self.out / part["name"]).stat().st_size == part["bytes"]:
+                    self.parts[part["name"]] = part
+            log.info("resuming the prepare of %s: %d part(s) already written", self.out, len(self.parts))
+        elif self.out.is_dir() and any(self.out.iterdir()):
+            raise ConfigError(
+                f"data.path={self.out} is not empty and was not written by a prepare; choose a new or empty folder"
+            )
+
+    def done(self, name: str) -> bool:
+        return name in self.parts
+
+    def add(self, name: str, write: Callable[[Path], dict[str, Any] | None]) -> dict[str, Any]:
+        """Write the part `name` with ``write(temp_path)`` (which may return facts to keep with it, e.g. its sample
+        count), unless an earlier run of this prepare wrote it; returns its record."""
+        if name in self.parts:
+            return self.parts[name]
+        progress = self.out / PROGRESS
+        if not progress.exists():
+            self.out.mkdir(parents=True, exist_ok=True)
+            progress.write_text(json.dumps(self.header) + "\n")
+        target = self.out / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with files.atomic_path(target) as tmp:
+            extra = write(tmp) or {}
+        record = {"name": name, "bytes": target.stat().st_size, "sha256": sha256(target), **extra}
+        with open(progress, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.parts[name] = record
+        return record
+
+    def finish(self, info: dict[str, Any]) -> dict[str, Any]:
+        """Write the manifest (the folder is complete from here on) and drop the progress file."""
+        manifest = {**self.header, "parts": list(self.parts.values()), "info": info}
+        files.write_json(self.out / MANIFEST, manifest)
+        (self.out / PROGRESS).unlink(missing_ok=True)
+        return manifest
+
+
+def read_manifest(path: str | Path, kind: str, command: str, source: str | Path | None = None) -> dict[str, Any]:
+    """The manifest of the prepared folder `path`, refused in one line (naming `command`, which prepares it) when
+    the folder is missing, partial, of another kind, stale against `source` or damaged."""
+    folder = Path(path).expanduser()
+    manifest_path = folder / MANIFEST
+    if not folder.is_dir():
+        raise ConfigError(f"data.path={path} does not exist; {_how(command)}")
+    if not manifest_path.is_file():
+        if (folder / PROGRESS).is_file():
+            raise ConfigError(
+                f"data.path={path} is a partial prepare (interrupted: no {MANIFEST}); run the same prepare again to "
+                f"finish it: {command}"
+            )
+        raise ConfigError(f"data.path={path} has no {MANIFEST}, so it is not prepared data; {_how(command)}")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{manifest_path} is unreadable ({err}); prepare the data again into a new folder") from None
+    if manifest.get("kind") != kind:
+        raise ConfigError(f"data.path={path} holds {manifest.get('kind')} data, not {kind}; {_how(command)}")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ConfigError(
+            f"data.path={path} was prepared in format {manifest.get('format_version')}, this version reads "
+            f"{FORMAT_VERSION}; prepare it again into a new folder: {command}"
+        )
+    stale = source is not None and Path(source).expanduser().exists()
+    if stale and fingerprint(source) != manifest["source_fingerprint"]:  # type: ignore[arg-type]
+        raise ConfigError(
+            f"data.path={path} is stale: {source} has changed since it was prepared; prepare it again into a "
+            f"new folder: {command}"
+        )
+    for part in manifest["parts"]:
+        file = folder / part["name"]
+        size = file.stat().st_size if file.is_file() else None
+        if size != part["bytes"]:
+            found = "is missing" if size is None else f"has {size} bytes, the manifest says {part['bytes']}"
+            raise ConfigError(
+                f"data.path={path} is damaged: {part['name']} {found}; restore it, or prepare again into a new folder"
+            )
+    return manifest
+
+
+def verify(path: str | Path, manifest: dict[str, Any], show: Callable[[Iterable[Any]], Iterable[Any]] = iter) -> None:
+    """Check every part's sha256 against the manifest; a UserError names the first that differs."""
+    folder = Path(path).expanduser()
+    for part in show(manifest["parts"]):
+        if sha256(folder / part["name"]) != part["sha256"]:
+            raise UserError(
+                f"{folder / part['name']} does not match its checksum in {folder / MANIFEST}: it was changed or "
+                "damaged after the prepare; restore it, or prepare again into a new folder"
+            )
