@@ -172,8 +172,8 @@ def read_manifest(path: str | Path, kind: str, command: str, source: str | Path 
             f"data.path={path} was prepared in format {manifest.get('format_version')}, this version reads "
             f"{FORMAT_VERSION}; prepare it again into a new folder: {command}"
         )
-    stale = source is not None and Path(source).expanduser().exists()
-    if stale and fingerprint(source) != manifest["source_fingerprint"]:  # type: ignore[arg-type]
+    check_source = source is not None and Path(source).expanduser().exists()
+    if check_source and fingerprint(source) != manifest["source_fingerprint"]:  # type: ignore[arg-type]
         raise ConfigError(
             f"data.path={path} is stale: {source} has changed since it was prepared; prepare it again into a "
             f"new folder: {command}"
