@@ -67,14 +67,16 @@ class Preparer:
     """Writes one prepared folder: ``add`` each part (skipped when a previous, interrupted run of the same prepare
     finished it), then ``finish``. `command` is the line that runs this prepare, for messages."""
 
-    def __init__(self, out: str | Path, kind: str, params: dict[str, Any], source: str | Path, command: str) -> None:
+    def __init__(
+        self, out: str | Path, kind: str, params: dict[str, Any], source: str | Path | None, command: str
+    ) -> None:
         self.out, self.kind, self.command = Path(out).expanduser(), kind, command
         self.header = {
             "kind": kind,
             "format_version": FORMAT_VERSION,
             "params": params,
-            "source": str(source),
-            "source_fingerprint": fingerprint(source),
+            "source": None if source is None else str(source),
+            "source_fingerprint": None if source is None else fingerprint(source),
         }
         self.parts: dict[str, dict[str, Any]] = {}
         self.up_to_date = False
@@ -172,7 +174,7 @@ def read_manifest(path: str | Path, kind: str, command: str, source: str | Path 
             f"data.path={path} was prepared in format {manifest.get('format_version')}, this version reads "
             f"{FORMAT_VERSION}; prepare it again into a new folder: {command}"
         )
-    check_source = source is not None and Path(source).expanduser().exists()
+    check_source = source is not None and manifest["source"] is not None and Path(source).expanduser().exists()
     if check_source and fingerprint(source) != manifest["source_fingerprint"]:  # type: ignore[arg-type]
         raise ConfigError(
             f"data.path={path} is stale: {source} has changed since it was prepared; prepare it again into a "
