@@ -60,7 +60,8 @@ def _write_shard(samples: list[dict[str, Any]]) -> Callable[[Path], dict[str, An
         import webdataset  # the format's own writer: member names, headers and padding as every reader expects
 
         with open(tmp, "wb") as stream:
-            writer = webdataset.TarWriter(stream)
+            # a fixed member time: the same samples make the same bytes (and checksum), whenever they are prepared
+            writer = webdataset.TarWriter(stream, mtime=0)
             for sample in samples:
                 writer.write(sample)
             writer.close()
@@ -265,12 +266,12 @@ class ImageSample:
 
     def __call__(self, members: dict[str, Any]) -> tuple[torch.Tensor, int]:
         image = next((members[ext] for ext in IMAGE_EXTS if ext in members), None)
-        with Image.open(_member(members, image, "an image (.png/.jpg)")) as img:
+        with Image.open(_member(members, image, ".png/.jpg image")) as img:
             return self.transform(img), _label(members)
 
 
 def tensor_sample(members: dict[str, Any]) -> tuple[torch.Tensor, int]:
-    array = np.load(_member(members, members.get(TENSOR_EXT), "a .npy tensor"), allow_pickle=False)
+    array = np.load(_member(members, members.get(TENSOR_EXT), ".npy tensor"), allow_pickle=False)
     return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)), _label(members)
 
 
@@ -285,7 +286,7 @@ def _member(members: dict[str, Any], found: io.BytesIO | None, what: str) -> io.
 
 
 def _label(members: dict[str, Any]) -> int:
-    return int(_member(members, members.get(LABEL_EXT), "a .cls label").read())
+    return int(_member(members, members.get(LABEL_EXT), ".cls label").read())
 
 
 def build_shards(cfg: DataCfg) -> DataModule:
