@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from helpers import plugins_env, run_script
 from PIL import Image
+
+from helpers import plugins_env, run_script
 
 
 def write_images(root):

@@ -45,8 +45,8 @@ def test_shards_of_an_image_folder_hold_its_splits_and_pixels(images, tmp_path):
     cfg = option(source=str(images), path=str(tmp_path / "shards"), samples_per_shard=4, augment=False)
     cfg.prepare()
     module = cfg.build()
-    folder = options.instantiate("data", {"name": "image_folder", "root": str(images), "image_size": 8, "augment": False})
-    reference = folder.build()
+    folder = {"name": "image_folder", "root": str(images), "image_size": 8, "augment": False}
+    reference = options.instantiate("data", folder).build()
     assert module.meta == reference.meta
     for split in ("train", "val"):
         ours, theirs = getattr(module, split), getattr(reference, split)
@@ -154,7 +154,7 @@ def test_prepare_never_mixes_with_or_overwrites_other_data(images, tmp_path):
     option(source=str(images), path=str(out), samples_per_shard=4).prepare()
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     option(source=str(images), path=str(out), samples_per_shard=4).prepare()  # up to date: nothing written
-    with pytest.raises(ConfigError, match="already holds data prepared from .* with other settings; choose another"):
+    with pytest.raises(ConfigError, match=r"already holds data prepared from .* with other settings; choose another"):
         option(source=str(images), path=str(out), samples_per_shard=5).prepare()
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
     mine = tmp_path / "mine"
@@ -215,5 +215,5 @@ def test_a_shard_cut_short_or_of_another_schema_is_one_line_when_read(tmp_path):
 
 
 def test_the_device_loader_is_refused_for_shards():
-    with pytest.raises(ConfigError, match="data.loader=device holds a whole split on the device: set data.loader"):
+    with pytest.raises(ConfigError, match=r"data.loader=device holds a whole split on the device: set data.loader"):
         option(path="-", loader="device")
