@@ -4,6 +4,7 @@ random augmentation killed by SIGKILL mid-epoch, then resumed: the same weights 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
@@ -53,3 +54,34 @@ def test_a_run_on_shards_killed_mid_epoch_resumes_to_identical_weights(tmp_path)
     assert a["progress"] == b["progress"]
     for key, value in a["model"].items():
         assert torch.equal(value, b["model"][key]), key
+
+
+def test_shards_on_a_server_are_fetched_once_into_the_cache_and_checked(tmp_path):
+    """data.path=http://...: wids fetches each shard with curl into data.cache_dir on first use; a shard that comes
+    back short (here: the server's copy was cut) is fetched again once, then refused in one line."""
+    import functools
+    import http.server
+    import threading
+
+    from lab.config import options
+    from lab.data import shards
+    from lab.errors import UserError
+
+    served = tmp_path / "served"
+    samples = [(np.full((2,), i, dtype=np.float32), i % 2) for i in range(12)]
+    shards.prepare_tensors(served, {"train": samples, "val": samples[:4]}, ["even", "odd"], per_shard=4)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        cfg = {"name": "shards", "path": url, "cache_dir": str(tmp_path / "cache")}
+        module = options.instantiate("data", cfg).build()
+        assert [int(module.train[i][0][0]) for i in range(12)] == list(range(12))
+        cached = sorted(p.name for p in (tmp_path / "cache").rglob("*.tar"))
+        assert cached == ["train-000000.tar", "train-000001.tar", "train-000002.tar"]
+        (served / "val-000000.tar").write_bytes((served / "val-000000.tar").read_bytes()[:1000])
+        with pytest.raises(UserError, match=r"is damaged: val-000000.tar has 1000 bytes, the manifest says \d+"):
+            options.instantiate("data", cfg).build().val[0]
+    finally:
+        server.shutdown()

@@ -224,13 +224,16 @@ class ShardsConfig(ImageFolderConfig):
     data=image_folder) by `python scripts/prepare_data.py data=shards data.source=/images data.path=/data/shards`,
     then `python scripts/train.py data=shards data.path=/data/shards`. The image keys are image_folder's."""
 
-    path: str = MISSING  # the prepared folder: <split>-NNNNNN.tar shards, <split>.json indexes, manifest.json
+    # the prepared folder (<split>-NNNNNN.tar shards, <split>.json indexes, manifest.json), or its URL on a server
+    # (https://, s3://, gs://: each shard fetched once into cache_dir, by curl / the aws / gsutil CLIs)
+    path: str = MISSING
     source: str | None = None  # the image folder prepare reads; set at training too, a changed source is refused
     samples_per_shard: int = 1000  # prepare: samples per tar shard
     # training order: shards shuffled, then the samples of each group of shuffle_shards shards shuffled together;
     # larger mixes more, smaller keeps fewer shards in use at once (page cache, open files)
     shuffle_shards: int = 4
     open_shards: int = 8  # shards each process keeps open (memory-mapped)
+    cache_dir: str = "${oc.select:paths.data,data}/shard_cache"  # where shards from a URL are kept (node-local disk)
 
     def __post_init__(self) -> None:
         super().__post_init__()

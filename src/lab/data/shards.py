@@ -20,6 +20,7 @@ partial batch (training drops it, as for every dataset); which samples those are
 from __future__ import annotations
 
 import bisect
+import hashlib
 import io
 import json
 import logging
@@ -183,8 +184,10 @@ class ShardsDataset(Dataset):
     into what the model gets; an undecodable sample is skipped (the next takes its place, with a warning) up to
     `max_bad` times per process, as data=image_folder does."""
 
-    def __init__(self, folder: Path, shards: list[dict[str, Any]], decode: Callable[[dict], Any], cfg: DataCfg) -> None:
-        self.folder, self.decode, self.max_bad, self.bad = folder, decode, cfg.max_bad_samples, 0
+    def __init__(
+        self, where: Callable[[str], Path], shards: list[dict[str, Any]], decode: Callable[[dict], Any], cfg: DataCfg
+    ) -> None:
+        self.where, self.decode, self.max_bad, self.bad = where, decode, cfg.max_bad_samples, 0
         self.window = cfg.shuffle_shards
         self.names = [s["url"] for s in shards]
         self.lengths = [int(s["nsamples"]) for s in shards]
@@ -201,7 +204,7 @@ class ShardsDataset(Dataset):
 
     def __getitem__(self, index: int) -> Any:
         shard, inner = self.locate(index)
-        path = self.folder / self.names[shard]
+        path = self.where(self.names[shard])
         members = self.shards.get(path, self.lengths[shard])[inner]
         try:
             return self.decode(members)
@@ -289,9 +292,72 @@ def _label(members: dict[str, Any]) -> int:
     return int(_member(members, members.get(LABEL_EXT), ".cls label").read())
 
 
+def is_url(path: str) -> bool:
+    return "://" in path or path.startswith("pipe:")
+
+
+class Local:
+    """Where a shard of a prepared folder on this machine is: in it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __call__(self, name: str) -> Path:
+        return self.folder / name
+
+
+class Remote:
+    """Where a shard of prepared data on a server (``https://``, ``s3://``, ``gs://``, ``pipe:`` URLs) is: in the
+    node's cache, fetched whole on first use by wids' downloaders (curl, the aws and gsutil CLIs), under a file lock
+    so the ranks and workers of a node fetch it once. A fetched shard must have the manifest's size; a short one
+    (an interrupted download, an error page) is fetched again once, then refused."""
+
+    def __init__(self, url: str, cache: Path, parts: list[dict[str, Any]]) -> None:
+        self.url, self.cache = url.rstrip("/"), cache
+        self.parts = {part["name"]: part for part in parts}
+
+    @staticmethod
+    def fetch(url: str, local: Path) -> None:
+        from wids.wids_dl import download_file
+
+        local.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            download_file(url, str(local))
+        except (AssertionError, OSError, ValueError) as err:  # wids asserts on a failed download command
+            raise UserError(f"cannot fetch {url} ({err}); check data.path and this machine's access to it") from None
+
+    def __call__(self, name: str) -> Path:
+        from wids.wids_dl import download_and_open
+
+        local = self.cache / name
+        for attempt in (1, 2):
+            try:
+                download_and_open(f"{self.url}/{name}", str(local)).close()
+            except (AssertionError, OSError) as err:
+                raise UserError(f"cannot fetch {self.url}/{name} ({err}); check the server and the network") from None
+            try:
+                prepared.check_part(local, self.parts[name], self.url)
+                return local
+            except ConfigError as err:
+                local.unlink(missing_ok=True)  # our own download: fetched again, or refused
+                if attempt == 2:
+                    raise UserError(f"fetching {self.url}/{name}: {err}") from None
+        raise AssertionError("unreachable")
+
+
+def locate(cfg: DataCfg) -> tuple[Callable[[str], Path], dict[str, Any]]:
+    """(where each shard is, the manifest) of data.path: a prepared folder, or its URL."""
+    if not is_url(cfg.path):
+        folder = Path(cfg.path).expanduser()
+        return Local(folder), prepared.read_manifest(folder, KIND, command(cfg), cfg.source)
+    cache = Path(cfg.cache_dir).expanduser() / hashlib.sha256(cfg.path.encode()).hexdigest()[:16]
+    Remote.fetch(f"{cfg.path.rstrip('/')}/{prepared.MANIFEST}", cache / prepared.MANIFEST)  # anew: it may change
+    manifest = prepared.read_manifest(cache, KIND, command(cfg), cfg.source, fetched_from=cfg.path)
+    return Remote(cfg.path, cache, manifest["parts"]), manifest
+
+
 def build_shards(cfg: DataCfg) -> DataModule:
-    folder = Path(cfg.path).expanduser()
-    manifest = prepared.read_manifest(folder, KIND, command(cfg), cfg.source)
+    where, manifest = locate(cfg)
     info = manifest["info"]
     class_names = list(info["class_names"])
     resolve_num_classes(cfg, f"the shards in {cfg.path}", len(class_names))
@@ -309,7 +375,7 @@ def build_shards(cfg: DataCfg) -> DataModule:
 
     def split(name: str, decode: Callable) -> ShardsDataset | None:
         shards = info["splits"].get(name)
-        return None if not shards else ShardsDataset(folder, shards, decode, cfg)
+        return None if not shards else ShardsDataset(where, shards, decode, cfg)
 
     train, val = split("train", decoders[0]), split("val", decoders[1])
     if train is None or val is None:
