@@ -12,6 +12,7 @@ One process, one temp folder of PNG images (random pixels: they compress about a
      before the loaders above fill this process (a forked child starts from its parent's RSS).
 
     python bench/big_data.py [--images 2000] [--size 128] [--workers 0,2] [--scales 1,5,10] [--repeats 2]
+                             [--batch-size 64] [--samples-per-shard 100]
 """
 
 from __future__ import annotations
@@ -120,25 +121,26 @@ def _rss() -> int:
     return 0
 
 
-def _epoch_peak_rss(path: str, queue) -> None:
+def _epoch_peak_rss(path: str, batch_size: int, queue) -> None:
     start = _rss()  # what the child inherited from its parent: the interpreter, torch, this script
-    keys = {"name": "shards", "path": path, "image_size": 64, "batch_size": 64, "num_workers": 0}
+    keys = {"name": "shards", "path": path, "image_size": 64, "batch_size": batch_size, "num_workers": 0}
     cfg = options.instantiate("data", keys)
     train = cfg.build().train
     timed_epoch(epochs_of(train, cfg), 0)  # one epoch through the training loader, in this process (no workers)
     queue.put((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, start))
 
 
-def peak_rss(path: Path) -> tuple[int, int]:
+def peak_rss(path: Path, batch_size: int) -> tuple[int, int]:
     """(peak RSS, RSS at its start), bytes, of a forked child that builds data=shards on `path` and reads one
     training epoch."""
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    child = context.Process(target=_epoch_peak_rss, args=(str(path), queue))
+    child = context.Process(target=_epoch_peak_rss, args=(str(path), batch_size, queue))
     child.start()
-    peak = queue.get()
     child.join()
-    return peak
+    if child.exitcode != 0:
+        raise SystemExit(f"the measuring child failed (exit code {child.exitcode}): see its error above")
+    return queue.get()
 
 
 def main() -> None:
@@ -148,6 +150,7 @@ def main() -> None:
     parser.add_argument("--workers", default="0,2")
     parser.add_argument("--scales", default="1,5,10")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--samples-per-shard", type=int, default=100)
     args = parser.parse_args()
     torch.set_num_threads(1)  # the loaders' cost, not intra-op threads, is what is compared
@@ -155,7 +158,7 @@ def main() -> None:
         root = Path(tmp)
         write_images(root / "images", args.images, args.size)
         source_bytes = sum(p.stat().st_size for p in (root / "images").rglob("*.png"))
-        keys = {"image_size": 64, "batch_size": 64}
+        keys = {"image_size": 64, "batch_size": args.batch_size}
         cfg = options.instantiate(
             "data",
             {
@@ -180,12 +183,15 @@ def main() -> None:
         for scale in [int(s) for s in args.scales.split(",")]:
             path = root / f"shards-x{scale}"
             size = bigger_shards(root / "shards", path, scale, args.samples_per_shard)
-            peak, start = peak_rss(path)
+            peak, start = peak_rss(path, args.batch_size)
             first = first or peak
             added = (peak - start) / 1e6
             print(f"{scale:>5}x {size / 1e6:>16.1f} {peak / 1e6:>12.1f} {peak / first:>9.2f} {added:>21.1f}")
 
-        print(f"\ntraining loader samples/s ({args.size}px PNG -> random resized crop 64 + flip, batch 64):")
+        print(
+            f"\ntraining loader samples/s ({args.size}px PNG -> random resized crop 64 + flip, "
+            f"batch {args.batch_size}):"
+        )
         print(f"{'workers':>8} {'in memory':>10} {'image_folder':>13} {'shards':>8} {'shards/in memory':>17}")
         for workers in [int(w) for w in args.workers.split(",")]:
             row = {**keys, "num_workers": workers}

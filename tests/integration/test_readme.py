@@ -32,6 +32,10 @@ QUICK_BENCH_ARGS = {
     # instead of 2048
     "bench/device_loader.py": ["--epochs", "1", "--repeats", "1", "--rows", "data=digits", *SMALL_SYNTHETIC_ROWS],
     # four runs of a few steps on 4-8 images per class (2 epochs: the second is timed)
+    # 60 small images; shards of 10: peak RSS for 1x and 2x
+    "bench/big_data.py": shlex.split(
+        "--images 60 --size 32 --scales 1,2 --repeats 1 --samples-per-shard 10 --batch-size 8"
+    ),
     "bench/finetune.py": shlex.split(
         "--epochs 2 --images-per-class 4 --val-images 4 --source-images 8 --source-epochs 1"
     ),
@@ -135,6 +139,7 @@ SECTIONS_RUN_ELSEWHERE = {
     "## Add your own model, dataset or task": "tests/integration/test_extension.py",
     "## Debugging tools": "tests/integration/test_tools.py",
     "## Fine-tune a pretrained model": "tests/integration/test_finetune.py",  # weights it writes, offline
+    "## Data larger than memory": "tests/integration/test_shards.py",  # on data it writes
 }
 NOT_RUN_AS_WRITTEN = {
     "git checkout <git_commit>": ("would change this work tree", "tests/integration/test_report.py", "reproduce"),
