@@ -4,10 +4,10 @@ token files, and training windows read from those files memory-mapped (``data=to
 Prepare (``python scripts/prepare_data.py data=tokens data.source=<file or folder> data.path=<folder>``):
 
 - the source is read as a stream of *pieces* of about 256 K characters, never as one string. A piece ends only where
-  the tokenizer's pre-tokenization would split anyway (after a newline between two non-space characters), so
-  encoding piece by piece gives the same ids as encoding each file whole (a line longer than 8 pieces is cut where it
-  stands, which may change the tokens at that cut alone). Each file of the source is one document; their ids follow
-  one another in sorted path order, without a separator.
+  the tokenizer's pre-tokenization splits anyway (before a lone space, tab or newline between two non-space
+  characters: :func:`safe_cut`), so encoding piece by piece gives the same ids as encoding each file whole (text
+  without such a place for 8 pieces is cut where it stands, which may change the tokens at that cut alone). Each
+  file of the source is one document; their ids follow one another in sorted path order, without a separator.
 - part 1, ``tokenizer.json``: a byte-level BPE (tokenizers' ByteLevel pre-tokenizer and decoder, the 256 byte
   symbols in the vocabulary, so any text encodes and decodes back) trained on the stream. It is a part like the
   others: a resumed prepare reads it back instead of training again.
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 import shlex
 import sysconfig
 import time
@@ -53,11 +54,12 @@ PIECE_CHARS = 1 << 18
 LONGEST_PIECE = 8  # pieces: a piece with no safe cut is cut where it stands once it is this many times PIECE_CHARS
 BATCH_PIECES = 16  # pieces per encode_batch call: enough to keep every core busy, a few MB of ids in Python lists
 MB = 1_000_000
+_CUT = re.compile(r"(?<=\S)[ \t\n](?=\S)")  # safe_cut's places
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
     """The smallest unsigned dtype that holds every id of a vocabulary of `vocab_size` (ids 0 .. vocab_size - 1)."""
-    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
+    return np.dtype("<u2" if vocab_size <= 1 << 16 else "<u4")  # little-endian whatever the machine: files travel
 
 
 def source_label(source: str | None) -> str:
@@ -102,16 +104,19 @@ def prepare_params(cfg: Any) -> dict[str, Any]:
 
 
 def safe_cut(text: str) -> int:
-    """The last position where `text` may be cut without changing its tokens (0 if none): after a newline that
-    follows a non-space character and precedes one. The byte-level pre-tokenizer splits a whitespace run followed
-    by a word into the run less its last character and that character; at the end of a string it keeps the run
-    whole. A lone newline between two non-space characters is split off alone either way. (str.isspace is true of
-    every character the pre-tokenizer's regex calls whitespace, and of a few more: the cut is never unsafe.)"""
-    i = text.rfind("\n", 0, len(text) - 1)
-    while i >= 1:
-        if not text[i - 1].isspace() and not text[i + 1].isspace():
-            return i + 1
-        i = text.rfind("\n", 0, i)
+    """The last position where `text` may be cut without changing its tokens (0 if none): before a lone space, tab or
+    newline between two non-space characters.
+
+    Why: the byte-level pre-tokenizer splits text with a regex whose matches read no character before their start;
+    a run of letters, digits or punctuation ends at whitespace, so the match before the cut ends there, at the end of a
+    string as in the middle of one; and the match from the cut on (a space and the word it leads, or the lone tab or
+    newline) is the same wherever the string starts. Whitespace runs are never cut: one followed by a word loses its
+    last character to the word, one at the end of a string stays whole. (``\\S`` is str.isspace's complement, and
+    str.isspace is true of every character the regex calls whitespace and a few more: never an unsafe cut.)"""
+    for start in (max(0, len(text) - 4096), 0):  # the last cut is almost always in the tail
+        cuts = [match.start() for match in _CUT.finditer(text, start)]
+        if cuts:
+            return cuts[-1]
     return 0
 
 
@@ -305,7 +310,8 @@ class TokenFileWindows(Dataset):
     def __init__(
         self, files: Sequence[str], counts: Sequence[int], dtype: str, start: int, stop: int, block_size: int
     ) -> None:
-        self.files, self.counts, self.dtype = [str(f) for f in files], [int(c) for c in counts], str(dtype)
+        self.files, self.counts = [str(f) for f in files], [int(c) for c in counts]
+        self.dtype = np.dtype(dtype).newbyteorder("<")  # as token_dtype wrote them
         self.offsets = np.cumsum([0, *self.counts])  # the stream position of each file's first id
         self.start, self.stop, self.block_size = int(start), int(stop), int(block_size)
         self.count = max(0, (self.stop - self.start - 1) // self.block_size)
