@@ -99,7 +99,8 @@ def prepare_command(cfg: Any) -> str:
 
 
 def prepare_params(cfg: Any) -> dict[str, Any]:
-    """The settings the prepared files depend on: the same values at training, or the folder is refused."""
+    """The settings the prepared files depend on. Those that change the ids (all but shard_mb) must have the same
+    values at training, or the folder is refused."""
     return {"vocab_size": cfg.vocab_size, "tokenizer_mb": cfg.tokenizer_mb, "shard_mb": cfg.shard_mb}
 
 
@@ -284,7 +285,7 @@ def read_prepared(cfg: Any) -> dict[str, Any]:
             f"({label}); give the source it was prepared from, or prepare this one into another data.path: {command}"
         )
     for key, value in prepare_params(cfg).items():
-        if manifest["params"].get(key) != value:
+        if key != "shard_mb" and manifest["params"].get(key) != value:  # how the ids are cut into files: any
             raise ConfigError(
                 f"data.path={cfg.path} was prepared with data.{key}={manifest['params'].get(key)}, not {value}; set "
                 f"data.{key}={manifest['params'].get(key)}, or prepare into another data.path: {command}"
