@@ -28,12 +28,13 @@ from lab.data.tokens import MB, prepare_tokens
 
 
 def write_corpus(path: Path, size: float) -> int:
-    """`size` bytes of the standard library's *.py (site-packages left out), concatenated; returns the characters."""
+    """`size` bytes of the standard library's *.py (its tests included, site-packages left out), concatenated in
+    sorted path order; returns the characters."""
     root = Path(sysconfig.get_paths()["stdlib"])
     written = chars = 0
     with open(path, "w", encoding="utf-8") as out:
         for source in sorted(root.rglob("*.py")):
-            if "site-packages" in source.parts or "test" in source.parts:
+            if "site-packages" in source.parts:  # what pip installed: not the standard library
                 continue
             text = source.read_text(encoding="utf-8", errors="replace")
             out.write(text)

@@ -12,7 +12,8 @@ Prepare (``python scripts/prepare_data.py data=tokens data.source=<file or folde
   symbols in the vocabulary, so any text encodes and decodes back) trained on the stream. It is a part like the
   others: a resumed prepare reads it back instead of training again.
 - parts 2.., ``tokens-00000.bin`` ...: the ids of ``data.shard_mb`` MB of source text each, raw little-endian uint16
-  (uint32 when the vocabulary has more than 65,536 ids), encoded in batches of pieces (``encode_batch``: all cores).
+  (uint32 when the vocabulary has more than 65,536 ids), encoded in batches of pieces (``encode_batch_fast``: every
+  core).
   A shard's pieces are known from the text alone, so a resumed prepare reads past the shards written before without
   encoding them.
 - ``manifest.json`` (lab.data.prepared): the shards, their token counts, the dtype, the vocabulary size and the
@@ -201,7 +202,9 @@ def write_shard(path: Path, pieces: Iterable[tuple[int, str, int]], tokenizer: A
     count = 0
     with open(path, "wb") as f:
         for batch in _batched(pieces, BATCH_PIECES):
-            for encoding in tokenizer.encode_batch([piece for _, piece, _ in batch], add_special_tokens=False):
+            # encode_batch without the character offsets of every token, which are not kept: the same ids, 1.25x
+            texts = [piece for _, piece, _ in batch]
+            for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=False):
                 ids = np.array(encoding.ids, dtype=dtype)
                 ids.tofile(f)
                 count += len(ids)
