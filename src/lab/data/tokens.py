@@ -233,6 +233,9 @@ def prepare_tokens(cfg: Any) -> dict[str, Any]:
     from tokenizers import Tokenizer
 
     files = source_files(cfg.source)
+    total = sum(f.stat().st_size for f in files)
+    if total == 0:
+        raise ConfigError(f"data.source={cfg.source} holds no text (its files are empty); give a text corpus")
     label, command = source_label(cfg.source), prepare_command(cfg)
     preparer = prepared.Preparer(cfg.path, KIND, prepare_params(cfg), label, command)
     if preparer.up_to_date:
@@ -246,7 +249,6 @@ def prepare_tokens(cfg: Any) -> dict[str, Any]:
     vocab_size = tokenizer.get_vocab_size()
     dtype = token_dtype(vocab_size)
     names: list[str] = []
-    total = sum(f.stat().st_size for f in files)
     with tqdm(total=total, unit="B", unit_scale=True, desc=f"encoding into {dtype.name} token files") as bar:
         # pieces of at most a quarter shard: a file holds shard_mb of text and about a piece more
         piece = int(max(1024, min(PIECE_CHARS, cfg.shard_mb * MB / 4)))
@@ -357,6 +359,26 @@ class TokenFileWindows(Dataset):
         begin = self.start + index * self.block_size
         window = torch.from_numpy(self.read(begin, begin + self.block_size + 1))
         return window[:-1], window[1:]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """A batch's items (the DataLoader asks for them together): the windows inside one file gathered with one
+        index per file instead of one read each; those spanning two files read as ``__getitem__`` reads them."""
+        if len(indices) and not (min(indices) >= 0 and max(indices) < self.count):
+            raise IndexError(f"windows {min(indices)}..{max(indices)} of {self.count}")
+        views = self._views if self._maps is not None else self._open()
+        span, offsets = self.block_size + 1, np.asarray(self.offsets)
+        begins = self.start + np.asarray(indices, dtype=np.int64) * self.block_size
+        files = np.searchsorted(offsets, begins, side="right") - 1
+        inside = begins + span <= offsets[files + 1]
+        windows = np.empty((len(begins), span), dtype=np.int64)
+        for file in np.unique(files[inside]):
+            rows = np.flatnonzero(inside & (files == file))
+            windows[rows] = views[file][(begins[rows] - offsets[file])[:, None] + np.arange(span)]
+        for row in np.flatnonzero(~inside):
+            windows[row] = self.read(int(begins[row]), int(begins[row]) + span)
+        batch = torch.from_numpy(windows)
+        # unbind: every row's view in one call, twice as fast as slicing row by row in Python
+        return list(zip(batch[:, :-1].unbind(0), batch[:, 1:].unbind(0), strict=True))
 
 
 def build_tokens(cfg: Any) -> DataModule:

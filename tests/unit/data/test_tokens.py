@@ -75,6 +75,13 @@ def test_windows_are_the_tokenizers_encoding_of_the_corpus(prepared, corpus):
             assert x.dtype == torch.int64 and x.tolist() == ids[start : start + block]
             assert y.tolist() == ids[start + 1 : start + block + 1]
         offset = split.stop
+        if len(split):  # a batch's items, read together: the same windows (some spanning two files)
+            indices = list(range(len(split)))[::-1]
+            assert all(
+                torch.equal(a, b)
+                for item, index in zip(split.__getitems__(indices), indices)
+                for a, b in zip(item, split[index])
+            )
     n_test, n_val = int(len(ids) * prepared.test_fraction), int(len(ids) * prepared.val_fraction)
     assert (module.val.start, module.test.start) == (len(ids) - n_val - n_test, len(ids) - n_test)
 
@@ -125,6 +132,12 @@ def test_a_missing_partial_stale_damaged_or_mismatched_folder_is_refused_in_one_
     source = write_corpus(tmp_path / "text", 4_000)
     cfg = config(source, tmp_path / "tokens", vocab_size=300, shard_mb=0.002, block_size=8)
     one_line_refusal(cfg, "does not exist; prepare it with: python scripts/prepare_data.py data=tokens")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty/x.txt").write_text("")
+    for bad, match in ((tmp_path / "none", "does not exist; give a text file"), (tmp_path / "empty", "holds no text")):
+        with pytest.raises(ConfigError, match=match):
+            config(bad, tmp_path / "tokens").prepare()
+        assert not (tmp_path / "tokens").exists()  # refused before the first write
     cfg.prepare()
     folder = Path(cfg.path)
     one_line_refusal(config(tmp_path / "other", folder, vocab_size=300, shard_mb=0.002), "was prepared from")
