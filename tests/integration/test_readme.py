@@ -28,6 +28,7 @@ QUICK_BENCH_ARGS = {
     # the CPU and run what tests/integration/test_combinations.py runs
     "bench/gpu_smoke.py": ["--checks", "peak_memory_after_large_free"],
     "bench/startup.py": ["--repeats", "1"],
+    "bench/tokens_loader.py": ["--corpus-mb", "0.2", "--seconds", "0.2", "--repeats", "1"],  # 0.2 MB, 0.2 s a loader
     # its three rows (digits; CIFAR-sized synthetic images, plain and augmented), the synthetic ones on 256 images
     # instead of 2048
     "bench/device_loader.py": ["--epochs", "1", "--repeats", "1", "--rows", "data=digits", *SMALL_SYNTHETIC_ROWS],
@@ -155,9 +156,20 @@ NOT_RUN_AS_WRITTEN = {
     ),
     "python scripts/train.py -m 'experiment=glob(*)' debug=fast": (
         "the CIFAR-10 experiments need their data: the sweep test writes a tiny copy (finetune_folder, which needs an "
-        "image folder and weights, runs in test_finetune.py)",
+        "image folder and weights, runs in test_finetune.py; bpe_lm, which needs its token files, in test_bpe_lm.py)",
         "tests/integration/test_sweeps.py",
-        "experiment=glob(*,exclude=finetune_folder)",
+        "experiment=glob(*,exclude=[finetune_folder,bpe_lm])",
+    ),
+    "python scripts/prepare_data.py experiment=bpe_lm": (
+        "would write the standard library's 4.7 MB of tokens into this work tree's data/: the shared fixture "
+        "prepared_tokens runs the script on a small corpus",
+        "tests/integration/conftest.py",
+        "prepare_data.py",
+    ),
+    "python scripts/train.py experiment=bpe_lm": (
+        "needs the prepare above: the experiment trains on the small prepared corpus, then evaluates and infers",
+        "tests/integration/test_bpe_lm.py",
+        "experiment=bpe_lm",
     ),
     "python scripts/train.py -m hydra/launcher=slurm hydra.launcher.partition=gpu optimizer.lr=1e-3,3e-3": (
         "needs a SLURM cluster: its config is composed here, the launcher is tested with a fake submitit",

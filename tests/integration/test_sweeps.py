@@ -258,8 +258,9 @@ def test_every_experiment_runs_in_one_sweep(tmp_path):
     sweep = tmp_path / "experiments"
     proc = _sweep(
         sweep,
-        # finetune_folder needs an image folder and pretrained weights: test_finetune writes both and runs it
-        "experiment=glob(*,exclude=finetune_folder)",
+        # finetune_folder needs an image folder and pretrained weights: test_finetune writes both and runs it; bpe_lm
+        # its prepared token files: test_bpe_lm prepares a small corpus and runs it
+        "experiment=glob(*,exclude=[finetune_folder,bpe_lm])",
         "debug=fast",
         "logger=none",
         f"data.root={tmp_path / 'cifar'}",  # digits ignores it
@@ -269,7 +270,8 @@ def test_every_experiment_runs_in_one_sweep(tmp_path):
         "data.num_workers=0",
     )
     _ok(proc)
-    experiments = sorted(p.stem for p in (REPO / "conf/experiment").glob("*.yaml") if p.stem != "finetune_folder")
+    run_elsewhere = ("finetune_folder", "bpe_lm")
+    experiments = sorted(p.stem for p in (REPO / "conf/experiment").glob("*.yaml") if p.stem not in run_elsewhere)
     assert {"cifar10_fast", "cifar10_resnet18", "digits_mlp"} <= set(experiments)
     rows = _summary_rows(sweep)
     assert sorted(row["overrides"].split("experiment=")[1].split()[0] for row in rows) == experiments

@@ -338,3 +338,55 @@ class TextConfig(DataConfig):
         from lab.data.text import build_text
 
         return build_text(self)
+
+
+@dataclass
+class TokensConfig(DataConfig):
+    """A text corpus of any size for language modelling on byte-level BPE tokens, prepared once:
+    python scripts/prepare_data.py data=tokens data.source=<text file or folder> data.path=<folder> trains the
+    tokenizer and writes the corpus as token files (lab.data.tokens); training reads windows of block_size tokens from
+    them memory-mapped, never the whole corpus into memory. The same data.source and settings at training, or the
+    folder is refused; a source changed since the prepare makes it stale. train/val/test: contiguous parts of the
+    token stream (cut at training, no prepare needed to change them)."""
+
+    path: str = MISSING  # the prepared folder: written by scripts/prepare_data.py, read by training
+    # a text file, or a folder of *.txt files (each a document, in sorted path order); null = Python's own
+    # standard-library sources (always there offline)
+    source: str | None = None
+    vocab_size: int = 4096  # of the BPE, its 256 byte symbols included; ids are uint16 up to 65,536, else uint32
+    tokenizer_mb: float | None = None  # MB of source text (the first) the tokenizer is trained on; null = all of it
+    shard_mb: float = 256.0  # MB of source text per token file (a part: what an interrupted prepare writes again)
+    block_size: int = 128  # tokens per training window (the model's context)
+    batch_size: int = 32
+    val_fraction: float = 0.05  # train/val/test are contiguous parts of the token stream
+    test_fraction: float = 0.05
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(
+            self.loader == "torch",
+            "data=tokens reads its token files from disk as it trains (a corpus larger than memory fits no device "
+            "either); set data.loader=torch",
+        )
+        _require(2**8 <= self.vocab_size <= 2**32, f"data.vocab_size must be in [256, 2**32], got {self.vocab_size}")
+        _require(
+            self.tokenizer_mb is None or self.tokenizer_mb > 0,
+            f"data.tokenizer_mb must be > 0 or null (all the text), got {self.tokenizer_mb}",
+        )
+        _require(self.shard_mb > 0, f"data.shard_mb must be > 0, got {self.shard_mb}")
+        _require(self.block_size >= 2, f"data.block_size must be >= 2, got {self.block_size}")
+
+    def build(self) -> Any:
+        from lab.data.tokens import build_tokens
+
+        return build_tokens(self)
+
+    def prepare(self) -> None:
+        from lab.data.tokens import prepare_tokens
+
+        prepare_tokens(self)
+
+    def verify(self) -> None:
+        from lab.data.tokens import verify_tokens
+
+        verify_tokens(self)

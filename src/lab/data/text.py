@@ -1,4 +1,5 @@
 """Text for language modelling: a corpus as token ids (characters or bytes), cut into windows of block_size.
+(A corpus larger than memory, on BPE tokens: lab.data.tokens, whose ids ``encode``/``decode`` here also read.)
 
 ``data.path`` names any text file; with none, the corpus is Python's own standard-library sources, read in a fixed
 order (real text that every machine has offline). Splits are contiguous parts of the corpus (train first, then val,
@@ -81,7 +82,12 @@ def read_corpus(cfg: Any) -> str:
 
 
 def encode(text: str, meta: Mapping[str, Any]) -> list[int]:
-    """Token ids of `text`; a UserError names the characters the vocabulary lacks."""
+    """Token ids of `text`; a UserError names the characters the vocabulary lacks. level bpe (data=tokens): the
+    byte-level BPE of meta's ``tokenizer`` JSON, which spells any text."""
+    if meta["level"] == "bpe":
+        from lab.data.tokens import tokenizer_of
+
+        return tokenizer_of(meta["tokenizer"]).encode(text, add_special_tokens=False).ids
     if meta["level"] == "byte":
         return list(text.encode("utf-8"))
     index = {ch: i for i, ch in enumerate(meta["vocab"])}
@@ -95,6 +101,10 @@ def encode(text: str, meta: Mapping[str, Any]) -> list[int]:
 
 
 def decode(ids: Sequence[int], meta: Mapping[str, Any]) -> str:
+    if meta["level"] == "bpe":  # a cut UTF-8 sequence (ids that end mid-character) decodes as U+FFFD
+        from lab.data.tokens import tokenizer_of
+
+        return tokenizer_of(meta["tokenizer"]).decode(list(ids))
     if meta["level"] == "byte":
         return bytes(ids).decode("utf-8", errors="replace")
     return "".join(meta["vocab"][i] for i in ids)

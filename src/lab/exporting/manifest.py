@@ -54,6 +54,9 @@ def preprocessing(meta: dict[str, Any]) -> dict[str, Any]:
             "normalize": "(x - feature_mean[i]) / feature_std[i] per feature (data_meta)",
             **({"target": "outputs * target_std + target_mean"} if "target_mean" in meta else {}),
         }
+    if "vocab_size" in meta and meta.get("level") == "bpe":
+        size = meta["vocab_size"]
+        return {"tokens": f"byte-level BPE ids ({size} symbols): the tokenizers JSON in data_meta.tokenizer"}
     if "vocab_size" in meta:
         return {"tokens": f"{meta['level']}-level ids, vocabulary in data_meta ({meta['vocab_size']} symbols)"}
     return {"note": "see data_meta"}

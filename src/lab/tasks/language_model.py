@@ -47,7 +47,7 @@ class TokenMetrics:
 
 def build_language_model(cfg: Any, meta: Mapping[str, Any]) -> LanguageModel:
     if "vocab_size" not in meta:
-        raise UserError("task=language_model needs token sequences: use a text dataset (data=text)")
+        raise UserError("task=language_model needs token sequences: use a text dataset (data=text or data=tokens)")
     return LanguageModel(dict(meta), int(cfg.samples), int(cfg.sample_tokens))
 
 
@@ -137,4 +137,4 @@ class LanguageModel(BaseTask):
 
 
 def _spellable(prompt: str, meta: Mapping[str, Any]) -> bool:
-    return meta["level"] == "byte" or all(ch in meta["vocab"] for ch in prompt)
+    return meta["level"] in ("byte", "bpe") or all(ch in meta["vocab"] for ch in prompt)
