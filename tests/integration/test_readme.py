@@ -140,7 +140,7 @@ SECTIONS_RUN_ELSEWHERE = {
     "## Add your own model, dataset or task": "tests/integration/test_extension.py",
     "## Debugging tools": "tests/integration/test_tools.py",
     "## Fine-tune a pretrained model": "tests/integration/test_finetune.py",  # weights it writes, offline
-    "## Data larger than memory": "tests/integration/test_shards.py",  # on data it writes
+    "## Data larger than memory": "tests/integration/test_big_data.py",  # on data it writes
 }
 NOT_RUN_AS_WRITTEN = {
     "git checkout <git_commit>": ("would change this work tree", "tests/integration/test_report.py", "reproduce"),

@@ -1,14 +1,19 @@
-"""data=shards end to end, as a user runs it: prepare_data.py from an image folder, training with loader workers and
-random augmentation killed by SIGKILL mid-epoch, then resumed: the same weights as a run never interrupted."""
+"""The README's *Data larger than memory* section end to end, as a user runs it (on an image folder the test writes):
+prepare_data.py, a run, --verify; a run with loader workers and random augmentation killed by SIGKILL mid-epoch,
+then resumed: the same weights as a run never interrupted; shards on a server."""
 
 from __future__ import annotations
+
+import json
+import re
+import shlex
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from helpers import plugins_env, run_script
+from helpers import REPO, plugins_env, run_script
 
 
 def write_images(root):
@@ -21,16 +26,49 @@ def write_images(root):
     return root
 
 
-def test_a_run_on_shards_killed_mid_epoch_resumes_to_identical_weights(tmp_path):
-    images, shards = write_images(tmp_path / "images"), tmp_path / "shards"
-    prepare = ["data=shards", f"data.source={images}", f"data.path={shards}", "data.samples_per_shard=4"]
-    done = run_script("prepare_data.py", *prepare)
-    assert done.returncode == 0, done.stderr
-    assert "prepared" in done.stderr and (shards / "manifest.json").is_file()
+def readme_section_commands() -> list[str]:
+    """The commands of the README's *Data larger than memory* sh block."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Data larger than memory") :]
+    block = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
+    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def prepared_shards(tmp_path_factory):
+    """The README's commands as written, on an image folder of this test's: prepare, verify, train (a short run)."""
+    root = tmp_path_factory.mktemp("big_data")
+    images, shards = write_images(root / "images"), root / "shards"
+    commands = readme_section_commands()
+    assert [c.split()[1] for c in commands] == [
+        "scripts/prepare_data.py",
+        "scripts/train.py",
+        "scripts/prepare_data.py",
+    ]
+    for command in commands:
+        args = shlex.split(command.replace("/data/images-shards", str(shards)).replace("/data/images", str(images)))
+        if args[1] == "scripts/prepare_data.py" and "--verify" not in args:
+            args.append("data.samples_per_shard=4")  # several shards of the 21 training images
+        if args[1] == "scripts/train.py":
+            args = [a.replace("data.num_workers=8", "data.num_workers=2") for a in args]  # 2 cores here
+            args += ["data.image_size=8", "data.batch_size=4", "model=mlp", "trainer.max_epochs=1", "logger=none"]
+            args.append(f"hydra.run.dir={root / 'readme_run'}")
+        proc = run_script(args[1].removeprefix("scripts/"), *args[2:])
+        assert proc.returncode == 0, f"{command}\n{proc.stderr[-3000:]}"
+        if "--verify" in args:
+            assert "every part matches its checksum" in proc.stderr
+    assert json.loads((root / "readme_run" / "summary.json").read_text())["status"] == "completed"
+    return images, shards
+
+
+def test_a_run_on_shards_killed_mid_epoch_resumes_to_identical_weights(prepared_shards, tmp_path):
+    images, shards = prepared_shards
     # 21 images in batches of 4: 5 steps an epoch, a checkpoint every 2; the kill ends step 7 (epoch 2, batch 2),
     # the last checkpoint is step 6's
     train = [
-        *prepare,
+        "data=shards",
+        f"data.path={shards}",
+        f"data.source={images}",
         "data.image_size=8",
         "data.batch_size=4",
         "data.num_workers=2",
