@@ -51,24 +51,6 @@ FINETUNE = [
 ]
 
 
-# a tiny GPT on BPE tokens read memory-mapped by two loader workers (data=tokens, lab.data.tokens, on the shared
-# prepared_tokens): 8 steps per epoch, a checkpoint every 3 steps
-TOKENS = [
-    "logger=none",
-    "task=language_model",
-    "model=gpt",
-    "model.n_layer=1",
-    "model.n_embd=16",
-    "model.n_head=2",
-    "data.block_size=16",
-    "data.batch_size=32",
-    "data.num_workers=2",
-    "trainer.max_epochs=2",
-    "trainer.ckpt_every_n_steps=3",
-    "trainer.log_every_n_steps=3",
-]
-
-
 def write_images(root):
     rng = np.random.default_rng(0)
     for split, n in (("train", 8), ("val", 2)):
@@ -85,16 +67,13 @@ def write_images(root):
         (DIGITS, 25, 6, "class labels in"),  # epoch 2, batch 6 of 19
         (AUGMENTED, 6, 2, "class probabilities (N, 2)"),  # epoch 2, batch 2 of 4
         (FINETUNE, 3, 3, "class labels in"),  # epoch 1 (frozen), batch 3 of 4
-        (TOKENS, 12, 4, "target tokens of a 320-symbol vocabulary"),  # epoch 2, batch 4 of 8
     ],
-    ids=["digits", "image_folder-workers2-randaugment-mixup-cutmix", "frozen-then-unfrozen-at-epoch-1", "tokens"],
+    ids=["digits", "image_folder-workers2-randaugment-mixup-cutmix", "frozen-then-unfrozen-at-epoch-1"],
 )
 def test_mid_epoch_checkpoint_resumes_to_identical_weights(
-    tmp_path, compose, monkeypatch, caplog, request, overrides, step, batch_in_epoch, first_batch
+    tmp_path, compose, monkeypatch, caplog, overrides, step, batch_in_epoch, first_batch
 ):
-    if overrides is TOKENS:
-        overrides = [*overrides, *request.getfixturevalue("prepared_tokens")]
-    elif overrides is not DIGITS:
+    if overrides is not DIGITS:
         overrides = [*overrides, *write_images(tmp_path / "images")]
     snapshot = tmp_path / f"step{step}.pt"
     real_save = checkpointing.storage.save
