@@ -1,7 +1,7 @@
 """data=shards against the same images held in memory, and what its memory does as the data grows.
 
 One process, one temp folder of PNG images (random pixels: they compress about as badly as photos):
-  1. prepare: `scripts/prepare_data.py data=shards`'s work (lab.data.shards.prepare_image_folder), seconds per GB.
+  1. prepare: `scripts/prepare_data.py data=shards`'s work (lab.data.shards.prepare), seconds per GB.
   2. samples/s of the training loader (decode + data.augment's random resized crop and flip, batches collated),
      0 and 2 workers, over three stores of the same images: their encoded bytes in a Python list (in memory: the
      baseline), the image folder's files (data=image_folder), the shards (data=shards); best of --repeats epochs,

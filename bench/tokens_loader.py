@@ -2,7 +2,7 @@
 memory as one tensor): the training loader's throughput at the same block and batch size, and what the prepare costs.
 
 One process, one temp folder: a corpus of --corpus-mb MB of real text (Python sources of the standard library, in
-sorted order) is written, prepared once (``lab.data.tokens.prepare_tokens``: the BPE trained, the corpus encoded into
+sorted order) is written, prepared once (``lab.data.tokens.prepare``: the BPE trained, the corpus encoded into
 uint16 files) and timed; then the two training loaders (``lab.data.make_loader``, as training builds them: shuffled,
 full batches, the resumable sampler) are drawn from in turns, --seconds each, --repeats times, so machine noise hits
 both. Prints tokens/s (best of the repeats and the median) and the same in characters of text per second (a BPE token
@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from lab.config import TextConfig, TokensConfig
-from lab.data import make_loader
-from lab.data.tokens import MB, prepare_tokens
+from lab.data import make_loader, tokens
+from lab.data.tokens import MB
 
 
 def write_corpus(path: Path, size: float) -> int:
@@ -73,7 +73,7 @@ def main() -> None:
         size = corpus.stat().st_size / MB
         tokens_cfg = TokensConfig(path=f"{tmp}/tokens", source=str(corpus), vocab_size=args.vocab_size, **common)
         start = time.perf_counter()
-        manifest = prepare_tokens(tokens_cfg)
+        manifest = tokens.prepare(tokens_cfg)
         prepare_s = time.perf_counter() - start
         info = manifest["info"]
         chars_per_token = chars / info["tokens"]

@@ -4,10 +4,11 @@ own keys (lab.config.options), so ``data=digits data.num_samples=5`` is refused:
 
 from __future__ import annotations
 
+import importlib
 import math
 import multiprocessing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
@@ -75,6 +76,29 @@ class DataConfig(Option, group="data"):
     def verify(self) -> None:
         """``scripts/prepare_data.py --verify``: every prepared part against its checksum."""
         self.prepare()  # the datasets without prepared files refuse in the same words
+
+
+class PreparedFiles:
+    """What a data option read from prepared files has (put it first among the bases): ``scripts/prepare_data.py``
+    writes them once into data.path (lab.data.prepared), and the module ``lab.data.<reader>`` has ``build(cfg)``,
+    ``prepare(cfg)`` and ``read_manifest(cfg)`` (the folder's manifest, refused in one line when it is missing,
+    partial, stale or damaged)."""
+
+    reader: ClassVar[str]
+
+    def _module(self) -> Any:
+        return importlib.import_module(f"lab.data.{self.reader}")
+
+    def build(self) -> Any:
+        return self._module().build(self)
+
+    def prepare(self) -> None:
+        self._module().prepare(self)
+
+    def verify(self) -> None:
+        from lab.data import prepared
+
+        prepared.verify(self.path, self._module().read_manifest(self))  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -218,11 +242,13 @@ class ImageFolderConfig(ImageDataConfig):
 
 
 @dataclass
-class ShardsConfig(ImageFolderConfig):
+class ShardsConfig(PreparedFiles, ImageFolderConfig):
     """Images (or tensors) in WebDataset tar shards, read by index without holding the set in memory
     (lab.data.shards): for data larger than RAM. Written once from an image folder (the layout and splits of
     data=image_folder) by `python scripts/prepare_data.py data=shards data.source=/images data.path=/data/shards`,
     then `python scripts/train.py data=shards data.path=/data/shards`. The image keys are image_folder's."""
+
+    reader: ClassVar[str] = "shards"  # lab.data.shards
 
     # the prepared folder (<split>-NNNNNN.tar shards, <split>.json indexes, manifest.json), or its URL on a server
     # (https://, s3://, gs://: each shard fetched once into cache_dir, by curl / the aws / gsutil CLIs)
@@ -244,21 +270,6 @@ class ShardsConfig(ImageFolderConfig):
             "data=shards reads samples from disk as the loader asks for them; data.loader=device holds a whole split "
             "on the device: set data.loader=torch (or, for a set that fits in memory, data=image_folder)",
         )
-
-    def build(self) -> Any:
-        from lab.data.shards import build_shards
-
-        return build_shards(self)
-
-    def prepare(self) -> None:
-        from lab.data.shards import prepare_image_folder
-
-        prepare_image_folder(self)
-
-    def verify(self) -> None:
-        from lab.data.shards import verify
-
-        verify(self)
 
 
 @dataclass
@@ -341,13 +352,15 @@ class TextConfig(DataConfig):
 
 
 @dataclass
-class TokensConfig(DataConfig):
+class TokensConfig(PreparedFiles, DataConfig):
     """A text corpus of any size for language modelling on byte-level BPE tokens, prepared once:
     python scripts/prepare_data.py data=tokens data.source=<text file or folder> data.path=<folder> trains the
     tokenizer and writes the corpus as token files (lab.data.tokens); training reads windows of block_size tokens from
     them memory-mapped, never the whole corpus into memory. The same data.source and settings at training, or the
     folder is refused; a source changed since the prepare makes it stale. train/val/test: contiguous parts of the
     token stream (cut at training, no prepare needed to change them)."""
+
+    reader: ClassVar[str] = "tokens"  # lab.data.tokens
 
     path: str = MISSING  # the prepared folder: written by scripts/prepare_data.py, read by training
     # a text file, or a folder of *.txt files (each a document, in sorted path order); null = Python's own
@@ -375,18 +388,3 @@ class TokensConfig(DataConfig):
         )
         _require(self.shard_mb > 0, f"data.shard_mb must be > 0, got {self.shard_mb}")
         _require(self.block_size >= 2, f"data.block_size must be >= 2, got {self.block_size}")
-
-    def build(self) -> Any:
-        from lab.data.tokens import build_tokens
-
-        return build_tokens(self)
-
-    def prepare(self) -> None:
-        from lab.data.tokens import prepare_tokens
-
-        prepare_tokens(self)
-
-    def verify(self) -> None:
-        from lab.data.tokens import verify_tokens
-
-        verify_tokens(self)

@@ -22,7 +22,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +179,11 @@ def read_manifest(
             f"data.path={shown} was prepared in format {manifest.get('format_version')}, this version reads "
             f"{FORMAT_VERSION}; prepare it again into a new folder: {command}"
         )
+    if source is not None and manifest["source"] is not None and str(source) != manifest["source"]:
+        raise ConfigError(
+            f"data.path={shown} was prepared from {manifest['source']}, not data.source={source}; give the source it "
+            f"was prepared from, or prepare this one into another data.path: {command}"
+        )
     check_source = source is not None and manifest["source"] is not None and Path(source).expanduser().exists()
     if check_source and fingerprint(source) != manifest["source_fingerprint"]:  # type: ignore[arg-type]
         raise ConfigError(
@@ -201,12 +206,16 @@ def check_part(file: Path, part: dict[str, Any], shown: str | Path) -> None:
         )
 
 
-def verify(path: str | Path, manifest: dict[str, Any], show: Callable[[Iterable[Any]], Iterable[Any]] = iter) -> None:
-    """Check every part's sha256 against the manifest; a UserError names the first that differs."""
+def verify(path: str | Path, manifest: dict[str, Any]) -> None:
+    """Check every part's sha256 against the manifest (with a progress bar); a UserError names the first that
+    differs."""
+    from tqdm import tqdm
+
     folder = Path(path).expanduser()
-    for part in show(manifest["parts"]):
+    for part in tqdm(manifest["parts"], unit="part", desc=f"checking {folder}"):
         if sha256(folder / part["name"]) != part["sha256"]:
             raise UserError(
                 f"{folder / part['name']} does not match its checksum in {folder / MANIFEST}: it was changed or "
                 "damaged after the prepare; restore it, or prepare again into a new folder"
             )
+    log.info("%s: every part matches its checksum", folder)

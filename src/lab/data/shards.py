@@ -102,13 +102,13 @@ def _image_sample(path: str, label: int) -> Callable[[], dict[str, Any]]:
     return lambda: {ext: Path(path).read_bytes(), "cls": label}  # the file's bytes: the same pixels as the folder
 
 
-def prepare_image_folder(cfg: DataCfg) -> None:
+def prepare(cfg: DataCfg) -> None:
     """scripts/prepare_data.py data=shards: data.source (an image folder) -> shards in data.path."""
     from tqdm import tqdm
 
     if cfg.source is None:
         raise ConfigError(f"data.source is required to prepare shards: the image folder to read; {command(cfg)}")
-    source = Path(cfg.source).expanduser()
+    source = Path(cfg.source).expanduser().resolve()
     try:
         class_names, splits = folder_splits(cfg, source)
     except ConfigError as err:
@@ -130,14 +130,6 @@ def prepare_image_folder(cfg: DataCfg) -> None:
             info["splits"][split] = write_shards(preparer, split, makers, cfg.samples_per_shard, bar)
     preparer.finish(info)
     log.info("prepared %s: %s", cfg.path, {s: sum(x["nsamples"] for x in v) for s, v in info["splits"].items()})
-
-
-def verify(cfg: DataCfg) -> None:
-    from tqdm import tqdm
-
-    manifest = prepared.read_manifest(cfg.path, KIND, command(cfg), cfg.source)
-    prepared.verify(cfg.path, manifest, lambda parts: tqdm(parts, unit="part", desc=f"verify {cfg.path}"))
-    log.info("%s: every part matches its checksum", cfg.path)
 
 
 # --------------------------------------------------------------------------- reading
@@ -345,18 +337,28 @@ class Remote:
         raise AssertionError("unreachable")
 
 
+def read_manifest(cfg: DataCfg) -> dict[str, Any]:
+    """The manifest of the prepared folder data.path (refused in one line when missing, partial, stale, damaged)."""
+    if is_url(cfg.path):
+        raise ConfigError(f"data.path={cfg.path} is on a server: check its files where they are a folder")
+    return prepared.read_manifest(cfg.path, KIND, command(cfg), _source(cfg))
+
+
+def _source(cfg: DataCfg) -> str | None:
+    return None if cfg.source is None else str(Path(cfg.source).expanduser().resolve())
+
+
 def locate(cfg: DataCfg) -> tuple[Callable[[str], Path], dict[str, Any]]:
     """(where each shard is, the manifest) of data.path: a prepared folder, or its URL."""
     if not is_url(cfg.path):
-        folder = Path(cfg.path).expanduser()
-        return Local(folder), prepared.read_manifest(folder, KIND, command(cfg), cfg.source)
+        return Local(Path(cfg.path).expanduser()), read_manifest(cfg)
     cache = Path(cfg.cache_dir).expanduser() / hashlib.sha256(cfg.path.encode()).hexdigest()[:16]
     Remote.fetch(f"{cfg.path.rstrip('/')}/{prepared.MANIFEST}", cache / prepared.MANIFEST)  # anew: it may change
-    manifest = prepared.read_manifest(cache, KIND, command(cfg), cfg.source, fetched_from=cfg.path)
+    manifest = prepared.read_manifest(cache, KIND, command(cfg), _source(cfg), fetched_from=cfg.path)
     return Remote(cfg.path, cache, manifest["parts"]), manifest
 
 
-def build_shards(cfg: DataCfg) -> DataModule:
+def build(cfg: DataCfg) -> DataModule:
     where, manifest = locate(cfg)
     info = manifest["info"]
     class_names = list(info["class_names"])

@@ -227,7 +227,7 @@ def _save_tokenizer(path: Path, files: list[Path], cfg: Any) -> dict:
     return {"vocab_size": tokenizer.get_vocab_size()}
 
 
-def prepare_tokens(cfg: Any) -> dict[str, Any]:
+def prepare(cfg: Any) -> dict[str, Any]:
     """Write cfg.path from cfg.source (see the module docstring); returns the manifest. Every refusal comes before
     the first write; an interrupted prepare is finished by the same command."""
     from tokenizers import Tokenizer
@@ -279,7 +279,7 @@ def prepare_tokens(cfg: Any) -> dict[str, Any]:
     return manifest
 
 
-def read_prepared(cfg: Any) -> dict[str, Any]:
+def read_manifest(cfg: Any) -> dict[str, Any]:
     """The manifest of cfg.path, refused in one line when it is missing, partial, damaged, prepared from another
     source or with other settings than cfg's, or stale (cfg.source changed since)."""
     command = prepare_command(cfg)
@@ -299,12 +299,6 @@ def read_prepared(cfg: Any) -> dict[str, Any]:
     if cfg.source is not None:  # now that it is the same source: has it changed since?
         manifest = prepared.read_manifest(cfg.path, KIND, command, source=label)
     return manifest
-
-
-def verify_tokens(cfg: Any) -> None:
-    manifest = read_prepared(cfg)
-    prepared.verify(cfg.path, manifest, show=lambda parts: tqdm(parts, desc="checking sha256", unit="file"))
-    print(f"data.path={cfg.path}: every part matches its checksum")
 
 
 class TokenFileWindows(Dataset):
@@ -381,8 +375,8 @@ class TokenFileWindows(Dataset):
         return list(zip(batch[:, :-1].unbind(0), batch[:, 1:].unbind(0), strict=True))
 
 
-def build_tokens(cfg: Any) -> DataModule:
-    manifest = read_prepared(cfg)
+def build(cfg: Any) -> DataModule:
+    manifest = read_manifest(cfg)
     info, folder = manifest["info"], Path(cfg.path).expanduser()
     files, counts = [str(folder / name) for name in info["files"]], info["tokens_per_file"]
     total = int(info["tokens"])

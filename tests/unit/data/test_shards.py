@@ -86,7 +86,7 @@ def epoch_visits(module, world_size: int, workers: int, epoch: int) -> list[int]
 
 @pytest.mark.parametrize(("world_size", "workers"), [(1, 0), (1, 2), (2, 0), (2, 2)])
 def test_an_epoch_sees_each_sample_once_across_ranks_and_workers(tmp_path, world_size, workers):
-    module = shards.build_shards(option(path=str(tensor_shards(tmp_path / "t"))))
+    module = shards.build(option(path=str(tensor_shards(tmp_path / "t"))))
     orders = []
     for epoch in (0, 1):
         seen = epoch_visits(module, world_size, workers, epoch)
@@ -110,7 +110,7 @@ def test_the_training_order_is_one_order_cut_into_contiguous_parts_per_rank():
 
 
 def test_a_resumed_epoch_continues_the_order_where_it_stopped(tmp_path):
-    module = shards.build_shards(option(path=str(tensor_shards(tmp_path / "t"))))
+    module = shards.build(option(path=str(tensor_shards(tmp_path / "t"))))
     cfg = options.instantiate("data", {"name": "shards", "path": "-", "batch_size": 4, "num_workers": 2})
 
     def batches(start):
@@ -194,7 +194,7 @@ def test_bad_prepared_shards_are_refused_in_one_line(images, tmp_path, kind):
 
 def test_a_shard_cut_short_or_of_another_schema_is_one_line_when_read(tmp_path):
     folder = tensor_shards(tmp_path / "t", n=8)
-    module = shards.build_shards(option(path=str(folder)))
+    module = shards.build(option(path=str(folder)))
     with tarfile.open(folder / "train-000001.tar") as tar:
         members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
     # a shard whose tar lost its last sample (an index or copy gone wrong, sizes not checked: a foreign source)
