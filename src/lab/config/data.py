@@ -281,7 +281,8 @@ class HfConfig(DataConfig):
 
     path: str = MISSING  # the save_to_disk folder or the prepared folder
     target: str | None = None  # the target column (needed to train; prepare converts every column)
-    inputs: list[str] | None = None  # the feature columns; null = every numeric column but the target
+    # the feature columns; null = every numeric column but the target (and but datasets' ClassLabel categories)
+    inputs: list[str] | None = None
     target_type: str = "${task.target_type}"  # class (labels) | value (regression); follows the task
     # the CSV that prepare converts into data.path; when set, training refuses a folder prepared before it changed
     source: str | None = None

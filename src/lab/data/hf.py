@@ -15,6 +15,7 @@ and infer (a CSV of rows: lab.inference.rows) treat a data=hf checkpoint like a 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -96,13 +97,20 @@ def columns(cfg: Any, tables: dict[str, datasets.Dataset]) -> list[str]:
     for split, table in tables.items():
         missing = [c for c in [cfg.target, *(cfg.inputs or [])] if c not in table.column_names]
         if missing:
-            key = "data.target" if cfg.target in missing else "data.inputs"
-            raise ConfigError(
-                f"{key}: {', '.join(map(repr, missing))} not a column of the {split} split of {where}; its columns: "
-                f"{_listing(table.data.schema)}"
-            )
+            what = f"data.target={cfg.target!r} is not a column" if cfg.target in missing else f"data.inputs {missing}"
+            what += "" if cfg.target in missing else " are not columns"
+            of = f"the {split} split of {where}" if len(tables) > 1 else where
+            raise ConfigError(f"{what} of {of}; its columns: {_listing(table.data.schema)}")
+    if cfg.target_type == "value" and not _numeric(schema.field(cfg.target).type):
+        raise ConfigError(
+            f"data.target={cfg.target!r} of {where} is {schema.field(cfg.target).type}, not a number: "
+            "task=regression predicts a numeric target; use task=classification for labels"
+        )
     if cfg.inputs is None:
-        inputs = [f.name for f in schema if f.name != cfg.target and _numeric(f.type)]
+        # a ClassLabel column is a category stored as its index, not a quantity: listed in data.inputs only
+        features = tables["train"].features
+        categories = {name for name, kind in features.items() if isinstance(kind, datasets.ClassLabel)}
+        inputs = [f.name for f in schema if f.name != cfg.target and _numeric(f.type) and f.name not in categories]
         if not inputs:
             raise ConfigError(
                 f"{where} has no numeric column but the target {cfg.target!r} to use as inputs; its columns: "
@@ -119,11 +127,6 @@ def columns(cfg: Any, tables: dict[str, datasets.Dataset]) -> list[str]:
                 f"data.inputs: column {name!r} of {where} is {schema.field(name).type}, not numeric; its numeric "
                 f"columns: {', '.join(numeric) or 'none'}"
             )
-    if cfg.target_type == "value" and not _numeric(schema.field(cfg.target).type):
-        raise ConfigError(
-            f"data.target={cfg.target!r} of {where} is {schema.field(cfg.target).type}, not a number: "
-            "task=regression predicts a numeric target; use task=classification for labels"
-        )
     return inputs
 
 
@@ -341,6 +344,7 @@ class _Batches:
     def __init__(self, reader: pcsv.CSVStreamingReader, stream: pa.NativeFile, source: Path, bar: Any) -> None:
         self.reader, self.stream, self.source, self.bar = reader, stream, source, bar
         self.pending: pa.RecordBatch | None = None
+        self.parsed = 0  # rows parsed so far, for messages
 
     def _next(self) -> pa.RecordBatch | None:
         try:
@@ -348,9 +352,12 @@ class _Batches:
         except StopIteration:
             return None
         except pa.ArrowInvalid as err:  # a row that does not parse, or a value not of its column's type
+            found = re.sub(r"column #(\d+)", lambda m: f"column {self.reader.schema.names[int(m[1])]!r}", str(err))
             raise UserError(
-                f"{self.source}: {str(err).splitlines()[0]}; fix the file, then prepare into a new data.path"
+                f"{self.source}, in the rows after {self.parsed}: {found.splitlines()[0]}; fix the file, then prepare "
+                "into a new data.path"
             ) from None
+        self.parsed += batch.num_rows
         self.bar.update(self.stream.tell() - self.bar.n)
         return batch
 
