@@ -229,9 +229,40 @@ def scan(
     return stats, target_stats
 
 
+class MappedColumns:
+    """Columns of a memory-mapped Arrow table gathered by row number. A numeric column without empty cells is read
+    through numpy views of its record batches' buffers (zero-copy: a gather touches only the rows asked for, about
+    ten times faster than Arrow's take on a prepared table); any other column (text labels) with Arrow's take."""
+
+    def __init__(self, table: pa.Table, names: Sequence[str]) -> None:
+        self.table = table.select(list(names))
+        batches = self.table.to_batches()
+        self.offsets = np.cumsum([0, *(batch.num_rows for batch in batches)])
+        self.views: dict[str, list[np.ndarray]] = {}
+        for j, name in enumerate(names):
+            kind = self.table.schema.field(name).type
+            if (pa.types.is_integer(kind) or pa.types.is_floating(kind)) and self.table.column(j).null_count == 0:
+                self.views[name] = [batch.column(j).to_numpy(zero_copy_only=True) for batch in batches]
+
+    def gather(self, rows: np.ndarray) -> dict[str, np.ndarray | pa.ChunkedArray]:
+        batch = np.searchsorted(self.offsets, rows, side="right") - 1
+        local = rows - self.offsets[batch]
+        groups = [(b, np.flatnonzero(batch == b)) for b in np.unique(batch)]
+        out: dict[str, np.ndarray | pa.ChunkedArray] = {}
+        for name in self.table.column_names:
+            if name in self.views:
+                column = np.empty(len(rows), dtype=self.views[name][0].dtype)
+                for b, at in groups:
+                    column[at] = self.views[name][b][local[at]]
+                out[name] = column
+            else:
+                out[name] = self.table.column(name).take(rows)
+        return out
+
+
 class ArrowRows(Dataset):
     """One split of a memory-mapped table: ``rows`` picks its rows (None = all, in order). Items are (float32
-    inputs (F,), target); ``__getitems__`` reads a whole batch with one Arrow gather and standardises it at once."""
+    inputs (F,), target); ``__getitems__`` gathers a whole batch at once and standardises it in one operation."""
 
     def __init__(
         self,
@@ -245,10 +276,19 @@ class ArrowRows(Dataset):
         target_mean: float = 0.0,
         target_std: float = 1.0,
     ) -> None:
-        self.table = table.with_format("arrow", columns=[*inputs, target])
-        self.rows, self.inputs, self.target = rows, inputs, target
+        self.table, self.rows, self.inputs, self.target = table, rows, inputs, target
         self.mean, self.std, self.labels = mean, std, labels
         self.target_mean, self.target_std = target_mean, target_std
+        # numeric labels (ClassLabel indices, integer classes) map to their index by a binary search: the label
+        # values are in ascending order (lab.data.tabular's natural order of numbers)
+        numeric = labels is not None and (pa.types.is_integer(labels.type) or pa.types.is_floating(labels.type))
+        self.sorted_labels = labels.to_numpy() if numeric else None
+        self._columns: MappedColumns | None = None  # made in each process that reads (DataLoader workers too)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a worker started by spawn gets the table as its file names (datasets pickles a mapped table so) and maps
+        # it itself: numpy views of the mapped buffers would be pickled as copies of the whole table
+        return {**self.__dict__, "_columns": None}
 
     def __len__(self) -> int:
         return len(self.table) if self.rows is None else len(self.rows)
@@ -262,16 +302,23 @@ class ArrowRows(Dataset):
 
     def batch(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Items `indices` as one (inputs (B, F), targets (B,)) batch."""
-        index = np.asarray(indices, dtype=np.int64)
+        rows = np.asarray(indices, dtype=np.int64)
         if self.rows is not None:
-            index = self.rows[index]
-        batch = self.table[index.tolist()]
-        x = torch.from_numpy(((matrix(batch, self.inputs) - self.mean) / self.std).astype(np.float32))
-        column = batch.column(self.target)
-        if self.labels is not None:
+            rows = self.rows[rows]
+        if self._columns is None:
+            self._columns = MappedColumns(self.table.data.table, [*self.inputs, self.target])
+        found = self._columns.gather(rows)
+        x = np.empty((len(rows), len(self.inputs)))
+        for j, name in enumerate(self.inputs):
+            x[:, j] = found[name]
+        x = torch.from_numpy(((x - self.mean) / self.std).astype(np.float32))
+        column = found[self.target]
+        if self.sorted_labels is not None:
+            y = torch.from_numpy(np.searchsorted(self.sorted_labels, column).astype(np.int64))
+        elif self.labels is not None:
             y = torch.from_numpy(pc.index_in(column, value_set=self.labels).to_numpy().astype(np.int64))
         else:
-            values = pc.cast(column, pa.float64()).to_numpy()
+            values = column if isinstance(column, np.ndarray) else pc.cast(column, pa.float64()).to_numpy()
             y = torch.from_numpy(((values - self.target_mean) / self.target_std).astype(np.float32))
         return x, y
 

@@ -35,12 +35,14 @@ def held_out(labels: np.ndarray, fraction: float, seed: int, stratify: bool) -> 
     class_members = np.split(np.argsort(class_of, kind="stable"), np.cumsum(class_counts)[:-1])
     kept_per_class = _approximate_mode(class_counts, n_kept, rng)
     held_per_class = _approximate_mode(class_counts - kept_per_class, n_held, rng)
-    kept, held = [], []
+    kept, held = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
     for members, n_k, n_h in zip(class_members, kept_per_class, held_per_class):
         shuffled = members.take(rng.permutation(len(members)), mode="clip")
-        kept.extend(shuffled[:n_k])
-        held.extend(shuffled[n_k : n_k + n_h])
-    return np.asarray(kept, dtype=np.int64), np.asarray(held, dtype=np.int64)
+        # array pieces, not Python ints: a list of one int object per sample takes ~40 bytes each (data=hf splits
+        # tables of hundreds of millions of rows)
+        kept.append(shuffled[:n_k])
+        held.append(shuffled[n_k : n_k + n_h])
+    return np.concatenate(kept).astype(np.int64), np.concatenate(held).astype(np.int64)
 
 
 def _approximate_mode(class_counts: np.ndarray, n_draws: int, rng: np.random.RandomState) -> np.ndarray:

@@ -4,6 +4,7 @@ interrupted; a partial, stale or damaged folder and a wrong schema are refused i
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 from pathlib import Path
 
@@ -114,6 +115,10 @@ def test_a_prepared_csv_gives_data_csvs_rows(table, target_type: str) -> None:
         assert torch.allclose(y.double(), getattr(theirs, split).targets.double(), atol=1e-6)
     batch = ours.train.__getitems__([3, 0, 2999 - 1000])
     assert torch.equal(batch[0][0], ours.train[3][0]) and torch.equal(batch[1][1], ours.train[0][1])
+    # what a spawned DataLoader worker gets: the table as its files (mapped again there), not copies of its columns
+    pickled = pickle.dumps(ours.train)
+    assert len(pickled) < ours.train.rows.nbytes + 10_000 < ours.train.table.data.nbytes / 3
+    assert torch.equal(pickle.loads(pickled).batch([5, 9])[0], ours.train.batch([5, 9])[0])
 
 
 def test_an_interrupted_prepare_resumes_to_the_same_files(table, tmp_path: Path, monkeypatch) -> None:
