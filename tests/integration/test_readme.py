@@ -135,6 +135,7 @@ SECTIONS_RUN_ELSEWHERE = {
     "## Add your own model, dataset or task": "tests/integration/test_extension.py",
     "## Debugging tools": "tests/integration/test_tools.py",
     "## Fine-tune a pretrained model": "tests/integration/test_finetune.py",  # weights it writes, offline
+    "## Data larger than memory": "tests/integration/test_hf_workflow.py",  # a CSV it writes, prepared and trained on
 }
 NOT_RUN_AS_WRITTEN = {
     "git checkout <git_commit>": ("would change this work tree", "tests/integration/test_report.py", "reproduce"),
@@ -169,6 +170,11 @@ NOT_RUN_AS_WRITTEN = {
         "minutes: it trains and exports two convnets; its quantization and figures are tested",
         "tests/unit/exporting/test_quantization.py",
         "int8_report",
+    ),
+    "python bench/table_memory.py": (
+        "minutes: 320 MB of CSV written, prepared and read; its measurement in a forked child is tested on a tiny CSV",
+        "tests/unit/data/test_hf.py",
+        "table_memory",
     ),
 }
 

@@ -3,6 +3,7 @@ interrupted; a partial, stale or damaged folder and a wrong schema are refused i
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pickle
 import shutil
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import REPO
 from lab.config.data import CsvConfig, HfConfig
 from lab.data import hf
 from lab.errors import ConfigError, UserError
@@ -215,3 +217,20 @@ def test_prepare_refuses_what_it_cannot_convert(table, tmp_path: Path, monkeypat
         _cfg(table["root"], source=str(table["csv"])).prepare()
     with pytest.raises(ConfigError, match=r"data\.loader=device would hold all of it"):
         _cfg(tmp_path, loader="device")
+
+
+def test_the_memory_bench_measures_its_work_in_a_forked_child(tmp_path: Path, monkeypatch) -> None:
+    """bench/table_memory.py (minutes at its sizes, README): its CSV, and a prepare and an epoch each measured in a
+    child process of its own (a fork: no new interpreter)."""
+    monkeypatch.setenv("TQDM_DISABLE", "1")  # what the bench sets, undone after the test
+    spec = importlib.util.spec_from_file_location("table_memory", REPO / "bench" / "table_memory.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.write_csv(tmp_path / "t.csv", 0.3)
+    assert 0.3e6 <= (tmp_path / "t.csv").stat().st_size < 0.5e6
+    prepared = bench.in_child(bench.prepare, tmp_path / "t.csv", tmp_path / "arrow")
+    assert prepared["hwm"] > 0 and prepared["anon"] >= prepared["start_anon"] > 0 and prepared["seconds"] > 0
+    cfg = _cfg(tmp_path / "arrow", target="target")
+    cfg.batch_size = 64
+    read = bench.in_child(bench.epoch, cfg)
+    assert read["samples"] == len(cfg.build().train) // 64 * 64 and read["samples"] > 0.6 * rows
