@@ -4,8 +4,12 @@ For generated CSVs of 1x, 5x and 10x --base-mb (default 20 MB: 20, 100 and 200 M
 child of its own (so every figure is that work's alone, over the imports the parent already holds):
   - prepare: what ``scripts/prepare_data.py data=hf`` does (the CSV streamed into Arrow parts): peak memory,
     seconds, seconds per GB of CSV;
-  - epoch: ``build()`` (the split, the train statistics pass) and one epoch of shuffled training batches through
-    the template's loader (``lab.data.make_loader``: ``__getitems__`` batches): peak memory, samples/s.
+  - build: ``build()`` (the split, the train statistics pass): peak memory, seconds;
+  - epoch: then one epoch of shuffled training batches through the template's loader (``lab.data.make_loader``:
+    ``__getitems__`` batches): peak memory, samples/s.
+Memory that grows with the rows and not with the bytes (the split's row numbers, 4 bytes a row; torch's
+RandomSampler, which lists an epoch's permutation as Python ints, ~36 bytes a training row) is printed per row, next
+to the table's own bytes a row.
 Peak memory is given two ways: VmHWM, every resident page including the memory-mapped table's (file cache the
 kernel drops under memory pressure, shared by every process mapping it), and the peak of RssAnon sampled every
 2 ms, the process's own memory, the part that must stay flat for a table larger than RAM. Both are over the
@@ -75,6 +79,16 @@ def _status(key: str) -> int:
     return 0
 
 
+_PEAK = [0]  # in a measuring child: the highest RssAnon sampled since the last phase() (or the start)
+
+
+def phase() -> int:
+    """The RssAnon peak of the phase that ends here; the next phase's peak starts from the current RssAnon."""
+    peak = max(_PEAK[0], _status("RssAnon"))
+    _PEAK[0] = _status("RssAnon")
+    return peak
+
+
 def _child(queue: Any, work: Any, args: tuple) -> None:
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -82,11 +96,11 @@ def _child(queue: Any, work: Any, args: tuple) -> None:
     except OSError:
         pass
     start = {"rss": _status("VmRSS"), "anon": _status("RssAnon")}
-    peak_anon, stop = [start["anon"]], threading.Event()
+    _PEAK[0], stop = start["anon"], threading.Event()
 
     def sample() -> None:  # RssAnon has no kernel-kept peak: sampled
         while not stop.wait(0.002):
-            peak_anon[0] = max(peak_anon[0], _status("RssAnon"))
+            _PEAK[0] = max(_PEAK[0], _status("RssAnon"))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -96,16 +110,9 @@ def _child(queue: Any, work: Any, args: tuple) -> None:
     seconds = time.perf_counter() - began
     stop.set()
     sampler.join()
-    peak_anon[0] = max(peak_anon[0], _status("RssAnon"))
-    queue.put(
-        {
-            **out,
-            "seconds": seconds,
-            "hwm": _status("VmHWM"),
-            "anon": peak_anon[0],
-            **{"start_" + k: v for k, v in start.items()},
-        }
-    )
+    last = phase()
+    figures = {"seconds": seconds, "hwm": _status("VmHWM"), "anon": max(last, out.get("build_anon", 0))}
+    queue.put({**out, **figures, "last_anon": last, **{"start_" + k: v for k, v in start.items()}})
 
 
 def in_child(work: Any, *args: Any) -> dict[str, Any]:
@@ -130,17 +137,18 @@ def epoch(cfg: Any) -> dict[str, Any]:
     """build() and one training epoch of batches (inputs and targets touched, as a model would)."""
     began = time.perf_counter()
     module = cfg.build()
-    built = time.perf_counter() - began
+    built, build_anon = time.perf_counter() - began, phase()
     loader = make_loader(module.train, cfg, train=True, generator=torch.Generator().manual_seed(0), pin_memory=False)
     samples, checksum, began = 0, 0.0, time.perf_counter()
     for x, y in loader:
         samples += len(y)
         checksum += float(x[0, 0]) + float(y[0])
-    return {"build_s": built, "samples": samples, "samples_per_s": samples / (time.perf_counter() - began)}
+    seconds = time.perf_counter() - began
+    return {"build_s": built, "build_anon": build_anon, "samples": samples, "samples_per_s": samples / seconds}
 
 
-def mb(value: float) -> str:
-    return f"{value / 2**20:8.1f}"
+def mib(value: float) -> str:
+    return f"{value / 2**20:7.1f}"
 
 
 def main() -> None:
@@ -161,37 +169,40 @@ def main() -> None:
             count = write_csv(csv, args.base_mb * scale)
             size = csv.stat().st_size
             prepared = in_child(prepare, csv, root / f"arrow-{scale:g}x")
+            arrow_bytes = sum(part.stat().st_size for part in (root / f"arrow-{scale:g}x").glob("*.arrow"))
             cfg = HfConfig(path=str(root / f"arrow-{scale:g}x"), target="target", target_type="value")
             cfg.batch_size = args.batch_size
             read = in_child(epoch, cfg)
-            rows[scale] = {"csv": csv, "rows": count, "bytes": size, "prepare": prepared, "epoch": read}
+            rows[scale] = {"csv": csv, "rows": count, "bytes": size, "arrow_bytes": arrow_bytes}
+            rows[scale].update(prepare=prepared, epoch=read)
             if scale != scales[0]:
                 csv.unlink()  # only the 1x CSV is read again (data=csv); the rest would only fill the disk
 
+        print(f"data=hf peak memory, MiB over the child's start (imports); batch {args.batch_size}")
+        print("  RssAnon: the process's own memory; VmHWM: every resident page, the mapped table's included")
         print(
-            f"data=hf peak memory (MiB over the child's start; VmHWM includes the mapped table's pages), "
-            f"batch {args.batch_size}"
-        )
-        print(
-            f"{'CSV':>10} {'rows':>10} | {'prepare: RssAnon':>16} {'VmHWM':>8} {'s':>6} {'s/GB':>6} | "
-            f"{'epoch: RssAnon':>14} {'VmHWM':>8} {'build s':>7} {'samples/s':>10}"
+            f"{'CSV':>10} {'rows':>9} | {'prepare':>7} {'VmHWM':>7} {'s':>6} {'s/GB':>5} | {'build':>7} "
+            f"{'epoch':>7} {'VmHWM':>7} {'build s':>7} {'samples/s':>9}"
         )
         for row in rows.values():
             p, e = row["prepare"], row["epoch"]
             print(
-                f"{row['bytes'] / 1e6:7.0f} MB {row['rows']:>10} | {mb(p['anon'] - p['start_anon']):>16} "
-                f"{mb(p['hwm'] - p['start_rss'])} {p['seconds']:6.2f} {p['seconds'] / (row['bytes'] / 1e9):6.1f} | "
-                f"{mb(e['anon'] - e['start_anon']):>14} {mb(e['hwm'] - e['start_rss'])} {e['build_s']:7.2f} "
-                f"{e['samples_per_s']:10.0f}"
+                f"{row['bytes'] / 1e6:7.0f} MB {row['rows']:>9} | {mib(p['anon'] - p['start_anon'])} "
+                f"{mib(p['hwm'] - p['start_rss'])} {p['seconds']:6.2f} {p['seconds'] / (row['bytes'] / 1e9):5.1f} | "
+                f"{mib(e['build_anon'] - e['start_anon'])} {mib(e['last_anon'] - e['start_anon'])} "
+                f"{mib(e['hwm'] - e['start_rss'])} {e['build_s']:7.2f} {e['samples_per_s']:9.0f}"
             )
         first, last = rows[scales[0]], rows[scales[-1]]
-        for what in ("prepare", "epoch"):
-            grow = (last[what]["anon"] - last[what]["start_anon"]) / max(
-                first[what]["anon"] - first[what]["start_anon"], 1
-            )
+        more_rows = max(last["rows"] - first["rows"], 1)
+        table_per_row = last["arrow_bytes"] / last["rows"]
+        times = last["bytes"] / first["bytes"]
+        print(f"from {scales[0]:g}x to {scales[-1]:g}x ({times:.1f}x the data), RssAnon grows by:")
+        for what, key in (("prepare", "anon"), ("build", "build_anon"), ("epoch", "last_anon")):
+            phase = "prepare" if what == "prepare" else "epoch"
+            grown = last[phase][key] - last[phase]["start_anon"] - (first[phase][key] - first[phase]["start_anon"])
             print(
-                f"{what}: own memory (RssAnon) at {scales[-1]:g}x is {grow:.2f}x that at {scales[0]:g}x "
-                f"for {last['bytes'] / first['bytes']:.1f}x the data"
+                f"  {what:>7}: {grown / 2**20:7.1f} MiB, {grown / more_rows:5.1f} bytes a row "
+                f"(the Arrow table: {table_per_row:.0f} bytes a row)"
             )
 
         # loader speed on the 1x table: memory-mapped Arrow gathers vs data=csv's in-memory tensors

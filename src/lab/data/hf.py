@@ -36,7 +36,12 @@ from lab.errors import ConfigError, UserError
 KIND = "hf"
 PART = "data-{:05d}.arrow"
 STATS_ROWS = 65_536  # rows per batch of the statistics and checks pass: a few MB whatever the table's size
-CSV_BLOCK = 8 << 20  # bytes of CSV parsed per record batch: big enough for pyarrow's threads, small for memory
+# bytes of CSV parsed at a time. pyarrow's streaming reader reads up to 32 blocks ahead of the consumer (its
+# background reader's queue): 1 MB blocks bound that to ~32 MB of text whatever the file's size (8 MB blocks: 256 MB)
+CSV_BLOCK = 1 << 20
+# rows per record batch written: the parsed blocks' small batches are joined (a bounded copy) so that a part holds a
+# few large batches; a training batch's rows then fall in few of them (lab.data.hf.MappedColumns gathers per batch)
+WRITE_ROWS = 131_072
 VAL_SPLITS = ("validation", "val", "valid")
 SAVED_MARKERS = ("dataset_dict.json", "state.json")  # what save_to_disk writes (a DatasetDict, a Dataset)
 
@@ -204,10 +209,10 @@ def matrix(batch: pa.Table, names: Sequence[str]) -> np.ndarray:
 
 
 def scan(
-    cfg: Any, table: datasets.Dataset, split: str, inputs: list[str], train: np.ndarray | None, value: bool
+    cfg: Any, table: datasets.Dataset, split: str, inputs: list[str], train: np.ndarray | bool, value: bool
 ) -> tuple[Moments, Moments]:
     """One pass over `table` in batches of STATS_ROWS rows: every value checked (a number, finite), and the
-    moments of the inputs (and of a value target) over the rows `train` marks (a bool per row; None = none)."""
+    moments of the inputs (and of a value target) over the rows `train` marks (a bool per row, or all / none)."""
     names = [*inputs, cfg.target] if value else list(inputs)
     stats, target_stats = Moments(len(inputs)), Moments(1)
     view = table.with_format("arrow", columns=names)
@@ -217,12 +222,12 @@ def scan(
         if not finite.all():
             row, col = map(int, np.argwhere(~finite)[0])
             raise ConfigError(
-                f"data.path={cfg.path}, {split} split, row {start + row}: column {names[col]!r} is "
+                f"data.path={cfg.path}, {split} split, row {start + row} (from 0): column {names[col]!r} is "
                 f"{'empty' if np.isnan(x[row, col]) else x[row, col]}; fill or drop the rows with empty, NaN or inf "
                 "values"
             )
-        if train is not None:
-            keep = x[train[start : start + len(x)]]
+        if train is not False:
+            keep = x if train is True else x[train[start : start + len(x)]]
             stats.add(keep[:, : len(inputs)])
             if value:
                 target_stats.add(keep[:, len(inputs) :])
@@ -350,15 +355,18 @@ def build_hf(cfg: Any) -> DataModule:
             rows["train"], rows["val"] = train_idx.numpy(), val_idx.numpy()
             rows["test"] = None if test_idx is None else test_idx.numpy()
         del strata
-    mask = np.ones(n, dtype=bool) if rows["train"] is None else np.zeros(n, dtype=bool)
+        if n < 2**31:  # the split's row numbers are kept for the run: 4 bytes a row, not 8
+            rows = {split: None if index is None else index.astype(np.int32) for split, index in rows.items()}
+    mask: np.ndarray | bool = True  # the rows of the train split (a bool a row when it is carved out of the table)
     if rows["train"] is not None:
+        mask = np.zeros(n, dtype=bool)
         mask[rows["train"]] = True
 
     stats, target_stats = scan(cfg, train, "train", inputs, mask, value)
     del mask
     for split in ("val", "test"):
         if split in tables:
-            scan(cfg, tables[split], split, inputs, None, value)
+            scan(cfg, tables[split], split, inputs, False, value)
     mean, std = stats.mean, np.maximum(stats.std, 1e-12)
     meta: dict[str, Any] = {
         "input_shape": [len(inputs)],
@@ -426,8 +434,8 @@ class _Batches:
 
 def open_csv(source: Path) -> tuple[pcsv.CSVStreamingReader, pa.NativeFile]:
     """A streaming reader of `source` and the stream under it. Column types are pyarrow's guess from the first
-    block, integers widened to float64: a later block holding 1.5 in a column whose first rows were 1, 2, 3 then
-    still fits (labels and counts lose nothing below 2**53)."""
+    block (CSV_BLOCK bytes), integers widened to float64: a later block holding 1.5 in a column whose first rows
+    were 1, 2, 3 then still fits (labels and counts lose nothing below 2**53)."""
     read = pcsv.ReadOptions(block_size=CSV_BLOCK)
     try:
         probe = pcsv.open_csv(str(source), read_options=read)
@@ -451,12 +459,25 @@ def open_csv(source: Path) -> tuple[pcsv.CSVStreamingReader, pa.NativeFile]:
 
 
 def write_part(path: Path, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> dict[str, Any]:
-    """One part: an Arrow IPC stream (what datasets' own files are, so ``Dataset.from_file`` maps it)."""
-    rows = 0
+    """One part: an Arrow IPC stream (what datasets' own files are, so ``Dataset.from_file`` maps it) of record
+    batches of WRITE_ROWS rows (the last one shorter)."""
+    rows, pending, held = 0, [], 0
+
+    def flush(writer: pa.ipc.RecordBatchStreamWriter) -> None:
+        if pending:
+            writer.write_batch(pa.Table.from_batches(pending, schema).combine_chunks().to_batches()[0])
+            pending.clear()
+
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
         for batch in batches:
-            writer.write_batch(batch)
-            rows += batch.num_rows
+            while batch.num_rows:
+                take = min(batch.num_rows, WRITE_ROWS - held)
+                pending.append(batch.slice(0, take))
+                batch, held, rows = batch.slice(take), held + take, rows + take
+                if held == WRITE_ROWS:
+                    flush(writer)
+                    held = 0
+        flush(writer)
     return {"rows": rows}
 
 

@@ -164,7 +164,15 @@ def _damaged(table, tmp_path: Path) -> HfConfig:
     return _cfg(tmp_path / "p")
 
 
+def _empty_cell(table, tmp_path: Path) -> HfConfig:
+    csv = tmp_path / "holes.csv"
+    csv.write_text("a,price\n" + "1.5,2\n" * 20 + ",3\n" + "2.5,4\n" * 20)
+    _cfg(tmp_path / "p", source=str(csv)).prepare()
+    return _cfg(tmp_path / "p", source=str(csv))
+
+
 CASES = {
+    "empty_cell": (_empty_cell, r"train split, row 20 \(from 0\): column 'a' is empty; fill or drop the rows"),
     "stale": (_stale, "is stale: .*small.csv has changed since it was prepared; prepare it again"),
     "damaged": (_damaged, "is damaged: data-00002.arrow has 100 bytes, the manifest says"),
     "missing": (lambda t, p: _cfg(p / "nothing"), "does not exist; prepare it with: python scripts/prepare_data"),
