@@ -133,12 +133,30 @@ def prepare(csv: Path, out: Path) -> dict[str, Any]:
     return {}
 
 
-def epoch(cfg: Any) -> dict[str, Any]:
+class TensorPermutation(torch.utils.data.Sampler):
+    """RandomSampler's permutation, kept as the int64 tensor it is drawn as (8 bytes a row) and handed out in
+    slices: torch's RandomSampler lists it as Python ints (~36 bytes a row) for the whole epoch. For the bench's
+    second epoch figure: what the data path costs without that list."""
+
+    def __init__(self, n: int, generator: torch.Generator) -> None:
+        self.n, self.generator = n, generator
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        for piece in torch.randperm(self.n, generator=self.generator).split(65_536):
+            yield from piece.tolist()
+
+
+def epoch(cfg: Any, tensor_sampler: bool = False) -> dict[str, Any]:
     """build() and one training epoch of batches (inputs and targets touched, as a model would)."""
     began = time.perf_counter()
     module = cfg.build()
     built, build_anon = time.perf_counter() - began, phase()
-    loader = make_loader(module.train, cfg, train=True, generator=torch.Generator().manual_seed(0), pin_memory=False)
+    generator = torch.Generator().manual_seed(0)
+    sampler = TensorPermutation(len(module.train), generator) if tensor_sampler else None
+    loader = make_loader(module.train, cfg, train=True, generator=generator, pin_memory=False, sampler=sampler)
     samples, checksum, began = 0, 0.0, time.perf_counter()
     for x, y in loader:
         samples += len(y)
@@ -172,9 +190,9 @@ def main() -> None:
             arrow_bytes = sum(part.stat().st_size for part in (root / f"arrow-{scale:g}x").glob("*.arrow"))
             cfg = HfConfig(path=str(root / f"arrow-{scale:g}x"), target="target", target_type="value")
             cfg.batch_size = args.batch_size
-            read = in_child(epoch, cfg)
+            read, lean = in_child(epoch, cfg), in_child(epoch, cfg, True)
             rows[scale] = {"csv": csv, "rows": count, "bytes": size, "arrow_bytes": arrow_bytes}
-            rows[scale].update(prepare=prepared, epoch=read)
+            rows[scale].update(prepare=prepared, epoch=read, lean=lean)
             if scale != scales[0]:
                 csv.unlink()  # only the 1x CSV is read again (data=csv); the rest would only fill the disk
 
@@ -182,7 +200,7 @@ def main() -> None:
         print("  RssAnon: the process's own memory; VmHWM: every resident page, the mapped table's included")
         print(
             f"{'CSV':>10} {'rows':>9} | {'prepare':>7} {'VmHWM':>7} {'s':>6} {'s/GB':>5} | {'build':>7} "
-            f"{'epoch':>7} {'VmHWM':>7} {'build s':>7} {'samples/s':>9}"
+            f"{'epoch':>7} {'VmHWM':>7} {'build s':>7} {'samples/s':>9} | {'epoch*':>7}"
         )
         for row in rows.values():
             p, e = row["prepare"], row["epoch"]
@@ -190,15 +208,21 @@ def main() -> None:
                 f"{row['bytes'] / 1e6:7.0f} MB {row['rows']:>9} | {mib(p['anon'] - p['start_anon'])} "
                 f"{mib(p['hwm'] - p['start_rss'])} {p['seconds']:6.2f} {p['seconds'] / (row['bytes'] / 1e9):5.1f} | "
                 f"{mib(e['build_anon'] - e['start_anon'])} {mib(e['last_anon'] - e['start_anon'])} "
-                f"{mib(e['hwm'] - e['start_rss'])} {e['build_s']:7.2f} {e['samples_per_s']:9.0f}"
+                f"{mib(e['hwm'] - e['start_rss'])} {e['build_s']:7.2f} {e['samples_per_s']:9.0f} | "
+                f"{mib(row['lean']['last_anon'] - row['lean']['start_anon'])}"
             )
+        print("  epoch*: the same epoch drawn by a sampler that keeps its permutation as a tensor (TensorPermutation)")
         first, last = rows[scales[0]], rows[scales[-1]]
         more_rows = max(last["rows"] - first["rows"], 1)
         table_per_row = last["arrow_bytes"] / last["rows"]
         times = last["bytes"] / first["bytes"]
         print(f"from {scales[0]:g}x to {scales[-1]:g}x ({times:.1f}x the data), RssAnon grows by:")
-        for what, key in (("prepare", "anon"), ("build", "build_anon"), ("epoch", "last_anon")):
-            phase = "prepare" if what == "prepare" else "epoch"
+        for what, phase, key in (
+            ("prepare", "prepare", "anon"),
+            ("build", "epoch", "build_anon"),
+            ("epoch", "epoch", "last_anon"),
+            ("epoch*", "lean", "last_anon"),
+        ):
             grown = last[phase][key] - last[phase]["start_anon"] - (first[phase][key] - first[phase]["start_anon"])
             print(
                 f"  {what:>7}: {grown / 2**20:7.1f} MiB, {grown / more_rows:5.1f} bytes a row "

@@ -341,7 +341,7 @@ def build_hf(cfg: Any) -> DataModule:
     rows: dict[str, np.ndarray | None] = {"train": None, "val": None, "test": None}
     if "val" not in tables:
         strata = (
-            torch.zeros(n, dtype=torch.long)
+            torch.zeros(n, dtype=torch.uint8)  # one stratum (a byte a row: the split only compares the labels)
             if value
             else torch.from_numpy(
                 pc.index_in(train.data.column(cfg.target), value_set=labels).to_numpy().astype(np.int64)
