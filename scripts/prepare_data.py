@@ -14,6 +14,7 @@ training refuses a partial, stale or damaged folder in one line. Nothing else is
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -28,6 +29,7 @@ def main() -> None:
     parser.add_argument("--verify", action="store_true", help="check every part of data.path against its checksum")
     parser.add_argument("overrides", nargs="*", help="data=shards data.source=... data.path=...")
     args = parser.parse_intermixed_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     with cli.concise_config_errors(), initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="train", overrides=args.overrides)
     with cli.user_errors():

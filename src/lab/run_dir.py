@@ -271,10 +271,28 @@ def claim(run_dir: Path, resuming_here: bool, overwrite: bool) -> Iterator[None]
             lock.truncate()
             lock.write(f"pid {os.getpid()}\n")
             lock.flush()
+            _held.append(lock)
             _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)  # again, now that no one else writes
             yield
         finally:
+            if lock in _held:
+                _held.remove(lock)
             lock_path.unlink(missing_ok=True)  # the run dir holds the run's files only; the lock ends here
+
+
+# The run-dir locks this process holds. A forked child (a DataLoader worker) shares the lock's open file, and flock
+# holds while any process has it open: after a SIGKILL of the run (the OOM killer's), its workers, which notice
+# their parent's death only at their next status check (5 s), would keep the dir "in use" and refuse the resume.
+_held: list[Any] = []
+
+
+def _release_in_child() -> None:
+    for lock in _held:
+        lock.close()  # the child's copy only: the parent's file, and so its lock, stay open
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_release_in_child)
 
 
 def _in_use(run_dir: Path) -> str:

@@ -218,6 +218,50 @@ class ImageFolderConfig(ImageDataConfig):
 
 
 @dataclass
+class ShardsConfig(ImageFolderConfig):
+    """Images (or tensors) in WebDataset tar shards, read by index without holding the set in memory
+    (lab.data.shards): for data larger than RAM. Written once from an image folder (the layout and splits of
+    data=image_folder) by `python scripts/prepare_data.py data=shards data.source=/images data.path=/data/shards`,
+    then `python scripts/train.py data=shards data.path=/data/shards`. The image keys are image_folder's."""
+
+    # the prepared folder (<split>-NNNNNN.tar shards, <split>.json indexes, manifest.json), or its URL on a server
+    # (https://, s3://, gs://: each shard fetched once into cache_dir, by curl / the aws / gsutil CLIs)
+    path: str = MISSING
+    source: str | None = None  # the image folder prepare reads; set at training too, a changed source is refused
+    samples_per_shard: int = 1000  # prepare: samples per tar shard
+    # training order: shards shuffled, then the samples of each group of shuffle_shards shards shuffled together;
+    # larger mixes more, smaller keeps fewer shards in use at once (page cache, open files)
+    shuffle_shards: int = 4
+    open_shards: int = 8  # shards each process keeps open (memory-mapped)
+    cache_dir: str = "${oc.select:paths.data,data}/shard_cache"  # where shards from a URL are kept (node-local disk)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("samples_per_shard", "shuffle_shards", "open_shards"):
+            _require(getattr(self, key) >= 1, f"data.{key} must be >= 1, got {getattr(self, key)}")
+        _require(
+            self.loader == "torch",
+            "data=shards reads samples from disk as the loader asks for them; data.loader=device holds a whole split "
+            "on the device: set data.loader=torch (or, for a set that fits in memory, data=image_folder)",
+        )
+
+    def build(self) -> Any:
+        from lab.data.shards import build_shards
+
+        return build_shards(self)
+
+    def prepare(self) -> None:
+        from lab.data.shards import prepare_image_folder
+
+        prepare_image_folder(self)
+
+    def verify(self) -> None:
+        from lab.data.shards import verify
+
+        verify(self)
+
+
+@dataclass
 class SyntheticConfig(ImageDataConfig):
     """Random tensors of a configurable shape (num_samples of them): for benchmarks and smoke tests, not for
     learning. data.augment=true adds CIFAR-10's augmentation (random crop after padding 4 + horizontal flip)."""

@@ -69,12 +69,10 @@ def _scan(split_dir: Path, class_names: list[str], every_class: bool = False) ->
             if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")
         )
         if every_class and not files:  # a class the model never sees in training cannot be learned
-            raise ConfigError(
-                f"data.root: no .png/.jpg/.jpeg images in {split_dir / name}; remove the folder or add images"
-            )
+            raise ConfigError(f"no .png/.jpg/.jpeg images in {split_dir / name}; remove the folder or add images")
         samples += [(str(p), label) for p in files]
     if not samples:
-        raise ConfigError(f"data.root: no .png/.jpg/.jpeg images under {split_dir}; expected layout {LAYOUT}")
+        raise ConfigError(f"no .png/.jpg/.jpeg images under {split_dir}; expected layout {LAYOUT}")
     return samples
 
 
@@ -84,24 +82,23 @@ def _split_samples(root: Path, split: str, class_names: list[str]) -> list[tuple
     names = _class_dirs(split_dir)
     if names != class_names:
         raise ConfigError(
-            f"data.root={root}: {split}/ has classes {names} but train/ has {class_names}; "
+            f"{split}/ has classes {names} but train/ has {class_names}; "
             "every split needs the same class sub-folders (an empty folder is fine)"
         )
     return _scan(split_dir, class_names)
 
 
-def build_image_folder(cfg: DataCfg) -> DataModule:
-    root = Path(cfg.root).expanduser()
+def folder_splits(cfg: DataCfg, root: Path) -> tuple[list[str], dict[str, list[tuple[str, int]] | None]]:
+    """(class names, {"train"/"val"/"test": [(path, class index)], test None without root/test}) of the image folder
+    `root`: what data=image_folder reads and what data=shards' prepare writes into shards, split alike."""
     if not (root / "train").is_dir():
-        raise ConfigError(f"data.root={cfg.root}: {root / 'train'} does not exist; expected layout {LAYOUT}")
+        raise ConfigError(f"{root / 'train'} does not exist; expected layout {LAYOUT}")
     pil_mode(cfg.in_channels)  # fail on e.g. in_channels=2 before scanning anything
     class_names = _class_dirs(root / "train")
     if len(class_names) < 2:
         raise ConfigError(
-            f"data.root={cfg.root}: found {len(class_names)} class folder(s) in {root / 'train'}; "
-            f"need at least 2 (expected layout {LAYOUT})"
+            f"found {len(class_names)} class folder(s) in {root / 'train'}; need at least 2 (expected layout {LAYOUT})"
         )
-    num_classes = resolve_num_classes(cfg, f"image_folder {root}", len(class_names))
     train_samples = _scan(root / "train", class_names, every_class=True)
     if (root / "val").is_dir():
         val_samples = _split_samples(root, "val", class_names)
@@ -110,17 +107,33 @@ def build_image_folder(cfg: DataCfg) -> DataModule:
         kept, held = split_indices(labels, cfg.val_fraction, cfg.split_seed)
         train_samples, val_samples = [train_samples[i] for i in kept], [train_samples[i] for i in held]
     test_samples = _split_samples(root, "test", class_names) if (root / "test").is_dir() else None
+    return class_names, {"train": train_samples, "val": val_samples, "test": test_samples}
 
+
+def image_pipeline(
+    cfg: DataCfg, class_names: list[str]
+) -> tuple[dict, Callable[[Image.Image], torch.Tensor], Callable[[Image.Image], torch.Tensor]]:
+    """(meta, training transform, evaluation transform) of image files of `class_names` read as cfg says."""
     c, s = cfg.in_channels, cfg.image_size or DEFAULT_SIZE
     mean, std = resolve_stats(cfg, c, [0.5] * c, [0.5] * c)
-    meta = make_meta(num_classes, c, s, mean, std, class_names, cfg.crop_pct, cfg.interpolation)
+    meta = make_meta(len(class_names), c, s, mean, std, class_names, cfg.crop_pct, cfg.interpolation)
     evaluate = eval_transform(meta)  # the same object inference uses, so val/test match it exactly
-    train_tf: Callable[[Image.Image], torch.Tensor] = (
-        train_transform(cfg, c, s, mean, std, meta["interpolation"]) if cfg.augment else evaluate
-    )
+    train_tf = train_transform(cfg, c, s, mean, std, meta["interpolation"]) if cfg.augment else evaluate
+    return meta, train_tf, evaluate
+
+
+def build_image_folder(cfg: DataCfg) -> DataModule:
+    root = Path(cfg.root).expanduser()
+    try:
+        class_names, samples = folder_splits(cfg, root)
+    except ConfigError as err:
+        raise ConfigError(f"data.root={cfg.root}: {err}") from None
+    resolve_num_classes(cfg, f"image_folder {root}", len(class_names))
+    meta, train_tf, evaluate = image_pipeline(cfg, class_names)
+    test = samples["test"]
     return DataModule(
-        train=ImageFolderDataset(train_samples, train_tf, cfg.max_bad_samples),
-        val=ImageFolderDataset(val_samples, evaluate, cfg.max_bad_samples),
-        test=None if test_samples is None else ImageFolderDataset(test_samples, evaluate, cfg.max_bad_samples),
+        train=ImageFolderDataset(samples["train"], train_tf, cfg.max_bad_samples),
+        val=ImageFolderDataset(samples["val"], evaluate, cfg.max_bad_samples),
+        test=None if test is None else ImageFolderDataset(test, evaluate, cfg.max_bad_samples),
         meta=meta,
     )

@@ -67,14 +67,16 @@ class Preparer:
     """Writes one prepared folder: ``add`` each part (skipped when a previous, interrupted run of the same prepare
     finished it), then ``finish``. `command` is the line that runs this prepare, for messages."""
 
-    def __init__(self, out: str | Path, kind: str, params: dict[str, Any], source: str | Path, command: str) -> None:
+    def __init__(
+        self, out: str | Path, kind: str, params: dict[str, Any], source: str | Path | None, command: str
+    ) -> None:
         self.out, self.kind, self.command = Path(out).expanduser(), kind, command
         self.header = {
             "kind": kind,
             "format_version": FORMAT_VERSION,
             "params": params,
-            "source": str(source),
-            "source_fingerprint": fingerprint(source),
+            "source": None if source is None else str(source),
+            "source_fingerprint": None if source is None else fingerprint(source),
         }
         self.parts: dict[str, dict[str, Any]] = {}
         self.up_to_date = False
@@ -147,46 +149,56 @@ class Preparer:
         return manifest
 
 
-def read_manifest(path: str | Path, kind: str, command: str, source: str | Path | None = None) -> dict[str, Any]:
+def read_manifest(
+    path: str | Path, kind: str, command: str, source: str | Path | None = None, fetched_from: str | None = None
+) -> dict[str, Any]:
     """The manifest of the prepared folder `path`, refused in one line (naming `command`, which prepares it) when
-    the folder is missing, partial, of another kind, stale against `source` or damaged."""
+    the folder is missing, partial, of another kind, stale against `source` or damaged. `fetched_from`: the URL the
+    manifest in `path` was downloaded from (data on a server: messages name it, and its parts are checked by
+    :func:`check_part` as they arrive)."""
     folder = Path(path).expanduser()
+    shown = fetched_from or path
     manifest_path = folder / MANIFEST
     if not folder.is_dir():
-        raise ConfigError(f"data.path={path} does not exist; {_how(command)}")
+        raise ConfigError(f"data.path={shown} does not exist; {_how(command)}")
     if not manifest_path.is_file():
         if (folder / PROGRESS).is_file():
             raise ConfigError(
-                f"data.path={path} is a partial prepare (interrupted: no {MANIFEST}); run the same prepare again to "
+                f"data.path={shown} is a partial prepare (interrupted: no {MANIFEST}); run the same prepare again to "
                 f"finish it: {command}"
             )
-        raise ConfigError(f"data.path={path} has no {MANIFEST}, so it is not prepared data; {_how(command)}")
+        raise ConfigError(f"data.path={shown} has no {MANIFEST}, so it is not prepared data; {_how(command)}")
     try:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, json.JSONDecodeError) as err:
-        raise ConfigError(f"{manifest_path} is unreadable ({err}); prepare the data again into a new folder") from None
+        raise ConfigError(f"{shown}/{MANIFEST} is unreadable ({err}); prepare the data again") from None
     if manifest.get("kind") != kind:
-        raise ConfigError(f"data.path={path} holds {manifest.get('kind')} data, not {kind}; {_how(command)}")
+        raise ConfigError(f"data.path={shown} holds {manifest.get('kind')} data, not {kind}; {_how(command)}")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ConfigError(
-            f"data.path={path} was prepared in format {manifest.get('format_version')}, this version reads "
+            f"data.path={shown} was prepared in format {manifest.get('format_version')}, this version reads "
             f"{FORMAT_VERSION}; prepare it again into a new folder: {command}"
         )
-    check_source = source is not None and Path(source).expanduser().exists()
+    check_source = source is not None and manifest["source"] is not None and Path(source).expanduser().exists()
     if check_source and fingerprint(source) != manifest["source_fingerprint"]:  # type: ignore[arg-type]
         raise ConfigError(
-            f"data.path={path} is stale: {source} has changed since it was prepared; prepare it again into a "
+            f"data.path={shown} is stale: {source} has changed since it was prepared; prepare it again into a "
             f"new folder: {command}"
         )
-    for part in manifest["parts"]:
-        file = folder / part["name"]
-        size = file.stat().st_size if file.is_file() else None
-        if size != part["bytes"]:
-            found = "is missing" if size is None else f"has {size} bytes, the manifest says {part['bytes']}"
-            raise ConfigError(
-                f"data.path={path} is damaged: {part['name']} {found}; restore it, or prepare again into a new folder"
-            )
+    if fetched_from is None:
+        for part in manifest["parts"]:
+            check_part(folder / part["name"], part, shown)
     return manifest
+
+
+def check_part(file: Path, part: dict[str, Any], shown: str | Path) -> None:
+    """A part is there with the size the manifest records (a stat: cheap at every start, unlike a checksum)."""
+    size = file.stat().st_size if file.is_file() else None
+    if size != part["bytes"]:
+        found = "is missing" if size is None else f"has {size} bytes, the manifest says {part['bytes']}"
+        raise ConfigError(
+            f"data.path={shown} is damaged: {part['name']} {found}; restore it, or prepare again into a new folder"
+        )
 
 
 def verify(path: str | Path, manifest: dict[str, Any], show: Callable[[Iterable[Any]], Iterable[Any]] = iter) -> None:

@@ -25,6 +25,7 @@ REQUIRED_OVERRIDES: dict[tuple[str, str], list[str]] = {
     ("data", "image_folder"): ["data.root=/path/to/images"],
     ("data", "csv"): ["data.path=table.csv", "data.target=y"],
     ("data", "hf"): ["data.path=table-arrow", "data.target=y"],
+    ("data", "shards"): ["data.path=/data/shards"],
 }
 
 ALL_OPTIONS = [(group, option) for group in GROUPS for option in group_options(group)]

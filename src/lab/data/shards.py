@@ -1,0 +1,410 @@
+"""``data=shards``: samples in WebDataset's tar shards, read by index, so a data set larger than memory trains like
+one in memory: the same samplers, workers, DDP split and bitwise mid-epoch resume (lab.data.loaders).
+
+A shard is a plain tar of ``<key>.<ext>`` members, one sample per key (``000042.png`` + ``000042.cls``; tensors as
+``.npy``): any tar tool reads it, webdataset's and wids' readers too. ``scripts/prepare_data.py data=shards`` writes
+an image folder's splits (the same as data=image_folder's) into ``<split>-NNNNNN.tar`` shards of
+``data.samples_per_shard`` samples, keeping each image's file bytes as they are, plus one index per split,
+``<split>.json`` (wids' shard list: each shard's name and sample count) and the manifest (lab.data.prepared).
+:func:`write_shards` writes any other samples (tensors) the same way.
+
+Reading: wids' ``IndexedTarSamples`` memory-maps a shard and indexes its members by a scan of the tar headers, so
+sample i is a bisect into the shard list and a slice of a mapped file; each process keeps the last
+``data.open_shards`` shards open. Training order (:class:`ShardShuffle`) keeps locality: each epoch the shards are
+shuffled, cut into groups of ``data.shuffle_shards``, the samples of a group shuffled together; rank r reads the r-th
+contiguous part of that order, so a rank touches few shards at a time. An epoch sees every sample once across ranks
+and workers, except the ``len % world_size`` (< world_size) samples at the end of the order, and each rank's last
+partial batch (training drops it, as for every dataset); which samples those are changes every epoch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import io
+import json
+import logging
+import struct
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset, Sampler
+
+from lab.data import prepared
+from lab.data.common import DataCfg, DataModule, resolve_num_classes
+from lab.data.folder import folder_splits, image_pipeline
+from lab.errors import ConfigError, UserError
+
+log = logging.getLogger(__name__)
+
+KIND = "shards"
+SPLITS = ("train", "val", "test")
+IMAGE_EXTS = (".png", ".jpg", ".jpeg")
+TENSOR_EXT = ".npy"
+LABEL_EXT = ".cls"
+
+
+def command(cfg: DataCfg) -> str:
+    return (
+        f"python scripts/prepare_data.py data=shards data.source={cfg.source or '<image folder>'} data.path={cfg.path}"
+    )
+
+
+# --------------------------------------------------------------------------- writing
+def _write_shard(samples: list[dict[str, Any]]) -> Callable[[Path], dict[str, Any]]:
+    def write(tmp: Path) -> dict[str, Any]:
+        import webdataset  # the format's own writer: member names, headers and padding as every reader expects
+
+        with open(tmp, "wb") as stream:
+            # a fixed member time: the same samples make the same bytes (and checksum), whenever they are prepared
+            writer = webdataset.TarWriter(stream, mtime=0)
+            for sample in samples:
+                writer.write(sample)
+            writer.close()
+        return {"nsamples": len(samples)}
+
+    return write
+
+
+def write_shards(
+    preparer: prepared.Preparer,
+    split: str,
+    samples: list[Callable[[], dict[str, Any]]],
+    per_shard: int,
+    progress: Any = None,
+) -> list[dict[str, Any]]:
+    """Write one split as shards of `per_shard` samples and its index ``<split>.json``; returns the shard list.
+    `samples` are callables that make a sample dict (``{"png": bytes, "cls": 3}`` or ``{"npy": array, "cls": 3}``;
+    the key is the sample's position in the split), called only for the shards not written yet, so a resumed
+    prepare reads none of what it already wrote."""
+    shards = []
+    for number, start in enumerate(range(0, len(samples), per_shard)):
+        name = f"{split}-{number:06d}.tar"
+        chunk = range(start, min(start + per_shard, len(samples)))
+        if not preparer.done(name):
+            made = [{"__key__": f"{i:09d}", **samples[i]()} for i in chunk]
+            preparer.add(name, _write_shard(made))
+        shards.append({"url": name, "nsamples": len(chunk)})
+        if progress is not None:
+            progress.update(len(chunk))
+    index = {"wids_version": 1, "name": split, "shardlist": shards}  # what wids' ShardListDataset reads too
+    preparer.add(f"{split}.json", lambda tmp: tmp.write_text(json.dumps(index, indent=1)) and None)
+    return shards
+
+
+def _image_sample(path: str, label: int) -> Callable[[], dict[str, Any]]:
+    ext = Path(path).suffix.lower().lstrip(".")
+    return lambda: {ext: Path(path).read_bytes(), "cls": label}  # the file's bytes: the same pixels as the folder
+
+
+def prepare_image_folder(cfg: DataCfg) -> None:
+    """scripts/prepare_data.py data=shards: data.source (an image folder) -> shards in data.path."""
+    from tqdm import tqdm
+
+    if cfg.source is None:
+        raise ConfigError(f"data.source is required to prepare shards: the image folder to read; {command(cfg)}")
+    source = Path(cfg.source).expanduser()
+    try:
+        class_names, splits = folder_splits(cfg, source)
+    except ConfigError as err:
+        raise ConfigError(f"data.source={cfg.source}: {err}") from None
+    params = {
+        "samples_per_shard": cfg.samples_per_shard,
+        "val_fraction": cfg.val_fraction,
+        "split_seed": cfg.split_seed,
+    }
+    preparer = prepared.Preparer(cfg.path, KIND, params, source, command(cfg))
+    if preparer.up_to_date:
+        log.info("%s is already prepared from %s: nothing to do", cfg.path, cfg.source)
+        return
+    present = {split: samples for split, samples in splits.items() if samples}
+    info: dict[str, Any] = {"sample": "image", "class_names": class_names, "splits": {}}
+    with tqdm(total=sum(len(s) for s in present.values()), unit="img", desc=f"shards -> {cfg.path}") as bar:
+        for split, samples in present.items():
+            makers = [_image_sample(path, label) for path, label in samples]
+            info["splits"][split] = write_shards(preparer, split, makers, cfg.samples_per_shard, bar)
+    preparer.finish(info)
+    log.info("prepared %s: %s", cfg.path, {s: sum(x["nsamples"] for x in v) for s, v in info["splits"].items()})
+
+
+def verify(cfg: DataCfg) -> None:
+    from tqdm import tqdm
+
+    manifest = prepared.read_manifest(cfg.path, KIND, command(cfg), cfg.source)
+    prepared.verify(cfg.path, manifest, lambda parts: tqdm(parts, unit="part", desc=f"verify {cfg.path}"))
+    log.info("%s: every part matches its checksum", cfg.path)
+
+
+# --------------------------------------------------------------------------- reading
+class OpenShards:
+    """The shards this process has open, the least recently used closed beyond `size`. Not pickled: a DataLoader
+    worker opens its own (a memory map and its header index belong to one process)."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.open = size, OrderedDict()
+
+    def get(self, path: Path, nsamples: int) -> Any:
+        shard = self.open.get(path)
+        if shard is None:
+            shard = self.open[path] = _open(path, nsamples)
+            while len(self.open) > self.size:
+                self.open.popitem(last=False)[1].close()
+        self.open.move_to_end(path)
+        return shard
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"size": self.size, "open": OrderedDict()}
+
+
+def _open(path: Path, nsamples: int) -> Any:
+    from wids.wids import IndexedTarSamples
+
+    try:
+        shard = IndexedTarSamples(path=str(path))
+    except FileNotFoundError:
+        raise UserError(f"shard {path} is missing; restore it, or prepare the data again") from None
+    except (struct.error, ValueError, UnicodeDecodeError, OSError) as err:
+        raise UserError(f"shard {path} is not a readable tar ({err}): damaged or truncated; prepare again") from None
+    if len(shard) != nsamples:
+        shard.close()
+        raise UserError(
+            f"shard {path} holds {len(shard)} samples, its index says {nsamples}: truncated or replaced; restore it, "
+            "or prepare the data again"
+        )
+    return shard
+
+
+class ShardsDataset(Dataset):
+    """Samples of one split's shards by index. `decode` turns a sample's members (``{".png": file, ".cls": file}``)
+    into what the model gets; an undecodable sample is skipped (the next takes its place, with a warning) up to
+    `max_bad` times per process, as data=image_folder does."""
+
+    def __init__(
+        self, where: Callable[[str], Path], shards: list[dict[str, Any]], decode: Callable[[dict], Any], cfg: DataCfg
+    ) -> None:
+        self.where, self.decode, self.max_bad, self.bad = where, decode, cfg.max_bad_samples, 0
+        self.window = cfg.shuffle_shards
+        self.names = [s["url"] for s in shards]
+        self.lengths = [int(s["nsamples"]) for s in shards]
+        self.ends = np.cumsum(self.lengths).tolist()
+        self.shards = OpenShards(cfg.open_shards)
+
+    def __len__(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(shard number, position in it) of sample `index`."""
+        shard = bisect.bisect_right(self.ends, index)
+        return shard, index - (self.ends[shard - 1] if shard else 0)
+
+    def __getitem__(self, index: int) -> Any:
+        shard, inner = self.locate(index)
+        path = self.where(self.names[shard])
+        members = self.shards.get(path, self.lengths[shard])[inner]
+        try:
+            return self.decode(members)
+        except UserError:
+            raise
+        except (OSError, ValueError, SyntaxError) as err:  # what PIL and numpy raise for damaged members
+            self.bad += 1
+            if self.bad > self.max_bad:
+                raise UserError(
+                    f"cannot decode sample {members['__key__']} of {path}: {err} ({self.bad - 1} skipped before it; "
+                    "prepare the data again, or set data.max_bad_samples=N to skip up to N)"
+                ) from None
+            log.warning("skipped undecodable sample %s of %s", members["__key__"], path)
+            return self[(index + 1) % len(self)]
+
+    def train_sampler(self, rank: int, world_size: int, seed: int) -> ShardShuffle:
+        """The training order (lab.distributed.Parallel.train_sampler asks the dataset for it)."""
+        return ShardShuffle(self.lengths, rank, world_size, seed, self.window)
+
+
+class ShardShuffle(Sampler[int]):
+    """One rank's training order of a sharded split (see the module doc): a function of (seed, epoch) alone, so
+    :class:`lab.data.loaders.EpochSampler` resumes it mid-epoch by position. Memory: one group of shards' indices."""
+
+    def __init__(self, lengths: list[int], rank: int, world_size: int, seed: int, window: int) -> None:
+        self.lengths, self.seed, self.window = lengths, seed, window
+        self.starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        self.per_rank = sum(lengths) // world_size
+        self.begin = rank * self.per_rank
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.per_rank
+
+    def __iter__(self) -> Iterator[int]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order = rng.permutation(len(self.lengths))
+        position, end = 0, self.begin + self.per_rank
+        for first in range(0, len(order), self.window):
+            group = order[first : first + self.window]
+            size = int(sum(self.lengths[s] for s in group))
+            if position + size > self.begin:  # this rank's part starts in or before this group
+                indices = np.concatenate([self.starts[s] + np.arange(self.lengths[s]) for s in group])
+                indices = rng.permutation(indices)
+                lo, hi = max(self.begin - position, 0), min(end - position, size)
+                yield from indices[lo:hi].tolist()
+            else:
+                rng.permutation(size)  # the same draws as the ranks that read this group: one order for all
+            position += size
+            if position >= end:
+                return
+
+
+class ImageSample:
+    """A sample's image member (whatever its format) through `transform`, and its label."""
+
+    def __init__(self, transform: Callable[[Image.Image], torch.Tensor]) -> None:
+        self.transform = transform
+
+    def __call__(self, members: dict[str, Any]) -> tuple[torch.Tensor, int]:
+        image = next((members[ext] for ext in IMAGE_EXTS if ext in members), None)
+        with Image.open(_member(members, image, ".png/.jpg image")) as img:
+            return self.transform(img), _label(members)
+
+
+def tensor_sample(members: dict[str, Any]) -> tuple[torch.Tensor, int]:
+    array = np.load(_member(members, members.get(TENSOR_EXT), ".npy tensor"), allow_pickle=False)
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)), _label(members)
+
+
+def _member(members: dict[str, Any], found: io.BytesIO | None, what: str) -> io.BytesIO:
+    if found is None:
+        present = sorted(k for k in members if not k.startswith("__"))
+        raise UserError(
+            f"sample {members['__key__']} has no {what} member, only {present}: the shards do not hold the samples "
+            "data=shards reads; prepare them with scripts/prepare_data.py data=shards"
+        )
+    return found
+
+
+def _label(members: dict[str, Any]) -> int:
+    return int(_member(members, members.get(LABEL_EXT), ".cls label").read())
+
+
+def is_url(path: str) -> bool:
+    return "://" in path or path.startswith("pipe:")
+
+
+class Local:
+    """Where a shard of a prepared folder on this machine is: in it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __call__(self, name: str) -> Path:
+        return self.folder / name
+
+
+class Remote:
+    """Where a shard of prepared data on a server (``https://``, ``s3://``, ``gs://``, ``pipe:`` URLs) is: in the
+    node's cache, fetched whole on first use by wids' downloaders (curl, the aws and gsutil CLIs), under a file lock
+    so the ranks and workers of a node fetch it once. A fetched shard must have the manifest's size; a short one
+    (an interrupted download, an error page) is fetched again once, then refused."""
+
+    def __init__(self, url: str, cache: Path, parts: list[dict[str, Any]]) -> None:
+        self.url, self.cache = url.rstrip("/"), cache
+        self.parts = {part["name"]: part for part in parts}
+
+    @staticmethod
+    def fetch(url: str, local: Path) -> None:
+        from wids.wids_dl import download_file
+
+        local.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            download_file(url, str(local))
+        except (AssertionError, OSError, ValueError) as err:  # wids asserts on a failed download command
+            raise UserError(f"cannot fetch {url} ({err}); check data.path and this machine's access to it") from None
+
+    def __call__(self, name: str) -> Path:
+        from wids.wids_dl import download_and_open
+
+        local = self.cache / name
+        for attempt in (1, 2):
+            try:
+                download_and_open(f"{self.url}/{name}", str(local)).close()
+            except (AssertionError, OSError) as err:
+                raise UserError(f"cannot fetch {self.url}/{name} ({err}); check the server and the network") from None
+            try:
+                prepared.check_part(local, self.parts[name], self.url)
+                return local
+            except ConfigError as err:
+                local.unlink(missing_ok=True)  # our own download: fetched again, or refused
+                if attempt == 2:
+                    raise UserError(f"fetching {self.url}/{name}: {err}") from None
+        raise AssertionError("unreachable")
+
+
+def locate(cfg: DataCfg) -> tuple[Callable[[str], Path], dict[str, Any]]:
+    """(where each shard is, the manifest) of data.path: a prepared folder, or its URL."""
+    if not is_url(cfg.path):
+        folder = Path(cfg.path).expanduser()
+        return Local(folder), prepared.read_manifest(folder, KIND, command(cfg), cfg.source)
+    cache = Path(cfg.cache_dir).expanduser() / hashlib.sha256(cfg.path.encode()).hexdigest()[:16]
+    Remote.fetch(f"{cfg.path.rstrip('/')}/{prepared.MANIFEST}", cache / prepared.MANIFEST)  # anew: it may change
+    manifest = prepared.read_manifest(cache, KIND, command(cfg), cfg.source, fetched_from=cfg.path)
+    return Remote(cfg.path, cache, manifest["parts"]), manifest
+
+
+def build_shards(cfg: DataCfg) -> DataModule:
+    where, manifest = locate(cfg)
+    info = manifest["info"]
+    class_names = list(info["class_names"])
+    resolve_num_classes(cfg, f"the shards in {cfg.path}", len(class_names))
+    if info["sample"] == "image":
+        meta, train_tf, evaluate = image_pipeline(cfg, class_names)
+        decoders: tuple[Callable, Callable] = (ImageSample(train_tf), ImageSample(evaluate))
+    else:
+        meta = {
+            "input_shape": list(info["input_shape"]),
+            "num_outputs": len(class_names),
+            "num_classes": len(class_names),
+            "class_names": class_names,
+        }
+        decoders = (tensor_sample, tensor_sample)
+
+    def split(name: str, decode: Callable) -> ShardsDataset | None:
+        shards = info["splits"].get(name)
+        return None if not shards else ShardsDataset(where, shards, decode, cfg)
+
+    train, val = split("train", decoders[0]), split("val", decoders[1])
+    if train is None or val is None:
+        raise ConfigError(f"data.path={cfg.path} has no {'train' if train is None else 'val'} shards; {command(cfg)}")
+    return DataModule(train=train, val=val, test=split("test", decoders[1]), meta=meta)
+
+
+def prepare_tensors(
+    out: str | Path,
+    splits: dict[str, Iterable[tuple[np.ndarray, int]] | list],
+    class_names: list[str],
+    per_shard: int = 1000,
+    source: str | Path | None = None,
+) -> dict[str, Any]:
+    """Shards of tensor samples ``(array, label)`` per split (``train`` and ``val`` required): what data=shards
+    reads like prepared images. For a fork's own data (features, spectrograms, ...); `source` is the file or
+    folder they came from, whose change makes the shards stale."""
+    lists = {name: list(samples) for name, samples in splits.items()}
+    shapes = {tuple(np.shape(a)) for samples in lists.values() for a, _ in samples}
+    if len(shapes) != 1:
+        raise UserError(f"tensor samples must share one shape, got {sorted(shapes)}")
+    preparer = prepared.Preparer(
+        out, KIND, {"samples_per_shard": per_shard}, source, f"lab.data.shards.prepare_tensors({str(out)!r}, ...)"
+    )
+    info: dict[str, Any] = {"sample": "tensor", "class_names": class_names, "input_shape": list(shapes.pop())}
+    info["splits"] = {
+        name: write_shards(
+            preparer, name, [lambda a=a, y=y: {"npy": np.asarray(a), "cls": int(y)} for a, y in samples], per_shard
+        )
+        for name, samples in lists.items()
+    }
+    return preparer.finish(info)
