@@ -7,9 +7,9 @@ child of its own (so every figure is that work's alone, over the imports the par
   - build: ``build()`` (the split, the train statistics pass): peak memory, seconds;
   - epoch: then one epoch of shuffled training batches through the template's loader (``lab.data.make_loader``:
     ``__getitems__`` batches): peak memory, samples/s.
-Memory that grows with the rows and not with the bytes (the split's row numbers, 4 bytes a row; torch's
-RandomSampler, which lists an epoch's permutation as Python ints, ~36 bytes a training row) is printed per row, next
-to the table's own bytes a row.
+Memory that grows with the rows and not with the bytes (the split's row numbers, 4 bytes a row; the epoch's
+permutation, 8) is printed per row, next to the table's own bytes a row; and the epoch again in torch's
+DistributedSampler (the order data=hf's own sampler reproduces), which lists the permutation as Python ints.
 Peak memory is given two ways: VmHWM, every resident page including the memory-mapped table's (file cache the
 kernel drops under memory pressure, shared by every process mapping it), and the peak of RssAnon sampled every
 2 ms, the process's own memory, the part that must stay flat for a table larger than RAM. Both are over the
@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import torch
+from torch.utils.data import DistributedSampler
 
 import lab.data.hf  # noqa: F401  (datasets and pyarrow imported once, in the parent the children fork from)
 from lab.config.data import CsvConfig, HfConfig
@@ -133,29 +134,19 @@ def prepare(csv: Path, out: Path) -> dict[str, Any]:
     return {}
 
 
-class TensorPermutation(torch.utils.data.Sampler):
-    """RandomSampler's permutation, kept as the int64 tensor it is drawn as (8 bytes a row) and handed out in
-    slices: torch's RandomSampler lists it as Python ints (~36 bytes a row) for the whole epoch. For the bench's
-    second epoch figure: what the data path costs without that list."""
-
-    def __init__(self, n: int, generator: torch.Generator) -> None:
-        self.n, self.generator = n, generator
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __iter__(self):
-        for piece in torch.randperm(self.n, generator=self.generator).split(65_536):
-            yield from piece.tolist()
-
-
-def epoch(cfg: Any, tensor_sampler: bool = False) -> dict[str, Any]:
-    """build() and one training epoch of batches (inputs and targets touched, as a model would)."""
+def epoch(cfg: Any, own_order: bool = True) -> dict[str, Any]:
+    """build() and one training epoch of batches (inputs and targets touched, as a model would), in the order
+    training draws them (lab.distributed.Parallel.train_sampler: the dataset's own sampler when it has one, else
+    torch's DistributedSampler, which lists an epoch's permutation as Python ints); own_order=False: torch's."""
     began = time.perf_counter()
     module = cfg.build()
     built, build_anon = time.perf_counter() - began, phase()
+    seed, own = 0, getattr(module.train, "train_sampler", None)
+    if own_order and own is not None:
+        sampler = own(0, 1, seed)
+    else:
+        sampler = DistributedSampler(module.train, num_replicas=1, rank=0, shuffle=True, seed=seed)
     generator = torch.Generator().manual_seed(0)
-    sampler = TensorPermutation(len(module.train), generator) if tensor_sampler else None
     loader = make_loader(module.train, cfg, train=True, generator=generator, pin_memory=False, sampler=sampler)
     samples, checksum, began = 0, 0.0, time.perf_counter()
     for x, y in loader:
@@ -190,9 +181,9 @@ def main() -> None:
             arrow_bytes = sum(part.stat().st_size for part in (root / f"arrow-{scale:g}x").glob("*.arrow"))
             cfg = HfConfig(path=str(root / f"arrow-{scale:g}x"), target="target", target_type="value")
             cfg.batch_size = args.batch_size
-            read, lean = in_child(epoch, cfg), in_child(epoch, cfg, True)
+            read, listed = in_child(epoch, cfg), in_child(epoch, cfg, False)
             rows[scale] = {"csv": csv, "rows": count, "bytes": size, "arrow_bytes": arrow_bytes}
-            rows[scale].update(prepare=prepared, epoch=read, lean=lean)
+            rows[scale].update(prepare=prepared, epoch=read, listed=listed)
             if scale != scales[0]:
                 csv.unlink()  # only the 1x CSV is read again (data=csv); the rest would only fill the disk
 
@@ -209,9 +200,9 @@ def main() -> None:
                 f"{mib(p['hwm'] - p['start_rss'])} {p['seconds']:6.2f} {p['seconds'] / (row['bytes'] / 1e9):5.1f} | "
                 f"{mib(e['build_anon'] - e['start_anon'])} {mib(e['last_anon'] - e['start_anon'])} "
                 f"{mib(e['hwm'] - e['start_rss'])} {e['build_s']:7.2f} {e['samples_per_s']:9.0f} | "
-                f"{mib(row['lean']['last_anon'] - row['lean']['start_anon'])}"
+                f"{mib(row['listed']['last_anon'] - row['listed']['start_anon'])}"
             )
-        print("  epoch*: the same epoch drawn by a sampler that keeps its permutation as a tensor (TensorPermutation)")
+        print("  epoch*: the same epoch in torch's DistributedSampler (the same order, listed as Python ints)")
         first, last = rows[scales[0]], rows[scales[-1]]
         more_rows = max(last["rows"] - first["rows"], 1)
         table_per_row = last["arrow_bytes"] / last["rows"]
@@ -221,7 +212,7 @@ def main() -> None:
             ("prepare", "prepare", "anon"),
             ("build", "epoch", "build_anon"),
             ("epoch", "epoch", "last_anon"),
-            ("epoch*", "lean", "last_anon"),
+            ("epoch*", "listed", "last_anon"),
         ):
             grown = last[phase][key] - last[phase]["start_anon"] - (first[phase][key] - first[phase]["start_anon"])
             print(

@@ -15,6 +15,7 @@ and infer (a CSV of rows: lab.inference.rows) treat a data=hf checkpoint like a 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -26,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Sampler
 
 from lab.data import prepared
 from lab.data.common import DataModule, split_indices, train_val_test
@@ -265,6 +266,35 @@ class MappedColumns:
         return out
 
 
+class RankPermutation(Sampler[int]):
+    """One rank's training order, DistributedSampler's exactly (shuffle=True, drop_last=False: the permutation of
+    (seed + epoch), padded with its first indices to a multiple of the ranks, rank r taking every r-th), so data=hf
+    trains on data=csv's order; but kept as the int64 tensor torch draws and handed out a slice at a time, where
+    DistributedSampler lists it as Python ints for the whole epoch (~36 bytes a row, not 8: at 100 million rows,
+    3.6 GB against 0.8)."""
+
+    SLICE = 65_536
+
+    def __init__(self, n: int, rank: int, world_size: int, seed: int) -> None:
+        self.n, self.rank, self.world_size, self.seed = n, rank, world_size, seed
+        self.num_samples = math.ceil(n / world_size)
+        self.total = self.num_samples * world_size
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+        if self.total > self.n:  # DistributedSampler's padding: the order repeated from its start
+            order = torch.cat([order, order.repeat(math.ceil((self.total - self.n) / self.n))[: self.total - self.n]])
+        for piece in order[self.rank : self.total : self.world_size].split(self.SLICE):
+            yield from piece.tolist()
+
+
 class ArrowRows(Dataset):
     """One split of a memory-mapped table: ``rows`` picks its rows (None = all, in order). Items are (float32
     inputs (F,), target); ``__getitems__`` gathers a whole batch at once and standardises it in one operation."""
@@ -297,6 +327,10 @@ class ArrowRows(Dataset):
 
     def __len__(self) -> int:
         return len(self.table) if self.rows is None else len(self.rows)
+
+    def train_sampler(self, rank: int, world_size: int, seed: int) -> RankPermutation:
+        """The training order (lab.distributed.Parallel.train_sampler asks the dataset for it)."""
+        return RankPermutation(len(self), rank, world_size, seed)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.__getitems__([index])[0]

@@ -13,6 +13,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import DistributedSampler
 
 from helpers import REPO
 from lab.config.data import CsvConfig, HfConfig
@@ -115,12 +116,25 @@ def test_a_prepared_csv_gives_data_csvs_rows(table, target_type: str) -> None:
         # the same split (data=csv's train_val_test) and, standardised alike, the same floats
         assert torch.allclose(x, getattr(theirs, split).features, atol=1e-6)
         assert torch.allclose(y.double(), getattr(theirs, split).targets.double(), atol=1e-6)
+    assert isinstance(ours.train.train_sampler(0, 1, 5), hf.RankPermutation)  # training's order (Parallel asks)
     batch = ours.train.__getitems__([3, 0, 2999 - 1000])
     assert torch.equal(batch[0][0], ours.train[3][0]) and torch.equal(batch[1][1], ours.train[0][1])
     # what a spawned DataLoader worker gets: the table as its files (mapped again there), not copies of its columns
     pickled = pickle.dumps(ours.train)
     assert len(pickled) < ours.train.rows.nbytes + 10_000 < ours.train.table.data.nbytes / 3
     assert torch.equal(pickle.loads(pickled).batch([5, 9])[0], ours.train.batch([5, 9])[0])
+
+
+@pytest.mark.parametrize(("n", "world_size"), [(1000, 1), (13, 2), (10, 3), (2, 3)])
+def test_the_training_order_is_distributed_samplers_without_its_list(n: int, world_size: int) -> None:
+    dataset = range(n)
+    for rank in range(world_size):
+        ours = hf.RankPermutation(n, rank, world_size, seed=7)
+        theirs = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=7)
+        for epoch in (0, 3):
+            ours.set_epoch(epoch)
+            theirs.set_epoch(epoch)
+            assert list(ours) == list(theirs) and len(ours) == len(theirs)
 
 
 def test_an_interrupted_prepare_resumes_to_the_same_files(table, tmp_path: Path, monkeypatch) -> None:
