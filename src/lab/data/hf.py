@@ -5,8 +5,10 @@ data.path is either a folder ``Dataset.save_to_disk`` / ``DatasetDict.save_to_di
 (:func:`prepare_hf`: the CSV streamed block by block into ``data-00000.arrow``, ``data-00001.arrow``... of
 data.rows_per_part rows each, Arrow IPC streams that ``datasets.Dataset.from_file`` maps, and lab.data.prepared's
 manifest). Nothing is loaded whole: the split, the train statistics and the checks read the table in batches of
-rows, and training reads its batches with one Arrow gather each (``__getitems__``), so memory follows the batch
-size, not the table (the mapped pages are the OS's file cache, dropped under memory pressure).
+rows, and training reads its batches with one gather each (``__getitems__``, through numpy views of the mapped
+columns), so memory follows the batch size and the row count (the split's row numbers, the epoch's permutation:
+:class:`RankPermutation`), not the table's bytes (the mapped pages are the OS's file cache, dropped under memory
+pressure).
 
 The rows become what data=csv makes of a table (lab.data.tabular): float32 inputs standardised with the train
 split's mean and std, a class label index or a standardised value, and the same ``meta`` keys, so eval, export
