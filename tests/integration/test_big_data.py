@@ -36,28 +36,35 @@ def readme_section_commands() -> list[str]:
 
 @pytest.fixture(scope="module")
 def prepared_shards(tmp_path_factory):
-    """The README's commands as written, on an image folder of this test's: prepare, verify, train (a short run)."""
+    """The README's commands as written, on data of this test's (an image folder, a CSV): prepare, train (a short
+    run), verify. Returns the image folder and its shards."""
     root = tmp_path_factory.mktemp("big_data")
     images, shards = write_images(root / "images"), root / "shards"
-    commands = readme_section_commands()
-    assert [c.split()[1] for c in commands] == [
-        "scripts/prepare_data.py",
-        "scripts/train.py",
-        "scripts/prepare_data.py",
-    ]
-    for command in commands:
-        args = shlex.split(command.replace("/data/images-shards", str(shards)).replace("/data/images", str(images)))
-        if args[1] == "scripts/prepare_data.py" and "--verify" not in args:
-            args.append("data.samples_per_shard=4")  # several shards of the 21 training images
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 2))
+    table = "x0,x1,price\n" + "".join(f"{a:.4f},{b:.4f},{3 * a - b:.4f}\n" for a, b in x)
+    (root / "big.csv").write_text(table)
+    places = {"/data/images-shards": shards, "/data/images": images, "/data/big.csv": root / "big.csv"}
+    places["/data/big-arrow"] = root / "big-arrow"
+    quick = {  # a short run on the test's small data, each option's own keys
+        "data=shards": ["data.image_size=8", "data.batch_size=4", "model=mlp", "data.samples_per_shard=4"],
+        "data=hf": ["data.batch_size=16", "data.rows_per_part=64"],
+    }
+    for n, command in enumerate(readme_section_commands()):
+        for placeholder, path in places.items():
+            command = command.replace(placeholder, str(path))
+        args = [a.replace("data.num_workers=8", "data.num_workers=2") for a in shlex.split(command)]  # 2 cores
+        if "--verify" not in args:
+            args += quick[next(a for a in args if a.startswith("data="))]
         if args[1] == "scripts/train.py":
-            args = [a.replace("data.num_workers=8", "data.num_workers=2") for a in args]  # 2 cores here
-            args += ["data.image_size=8", "data.batch_size=4", "model=mlp", "trainer.max_epochs=1", "logger=none"]
-            args.append(f"hydra.run.dir={root / 'readme_run'}")
+            args += ["trainer.max_epochs=1", "logger=none", f"hydra.run.dir={root / f'run{n}'}"]
         proc = run_script(args[1].removeprefix("scripts/"), *args[2:])
         assert proc.returncode == 0, f"{command}\n{proc.stderr[-3000:]}"
         if "--verify" in args:
             assert "every part matches its checksum" in proc.stderr
-    assert json.loads((root / "readme_run" / "summary.json").read_text())["status"] == "completed"
+        if args[1] == "scripts/train.py":
+            assert json.loads((root / f"run{n}" / "summary.json").read_text())["status"] == "completed"
+    assert (root / "big-arrow" / "manifest.json").is_file()
     return images, shards
 
 

@@ -34,6 +34,7 @@ QUICK_BENCH_ARGS = {
     "bench/device_loader.py": ["--epochs", "1", "--repeats", "1", "--rows", "data=digits", *SMALL_SYNTHETIC_ROWS],
     # four runs of a few steps on 4-8 images per class (2 epochs: the second is timed)
     # 60 small images; shards of 10: peak RSS for 1x and 2x
+    "bench/table_memory.py": shlex.split("--base-mb 0.2 --scales 1,2 --repeats 1"),  # 0.2 and 0.4 MB of CSV
     "bench/big_data.py": shlex.split(
         "--images 60 --size 32 --scales 1,2 --repeats 1 --samples-per-shard 10 --batch-size 8"
     ),

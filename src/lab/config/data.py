@@ -327,6 +327,50 @@ class CsvConfig(DataConfig):
 
 
 @dataclass
+class HfConfig(DataConfig):
+    """A table too large for memory, read memory-mapped (Hugging Face `datasets`' Arrow files) batch by batch:
+    data.path is a folder `Dataset.save_to_disk` wrote (a Dataset, or a DatasetDict with train and optional
+    validation|val / test splits) or one `scripts/prepare_data.py data=hf data.source=big.csv data.path=<folder>`
+    converted a CSV into, once, in bounded memory. Rows like data=csv's: the numeric input columns standardised with
+    the train split's statistics (computed in batches), the target a class label or a value (task.target_type)."""
+
+    path: str = MISSING  # the save_to_disk folder or the prepared folder
+    target: str | None = None  # the target column (needed to train; prepare converts every column)
+    # the feature columns; null = every numeric column but the target (and but datasets' ClassLabel categories)
+    inputs: list[str] | None = None
+    target_type: str = "${task.target_type}"  # class (labels) | value (regression); follows the task
+    # the CSV that prepare converts into data.path; when set, training refuses a folder prepared before it changed
+    source: str | None = None
+    rows_per_part: int = 1_000_000  # prepare: rows per Arrow file (each written whole, so a rerun resumes there)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _one_of("data.target_type", self.target_type, ("class", "value"))
+        _require(self.rows_per_part >= 1, f"data.rows_per_part must be >= 1, got {self.rows_per_part}")
+        _require(
+            self.loader == "torch",
+            "data=hf reads a memory-mapped table batch by batch; data.loader=device would hold all of it in device "
+            "memory: use data.loader=torch (or data=csv for a table that fits in memory)",
+        )
+        _require(self.inputs is None or len(self.inputs) > 0, "data.inputs=[] names no column; list some, or null")
+
+    def build(self) -> Any:
+        from lab.data.hf import build_hf
+
+        return build_hf(self)
+
+    def prepare(self) -> None:
+        from lab.data.hf import prepare_hf
+
+        prepare_hf(self)
+
+    def verify(self) -> None:
+        from lab.data.hf import verify_hf
+
+        verify_hf(self)
+
+
+@dataclass
 class TextConfig(DataConfig):
     """A text corpus for character/byte-level language modelling, cut into windows of block_size tokens (train/val/
     test: contiguous parts). data.path=null reads a sample of Python's own standard-library sources."""

@@ -24,6 +24,7 @@ from lab.config import ConfigError, TrainConfig, options, validate
 REQUIRED_OVERRIDES: dict[tuple[str, str], list[str]] = {
     ("data", "image_folder"): ["data.root=/path/to/images"],
     ("data", "csv"): ["data.path=table.csv", "data.target=y"],
+    ("data", "hf"): ["data.path=table-arrow", "data.target=y"],
     ("data", "shards"): ["data.path=/data/shards"],
     ("data", "tokens"): ["data.path=prepared-tokens"],
 }
