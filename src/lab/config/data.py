@@ -327,12 +327,14 @@ class CsvConfig(DataConfig):
 
 
 @dataclass
-class HfConfig(DataConfig):
+class HfConfig(PreparedFiles, DataConfig):
     """A table too large for memory, read memory-mapped (Hugging Face `datasets`' Arrow files) batch by batch:
     data.path is a folder `Dataset.save_to_disk` wrote (a Dataset, or a DatasetDict with train and optional
     validation|val / test splits) or one `scripts/prepare_data.py data=hf data.source=big.csv data.path=<folder>`
     converted a CSV into, once, in bounded memory. Rows like data=csv's: the numeric input columns standardised with
     the train split's statistics (computed in batches), the target a class label or a value (task.target_type)."""
+
+    reader: ClassVar[str] = "hf"  # lab.data.hf
 
     path: str = MISSING  # the save_to_disk folder or the prepared folder
     target: str | None = None  # the target column (needed to train; prepare converts every column)
@@ -353,21 +355,6 @@ class HfConfig(DataConfig):
             "memory: use data.loader=torch (or data=csv for a table that fits in memory)",
         )
         _require(self.inputs is None or len(self.inputs) > 0, "data.inputs=[] names no column; list some, or null")
-
-    def build(self) -> Any:
-        from lab.data.hf import build_hf
-
-        return build_hf(self)
-
-    def prepare(self) -> None:
-        from lab.data.hf import prepare_hf
-
-        prepare_hf(self)
-
-    def verify(self) -> None:
-        from lab.data.hf import verify_hf
-
-        verify_hf(self)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 data.path is either a folder ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk`` wrote, or one
 ``scripts/prepare_data.py data=hf data.source=big.csv data.path=<folder>`` converted a CSV into
-(:func:`prepare_hf`: the CSV streamed block by block into ``data-00000.arrow``, ``data-00001.arrow``... of
+(:func:`prepare`: the CSV streamed block by block into ``data-00000.arrow``, ``data-00001.arrow``... of
 data.rows_per_part rows each, Arrow IPC streams that ``datasets.Dataset.from_file`` maps, and lab.data.prepared's
 manifest). Nothing is loaded whole: the split, the train statistics and the checks read the table in batches of
 rows, and training reads its batches with one gather each (``__getitems__``, through numpy views of the mapped
@@ -17,6 +17,7 @@ and infer (a CSV of rows: lab.inference.rows) treat a data=hf checkpoint like a 
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Iterator, Sequence
@@ -36,6 +37,8 @@ from lab.data.common import DataModule, split_indices, train_val_test
 from lab.data.tabular import _natural
 from lab.errors import ConfigError, UserError
 
+log = logging.getLogger(__name__)
+
 KIND = "hf"
 PART = "data-{:05d}.arrow"
 STATS_ROWS = 65_536  # rows per batch of the statistics and checks pass: a few MB whatever the table's size
@@ -49,6 +52,11 @@ VAL_SPLITS = ("validation", "val", "valid")
 SAVED_MARKERS = ("dataset_dict.json", "state.json")  # what save_to_disk writes (a DatasetDict, a Dataset)
 
 
+def read_manifest(cfg: Any) -> dict[str, Any]:
+    """The manifest of the prepared data.path (refused in one line when missing, partial, stale or damaged)."""
+    return prepared.read_manifest(cfg.path, KIND, _command(cfg), source=cfg.source)
+
+
 def _command(cfg: Any) -> str:
     return f"python scripts/prepare_data.py data=hf data.source={cfg.source or '<file.csv>'} data.path={cfg.path}"
 
@@ -56,11 +64,11 @@ def _command(cfg: Any) -> str:
 # --------------------------------------------------------------------------------------------------- reading
 def load_tables(cfg: Any) -> dict[str, datasets.Dataset]:
     """The tables at data.path by split name: train, and val / test where the folder has them (else carved out
-    of train by build_hf). Memory-mapped: nothing is read yet."""
+    of train by build). Memory-mapped: nothing is read yet."""
     folder = Path(cfg.path).expanduser()
     if not folder.exists() or (folder / prepared.MANIFEST).exists() or (folder / prepared.PROGRESS).exists():
         # prepared data (or nothing there): read_manifest refuses a missing, partial, stale or damaged folder
-        manifest = prepared.read_manifest(folder, KIND, _command(cfg), source=cfg.source)
+        manifest = read_manifest(cfg)
         parts = [datasets.Dataset.from_file(str(folder / part["name"])) for part in manifest["parts"]]
         return {"train": parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)}
     if not any((folder / marker).is_file() for marker in SAVED_MARKERS):
@@ -364,7 +372,7 @@ class ArrowRows(Dataset):
         return x, y
 
 
-def build_hf(cfg: Any) -> DataModule:
+def build(cfg: Any) -> DataModule:
     """The splits of data.path as ArrowRows and their meta (data=csv's keys)."""
     tables = load_tables(cfg)
     inputs = columns(cfg, tables)
@@ -517,7 +525,7 @@ def write_part(path: Path, schema: pa.Schema, batches: Iterator[pa.RecordBatch])
     return {"rows": rows}
 
 
-def prepare_hf(cfg: Any) -> None:
+def prepare(cfg: Any) -> None:
     """data.source (a CSV of any size) -> Arrow parts in data.path, in memory bounded by the parse block."""
     from tqdm import tqdm
 
@@ -531,7 +539,7 @@ def prepare_hf(cfg: Any) -> None:
     command = _command(cfg)
     preparer = prepared.Preparer(cfg.path, KIND, {"rows_per_part": cfg.rows_per_part}, source, command)
     if preparer.up_to_date:
-        print(f"data.path={cfg.path} is already prepared from {cfg.source}; nothing to do")
+        log.info("data.path=%s is already prepared from %s; nothing to do", cfg.path, cfg.source)
         return
     reader, stream = open_csv(source)  # refusals (unreadable header, repeated names) come before the first write
     schema = reader.schema
@@ -555,13 +563,6 @@ def prepare_hf(cfg: Any) -> None:
     }
     manifest = preparer.finish(info)
     size = sum(part["bytes"] for part in manifest["parts"])
-    print(f"prepared {cfg.path}: {total} rows, {len(schema)} columns in {index} part(s), {size / 2**20:.1f} MiB")
-
-
-def verify_hf(cfg: Any) -> None:
-    """Every part of the prepared data.path against its sha256."""
-    from tqdm import tqdm
-
-    manifest = prepared.read_manifest(cfg.path, KIND, _command(cfg), source=cfg.source)
-    prepared.verify(cfg.path, manifest, show=lambda parts: tqdm(parts, desc="verify", unit="part"))
-    print(f"data.path={cfg.path}: all {len(manifest['parts'])} part(s) match their checksums")
+    log.info(
+        "prepared %s: %d rows, %d columns in %d part(s), %.1f MiB", cfg.path, total, len(schema), index, size / 2**20
+    )

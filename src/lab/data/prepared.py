@@ -59,6 +59,13 @@ def fingerprint(source: str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def source_label(source: str | Path) -> str:
+    """How a manifest names its source: an existing path made absolute (the same source whatever the directory a
+    command runs in), anything else (a label, a URL) as given."""
+    path = Path(source).expanduser()
+    return str(path.resolve()) if path.exists() else str(source)
+
+
 def _how(command: str) -> str:
     return f"prepare it with: {command}"
 
@@ -75,7 +82,7 @@ class Preparer:
             "kind": kind,
             "format_version": FORMAT_VERSION,
             "params": params,
-            "source": None if source is None else str(source),
+            "source": None if source is None else source_label(source),
             "source_fingerprint": None if source is None else fingerprint(source),
         }
         self.parts: dict[str, dict[str, Any]] = {}
@@ -179,7 +186,7 @@ def read_manifest(
             f"data.path={shown} was prepared in format {manifest.get('format_version')}, this version reads "
             f"{FORMAT_VERSION}; prepare it again into a new folder: {command}"
         )
-    if source is not None and manifest["source"] is not None and str(source) != manifest["source"]:
+    if source is not None and manifest["source"] is not None and source_label(source) != manifest["source"]:
         raise ConfigError(
             f"data.path={shown} was prepared from {manifest['source']}, not data.source={source}; give the source it "
             f"was prepared from, or prepare this one into another data.path: {command}"

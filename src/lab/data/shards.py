@@ -108,7 +108,7 @@ def prepare(cfg: DataCfg) -> None:
 
     if cfg.source is None:
         raise ConfigError(f"data.source is required to prepare shards: the image folder to read; {command(cfg)}")
-    source = Path(cfg.source).expanduser().resolve()
+    source = Path(cfg.source).expanduser()
     try:
         class_names, splits = folder_splits(cfg, source)
     except ConfigError as err:
@@ -341,11 +341,7 @@ def read_manifest(cfg: DataCfg) -> dict[str, Any]:
     """The manifest of the prepared folder data.path (refused in one line when missing, partial, stale, damaged)."""
     if is_url(cfg.path):
         raise ConfigError(f"data.path={cfg.path} is on a server: check its files where they are a folder")
-    return prepared.read_manifest(cfg.path, KIND, command(cfg), _source(cfg))
-
-
-def _source(cfg: DataCfg) -> str | None:
-    return None if cfg.source is None else str(Path(cfg.source).expanduser().resolve())
+    return prepared.read_manifest(cfg.path, KIND, command(cfg), cfg.source)
 
 
 def locate(cfg: DataCfg) -> tuple[Callable[[str], Path], dict[str, Any]]:
@@ -354,7 +350,7 @@ def locate(cfg: DataCfg) -> tuple[Callable[[str], Path], dict[str, Any]]:
         return Local(Path(cfg.path).expanduser()), read_manifest(cfg)
     cache = Path(cfg.cache_dir).expanduser() / hashlib.sha256(cfg.path.encode()).hexdigest()[:16]
     Remote.fetch(f"{cfg.path.rstrip('/')}/{prepared.MANIFEST}", cache / prepared.MANIFEST)  # anew: it may change
-    manifest = prepared.read_manifest(cache, KIND, command(cfg), _source(cfg), fetched_from=cfg.path)
+    manifest = prepared.read_manifest(cache, KIND, command(cfg), cfg.source, fetched_from=cfg.path)
     return Remote(cfg.path, cache, manifest["parts"]), manifest
 
 

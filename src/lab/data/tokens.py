@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+import logging
 import re
 import shlex
 import sysconfig
@@ -45,6 +46,8 @@ from tqdm import tqdm
 from lab.data import prepared
 from lab.data.common import DataModule
 from lab.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 KIND = "tokens"
 TOKENIZER = "tokenizer.json"
@@ -239,10 +242,10 @@ def prepare(cfg: Any) -> dict[str, Any]:
     label, command = source_label(cfg.source), prepare_command(cfg)
     preparer = prepared.Preparer(cfg.path, KIND, prepare_params(cfg), label, command)
     if preparer.up_to_date:
-        print(f"data.path={cfg.path} is already prepared from {label} with these settings: nothing to do")
+        log.info("data.path=%s is already prepared from %s with these settings: nothing to do", cfg.path, label)
         return prepared.read_manifest(cfg.path, KIND, command)
     if preparer.parts:
-        print(f"resuming the prepare of {cfg.path}: {len(preparer.parts)} part(s) already written")
+        log.info("resuming the prepare of %s: %d part(s) already written", cfg.path, len(preparer.parts))
     started = time.perf_counter()
     preparer.add(TOKENIZER, functools.partial(_save_tokenizer, files=files, cfg=cfg))
     tokenizer = Tokenizer.from_file(str(preparer.out / TOKENIZER))  # the one written, by this run or the last
@@ -272,9 +275,10 @@ def prepare(cfg: Any) -> dict[str, Any]:
     }
     manifest = preparer.finish(info)
     seconds = time.perf_counter() - started
-    print(
-        f"prepared {cfg.path}: {sum(counts):,} tokens of a {vocab_size}-symbol BPE vocabulary in {len(names)} "
-        f"{dtype.name} file(s), from {total / MB:.1f} MB of text in {len(files)} file(s), in {seconds:.1f} s"
+    log.info(
+        "prepared %s: %s tokens of a %d-symbol BPE vocabulary in %d %s file(s), from %.1f MB of text in %d file(s), "
+        "in %.1f s",
+        *(cfg.path, f"{sum(counts):,}", vocab_size, len(names), dtype.name, total / MB, len(files), seconds),
     )
     return manifest
 
