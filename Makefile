@@ -2,18 +2,39 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
 ARGS ?=
+# pyproject.toml's extras, each one concern's packages; `make install EXTRAS=export,sweeps` takes only those (and the
+# core), `EXTRAS=` the core alone. Later targets keep what the last install chose (recorded in $(STAMP)).
+ALL_EXTRAS := pretrained,data,export,sweeps,slurm,trackers,dev
+STAMP := $(VENV)/.extras
+EXTRAS ?= $(if $(wildcard $(STAMP)),$(shell cat $(STAMP)),$(ALL_EXTRAS))
+# TORCH=cpu: torch and torchvision from PyTorch's CPU wheel index (no CUDA libraries: about 4 GB less in .venv).
+# Without it, PyPI's build, which carries CUDA (`make doctor` says which one is installed and if it fits).
+TORCH ?=
+TORCH_INDEX := https://download.pytorch.org/whl/$(TORCH)
 
-.PHONY: install train test test-fast lint format clean
+.PHONY: install lock train test test-fast lint format clean
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+# Exactly the lock's versions (requirements.txt as constraints: only what the chosen extras need is installed)
+$(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt -e .
-	touch $(STAMP)
+	$(PY) -m pip install -q -c requirements.txt pip
+	$(if $(TORCH),$(PY) -m pip install -q -c requirements.txt --index-url $(TORCH_INDEX) torch torchvision)
+	$(PY) -m pip install -q -c requirements.txt -e ".[$(EXTRAS)]"
+	printf '%s' "$(EXTRAS)" > $(STAMP)
+# another choice of extras than the last install's reinstalls
+ifneq ($(EXTRAS),$(shell cat $(STAMP) 2>/dev/null))
+.PHONY: $(STAMP)
+endif
 
-install: $(STAMP)  ## create .venv and install the project with its dev tools
+install: $(STAMP)  ## create .venv with the lock's versions: EXTRAS=<list> (default: all), TORCH=cpu
+
+# --constraint: the caps pip's own configuration sets (a machine's pinned torch), which pip-compile does not apply
+PIP_CONSTRAINTS = $(shell $(PY) -m pip config list 2>/dev/null | sed -n "s/^[^ ]*\.constraint='\(.*\)'$$/\1/p")
+lock:  ## recompile requirements.txt from pyproject.toml's ranges, through pip and its configuration
+	$(PY) -m piptools compile --quiet --all-extras --strip-extras --allow-unsafe --no-emit-index-url \
+	  --no-emit-find-links $(foreach c,$(PIP_CONSTRAINTS),--constraint $(c)) \
+	  --output-file requirements.txt pyproject.toml
 
 train: $(STAMP)  ## train the default experiment (digits, CNN); pass overrides with ARGS="model=mlp ..."
 	$(PY) scripts/train.py $(ARGS)

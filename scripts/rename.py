@@ -8,7 +8,7 @@ in the repository's files: imports, `_target_` strings, the `<old>.direction` re
 wandb project default, README paths, scratch-dir prefixes... (each `<old>` that is a word of its own, also right after
 a string's escape as in "\\n<old>.errors", or the `<old>_` prefix of a name, and `<Old>` as the prefix of a class name;
 not `<old>` inside a word). A name of another length moves code: the changed Python files are formatted (imports
-sorted, code re-wrapped) by the ruff `make lint` runs, .venv's or, without one, the version requirements-dev.txt asks
+sorted, code re-wrapped) by the ruff `make lint` runs, .venv's or, without one, the version requirements.txt pins
 for (installed into a scratch folder for the rename), and a docstring's or comment's line now over the line limit is
 wrapped (a long string gets `# noqa: E501`): `make lint` passes after the rename, as it did before. Then it
 reinstalls the project into `.venv`: the old distribution is uninstalled and `pip install -e .` installs the new one,
@@ -200,8 +200,8 @@ def move(files: list[Path], root: Path, old: str, new: str) -> list[tuple[Path, 
 
 
 def ruff_requirement(root: Path) -> str:
-    """ruff as requirements-dev.txt asks for it (e.g. `ruff>=0.6`): what `make install` puts into .venv."""
-    path = root / "requirements-dev.txt"
+    """ruff as the lock, requirements.txt, pins it (e.g. `ruff==0.17.6`): what `make install` puts into .venv."""
+    path = root / "requirements.txt"
     for line in path.read_text().splitlines() if path.is_file() else []:
         requirement = line.split("#", 1)[0].strip()
         if re.match(r"ruff(?![\w.-])", requirement, flags=re.I):
@@ -211,7 +211,7 @@ def ruff_requirement(root: Path) -> str:
 
 def find_ruff(python: Path, root: Path, scratch: Path) -> tuple[list[str] | None, str]:
     """The ruff that `make lint` will run, and where it is from: the environment's; without one, the version that
-    requirements-dev.txt asks for, installed into `scratch` (what `make install` will install); only when pip cannot
+    requirements.txt pins, installed into `scratch` (what `make install` will install); only when pip cannot
     install it, a ruff at hand (this Python's or the one on PATH)."""
     has_ruff = python.exists() and subprocess.run([str(python), "-m", "ruff", "--version"], capture_output=True)
     if has_ruff and has_ruff.returncode == 0:
@@ -220,7 +220,7 @@ def find_ruff(python: Path, root: Path, scratch: Path) -> tuple[list[str] | None
     pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-warn-script-location"]
     proc = subprocess.run([*pip, "--target", str(scratch), requirement], cwd=root, capture_output=True, text=True)
     if proc.returncode == 0 and (scratch / "bin" / "ruff").is_file():
-        return [str(scratch / "bin" / "ruff")], f"installed for the rename as requirements-dev.txt asks ({requirement})"
+        return [str(scratch / "bin" / "ruff")], f"installed for the rename as requirements.txt pins it ({requirement})"
     failed = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no ruff executable"]
     print(f"warning: could not install {requirement} to format the renamed files: {failed[0]}", file=sys.stderr)
     if importlib.util.find_spec("ruff") is not None:

@@ -122,7 +122,7 @@ def test_no_mention_of_the_old_name_is_left(renamed):
 
 
 def test_a_fork_without_an_environment_is_formatted_by_the_ruff_make_lint_will_install(tmp_path):
-    """No .venv and no ruff given: the rename installs the ruff requirements-dev.txt asks for into a scratch folder
+    """No .venv and no ruff given: the rename installs the ruff requirements.txt pins into a scratch folder
     (`make install` installs the same version later) and formats with it."""
     repo = _copy(tmp_path / "fork")
     try:  # pip gives up soon where no index answers
@@ -132,7 +132,7 @@ def test_a_fork_without_an_environment_is_formatted_by_the_ruff_make_lint_will_i
     assert proc.returncode == 0, proc.stdout + proc.stderr
     if "could not install" in proc.stderr:
         pytest.skip(f"pip cannot install ruff here: {proc.stderr.strip()}")
-    assert "installed for the rename as requirements-dev.txt asks" in proc.stdout, proc.stdout + proc.stderr
+    assert "installed for the rename as requirements.txt pins it" in proc.stdout, proc.stdout + proc.stderr
     assert not (repo / ".venv").exists()
     _lint(repo)
 

@@ -93,9 +93,9 @@ def test_a_name_whose_first_letter_a_backslash_escapes_is_no_mention_there() -> 
     assert replace(f'"{BS}{BS}{old}.x"') == f'"{BS}{BS}{NEW}.x"'  # an escaped backslash, then the name
 
 
-def test_the_ruff_requirement_is_read_from_requirements_dev() -> None:
+def test_the_ruff_requirement_is_the_locks_pin() -> None:
     requirement = rename.ruff_requirement(REPO)
-    assert re.match(r"ruff\b", requirement) and requirement in (REPO / "requirements-dev.txt").read_text()
+    assert re.fullmatch(r"ruff==[\d.]+", requirement) and requirement in (REPO / "requirements.txt").read_text()
 
 
 def _git(*args: str, cwd: Path) -> None:

@@ -10,8 +10,23 @@ from typing import Any
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.search_path_plugin import SearchPathPlugin
-from hydra_plugins.hydra_joblib_launcher.config import JobLibLauncherConf
-from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
+
+# The launchers build on Hydra's joblib and submitit plugins, in the `sweeps` and `slurm` extras. Without one, its
+# launcher names are still stored, as a node whose launcher refuses with the extra to install (missing.py): this
+# module must import without them, or the grid sweeper every run uses would go unregistered too.
+try:
+    from hydra_plugins.hydra_joblib_launcher.config import JobLibLauncherConf
+except ImportError:
+    JobLibLauncherConf = None  # type: ignore[assignment,misc]
+try:
+    from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
+except ImportError:
+    SlurmQueueConf = None  # type: ignore[assignment,misc]
+
+
+def missing_plugin(what: str, dist: str) -> dict[str, Any]:
+    """The node stored for a launcher whose plugin is not installed: choosing it is refused (missing.py)."""
+    return {"_target_": "hydra_plugins.lab_sweepers.missing.MissingPlugin", "what": what, "requires": [dist]}
 
 
 @dataclass
@@ -48,37 +63,49 @@ class OptunaSweeperConf:
     params: dict[str, str] = field(default_factory=dict)  # search space: key -> interval/range/choice/tag(log,...)
 
 
-@dataclass
-class LabSlurmConf(SlurmQueueConf):
-    """`hydra/launcher=slurm`: Hydra's submitit_slurm launcher with this template's defaults, one SLURM job per sweep
-    job (an array); a job requeued after preemption or timeout resumes from its last.pt. Every field of submitit_slurm
-    applies (partition, qos, account, constraint, ...): python scripts/train.py -m hydra/launcher=slurm
-    hydra.launcher.partition=gpu ..."""
-
-    _target_: str = "hydra_plugins.lab_sweepers.slurm_launcher.LabSlurmLauncher"
-    timeout_min: int = 240  # --time; submitit signals the job signal_delay_s before it, which checkpoints and requeues
-    gpus_per_node: int | None = 1
-    tasks_per_node: int = "${.gpus_per_node}"  # type: ignore[assignment]  # one task per GPU: the job's DDP ranks
-    cpus_per_task: int | None = 8
-    mem_gb: int | None = 64
-    max_num_timeout: int = 3  # requeues after hitting the time limit (preemptions are requeued regardless)
-    array_parallelism: int = 16  # sweep jobs running at once
-    # requeue: let SLURM put a preempted job back in the queue
-    additional_parameters: dict[str, Any] = field(default_factory=lambda: {"requeue": True})
-
-
-@dataclass
-class LabJoblibConf(JobLibLauncherConf):
-    """Hydra's joblib launcher's keys (`n_jobs`: jobs at once, -1 = one per CPU; `timeout`: seconds per job), run
-    so that a worker that dies fails only its own job (joblib_launcher.py)."""
-
-    _target_: str = "hydra_plugins.lab_sweepers.joblib_launcher.LabJoblibLauncher"
-
-
 ConfigStore.instance().store(group="hydra/sweeper", name="lab_grid", node=GridSweeperConf, provider="lab")
 ConfigStore.instance().store(group="hydra/sweeper", name="lab_optuna", node=OptunaSweeperConf, provider="lab")
-ConfigStore.instance().store(group="hydra/launcher", name="lab_slurm", node=LabSlurmConf, provider="lab")
-ConfigStore.instance().store(group="hydra/launcher", name="slurm", node=LabSlurmConf, provider="lab")
+
+if SlurmQueueConf is not None:
+
+    @dataclass
+    class LabSlurmConf(SlurmQueueConf):
+        """`hydra/launcher=slurm`: Hydra's submitit_slurm launcher with this template's defaults, one SLURM job per
+        sweep job (an array); a job requeued after preemption or timeout resumes from its last.pt. Every field of
+        submitit_slurm applies (partition, qos, account, constraint, ...): python scripts/train.py -m
+        hydra/launcher=slurm hydra.launcher.partition=gpu ..."""
+
+        _target_: str = "hydra_plugins.lab_sweepers._slurm_launcher.LabSlurmLauncher"
+        timeout_min: int = (
+            240  # --time; submitit signals the job signal_delay_s before it, which checkpoints and requeues
+        )
+        gpus_per_node: int | None = 1
+        tasks_per_node: int = "${.gpus_per_node}"  # type: ignore[assignment]  # one task per GPU: the job's DDP ranks
+        cpus_per_task: int | None = 8
+        mem_gb: int | None = 64
+        max_num_timeout: int = 3  # requeues after hitting the time limit (preemptions are requeued regardless)
+        array_parallelism: int = 16  # sweep jobs running at once
+        # requeue: let SLURM put a preempted job back in the queue
+        additional_parameters: dict[str, Any] = field(default_factory=lambda: {"requeue": True})
+
+    SLURM: Any = LabSlurmConf
+else:
+    SLURM = missing_plugin("hydra/launcher=slurm", "hydra-submitit-launcher")
+ConfigStore.instance().store(group="hydra/launcher", name="lab_slurm", node=SLURM, provider="lab")
+ConfigStore.instance().store(group="hydra/launcher", name="slurm", node=SLURM, provider="lab")
+
+if JobLibLauncherConf is not None:
+
+    @dataclass
+    class LabJoblibConf(JobLibLauncherConf):
+        """Hydra's joblib launcher's keys (`n_jobs`: jobs at once, -1 = one per CPU; `timeout`: seconds per job), run
+        so that a worker that dies fails only its own job (joblib_launcher.py)."""
+
+        _target_: str = "hydra_plugins.lab_sweepers.joblib_launcher.LabJoblibLauncher"
+
+    JOBLIB: Any = LabJoblibConf
+else:
+    JOBLIB = missing_plugin("hydra/launcher=joblib", "hydra-joblib-launcher")
 
 
 class JoblibIsLabJoblib(SearchPathPlugin):
@@ -90,4 +117,4 @@ class JoblibIsLabJoblib(SearchPathPlugin):
     name (the plugin's, with another _target_) and warns of that on every start."""
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        ConfigStore.instance().store(group="hydra/launcher", name="joblib", node=LabJoblibConf, provider="lab")
+        ConfigStore.instance().store(group="hydra/launcher", name="joblib", node=JOBLIB, provider="lab")

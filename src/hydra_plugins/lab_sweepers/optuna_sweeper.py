@@ -21,6 +21,9 @@ class OptunaSweeper(Sweeper):
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
 
+        from lab import extras
+
+        extras.require("hparams_search=optuna", ("optuna",), instead="a grid sweep: -m key=a,b,c")
         self.config, self.hydra_context = config, hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
             config=config, hydra_context=hydra_context, task_function=task_function

@@ -249,6 +249,7 @@ class ShardsConfig(PreparedFiles, ImageFolderConfig):
     then `python scripts/train.py data=shards data.path=/data/shards`. The image keys are image_folder's."""
 
     reader: ClassVar[str] = "shards"  # lab.data.shards
+    requires = ("webdataset", "wids")
 
     # the prepared folder (<split>-NNNNNN.tar shards, <split>.json indexes, manifest.json), or its URL on a server
     # (https://, s3://, gs://: each shard fetched once into cache_dir, by curl / the aws / gsutil CLIs)
@@ -335,6 +336,7 @@ class HfConfig(PreparedFiles, DataConfig):
     the train split's statistics (computed in batches), the target a class label or a value (task.target_type)."""
 
     reader: ClassVar[str] = "hf"  # lab.data.hf
+    requires = ("datasets", "pyarrow")
 
     path: str = MISSING  # the save_to_disk folder or the prepared folder
     target: str | None = None  # the target column (needed to train; prepare converts every column)
@@ -392,6 +394,7 @@ class TokensConfig(PreparedFiles, DataConfig):
     token stream (cut at training, no prepare needed to change them)."""
 
     reader: ClassVar[str] = "tokens"  # lab.data.tokens
+    requires = ("tokenizers",)
 
     path: str = MISSING  # the prepared folder: written by scripts/prepare_data.py, read by training
     # a text file, or a folder of *.txt files (each a document, in sorted path order); null = Python's own

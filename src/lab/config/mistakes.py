@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from lab.config import options
+from lab.errors import ConfigError
 
 _SEARCH_PATH = "Config search path"  # Hydra lists it at the end of a message: nothing after it is about the mistake
 _NOISE = ("See https://hydra.cc", "Set the environment variable HYDRA_FULL_ERROR")  # lines that only point elsewhere
@@ -101,6 +102,11 @@ def _top_level_groups() -> list[str]:
 def describe(err: BaseException) -> str | None:
     """One or two lines for a mistake Hydra or OmegaConf found in the config or the overrides; None for anything
     else (a bug is not rewritten)."""
+    refusal = err
+    while refusal is not None and not isinstance(refusal, ConfigError):  # a plugin's own refusal, maybe wrapped
+        refusal = refusal.__cause__ or refusal.__context__
+    if refusal is not None:
+        return str(refusal)
     if not isinstance(err, (HydraException, OmegaConfBaseException)):
         return None
     cause = err if isinstance(err, (ConfigAttributeError, ConfigKeyError)) else err.__cause__

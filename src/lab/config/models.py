@@ -139,6 +139,8 @@ class TimmConfig(ModelConfig):
     with a new head for the data's classes and the first convolution adapted to its channels. Weights come from
     model.weights_path, the Hugging Face cache ($HF_HOME) or the hub when the machine can reach it."""
 
+    requires = ("timm",)
+
     arch: str = "resnet18"
     pretrained: bool = True
     weights_path: str | None = None  # a local weights file (.safetensors / .pth / a checkpoint): no hub, no cache

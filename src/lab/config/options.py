@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from lab import extras
 from lab.errors import ConfigError
 
 _KINDS: dict[str, type[Option]] = {}  # group -> the kind's base class
@@ -50,6 +51,9 @@ class Option:
     # where a chosen option lands when not in its group's node: a kind of which several may be on at once gives
     # each its own node ("callbacks.{name}")
     package: ClassVar[str | None] = None
+    # the distributions it needs beyond the core (pyproject.toml's extras): choosing it without them is refused
+    # while the config is checked, naming the extra to install (lab.extras)
+    requires: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(
         cls,
@@ -89,9 +93,16 @@ class Option:
         An option is its group's choice `<group>=<name>`; a kind whose options are not one-of overrides this."""
         return cls.config_group, cls
 
+    def check_installed(self) -> None:
+        """Refuse this option, naming the extra to install, when a distribution of ``requires`` is missing."""
+        if self.requires:
+            group = self.config_group
+            extras.require(f"{'logger' if group == 'tracker' else group}={option_name(type(self))}", self.requires)
+
     def __post_init__(self) -> None:
-        if not self.key:
+        if not self.key:  # a tracker: every one has its settings node, the logger checks those turned on
             return
+        self.check_installed()
         own = option_name(type(self))
         chosen = getattr(self, self.key)
         if own is not None and chosen != own:

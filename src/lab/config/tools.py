@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lab import extras
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.checks import seed, wandb_tags
@@ -62,6 +63,7 @@ class EvalConfig:
 
 
 EXPORT_FORMATS = ("onnx", "pt2", "torchscript")
+ONNX = ("onnx", "onnxscript", "onnxruntime")  # export.formats=onnx: torch.onnx's exporter, and the parity run
 
 
 @dataclass
@@ -124,6 +126,9 @@ class ExportConfig:
     def __post_init__(self) -> None:
         _require(bool(self.ckpt_path), f"ckpt_path is required: the checkpoint to export, {_CKPT_HINT}")
         wandb_tags("tags", self.tags)
+        if "onnx" in self.export.formats:
+            others = [name for name in self.export.formats if name != "onnx"] or ["pt2"]
+            extras.require("export.formats=onnx", ONNX, instead=f"export.formats=[{','.join(others)}]")
 
 
 @dataclass
@@ -177,3 +182,5 @@ class InferConfig:
         )
         _one_of("device", self.device, ("auto", "cpu", "cuda", "mps"))
         wandb_tags("tags", self.tags)
+        if str(self.ckpt_path).endswith(".onnx"):
+            extras.require("an ONNX ckpt_path", ("onnxruntime",), instead="the model.pt2 or the .pt checkpoint")

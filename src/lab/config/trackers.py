@@ -92,6 +92,8 @@ class TensorboardConfig(TrackerConfig):
     """TensorBoard (lab.tracking.tensorboard_backend): event files in <run dir>/tensorboard/ (`tensorboard --logdir
     outputs`): the metrics as scalars, the resolved config, git commit and final summary as text."""
 
+    requires = ("tensorboard",)
+
     def backend(self) -> type:
         from lab.tracking.tensorboard_backend import TensorBoardBackend
 
@@ -132,6 +134,9 @@ class LoggerConfig:
                 f"logger=[{','.join(known)}] (or logger=none); a new one is a TrackerConfig in src/lab/config/",
             )
         _one_of("logger.log_checkpoints", self.log_checkpoints, ("none", "best", "last"))
+        for name in chosen(self):
+            settings = getattr(self, name, None)  # LoggerConfig alone (no settings nodes): the defaults
+            (settings if isinstance(settings, TrackerConfig) else known[name]()).check_installed()
 
 
 _SCHEMAS: dict[tuple[tuple[str, type], ...], type[LoggerConfig]] = {}

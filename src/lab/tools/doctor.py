@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from lab import extras
 from lab.tools.doctor_checks import INSTALL_FIX, MIN_PYTHON, Check, fail, ok, warn
 from lab.tools.torch_checks import check_cuda, check_gpus, check_precision, import_torch, nvidia_smi
 
@@ -46,14 +47,29 @@ def requirements(path: Path) -> list[str]:
 
 
 def check_packages(path: Path, version_of: Callable[[str], str] = importlib.metadata.version) -> list[Check]:
-    """Each requirement installed, in its range. One row for all that are fine, one per problem."""
+    """Each package of the lock installed at its version. One row for all that are fine (and the extras left out),
+    one per problem: a version other than the pinned one, or a missing package of the core or of an extra that is
+    partly installed (`make install EXTRAS=` leaves whole extras out, never half of one)."""
     try:
         from packaging.requirements import Requirement
+        from packaging.utils import canonicalize_name
     except ImportError:  # pip's own dependency; absent only from a broken environment
         return [fail("packages", "cannot parse requirements: `packaging` is not installed", INSTALL_FIX)]
     if not path.is_file():
         return [warn("packages", f"{path} not found: versions not checked")]
-    rows, fine = [], []
+
+    def is_installed(dist: str) -> bool:
+        try:
+            version_of(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return False
+        return True
+
+    chosen = {
+        extra: dists for extra, dists in extras.declared().items() if extra in {"", *installed_extras(is_installed)}
+    }
+    needed = {dist: f"extra {extra}" if extra else "the core" for extra, dists in chosen.items() for dist in dists}
+    rows, fine, named, left_out = [], [], [], []
     for line in requirements(path):
         requirement = Requirement(line)
         if requirement.marker is not None and not requirement.marker.evaluate():
@@ -61,15 +77,58 @@ def check_packages(path: Path, version_of: Callable[[str], str] = importlib.meta
         try:
             installed = version_of(requirement.name)
         except importlib.metadata.PackageNotFoundError:
-            rows.append(fail(f"package {requirement.name}", f"not installed (wants {line})", INSTALL_FIX))
+            name = canonicalize_name(requirement.name)
+            if name in needed or not extras.declared():
+                rows.append(
+                    fail(f"package {requirement.name}", f"not installed ({needed.get(name, line)})", INSTALL_FIX)
+                )
+            else:
+                left_out.append(requirement.name)
             continue
         if requirement.specifier and not requirement.specifier.contains(installed, prereleases=True):
             rows.append(fail(f"package {requirement.name}", f"{installed} installed, wants {line}", INSTALL_FIX))
         else:
-            fine.append(f"{requirement.name} {installed}")
+            fine.append(requirement.name)
+            if canonicalize_name(requirement.name) in needed or not extras.declared():  # declared: named in the row
+                named.append(f"{requirement.name} {installed}")
     if fine:
-        rows.insert(0, ok("packages", f"{len(fine)} of {len(fine) + len(rows)} match {path.name}: " + ", ".join(fine)))
+        rows.insert(0, ok("packages", f"{len(fine)} of {len(fine) + len(rows)} match {path.name}: " + ", ".join(named)))
+    others = sorted(set(extras.extras()) - set(chosen))
+    if left_out:
+        rows.append(
+            ok("extras", f"not installed: {', '.join(others)} ({len(left_out)} packages of {path.name} left out)")
+        )
     return rows
+
+
+def installed_extras(is_installed: Callable[[str], bool]) -> list[str]:
+    """The extras `make install` was asked for (it records them in the environment: .venv/.extras), else those
+    whose packages are all installed."""
+    record = Path(sys.prefix) / ".extras"
+    if record.is_file():
+        return [extra for extra in record.read_text().strip().split(",") if extra]
+    return [extra for extra, dists in extras.extras().items() if all(map(is_installed, dists))]
+
+
+def check_support(version_of: Callable[[str], str] = importlib.metadata.version) -> Check:
+    """Python and torch against the versions CI runs (pyproject.toml's requires-python and torch range)."""
+    try:
+        from packaging.requirements import Requirement
+        from packaging.specifiers import SpecifierSet
+
+        meta = importlib.metadata.metadata(extras.PROJECT)
+        torch_range = next(
+            Requirement(line).specifier for line in meta.get_all("Requires-Dist") or [] if line.startswith("torch")
+        )
+        python_range = SpecifierSet(meta.get("Requires-Python") or "")
+        torch_version = version_of("torch")
+    except (ImportError, importlib.metadata.PackageNotFoundError, StopIteration):
+        return warn("support", "the project or torch is not installed: the support matrix is not checked", INSTALL_FIX)
+    python = platform.python_version()
+    detail = f"Python {python} (tested: {python_range}), torch {torch_version} (tested: {torch_range})"
+    if python in python_range and torch_range.contains(torch_version, prereleases=True):
+        return ok("support", detail)
+    return warn("support", f"{detail}: outside what CI runs", "`make install` (the lock's torch) on a tested Python")
 
 
 # --------------------------------------------------------------------------- disk, wandb
@@ -116,6 +175,7 @@ def check_wandb() -> Check:
 # --------------------------------------------------------------------------- the report
 def run_checks(outputs: Path, requirements_path: Path, min_free_gib: float) -> Iterator[Check]:
     yield check_python()
+    yield check_support()
     torch, row = import_torch()
     yield row
     if torch is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-INSTALL_FIX = "reinstall the pinned versions: `make install` (or `pip install -r requirements.txt`)"
+INSTALL_FIX = "reinstall the lock's versions: `make install` (or `pip install -c requirements.txt -e '.[<extras>]'`)"
 MIN_PYTHON = (3, 10)
 
 

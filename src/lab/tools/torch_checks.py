@@ -4,6 +4,7 @@ matmul checked against the CPU), bf16 and TF32."""
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import shutil
 import subprocess
 import time
@@ -81,10 +82,28 @@ def check_cuda(torch: ModuleType, smi: tuple[str | None, str]) -> list[Check]:
                 )
             )
         else:
-            rows.append(ok("cuda", f"CUDA {torch.version.cuda} build, no GPU on this machine: training runs on CPU"))
+            rows.append(
+                warn(
+                    "cuda",
+                    f"CUDA {torch.version.cuda} build, no GPU on this machine: training runs on CPU; its CUDA "
+                    f"libraries take {cuda_payload() / 2**30:.1f} GiB",
+                    "on a machine that never has a GPU, the CPU build: `rm -rf .venv && make install TORCH=cpu` "
+                    "(PyTorch's CPU wheel index)",
+                )
+            )
     else:
         rows.append(ok("cuda", f"CUDA {torch.version.cuda}, {torch.cuda.device_count()} visible GPU(s)"))
     return rows + cuda_libraries(torch, needed=torch.cuda.is_available())
+
+
+def cuda_payload() -> int:
+    """Bytes installed by the CUDA libraries' distributions (nvidia-*, cuda-*, triton), from their RECORD files."""
+    total = 0
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if name.startswith(("nvidia-", "cuda-")) or name == "triton":
+            total += sum(f.size or 0 for f in dist.files or [])
+    return total
 
 
 def cuda_libraries(torch: ModuleType, needed: bool) -> list[Check]:

@@ -18,8 +18,8 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 
 from hydra_plugins.lab_sweepers._search_space import search_space
+from hydra_plugins.lab_sweepers._slurm_launcher import LabSlurmLauncher, with_resume
 from hydra_plugins.lab_sweepers._study import Search, _dict_override, absolute_storage
-from hydra_plugins.lab_sweepers.slurm_launcher import LabSlurmLauncher, with_resume
 from lab.cli import user_errors
 from lab.errors import ConfigError, UserError
 from lab.sweeps import devices as sweep_devices

@@ -57,6 +57,36 @@ def test_a_missing_and_a_mismatched_package_fail_with_the_fix(requirements: Path
     assert status == 1
 
 
+def test_a_package_of_an_extra_not_chosen_is_left_out_and_of_a_chosen_one_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = tmp_path / "requirements.txt"
+    lock.write_text("torch==2.14.1\n    # via lab (pyproject.toml)\nonnx==1.23.2\ntensorboard==2.21.0\n")
+    monkeypatch.setattr(
+        doctor.extras, "declared", lambda: {"": ("torch",), "export": ("onnx",), "trackers": ("tensorboard",)}
+    )
+    monkeypatch.setattr(doctor.extras, "extras", lambda: {"export": ("onnx",), "trackers": ("tensorboard",)})
+    monkeypatch.setattr(doctor, "installed_extras", lambda is_installed: ["export"])  # what make install was asked
+    rows = doctor.check_packages(lock, versions({"torch": "2.14.1+cpu"}))
+    assert statuses(rows) == {"packages": "ok", "package onnx": "FAIL", "extras": "ok"}
+    assert "not installed (extra export)" in rows[1].detail
+    assert "not installed: trackers (1 packages of requirements.txt left out)" in rows[2].detail
+
+
+def test_the_extras_make_install_recorded_are_the_installed_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    (tmp_path / ".extras").write_text("export,dev")
+    assert doctor.installed_extras(lambda dist: False) == ["export", "dev"]
+    (tmp_path / ".extras").write_text("")  # EXTRAS= : the core alone
+    assert doctor.installed_extras(lambda dist: True) == []
+
+
+def test_python_or_torch_outside_the_tested_matrix_warns() -> None:
+    assert doctor.check_support().status == "ok"  # this machine is in it
+    row = doctor.check_support(versions({"torch": "2.9.1"}))
+    assert row.status == "warn" and "torch 2.9.1 (tested: <2.15,>=2.14)" in row.detail and "outside" in row.detail
+
+
 def test_this_environment_matches_requirements(repo: Path) -> None:
     rows = doctor.check_packages(repo / "requirements.txt")
     assert statuses(rows) == {"packages": "ok"}, [row.detail for row in rows]
@@ -91,6 +121,12 @@ def test_a_cpu_only_build_without_a_gpu_is_fine() -> None:
     assert statuses(doctor.check_cuda(fake_torch(cuda=None), (None, ""))) == {"cuda": "ok"}
 
 
+def test_a_cuda_build_on_a_machine_without_a_gpu_says_the_cpu_build_would_do() -> None:
+    rows = doctor.check_cuda(fake_torch(cuda="13.0", available=False), (None, ""))
+    assert statuses(rows)["cuda"] == "warn"
+    assert "CUDA libraries take" in rows[0].detail and "make install TORCH=cpu" in rows[0].fix
+
+
 def test_a_cuda_build_that_sees_no_gpu_on_a_gpu_machine_fails() -> None:
     rows = doctor.check_cuda(fake_torch(cuda="13.0", available=False), SMI)
     assert statuses(rows)["cuda"] == "FAIL"
@@ -119,7 +155,7 @@ def test_an_unimportable_torch_fails_and_the_other_checks_still_run(
     assert found["torch"] == "FAIL" and "cuda" not in found
     assert {"python", "disk", "wandb", "packages"} <= set(found)
     text, status = doctor.report(rows)
-    assert status == 1 and "torch: reinstall the pinned versions" in text
+    assert status == 1 and "torch: reinstall the lock's versions" in text
 
 
 def test_this_machine_passes_the_torch_checks() -> None:

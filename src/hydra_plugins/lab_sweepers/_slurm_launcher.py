@@ -4,6 +4,8 @@ On preemption or timeout submitit calls the launcher's `checkpoint()` inside the
 it returns. Hydra's launcher requeues the same overrides, so the job would train again from scratch; this one
 adds `ckpt_path=<run dir>/checkpoints/last.pt` when that checkpoint exists, so the requeued job continues
 exactly where it stopped (same run dir: the job's number and sweep dir do not change).
+
+`_`-prefixed: Hydra's plugin scan skips it, so a machine without the `slurm` extra (submitit) starts cleanly.
 """
 
 from pathlib import Path

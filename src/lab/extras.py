@@ -1,0 +1,96 @@
+"""The optional packages: which extra of pyproject.toml brings a distribution, and the refusal when one is missing.
+
+pyproject.toml declares the dependencies once: the core, and an extra per concern (`pretrained`, `data`, `export`,
+`sweeps`, `slurm`, `trackers`, `dev`). An option that needs a package outside the core names its distributions in
+``requires`` (lab.config.options.Option); choosing it without them installed is refused while the config is
+checked, before anything is written, with the extra that brings them:
+
+    logger=tensorboard needs tensorboard, which is not installed: make install EXTRAS=trackers (or pip install -c
+    requirements.txt -e '.[trackers]')
+
+The extras are read from the installed project's metadata (its Requires-Dist lines), so this module holds no copy
+of pyproject.toml's lists. Standard library only: imported while composing, before torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import re
+from collections.abc import Iterable
+
+from lab.errors import ConfigError
+
+PROJECT = __name__.split(".")[0]  # the distribution is named like the package (`make rename` renames both)
+_EXTRA_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
+
+
+def normalise(dist: str) -> str:
+    """A distribution's canonical name (PEP 503): `Hydra_Core` and `hydra-core` are one."""
+    return re.sub(r"[-_.]+", "-", dist).lower()
+
+
+def installed(dist: str) -> bool:
+    try:
+        importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@functools.cache
+def declared() -> dict[str, tuple[str, ...]]:
+    """{"": the core's distributions, extra: its distributions} (canonical names), from the installed project's
+    metadata ({} when it is not installed, e.g. run from a source tree on PYTHONPATH alone)."""
+    try:
+        lines = importlib.metadata.requires(PROJECT) or []
+    except importlib.metadata.PackageNotFoundError:
+        return {}
+    found: dict[str, list[str]] = {}
+    for line in lines:
+        requirement, _, marker = line.partition(";")
+        extra = _EXTRA_MARKER.search(marker)
+        name = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+        if name:
+            found.setdefault(extra.group(1) if extra else "", []).append(normalise(name.group(1)))
+    return {extra: tuple(dists) for extra, dists in found.items()}
+
+
+def extras() -> dict[str, tuple[str, ...]]:
+    """{extra: its distributions}: pyproject.toml's optional dependencies."""
+    return {extra: dists for extra, dists in declared().items() if extra}
+
+
+def chosen() -> list[str]:
+    """The extras installed here (each of their distributions is)."""
+    return [extra for extra, dists in extras().items() if all(map(installed, dists))]
+
+
+def extra_of(dist: str) -> str | None:
+    """The extra that brings `dist` (None: in the core, or in none)."""
+    return next((extra for extra, dists in extras().items() if normalise(dist) in dists), None)
+
+
+def install_hint(dists: Iterable[str]) -> str:
+    """The command that installs `dists`: the extras bringing them, or the packages themselves."""
+    dists = list(dists)
+    needed = {extra for extra in map(extra_of, dists) if extra}
+    if needed and all(extra_of(dist) for dist in dists):
+        # `make install EXTRAS=` is the whole choice, so it keeps the extras already there
+        return (
+            f"make install EXTRAS={','.join(sorted(set(chosen()) | needed))} "
+            f"(or pip install -c requirements.txt -e '.[{','.join(sorted(needed))}]')"
+        )
+    return f"pip install -c requirements.txt {' '.join(dists)}"
+
+
+def require(what: str, dists: Iterable[str], instead: str = "") -> None:
+    """Refuse `what` (e.g. "logger=tensorboard") unless every distribution it needs is installed; `instead`: a
+    choice that needs none of them."""
+    missing = [dist for dist in dists if not installed(dist)]
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
+        raise ConfigError(
+            f"{what} needs {', '.join(missing)}, which {verb} not installed: {install_hint(missing)}"
+            + (f"; or {instead}" if instead else "")
+        )

@@ -1,0 +1,131 @@
+"""The dependencies: declared once in pyproject.toml (a core and an extra per concern), pinned by the lock
+(requirements.txt), installed by the Makefile; an option needing a missing extra is refused naming it (lab.extras)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from hydra_plugins.lab_sweepers.missing import MissingPlugin
+from lab import extras
+from lab.config import options, validate
+from lab.errors import ConfigError
+from tests.helpers import REPO, compose_config
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pytest brings tomli on 3.10
+    import tomli as tomllib
+
+PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def lock() -> dict[str, str]:
+    """requirements.txt: {canonical name: pinned version}."""
+    pins = {}
+    for line in (REPO / "requirements.txt").read_text().splitlines():
+        if line and not line.startswith((" ", "#", "-")):
+            name, _, version = line.partition("==")
+            pins[canonicalize_name(name)] = version.strip()
+    return pins
+
+
+def test_every_declared_dependency_is_pinned_by_the_lock_within_its_range() -> None:
+    pins = lock()
+    declared = [*PROJECT["dependencies"], *(r for deps in PROJECT["optional-dependencies"].values() for r in deps)]
+    for line in declared:
+        requirement = Requirement(line)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is declared in pyproject.toml but not pinned in requirements.txt: make lock"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (name, pins[name], line)
+
+
+def test_the_makefile_installs_every_extra_by_default() -> None:
+    listed = re.search(r"^ALL_EXTRAS := (\S+)$", (REPO / "Makefile").read_text(), flags=re.M)
+    assert listed is not None
+    assert set(listed.group(1).split(",")) == set(PROJECT["optional-dependencies"])
+
+
+def test_the_installed_metadata_knows_the_extras_of_pyproject() -> None:
+    """lab.extras reads the extras from the installed project: a stale install (pyproject changed since) shows."""
+    declared = {
+        extra: {canonicalize_name(Requirement(line).name) for line in deps}
+        for extra, deps in PROJECT["optional-dependencies"].items()
+    }
+    assert {extra: set(dists) for extra, dists in extras.extras().items()} == declared
+
+
+def test_an_options_requirements_come_from_an_extra_not_the_core() -> None:
+    core = {canonicalize_name(Requirement(line).name) for line in PROJECT["dependencies"]}
+    needing = [cls for group in options.groups() for cls in options.options(group).values() if cls.requires]
+    assert {options.option_name(cls) for cls in needing} >= {"timm", "shards", "tokens", "hf", "tensorboard"}
+    for cls in needing:
+        for dist in cls.requires:
+            assert canonicalize_name(dist) not in core, (cls, dist)
+            assert extras.extra_of(dist), f"{cls.__name__} requires {dist}, which no extra of pyproject.toml brings"
+
+
+@pytest.fixture
+def without(monkeypatch: pytest.MonkeyPatch):
+    """Pretend distributions are not installed (what `make install EXTRAS=` leaves out)."""
+
+    def hide(*dists: str) -> None:
+        real = extras.installed
+        monkeypatch.setattr(extras, "installed", lambda dist: dist not in dists and real(dist))
+
+    return hide
+
+
+@pytest.mark.parametrize(
+    ("overrides", "hidden", "extra"),
+    [
+        (["logger=tensorboard"], ("tensorboard",), "trackers"),
+        (["model=timm", "model.pretrained=false"], ("timm",), "pretrained"),
+        (["data=shards", "data.path=/nowhere"], ("webdataset", "wids"), "data"),
+        (["data=tokens", "data.path=/nowhere", "task=language_model", "model=gpt"], ("tokenizers",), "data"),
+    ],
+)
+def test_an_option_whose_extra_is_missing_is_refused_naming_the_extra(without, overrides, hidden, extra) -> None:
+    cfg = compose_config(overrides)
+    validate(cfg)  # installed here: accepted
+    without(*hidden)
+    with pytest.raises(ConfigError) as caught:
+        validate(cfg)
+    message = str(caught.value)
+    assert f"{overrides[0]} needs {hidden[0]}" in message
+    # the fix keeps the extras already installed (`make install EXTRAS=` is the whole choice)
+    assert re.search(rf"make install EXTRAS=\S*\b{extra}\b", message) and f"-e '.[{extra}]'" in message, message
+    assert "dev" in message.split("EXTRAS=")[1].split(" ")[0].split(","), message
+
+
+def test_a_tracker_turned_off_needs_nothing(without) -> None:
+    without("tensorboard")
+    validate(compose_config(["logger=csv"]))  # every tracker has its settings node; only those turned on are checked
+
+
+def test_onnx_export_and_inference_need_the_export_extra(without) -> None:
+    export = compose_config(["ckpt_path=/some/best.pt"], config_name="export")
+    infer = compose_config(["ckpt_path=/some/model.onnx", "input=x.png"], config_name="infer")
+    validate(export), validate(infer)
+    without("onnx", "onnxscript", "onnxruntime")
+    with pytest.raises(ConfigError, match=r"export.formats=onnx needs onnx, onnxscript, onnxruntime.*EXTRAS=\S*export"):
+        validate(export)
+    with pytest.raises(ConfigError, match=r"or export.formats=\[pt2\]"):
+        validate(export)
+    validate(compose_config(["ckpt_path=/some/best.pt", "export.formats=[pt2]"], config_name="export"))
+    with pytest.raises(ConfigError, match=r"ONNX ckpt_path needs onnxruntime.*or the model.pt2"):
+        validate(infer)
+
+
+def test_a_launcher_whose_plugin_is_missing_refuses_naming_the_extra(without) -> None:
+    without("hydra-submitit-launcher")
+    with pytest.raises(ConfigError, match=r"hydra/launcher=slurm needs hydra-submitit-launcher.*EXTRAS=\S*slurm"):
+        MissingPlugin(what="hydra/launcher=slurm", requires=["hydra-submitit-launcher"])
+
+
+def test_a_package_no_extra_brings_is_named_itself() -> None:
+    assert extras.install_hint(["no-such-dist"]) == "pip install -c requirements.txt no-such-dist"
