@@ -68,3 +68,8 @@ doctor: $(STAMP)  ## check the environment: versions, GPUs (a matmul each), bf16
 rename:  ## rename the package for your fork: make rename NAME=myproject (needs a clean git tree; reinstalls .venv)
 	@test -n "$(NAME)" || { echo "usage: make rename NAME=<new package name>" >&2; exit 2; }
 	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) scripts/rename.py "$(NAME)" --python "$(PY)" $(ARGS)
+
+.PHONY: update
+update:  ## take the template's later fixes, renamed: make update [REF=v0.2.0] (a clean tree and an `upstream` remote)
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) scripts/update_template.py --python "$(PY)" \
+		$(if $(REF),--ref "$(REF)") $(if $(BASE),--base "$(BASE)") $(ARGS)

@@ -12,7 +12,8 @@ sorted, code re-wrapped) by the ruff `make lint` runs, .venv's or, without one, 
 for (installed into a scratch folder for the rename), and a docstring's or comment's line now over the line limit is
 wrapped (a long string gets `# noqa: E501`): `make lint` passes after the rename, as it did before. Then it
 reinstalls the project into `.venv`: the old distribution is uninstalled and `pip install -e .` installs the new one,
-so no stale distribution is left.
+so no stale distribution is left. The first rename records the commit it renamed (the template's) and its version
+in `.template.json`: `make update` (scripts/update_template.py) takes the template's later changes from there.
 
 It refuses, with one line and a non-zero exit: a name that is no valid Python package name (not an identifier, a
 keyword, a standard-library module or an installed package it would shadow, a folder of the repository), and a
@@ -395,6 +396,49 @@ def reinstall(python: Path, old: str, new: str, root: Path) -> None:
     print(f"reinstalled into {python.parent.parent}: {new} (editable); {old} uninstalled")
 
 
+def rename_tree(root: Path, old: str, new: str, python: Path) -> None:
+    """The rename itself: every mention rewritten, the files moved, the changed Python files formatted (what
+    scripts/update_template.py also does to the template's checkouts, so that they read as the fork does)."""
+    files = project_files(root)
+    changed = rewrite(files, replacer(old, new))
+    moves = move(files, root, old, new)
+    for stale in (root / "src").glob(f"{old}.egg-info"):  # setuptools' metadata of the old distribution
+        shutil.rmtree(stale, ignore_errors=True)
+    print(f"renamed {old} -> {new}: {len(changed)} files rewritten, {len(moves)} moved")
+    moved = dict(moves)
+    tidy(python, [moved.get(path, path) for path in changed], root)
+
+
+# The template's commit and version a fork stands on, written by the first rename, moved on by `make update`
+# (scripts/update_template.py). It names no package: a later rename leaves it alone.
+RECORD = ".template.json"
+
+
+def current_version(text: str) -> str:
+    """The `version` of a pyproject.toml's [project] table ("" when it has none)."""
+    project = re.search(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", text, flags=re.M | re.S)
+    match = re.search(r'^version\s*=\s*"([^"]+)"', project.group(1) if project else "", flags=re.M)
+    return match.group(1) if match else ""
+
+
+def record_text(commit: str, version: str) -> str:
+    return json.dumps({"commit": commit, "version": version}, indent=2) + "\n"
+
+
+def record_template_base(root: Path) -> None:
+    """The first rename records the commit it renamed (the template's, in a fork cloned from it) in RECORD; a
+    fork's later rename keeps the record as it is."""
+    if (root / RECORD).exists():
+        return
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+    if head.returncode != 0:
+        print(f"no git commit to record: `make update` will need BASE=<the template's commit> (see {RECORD})")
+        return
+    commit, version = head.stdout.strip(), current_version((root / "pyproject.toml").read_text())
+    (root / RECORD).write_text(record_text(commit, version))
+    print(f"recorded the template's commit {commit[:10]} ({version}) in {RECORD}: `make update` starts from it")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", help="the new package name (a Python identifier, e.g. myproject)")
@@ -423,14 +467,8 @@ def main(argv: list[str] | None = None) -> int:
                 "stash them first, so that the rename is one diff of its own"
             )
 
-    files = project_files(root)
-    changed = rewrite(files, replacer(old, new))
-    moves = move(files, root, old, new)
-    for stale in (root / "src").glob(f"{old}.egg-info"):  # setuptools' metadata of the old distribution
-        shutil.rmtree(stale, ignore_errors=True)
-    print(f"renamed {old} -> {new}: {len(changed)} files rewritten, {len(moves)} moved")
-    moved = dict(moves)
-    tidy(python, [moved.get(path, path) for path in changed], root)
+    rename_tree(root, old, new, python)
+    record_template_base(root)
     if not args.no_install:
         reinstall(python, old, new, root)
     print("next: review `git status` and `git diff`, run `make test`, commit")

@@ -142,6 +142,7 @@ SECTIONS_RUN_ELSEWHERE = {
     "## Debugging tools": "tests/integration/test_tools.py",
     "## Fine-tune a pretrained model": "tests/integration/test_finetune.py",  # weights it writes, offline
     "## Data larger than memory": "tests/integration/test_big_data.py",  # on data it writes
+    "## Take the template's later fixes": "tests/integration/test_template_update.py",  # in a fork it makes
 }
 NOT_RUN_AS_WRITTEN = {
     "git checkout <git_commit>": ("would change this work tree", "tests/integration/test_report.py", "reproduce"),
