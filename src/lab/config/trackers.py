@@ -1,5 +1,5 @@
 """The `logger` node: which trackers record a run, and each tracker's settings. One option per tracker backend
-(lab.config.options), in the `tracker` kind:
+(lab.config.options), in the `tracker` kind; the shipped `mlflow`, in short:
 
     @dataclass
     class MlflowConfig(TrackerConfig):     # the tracker `mlflow`: its name is the class's, written once
@@ -167,6 +167,7 @@ class LoggerConfig:
     # of them (logger=[wandb,csv]), or logger.backends.<name>=true|false on top of what is chosen
     backends: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(trackers(), False))
     log_checkpoints: str = "none"  # none | best | last: keep that checkpoint with the run (wandb: a model artifact)
+    # (mlflow: the artifact checkpoints/<best|last>.pt)
     # a tracker that is slow to start (wandb: ~1 s of Python) runs in a child process, using another core. false: in
     # this process (e.g. to call wandb.log or use wandb.run from your own code)
     child_process: bool = True
