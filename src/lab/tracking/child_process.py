@@ -1,13 +1,14 @@
-"""A tracker run in a child Python process (wandb), so that its start and its per-event work use another core.
+"""Trackers run in a child Python process (wandb, MLflow), so that their start and per-event work use another core.
 
 wandb's import and `wandb.init` are about 1 s of Python that holds the GIL: started in a thread, they slow the data
 and model set-up beside them by as much; in a child process they run beside it, and the first optimizer step comes
 about as soon as without a tracker (bench/startup.py). Each event then costs this process one pickle and one pipe
 write instead of wandb's own Python.
 
-One child serves the whole process: started by the first tracker that asks for it, kept for the next (a sweep's
-jobs: wandb stays imported), ended when this process ends (it then finishes wandb's writing; this process waits for
-it, so the run files are complete when the command returns). Calls arrive in order; only those that return something
+One child serves the whole process and every tracker slow to start (each call names its tracker): started by the
+first tracker that asks for it, kept for the next (a sweep's jobs: wandb stays imported), ended when this process
+ends (it then finishes wandb's writing; this process waits for it, so the run files are complete when the command
+returns). Calls arrive in order; only those that return something
 (`finish`, `ref`) wait for the answer. What the child logs is logged here; an error in the child is raised here by
 the call it answers, or by the next call that does not wait (a call that waits, `finish`, logs an earlier call's
 error as a warning and still happens). The child ignores SIGINT and SIGTERM: the run that handles the signal still
@@ -54,28 +55,28 @@ class ChildProcessBackend(Backend):
 
     def start(self) -> None:
         self.child = _child()  # this record's child, to the end: one that died is an error, not replaced
-        self.child.send("start", self.name, self.run)
+        self.child.send(self.name, "start", self.run)
 
     def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
-        self.child.send("log", {key: _plain_scalar(value) for key, value in metrics.items()}, step, epoch)
+        self.child.send(self.name, "log", {key: _plain_scalar(value) for key, value in metrics.items()}, step, epoch)
 
     def log_histograms(self, histograms: Mapping[str, tuple[list[float], list[float]]], step: int) -> None:
-        self.child.send("log_histograms", dict(histograms), step)
+        self.child.send(self.name, "log_histograms", dict(histograms), step)
 
     def summary(self, values: Mapping[str, Any]) -> None:
-        self.child.send("summary", {key: _plain_scalar(value) for key, value in values.items()})
+        self.child.send(self.name, "summary", {key: _plain_scalar(value) for key, value in values.items()})
 
     def save_file(self, path: Path) -> None:
-        self.child.send("save_file", Path(path))
+        self.child.send(self.name, "save_file", Path(path))
 
     def log_checkpoint(self, path: Path, alias: str) -> None:
-        self.child.send("log_checkpoint", Path(path), alias)
+        self.child.send(self.name, "log_checkpoint", Path(path), alias)
 
     def finish(self, status: str) -> dict[str, Any]:
-        return self.child.ask("finish", status)
+        return self.child.ask(self.name, "finish", status)
 
     def ref(self) -> dict[str, Any]:
-        return self.child.ask("ref")
+        return self.child.ask(self.name, "ref")
 
 
 def _plain_scalar(value: Any) -> Any:
@@ -102,15 +103,17 @@ class _Child:
         self.answers = Connection(answer_read, writable=False)
         self.late_error: Exception | None = None  # of a call that did not wait: raised at the next one
 
-    def send(self, method: str, *args: Any) -> None:
+    def send(self, name: str, method: str, *args: Any) -> None:
+        """Call `method` of the tracker `name` in the child, without waiting for it."""
         self._take_answers(block=False)
         if self.late_error is not None:
             err, self.late_error = self.late_error, None
             raise err
-        self._write((method, args, False))
+        self._write((name, method, args, False))
 
-    def ask(self, method: str, *args: Any) -> Any:
-        self._write((method, args, True))
+    def ask(self, name: str, method: str, *args: Any) -> Any:
+        """Call `method` of the tracker `name` in the child and wait for its result."""
+        self._write((name, method, args, True))
         result = self._take_answers(block=True)
         if self.late_error is not None:  # an earlier call's error: said, while this call (finish) still happened
             log.warning("the tracker process: %s", self.late_error)
@@ -200,33 +203,37 @@ def _answer(answers: Connection, kind: str, payload: Any) -> None:
 
 
 def serve(requests: Connection, answers: Connection) -> None:
-    """Run the calls that arrive until the parent closes the pipe: one backend at a time, the latest started. A
-    record the parent did not finish (it was killed, or crashed hard) is finished as failed, with all it got."""
+    """Run the calls that arrive until the parent closes the pipe: one backend per tracker name (logger=[wandb,mlflow]:
+    two), each the latest started under its name. A record the parent did not finish (it was killed, or crashed
+    hard) is finished as failed, with all it got."""
     from lab.tracking import backends
 
     root = logging.getLogger()
     root.addHandler(_ForwardLogs(answers))
     root.setLevel(logging.INFO)
-    backend: Backend | None = None
+    started: dict[str, Backend | None] = {}
     while True:
         try:
-            method, args, wait = requests.recv()
+            name, method, args, wait = requests.recv()
         except EOFError:
-            if backend is not None:
-                backend.finish("failed")
+            for backend in started.values():
+                if backend is not None:
+                    with contextlib.suppress(Exception):  # one record's failure must not cost the others
+                        backend.finish("failed")
             return
         try:
             if method == "start":
-                backend = None
-                name, run = args
-                started = backends.create(name, run, child_process=False)
-                started.start()
-                backend = started
+                started[name] = None
+                (run,) = args
+                backend = backends.create(name, run, child_process=False)
+                backend.start()
+                started[name] = backend
                 result = None
             else:  # after a failed start there is nothing to record: calls do nothing ({} for finish/ref)
+                backend = started.get(name)
                 result = getattr(backend, method)(*args) if backend is not None else ({} if wait else None)
                 if method == "finish":
-                    backend = None
+                    started[name] = None
         except Exception as err:
             _answer(answers, "error" if wait else "late_error", _picklable(err))
             continue

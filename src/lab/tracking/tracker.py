@@ -1,5 +1,5 @@
-"""Run records: the chosen trackers (wandb, TensorBoard, CSV: `logger.backends`) plus a local mirror in the run
-directory, behind one small interface.
+"""Run records: the chosen trackers (wandb, TensorBoard, CSV, MLflow: `logger.backends`) plus a local mirror in the
+run directory, behind one small interface.
 
 Every workflow (train, eval, export, infer) does `start()`, `log(metrics, step)`, `summary(values)`, `finish()`
 (or `with tracker.session():`). Whatever the logger, the run dir gets `metrics.jsonl` (one JSON object per event),
@@ -7,8 +7,10 @@ Every workflow (train, eval, export, infer) does `start()`, `log(metrics, step)`
 (:mod:`lab.tracking.backends`), imported only when chosen, getting the resolved config, the git commit and every
 metric. One run per file: a run that continues in its own run dir (a resume) passes `continuing=True` and its
 files are appended to (a last line cut short by a killed attempt dropped first), and `resume_id` (the wandb run id
-it had) so that wandb continues that run; any other run starts its files afresh. A tracker that stops mid-run (its
-child process was killed) is named in one warning and the run goes on with the others and metrics.jsonl.
+it had) so that wandb continues that run (MLflow finds its run's id in the run dir); any other run starts its files
+afresh. A tracker's bad settings (an MLflow server that does not answer) are refused before anything is written. A
+tracker that stops mid-run (its child process was killed) is named in one warning and the run goes on with the
+others and metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -117,17 +119,6 @@ class Tracker:
         self._started = time.monotonic()
         if not self.is_writer:
             return self
-        for folder in self._folders():  # a dir made read-only is refused before anything is written
-            check_writable(folder)
-        with writing(self.run_dir):
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            # `tail -f metrics.jsonl` shows each event as it happens
-            self._metrics_file = open_record(
-                self.run_dir / "metrics.jsonl", self.continuing, self.resumed_step, step_of=_jsonl_step
-            )
-            written = prov.record(self.run_dir, self.provenance, self.continuing)
-        # the trackers that keep files get this start's provenance, once started
-        self._deferred += [lambda backend, path=path: backend.save_file(path) for path in written]
         run = RunInfo(
             run_dir=self.run_dir,
             job_type=self.job_type,
@@ -140,6 +131,20 @@ class Tracker:
             continuing=self.continuing,
             resumed_step=self.resumed_step,
         )
+        for name in filter(trackers.trackers().__contains__, trackers.chosen(self.logger_cfg)):  # before any write
+            settings = trackers.tracker_settings(self.logger_cfg, name)
+            trackers.backend(name, self.logger_cfg).check(dataclasses.replace(run, settings=settings))
+        for folder in self._folders():  # a dir made read-only is refused before anything is written
+            check_writable(folder)
+        with writing(self.run_dir):
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            # `tail -f metrics.jsonl` shows each event as it happens
+            self._metrics_file = open_record(
+                self.run_dir / "metrics.jsonl", self.continuing, self.resumed_step, step_of=_jsonl_step
+            )
+            written = prov.record(self.run_dir, self.provenance, self.continuing)
+        # the trackers that keep files get this start's provenance, once started
+        self._deferred += [lambda backend, path=path: backend.save_file(path) for path in written]
         if background:
             self._starting = threading.Thread(target=self._start_backends, args=(run,), name="tracker-start")
             self._starting.start()

@@ -372,7 +372,7 @@ def _imported_modules(importtime_stderr: str) -> set[str]:
 @pytest.mark.integration  # runs the entry script
 def test_cli_cfg_job_prints_the_config_without_importing_torch() -> None:
     proc = subprocess.run(
-        [PYTHON, "-X", "importtime", str(TRAIN_SCRIPT), "--cfg", "job"],
+        [PYTHON, "-X", "importtime", str(TRAIN_SCRIPT), "--cfg", "job", "logger=[wandb,mlflow]"],
         cwd=REPO,
         env=script_env(),
         capture_output=True,
@@ -384,7 +384,8 @@ def test_cli_cfg_job_prints_the_config_without_importing_torch() -> None:
     assert printed.seed == 42 and printed.model.name == "cnn" and printed.optimizer.lr == pytest.approx(3e-3)
     modules = _imported_modules(proc.stderr)
     assert {"hydra", "omegaconf", "lab.config"} <= modules  # the parsing works: these must be there
-    heavy = sorted(m for m in modules if m.split(".")[0] in {"torch", "torchvision", "numpy"})
+    assert printed.logger.backends.mlflow and printed.logger.mlflow.tracking_uri is None
+    heavy = sorted(m for m in modules if m.split(".")[0] in {"torch", "torchvision", "numpy", "wandb", "mlflow"})
     assert not heavy, f"--cfg job imported {heavy[:5]}"
 
 

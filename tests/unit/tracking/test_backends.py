@@ -364,8 +364,8 @@ def test_a_trackers_settings_override_without_plus_and_are_checked(compose):
 
 def test_an_unknown_tracker_is_refused_naming_the_choices(compose):
     choices = ", ".join(trackers())
-    with pytest.raises(ConfigError, match=rf"logger\.backends\.mlflow is not a tracker; choose among {choices}"):
-        validate(compose(["+logger.backends.mlflow=true"]))
+    with pytest.raises(ConfigError, match=rf"logger\.backends\.neptune is not a tracker; choose among {choices}"):
+        validate(compose(["+logger.backends.neptune=true"]))
 
 
 def test_each_known_tracker_has_a_backend_class():
