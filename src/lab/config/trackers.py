@@ -2,12 +2,13 @@
 (lab.config.options), in the `tracker` kind; the shipped `mlflow`, in short:
 
     @dataclass
-    class MlflowConfig(TrackerConfig):     # the tracker `mlflow`: its name is the class's, written once
-        tracking_uri: str | None = None    # logger.mlflow.tracking_uri=... overrides without `+`
+    class AimConfig(TrackerConfig):        # the tracker `aim`: its name is the class's, written once
+        repo: str | None = None            # logger.aim.repo=... overrides without `+`
+        requires = ("aim",)                # its packages (an extra of pyproject.toml): refused by name when missing
 
         def backend(self):                 # the lab.tracking.Backend class that records (imported only when chosen)
-            from lab.tracking.mlflow_backend import MlflowBackend
-            return MlflowBackend
+            from lab.tracking.aim_backend import AimBackend
+            return AimBackend
 
 Trackers are not one-of like `model=`: a run turns on any number of them. So every registered tracker gets, with
 no YAML and no table to edit:
@@ -140,6 +141,9 @@ class MlflowConfig(TrackerConfig):
     """MLflow (lab.tracking.mlflow_backend): one MLflow run per job in a store every run shares, by default a SQLite
     database under `paths.outputs` (`mlflow ui --backend-store-uri sqlite:///outputs/mlflow/mlflow.db` compares them
     all), or a tracking server. MLFLOW_TRACKING_URI / MLFLOW_EXPERIMENT_NAME are honoured when the keys are null."""
+
+    # mlflow-skinny: the client without the UI's server; its SQLite store needs sqlalchemy and alembic, undeclared
+    requires = ("mlflow-skinny", "sqlalchemy", "alembic")
 
     # null: $MLFLOW_TRACKING_URI, else sqlite:///<paths.outputs>/mlflow/mlflow.db (artifacts beside it in artifacts/)
     tracking_uri: str | None = None

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 INSTALL_FIX = "reinstall the lock's versions: `make install` (or `pip install -c requirements.txt -e '.[<extras>]'`)"
-MIN_PYTHON = (3, 11)  # pyproject.toml requires-python: the lock pins releases (numpy 2.4, scipy 1.17) without 3.10 wheels
+MIN_PYTHON = (
+    3,
+    11,
+)  # pyproject.toml requires-python: the lock pins releases (numpy 2.4, scipy 1.17) without 3.10 wheels
 
 
 @dataclass
