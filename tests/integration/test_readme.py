@@ -138,6 +138,7 @@ def test_readme_command_runs(command, tmp_path, request):
 # tab-completion lines run in bash here; every other line is listed with why and with the test that checks what it
 # does (that test must exist and mention it).
 SECTIONS_RUN_ELSEWHERE = {
+    "## Install": "tests/unit/test_packaging.py",  # make install reinstalls .venv; docker and apptainer are not here
     "## Add your own model, dataset or task": "tests/integration/test_extension.py",
     "## Debugging tools": "tests/integration/test_tools.py",
     "## Fine-tune a pretrained model": "tests/integration/test_finetune.py",  # weights it writes, offline

@@ -161,3 +161,29 @@ def test_the_container_installs_through_the_makefile_with_every_extra() -> None:
     definition = (REPO / "container" / "lab.def").read_text()
     assert "From: lab:latest" in definition and "docker build -t lab ." in definition
     assert "docker build -t lab ." in dockerfile
+
+
+def test_the_readmes_install_section_matches_the_makefile_and_pyproject() -> None:
+    """README's *Install*: each make command is a target given only variables the Makefile reads, the extras table
+    lists pyproject's extras with what they bring, and the container commands name files that exist."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Install\n") : readme.index("\n## ", readme.index("## Install\n") + 1)]
+    makefile = (REPO / "Makefile").read_text()
+    commands = [
+        line.split("  #")[0].strip()
+        for block in re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+        for line in block.splitlines()
+    ]
+    for command in filter(lambda c: c.startswith("make "), commands):
+        target, *assignments = command.split()[1:]
+        assert target in make_targets(), command
+        for name in (a.split("=")[0] for a in assignments):
+            assert re.search(rf"^{name} \?=", makefile, flags=re.M), f"{command}: the Makefile reads no {name}"
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", section, flags=re.M))
+    assert set(rows) == set(PROJECT["optional-dependencies"])
+    for extra, deps in PROJECT["optional-dependencies"].items():
+        for dist in (Requirement(line).name for line in deps):
+            assert dist in rows[extra], f"README's extras table: {extra} brings {dist}"
+    assert "docker build -t lab ." in commands and "apptainer build lab.sif container/lab.def" in commands
+    assert all((REPO / c.split()[-1]).is_file() for c in commands if c.startswith("apptainer build"))
+    assert f'requires-python = "{PROJECT["requires-python"]}"' in section
