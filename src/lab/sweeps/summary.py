@@ -104,7 +104,7 @@ def job_record(
     exclude_keys: Collection[str],
     start: float,
     wall_s: float,
-    pid: int,
+    pid: int | None,
 ) -> dict[str, Any]:
     """What sweep_job.json holds: written by the job when it ends, or by the launcher for a job whose process died."""
     return {
