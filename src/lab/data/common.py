@@ -36,6 +36,12 @@ class DataModule:
     train_collate: Callable[[list[Any]], Any] | None = None
 
 
+def dataset_len(dataset: Dataset) -> int:
+    """``len()`` of a map-style dataset (every split a DataModule holds): torch's ``Dataset`` type declares no
+    ``__len__`` (an ``IterableDataset`` need not have one), so a type checker refuses ``len()`` on it."""
+    return len(dataset)  # type: ignore[arg-type]
+
+
 def check_fixed_shape(cfg: ImageDataConfig, dataset: str, in_channels: int, image_size: int) -> None:
     """Datasets with a fixed image shape must agree with the config the model is built from."""
     if cfg.in_channels != in_channels:

@@ -30,7 +30,7 @@ def draw_text(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, fon
 def paste_vertical(image: Image.Image, text: str, font, center: tuple[float, float]) -> None:
     """Text rotated 90 degrees (reads bottom to top), centered on `center`."""
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    width = measure.textbbox((0, 0), text, font=font)[2] + 4
+    width = int(measure.textbbox((0, 0), text, font=font)[2]) + 4
     strip = Image.new("RGB", (width, 16), "white")
     draw_text(ImageDraw.Draw(strip), (width / 2, 8), text, font, "black", "center")
     rotated = strip.rotate(90, expand=True)
@@ -47,10 +47,10 @@ def confusion_matrix_png(
     font, label_font = load_font(max(8, cell // 3)), load_font(12)
     names = [str(name)[:_LABEL_CHARS] for name in class_names]
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    label_w = 4 + max((measure.textbbox((0, 0), n, font=label_font)[2] for n in names), default=8)
+    label_w = 4 + int(max((measure.textbbox((0, 0), n, font=label_font)[2] for n in names), default=8))
     left, top = 28 + label_w + 8, _MARGIN_TOP + label_w + 6
     grid = k * cell
-    title_w = measure.textbbox((0, 0), title, font=label_font)[2] if title else 0
+    title_w = int(measure.textbbox((0, 0), title, font=label_font)[2]) if title else 0
     image = Image.new("RGB", (max(left + grid + 16, title_w + 16), top + grid + 16), "white")
     draw = ImageDraw.Draw(image)
     draw.text((8, 4), title, fill="black", font=label_font)
@@ -96,7 +96,7 @@ def predicted_vs_true_png(
 
     font = load_font(12)
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    title_w = measure.textbbox((0, 0), title, font=font)[2] if title else 0
+    title_w = int(measure.textbbox((0, 0), title, font=font)[2]) if title else 0
     image = Image.new("RGB", (max(left + size + pad, title_w + 16), top + size + 48), "white")
     draw = ImageDraw.Draw(image)
     draw.text((8, 4), title, fill="black", font=font)

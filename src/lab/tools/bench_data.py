@@ -25,6 +25,7 @@ from lab.data import EpochLoader, make_loader
 from lab.data.batches import size as batch_size_of
 from lab.data.batches import split as split_batch
 from lab.data.batches import to_device
+from lab.data.common import dataset_len
 
 TOLERANCE = 0.05  # settings within 5% of the fastest count as fast
 
@@ -170,7 +171,7 @@ def run(
     batch_sizes = list(batch_sizes or [cfg.data.batch_size])
     settings = grid(batch_sizes, list(workers if workers is not None else default_workers()), cuda, pin_memory)
     print(
-        f"bench_data: {cfg.data.name} training split ({len(dataset)} samples) to {device}, {len(settings)} "
+        f"bench_data: {cfg.data.name} training split ({dataset_len(dataset)} samples) to {device}, {len(settings)} "
         f"settings, {epochs} epochs of at most {batches} batches each",
         flush=True,
     )

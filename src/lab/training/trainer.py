@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from lab.checkpointing import CheckpointManager
 from lab.config.training import TrainerConfig
-from lab.data import EpochLoader
+from lab.data import DeviceLoader, EpochLoader
 from lab.data.batches import size as batch_size
 from lab.data.batches import split as split_batch
 from lab.data.batches import to_device
@@ -59,7 +59,7 @@ class Trainer:
         optimizer: torch.optim.Optimizer,
         scheduler: Schedule,
         task: Task,
-        train_batches: EpochLoader,
+        train_batches: EpochLoader | DeviceLoader,
         val_loader: torch.utils.data.DataLoader | None,
         device: torch.device,
         precision: Precision,

@@ -21,6 +21,7 @@ from lab import run_dir as run_dirs
 from lab.checkpointing import CheckpointManager
 from lab.config import TrainConfig
 from lab.config import callbacks as config_callbacks
+from lab.data.common import dataset_len
 from lab.distributed import env as dist_env
 from lab.distributed import launch
 from lab.distributed.parallel import Parallel
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 def _overfit_subset(dataset: torch.utils.data.Dataset, batches: int, batch_size: int) -> torch.utils.data.Dataset:
     """The same few samples for training and validation: a model that cannot fit them is wired wrong. `batch_size`
     is the global one (per device x ranks): each rank's share of the subset is then its own fixed batches."""
-    size = min(len(dataset), batches * batch_size)
+    size = min(dataset_len(dataset), batches * batch_size)
     return torch.utils.data.Subset(dataset, range(size))
 
 
@@ -150,7 +151,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     data_cfg = models.prepare(cfg.model, cfg.data)  # pretrained weights found, their preprocessing taken
     datamodule = data.build(data_cfg, reuse=in_multirun())
     if not cfg.trainer.overfit_batches:  # too few samples for a batch: refused before the first record, too
-        data.check_batch_fits(math.ceil(len(datamodule.train) / parallel.world_size), cfg.data.batch_size)
+        data.check_batch_fits(math.ceil(dataset_len(datamodule.train) / parallel.world_size), cfg.data.batch_size)
     tracker = tracking.from_config(
         cfg,
         run_dir,
@@ -252,7 +253,7 @@ def _train_batches(
     """(what the Trainer walks each epoch, the loader the start-of-run report reads a first batch from)."""
     loader_seed = cfg.seed * 1000 + parallel.rank  # worker augmentation streams differ per rank
     if cfg.data.loader == "device":  # the splits live on the device: batches are cut and augmented there
-        loader = data.DeviceLoader(
+        on_device = data.DeviceLoader(
             train_set,
             cfg.data,
             device,
@@ -262,7 +263,7 @@ def _train_batches(
             world_size=parallel.world_size,
             limit=cfg.trainer.limit_train_batches,
         )
-        return loader, loader
+        return on_device, on_device
     generator = torch.Generator().manual_seed(loader_seed)
     sampler = parallel.train_sampler(train_set, seed=runtime.epoch_generator_seed(cfg.seed, 0))
     loader = data.make_loader(
