@@ -68,9 +68,14 @@ class DataConfig(Option, group="data"):
     def prepare(self) -> None:
         """``scripts/prepare_data.py``: write data.path from data.source once (lab.data.prepared), for the
         datasets read from prepared files. The others read their files as they are."""
+        prepared = [
+            n
+            for n, o in options.options("data").items()
+            if issubclass(o, DataConfig) and o.prepare is not DataConfig.prepare
+        ]
         raise ConfigError(
             f"data={self.name} reads its files as they are: nothing to prepare; scripts/prepare_data.py prepares "
-            f"{', '.join(n for n, o in options.options('data').items() if o.prepare is not DataConfig.prepare)}"
+            f"{', '.join(prepared)}"
         )
 
     def verify(self) -> None:
@@ -212,7 +217,8 @@ class ImageFolderConfig(ImageDataConfig):
 
     num_workers: int = 4
     in_channels: int = 3
-    image_size: int | None = None  # null = the pretrained model's input size, else 64
+    # null = the pretrained model's input size, else 64 (the fixed-size datasets' image_size is never null)
+    image_size: int | None = None  # type: ignore[assignment]
     augment: bool = True
     max_bad_samples: int = 0  # unreadable images skipped (with a warning) before the run stops
     # added to data.augment's crop + flip, training images only (lab.data.augment): an automatic policy on the image,

@@ -79,7 +79,9 @@ class AdamwConfig(OptimizerConfig):
     def build(self, groups: list[dict]) -> Any:
         import torch
 
-        return torch.optim.AdamW(groups, lr=self.lr, betas=tuple(self.betas), eps=self.eps, fused=self.fused)
+        return torch.optim.AdamW(
+            groups, lr=self.lr, betas=(self.betas[0], self.betas[1]), eps=self.eps, fused=self.fused
+        )
 
 
 @dataclass

@@ -231,6 +231,7 @@ def tracker_settings(logger: Any, name: str) -> TrackerConfig:
     """The settings object of the tracker `name` in a `logger` node: its `logger.<name>` values checked by its
     option (a node without them, or none at all: the option's defaults)."""
     cls = options.option_class("tracker", name)
+    assert issubclass(cls, TrackerConfig)  # the tracker group's options are
     node = _get(logger, name)
     if node is None:
         return cls()

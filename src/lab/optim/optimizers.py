@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -63,7 +63,7 @@ def _lr_scales(model: nn.Module, head_lr_scale: float, layer_decay: float | None
             )
         from timm.models import group_parameters
 
-        layers = list(group_parameters(model, model.group_matcher(coarse=False)).values())
+        layers = list(group_parameters(model, cast(Any, model).group_matcher(coarse=False)).values())
         for index, names in enumerate(layers):
             for name in names:
                 scales[name] = layer_decay ** (len(layers) - 1 - index)
