@@ -35,8 +35,8 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset, Sampler
 
-from lab.data import prepared
 from lab.config.data import ShardsConfig
+from lab.data import prepared
 from lab.data.common import DataModule, resolve_num_classes
 from lab.data.folder import folder_splits, image_pipeline
 from lab.errors import ConfigError, UserError

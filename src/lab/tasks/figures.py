@@ -18,7 +18,9 @@ def load_font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
         return ImageFont.load_default()
 
 
-def draw_text(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font, fill: str, align: str) -> None:
+def draw_text(
+    draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font, fill: str | tuple[int, int, int], align: str
+) -> None:
     """Text placed by its bounding box (anchors need FreeType; the bitmap fallback font has none).
     align: "center" centers on xy; "right" ends at x and centers vertically; "left" starts at x."""
     x0, y0, x1, y1 = draw.textbbox((0, 0), text, font=font)

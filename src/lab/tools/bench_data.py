@@ -16,10 +16,10 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from lab.data import EpochLoader, make_loader
 from lab.data.batches import size as batch_size_of
@@ -77,7 +77,7 @@ def measure(
     dataset: Any, data_cfg: Any, setting: Setting, device: torch.device, epochs: int, batches: int, seed: int = 0
 ) -> Row:
     """Samples/s over `epochs` passes of at most `batches` batches each, batches moved to `device`."""
-    cfg = OmegaConf.merge(data_cfg, setting.overrides())
+    cfg = cast(DictConfig, OmegaConf.merge(data_cfg, setting.overrides()))  # a merge of two DictConfigs
     generator = torch.Generator().manual_seed(seed)
     loader = make_loader(dataset, cfg, train=True, generator=generator, pin_memory=setting.pin_memory)
     walker = EpochLoader(loader, generator, seed, limit=batches)
