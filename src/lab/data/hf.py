@@ -425,6 +425,7 @@ def build(cfg: Any) -> DataModule:
         meta.update(num_outputs=1, target_mean=t_mean, target_std=t_std)
     else:
         t_mean, t_std = 0.0, 1.0
+        assert class_names is not None  # a class target (not value) has them
         meta.update(num_outputs=len(class_names), num_classes=len(class_names), class_names=list(class_names))
 
     def part(split: str) -> ArrowRows | None:

@@ -10,7 +10,7 @@ import logging
 import math
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -57,7 +57,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     writer = not dist_env.launched_as_worker() or dist_env.rank() == 0
     continued = None
     if writer:
-        config = OmegaConf.to_container(cfg, resolve=True)
+        config = cast("dict[str, Any]", OmegaConf.to_container(cfg, resolve=True))
         # a sweep job continues in its own dir only: the dirs next to it are the other jobs of its sweep
         continued = run_dirs.continued_run(cfg.resume, run_dir, config, siblings=not in_multirun())
     if continued is not None:  # one run across resumes: its own dir, checkpoints, metrics and wandb run
@@ -110,7 +110,8 @@ def _inside(ckpt_path: str | None, run_dir: Path) -> bool:
 
 @record  # the failing rank's traceback reaches the launcher, which names it
 def _spawned_worker(container: dict, run_dir: str, identity: dict) -> float | None:
-    cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), container)  # typed again, as Hydra gave it
+    # typed again, as Hydra gave it
+    cfg = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(TrainConfig), container))
     launch.configure_worker_logging(Path(run_dir) / f"{cfg.task_name}.log")
     last = Path(run_dir) / "checkpoints" / "last.pt"
     if launch.restart_count() and last.is_file():  # dist.max_restarts: a restart continues the failed attempt
@@ -145,7 +146,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     precision = runtime.resolve_precision(cfg.precision, device)
     # a run continued in its own dir continues its wandb run too: one run across resumes
     continuing = resume is not None and _inside(cfg.ckpt_path, run_dir)
-    resume_id = (resume.get("provenance") or {}).get("wandb_id") if continuing else None
+    resume_id = (resume.get("provenance") or {}).get("wandb_id") if resume is not None and continuing else None
     # the data before any record is opened: a bad dataset (a CSV's duplicate column, float class labels, a missing
     # file) is refused with nothing written; a sweep's jobs share unchanged data
     data_cfg = models.prepare(cfg.model, cfg.data)  # pretrained weights found, their preprocessing taken
@@ -162,7 +163,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
         resume_id=resume_id,
         continuing=continuing,  # its files are appended to; any other run starts them afresh
         # what a killed attempt logged after its last.pt is dropped: those steps are trained again
-        resumed_step=resume["progress"]["global_step"] if continuing else None,
+        resumed_step=resume["progress"]["global_step"] if resume is not None and continuing else None,
     )
     with tracker.session(background=True):  # the trackers start while the model is built
         summary = _fit(cfg, run_dir, datamodule, parallel, device, precision, resume, tracker)
@@ -298,7 +299,7 @@ def _scaled_optimizer_cfg(cfg: DictConfig, parallel: Parallel, tracker: tracking
         scale,
     )
     tracker.summary({"effective_batch_size": effective, "lr_scaled": lr})
-    return OmegaConf.merge(cfg.optimizer, {"lr": lr})
+    return cast(DictConfig, OmegaConf.merge(cfg.optimizer, {"lr": lr}))
 
 
 def _eval_loader(dataset: Any, split: str, cfg: DictConfig, pin: bool, parallel: Parallel, device: Any) -> Any:
