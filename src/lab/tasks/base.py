@@ -141,10 +141,12 @@ class Task(Protocol[MetricsT]):
     monitor: str  # the validation metric (without "val/") that best.pt, plateau scheduling and sweeps follow
     mode: str  # "max" or "min": the direction in which `monitor` improves
     normaliser: str  # what the summed loss averages over: "samples" | "elements" | "tokens" (see NORMALISERS)
+
     # input axes an exported model accepts at any size: (0,) the batch; (0, 1) + a token sequence; (0, 2, 3) + the
     # height and width of (N, C, H, W) images (a fully convolutional model). Infer resizes images to the training
     # size unless both H and W are dynamic. export.dynamic_dims overrides it for one export.
-    dynamic_dims: tuple[int, ...]
+    @property
+    def dynamic_dims(self) -> tuple[int, ...]: ...
 
     def check_first_batch(self, inputs: Any, targets: Any) -> str:
         """Raise UserError when the data cannot fit the task (labels out of range, non-finite targets, tokens out
