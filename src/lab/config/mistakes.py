@@ -105,7 +105,7 @@ def _top_level_groups() -> list[str]:
 def describe(err: BaseException) -> str | None:
     """One or two lines for a mistake Hydra or OmegaConf found in the config or the overrides; None for anything
     else (a bug is not rewritten)."""
-    refusal = err
+    refusal: BaseException | None = err
     while refusal is not None and not isinstance(refusal, ConfigError):  # a plugin's own refusal, maybe wrapped
         refusal = refusal.__cause__ or refusal.__context__
     if refusal is not None:
