@@ -37,9 +37,8 @@ def unknown_key_message(path: str, key: str, keys: Iterable[Any], option: type |
     node = path[:-1] or "the config"
     hint = f"; did you mean {path}{close}?" if close else ""
     name = options.option_name(option) if option is not None else None
-    if (
-        option is not None and name is not None and issubclass(option, options.Option) and option.key
-    ):  # an option chosen by `<group>=<name>` (not a tracker's settings)
+    # an option chosen by `<group>=<name>` (not a tracker's settings)
+    if option is not None and name is not None and issubclass(option, options.Option) and option.key:
         group = option.config_group
         node = f"{node}={name}"
         owners = [other for other, cls in options.options(group).items() if key in cls.__dataclass_fields__]
