@@ -434,9 +434,9 @@ def build(cfg: Any) -> DataModule:
             return None  # no test split and data.test_fraction=0
         return ArrowRows(table, rows[split], inputs, cfg.target, mean, std, labels, t_mean, t_std)
 
-    train, val = part("train"), part("val")
-    assert train is not None and val is not None  # only the test split may be missing
-    return DataModule(train=train, val=val, test=part("test"), meta=meta)
+    train_rows, val_rows = part("train"), part("val")
+    assert train_rows is not None and val_rows is not None  # only the test split may be missing
+    return DataModule(train=train_rows, val=val_rows, test=part("test"), meta=meta)
 
 
 # --------------------------------------------------------------------------------------------------- preparing
