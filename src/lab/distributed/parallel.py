@@ -10,6 +10,7 @@ import contextlib
 import datetime
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -43,7 +44,7 @@ class ShardSampler(Sampler[int]):
         per_rank = math.ceil(size / world_size)
         self.indices += self.indices[-1:] * (per_rank - self.num_valid) if self.indices else [0] * per_rank
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         return iter(self.indices)
 
     def __len__(self) -> int:

@@ -9,9 +9,10 @@ from PIL import Image, ImageDraw, ImageFont
 
 _MARGIN_TOP = 40
 _LABEL_CHARS = 14  # class names are cut to this many characters on the axes
+Font = ImageFont.ImageFont | ImageFont.FreeTypeFont  # load_font's: a scalable one when Pillow has FreeType
 
 
-def load_font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+def load_font(size: int) -> Font:
     try:
         return ImageFont.load_default(size=size)  # scalable when Pillow has FreeType
     except (TypeError, OSError):
@@ -19,7 +20,12 @@ def load_font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
 
 
 def draw_text(
-    draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font, fill: str | tuple[int, int, int], align: str
+    draw: ImageDraw.ImageDraw,
+    xy: tuple[float, float],
+    text: str,
+    font: Font,
+    fill: str | tuple[int, int, int],
+    align: str,
 ) -> None:
     """Text placed by its bounding box (anchors need FreeType; the bitmap fallback font has none).
     align: "center" centers on xy; "right" ends at x and centers vertically; "left" starts at x."""
@@ -29,7 +35,7 @@ def draw_text(
     draw.text((x - x0, xy[1] - h / 2 - y0), text, fill=fill, font=font)
 
 
-def paste_vertical(image: Image.Image, text: str, font, center: tuple[float, float]) -> None:
+def paste_vertical(image: Image.Image, text: str, font: Font, center: tuple[float, float]) -> None:
     """Text rotated 90 degrees (reads bottom to top), centered on `center`."""
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     width = int(measure.textbbox((0, 0), text, font=font)[2]) + 4
