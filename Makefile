@@ -50,6 +50,7 @@ test-fast: $(STAMP)  ## the in-process tests only, no subprocess (no `integratio
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 format: $(STAMP)
 	$(PY) -m ruff check --fix .
@@ -57,7 +58,7 @@ format: $(STAMP)
 
 clean:  ## run outputs and caches (keeps .venv)
 	find outputs -mindepth 1 -not -name .gitkeep -delete
-	rm -rf .pytest_cache .ruff_cache
+	rm -rf .pytest_cache .ruff_cache .mypy_cache
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
 
 .PHONY: doctor

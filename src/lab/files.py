@@ -137,7 +137,7 @@ def _probe(folder: Path) -> OSError | None:
 
 
 def _fix(err: OSError) -> str:
-    return _FIXES.get(err.errno, f"{err.strerror or err} (write elsewhere: hydra.run.dir=...)")
+    return _FIXES.get(err.errno or 0, f"{err.strerror or err} (write elsewhere: hydra.run.dir=...)")
 
 
 def remove_stale_temps(folder: Path) -> list[Path]:

@@ -7,11 +7,17 @@ import logging
 import os
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from lab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from lab.config.training import PrecisionConfig, TrainerConfig
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +59,7 @@ def epoch_generator_seed(seed: int, epoch: int) -> int:
     return seed * 1_000_003 + epoch
 
 
-def configure_backends(trainer_cfg, device: torch.device) -> None:
+def configure_backends(trainer_cfg: TrainerConfig | DictConfig, device: torch.device) -> None:
     """Determinism, cuDNN autotuning and TF32, each set both ways: these are process-wide flags, and a joblib
     worker or an eval after training in the same process must not inherit the previous job's."""
     deterministic = bool(trainer_cfg.deterministic)
@@ -96,7 +102,7 @@ class Precision:
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def resolve_precision(precision_cfg, device: torch.device) -> Precision:
+def resolve_precision(precision_cfg: PrecisionConfig | DictConfig, device: torch.device) -> Precision:
     """`amp` means float16 + GradScaler on CUDA and bfloat16 elsewhere (float16 matmuls are slow on CPUs)."""
     name = precision_cfg.name
     if name == "fp32":

@@ -10,11 +10,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep
+from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep, Sweep
 from hydra.errors import ConfigCompositionException  # printed as one line by Hydra, no traceback
-from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalChoiceType,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 
 _PRIMITIVE = (str, int, float, bool, type(None))
 
@@ -31,12 +37,13 @@ class Param:
 
 
 def _range(sweep: RangeSweep, log: bool) -> BaseDistribution:
+    assert sweep.start is not None and sweep.stop is not None  # the override grammar sets both
     count = math.ceil((sweep.stop - sweep.start) / sweep.step)
     if count < 1:
         raise ConfigCompositionException(f"range({sweep.start}, {sweep.stop}, {sweep.step}) is empty")
     last = sweep.start + (count - 1) * sweep.step
-    if all(isinstance(v, int) for v in (sweep.start, sweep.stop, sweep.step)):
-        return IntDistribution(sweep.start, last, step=1 if log else sweep.step, log=log)
+    if isinstance(sweep.start, int) and isinstance(sweep.stop, int) and isinstance(sweep.step, int):
+        return IntDistribution(sweep.start, int(last), step=1 if log else sweep.step, log=log)
     if log:
         raise ConfigCompositionException(
             "tag(log, range(...)) needs integer bounds; use tag(log, interval(a, b)) for floats"
@@ -46,9 +53,11 @@ def _range(sweep: RangeSweep, log: bool) -> BaseDistribution:
 
 def _param(override: Override) -> Param:
     sweep = override.value()
+    assert isinstance(sweep, Sweep)  # search_space passes the sweep overrides only
     key = override.get_key_element()
     log = "log" in sweep.tags
     if isinstance(sweep, IntervalSweep):
+        assert sweep.start is not None and sweep.end is not None  # the override grammar sets both
         if "int" in sweep.tags or (isinstance(sweep.start, int) and isinstance(sweep.end, int)):
             return Param(key, IntDistribution(int(sweep.start), int(sweep.end), log=log), {})
         return Param(key, FloatDistribution(sweep.start, sweep.end, log=log), {})
@@ -56,7 +65,8 @@ def _param(override: Override) -> Param:
         return Param(key, _range(sweep, log), {})
     if isinstance(sweep, ChoiceSweep):
         texts = list(override.sweep_string_iterator())
-        values = list(sweep.list) if all(isinstance(v, _PRIMITIVE) for v in sweep.list) else texts
+        primitive = all(isinstance(v, _PRIMITIVE) for v in sweep.list)
+        values = cast(list[CategoricalChoiceType], list(sweep.list)) if primitive else texts
         return Param(key, CategoricalDistribution(values), dict(zip(values, texts)))
     raise ConfigCompositionException(f"{override.input_line}: unsupported sweep {type(sweep).__name__}")
 

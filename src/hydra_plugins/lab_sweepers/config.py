@@ -17,11 +17,11 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 try:
     from hydra_plugins.hydra_joblib_launcher.config import JobLibLauncherConf
 except ImportError:
-    JobLibLauncherConf = None  # type: ignore[assignment,misc]
+    JobLibLauncherConf = None
 try:
     from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 except ImportError:
-    SlurmQueueConf = None  # type: ignore[assignment,misc]
+    SlurmQueueConf = None
 
 
 def missing_plugin(what: str, dist: str) -> dict[str, Any]:

@@ -55,7 +55,9 @@ class GridSweeper(BasicSweeper):
             return self._run(completed, stop_on_failure)
 
     def _run(self, completed: Mapping[int, Any], stop_on_failure: bool) -> list[Sequence[JobReturn]]:
-        returns, first_job = [], 0
+        assert self.launcher is not None and self.overrides is not None  # set by setup() and sweep()
+        returns: list[Sequence[JobReturn]] = []
+        first_job = 0
         while not self.is_done():
             batch = self.get_job_batch()
             numbered = [(first_job + i, job) for i, job in enumerate(batch) if first_job + i not in completed]
@@ -73,10 +75,11 @@ class GridSweeper(BasicSweeper):
         return returns
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        assert self.hydra_context is not None and self.config is not None  # set by setup()
         loader = self.hydra_context.config_loader
         parser = OverridesParser.create(config_loader=loader)
         groups: set[str] | None = None  # the config groups: known once a first job is composed
-        composed: dict[tuple[str, ...], DictConfig] = {}  # a job's group choices -> the config composed for them
+        composed: dict[tuple[str | None, ...], DictConfig] = {}  # a job's group choices -> the config composed for them
         for overrides in batch:
             parsed = parser.parse_overrides(list(overrides))
             if groups is not None and _group_choices(parsed, groups) in composed:
@@ -99,5 +102,5 @@ def _chooses_group(override: Override, groups: set[str]) -> bool:
     return override.key_or_group in groups or override.key_or_group.startswith("hydra/")
 
 
-def _group_choices(overrides: list[Override], groups: set[str]) -> tuple[str, ...]:
+def _group_choices(overrides: list[Override], groups: set[str]) -> tuple[str | None, ...]:
     return tuple(o.input_line for o in overrides if _chooses_group(o, groups))

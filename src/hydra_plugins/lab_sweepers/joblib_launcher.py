@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
@@ -106,9 +106,11 @@ class LabJoblibLauncher(Launcher):
             log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
         timeout = self.joblib.get("timeout")
         results, stopped_by = self._pool.run(jobs, float(timeout) if timeout else None)
-        returns = []
+        returns: list[JobReturn] = []
         for num, overrides in jobs:
-            ret = results.get(num)  # none for a job a stop signal kept from starting
+            ret = results.get(num)
+            if ret is None:  # a job a stop signal kept from starting: the sweep exits below
+                continue
             if isinstance(ret, JobKilled):  # the job's process ended without a result
                 ret = self._record_lost(num, overrides, ret)
             returns.append(ret)
@@ -142,7 +144,8 @@ class LabJoblibLauncher(Launcher):
     def _job_config(self, num: int, overrides: Sequence[str]) -> DictConfig:
         """The job's config as its process had it (the same composition as Hydra's run_job), for its run dir."""
         assert self.config is not None and self.hydra_context is not None
-        saved = HydraConfig.instance().cfg
+        # Hydra annotates it HydraConf; it holds the DictConfig (the `hydra` node) that set_config made
+        saved = cast("DictConfig | None", HydraConfig.instance().cfg)
         try:
             job_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             with open_dict(job_config):
@@ -166,7 +169,9 @@ class _Worker:
         self.process.start()
         child_end.close()  # the worker's end lives in the worker only: its death closes the pipe here
         self.job: tuple[int, Sequence[str]] | None = None
-        self.started, self.timeout, self.deadline = 0.0, None, None
+        self.started = 0.0
+        self.timeout: float | None = None
+        self.deadline: float | None = None
         self.timed_out = False
 
     def give(self, job: tuple[int, Sequence[str]], timeout: float | None) -> None:
@@ -200,7 +205,8 @@ class _Pool:
         self, jobs: Sequence[tuple[int, Sequence[str]]], timeout: float | None
     ) -> tuple[dict[int, JobReturn | JobKilled], int | None]:
         """Every job's JobReturn, or why its process gave none; and the stop signal that ended the sweep early."""
-        pending, busy = deque(jobs), {}  # busy: connection -> worker
+        pending = deque(jobs)
+        busy: dict[Connection, _Worker] = {}
         results: dict[int, JobReturn | JobKilled] = {}
         with _forward_stop_signals(busy) as stop:
             while pending or busy:
@@ -218,7 +224,8 @@ class _Pool:
                     _signal(busy.values(), signal.SIGTERM)  # a bug here: the jobs save and stop, not run on unseen
                     raise
                 for conn in ready:
-                    worker = busy.pop(conn)
+                    worker = busy.pop(cast(Connection, conn))  # wait() returns some of the connections it was given
+                    assert worker.job is not None  # a busy worker has a job
                     results[worker.job[0]] = self._result(worker)
                 self._stop_overdue(busy.values())
         if stop.signum is not None:
@@ -248,6 +255,7 @@ class _Pool:
         overdue = [w for w in workers if w.deadline is not None and not w.timed_out and time.monotonic() >= w.deadline]
         for worker in overdue:
             worker.timed_out = True
+            assert worker.job is not None  # a worker with a deadline has a job
             num, limit = worker.job[0], worker.timeout
             log.error("job #%d ran past hydra.launcher.timeout=%gs: stopping it (SIGTERM)", num, limit)
         _signal(overdue, signal.SIGTERM)

@@ -12,14 +12,15 @@ import torch
 def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
     """The host RNG streams, plus the CUDA generator of the run's own GPU (`cuda` is None off CUDA). One device's
     state, not every visible GPU's: a resume in an allocation that sees fewer GPUs must still find its own."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = np.random.get_state()
+    assert isinstance(state, tuple)  # the global RandomState (MT19937) gives the legacy tuple
+    kind, keys, pos, has_gauss, cached = state
     version, internal, gauss_next = random.getstate()
-    on_cuda = device is not None and device.type == "cuda"
     return {
         "python": [version, list(internal), gauss_next],
         "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state(device) if on_cuda else None,
+        "cuda": torch.cuda.get_rng_state(device) if device is not None and device.type == "cuda" else None,
     }
 
 

@@ -4,7 +4,7 @@ and is stripped when a checkpoint of a wrapped model is loaded."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -20,7 +20,7 @@ def unwrap(model: nn.Module) -> nn.Module:
     """The user's module under DDP / torch.compile wrappers."""
     while True:
         if hasattr(model, "_orig_mod"):
-            model = model._orig_mod
+            model = cast(nn.Module, model._orig_mod)  # torch.compile's wrapper of the module
         elif isinstance(model, nn.parallel.DistributedDataParallel):
             model = model.module
         else:

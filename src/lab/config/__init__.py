@@ -191,7 +191,7 @@ def _copy_hydras_repository_shallowly() -> None:
         self.delegate = copy.copy(delegate)
         self.cache = {}
 
-    CachingConfigRepository.__init__ = __init__
+    CachingConfigRepository.__init__ = __init__  # type: ignore[method-assign]  # Hydra's, patched as said above
 
 
 register()

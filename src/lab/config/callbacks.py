@@ -31,7 +31,8 @@ from lab.config.options import Option, instantiate
 class CallbackConfig(Option, group="callback", package="callbacks.{name}"):
     name: str = MISSING
 
-    def build(self) -> Any:
+    def build(self) -> object:
+        """The callback: a ``lab.training.callbacks.Callback``, or any object with some of its hooks (duck typing)."""
         raise NotImplementedError(f"the {self.name} callback option needs a build() that returns the callback")
 
 
@@ -67,7 +68,7 @@ class OptunaPruningConfig(CallbackConfig):
     metric: str = "val/acc"
     pruner: Any = None  # an optuna pruner spec ({_target_: optuna.pruners.MedianPruner, ...})
 
-    def build(self) -> Any:
+    def build(self) -> object:
         import hydra.utils
 
         from lab.sweeps.pruning import OptunaPruning

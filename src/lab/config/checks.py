@@ -10,7 +10,7 @@ def require(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def one_of(key: str, value: str, options: tuple[str, ...]) -> None:
+def one_of(key: str, value: object, options: tuple[str, ...]) -> None:
     if isinstance(value, str) and value.startswith("${"):
         return  # a schema default that interpolates another key (${task.mode}): checked once resolved
     require(value in options, f"{key}={value!r} is not valid; choose one of {', '.join(options)}")

@@ -8,7 +8,7 @@ import importlib
 import math
 import multiprocessing
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from omegaconf import MISSING
 
@@ -19,6 +19,9 @@ from lab.config.checks import require as _require
 from lab.config.checks import seed
 from lab.config.options import Option
 from lab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lab.data.common import DataModule
 
 
 @dataclass
@@ -61,16 +64,21 @@ class DataConfig(Option, group="data"):
             "data.test_fraction must be in [0, 1) and val_fraction + test_fraction < 1",
         )
 
-    def build(self) -> Any:
+    def build(self) -> DataModule:
         """The train/val(/test) splits and their ``meta`` (a ``lab.data.DataModule``)."""
         raise NotImplementedError(f"{type(self).__name__} has no build()")
 
     def prepare(self) -> None:
         """``scripts/prepare_data.py``: write data.path from data.source once (lab.data.prepared), for the
         datasets read from prepared files. The others read their files as they are."""
+        prepared = [
+            n
+            for n, o in options.options("data").items()
+            if issubclass(o, DataConfig) and o.prepare is not DataConfig.prepare
+        ]
         raise ConfigError(
             f"data={self.name} reads its files as they are: nothing to prepare; scripts/prepare_data.py prepares "
-            f"{', '.join(n for n, o in options.options('data').items() if o.prepare is not DataConfig.prepare)}"
+            f"{', '.join(prepared)}"
         )
 
     def verify(self) -> None:
@@ -89,7 +97,7 @@ class PreparedFiles:
     def _module(self) -> Any:
         return importlib.import_module(f"lab.data.{self.reader}")
 
-    def build(self) -> Any:
+    def build(self) -> DataModule:
         return self._module().build(self)
 
     def prepare(self) -> None:
@@ -156,7 +164,7 @@ class DigitsConfig(ImageDataConfig):
 
     num_classes: int | None = 10
 
-    def build(self) -> Any:
+    def build(self) -> DataModule:
         from lab.data.builtin import build_digits
 
         return build_digits(self)
@@ -173,7 +181,7 @@ class MnistConfig(ImageDataConfig):
     num_classes: int | None = 10
     val_fraction: float = 0.1
 
-    def build(self) -> Any:
+    def build(self) -> DataModule:
         from lab.data.builtin import build_mnist
 
         return build_mnist(self)
@@ -197,7 +205,7 @@ class Cifar10Config(ImageDataConfig):
     val_fraction: float = 0.1
     augment: bool = True  # random crop (pad 4) + horizontal flip, train split only
 
-    def build(self) -> Any:
+    def build(self) -> DataModule:
         from lab.data.builtin import build_cifar10
 
         return build_cifar10(self)
@@ -212,7 +220,8 @@ class ImageFolderConfig(ImageDataConfig):
 
     num_workers: int = 4
     in_channels: int = 3
-    image_size: int | None = None  # null = the pretrained model's input size, else 64
+    # null = the pretrained model's input size, else 64 (the fixed-size datasets' image_size is never null)
+    image_size: int | None = None  # type: ignore[assignment]
     augment: bool = True
     max_bad_samples: int = 0  # unreadable images skipped (with a warning) before the run stops
     # added to data.augment's crop + flip, training images only (lab.data.augment): an automatic policy on the image,
@@ -235,7 +244,7 @@ class ImageFolderConfig(ImageDataConfig):
             "turns off; set data.augment=true, or drop them",
         )
 
-    def build(self) -> Any:
+    def build(self) -> DataModule:
         from lab.data.folder import build_image_folder
 
         return build_image_folder(self)
@@ -287,7 +296,7 @@ class SyntheticConfig(ImageDataConfig):
         super().__post_init__()
         _require(self.num_samples >= 1, f"data.num_samples must be >= 1, got {self.num_samples}")
 
-    def build(self) -> Any:
+    def build(self) -> DataModule:
         from lab.data.builtin import build_synthetic
 
         return build_synthetic(self)
@@ -300,7 +309,7 @@ class DiabetesConfig(DataConfig):
 
     batch_size: int = 32  # 442 rows: small batches, several steps per epoch
 
-    def build(self) -> Any:
+    def build(self) -> DataModule:
         from lab.data.tabular import build_diabetes
 
         return build_diabetes(self)
@@ -321,7 +330,7 @@ class CsvConfig(DataConfig):
         super().__post_init__()
         _one_of("data.target_type", self.target_type, ("class", "value"))
 
-    def build(self) -> Any:
+    def build(self) -> DataModule:
         from lab.data.tabular import build_csv
 
         return build_csv(self)
@@ -378,7 +387,7 @@ class TextConfig(DataConfig):
         _require(self.block_size >= 2, f"data.block_size must be >= 2, got {self.block_size}")
         _require(self.max_chars >= 1, f"data.max_chars must be >= 1, got {self.max_chars}")
 
-    def build(self) -> Any:
+    def build(self) -> DataModule:
         from lab.data.text import build_text
 
         return build_text(self)

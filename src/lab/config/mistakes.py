@@ -37,7 +37,8 @@ def unknown_key_message(path: str, key: str, keys: Iterable[Any], option: type |
     node = path[:-1] or "the config"
     hint = f"; did you mean {path}{close}?" if close else ""
     name = options.option_name(option) if option is not None else None
-    if name is not None and option.key:  # an option chosen by `<group>=<name>` (not a tracker's settings)
+    # an option chosen by `<group>=<name>` (not a tracker's settings)
+    if option is not None and name is not None and issubclass(option, options.Option) and option.key:
         group = option.config_group
         node = f"{node}={name}"
         owners = [other for other, cls in options.options(group).items() if key in cls.__dataclass_fields__]
@@ -66,7 +67,7 @@ def unknown_option_message(group: str, option: str, options: Iterable[str]) -> s
     return f"{group}={option} is not an option of {group}{hint}\n  options of {group}: {', '.join(names)}"
 
 
-def undeclared_keys(node: DictConfig, path: str = "") -> Iterator[tuple[str, str, list[str], type]]:
+def undeclared_keys(node: DictConfig, path: str = "") -> Iterator[tuple[str, str, list[str], type | None]]:
     """(path of the node, key, the keys its schema declares, the schema) for each key a typed node holds beyond it:
     Hydra's `+key=value` adds one to any node, schema or not, and OmegaConf.to_object drops it without a word."""
     schema = OmegaConf.get_type(node)
@@ -74,10 +75,11 @@ def undeclared_keys(node: DictConfig, path: str = "") -> Iterator[tuple[str, str
     for key in node:
         if fields is not None and key not in fields:
             yield path, str(key), fields, schema
-        elif not (OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key)):
+        # OmegaConf types a DictConfig's keys wider (bytes, Enum...) than is_interpolation's (str | int)
+        elif not (OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key)):  # type: ignore[arg-type]
             child = node[key]
             if isinstance(child, DictConfig):
-                yield from undeclared_keys(child, f"{path}{key}.")
+                yield from undeclared_keys(child, f"{path}{key!s}.")
 
 
 def _first_lines(text: str) -> list[str]:
@@ -102,7 +104,7 @@ def _top_level_groups() -> list[str]:
 def describe(err: BaseException) -> str | None:
     """One or two lines for a mistake Hydra or OmegaConf found in the config or the overrides; None for anything
     else (a bug is not rewritten)."""
-    refusal = err
+    refusal: BaseException | None = err
     while refusal is not None and not isinstance(refusal, ConfigError):  # a plugin's own refusal, maybe wrapped
         refusal = refusal.__cause__ or refusal.__context__
     if refusal is not None:

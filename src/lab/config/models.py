@@ -6,13 +6,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
 
 from lab.config.checks import require as _require
 from lab.config.options import Option
 from lab.errors import UserError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 @dataclass
@@ -26,7 +29,7 @@ class ModelConfig(Option, group="model"):
     # another shape stays freshly initialised, and the counts are logged (lab.models.pretrained)
     init_from: str | None = None
 
-    def build(self, meta: Any) -> Any:
+    def build(self, meta: dict[str, Any]) -> nn.Module:
         """The model (an ``nn.Module``) for the data ``meta`` describes; ``lab.models.build`` applies ``init_from``
         and ``freeze``."""
         raise NotImplementedError(f"{type(self).__name__} has no build(meta)")
@@ -60,7 +63,7 @@ class MLPConfig(ModelConfig):
         _require(all(h >= 1 for h in self.hidden_dims), f"model.hidden_dims must be >= 1, got {self.hidden_dims}")
         _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
 
-    def build(self, meta: Any) -> Any:
+    def build(self, meta: dict[str, Any]) -> nn.Module:
         from lab.models.mlp import build_mlp
 
         return build_mlp(self, meta)
@@ -82,7 +85,7 @@ class CNNConfig(ModelConfig):
         )
         _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
 
-    def build(self, meta: Any) -> Any:
+    def build(self, meta: dict[str, Any]) -> nn.Module:
         from lab.models.cnn import build_cnn
 
         return build_cnn(self, meta)
@@ -102,7 +105,7 @@ class TorchvisionConfig(ModelConfig):
     # a file of the arch's weights, wherever it is (the preprocessing: model.weights', else DEFAULT's)
     weights_path: str | None = None
 
-    def build(self, meta: Any) -> Any:
+    def build(self, meta: dict[str, Any]) -> nn.Module:
         from lab.models.vision import build_torchvision
 
         return build_torchvision(self, meta)
@@ -156,7 +159,7 @@ class TimmConfig(ModelConfig):
             "model.weights_path is read only with model.pretrained=true (or drop model.weights_path)",
         )
 
-    def build(self, meta: Any) -> Any:
+    def build(self, meta: dict[str, Any]) -> nn.Module:
         from lab.models.timm_model import build_timm
 
         return build_timm(self, meta)
@@ -205,7 +208,7 @@ class GPTConfig(ModelConfig):
         )
         _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
 
-    def build(self, meta: Any) -> Any:
+    def build(self, meta: dict[str, Any]) -> nn.Module:
         from lab.models.gpt import build_gpt
 
         return build_gpt(self, meta)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
 
@@ -15,6 +15,11 @@ from lab.config.checks import in_range
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.options import Option
+
+if TYPE_CHECKING:
+    import torch
+
+    from lab.optim.schedulers import Schedule
 
 # --------------------------------------------------------------------------- optimizer
 # A bound no real run comes near (SGD on large batches uses up to ~10): above it, lr is a typo (1e308, 1e3 for 1e-3)
@@ -51,7 +56,7 @@ class OptimizerConfig(Option, group="optimizer"):
             "typical weight_decay: 0 to 0.1",
         )
 
-    def build(self, groups: list[dict]) -> Any:
+    def build(self, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
         """The torch optimizer over ``groups`` (each with its own weight_decay: none on norms and biases)."""
         raise NotImplementedError(f"{type(self).__name__} has no build(groups)")
 
@@ -76,10 +81,12 @@ class AdamwConfig(OptimizerConfig):
             in_range(f"optimizer.betas[{index}]", beta, 0, 1, open_high=True)
         in_range("optimizer.eps", self.eps, 0, math.inf, open_low=True, open_high=True)
 
-    def build(self, groups: list[dict]) -> Any:
+    def build(self, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
         import torch
 
-        return torch.optim.AdamW(groups, lr=self.lr, betas=tuple(self.betas), eps=self.eps, fused=self.fused)
+        return torch.optim.AdamW(
+            groups, lr=self.lr, betas=(self.betas[0], self.betas[1]), eps=self.eps, fused=self.fused
+        )
 
 
 @dataclass
@@ -97,7 +104,7 @@ class SGDConfig(OptimizerConfig):
         in_range("optimizer.momentum", self.momentum, 0, math.inf, open_high=True)
         _require(not self.nesterov or self.momentum > 0, "optimizer.nesterov=true needs optimizer.momentum > 0")
 
-    def build(self, groups: list[dict]) -> Any:
+    def build(self, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
         import torch
 
         return torch.optim.SGD(groups, lr=self.lr, momentum=self.momentum, nesterov=self.nesterov, fused=self.fused)
@@ -117,7 +124,7 @@ class SchedulerConfig(Option, group="scheduler"):
         super().__post_init__()
         _require(self.warmup_steps >= 0, f"scheduler.warmup_steps must be >= 0, got {self.warmup_steps}")
 
-    def build(self, optimizer: Any, total_steps: int) -> Any:
+    def build(self, optimizer: torch.optim.Optimizer, total_steps: int) -> Schedule:
         """The schedule of ``optimizer``'s lr over ``total_steps`` optimizer steps."""
         raise NotImplementedError(f"{type(self).__name__} has no build(optimizer, total_steps)")
 
@@ -133,7 +140,7 @@ class CosineConfig(SchedulerConfig):
         super().__post_init__()
         _require(0 <= self.min_lr_ratio <= 1, f"scheduler.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
 
-    def build(self, optimizer: Any, total_steps: int) -> Any:
+    def build(self, optimizer: torch.optim.Optimizer, total_steps: int) -> Schedule:
         from lab.optim.schedulers import cosine_decay, warmup_lambda
 
         return warmup_lambda(
@@ -153,7 +160,7 @@ class StepConfig(SchedulerConfig):
         _require(self.step_size >= 1, f"scheduler.step_size must be >= 1, got {self.step_size}")
         _require(0 < self.gamma <= 1, f"scheduler.gamma must be in (0, 1], got {self.gamma}")
 
-    def build(self, optimizer: Any, total_steps: int) -> Any:
+    def build(self, optimizer: torch.optim.Optimizer, total_steps: int) -> Schedule:
         from lab.optim.schedulers import step_decay, warmup_lambda
 
         return warmup_lambda(optimizer, self.warmup_steps, step_decay(self.step_size, self.gamma))
@@ -165,7 +172,7 @@ class OnecycleConfig(SchedulerConfig):
 
     warmup_steps: int = 50
 
-    def build(self, optimizer: Any, total_steps: int) -> Any:
+    def build(self, optimizer: torch.optim.Optimizer, total_steps: int) -> Schedule:
         from lab.optim.schedulers import one_cycle
 
         return one_cycle(optimizer, self.warmup_steps, total_steps)
@@ -186,7 +193,7 @@ class PlateauConfig(SchedulerConfig):
         _require(0 < self.factor < 1, f"scheduler.factor must be in (0, 1), got {self.factor}")
         _require(self.patience >= 0, f"scheduler.patience must be >= 0, got {self.patience}")
 
-    def build(self, optimizer: Any, total_steps: int) -> Any:
+    def build(self, optimizer: torch.optim.Optimizer, total_steps: int) -> Schedule:
         from lab.optim.schedulers import WarmupPlateau
 
         return WarmupPlateau(optimizer, self.warmup_steps, self.monitor, self.mode, self.factor, self.patience)
@@ -196,7 +203,7 @@ class PlateauConfig(SchedulerConfig):
 class ConstantConfig(SchedulerConfig):
     """Linear warmup, then the optimizer's lr unchanged."""
 
-    def build(self, optimizer: Any, total_steps: int) -> Any:
+    def build(self, optimizer: torch.optim.Optimizer, total_steps: int) -> Schedule:
         from lab.optim.schedulers import warmup_lambda
 
         return warmup_lambda(optimizer, self.warmup_steps, lambda done: 1.0)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import re
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -54,6 +54,8 @@ class Option:
     # the distributions it needs beyond the core (pyproject.toml's extras): choosing it without them is refused
     # while the config is checked, naming the extra to install (lab.extras)
     requires: ClassVar[tuple[str, ...]] = ()
+    if TYPE_CHECKING:  # every option is a dataclass (its kind's base is one)
+        __dataclass_fields__: ClassVar[dict[str, Any]]
 
     def __init_subclass__(
         cls,
@@ -141,7 +143,7 @@ def package(group: str, name: str) -> str | None:
     return pattern.format(name=name) if pattern else None
 
 
-def option_class(group: str, name: str) -> type[Option]:
+def option_class(group: str, name: str | None) -> type[Option]:
     found = _OPTIONS.get(group, {})
     if name not in found:
         close = difflib.get_close_matches(str(name), found, n=1)
@@ -160,10 +162,11 @@ def instantiate(group: str, node: Any, drop_unknown: bool = False) -> Any:
     if isinstance(node, Option):
         return node
     values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    assert isinstance(values, dict)  # a DictConfig's container is a dict
     name = values.get(_KINDS[group].key)
     cls = option_class(group, name)
     if drop_unknown:
-        declared = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+        declared = set(cls.__dataclass_fields__)
         values = {k: v for k, v in values.items() if k in declared}
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), values))

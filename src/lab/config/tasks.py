@@ -4,13 +4,16 @@ task, lab.config.options). ``build(meta)`` makes the ``lab.tasks.Task``."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
 
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.options import Option
+
+if TYPE_CHECKING:
+    from lab.tasks.base import Task
 
 # task.metrics of classification, beyond loss/acc/acc_top5 (lab.tasks.class_scores computes them with torchmetrics):
 # the first three are scalars (val/<name>, eval.json's metrics, a possible task.monitor), macro over the classes;
@@ -34,7 +37,7 @@ class TaskConfig(Option, group="task"):
         super().__post_init__()
         _one_of("task.mode", self.mode, ("max", "min"))
 
-    def build(self, meta: Any) -> Any:
+    def build(self, meta: dict[str, Any]) -> Task:
         """The ``lab.tasks.Task`` for the data ``meta`` describes (``lab.tasks.build`` sets its monitor and mode)."""
         raise NotImplementedError(f"{type(self).__name__} has no build(meta)")
 
@@ -86,7 +89,7 @@ class ClassificationConfig(TaskConfig):
             f"task.class_weights must be null, balanced or a list of one non-negative float per class, got {weights}",
         )
 
-    def build(self, meta: Any) -> Any:
+    def build(self, meta: dict[str, Any]) -> Task:
         from lab.tasks.classification import build_classification
 
         return build_classification(self, meta)
@@ -100,7 +103,7 @@ class RegressionConfig(TaskConfig):
     mode: str = "min"
     target_type: str = "value"
 
-    def build(self, meta: Any) -> Any:
+    def build(self, meta: dict[str, Any]) -> Task:
         from lab.tasks.regression import build_regression
 
         return build_regression(self, meta)
@@ -120,7 +123,7 @@ class LanguageModelConfig(TaskConfig):
         super().__post_init__()
         _require(self.samples >= 0 and self.sample_tokens >= 1, "task.samples must be >= 0, sample_tokens >= 1")
 
-    def build(self, meta: Any) -> Any:
+    def build(self, meta: dict[str, Any]) -> Task:
         from lab.tasks.language_model import build_language_model
 
         return build_language_model(self, meta)

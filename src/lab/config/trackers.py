@@ -29,7 +29,7 @@ import dataclasses
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
@@ -40,12 +40,15 @@ from lab.config.checks import require as _require
 from lab.config.checks import wandb_project, wandb_tags
 from lab.config.options import Option
 
+if TYPE_CHECKING:
+    from lab.tracking.backends import Backend
+
 
 @dataclass
 class TrackerConfig(Option, group="tracker", key=""):
     """Base of every tracker's settings (`logger.<name>`): a subclass is a tracker."""
 
-    def backend(self) -> type:
+    def backend(self) -> type[Backend]:
         """The ``lab.tracking.backends.Backend`` subclass that records for this tracker (imported now)."""
         raise NotImplementedError(f"{type(self).__name__} has no backend()")
 
@@ -84,7 +87,7 @@ class WandbConfig(TrackerConfig):
         wandb_tags(self.key_of("tags"), self.tags)
         wandb_project(self.key_of("project"), self.project)
 
-    def backend(self) -> type:
+    def backend(self) -> type[Backend]:
         from lab.tracking.wandb_backend import WandbBackend
 
         return WandbBackend
@@ -97,7 +100,7 @@ class TensorboardConfig(TrackerConfig):
 
     requires = ("tensorboard",)
 
-    def backend(self) -> type:
+    def backend(self) -> type[Backend]:
         from lab.tracking.tensorboard_backend import TensorBoardBackend
 
         return TensorBoardBackend
@@ -108,7 +111,7 @@ class CsvTrackerConfig(TrackerConfig, name="csv"):  # `CsvConfig` is the data op
     """Plain files (lab.tracking.csv_backend): <run dir>/csv/metrics.csv (one row per event; a column per metric,
     added as metrics appear) and csv/config.yaml (the resolved config with the git commit)."""
 
-    def backend(self) -> type:
+    def backend(self) -> type[Backend]:
         from lab.tracking.csv_backend import CsvBackend
 
         return CsvBackend
@@ -157,7 +160,7 @@ class MlflowConfig(TrackerConfig):
         _require(self.experiment != "", f"{self.key_of('experiment')} is empty: name an experiment, or null")
         _require(self.timeout > 0, f"{self.key_of('timeout')} must be > 0, got {self.timeout}")
 
-    def backend(self) -> type:
+    def backend(self) -> type[Backend]:
         from lab.tracking.mlflow_backend import MlflowBackend
 
         return MlflowBackend
@@ -231,6 +234,7 @@ def tracker_settings(logger: Any, name: str) -> TrackerConfig:
     """The settings object of the tracker `name` in a `logger` node: its `logger.<name>` values checked by its
     option (a node without them, or none at all: the option's defaults)."""
     cls = options.option_class("tracker", name)
+    assert issubclass(cls, TrackerConfig)  # the tracker group's options are
     node = _get(logger, name)
     if node is None:
         return cls()

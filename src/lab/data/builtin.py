@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lab.config.data import Cifar10Config, DigitsConfig, ImageDataConfig, MnistConfig, SyntheticConfig
 from lab.data import bundled
 from lab.data.common import (
-    DataCfg,
     DataModule,
     check_fixed_shape,
     make_meta,
@@ -42,11 +42,11 @@ FASHION_MNIST_CLASSES = [
 DIGIT_CLASSES = [str(i) for i in range(10)]
 
 
-def _train_augment(cfg: DataCfg, padding: int, flip: bool) -> RandomShiftFlip | None:
+def _train_augment(cfg: ImageDataConfig, padding: int, flip: bool) -> RandomShiftFlip | None:
     return RandomShiftFlip(padding, flip) if cfg.augment else None
 
 
-def build_digits(cfg: DataCfg) -> DataModule:
+def build_digits(cfg: DigitsConfig) -> DataModule:
     """sklearn's bundled 8x8 digits (1,797 images, values 0..16): train/val/test carved by split_seed."""
     check_fixed_shape(cfg, "digits", 1, 8)
     num_classes = resolve_num_classes(cfg, "digits", 10)
@@ -76,7 +76,7 @@ def _mnist_files(raw: Path) -> list[Path]:
     return [raw / f"{split}-{kind}" for split in ("train", "t10k") for kind in kinds]
 
 
-def build_mnist(cfg: DataCfg) -> DataModule:
+def build_mnist(cfg: MnistConfig) -> DataModule:
     """MNIST or Fashion-MNIST from the raw idx files; val carved from the official train set."""
     from torchvision import datasets  # lazy: torchvision is slow to import
 
@@ -117,7 +117,7 @@ def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(data.copy()), torch.tensor(batch[b"labels"], dtype=torch.long)
 
 
-def _cifar_dir(cfg: DataCfg) -> Path:
+def _cifar_dir(cfg: Cifar10Config) -> Path:
     root = Path(cfg.root).expanduser()
     folder = root / "cifar-10-batches-py"
     names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch", "batches.meta"]
@@ -136,7 +136,7 @@ def _cifar_dir(cfg: DataCfg) -> Path:
     return folder
 
 
-def build_cifar10(cfg: DataCfg) -> DataModule:
+def build_cifar10(cfg: Cifar10Config) -> DataModule:
     """CIFAR-10 from the python-format batches; val carved from the 50k train images."""
     check_fixed_shape(cfg, "cifar10", 3, 32)
     num_classes = resolve_num_classes(cfg, "cifar10", 10)
@@ -159,7 +159,7 @@ def build_cifar10(cfg: DataCfg) -> DataModule:
     )
 
 
-def build_synthetic(cfg: DataCfg) -> DataModule:
+def build_synthetic(cfg: SyntheticConfig) -> DataModule:
     """Gaussian noise images with random labels, for throughput benchmarks (nothing to learn)."""
     num_classes = cfg.num_classes or 10
     c, s = cfg.in_channels, cfg.image_size

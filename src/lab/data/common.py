@@ -12,7 +12,7 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import Dataset
 
-from lab.config import DataConfig
+from lab.config import DataConfig, ImageDataConfig
 from lab.data import splits
 from lab.errors import ConfigError
 
@@ -36,7 +36,13 @@ class DataModule:
     train_collate: Callable[[list[Any]], Any] | None = None
 
 
-def check_fixed_shape(cfg: DataCfg, dataset: str, in_channels: int, image_size: int) -> None:
+def dataset_len(dataset: Dataset) -> int:
+    """``len()`` of a map-style dataset (every split a DataModule holds): torch's ``Dataset`` type declares no
+    ``__len__`` (an ``IterableDataset`` need not have one), so a type checker refuses ``len()`` on it."""
+    return len(dataset)  # type: ignore[arg-type]
+
+
+def check_fixed_shape(cfg: ImageDataConfig, dataset: str, in_channels: int, image_size: int) -> None:
     """Datasets with a fixed image shape must agree with the config the model is built from."""
     if cfg.in_channels != in_channels:
         raise ConfigError(
@@ -50,7 +56,7 @@ def check_fixed_shape(cfg: DataCfg, dataset: str, in_channels: int, image_size: 
         )
 
 
-def resolve_num_classes(cfg: DataCfg, dataset: str, actual: int) -> int:
+def resolve_num_classes(cfg: ImageDataConfig, dataset: str, actual: int) -> int:
     if cfg.num_classes is not None and cfg.num_classes != actual:
         raise ConfigError(
             f"data.num_classes={cfg.num_classes} but {dataset} has {actual} classes; "
@@ -60,7 +66,7 @@ def resolve_num_classes(cfg: DataCfg, dataset: str, actual: int) -> int:
 
 
 def resolve_stats(
-    cfg: DataCfg, in_channels: int, default_mean: Sequence[float], default_std: Sequence[float]
+    cfg: ImageDataConfig, in_channels: int, default_mean: Sequence[float], default_std: Sequence[float]
 ) -> tuple[list[float], list[float]]:
     """Config mean/std when given (one value is broadcast to every channel), else the dataset's defaults."""
     if cfg.mean is None or cfg.std is None:

@@ -11,8 +11,9 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from lab.config.data import ImageFolderConfig
 from lab.data.augment import train_transform
-from lab.data.common import DataCfg, DataModule, make_meta, resolve_num_classes, resolve_stats, split_indices
+from lab.data.common import DataModule, make_meta, resolve_num_classes, resolve_stats, split_indices
 from lab.data.transforms import eval_transform, pil_mode
 from lab.errors import ConfigError, UserError
 
@@ -88,7 +89,7 @@ def _split_samples(root: Path, split: str, class_names: list[str]) -> list[tuple
     return _scan(split_dir, class_names)
 
 
-def folder_splits(cfg: DataCfg, root: Path) -> tuple[list[str], dict[str, list[tuple[str, int]] | None]]:
+def folder_splits(cfg: ImageFolderConfig, root: Path) -> tuple[list[str], dict[str, list[tuple[str, int]] | None]]:
     """(class names, {"train"/"val"/"test": [(path, class index)], test None without root/test}) of the image folder
     `root`: what data=image_folder reads and what data=shards' prepare writes into shards, split alike."""
     if not (root / "train").is_dir():
@@ -111,7 +112,7 @@ def folder_splits(cfg: DataCfg, root: Path) -> tuple[list[str], dict[str, list[t
 
 
 def image_pipeline(
-    cfg: DataCfg, class_names: list[str]
+    cfg: ImageFolderConfig, class_names: list[str]
 ) -> tuple[dict, Callable[[Image.Image], torch.Tensor], Callable[[Image.Image], torch.Tensor]]:
     """(meta, training transform, evaluation transform) of image files of `class_names` read as cfg says."""
     c, s = cfg.in_channels, cfg.image_size or DEFAULT_SIZE
@@ -122,7 +123,7 @@ def image_pipeline(
     return meta, train_tf, evaluate
 
 
-def build_image_folder(cfg: DataCfg) -> DataModule:
+def build_image_folder(cfg: ImageFolderConfig) -> DataModule:
     root = Path(cfg.root).expanduser()
     try:
         class_names, samples = folder_splits(cfg, root)
@@ -130,10 +131,11 @@ def build_image_folder(cfg: DataCfg) -> DataModule:
         raise ConfigError(f"data.root={cfg.root}: {err}") from None
     resolve_num_classes(cfg, f"image_folder {root}", len(class_names))
     meta, train_tf, evaluate = image_pipeline(cfg, class_names)
-    test = samples["test"]
+    train, val, test = samples["train"], samples["val"], samples["test"]
+    assert train is not None and val is not None  # folder_splits always has them (only test may be None)
     return DataModule(
-        train=ImageFolderDataset(samples["train"], train_tf, cfg.max_bad_samples),
-        val=ImageFolderDataset(samples["val"], evaluate, cfg.max_bad_samples),
+        train=ImageFolderDataset(train, train_tf, cfg.max_bad_samples),
+        val=ImageFolderDataset(val, evaluate, cfg.max_bad_samples),
         test=None if test is None else ImageFolderDataset(test, evaluate, cfg.max_bad_samples),
         meta=meta,
     )

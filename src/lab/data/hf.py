@@ -17,6 +17,7 @@ and infer (a CSV of rows: lab.inference.rows) treat a data=hf checkpoint like a 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -327,7 +328,7 @@ class ArrowRows(Dataset):
         # numeric labels (ClassLabel indices, integer classes) map to their index by a binary search: the label
         # values are in ascending order (lab.data.tabular's natural order of numbers)
         numeric = labels is not None and (pa.types.is_integer(labels.type) or pa.types.is_floating(labels.type))
-        self.sorted_labels = labels.to_numpy() if numeric else None
+        self.sorted_labels = labels.to_numpy() if numeric and labels is not None else None
         self._columns: MappedColumns | None = None  # made in each process that reads (DataLoader workers too)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -357,10 +358,10 @@ class ArrowRows(Dataset):
         if self._columns is None:
             self._columns = MappedColumns(self.table.data.table, [*self.inputs, self.target])
         found = self._columns.gather(rows)
-        x = np.empty((len(rows), len(self.inputs)))
+        features = np.empty((len(rows), len(self.inputs)))
         for j, name in enumerate(self.inputs):
-            x[:, j] = found[name]
-        x = torch.from_numpy(((x - self.mean) / self.std).astype(np.float32))
+            features[:, j] = found[name]
+        x = torch.from_numpy(((features - self.mean) / self.std).astype(np.float32))
         column = found[self.target]
         if self.sorted_labels is not None:
             y = torch.from_numpy(np.searchsorted(self.sorted_labels, column).astype(np.int64))
@@ -424,6 +425,7 @@ def build(cfg: Any) -> DataModule:
         meta.update(num_outputs=1, target_mean=t_mean, target_std=t_std)
     else:
         t_mean, t_std = 0.0, 1.0
+        assert class_names is not None  # a class target (not value) has them
         meta.update(num_outputs=len(class_names), num_classes=len(class_names), class_names=list(class_names))
 
     def part(split: str) -> ArrowRows | None:
@@ -432,7 +434,9 @@ def build(cfg: Any) -> DataModule:
             return None  # no test split and data.test_fraction=0
         return ArrowRows(table, rows[split], inputs, cfg.target, mean, std, labels, t_mean, t_std)
 
-    return DataModule(train=part("train"), val=part("val"), test=part("test"), meta=meta)
+    train_rows, val_rows = part("train"), part("val")
+    assert train_rows is not None and val_rows is not None  # only the test split may be missing
+    return DataModule(train=train_rows, val=val_rows, test=part("test"), meta=meta)
 
 
 # --------------------------------------------------------------------------------------------------- preparing
@@ -470,6 +474,7 @@ class _Batches:
     def take(self, n: int) -> Iterator[pa.RecordBatch]:
         while n > 0 and self.more():
             batch, self.pending = self.pending, None
+            assert batch is not None  # more() said so
             if batch.num_rows > n:
                 batch, self.pending = batch.slice(0, n), batch.slice(n)
             n -= batch.num_rows
@@ -505,7 +510,8 @@ def open_csv(source: Path) -> tuple[pcsv.CSVStreamingReader, pa.NativeFile]:
 def write_part(path: Path, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> dict[str, Any]:
     """One part: an Arrow IPC stream (what datasets' own files are, so ``Dataset.from_file`` maps it) of record
     batches of WRITE_ROWS rows (the last one shorter)."""
-    rows, pending, held = 0, [], 0
+    rows, held = 0, 0
+    pending: list[pa.RecordBatch] = []
 
     def flush(writer: pa.ipc.RecordBatchStreamWriter) -> None:
         if pending:
@@ -554,7 +560,7 @@ def prepare(cfg: Any) -> None:
                 total += sum(batch.num_rows for batch in batches.take(cfg.rows_per_part))
             else:
                 part = batches.take(cfg.rows_per_part)
-                total += preparer.add(name, lambda tmp, part=part: write_part(tmp, schema, part))["rows"]
+                total += preparer.add(name, functools.partial(write_part, schema=schema, batches=part))["rows"]
             index += 1
     info = {
         "rows": total,

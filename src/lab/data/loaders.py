@@ -128,7 +128,7 @@ def make_loader(
     if train:
         check_batch_fits(len(sampler) if sampler is not None else len(dataset), batch_size)  # type: ignore[arg-type]
         sampler = EpochSampler(
-            sampler if sampler is not None else RandomSampler(dataset, generator=generator),
+            sampler if sampler is not None else RandomSampler(dataset, generator=generator),  # type: ignore[arg-type]
             seed=seed,
             tagged=cfg.num_workers > 0,  # without workers, augmentation draws from the global RNG (checkpointed)
         )
@@ -177,7 +177,7 @@ class EpochLoader:
     def epoch(self, epoch: int, start: int = 0) -> Iterator[Any]:
         if self.generator is not None:
             self.generator.manual_seed(epoch_generator_seed(self.seed, epoch))  # the shuffle of this epoch
-        sampler = getattr(self.loader, "sampler", None)
+        sampler: Any = getattr(self.loader, "sampler", None)  # a DataLoader's; another loader may have none
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)  # DistributedSampler: a new shuffle every epoch, the same on every rank
         skip = start  # resumed mid-epoch: what the checkpoint already trained on

@@ -35,8 +35,9 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset, Sampler
 
+from lab.config.data import ShardsConfig
 from lab.data import prepared
-from lab.data.common import DataCfg, DataModule, resolve_num_classes
+from lab.data.common import DataModule, resolve_num_classes
 from lab.data.folder import folder_splits, image_pipeline
 from lab.errors import ConfigError, UserError
 
@@ -49,7 +50,7 @@ TENSOR_EXT = ".npy"
 LABEL_EXT = ".cls"
 
 
-def command(cfg: DataCfg) -> str:
+def command(cfg: ShardsConfig) -> str:
     return (
         f"python scripts/prepare_data.py data=shards data.source={cfg.source or '<image folder>'} data.path={cfg.path}"
     )
@@ -93,7 +94,11 @@ def write_shards(
         if progress is not None:
             progress.update(len(chunk))
     index = {"wids_version": 1, "name": split, "shardlist": shards}  # what wids' ShardListDataset reads too
-    preparer.add(f"{split}.json", lambda tmp: tmp.write_text(json.dumps(index, indent=1)) and None)
+
+    def write_index(tmp: Path) -> None:
+        tmp.write_text(json.dumps(index, indent=1))
+
+    preparer.add(f"{split}.json", write_index)
     return shards
 
 
@@ -102,7 +107,11 @@ def _image_sample(path: str, label: int) -> Callable[[], dict[str, Any]]:
     return lambda: {ext: Path(path).read_bytes(), "cls": label}  # the file's bytes: the same pixels as the folder
 
 
-def prepare(cfg: DataCfg) -> None:
+def _tensor_sample(array: np.ndarray, label: int) -> Callable[[], dict[str, Any]]:
+    return lambda: {"npy": np.asarray(array), "cls": int(label)}
+
+
+def prepare(cfg: ShardsConfig) -> None:
     """scripts/prepare_data.py data=shards: data.source (an image folder) -> shards in data.path."""
     from tqdm import tqdm
 
@@ -138,7 +147,8 @@ class OpenShards:
     worker opens its own (a memory map and its header index belong to one process)."""
 
     def __init__(self, size: int) -> None:
-        self.size, self.open = size, OrderedDict()
+        self.size = size
+        self.open: OrderedDict[Path, Any] = OrderedDict()
 
     def get(self, path: Path, nsamples: int) -> Any:
         shard = self.open.get(path)
@@ -177,7 +187,11 @@ class ShardsDataset(Dataset):
     `max_bad` times per process, as data=image_folder does."""
 
     def __init__(
-        self, where: Callable[[str], Path], shards: list[dict[str, Any]], decode: Callable[[dict], Any], cfg: DataCfg
+        self,
+        where: Callable[[str], Path],
+        shards: list[dict[str, Any]],
+        decode: Callable[[dict], Any],
+        cfg: ShardsConfig,
     ) -> None:
         self.where, self.decode, self.max_bad, self.bad = where, decode, cfg.max_bad_samples, 0
         self.window = cfg.shuffle_shards
@@ -337,14 +351,14 @@ class Remote:
         raise AssertionError("unreachable")
 
 
-def read_manifest(cfg: DataCfg) -> dict[str, Any]:
+def read_manifest(cfg: ShardsConfig) -> dict[str, Any]:
     """The manifest of the prepared folder data.path (refused in one line when missing, partial, stale, damaged)."""
     if is_url(cfg.path):
         raise ConfigError(f"data.path={cfg.path} is on a server: check its files where they are a folder")
     return prepared.read_manifest(cfg.path, KIND, command(cfg), cfg.source)
 
 
-def locate(cfg: DataCfg) -> tuple[Callable[[str], Path], dict[str, Any]]:
+def locate(cfg: ShardsConfig) -> tuple[Callable[[str], Path], dict[str, Any]]:
     """(where each shard is, the manifest) of data.path: a prepared folder, or its URL."""
     if not is_url(cfg.path):
         return Local(Path(cfg.path).expanduser()), read_manifest(cfg)
@@ -354,7 +368,7 @@ def locate(cfg: DataCfg) -> tuple[Callable[[str], Path], dict[str, Any]]:
     return Remote(cfg.path, cache, manifest["parts"]), manifest
 
 
-def build(cfg: DataCfg) -> DataModule:
+def build(cfg: ShardsConfig) -> DataModule:
     where, manifest = locate(cfg)
     info = manifest["info"]
     class_names = list(info["class_names"])
@@ -400,9 +414,7 @@ def prepare_tensors(
     )
     info: dict[str, Any] = {"sample": "tensor", "class_names": class_names, "input_shape": list(shapes.pop())}
     info["splits"] = {
-        name: write_shards(
-            preparer, name, [lambda a=a, y=y: {"npy": np.asarray(a), "cls": int(y)} for a, y in samples], per_shard
-        )
+        name: write_shards(preparer, name, [_tensor_sample(a, y) for a, y in samples], per_shard)
         for name, samples in lists.items()
     }
     return preparer.finish(info)

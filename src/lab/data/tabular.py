@@ -71,7 +71,7 @@ def table_module(
         "feature_std": std.tolist(),
         "target_name": str(target_name),
     }
-    if classes:
+    if class_names is not None:
         meta.update(num_outputs=len(class_names), num_classes=len(class_names), class_names=list(class_names))
     else:
         t_mean, t_std = float(y[train_idx].mean()), float(y[train_idx].std(unbiased=False)) or 1.0
@@ -81,7 +81,8 @@ def table_module(
     def part(index: torch.Tensor | None) -> TableDataset | None:
         return None if index is None else TableDataset(x[index], y[index])
 
-    return DataModule(train=part(train_idx), val=part(val_idx), test=part(test_idx), meta=meta)
+    train, val = TableDataset(x[train_idx], y[train_idx]), TableDataset(x[val_idx], y[val_idx])
+    return DataModule(train=train, val=val, test=part(test_idx), meta=meta)
 
 
 def build_diabetes(cfg: Any) -> DataModule:

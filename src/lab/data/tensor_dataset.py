@@ -27,7 +27,7 @@ class TensorImageDataset(Dataset):
         scale: float,
         mean: Sequence[float],
         std: Sequence[float],
-        augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        augment: Callable[..., torch.Tensor] | None = None,  # (x) or (x, generator)
         source_indices: torch.Tensor | None = None,
     ) -> None:
         if images.ndim != 4 or len(images) != len(labels):
@@ -85,7 +85,7 @@ class TensorImageDataset(Dataset):
     def subset(
         self,
         index: torch.Tensor,
-        augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        augment: Callable[..., torch.Tensor] | None = None,  # (x) or (x, generator)
     ) -> TensorImageDataset:
         """A new dataset holding rows ``index`` (copied, so the parent can be freed) with its own augment."""
         return TensorImageDataset(

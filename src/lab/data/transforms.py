@@ -167,7 +167,8 @@ class RandomShiftFlip:
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         n, c, h, w = x.shape
-        p, on = self.padding, {"device": x.device}
+        p = self.padding
+        on: dict[str, Any] = {"device": x.device}
         if p == 0 and not self.flip:
             return x
         # (N,H) source row of each output row; (N,W) source column of each output column

@@ -167,13 +167,14 @@ def _failure_handled_promptly(grace_s: float) -> Iterator[None]:
     agent_log = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
     agent_log.addFilter(_plain_traceback)
     if join is not None:
-        ProcessContext._join_procs_with_timeout = lambda context, timeout: join(context, min(timeout, grace_s))
+        # torch's private method, patched for the length of the run (restored below)
+        ProcessContext._join_procs_with_timeout = lambda context, timeout: join(context, min(timeout, grace_s))  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
         agent_log.removeFilter(_plain_traceback)
         if join is not None:
-            ProcessContext._join_procs_with_timeout = join
+            ProcessContext._join_procs_with_timeout = join  # type: ignore[method-assign]
 
 
 def _plain_traceback(record: logging.LogRecord) -> bool:

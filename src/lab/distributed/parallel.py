@@ -10,8 +10,9 @@ import contextlib
 import datetime
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -43,7 +44,7 @@ class ShardSampler(Sampler[int]):
         per_rank = math.ceil(size / world_size)
         self.indices += self.indices[-1:] * (per_rank - self.num_valid) if self.indices else [0] * per_rank
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         return iter(self.indices)
 
     def __len__(self) -> int:
@@ -67,7 +68,7 @@ def _shard_units(model: nn.Module) -> list[nn.Module]:
     own forward, so a model whose forward reads a child's weight directly (GPT's output projection is its token
     embedding) names its units, leaving that child to the root."""
     if hasattr(model, "fsdp_units"):
-        return list(model.fsdp_units())
+        return list(cast(Any, model).fsdp_units())  # the model's own method (nn.Module types it as a Tensor)
     units = []
     for child in model.children():
         if isinstance(child, (nn.ModuleList, nn.ModuleDict)):
@@ -157,7 +158,8 @@ class Parallel:
         for unit in _shard_units(model):
             if not (dtype is not None and unit in norms):  # a top-level BatchNorm is its own unit already
                 fully_shard(unit, reshard_after_forward=reshard, mp_policy=policy)
-        return fully_shard(model, reshard_after_forward=reshard, mp_policy=policy)
+        # the module itself, its class made an FSDPModule subclass (torch types the return as the mixin alone)
+        return cast(nn.Module, fully_shard(model, reshard_after_forward=reshard, mp_policy=policy))
 
     def accumulation(self, forward: Any, sync: bool) -> contextlib.AbstractContextManager:
         """Skip the gradient all-reduce on non-final micro-steps: one reduction per optimizer step, not per batch."""

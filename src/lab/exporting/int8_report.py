@@ -40,7 +40,8 @@ def score(
 ) -> tuple[dict[str, float], list[torch.Tensor], float | None]:
     """(the task's metrics over the loader, the outputs per batch, the share of decisions that agree with
     `reference`'s: None without a reference or for a task without decisions)."""
-    metrics, outputs, agree, count = task.metrics(_CPU), [], 0.0, 0
+    metrics, outputs, count = task.metrics(_CPU), [], 0
+    agree: float | None = 0.0  # None once a batch has no agreement
     for index, batch in enumerate(loader):
         inputs, targets = batching.to_device(batching.split(batch), _CPU)
         out = runner(inputs).float()

@@ -84,7 +84,8 @@ def compare(
     the task's share of matching decisions in one batch (top-1 for classes and tokens), or None. An input the
     candidate refuses or fails on, or outputs of another shape than eager's, fail parity (max |diff| = inf) with
     the reason in `error`."""
-    worst, agree, count = 0.0, 0.0, 0
+    worst, count = 0.0, 0
+    agree: float | None = 0.0  # None once a batch has no agreement
     sizes, shapes = _sizes(batches), _shapes(batches)
     for inputs, expected in zip(batches, reference):
         try:
@@ -101,7 +102,7 @@ def compare(
         diff = float((got - expected).abs().max()) if got.numel() else 0.0
         worst = diff if math.isnan(diff) else max(worst, diff)
         share = agreement(expected, got)
-        agree = None if share is None else agree + share * len(inputs)
+        agree = None if share is None or agree is None else agree + share * len(inputs)
         count += len(inputs)
     share = None if agree is None else agree / max(count, 1)
     return Parity(count, sizes, worst, share, tolerance, shapes)

@@ -13,6 +13,7 @@ import contextlib
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,7 +47,7 @@ def quantize_dynamic_int8(onnx_path: Path, out_path: Path) -> Path:
     return out_path
 
 
-def calibration_reader(batches: Sequence[torch.Tensor]):  # -> onnxruntime.quantization.CalibrationDataReader
+def calibration_reader(batches: Sequence[torch.Tensor]) -> Any:  # onnxruntime.quantization.CalibrationDataReader
     """Feeds `batches` (model inputs as the loader yields them) to the calibrator, one session run each."""
     from onnxruntime.quantization import CalibrationDataReader
 

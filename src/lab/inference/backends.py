@@ -98,8 +98,8 @@ class OnnxBackend:
 
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
         check_shape(self.path, inputs, self.input_shape)
-        array = inputs.detach().cpu()
-        array = np.ascontiguousarray((array.float() if array.is_floating_point() else array).numpy())  # int64 tokens
+        tensor = inputs.detach().cpu()
+        array = np.ascontiguousarray((tensor.float() if tensor.is_floating_point() else tensor).numpy())  # int64 tokens
         try:
             (logits,) = self.session.run(None, {self.input_name: array})
         except Exception as err:  # onnxruntime's InvalidArgument, Fail...: a multi-line report with no traceback use

@@ -172,6 +172,7 @@ def _array_items(path: Path, data: Any, meta: Mapping[str, Any], resize: bool) -
         data = torch.from_numpy(data)
     if not isinstance(data, torch.Tensor):
         raise UserError(f"input={path} holds a {type(data).__name__}, not a tensor of inputs")
+    size: tuple[int, ...] | None
     if "mean" in meta and "in_channels" in meta:
         batch = _image_array(path, data, meta, resize)
         size = (int(data.shape[-2]), int(data.shape[-1]))  # as stored, before any resize

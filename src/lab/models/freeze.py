@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
+from typing import Any, cast
 
 from torch import nn
 
@@ -71,7 +72,7 @@ def train_mode(model: nn.Module) -> None:
 def head_parameters(model: nn.Module, key: str) -> list[str]:
     """Names of the classifier's parameters: a timm model's ``get_classifier()``, else the last ``nn.Linear``."""
     named = {id(p): n for n, p in model.named_parameters()}
-    head = model.get_classifier() if hasattr(model, "get_classifier") else None
+    head = cast(Any, model).get_classifier() if hasattr(model, "get_classifier") else None  # timm's method
     if not isinstance(head, nn.Module):
         head = next((m for m in reversed(list(model.modules())) if isinstance(m, nn.Linear)), None)
     if head is None or not any(True for _ in head.parameters()):

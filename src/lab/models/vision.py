@@ -52,7 +52,7 @@ def _arch_kwargs(arch: str, meta: Mapping[str, Any]) -> dict[str, Any]:
 def _resnet_stem(resnet: nn.Module, in_channels: int, small_input: bool) -> None:
     """Replace the stem in place: new input channels and/or the CIFAR-style 3x3 stride-1 stem without max-pool
     (the 7x7/2 conv + max-pool would shrink a 32 px image to 8 px before the first residual block)."""
-    old = resnet.conv1
+    old: Any = resnet.conv1  # torchvision's ResNet stem, a Conv2d (whose attributes torch types unlike its arguments)
     if small_input:
         resnet.conv1 = nn.Conv2d(in_channels, old.out_channels, kernel_size=3, stride=1, padding=1, bias=False)
         resnet.maxpool = nn.Identity()
@@ -105,6 +105,7 @@ def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
         # three equal planes) to begin with, not a random mix; the projection still learns
         with torch.no_grad():
             adapted.adapter.weight.fill_(1.0 / in_channels)
+            assert adapted.adapter.bias is not None  # the adapter has a bias
             adapted.adapter.bias.zero_()
     return adapted
 

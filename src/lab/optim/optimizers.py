@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from lab.config import ConfigError, options
 from lab.models.freeze import head_parameters
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from lab.config.distributed import DistConfig
 
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)
 
@@ -63,7 +68,7 @@ def _lr_scales(model: nn.Module, head_lr_scale: float, layer_decay: float | None
             )
         from timm.models import group_parameters
 
-        layers = list(group_parameters(model, model.group_matcher(coarse=False)).values())
+        layers = list(group_parameters(model, cast(Any, model).group_matcher(coarse=False)).values())
         for index, names in enumerate(layers):
             for name in names:
                 scales[name] = layer_decay ** (len(layers) - 1 - index)
@@ -73,7 +78,7 @@ def _lr_scales(model: nn.Module, head_lr_scale: float, layer_decay: float | None
     return scales
 
 
-def lr_scale(dist_cfg, batch_size: int, world_size: int, grad_accum_steps: int) -> float:
+def lr_scale(dist_cfg: DistConfig | DictConfig, batch_size: int, world_size: int, grad_accum_steps: int) -> float:
     """LR multiplier for the effective batch (per device x devices x accumulation) against the batch the LR was
     tuned for (dist.base_batch_size, default data.batch_size): linear (Goyal et al.) or square-root scaling."""
     if dist_cfg.lr_scaling == "none":

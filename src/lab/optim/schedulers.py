@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler, OneCycleLR, ReduceLROnPlateau
@@ -69,7 +69,8 @@ class PerStep:
         """Nothing to do: the schedule depends on the step count only."""
 
     def get_last_lr(self) -> list[float]:
-        return self.scheduler.get_last_lr()
+        # torch allows a Tensor lr (its capturable option); build_optimizer gives float ones
+        return cast(list[float], self.scheduler.get_last_lr())
 
     def state_dict(self) -> dict:
         return self.scheduler.state_dict()
@@ -87,7 +88,10 @@ class WarmupPlateau:
         self.optimizer, self.warmup_steps, self.steps = optimizer, warmup_steps, 0
         self.monitor = monitor  # the validation metric it watches, e.g. val/loss
         self.base_lrs = [group["lr"] for group in optimizer.param_groups]
-        self.plateau = ReduceLROnPlateau(optimizer, mode=mode, factor=factor, patience=patience)
+        # mode: "min" or "max" (a config str: ReduceLROnPlateau refuses another)
+        self.plateau = ReduceLROnPlateau(
+            optimizer, mode=cast(Literal["min", "max"], mode), factor=factor, patience=patience
+        )
         self._apply_warmup()
 
     def _apply_warmup(self) -> None:

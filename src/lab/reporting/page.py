@@ -96,7 +96,8 @@ def _final_metrics(report: Report) -> list[str]:
         for k, v in run.summary.items()
         if k.startswith(("val/", "val_raw/", "test/")) and "/per_class" not in k and isinstance(v, (int, float))
     )
-    keys.pop(report.metric, None)
+    if report.metric is not None:
+        keys.pop(report.metric, None)
     return sorted(keys, key=lambda k: (not k.startswith("val/"), k))
 
 

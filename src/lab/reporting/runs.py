@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from omegaconf import OmegaConf
@@ -192,7 +192,7 @@ def _config(run_dir: Path) -> dict[str, Any]:
         data = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException:
         data = OmegaConf.to_container(cfg, resolve=False)
-    return data if isinstance(data, dict) else {}
+    return cast("dict[str, Any]", data) if isinstance(data, dict) else {}  # a config's keys are str
 
 
 def _overrides(run_dir: Path) -> list[str]:

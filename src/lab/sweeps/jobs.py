@@ -51,8 +51,9 @@ def outcome(ret: JobReturn) -> Outcome:
 def in_multirun() -> bool:
     """True inside a job of a Hydra sweep (`-m`, or a config that sets hydra.mode=MULTIRUN)."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
-    return HydraConfig.initialized() and HydraConfig.get().mode.name == "MULTIRUN"
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def fail_fast(config: DictConfig) -> bool:

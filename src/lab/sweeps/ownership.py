@@ -233,10 +233,11 @@ def sweep_of(run_dir: Path) -> Path | None:
     process runs the job, else from the files (a spawned DDP rank has no Hydra): a sweep dir holds the sweep's
     multirun.yaml."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     if HydraConfig.initialized():
         hydra = HydraConfig.get()
-        return Path(hydra.sweep.dir).absolute() if hydra.mode.name == "MULTIRUN" else None
+        return Path(hydra.sweep.dir).absolute() if hydra.mode == RunMode.MULTIRUN else None
     near = run_dir.absolute().parents[:2]  # <sweep dir>/<job num>, or a subdir one level deeper
     return next((folder for folder in near if (folder / SWEEP_CONFIG).is_file()), None)
 

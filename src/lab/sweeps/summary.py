@@ -104,7 +104,7 @@ def job_record(
     exclude_keys: Collection[str],
     start: float,
     wall_s: float,
-    pid: int,
+    pid: int | None,
 ) -> dict[str, Any]:
     """What sweep_job.json holds: written by the job when it ends, or by the launcher for a job whose process died."""
     return {
@@ -131,7 +131,7 @@ def sort_rows(rows: list[Row], direction: str) -> list[Row]:
 
     def key(row: Row) -> tuple:
         missing = row.value is None
-        return (_STATUS_ORDER.get(row.status, 4), missing, sign * row.value if not missing else 0.0, row.job)
+        return (_STATUS_ORDER.get(row.status, 4), missing, sign * row.value if row.value is not None else 0.0, row.job)
 
     return sorted(rows, key=key)
 

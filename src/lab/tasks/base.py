@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import torch
 from torch import nn
@@ -74,6 +74,11 @@ class Metrics(Protocol):
     def compute(self) -> dict[str, float]: ...
 
 
+# The accumulator a task's `metrics` makes, which its `write_eval_artifacts` gets back: a task with its own writes
+# `class MyTask(BaseTask[MyMetrics])`; a bare `BaseTask` / `Task` leaves it unchecked (Any).
+MetricsT = TypeVar("MetricsT", bound=Metrics)
+
+
 class MeanLoss:
     """``BaseTask``'s accumulator: the task's own summed ``loss`` and ``weight`` per batch, so ``val/loss`` is the
     training objective's average, written once (in ``loss``). A task with more metrics writes its own."""
@@ -131,15 +136,17 @@ class Predictions:
     skipped: list[dict[str, str]]
 
 
-class Task(Protocol):
+class Task(Protocol[MetricsT]):
     name: str
     monitor: str  # the validation metric (without "val/") that best.pt, plateau scheduling and sweeps follow
     mode: str  # "max" or "min": the direction in which `monitor` improves
     normaliser: str  # what the summed loss averages over: "samples" | "elements" | "tokens" (see NORMALISERS)
+
     # input axes an exported model accepts at any size: (0,) the batch; (0, 1) + a token sequence; (0, 2, 3) + the
     # height and width of (N, C, H, W) images (a fully convolutional model). Infer resizes images to the training
     # size unless both H and W are dynamic. export.dynamic_dims overrides it for one export.
-    dynamic_dims: tuple[int, ...]
+    @property
+    def dynamic_dims(self) -> tuple[int, ...]: ...
 
     def check_first_batch(self, inputs: Any, targets: Any) -> str:
         """Raise UserError when the data cannot fit the task (labels out of range, non-finite targets, tokens out
@@ -153,11 +160,11 @@ class Task(Protocol):
     def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
         """The batch's loss *summed* over its weighted items, computed in fp32 (outputs may be bf16/fp16)."""
 
-    def metrics(self, device: torch.device, full: bool = False) -> Metrics:
+    def metrics(self, device: torch.device, full: bool = False) -> MetricsT:
         """A fresh accumulator; ``full`` adds what only an evaluation run reports (e.g. a confusion matrix). Its
         loss comes from the formula ``loss`` uses (one function both call), never a second copy of it."""
 
-    def write_eval_artifacts(self, metrics: Metrics, context: EvalContext) -> tuple[dict[str, Any], list[Path]]:
+    def write_eval_artifacts(self, metrics: MetricsT, context: EvalContext) -> tuple[dict[str, Any], list[Path]]:
         """eval.py: the extra eval.json entries and the artifact files written into ``context.run_dir``."""
 
     def agreement(self, reference: torch.Tensor, outputs: torch.Tensor) -> float | None:
@@ -168,7 +175,7 @@ class Task(Protocol):
         records; files beyond predictions.csv/.json (masks...) go into ``context.run_dir``."""
 
 
-class BaseTask:
+class BaseTask(Generic[MetricsT]):
     """Defaults for a new task: subclass it and write ``loss`` (and ``metrics`` for more than the mean loss;
     ``lab.tasks.build`` sets ``name``, ``monitor`` and ``mode`` from the task's option). The loss averages over
     samples (``normaliser``: one word to change it); the metric is the mean loss; eval writes eval.json only; export
@@ -193,10 +200,11 @@ class BaseTask:
     def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} has no loss(outputs, targets)")
 
-    def metrics(self, device: torch.device, full: bool = False) -> Metrics:
-        return MeanLoss(self, device)
+    def metrics(self, device: torch.device, full: bool = False) -> MetricsT:
+        # the mean loss: a task that names its own accumulator (BaseTask[MyMetrics]) overrides this
+        return cast(MetricsT, MeanLoss(self, device))
 
-    def write_eval_artifacts(self, metrics: Metrics, context: EvalContext) -> tuple[dict[str, Any], list[Path]]:
+    def write_eval_artifacts(self, metrics: MetricsT, context: EvalContext) -> tuple[dict[str, Any], list[Path]]:
         return {}, []
 
     def agreement(self, reference: torch.Tensor, outputs: torch.Tensor) -> float | None:

@@ -31,7 +31,7 @@ class ClassScores:
     def __init__(self, names: Sequence[str], num_classes: int, device: torch.device, per_class: bool) -> None:
         # imported here: torchmetrics imports torchvision and its own modules (about 2 s), which a run without
         # task.metrics skips
-        from torchmetrics import MetricCollection
+        from torchmetrics import Metric, MetricCollection
         from torchmetrics.classification import (
             MulticlassAUROC,
             MulticlassAveragePrecision,
@@ -42,13 +42,13 @@ class ClassScores:
 
         # validate_args=False: the task checked the labels on the first batch; torchmetrics' per-batch checks
         # read values back to the host, a sync per batch that the rest of the evaluation loop avoids
-        common = {"num_classes": num_classes, "validate_args": False}
+        common: dict[str, Any] = {"num_classes": num_classes, "validate_args": False}
         makers = {
             "f1": lambda: MulticlassF1Score(average="macro", **common),
             "auroc": lambda: MulticlassAUROC(average="macro", thresholds=None, **common),
             "average_precision": lambda: MulticlassAveragePrecision(average="macro", thresholds=None, **common),
         }
-        metrics = {name: makers[name]() for name in names if name in makers}
+        metrics: dict[str, Metric | MetricCollection] = {name: makers[name]() for name in names if name in makers}
         if per_class:
             metrics |= {
                 "class_precision": MulticlassPrecision(average=None, **common),
@@ -94,7 +94,7 @@ class ClassScores:
         return {f"per_class_{name}": dict(zip(class_names, result[f"class_{name}"].tolist())) for name in PER_CLASS}
 
 
-def scores(names: Sequence[str], num_classes: int, device: torch.device, per_class: bool) -> Any:
+def scores(names: Sequence[str], num_classes: int, device: torch.device, per_class: bool) -> ClassScores | None:
     """A ``ClassScores`` when there is anything to compute, else None."""
     per_class = per_class and "per_class" in names
     if not per_class and not any(name in SCALARS for name in names):

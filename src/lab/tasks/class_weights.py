@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, Subset
 
+from lab.data.common import dataset_len
 from lab.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -50,4 +51,4 @@ def training_labels(dataset: Dataset) -> torch.Tensor:
     samples: Any = getattr(dataset, "samples", None)  # ImageFolderDataset: (path, label) pairs
     if isinstance(samples, list):
         return torch.tensor([label for _, label in samples], dtype=torch.long)
-    return torch.tensor([int(dataset[i][1]) for i in range(len(dataset))], dtype=torch.long)
+    return torch.tensor([int(dataset[i][1]) for i in range(dataset_len(dataset))], dtype=torch.long)

@@ -110,7 +110,7 @@ def build_classification(cfg: Any, meta: Mapping[str, Any]) -> Classification:
     return task
 
 
-class Classification(BaseTask):
+class Classification(BaseTask[ClassificationMetrics]):
     """Cross-entropy over class logits (N, K); accuracy (top-1, top-5) as the monitor."""
 
     name = "classification"
@@ -205,6 +205,7 @@ class Classification(BaseTask):
         figures.confusion_matrix_png(matrix, self.class_names, figure, title)
         extra: dict[str, Any] = {"per_class_acc": per_class}
         if "per_class" in self.extra_metrics:  # task.metrics: per_class_{precision,recall,f1}, by class name
+            assert metrics.scores is not None  # made whenever task.metrics names anything
             extra |= metrics.scores.per_class(self.class_names)
         extra |= {"class_names": self.class_names, "confusion_matrix": matrix}
         return extra, [figure]

@@ -9,16 +9,24 @@ from PIL import Image, ImageDraw, ImageFont
 
 _MARGIN_TOP = 40
 _LABEL_CHARS = 14  # class names are cut to this many characters on the axes
+Font = ImageFont.ImageFont | ImageFont.FreeTypeFont  # load_font's: a scalable one when Pillow has FreeType
 
 
-def load_font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+def load_font(size: int) -> Font:
     try:
         return ImageFont.load_default(size=size)  # scalable when Pillow has FreeType
     except (TypeError, OSError):
         return ImageFont.load_default()
 
 
-def draw_text(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font, fill: str, align: str) -> None:
+def draw_text(
+    draw: ImageDraw.ImageDraw,
+    xy: tuple[float, float],
+    text: str,
+    font: Font,
+    fill: str | tuple[int, int, int],
+    align: str,
+) -> None:
     """Text placed by its bounding box (anchors need FreeType; the bitmap fallback font has none).
     align: "center" centers on xy; "right" ends at x and centers vertically; "left" starts at x."""
     x0, y0, x1, y1 = draw.textbbox((0, 0), text, font=font)
@@ -27,10 +35,10 @@ def draw_text(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, fon
     draw.text((x - x0, xy[1] - h / 2 - y0), text, fill=fill, font=font)
 
 
-def paste_vertical(image: Image.Image, text: str, font, center: tuple[float, float]) -> None:
+def paste_vertical(image: Image.Image, text: str, font: Font, center: tuple[float, float]) -> None:
     """Text rotated 90 degrees (reads bottom to top), centered on `center`."""
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    width = measure.textbbox((0, 0), text, font=font)[2] + 4
+    width = int(measure.textbbox((0, 0), text, font=font)[2]) + 4
     strip = Image.new("RGB", (width, 16), "white")
     draw_text(ImageDraw.Draw(strip), (width / 2, 8), text, font, "black", "center")
     rotated = strip.rotate(90, expand=True)
@@ -47,10 +55,10 @@ def confusion_matrix_png(
     font, label_font = load_font(max(8, cell // 3)), load_font(12)
     names = [str(name)[:_LABEL_CHARS] for name in class_names]
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    label_w = 4 + max((measure.textbbox((0, 0), n, font=label_font)[2] for n in names), default=8)
+    label_w = 4 + int(max((measure.textbbox((0, 0), n, font=label_font)[2] for n in names), default=8))
     left, top = 28 + label_w + 8, _MARGIN_TOP + label_w + 6
     grid = k * cell
-    title_w = measure.textbbox((0, 0), title, font=label_font)[2] if title else 0
+    title_w = int(measure.textbbox((0, 0), title, font=label_font)[2]) if title else 0
     image = Image.new("RGB", (max(left + grid + 16, title_w + 16), top + grid + 16), "white")
     draw = ImageDraw.Draw(image)
     draw.text((8, 4), title, fill="black", font=label_font)
@@ -96,7 +104,7 @@ def predicted_vs_true_png(
 
     font = load_font(12)
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    title_w = measure.textbbox((0, 0), title, font=font)[2] if title else 0
+    title_w = int(measure.textbbox((0, 0), title, font=font)[2]) if title else 0
     image = Image.new("RGB", (max(left + size + pad, title_w + 16), top + size + 48), "white")
     draw = ImageDraw.Draw(image)
     draw.text((8, 4), title, fill="black", font=font)

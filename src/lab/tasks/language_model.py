@@ -51,7 +51,7 @@ def build_language_model(cfg: Any, meta: Mapping[str, Any]) -> LanguageModel:
     return LanguageModel(dict(meta), int(cfg.samples), int(cfg.sample_tokens))
 
 
-class LanguageModel(BaseTask):
+class LanguageModel(BaseTask[TokenMetrics]):
     name = "language_model"
     monitor = "loss"
     mode = "min"

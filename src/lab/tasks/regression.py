@@ -62,7 +62,7 @@ def build_regression(cfg: Any, meta: Mapping[str, Any]) -> Regression:
     return Regression(float(meta.get("target_mean", 0.0)), float(meta.get("target_std", 1.0)), meta.get("target_name"))
 
 
-class Regression(BaseTask):
+class Regression(BaseTask[RegressionMetrics]):
     name = "regression"
     monitor = "rmse"
     mode = "min"

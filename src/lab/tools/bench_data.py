@@ -16,15 +16,16 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from lab.data import EpochLoader, make_loader
 from lab.data.batches import size as batch_size_of
 from lab.data.batches import split as split_batch
 from lab.data.batches import to_device
+from lab.data.common import dataset_len
 
 TOLERANCE = 0.05  # settings within 5% of the fastest count as fast
 
@@ -76,7 +77,7 @@ def measure(
     dataset: Any, data_cfg: Any, setting: Setting, device: torch.device, epochs: int, batches: int, seed: int = 0
 ) -> Row:
     """Samples/s over `epochs` passes of at most `batches` batches each, batches moved to `device`."""
-    cfg = OmegaConf.merge(data_cfg, setting.overrides())
+    cfg = cast(DictConfig, OmegaConf.merge(data_cfg, setting.overrides()))  # a merge of two DictConfigs
     generator = torch.Generator().manual_seed(seed)
     loader = make_loader(dataset, cfg, train=True, generator=generator, pin_memory=setting.pin_memory)
     walker = EpochLoader(loader, generator, seed, limit=batches)
@@ -170,7 +171,7 @@ def run(
     batch_sizes = list(batch_sizes or [cfg.data.batch_size])
     settings = grid(batch_sizes, list(workers if workers is not None else default_workers()), cuda, pin_memory)
     print(
-        f"bench_data: {cfg.data.name} training split ({len(dataset)} samples) to {device}, {len(settings)} "
+        f"bench_data: {cfg.data.name} training split ({dataset_len(dataset)} samples) to {device}, {len(settings)} "
         f"settings, {epochs} epochs of at most {batches} batches each",
         flush=True,
     )

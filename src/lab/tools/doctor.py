@@ -120,7 +120,8 @@ def check_support(version_of: Callable[[str], str] = importlib.metadata.version)
         torch_range = next(
             Requirement(line).specifier for line in meta.get_all("Requires-Dist") or [] if line.startswith("torch")
         )
-        python_range = SpecifierSet(meta.get("Requires-Python") or "")
+        # an email Message, which has get(); typing's PackageMetadata declares it from Python 3.12 on
+        python_range = SpecifierSet(meta.get("Requires-Python") or "")  # type: ignore[attr-defined]
         torch_version = version_of("torch")
     except (ImportError, importlib.metadata.PackageNotFoundError, StopIteration):
         return warn("support", "the project or torch is not installed: the support matrix is not checked", INSTALL_FIX)

@@ -42,7 +42,7 @@ class CsvBackend(Backend):
             )
         if self.run.continuing and self.path.stat().st_size:  # keep its rows and columns
             with open(self.path, newline="") as handle:
-                self.columns = next(csv.reader(handle), None) or self.columns
+                self.columns = next(csv.reader(handle), []) or self.columns
         self._start_writer()
 
     def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:

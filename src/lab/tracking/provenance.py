@@ -97,6 +97,7 @@ def git_diff(root: Path = REPO_ROOT, skip: Path | None = None) -> tuple[str, dic
         if reason is not None:
             skipped[name] = reason
             continue
+        assert patch is not None  # else reason is "binary"
         patches.append(patch)
         recorded.append(name)
         total += size

@@ -19,11 +19,12 @@ import contextlib
 import dataclasses
 import json
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from lab.files import write_json
 from lab.tracking import backends as trackers
@@ -60,7 +61,7 @@ class Tracker:
         self._start_error: BaseException | None = None
         self._deferred: list[Callable[[trackers.Backend], None]] = []  # calls that waited for the background start
         self._summary: dict[str, Any] = {}
-        self._metrics_file = None
+        self._metrics_file: IO[str] | None = None
         self._started = 0.0
 
     @property
@@ -144,7 +145,7 @@ class Tracker:
             )
             written = prov.record(self.run_dir, self.provenance, self.continuing)
         # the trackers that keep files get this start's provenance, once started
-        self._deferred += [lambda backend, path=path: backend.save_file(path) for path in written]
+        self._deferred += [operator.methodcaller("save_file", path) for path in written]
         if background:
             self._starting = threading.Thread(target=self._start_backends, args=(run,), name="tracker-start")
             self._starting.start()
@@ -210,6 +211,7 @@ class Tracker:
         if not self.is_writer:
             return
         record = {"step": step, "epoch": epoch, **{k: _json_value(v) for k, v in metrics.items()}}
+        assert self._metrics_file is not None, "Tracker.log() before start() or after finish()"
         self._metrics_file.write(json.dumps(record) + "\n")
         self._each(lambda backend: backend.log(metrics, step, epoch))
 
@@ -322,7 +324,7 @@ def from_config(
     from omegaconf import OmegaConf
 
     identity = identity or job_identity(cfg, run_dir)
-    config = {**OmegaConf.to_container(cfg, resolve=True), "hydra_overrides": identity["overrides"]}
+    config = {**cast(dict, OmegaConf.to_container(cfg, resolve=True)), "hydra_overrides": identity["overrides"]}
     return Tracker(
         run_dir,
         logger_cfg=cfg.logger,

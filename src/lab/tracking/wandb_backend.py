@@ -63,7 +63,9 @@ class WandbBackend(Backend):
     def log_histograms(self, histograms: Mapping[str, tuple[list[float], list[float]]], step: int) -> None:
         import wandb
 
-        self.wandb_run.log({key: wandb.Histogram(np_histogram=hist) for key, hist in histograms.items()}, step=step)
+        # wandb types np_histogram as arrays, and takes lists too (it calls tolist() only on what has it)
+        histogram = {key: wandb.Histogram(np_histogram=hist) for key, hist in histograms.items()}  # type: ignore[arg-type]
+        self.wandb_run.log(histogram, step=step)
 
     def summary(self, values: Mapping[str, Any]) -> None:
         self.wandb_run.summary.update(dict(values))
@@ -125,7 +127,8 @@ class WandbBackend(Backend):
         runs_root = Path(kwargs["dir"]) / "wandb"
         before = set(runs_root.glob("run-*"))
         try:
-            wandb_run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)
+            # mode: a checked config value (wandb types it as a Literal)
+            wandb_run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)  # type: ignore[arg-type]
         except Exception as err:  # no credentials, server unreachable within init_timeout, ...
             if mode != "online":
                 raise

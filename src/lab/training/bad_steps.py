@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import TYPE_CHECKING
 
 import torch
 
 from lab.distributed.parallel import Parallel
 from lab.errors import UserError
+
+if TYPE_CHECKING:
+    from lab.training.state import Progress
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +28,7 @@ class BadSteps:
         self.in_a_row = 0
         self.last_finite = math.nan
 
-    def finite(self, losses: list[torch.Tensor], weight: torch.Tensor, progress: object) -> bool:
+    def finite(self, losses: list[torch.Tensor], weight: torch.Tensor, progress: Progress) -> bool:
         """Whether this step's loss is finite on every rank (so every rank skips the same steps); a non-finite
         step is counted, and once `limit` of them came in a row the run stops naming the step and epoch."""
         loss = float(self.parallel.mean_over_ranks(torch.stack(losses).detach().sum()) / weight)

@@ -32,8 +32,8 @@ class EMA(Callback):
         # a copy of the plain module (no DDP, no torch.compile): evaluated as it is, in eval mode, without autograd
         self.module = copy.deepcopy(model).eval().requires_grad_(False)
         pairs = [(a, p) for a, p in zip(self.module.parameters(), model.parameters()) if p.requires_grad]
-        self._averaged = [a for a, _ in pairs]
-        self._sources = [p for _, p in pairs]
+        self._averaged: list[torch.Tensor] = [a for a, _ in pairs]
+        self._sources: list[torch.Tensor] = [p for _, p in pairs]
         self._buffers = list(self.module.buffers())
         self._source_buffers = list(model.buffers())
 

@@ -14,8 +14,10 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Any
 
 from lab.errors import Interrupted
 from lab.sweeps.ownership import sweep_of, sweep_resume_hint
@@ -52,7 +54,7 @@ class StopSignals:
     def __init__(self) -> None:
         self.received: int | None = None
         self._received_at = 0.0
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
     def __enter__(self) -> StopSignals:
         self.received = None

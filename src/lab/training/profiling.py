@@ -125,8 +125,8 @@ def breakdown(events: Iterable[Any], on_device: bool, steps: int | None = None) 
     events = list(events)
     ranges = [e for e in events if e.name.startswith("ProfilerStep")]  # ProfilerStep#n, or ProfilerStep* once ready
     ranges.sort(key=lambda e: e.time_range.start if hasattr(e, "time_range") else 0)
-    steps = ranges[:steps]
-    step_ids = {id(e) for e in steps}
+    step_ranges = ranges[:steps]
+    step_ids = {id(e) for e in step_ranges}
     per = dict.fromkeys(CATEGORIES, 0.0)
 
     def cost(event: Any) -> float:
@@ -141,9 +141,9 @@ def breakdown(events: Iterable[Any], on_device: bool, steps: int | None = None) 
             inside += float(event.cpu_time_total)
         elif parent is None and id(event) not in step_ids and _category(event.name) == "backward":
             per["backward"] += cost(event)  # the autograd engine's own device threads
-    total = sum(float(e.cpu_time_total) for e in steps)
+    total = sum(float(e.cpu_time_total) for e in step_ranges)
     per["other"] = max(0.0, total - inside)
-    return Breakdown(len(steps), total, per)
+    return Breakdown(len(step_ranges), total, per)
 
 
 class StepProfiler(Callback):

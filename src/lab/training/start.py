@@ -125,7 +125,8 @@ def log_start(
     warn_if_frozen(model)
     if peak_flops is None:
         return None
-    batch_flops = count_flops(model, task, *batches.to_device((inputs, targets), device), device, precision)
+    on_device_inputs, on_device_targets = batches.to_device((inputs, targets), device)
+    batch_flops = count_flops(model, task, on_device_inputs, on_device_targets, device, precision)
     utilization = Utilization(batch_flops, batches.size(targets), peak_flops)
     log.info(
         "FLOPs per sample %.4g (forward + backward); peak %.4g FLOP/s per device: train/mfu logged",

@@ -17,7 +17,7 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -25,7 +25,8 @@ from torch import nn
 from tqdm import tqdm
 
 from lab.checkpointing import CheckpointManager
-from lab.data import EpochLoader
+from lab.config.training import TrainerConfig
+from lab.data import DeviceLoader, EpochLoader
 from lab.data.batches import size as batch_size
 from lab.data.batches import split as split_batch
 from lab.data.batches import to_device
@@ -58,11 +59,11 @@ class Trainer:
         optimizer: torch.optim.Optimizer,
         scheduler: Schedule,
         task: Task,
-        train_batches: EpochLoader,
+        train_batches: EpochLoader | DeviceLoader,
         val_loader: torch.utils.data.DataLoader | None,
         device: torch.device,
         precision: Precision,
-        cfg: Any,
+        cfg: TrainerConfig | DictConfig,
         tracker: Tracker,
         checkpoints: CheckpointManager,
         parallel: Parallel | None = None,
@@ -70,7 +71,7 @@ class Trainer:
         callbacks: Sequence[Callback] = (),
     ) -> None:
         # A plain dataclass, not a DictConfig: OmegaConf attribute access costs microseconds, several per step.
-        self.cfg = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
+        self.cfg = cast(TrainerConfig, OmegaConf.to_object(cfg)) if isinstance(cfg, DictConfig) else cfg
         self.model = model  # the plain module: what checkpoints hold
         self.parallel = parallel or Parallel()
         self.wrapped = model if forward is None else forward  # the DDP / FSDP view (the model itself when alone)
@@ -212,6 +213,7 @@ class Trainer:
         """Score the validation split, track the best, let the schedule react; True when the monitor improved."""
         with self.window.paused():
             self._call("on_validation_start")
+            assert self.val_loader is not None  # fit() validates only when there is a validation split
             metrics = {f"val/{k}": v for k, v in self.score(self.val_loader, self.cfg.limit_val_batches).items()}
             monitor = f"val/{self.task.monitor}"
             if monitor not in metrics:

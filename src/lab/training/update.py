@@ -19,7 +19,13 @@ def clip_grad_norm(model: nn.Module, max_norm: float | None) -> torch.Tensor:
 def scaled_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> torch.Tensor:
     """Step through the GradScaler and update its scale; whether it skipped the update, as a device bool."""
     # the scale as a device tensor (get_scale() would copy it to the host): it drops only on a skipped step
-    scale_before = scaler._get_scale_async().clone()
+    scale_before = _scale(scaler).clone()
     scaler.step(optimizer)  # skips the update when fp16 gradients overflowed
     scaler.update()
-    return scaler._get_scale_async() < scale_before
+    return _scale(scaler) < scale_before
+
+
+def _scale(scaler: torch.amp.GradScaler) -> torch.Tensor:
+    scale = scaler._get_scale_async()
+    assert scale is not None, "scaled_step needs an enabled GradScaler"
+    return scale

@@ -14,6 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from lab import data, runtime
+from lab.data.common import dataset_len
 from lab.errors import UserError
 from lab.files import write_json
 from lab.tasks import EvalContext
@@ -49,23 +50,23 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     )
     task = restored.task
     with tracker.session():
-        log.info("evaluating %s on the %s split (%d samples), %s", restored.path, split, len(dataset), device)
+        log.info("evaluating %s on the %s split (%d samples), %s", restored.path, split, dataset_len(dataset), device)
         metrics = task.metrics(device, full=True)
         accumulate_metrics(model, loader, metrics, device=device, precision=precision, channels_last=channels_last)
         scores = metrics.compute()
-        title = f"{restored.path.name} - {split} split, {len(dataset)} samples"
+        title = f"{restored.path.name} - {split} split, {dataset_len(dataset)} samples"
         extra, files = task.write_eval_artifacts(metrics, EvalContext(run_dir, title, model, device, restored.meta))
         eval_json = {
             "task": task.name,
             "split": split,
-            "num_samples": len(dataset),
+            "num_samples": dataset_len(dataset),
             "metrics": scores,  # under the task's own names
             **extra,
             "checkpoint": restored.source(),
         }
         scalars = {f"{split}/{key}": value for key, value in scores.items()}
         tracker.log(scalars, step=restored.global_step, epoch=restored.progress.get("epoch"))
-        tracker.summary({**scalars, "split": split, "num_samples": len(dataset), **_flat(split, extra)})
+        tracker.summary({**scalars, "split": split, "num_samples": dataset_len(dataset), **_flat(split, extra)})
         write_json(run_dir / "eval.json", eval_json)
         for path in [run_dir / "eval.json", *files]:
             tracker.save_file(path)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -34,7 +34,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     data_cfg = restore.data_config(restored, cfg.data)
     # static INT8 calibrates on training samples as inference will see them: without training augmentation
     plain = {"augment": False} if "augment" in restored.config["data"] else {}
-    datamodule = restore.rebuild_data(restored, {**OmegaConf.to_container(cfg.data), **plain})
+    datamodule = restore.rebuild_data(restored, {**cast(dict, OmegaConf.to_container(cfg.data)), **plain})
     val_loader = data.make_loader(datamodule.val, data_cfg, train=False, generator=None, pin_memory=False)
     task = restored.task
     dims = tuple(opts.dynamic_dims) if opts.dynamic_dims is not None else tuple(task.dynamic_dims)
@@ -70,7 +70,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         quantization = None
         if opts.quantize and "onnx" in artifacts:
             train_loader = data.make_loader(datamodule.train, data_cfg, train=False, generator=None, pin_memory=False)
-            quantization, written = int8_report.build(
+            quantization, quantized = int8_report.build(
                 run_dir / "model.onnx",
                 opts.quantize,
                 task=task,
@@ -81,7 +81,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
                 tolerance=opts.quantize_tolerance,
                 open_runner=OnnxBackend,
             )
-            artifacts.update(written)
+            artifacts.update(quantized)
         path = manifest.write(
             run_dir,
             manifest.build(

@@ -10,7 +10,7 @@ import logging
 import math
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -21,6 +21,7 @@ from lab import run_dir as run_dirs
 from lab.checkpointing import CheckpointManager
 from lab.config import TrainConfig
 from lab.config import callbacks as config_callbacks
+from lab.data.common import dataset_len
 from lab.distributed import env as dist_env
 from lab.distributed import launch
 from lab.distributed.parallel import Parallel
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 def _overfit_subset(dataset: torch.utils.data.Dataset, batches: int, batch_size: int) -> torch.utils.data.Dataset:
     """The same few samples for training and validation: a model that cannot fit them is wired wrong. `batch_size`
     is the global one (per device x ranks): each rank's share of the subset is then its own fixed batches."""
-    size = min(len(dataset), batches * batch_size)
+    size = min(dataset_len(dataset), batches * batch_size)
     return torch.utils.data.Subset(dataset, range(size))
 
 
@@ -56,7 +57,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     writer = not dist_env.launched_as_worker() or dist_env.rank() == 0
     continued = None
     if writer:
-        config = OmegaConf.to_container(cfg, resolve=True)
+        config = cast("dict[str, Any]", OmegaConf.to_container(cfg, resolve=True))
         # a sweep job continues in its own dir only: the dirs next to it are the other jobs of its sweep
         continued = run_dirs.continued_run(cfg.resume, run_dir, config, siblings=not in_multirun())
     if continued is not None:  # one run across resumes: its own dir, checkpoints, metrics and wandb run
@@ -109,7 +110,8 @@ def _inside(ckpt_path: str | None, run_dir: Path) -> bool:
 
 @record  # the failing rank's traceback reaches the launcher, which names it
 def _spawned_worker(container: dict, run_dir: str, identity: dict) -> float | None:
-    cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), container)  # typed again, as Hydra gave it
+    # typed again, as Hydra gave it
+    cfg = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(TrainConfig), container))
     launch.configure_worker_logging(Path(run_dir) / f"{cfg.task_name}.log")
     last = Path(run_dir) / "checkpoints" / "last.pt"
     if launch.restart_count() and last.is_file():  # dist.max_restarts: a restart continues the failed attempt
@@ -144,13 +146,13 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     precision = runtime.resolve_precision(cfg.precision, device)
     # a run continued in its own dir continues its wandb run too: one run across resumes
     continuing = resume is not None and _inside(cfg.ckpt_path, run_dir)
-    resume_id = (resume.get("provenance") or {}).get("wandb_id") if continuing else None
+    resume_id = (resume.get("provenance") or {}).get("wandb_id") if resume is not None and continuing else None
     # the data before any record is opened: a bad dataset (a CSV's duplicate column, float class labels, a missing
     # file) is refused with nothing written; a sweep's jobs share unchanged data
     data_cfg = models.prepare(cfg.model, cfg.data)  # pretrained weights found, their preprocessing taken
     datamodule = data.build(data_cfg, reuse=in_multirun())
     if not cfg.trainer.overfit_batches:  # too few samples for a batch: refused before the first record, too
-        data.check_batch_fits(math.ceil(len(datamodule.train) / parallel.world_size), cfg.data.batch_size)
+        data.check_batch_fits(math.ceil(dataset_len(datamodule.train) / parallel.world_size), cfg.data.batch_size)
     tracker = tracking.from_config(
         cfg,
         run_dir,
@@ -161,7 +163,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
         resume_id=resume_id,
         continuing=continuing,  # its files are appended to; any other run starts them afresh
         # what a killed attempt logged after its last.pt is dropped: those steps are trained again
-        resumed_step=resume["progress"]["global_step"] if continuing else None,
+        resumed_step=resume["progress"]["global_step"] if resume is not None and continuing else None,
     )
     with tracker.session(background=True):  # the trackers start while the model is built
         summary = _fit(cfg, run_dir, datamodule, parallel, device, precision, resume, tracker)
@@ -252,7 +254,7 @@ def _train_batches(
     """(what the Trainer walks each epoch, the loader the start-of-run report reads a first batch from)."""
     loader_seed = cfg.seed * 1000 + parallel.rank  # worker augmentation streams differ per rank
     if cfg.data.loader == "device":  # the splits live on the device: batches are cut and augmented there
-        loader = data.DeviceLoader(
+        on_device = data.DeviceLoader(
             train_set,
             cfg.data,
             device,
@@ -262,7 +264,7 @@ def _train_batches(
             world_size=parallel.world_size,
             limit=cfg.trainer.limit_train_batches,
         )
-        return loader, loader
+        return on_device, on_device
     generator = torch.Generator().manual_seed(loader_seed)
     sampler = parallel.train_sampler(train_set, seed=runtime.epoch_generator_seed(cfg.seed, 0))
     loader = data.make_loader(
@@ -297,7 +299,7 @@ def _scaled_optimizer_cfg(cfg: DictConfig, parallel: Parallel, tracker: tracking
         scale,
     )
     tracker.summary({"effective_batch_size": effective, "lr_scaled": lr})
-    return OmegaConf.merge(cfg.optimizer, {"lr": lr})
+    return cast(DictConfig, OmegaConf.merge(cfg.optimizer, {"lr": lr}))
 
 
 def _eval_loader(dataset: Any, split: str, cfg: DictConfig, pin: bool, parallel: Parallel, device: Any) -> Any:
