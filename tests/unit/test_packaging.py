@@ -5,9 +5,9 @@ needing a missing extra is refused naming it (lab.extras)."""
 from __future__ import annotations
 
 import re
+import tomllib
 
 import pytest
-import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from tests.helpers import REPO, compose_config

@@ -87,7 +87,7 @@ def build(
 ) -> dict[str, Any]:
     return {
         "format_version": FORMAT_VERSION,
-        "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "git_commit": provenance.get("git_commit"),
         "git_dirty": provenance.get("git_dirty"),
         "versions": {p: _version(p) for p in ("torch", "onnx", "onnxruntime", "onnxscript")},
