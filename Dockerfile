@@ -10,7 +10,7 @@
 #
 # Mounts: outputs/ (run dirs: checkpoints, metrics, wandb's offline runs) and the data are the host's; the Hugging
 # Face cache (HF_HOME: timm's pretrained weights, datasets) is kept across containers. --shm-size: DataLoader
-# workers pass batches through /dev/shm, which Docker limits to 64 MB. On a cluster: container/lab.def (Apptainer).
+# workers pass batches through /dev/shm, which Docker limits to 64 MB. On a cluster: container/apptainer.def (Apptainer).
 ARG PYTHON=3.11
 FROM python:${PYTHON}-slim-bookworm
 

@@ -158,7 +158,7 @@ def test_the_container_installs_through_the_makefile_with_every_extra() -> None:
             assert command.split()[1] in make_targets(), command
         else:
             assert (REPO / command.split()[1]).is_file(), command
-    definition = (REPO / "container" / "lab.def").read_text()
+    definition = (REPO / "container" / "apptainer.def").read_text()
     assert "From: lab:latest" in definition and "docker build -t lab ." in definition
     assert "docker build -t lab ." in dockerfile
 
@@ -184,6 +184,6 @@ def test_the_readmes_install_section_matches_the_makefile_and_pyproject() -> Non
     for extra, deps in PROJECT["optional-dependencies"].items():
         for dist in (Requirement(line).name for line in deps):
             assert dist in rows[extra], f"README's extras table: {extra} brings {dist}"
-    assert "docker build -t lab ." in commands and "apptainer build lab.sif container/lab.def" in commands
+    assert "docker build -t lab ." in commands and "apptainer build lab.sif container/apptainer.def" in commands
     assert all((REPO / c.split()[-1]).is_file() for c in commands if c.startswith("apptainer build"))
     assert f'requires-python = "{PROJECT["requires-python"]}"' in section
