@@ -13,6 +13,7 @@ import importlib
 import importlib.metadata
 import os
 import platform
+import re
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -65,10 +66,22 @@ def check_packages(path: Path, version_of: Callable[[str], str] = importlib.meta
             return False
         return True
 
-    chosen = {
-        extra: dists for extra, dists in extras.declared().items() if extra in {"", *installed_extras(is_installed)}
-    }
+    wanted = {"", *installed_extras(is_installed)}
+    chosen = {extra: dists for extra, dists in extras.declared().items() if extra in wanted}
     needed = {dist: f"extra {extra}" if extra else "the core" for extra, dists in chosen.items() for dist in dists}
+    parents = lock_parents(path)
+
+    def why_needed(name: str) -> str | None:
+        """Why a package of the lock must be here: the core or a chosen extra declares it, or a package installed
+        here needs it (pip-compile's `# via` lines; a lock without them: every package)."""
+        if name in needed:
+            return needed[name]
+        if not parents:
+            return "in the lock"
+        return next(
+            (f"needed by {p}" for p in sorted(parents.get(name, ())) if is_installed(p) and needs(p, name)), None
+        )
+
     rows, fine, named, left_out = [], [], [], []
     for line in requirements(path):
         requirement = Requirement(line)
@@ -77,11 +90,9 @@ def check_packages(path: Path, version_of: Callable[[str], str] = importlib.meta
         try:
             installed = version_of(requirement.name)
         except importlib.metadata.PackageNotFoundError:
-            name = canonicalize_name(requirement.name)
-            if name in needed or not extras.declared():
-                rows.append(
-                    fail(f"package {requirement.name}", f"not installed ({needed.get(name, line)})", INSTALL_FIX)
-                )
+            why = why_needed(canonicalize_name(requirement.name))
+            if why is not None:
+                rows.append(fail(f"package {requirement.name}", f"not installed ({why}: {line})", INSTALL_FIX))
             else:
                 left_out.append(requirement.name)
             continue
@@ -99,6 +110,42 @@ def check_packages(path: Path, version_of: Callable[[str], str] = importlib.meta
             ok("extras", f"not installed: {', '.join(others)} ({len(left_out)} packages of {path.name} left out)")
         )
     return rows
+
+
+def needs(parent: str, dist: str) -> bool:
+    """Whether the installed `parent` needs `dist` whatever extras it was installed with (`urllib3[socks]` brings
+    pysocks only for that extra, which the lock's `# via urllib3` does not say)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        lines = importlib.metadata.requires(parent) or []
+    except importlib.metadata.PackageNotFoundError:
+        return True
+    for line in lines:
+        requirement = Requirement(line)
+        if canonicalize_name(requirement.name) == dist:
+            return requirement.marker is None or requirement.marker.evaluate({"extra": ""})
+    return True  # not found among its requirements: trust the lock
+
+
+def lock_parents(path: Path) -> dict[str, set[str]]:
+    """{package: the packages that need it}, from pip-compile's `# via` annotations (the project itself and `-c`
+    constraint files left out: what the project needs is its core and extras); {} for a file without them."""
+    from packaging.utils import canonicalize_name
+
+    parents: dict[str, set[str]] = {}
+    current, annotated = None, False
+    for raw in path.read_text().splitlines():
+        if raw and not raw.startswith((" ", "#", "-")):
+            current = canonicalize_name(re.split(r"[=<>!~ ;\[]", raw, maxsplit=1)[0])
+            parents[current] = set()
+        elif current is not None and raw.startswith("    #"):
+            annotated = True
+            name = raw.strip().lstrip("#").strip().removeprefix("via").strip()
+            if name and not name.startswith("-") and not name.endswith("(pyproject.toml)"):
+                parents[current].add(canonicalize_name(name))
+    return parents if annotated else {}  # a hand-written requirements file: nothing known of who needs what
 
 
 def installed_extras(is_installed: Callable[[str], bool]) -> list[str]:

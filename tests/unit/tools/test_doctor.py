@@ -69,8 +69,25 @@ def test_a_package_of_an_extra_not_chosen_is_left_out_and_of_a_chosen_one_fails(
     monkeypatch.setattr(doctor, "installed_extras", lambda is_installed: ["export"])  # what make install was asked
     rows = doctor.check_packages(lock, versions({"torch": "2.14.1+cpu"}))
     assert statuses(rows) == {"packages": "ok", "package onnx": "FAIL", "extras": "ok"}
-    assert "not installed (extra export)" in rows[1].detail
+    assert "not installed (extra export: onnx==1.23.2)" in rows[1].detail
     assert "not installed: trackers (1 packages of requirements.txt left out)" in rows[2].detail
+
+
+def test_a_package_an_installed_one_needs_fails_and_one_of_a_left_out_extra_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock's `# via` lines: sqlalchemy is needed because optuna is here; alembic only by an absent mlflow."""
+    lock = tmp_path / "requirements.txt"
+    lock.write_text(
+        "sqlalchemy==2.1.9\n    # via\n    #   alembic\n    #   optuna\n"
+        "alembic==1.20.1\n    # via\n    #   lab (pyproject.toml)\n    #   mlflow-skinny\n"
+    )
+    monkeypatch.setattr(doctor.extras, "declared", lambda: {"": ("optuna",), "trackers": ("alembic", "mlflow-skinny")})
+    monkeypatch.setattr(doctor.extras, "extras", lambda: {"trackers": ("alembic", "mlflow-skinny")})
+    monkeypatch.setattr(doctor, "installed_extras", lambda is_installed: [])
+    rows = doctor.check_packages(lock, versions({"optuna": "5.0.0"}))
+    assert statuses(rows) == {"package sqlalchemy": "FAIL", "extras": "ok"}, rows
+    assert "not installed (needed by optuna: sqlalchemy==2.1.9)" in rows[0].detail
 
 
 def test_the_extras_make_install_recorded_are_the_installed_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
