@@ -3,6 +3,7 @@ because tests/conftest.py lives there)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
@@ -49,6 +51,17 @@ def readme_commands() -> list[str]:
     blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
     lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
     return list(dict.fromkeys(line for line in lines if line.startswith(("python ", "make train "))))
+
+
+def load_file(path: Path) -> ModuleType:
+    """A script or bench file (not a package module) imported as a module named by its stem, kept in sys.modules
+    while it runs (dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def script_env() -> dict[str, str]:

@@ -19,21 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, load_file
 
 OLD = re.search(r'^name\s*=\s*"([^"]+)"', (REPO / "pyproject.toml").read_text(), flags=re.M).group(1)
 NEW = "myproject" if OLD != "myproject" else "myproject2"
 BS = "\\"  # one backslash, as it stands in a source file
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("rename_script", REPO / "scripts" / "rename.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-rename = _script()
+rename = load_file(REPO / "scripts" / "rename.py")
 
 
 def _camel(name: str) -> str:

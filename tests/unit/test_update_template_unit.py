@@ -4,25 +4,17 @@ tests/integration/test_template_update.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, load_file
 
 OLD = re.search(r'^name\s*=\s*"([^"]+)"', (REPO / "pyproject.toml").read_text(), flags=re.M).group(1)
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("update_template_script", REPO / "scripts" / "update_template.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-update = _script()
+update = load_file(REPO / "scripts" / "update_template.py")
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,6 @@ interrupted; a partial, stale or damaged folder and a wrong schema are refused i
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pickle
 import shutil
@@ -15,7 +14,7 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from helpers import REPO
+from helpers import REPO, load_file
 from lab.config.data import CsvConfig, HfConfig
 from lab.data import hf
 from lab.errors import ConfigError, UserError
@@ -245,9 +244,7 @@ def test_the_memory_bench_measures_its_work_in_a_forked_child(tmp_path: Path, mo
     """bench/table_memory.py (minutes at its sizes, README): its CSV, and a prepare and an epoch each measured in a
     child process of its own (a fork: no new interpreter)."""
     monkeypatch.setenv("TQDM_DISABLE", "1")  # what the bench sets, undone after the test
-    spec = importlib.util.spec_from_file_location("table_memory", REPO / "bench" / "table_memory.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_file(REPO / "bench" / "table_memory.py")
     rows = bench.write_csv(tmp_path / "t.csv", 0.3)
     assert 0.3e6 <= (tmp_path / "t.csv").stat().st_size < 0.5e6
     prepared = bench.in_child(bench.prepare, tmp_path / "t.csv", tmp_path / "arrow")

@@ -4,7 +4,6 @@ and train/mfu / train/flops_per_step in a real Trainer run."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 import torch
@@ -105,15 +104,9 @@ def test_trainer_logs_mfu_from_its_throughput_and_flops_per_step_in_the_summary(
 
 # --------------------------------------------------------------------------- bench/gpu_throughput.py (CPU, tiny)
 def _bench(monkeypatch):
-    import importlib.util
+    from helpers import REPO, load_file
 
-    from helpers import REPO
-
-    spec = importlib.util.spec_from_file_location("gpu_throughput", REPO / "bench" / "gpu_throughput.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_file(REPO / "bench" / "gpu_throughput.py")
 
 
 def test_gpu_throughput_bench_measures_its_compiled_variant_on_the_cpu(monkeypatch) -> None:
