@@ -20,7 +20,7 @@ $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c requirements.txt pip
 	$(if $(TORCH),$(PY) -m pip install -q -c requirements.txt --index-url $(TORCH_INDEX) torch torchvision)
-	$(PY) -m pip install -q -c requirements.txt -e ".[$(EXTRAS)]"
+	$(PY) -m pip install -q -c requirements.txt -e ".$(if $(EXTRAS),[$(EXTRAS)])"
 	printf '%s' "$(EXTRAS)" > $(STAMP)
 # another choice of extras than the last install's reinstalls
 ifneq ($(EXTRAS),$(shell cat $(STAMP) 2>/dev/null))
