@@ -17,7 +17,9 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import re
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from lab.errors import ConfigError
 
@@ -61,9 +63,13 @@ def extras() -> dict[str, tuple[str, ...]]:
     return {extra: dists for extra, dists in declared().items() if extra}
 
 
-def chosen() -> list[str]:
-    """The extras installed here (each of their distributions is)."""
-    return [extra for extra, dists in extras().items() if all(map(installed, dists))]
+def chosen(is_installed: Callable[[str], bool] = installed) -> list[str]:
+    """The extras installed here: those `make install` was asked for (it records them in the environment:
+    .venv/.extras), else those whose distributions are all installed."""
+    record = Path(sys.prefix) / ".extras"
+    if record.is_file():
+        return [extra for extra in record.read_text().strip().split(",") if extra]
+    return [extra for extra, dists in extras().items() if all(map(is_installed, dists))]
 
 
 def extra_of(dist: str) -> str | None:

@@ -66,7 +66,7 @@ def check_packages(path: Path, version_of: Callable[[str], str] = importlib.meta
             return False
         return True
 
-    wanted = {"", *installed_extras(is_installed)}
+    wanted = {"", *extras.chosen(is_installed)}
     chosen = {extra: dists for extra, dists in extras.declared().items() if extra in wanted}
     needed = {dist: f"extra {extra}" if extra else "the core" for extra, dists in chosen.items() for dist in dists}
     parents = lock_parents(path)
@@ -146,15 +146,6 @@ def lock_parents(path: Path) -> dict[str, set[str]]:
             if name and not name.startswith("-") and not name.endswith("(pyproject.toml)"):
                 parents[current].add(canonicalize_name(name))
     return parents if annotated else {}  # a hand-written requirements file: nothing known of who needs what
-
-
-def installed_extras(is_installed: Callable[[str], bool]) -> list[str]:
-    """The extras `make install` was asked for (it records them in the environment: .venv/.extras), else those
-    whose packages are all installed."""
-    record = Path(sys.prefix) / ".extras"
-    if record.is_file():
-        return [extra for extra in record.read_text().strip().split(",") if extra]
-    return [extra for extra, dists in extras.extras().items() if all(map(is_installed, dists))]
 
 
 def check_support(version_of: Callable[[str], str] = importlib.metadata.version) -> Check:

@@ -66,7 +66,7 @@ def test_a_package_of_an_extra_not_chosen_is_left_out_and_of_a_chosen_one_fails(
         doctor.extras, "declared", lambda: {"": ("torch",), "export": ("onnx",), "trackers": ("tensorboard",)}
     )
     monkeypatch.setattr(doctor.extras, "extras", lambda: {"export": ("onnx",), "trackers": ("tensorboard",)})
-    monkeypatch.setattr(doctor, "installed_extras", lambda is_installed: ["export"])  # what make install was asked
+    monkeypatch.setattr(doctor.extras, "chosen", lambda is_installed: ["export"])  # what make install was asked
     rows = doctor.check_packages(lock, versions({"torch": "2.14.1+cpu"}))
     assert statuses(rows) == {"packages": "ok", "package onnx": "FAIL", "extras": "ok"}
     assert "not installed (extra export: onnx==1.23.2)" in rows[1].detail
@@ -84,7 +84,7 @@ def test_a_package_an_installed_one_needs_fails_and_one_of_a_left_out_extra_does
     )
     monkeypatch.setattr(doctor.extras, "declared", lambda: {"": ("optuna",), "trackers": ("alembic", "mlflow-skinny")})
     monkeypatch.setattr(doctor.extras, "extras", lambda: {"trackers": ("alembic", "mlflow-skinny")})
-    monkeypatch.setattr(doctor, "installed_extras", lambda is_installed: [])
+    monkeypatch.setattr(doctor.extras, "chosen", lambda is_installed: [])
     rows = doctor.check_packages(lock, versions({"optuna": "5.0.0"}))
     assert statuses(rows) == {"package sqlalchemy": "FAIL", "extras": "ok"}, rows
     assert "not installed (needed by optuna: sqlalchemy==2.1.9)" in rows[0].detail
@@ -93,9 +93,9 @@ def test_a_package_an_installed_one_needs_fails_and_one_of_a_left_out_extra_does
 def test_the_extras_make_install_recorded_are_the_installed_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
     (tmp_path / ".extras").write_text("export,dev")
-    assert doctor.installed_extras(lambda dist: False) == ["export", "dev"]
+    assert doctor.extras.chosen(lambda dist: False) == ["export", "dev"]
     (tmp_path / ".extras").write_text("")  # EXTRAS= : the core alone
-    assert doctor.installed_extras(lambda dist: True) == []
+    assert doctor.extras.chosen(lambda dist: True) == []
 
 
 def test_python_or_torch_outside_the_tested_matrix_warns() -> None:
