@@ -42,14 +42,14 @@ def core_distributions() -> set[str]:
 def link_tree(site: Path, target: Path, keep: set[PurePosixPath], drop: set[PurePosixPath], at: PurePosixPath) -> None:
     """Link into `target` the entries of `site` under which `keep` has files: a whole folder when none of `drop`'s
     files is inside it, else a real folder whose entries are linked one level down (namespace folders such as
-    hydra_plugins/ and nvidia/ hold several distributions' files)."""
+    hydra_plugins/ and nvidia/ hold several distributions' files). `drop`: those files and all their folders."""
     for name in sorted({p.parts[len(at.parts)] for p in keep if len(p.parts) > len(at.parts)}):
         path = at / name
-        if not any(d.is_relative_to(path) for d in drop):
+        if path not in drop:
             (target / path).symlink_to(site / path)
         else:
             (target / path).mkdir()
-            link_tree(site, target, {p for p in keep if p.is_relative_to(path)}, drop, path)
+            link_tree(site, target, {p for p in keep if p.parts[: len(path.parts)] == path.parts}, drop, path)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,8 @@ def core_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
             continue
         files = {PurePosixPath(str(f)) for f in dist.files or [] if not str(f).startswith("..")}
         (keep if canonicalize_name(dist.metadata["Name"]) in core else drop).update(files)
-    link_tree(site, target, keep, drop - keep, PurePosixPath())
+    dropped = {folder for file in drop - keep for folder in (file, *file.parents)}
+    link_tree(site, target, keep, dropped, PurePosixPath())
     return root / "bin" / "python"
 
 
