@@ -98,8 +98,9 @@ class Option:
     def check_installed(self) -> None:
         """Refuse this option, naming the extra to install, when a distribution of ``requires`` is missing."""
         if self.requires:
-            group = self.config_group
-            extras.require(f"{'logger' if group == 'tracker' else group}={option_name(type(self))}", self.requires)
+            name = option_name(type(self)) or type(self).__name__
+            group, _ = self.stored_as(name)  # what the command line says: model=timm, logger=mlflow
+            extras.require(f"{group}={name}", self.requires)
 
     def __post_init__(self) -> None:
         if not self.key:  # a tracker: every one has its settings node, the logger checks those turned on
