@@ -76,9 +76,8 @@ if SlurmQueueConf is not None:
         hydra/launcher=slurm hydra.launcher.partition=gpu ..."""
 
         _target_: str = "hydra_plugins.lab_sweepers._slurm_launcher.LabSlurmLauncher"
-        timeout_min: int = (
-            240  # --time; submitit signals the job signal_delay_s before it, which checkpoints and requeues
-        )
+        # --time; submitit signals the job signal_delay_s before it, which checkpoints and requeues
+        timeout_min: int = 240
         gpus_per_node: int | None = 1
         tasks_per_node: int = "${.gpus_per_node}"  # type: ignore[assignment]  # one task per GPU: the job's DDP ranks
         cpus_per_task: int | None = 8
