@@ -347,21 +347,30 @@ def _torchrun_job_of(run_dir: Path) -> str | None:
         return None
 
 
-def restart_of(run_dir: Path) -> bool:
-    """Whether this process is a restarted torchrun worker of the job that runs in `run_dir`: it continues that
-    run, and only that one (the same rendezvous id)."""
+def _restarted_job() -> str | None:
+    """The torchrun job this process restarts: torchrun's restart of its workers, or a requeued SLURM job that
+    runs torchrun again under the same rendezvous id (the README's sbatch script: `--rdzv-id=$SLURM_JOB_ID`)."""
     from lab.distributed import env
 
-    return env.torchrun_restart() > 0 and _torchrun_job_of(run_dir) == env.torchrun_job()
+    job = env.torchrun_job()
+    return job if job is not None and (env.torchrun_restart() > 0 or requeued()) else None
+
+
+def restart_of(run_dir: Path) -> bool:
+    """Whether this process restarts the torchrun job that runs in `run_dir`: it continues that run, and only that
+    one (the same rendezvous id)."""
+    job = _restarted_job()
+    return job is not None and _torchrun_job_of(run_dir) == job
 
 
 def restarted_run(run_dir: Path, siblings: bool = True) -> Path | None:
-    """A restarted torchrun worker's run dir: its own (an explicit hydra.run.dir), else the newest dir next to it
-    (Hydra made a new timestamped one for this attempt) that records the same torchrun job; None when no dir does
-    (the first attempt failed before it recorded the job) and for every other process."""
+    """The run dir of the torchrun job this process restarts (a worker torchrun restarted, or a requeued job): its
+    own (an explicit hydra.run.dir), else the newest dir next to it (Hydra made a new timestamped one for this
+    attempt) that records the same job; None when no dir does (the first attempt failed before it recorded the
+    job) and for every other process."""
     from lab.distributed import env
 
-    if env.torchrun_restart() == 0:
+    if _restarted_job() is None:
         return None
     if restart_of(run_dir):
         return run_dir
@@ -369,11 +378,7 @@ def restarted_run(run_dir: Path, siblings: bool = True) -> Path | None:
         found = [d for d in run_dir.parent.iterdir() if d.is_dir() and d != run_dir and restart_of(d)]
         if found:
             return max(found, key=lambda d: (d / TORCHRUN_RECORD).stat().st_mtime)
-    log.warning(
-        "torchrun restart %d: no run dir records torchrun job %s; starting a new run",
-        env.torchrun_restart(),
-        env.torchrun_job(),
-    )
+    log.warning("restarted torchrun job %s: no run dir records it; starting a new run", env.torchrun_job())
     return None
 
 

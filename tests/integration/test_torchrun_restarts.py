@@ -4,6 +4,8 @@ README's 2-node sbatch script starts one torchrun per node that agree on the ren
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +59,81 @@ def test_a_torchrun_restart_resumes_in_place(tmp_path: Path) -> None:
     (plain,) = list((uninterrupted / "outputs" / "train").iterdir())
     assert not (plain / "torchrun.json").exists()  # a job that cannot restart records nothing
     assert max_abs_diff(Run(proc, plain).weights(), run.weights()) == 0
+
+
+# what the README's sbatch script calls, faked: `scontrol show hostnames` lists two nodes; `srun` starts its command
+# once per node (in the background, as on two machines); `torchrun` records its arguments, then runs the real one
+# on this machine: a worker per node (not one per GPU), the rendezvous on a free local port instead of the first
+# node's, the script by its path in this repository, training shortened
+FAKE_SCONTROL = """#!/bin/bash
+[ "$1 $2" = "show hostnames" ] && [ "$3" = "gpu-a[01-02]" ] && printf 'gpu-a01\\ngpu-a02\\n'
+"""
+FAKE_SRUN = """#!/bin/bash
+for node in $(seq 0 $((SLURM_NNODES - 1))); do
+  SLURM_NODEID=$node SLURM_PROCID=$node SLURM_LOCALID=0 SLURM_NTASKS=$SLURM_NNODES "$@" &
+done
+wait -n && wait -n
+"""
+FAKE_TORCHRUN = """#!/bin/bash
+printf '%s\\n' "$@" > "$RECORD/node$SLURM_NODEID"
+args=()
+for arg in "$@"; do
+  case "$arg" in
+    --nproc-per-node=*) arg=--nproc-per-node=1 ;;
+    --rdzv-endpoint=*) arg=--rdzv-endpoint=127.0.0.1:$PORT ;;
+    scripts/train.py) arg=$REPO/scripts/train.py ;;
+  esac
+  args+=("$arg")
+done
+exec "$PYTHON" -m torch.distributed.run "${args[@]}" model=mlp debug=fast logger=none
+"""
+
+
+def _sbatch_script() -> str:
+    (script,) = re.findall(r"```bash\n(#!/bin/bash\n#SBATCH .*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    return script
+
+
+def test_the_readmes_two_node_sbatch_script_starts_one_torchrun_per_node_that_meet(tmp_path: Path) -> None:
+    from lab.distributed import launch
+
+    script = _sbatch_script()
+    options = dict(re.findall(r"^#SBATCH --([\w-]+)=?(\S*)", script, flags=re.M))
+    assert options["nodes"] == "2" and options["ntasks-per-node"] == "1"  # one torchrun per node
+    (bin_dir := tmp_path / "bin").mkdir()
+    (record := tmp_path / "record").mkdir()
+    for name, text in (("scontrol", FAKE_SCONTROL), ("srun", FAKE_SRUN), ("torchrun", FAKE_TORCHRUN)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (job := tmp_path / "job").mkdir()  # the dir sbatch was called from
+    env = {
+        **plugins_env(),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_NNODES": "2",
+        "SLURM_JOB_NODELIST": "gpu-a[01-02]",
+        "TMPDIR": str(job),  # where the other ranks make their scratch dirs: checked below
+        **{"RECORD": str(record), "PORT": str(launch.free_port()), "REPO": str(REPO), "PYTHON": sys.executable},
+    }
+    proc = subprocess.run(["bash", "-c", script], cwd=job, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+    nodes = [(record / f"node{n}").read_text().splitlines() for n in (0, 1)]
+    assert nodes[0] == nodes[1]  # srun starts the same torchrun on both nodes: they agree without talking
+    args = nodes[0]
+    assert "--nnodes=2" in args and f"--nproc-per-node={options['gpus-per-node']}" in args  # a worker per GPU
+    assert {"--rdzv-backend=c10d", "--rdzv-endpoint=gpu-a01:29500", "--rdzv-id=4242"} <= set(args)
+    restarts = next(a for a in args if a.startswith("--max-restarts="))
+    assert int(restarts.split("=")[1]) > 0
+    assert args[args.index("scripts/train.py") :] == [
+        "scripts/train.py",
+        "dist=ddp",
+        "hydra.run.dir=outputs/train/slurm-4242",
+    ]
+
+    # the two "nodes" trained one run, in the job's dir, which records the job for its restarts
+    (run_dir,) = list((job / "outputs" / "train").iterdir())
+    assert run_dir.name == "slurm-4242" and not list(job.glob("lab-rank*"))
+    assert json.loads((run_dir / "torchrun.json").read_text()) == {"rdzv_id": "4242"}
+    summary = Run(proc, run_dir).summary()
+    assert summary["status"] == "completed" and summary["effective_batch_size"] == 128  # 64 x 2 nodes
