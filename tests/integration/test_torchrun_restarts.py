@@ -16,7 +16,7 @@ from helpers import REPO, Run, max_abs_diff, plugins_env
 
 pytestmark = pytest.mark.slow
 
-# 2 epochs of 3 steps, last.pt every 2 steps; the callback kills rank 0 after step 3 of the first attempt
+# 2 epochs of 3 steps, last.pt every 2 steps (and at the end of each epoch)
 RECIPE = [
     "dist=ddp",
     "model=mlp",
@@ -27,38 +27,52 @@ RECIPE = [
     "trainer.log_every_n_steps=1",
     "trainer.ckpt_every_n_steps=2",
 ]
-KILL = "+callbacks.kill={_target_: kill_rank_once.KillRankOnce, step: 3, rank: 0}"
 
 
-def _torchrun(cwd: Path, *overrides: str, restarts: int = 0) -> subprocess.CompletedProcess:
+def _kill(step: int, rank: int) -> str:
+    return f"+callbacks.kill={{_target_: kill_rank_once.KillRankOnce, step: {step}, rank: {rank}}}"
+
+
+def _torchrun(cwd: Path, *overrides: str, restarts: int = 0) -> Run:
+    cwd.mkdir()
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     command += [f"--max-restarts={restarts}", str(REPO / "scripts" / "train.py"), *RECIPE, *overrides]
     env = {**plugins_env(), "TMPDIR": str(cwd)}  # where the other ranks make their scratch dirs: checked below
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
-
-
-def test_a_torchrun_restart_resumes_in_place(tmp_path: Path) -> None:
-    (restarted := tmp_path / "restarted").mkdir()
-    proc = _torchrun(restarted, KILL, restarts=1)
+    proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    (run_dir,) = list((restarted / "outputs" / "train").iterdir())  # one run dir across both attempts
-    assert not list(restarted.glob("lab-rank*"))
-    assert json.loads((run_dir / "torchrun.json").read_text())["rdzv_id"]
-    run = Run(proc, run_dir)
+    (run_dir,) = list((cwd / "outputs" / "train").iterdir())  # one run dir, whatever the attempts
+    assert not list(cwd.glob("lab-rank*"))
+    return Run(proc, run_dir)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Run:
+    """The job without a failure: what a restarted one must end with."""
+    run = _torchrun(tmp_path_factory.mktemp("torchrun") / "uninterrupted")
+    assert not (run.dir / "torchrun.json").exists()  # a job that cannot restart records nothing
+    return run
+
+
+# rank 0 (the run dir's writer) dies after step 3, past the last.pt of step 2: the restart resumes from it; rank 1
+# dies after step 1, before any last.pt: the restart starts again from the start, in the same dir
+@pytest.mark.parametrize(
+    ("rank", "step", "resumed"),
+    [(0, 3, "resumed at epoch 1, step 2"), (1, 1, None)],
+    ids=["rank0-after-last.pt", "rank1-before-any-last.pt"],
+)
+def test_a_torchrun_restart_resumes_in_place(tmp_path, uninterrupted, rank, step, resumed) -> None:
+    run = _torchrun(tmp_path / "restarted", _kill(step, rank), restarts=1)
+    assert json.loads((run.dir / "torchrun.json").read_text())["rdzv_id"]
     assert run.summary()["status"] == "completed"
-    log = (run_dir / "train.log").read_text()
-    assert f"torchrun restart 1: continuing the run in {run_dir}" in log
-    assert "resumed at epoch 1, step 2" in log  # the first attempt's last.pt, before its rank 0 died at step 3
+    log = (run.dir / "train.log").read_text()
+    assert f"torchrun restart 1: continuing the run in {run.dir}" in log
+    if resumed:
+        assert resumed in log  # the first attempt's last.pt, saved before rank 0 died
+    else:
+        assert "from its start (no last.pt was saved)" in log and "resumed at" not in log
     steps = [row["step"] for row in run.metrics() if "train/loss" in row]
-    assert steps == [1, 2, 3, 4, 5, 6]  # the killed attempt's step 3 was trained again, logged once
-
-    # the same job without the failure, on a fresh rendezvous: bit-identical weights
-    (uninterrupted := tmp_path / "uninterrupted").mkdir()
-    proc = _torchrun(uninterrupted)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    (plain,) = list((uninterrupted / "outputs" / "train").iterdir())
-    assert not (plain / "torchrun.json").exists()  # a job that cannot restart records nothing
-    assert max_abs_diff(Run(proc, plain).weights(), run.weights()) == 0
+    assert steps == [1, 2, 3, 4, 5, 6]  # the killed attempt's last steps were trained again, logged once
+    assert max_abs_diff(uninterrupted.weights(), run.weights()) == 0  # bit-identical to the uninterrupted job
 
 
 # what the README's sbatch script calls, faked: `scontrol show hostnames` lists two nodes; `srun` starts its command
