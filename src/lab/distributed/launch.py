@@ -65,7 +65,8 @@ def spawn(
     starts all workers again, up to N times; they resume from the run's last.pt (`restart_count()`). Each attempt
     is an elastic launch of its own, on a fresh rendezvous: restarted workers of one launch (the agent's own
     max_restarts) intermittently failed to connect their gloo process group here ("connectFullMesh: Connection
-    refused") or hung in it."""
+    refused") or hung in it: the agent's store keeps the failed attempt's keys, the dead rank 0's address among
+    them (under torchrun, whose restarts are the agent's, each restart joins under keys of its own: _restart_store)."""
     nproc = resolve_nproc(dist_cfg)
     threads = threads_per_rank(nproc)
     for attempt in range(dist_cfg.max_restarts + 1):
