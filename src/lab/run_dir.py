@@ -21,7 +21,10 @@ user, put there.
 of an interrupted run: the sbatch pattern; a sweep job's dir), else the newest unfinished run of the same task and
 config next to it. Unfinished: a `checkpoints/last.pt` whose training did not complete (interrupted by a signal,
 failed, or killed before it wrote summary.json). A requeued SLURM job (`SLURM_RESTART_COUNT` > 0) continues in its
-own dir the same way. No torch import at module level: the entry scripts call this before Hydra starts.
+own dir the same way. A torchrun job that may restart its workers (`--max-restarts`) records its id in its run dir
+(`torchrun.json`, rank 0); a restarted worker (`TORCHELASTIC_RESTART_COUNT` > 0) continues the run dir of its own
+job: from its `last.pt`, or from the start when the failed attempt saved none. No torch import at module level: the
+entry scripts call this before Hydra starts.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ log = logging.getLogger(__name__)
 
 LOCK = ".lock"
 HYDRA_DIR = ".hydra"
+TORCHRUN_RECORD = "torchrun.json"  # the torchrun job (its rendezvous id) that runs in this dir: restarts continue it
 # what marks a dir as holding a run: its composed config, checkpoints, records or a sweep job's result
-RUN_RECORDS = (HYDRA_DIR, "checkpoints", "summary.json", "metrics.jsonl", "sweep_job.json")
+RUN_RECORDS = (HYDRA_DIR, "checkpoints", "summary.json", "metrics.jsonl", "sweep_job.json", TORCHRUN_RECORD)
 # keys that say how to start or record a run, not what it trains: a resumed run may change them
 _NOT_IDENTITY = ("ckpt_path", "resume", "overwrite", "tags", "logger", "callbacks")
 
@@ -123,6 +127,8 @@ def _flag(value: Any) -> bool:
 
 def _continues_in_place(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
     resume, ckpt_path = overrides.get("resume"), overrides.get("ckpt_path")
+    if restart_of(run_dir):
+        return True  # a torchrun restart of the job that runs there: with or without a last.pt
     if resume == "auto" or requeued():
         return unfinished(run_dir)
     if resume is not None:
@@ -321,6 +327,61 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def record_torchrun_job(run_dir: Path) -> None:
+    """Under a torchrun job that may restart its workers, note its id in the run dir (rank 0, holding the dir), so
+    that its restarted workers find the run to continue (`restart_of`)."""
+    from lab.distributed import env
+
+    job = env.torchrun_job()
+    if job is None:
+        return
+    record = run_dir / TORCHRUN_RECORD
+    if _torchrun_job_of(run_dir) != job:
+        record.write_text(json.dumps({"rdzv_id": job}) + "\n")
+
+
+def _torchrun_job_of(run_dir: Path) -> str | None:
+    try:
+        return str(json.loads((run_dir / TORCHRUN_RECORD).read_text())["rdzv_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _restarted_job() -> str | None:
+    """The torchrun job this process restarts: torchrun's restart of its workers, or a requeued SLURM job that
+    runs torchrun again under the same rendezvous id (the README's sbatch script: `--rdzv-id=$SLURM_JOB_ID`)."""
+    from lab.distributed import env
+
+    job = env.torchrun_job()
+    return job if job is not None and (env.torchrun_restart() > 0 or requeued()) else None
+
+
+def restart_of(run_dir: Path) -> bool:
+    """Whether this process restarts the torchrun job that runs in `run_dir`: it continues that run, and only that
+    one (the same rendezvous id)."""
+    job = _restarted_job()
+    return job is not None and _torchrun_job_of(run_dir) == job
+
+
+def restarted_run(run_dir: Path, siblings: bool = True) -> Path | None:
+    """The run dir of the torchrun job this process restarts (a worker torchrun restarted, or a requeued job): its
+    own (an explicit hydra.run.dir), else the newest dir next to it (Hydra made a new timestamped one for this
+    attempt) that records the same job; None when no dir does (the first attempt failed before it recorded the
+    job) and for every other process."""
+    from lab.distributed import env
+
+    if _restarted_job() is None:
+        return None
+    if restart_of(run_dir):
+        return run_dir
+    if siblings and run_dir.parent.is_dir():
+        found = [d for d in run_dir.parent.iterdir() if d.is_dir() and d != run_dir and restart_of(d)]
+        if found:
+            return max(found, key=lambda d: (d / TORCHRUN_RECORD).stat().st_mtime)
+    log.warning("restarted torchrun job %s: no run dir records it; starting a new run", env.torchrun_job())
+    return None
+
+
 def requeued() -> bool:
     """A SLURM job started again after a preemption or a time limit: it continues the run in its own dir."""
     return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
@@ -371,10 +432,16 @@ def newest_unfinished(runs_root: Path, config: Mapping[str, Any], exclude: Path)
 def continued_run(resume: str | None, run_dir: Path, config: Mapping[str, Any], siblings: bool = True) -> Path | None:
     """The run dir this run continues in, or None for a new run. `run_dir` is this process's own (Hydra's).
 
-    `resume=auto` (and a requeued SLURM job): the unfinished run in `run_dir` itself, else (auto and `siblings`
-    only) the newest unfinished run of the same task and config next to it (None when there is none);
-    `resume=<run dir>`: that run.
+    A restarted torchrun worker (`--max-restarts`): the run dir of its own torchrun job (`restarted_run`), which
+    may hold no last.pt yet (the run starts again from the start there). `resume=auto` (and a requeued SLURM job):
+    the unfinished run in `run_dir` itself, else (auto and `siblings` only) the newest unfinished run of the same
+    task and config next to it (None when there is none); `resume=<run dir>`: that run.
     """
+    restarted = restarted_run(run_dir, siblings)
+    if restarted is not None:
+        if (restarted / "checkpoints" / "last.pt").is_file():
+            _require_same_config(restarted, config)
+        return restarted
     if (resume == "auto" or requeued()) and unfinished(run_dir):
         _require_same_config(run_dir, config)
         return run_dir

@@ -151,3 +151,50 @@ def test_a_sweep_job_continues_only_in_its_own_dir(tmp_path) -> None:
     job1.mkdir()
     assert run_dirs.continued_run("auto", job1, CONFIG, siblings=False) is None
     assert run_dirs.continued_run("auto", job1, CONFIG) == tmp_path / "sweep" / "0"
+
+
+def _torchrun_worker(monkeypatch, job: str, restart: int, max_restarts: int = 3) -> None:
+    """This process as rank 0 of torchrun job `job` (its --rdzv-id), on attempt `restart`."""
+    for key, value in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", job)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", str(restart))
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", str(max_restarts))
+
+
+def test_a_torchrun_restart_continues_its_own_jobs_dir_only(tmp_path, monkeypatch) -> None:
+    _torchrun_worker(monkeypatch, "job-a", restart=0)
+    first = tmp_path / "runs" / "first"
+    (first / ".hydra").mkdir(parents=True)  # the failed attempt died before its first last.pt
+    run_dirs.record_torchrun_job(first)
+    assert json.loads((first / "torchrun.json").read_text()) == {"rdzv_id": "job-a"}
+    _torchrun_worker(monkeypatch, "job-b", restart=0)
+    other = _run(tmp_path / "runs" / "other", status=None)  # another job's unfinished run, newer
+    run_dirs.record_torchrun_job(other)
+    fresh = tmp_path / "runs" / "fresh"  # the timestamped dir Hydra made for this attempt
+    fresh.mkdir()
+
+    _torchrun_worker(monkeypatch, "job-a", restart=0)
+    assert run_dirs.continued_run(None, fresh, CONFIG) is None  # a first attempt is a new run
+    _torchrun_worker(monkeypatch, "job-a", restart=1)
+    assert run_dirs.continued_run(None, fresh, CONFIG) == first  # no last.pt there: it starts again in that dir
+    assert run_dirs.continued_run("auto", fresh, CONFIG) == first  # not the newest unfinished run of the config
+    argv = ["train.py", f"hydra.run.dir={first}"]  # an explicit run dir (the sbatch script's) is continued in place
+    assert run_dirs.check_before_hydra(argv, "train")[-1] == "hydra.output_subdir=.hydra/attempt-2"
+    _torchrun_worker(monkeypatch, "job-b", restart=1)
+    assert run_dirs.continued_run(None, fresh, CONFIG) == other  # with its last.pt
+    with pytest.raises(UserError, match="unfinished run of another config"):
+        run_dirs.continued_run(None, fresh, {**CONFIG, "seed": 2})
+    _torchrun_worker(monkeypatch, "job-c", restart=1)  # a job no dir records: a new run, and no one else's dir
+    assert run_dirs.continued_run(None, fresh, CONFIG) is None
+    with pytest.raises(UserError, match="holds another run"):
+        run_dirs.check_before_hydra(argv, "train")
+
+    # a requeued SLURM job runs torchrun again under the same rendezvous id (the job id): its attempts count from 0
+    _torchrun_worker(monkeypatch, "job-a", restart=0)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert run_dirs.continued_run(None, fresh, CONFIG) == first
+    # a torchrun job that cannot restart records nothing
+    _torchrun_worker(monkeypatch, "job-d", restart=0, max_restarts=0)
+    run_dirs.record_torchrun_job(fresh)
+    assert not (fresh / "torchrun.json").exists()

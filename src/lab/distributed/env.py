@@ -47,6 +47,20 @@ def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def torchrun_job() -> str | None:
+    """The id of the torchrun job this worker belongs to (`--rdzv-id`, or the one `--standalone` makes), when that
+    job may restart its workers (`--max-restarts` > 0): its restarted workers continue the first attempt's run.
+    None outside torchrun, and in the workers `dist=ddp` spawns itself (their restarts: `dist.max_restarts`)."""
+    if not launched_as_worker() or int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) <= 0:
+        return None
+    return os.environ.get("TORCHELASTIC_RUN_ID") or None
+
+
+def torchrun_restart() -> int:
+    """How often torchrun restarted this job's workers (TORCHELASTIC_RESTART_COUNT): 0 on the first attempt."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) if torchrun_job() else 0
+
+
 def keep_hydra_outputs_to_rank_zero(argv: list[str]) -> list[str]:
     """Every rank runs the Hydra entry point, but only rank 0 may write the run dir: the others get a scratch
     directory, no .hydra/ and console-only logging; after start-up rank 0 tells them the real run dir."""

@@ -65,7 +65,8 @@ def spawn(
     starts all workers again, up to N times; they resume from the run's last.pt (`restart_count()`). Each attempt
     is an elastic launch of its own, on a fresh rendezvous: restarted workers of one launch (the agent's own
     max_restarts) intermittently failed to connect their gloo process group here ("connectFullMesh: Connection
-    refused") or hung in it."""
+    refused") or hung in it: the agent's store keeps the failed attempt's keys, the dead rank 0's address among
+    them (under torchrun, whose restarts are the agent's, each restart joins under keys of its own: _restart_store)."""
     nproc = resolve_nproc(dist_cfg)
     threads = threads_per_rank(nproc)
     for attempt in range(dist_cfg.max_restarts + 1):
@@ -300,10 +301,12 @@ def init(dist_cfg: Any, device_name: str = "auto") -> Parallel:
     gpu = runtime.cuda_index(local_rank) if use_cuda else None
     if gpu is not None:
         torch.cuda.set_device(gpu)  # before the process group: NCCL binds each rank to its device
+    timeout = datetime.timedelta(seconds=dist_cfg.timeout_s)
     dist.init_process_group(
         backend=backend,
-        timeout=datetime.timedelta(seconds=dist_cfg.timeout_s),
+        timeout=timeout,
         device_id=torch.device("cuda", gpu) if backend == "nccl" and gpu is not None else None,
+        **_restart_store(timeout),
     )
     return Parallel(
         strategy=dist_cfg.strategy,
@@ -312,6 +315,18 @@ def init(dist_cfg: Any, device_name: str = "auto") -> Parallel:
         world_size=dist.get_world_size(),
         timeout_s=dist_cfg.timeout_s,
     )
+
+
+def _restart_store(timeout: datetime.timedelta) -> dict[str, Any]:
+    """A torchrun restart (`--max-restarts`) joins through the elastic agent's store, the one the failed attempt
+    used: its keys are still there, and a restarted rank that read the dead rank 0's address from them failed to
+    connect ("connectFullMesh ... Connection refused"). Each restart gets keys of its own (a prefix)."""
+    restart = env.torchrun_restart()
+    if not restart:
+        return {}
+    store, rank, world_size = next(dist.rendezvous("env://", timeout=timeout))
+    store.set_timeout(timeout)
+    return {"store": dist.PrefixStore(f"lab/restart{restart}", store), "rank": rank, "world_size": world_size}
 
 
 def shutdown() -> None:

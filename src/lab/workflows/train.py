@@ -60,8 +60,11 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
         config = cast("dict[str, Any]", OmegaConf.to_container(cfg, resolve=True))
         # a sweep job continues in its own dir only: the dirs next to it are the other jobs of its sweep
         continued = run_dirs.continued_run(cfg.resume, run_dir, config, siblings=not in_multirun())
-    if continued is not None:  # one run across resumes: its own dir, checkpoints, metrics and wandb run
-        cfg.ckpt_path = str(continued / "checkpoints" / "last.pt")
+    last = continued / "checkpoints" / "last.pt" if continued is not None else None
+    # one run across resumes: its own dir, checkpoints, metrics and wandb run (a torchrun restart whose failed
+    # attempt saved no last.pt yet starts again in that dir, from the start or the user's ckpt_path)
+    if last is not None and last.is_file():
+        cfg.ckpt_path = str(last)
     checkpointing.require_file(cfg.ckpt_path)  # fail before starting processes
     if writer and cfg.ckpt_path:
         _refuse_finished(Path(cfg.ckpt_path), cfg.trainer)  # before anything is written, in any dir
@@ -72,8 +75,13 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
             run_dirs.move_logs(run_dir, continued)  # this start's log goes on in the run's own log file
         if cfg.overwrite and not here:
             run_dirs.forget_attempts(target)  # the replaced run's later configs: this is a new run
+        if writer:
+            run_dirs.record_torchrun_job(target)  # torchrun --max-restarts: its restarted workers continue here
         if continued is not None:
-            log.info("continuing the run in %s", continued)
+            restart = dist_env.torchrun_restart()
+            how = f"torchrun restart {restart}: " if restart else ""
+            start = "" if last is not None and last.is_file() else " from its start (no last.pt was saved)"
+            log.info("%scontinuing the run in %s%s", how, continued, start)
         identity = tracking.job_identity(cfg, target)
         if cfg.dist.strategy != "none" and not dist_env.launched_as_worker():
             container = OmegaConf.to_container(cfg, resolve=True)
