@@ -9,6 +9,7 @@ import pickle
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -303,8 +304,11 @@ def test_two_optuna_drivers_share_a_study_and_a_killed_drivers_trial_is_run_agai
         log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 (a file, not a pipe: neither driver blocks on it)
         return subprocess.Popen(command, cwd=REPO, env={**env, **more_env}, stdout=log, stderr=subprocess.STDOUT)
 
-    # driver a completes one trial, then dies (SIGKILL) in its second, which it leaves RUNNING; b runs the rest
+    # driver a completes one trial, then dies (SIGKILL) in its second, which it leaves RUNNING; b runs the rest.
+    # b starts once a runs its first trial, so that a surely gets two (the creation race is test_optuna_drivers')
     a = start("a", 1, "+callbacks.kill={_target_:kill_driver.KillDriver}", KILL_AFTER_TRIALS="1")
+    while not (tmp_path / "a" / "0").is_dir() and a.poll() is None:
+        time.sleep(0.1)
     b = start("b", 2)
     assert a.wait(timeout=300) == -9, (tmp_path / "a.log").read_text()[-3000:]
     assert b.wait(timeout=300) == 0, (tmp_path / "b.log").read_text()[-3000:]

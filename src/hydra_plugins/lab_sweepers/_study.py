@@ -161,7 +161,7 @@ class Heartbeat:
                 beat = trial.system_attrs.get(HEARTBEAT_ATTR)
                 if beat is not None and now - beat > self.grace:
                     self.storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
-                    self.retry(study, study._storage.get_trial(trial._trial_id))
+                    self.retry(study, self.storage.get_trial(trial._trial_id))
                     stale.add(trial.number)
         for number in sorted(stale):
             log.warning("trial %d: its driver stopped (no heartbeat in %ss): FAIL, queued again", number, self.grace)
@@ -174,9 +174,13 @@ class Search:
             check_storage(options["storage"])
         except ValueError as err:
             sys.exit(f"error: {err}")  # one line, before anything is written (a sweeper runs inside Hydra)
-        interval = options.get("heartbeat_interval")
-        if interval is not None and interval <= 0:
-            sys.exit(f"error: hydra.sweeper.heartbeat_interval={interval}: seconds > 0, or null for one driver")
+        for key, meaning in (("heartbeat_interval", "seconds, or null: one driver"), ("grace_period", "seconds")):
+            value = options.get(key)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                sys.exit(f"error: hydra.sweeper.{key}={value}: a whole number > 0 ({meaning}) or null")
+        retries = options.get("max_retry")
+        if retries is not None and (not isinstance(retries, int) or retries < 0):
+            sys.exit(f"error: hydra.sweeper.max_retry={retries}: a whole number >= 0, or null (no limit)")
         self.storage = absolute_storage(options["storage"])
         self.study_name = options["study_name"]
         self.heartbeat = Heartbeat(self.storage, options)

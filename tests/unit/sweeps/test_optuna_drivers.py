@@ -168,6 +168,14 @@ def test_a_storage_that_names_no_study_storage_is_refused_in_one_line(tmp_path, 
     assert list(Path(tmp_path).iterdir()) == []  # nothing written
 
 
+@pytest.mark.parametrize(("key", "value"), [("heartbeat_interval", 0), ("grace_period", -1), ("max_retry", -1)])
+def test_a_bad_heartbeat_setting_is_refused_in_one_line(tmp_path, key, value) -> None:
+    with pytest.raises(SystemExit) as refused:
+        Search(_options(f"sqlite:///{tmp_path}/s.db", **{key: value}), OmegaConf.create({}), None, None)
+    assert str(refused.value.code).startswith(f"error: hydra.sweeper.{key}={value}: a whole number")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_journal_storage_paths_are_made_absolute(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert absolute_storage("journal:///optuna/s.log") == f"journal:///{tmp_path}/optuna/s.log"
