@@ -21,6 +21,7 @@ was just given (trials before it that count) and gives back a trial beyond n_tri
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 import threading
@@ -101,18 +102,24 @@ class Heartbeat:
 
     def __init__(self, url: str, options: dict[str, Any]) -> None:
         self.interval = options.get("heartbeat_interval")
-        grace = options.get("grace_period")
-        self.grace = grace if grace is not None else 2 * (self.interval or 0)
-        self.journal = url.startswith(JOURNAL)
-        # the lock: two drivers starting on a new sqlite file would both create its tables
-        with study_lock(url), warnings.catch_warnings():  # experimental since Optuna 2.8/2.9, stable in use
+        self.options_grace = options.get("grace_period")  # null: Optuna's default, as below
+        self.grace = self.options_grace if self.options_grace is not None else 2 * (self.interval or 0)
+        self.url, self.journal = url, url.startswith(JOURNAL)
+        with warnings.catch_warnings():  # experimental since Optuna 2.8, stable in use
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self.retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=options.get("max_retry"))
+
+    @functools.cached_property
+    def storage(self) -> Any:
+        """Opened when the search starts, after the sweep dir is claimed: a refused sweep writes no database. Under
+        the lock: two drivers starting on a new sqlite file would both create its tables."""
+        with study_lock(self.url), warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             if self.journal or not self.interval:
-                self.storage = open_storage(url)
-            else:  # Optuna's own heartbeat: RDBStorage records it and finds the stale trials
-                settings = {"heartbeat_interval": self.interval, "grace_period": grace}
-                self.storage = open_storage(url, {**settings, "heartbeat_stale_trial_callback": self.retry})
+                return open_storage(self.url)
+            # Optuna's own heartbeat: RDBStorage records it and finds the stale trials
+            settings = {"heartbeat_interval": self.interval, "grace_period": self.options_grace}
+            return open_storage(self.url, {**settings, "heartbeat_stale_trial_callback": self.retry})
 
     def beat(self, trials: Sequence[optuna.Trial]) -> None:
         for trial in trials:

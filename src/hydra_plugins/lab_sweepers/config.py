@@ -60,6 +60,7 @@ class OptunaSweeperConf:
     grace_period: int | None = None
     max_retry: int | None = 3
     # optuna sampler; its `seed` is offset by the trials already in the study, so a resumed run draws new points
+    # (drivers sharing a study: give each its own seed, or two starting together draw the same first points)
     sampler: Any = field(
         default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": "${seed}", "n_startup_trials": 5}
     )
