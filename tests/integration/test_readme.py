@@ -179,6 +179,17 @@ NOT_RUN_AS_WRITTEN = {
         "tests/unit/sweeps/test_sweep_parts.py",
         "LabSlurmLauncher",
     ),
+    (
+        "sbatch --array=0-3 --gres=gpu:1 --time=24:00:00 --wrap 'python scripts/train.py hparams_search=optuna "
+        "hydra.sweeper.storage=journal:///outputs/train/optuna/shared.log hydra.sweeper.n_trials=40 "
+        "hydra.sweeper.sampler.seed=$SLURM_ARRAY_TASK_ID "
+        "hydra.sweep.dir=outputs/train/optuna/$SLURM_ARRAY_JOB_ID-$SLURM_ARRAY_TASK_ID'"
+    ): (
+        "needs a SLURM cluster: one driver's config is composed here; two drivers on one study, one of them killed, "
+        "run in the sweep test",
+        "tests/integration/test_sweeps.py",
+        "hydra.sweeper.heartbeat_interval",
+    ),
     "python scripts/train.py logger=mlflow": (
         "would write the MLflow store into this work tree's outputs/mlflow/: the test trains with it in its own dir",
         "tests/integration/test_trackers.py",
@@ -261,3 +272,22 @@ def test_help_lists_the_groups():
     assert proc.returncode == 0
     for group in ("model:", "data:", "optimizer:", "scheduler:", "precision:", "dist:"):
         assert group in proc.stdout
+
+
+def test_the_sbatch_array_of_optuna_drivers_composes():
+    (command,) = [c for c in NOT_RUN_AS_WRITTEN if c.startswith("sbatch --array")]
+    wrapped = shlex.split(command)[-1]  # --wrap's command, as array task 2 of job 7 runs it
+    for name, value in {"SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "2"}.items():
+        wrapped = wrapped.replace(f"${name}", value)
+    python, *args = shlex.split(wrapped)
+    proc = subprocess.run(
+        [sys.executable, *args, "--cfg", "hydra"],
+        cwd=REPO,
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert python == "python" and proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for line in ("storage: journal:///outputs/train/optuna/shared.log", "dir: outputs/train/optuna/7-2", "seed: 2\n"):
+        assert line in proc.stdout, line

@@ -8,6 +8,8 @@ import os
 import pickle
 import shlex
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -276,3 +278,49 @@ def test_every_experiment_runs_in_one_sweep(tmp_path):
     rows = _summary_rows(sweep)
     assert sorted(row["overrides"].split("experiment=")[1].split()[0] for row in rows) == experiments
     assert {row["status"] for row in rows} == {"completed"}
+
+
+def test_two_optuna_drivers_share_a_study_and_a_killed_drivers_trial_is_run_again(tmp_path):
+    storage = f"sqlite:///{tmp_path}/study.db"
+    search = [
+        "hparams_search=optuna",
+        *QUICK,
+        "logger=none",
+        "trainer.max_epochs=1",
+        f"hydra.sweeper.storage={storage}",
+        "hydra.sweeper.study_name=drivers",
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.pruner=null",
+        "hydra.sweeper.heartbeat_interval=1",
+        "hydra.sweeper.grace_period=3",  # a dead driver's trial is retried 3 s after its last heartbeat
+        "optimizer.lr=tag(log,interval(1e-3,1e-1))",
+    ]
+    env = script_env()
+    env["PYTHONPATH"] += os.pathsep + str(REPO / "tests" / "integration" / "plugins")
+
+    def start(name: str, seed: int, *extra: str, **more_env: str) -> subprocess.Popen:
+        args = [f"hydra.sweep.dir={tmp_path / name}", f"hydra.sweeper.sampler.seed={seed}", *search, *extra]
+        command = [sys.executable, str(REPO / "scripts/train.py"), *args]
+        log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 (a file, not a pipe: neither driver blocks on it)
+        return subprocess.Popen(command, cwd=REPO, env={**env, **more_env}, stdout=log, stderr=subprocess.STDOUT)
+
+    # driver a completes one trial, then dies (SIGKILL) in its second, which it leaves RUNNING; b runs the rest.
+    # b starts once a runs its first trial, so that a surely gets two (the creation race is test_optuna_drivers')
+    a = start("a", 1, "+callbacks.kill={_target_:kill_driver.KillDriver}", KILL_AFTER_TRIALS="1")
+    while not (tmp_path / "a" / "0").is_dir() and a.poll() is None:
+        time.sleep(0.1)
+    b = start("b", 2)
+    assert a.wait(timeout=300) == -9, (tmp_path / "a.log").read_text()[-3000:]
+    assert b.wait(timeout=300) == 0, (tmp_path / "b.log").read_text()[-3000:]
+
+    trials = optuna.load_study(study_name="drivers", storage=storage).trials
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    (killed,) = [t for t in trials if t.state == TrialState.FAIL]
+    (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == killed.number]
+    assert len(done) == 4 and len(trials) == 5  # n_trials in all: none lost, none doubled, none beyond
+    assert retry in done and retry.params == killed.params
+    assert (tmp_path / "a" / str(killed.number)).is_dir()
+    run_dirs = [Path(t.user_attrs["run_dir"]) for t in done]
+    assert [d.name for d in run_dirs] == [str(t.number) for t in done]  # job = trial number, in its driver's dir
+    assert sorted(d.parent.name for d in run_dirs) == ["a", "b", "b", "b"]  # both drivers ran the study's trials
+    assert f"trial {killed.number}: its driver stopped" in (tmp_path / "b.log").read_text()

@@ -1,13 +1,33 @@
 """One Optuna search: open (or resume) the study, ask a batch of trials, launch them as Hydra jobs, tell the results.
 
 Resuming: the study lives in `storage` under `study_name`; running the same command again continues it until it
-holds `n_trials` finished trials (COMPLETE, PRUNED or FAIL). Trials an interrupted sweep left RUNNING are marked
-FAIL (user attr `interrupted`), do not count, and their parameters are queued to run again first.
+holds `n_trials` trials (COMPLETE, PRUNED, FAIL, or RUNNING in a live driver).
+
+Many drivers, one study (N shells, an sbatch array): each driver heartbeats the trials it runs every
+`heartbeat_interval` seconds; before asking, a driver fails the RUNNING trials whose heartbeat is older than
+`grace_period` (their driver died) and queues their parameters again (Optuna's RetryHeartbeatStaleTrialCallback,
+`max_retry` times), so no driver fails another's live trials. Optuna's RDBStorage heartbeat does this for SQLAlchemy
+URLs; Optuna 5's JournalStorage has none, so for `journal:///` the heartbeat is a system attr written by the same
+thread and stale trials are found the same way (by the drivers' clocks: keep the grace period well above their skew).
+With `heartbeat_interval=null` a study has one driver: trials an interrupted sweep left RUNNING are marked FAIL
+(user attr `interrupted`) at start, do not count, and their parameters are queued to run again first.
+
+No trial is asked beyond n_trials in all: for a file-backed study (sqlite, journal) reap-count-ask runs under an
+exclusive lock on `<storage file>.drivers.lock`; for a database server, each driver checks the rank of the trials it
+was just given (trials before it that count) and gives back a trial beyond n_trials unrun, as FAIL with user attr
+`surplus` (not counted).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +43,7 @@ from optuna.trial import TrialState
 from lab.sweeps.jobs import fail_fast, launch_numbered, outcome
 from lab.sweeps.ownership import claim
 from lab.sweeps.pruning import open_trial
+from lab.sweeps.study_storage import JOURNAL, absolute_storage, check_storage, open_storage, study_lock
 
 from ._search_space import Param, search_space
 
@@ -30,16 +51,6 @@ log = logging.getLogger(__name__)
 
 PRUNING_CALLBACK = "callbacks.optuna_pruning"  # excluded from run names (conf/hparams_search/optuna.yaml)
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-
-
-def absolute_storage(url: str) -> str:
-    """A relative sqlite path made absolute (jobs may run elsewhere: joblib workers, SLURM nodes), its folder made."""
-    prefix = "sqlite:///"
-    if not url.startswith(prefix) or ":memory:" in url:
-        return url
-    path = Path(url[len(prefix) :]).absolute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return prefix + str(path)
 
 
 def _dict_override(key: str, value: dict[str, Any]) -> str:
@@ -55,20 +66,136 @@ def _dict_override(key: str, value: dict[str, Any]) -> str:
     return f"+{key}={fmt(value)}"
 
 
-def _counted(trial: optuna.trial.FrozenTrial) -> bool:
-    return trial.state in _FINISHED and not trial.user_attrs.get("interrupted")
+HEARTBEAT_ATTR = "lab:heartbeat"  # a journal trial's last heartbeat (time.time() of its driver)
+
+
+def _retried(trials: Sequence[optuna.trial.FrozenTrial]) -> set[int]:
+    """Numbers of the failed trials a later trial runs again (so they do not count)."""
+    numbers: set[int] = set()
+    for trial in trials:
+        numbers.update(trial.system_attrs.get("retry_history", ()))
+        if "retry_of" in trial.user_attrs:
+            numbers.add(trial.user_attrs["retry_of"])
+    return numbers
+
+
+def _occupied(trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """The trials that count toward n_trials: finished (a FAIL only if nothing runs it again, and not `interrupted`
+    or `surplus`) or RUNNING (a live driver's, or one the next reap finds stale and replaces by its retry)."""
+    retried = _retried(trials)
+
+    def counts(trial: optuna.trial.FrozenTrial) -> bool:
+        if trial.state == TrialState.RUNNING:
+            return True
+        if trial.state not in _FINISHED:
+            return False  # WAITING: queued, counted once a driver runs it
+        if trial.state == TrialState.FAIL:
+            attrs = trial.user_attrs
+            return trial.number not in retried and not attrs.get("interrupted") and not attrs.get("surplus")
+        return True
+
+    return [trial for trial in trials if counts(trial)]
+
+
+class Heartbeat:
+    """A driver's proof of life for the trials it runs, and the reaping of the trials of dead drivers."""
+
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        self.interval = options.get("heartbeat_interval")
+        self.options_grace = options.get("grace_period")  # null: Optuna's default, as below
+        self.grace = self.options_grace if self.options_grace is not None else 2 * (self.interval or 0)
+        self.url, self.journal = url, url.startswith(JOURNAL)
+        with warnings.catch_warnings():  # experimental since Optuna 2.8, stable in use
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            self.retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=options.get("max_retry"))
+
+    @functools.cached_property
+    def storage(self) -> Any:
+        """Opened when the search starts, after the sweep dir is claimed: a refused sweep writes no database. Under
+        the lock: two drivers starting on a new sqlite file would both create its tables."""
+        with study_lock(self.url), warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if self.journal or not self.interval:
+                return open_storage(self.url)
+            # Optuna's own heartbeat: RDBStorage records it and finds the stale trials
+            settings = {"heartbeat_interval": self.interval, "grace_period": self.options_grace}
+            return open_storage(self.url, {**settings, "heartbeat_stale_trial_callback": self.retry})
+
+    def beat(self, trials: Sequence[optuna.Trial]) -> None:
+        for trial in trials:
+            if self.journal:
+                self.storage.set_trial_system_attr(trial._trial_id, HEARTBEAT_ATTR, time.time())
+            else:
+                self.storage.record_heartbeat(trial._trial_id)
+
+    @contextlib.contextmanager
+    def beating(self, trials: Sequence[optuna.Trial]) -> Iterator[None]:
+        """Heartbeats for `trials` every interval while the block runs (the jobs: in this process or elsewhere)."""
+        if not self.interval:
+            yield
+            return
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(self.interval):
+                try:
+                    self.beat(trials)
+                except Exception as err:  # a busy database: the next beat may pass; the grace period is 2 beats
+                    log.warning("optuna heartbeat not recorded: %s", err)
+
+        thread = threading.Thread(target=loop, name="optuna-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def reap(self, study: optuna.Study) -> None:
+        """Fail the RUNNING trials whose driver stopped beating, and queue each again (up to max_retry times)."""
+        if not self.interval:
+            return
+        if not self.journal:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+                optuna.storages.fail_stale_trials(study)
+            stale = before - {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+            stale = {n for n in stale if study.trials[n].state == TrialState.FAIL}
+        else:
+            now, stale = time.time(), set()
+            for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                beat = trial.system_attrs.get(HEARTBEAT_ATTR)
+                if beat is not None and now - beat > self.grace:
+                    self.storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+                    self.retry(study, self.storage.get_trial(trial._trial_id))
+                    stale.add(trial.number)
+        for number in sorted(stale):
+            log.warning("trial %d: its driver stopped (no heartbeat in %ss): FAIL, queued again", number, self.grace)
 
 
 class Search:
     def __init__(self, options: dict[str, Any], config: DictConfig, launcher: Launcher, config_loader: Any) -> None:
         self.options, self.config, self.launcher, self.config_loader = options, config, launcher, config_loader
+        try:
+            check_storage(options["storage"])
+        except ValueError as err:
+            sys.exit(f"error: {err}")  # one line, before anything is written (a sweeper runs inside Hydra)
+        for key, meaning in (("heartbeat_interval", "seconds, or null: one driver"), ("grace_period", "seconds")):
+            value = options.get(key)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                sys.exit(f"error: hydra.sweeper.{key}={value}: a whole number > 0 ({meaning}) or null")
+        retries = options.get("max_retry")
+        if retries is not None and (not isinstance(retries, int) or retries < 0):
+            sys.exit(f"error: hydra.sweeper.max_retry={retries}: a whole number >= 0, or null (no limit)")
         self.storage = absolute_storage(options["storage"])
         self.study_name = options["study_name"]
+        self.heartbeat = Heartbeat(self.storage, options)
 
     # ------------------------------------------------------------------ study
     def _open_study(self) -> optuna.Study:
         try:
-            done = len(optuna.load_study(study_name=self.study_name, storage=self.storage).trials)
+            done = len(optuna.load_study(study_name=self.study_name, storage=self.heartbeat.storage).trials)
         except KeyError:  # a new study
             done = 0
         sampler_spec = dict(self.options["sampler"] or {"_target_": "optuna.samplers.TPESampler"})
@@ -76,16 +203,19 @@ class Search:
             # A resumed study must not replay the random start-up points it already tried.
             sampler_spec["seed"] += done
         pruner = instantiate(self.options["pruner"]) if self.options["pruner"] else optuna.pruners.NopPruner()
-        study = optuna.create_study(
-            study_name=self.study_name,
-            storage=self.storage,
-            direction=self.options["direction"],
-            sampler=instantiate(sampler_spec),
-            pruner=pruner,
-            load_if_exists=True,
-        )
+        with study_lock(self.storage):  # two drivers creating one study: one creates, the other loads it
+            study = optuna.create_study(
+                study_name=self.study_name,
+                storage=self.heartbeat.storage,
+                direction=self.options["direction"],
+                sampler=instantiate(sampler_spec),
+                pruner=pruner,
+                load_if_exists=True,
+            )
+        if self.heartbeat.interval:
+            return study  # other drivers may be running these: the heartbeat tells the dead ones (reap)
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            open_trial(self.storage, self.study_name, trial.number).set_user_attr("interrupted", True)
+            open_trial(self.heartbeat.storage, self.study_name, trial.number).set_user_attr("interrupted", True)
             study.tell(trial.number, state=TrialState.FAIL)
             study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
             log.warning("trial %d was left running by an interrupted sweep: marked FAIL, queued again", trial.number)
@@ -123,6 +253,29 @@ class Search:
             study.tell(trial, state=TrialState.FAIL)
         return result.failed
 
+    def _ask(self, study: optuna.Study, distributions: dict[str, Any], wanted: int, batch: int) -> list[optuna.Trial]:
+        """The next batch of trials for this driver, none beyond `wanted` in the study (all drivers together)."""
+        with study_lock(self.storage):
+            self.heartbeat.reap(study)
+            left = wanted - len(_occupied(study.get_trials(deepcopy=False)))
+            with warnings.catch_warnings():  # Optuna's heartbeat is "supposed to be used with optimize": ours beats
+                warnings.simplefilter("ignore", UserWarning)
+                trials = [study.ask(distributions) for _ in range(max(0, min(batch, left)))]
+            if self.heartbeat.interval:
+                self.heartbeat.beat(trials)  # at once: a trial never beaten is never found stale
+        # A database server has no lock: two drivers may have asked for the last place. Trials keep their numbers in
+        # the order they were asked, so the first `wanted` counted ones win; a later one is given back unrun.
+        occupied = {t.number for t in _occupied(study.get_trials(deepcopy=False))}
+        kept = []
+        for trial in trials:
+            if sum(n < trial.number for n in occupied) < wanted:
+                kept.append(trial)
+                continue
+            trial.set_user_attr("surplus", True)
+            study.tell(trial, state=TrialState.FAIL)
+            log.info("trial %d: the study already has its %d trials (another driver's): not run", trial.number, wanted)
+        return kept
+
     def run(self, arguments: list[str]) -> list[list[JobReturn]]:
         parser = OverridesParser.create(config_loader=self.config_loader)
         space_args = [f"{key}={value}" for key, value in self.options["params"].items()]
@@ -144,22 +297,32 @@ class Search:
         self, params: dict[str, Param], fixed: list[str], distributions: dict[str, Any]
     ) -> list[list[JobReturn]]:
         study = self._open_study()
-        counted = sum(_counted(t) for t in study.get_trials(deepcopy=False))
         wanted, batch = self.options["n_trials"], max(1, self.options["n_jobs"])
-        log.info("study %r in %s: %d of %d trials done", self.study_name, self.storage, counted, wanted)
+        counted = len(_occupied(study.get_trials(deepcopy=False)))
+        log.info("study %r in %s: %d of %d trials done or running", self.study_name, self.storage, counted, wanted)
         stop_on_failure = fail_fast(self.config)
         returns = []
-        while counted < wanted:
-            trials = [study.ask(distributions) for _ in range(min(batch, wanted - counted))]
+        while True:
+            trials = self._ask(study, distributions, wanted, batch)
+            if not trials:
+                running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                if not (running and self.heartbeat.interval):
+                    break
+                # Other drivers' trials fill the study. Wait for them: if one's driver dies, its trial goes stale,
+                # and this driver runs it again (the last driver alive finishes the study).
+                time.sleep(self.heartbeat.interval)
+                continue
             overrides = [self._job_overrides(trial, params, fixed) for trial in trials]
             # job number = trial number: run dir <sweep dir>/<trial number>
-            results = launch_numbered(self.launcher, [(t.number, o) for t, o in zip(trials, overrides)])
+            with self.heartbeat.beating(trials):
+                results = launch_numbered(self.launcher, [(t.number, o) for t, o in zip(trials, overrides)])
             returns.append(results)
             failed = [self._tell(study, trial, ret) for trial, ret in zip(trials, results)]
-            counted += len(trials)
-            if stop_on_failure and any(failed) and counted < wanted:
-                log.error("sweep.fail_fast: a trial failed; not starting the %d remaining trials", wanted - counted)
-                break
+            if stop_on_failure and any(failed):
+                left = wanted - len(_occupied(study.get_trials(deepcopy=False)))
+                if left > 0:
+                    log.error("sweep.fail_fast: a trial failed; not starting the %d remaining trials", left)
+                    break
         completed = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if completed:
             best = study.best_trial

@@ -45,12 +45,22 @@ class OptunaSweeperConf:
     _recursive_: bool = False  # sampler/pruner stay specs: the sweeper builds them, and hands the pruner to jobs
     study_name: str = "${task_name}-optuna"
     # sqlite file at a path that does not change between runs (not the timestamped sweep dir), so the same command
-    # resumes the study; a relative sqlite path is taken from the directory the sweep is started in
+    # resumes the study; a relative sqlite/journal path is taken from the directory the sweep is started in. Or any
+    # SQLAlchemy URL (postgresql://...), or journal:///<path>.log: Optuna's journal file, for a file system that
+    # nodes share (NFS), where sqlite's locks are not to be trusted
     storage: str = "sqlite:///outputs/${task_name}/optuna/${.study_name}.db"
     direction: str = "${sweep.direction}"  # maximize | minimize what the jobs return (optimized_metric)
-    n_trials: int = 20  # total trials wanted in the study, those of earlier runs included
+    n_trials: int = 20  # total trials wanted in the study, those of earlier runs and of other drivers included
     n_jobs: int = 1  # trials asked per launcher batch: the parallelism of hydra/launcher=joblib or submitit
+    # Many drivers (shells, an sbatch array) may run one study: each records a heartbeat of its running trials every
+    # heartbeat_interval seconds; a RUNNING trial without one for grace_period seconds (null: 2 intervals) lost its
+    # driver, and the next driver to ask fails it and runs its parameters again (at most max_retry times, null: no
+    # limit). heartbeat_interval=null: one driver per study, which fails every RUNNING trial when it starts.
+    heartbeat_interval: int | None = 60
+    grace_period: int | None = None
+    max_retry: int | None = 3
     # optuna sampler; its `seed` is offset by the trials already in the study, so a resumed run draws new points
+    # (drivers sharing a study: give each its own seed, or two starting together draw the same first points)
     sampler: Any = field(
         default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": "${seed}", "n_startup_trials": 5}
     )

@@ -14,6 +14,7 @@ from typing import Any
 import optuna
 
 from lab.errors import UserError
+from lab.sweeps.study_storage import open_storage
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +30,10 @@ def open_trial(
     storage: str | optuna.storages.BaseStorage, study_name: str, trial_number: int, pruner: Any = None
 ) -> optuna.Trial:
     """The live trial `trial_number` of a stored study, from any process (Optuna's ask/tell across processes)."""
-    storage = optuna.storages.get_storage(storage)
-    study = optuna.load_study(study_name=study_name, storage=storage, pruner=pruner)
-    study_id = storage.get_study_id_from_name(study_name)
-    return optuna.Trial(study, storage.get_trial_id_from_study_id_trial_number(study_id, trial_number))
+    opened = open_storage(storage) if isinstance(storage, str) else storage  # a URL: also journal:///<path>
+    study = optuna.load_study(study_name=study_name, storage=opened, pruner=pruner)
+    study_id = opened.get_study_id_from_name(study_name)
+    return optuna.Trial(study, opened.get_trial_id_from_study_id_trial_number(study_id, trial_number))
 
 
 class OptunaPruning:
