@@ -246,29 +246,22 @@ def test_tab_completion_installs_and_uninstalls():
     assert proc.returncode == 0 and "hydra_bash_completion" in proc.stdout, proc.stdout + proc.stderr
 
 
+def _python(*args: str) -> subprocess.CompletedProcess:
+    """`python <args>` from the repository root, as a user runs it; its output captured."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO, env=script_env(), capture_output=True, text=True, timeout=60
+    )
+
+
 def test_the_slurm_command_composes():
     (command,) = [c for c in NOT_RUN_AS_WRITTEN if "hydra/launcher=slurm" in c]
     args = [a for a in shlex.split(command)[1:] if a != "-m" and "," not in a]  # one job's config, nothing submitted
-    proc = subprocess.run(
-        [sys.executable, *args, "--cfg", "hydra"],
-        cwd=REPO,
-        env=script_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = _python(*args, "--cfg", "hydra")
     assert proc.returncode == 0 and "partition: gpu" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
 def test_help_lists_the_groups():
-    proc = subprocess.run(
-        [sys.executable, "scripts/train.py", "--help"],
-        cwd=REPO,
-        env=script_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = _python("scripts/train.py", "--help")
     assert proc.returncode == 0
     for group in ("model:", "data:", "optimizer:", "scheduler:", "precision:", "dist:"):
         assert group in proc.stdout
@@ -280,14 +273,7 @@ def test_the_sbatch_array_of_optuna_drivers_composes():
     for name, value in {"SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "2"}.items():
         wrapped = wrapped.replace(f"${name}", value)
     python, *args = shlex.split(wrapped)
-    proc = subprocess.run(
-        [sys.executable, *args, "--cfg", "hydra"],
-        cwd=REPO,
-        env=script_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = _python(*args, "--cfg", "hydra")
     assert python == "python" and proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     for line in ("storage: journal:///outputs/train/optuna/shared.log", "dir: outputs/train/optuna/7-2", "seed: 2\n"):
         assert line in proc.stdout, line
