@@ -1,7 +1,9 @@
-"""Checkpoints: the files (``storage``: atomic save, safe read), wrapper-free model weights (``state_dicts``), the RNG
-streams (``rng``) and a run's checkpoint paths and cadence (``manager``). Rebuilding a trained model, its task and
-its data from a file (eval, export, infer) is workflow work: lab.workflows.restore."""
+"""Checkpoints: the files (``storage``: atomic save, safe read; ``sharded``: DCP shards under FSDP), wrapper-free
+model weights (``state_dicts``), the RNG streams (``rng``) and a run's checkpoint paths and cadence (``manager``).
+Rebuilding a trained model, its task and its data from a file (eval, export, infer) is workflow work:
+lab.workflows.restore."""
 
+from lab.checkpointing import sharded
 from lab.checkpointing.manager import CheckpointManager
 from lab.checkpointing.rng import capture_rng, restore_rng
 from lab.checkpointing.state_dicts import load_model_state, strip_wrapper_prefixes, unwrap
@@ -17,6 +19,7 @@ __all__ = [
     "require_file",
     "restore_rng",
     "save",
+    "sharded",
     "strip_wrapper_prefixes",
     "unwrap",
 ]

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import shutil
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lab.checkpointing import storage
+import torch
+
+from lab.checkpointing import sharded, storage
 from lab.files import remove_stale_temps
 
 if TYPE_CHECKING:
@@ -21,7 +26,12 @@ class CheckpointManager:
     to `best.pt` when the monitored metric improved. `extras` (resolved config, data_meta, provenance) go into every
     file: they are what eval, export and infer rebuild the model and its data from. `run_ref` (the trackers' names
     for this run: run dir, wandb id) joins the provenance at the first save, not before: wandb may still be starting
-    in its child process while the first steps run."""
+    in its child process while the first steps run.
+
+    A state with `shards` (dist=fsdp) is written as a sharded checkpoint (lab.checkpointing.sharded): every rank
+    writes its shards to a new directory under `checkpoints/shards/`, in the background with `async_save`, and rank 0
+    switches `last.pt` to it once it is complete, then removes the directory it replaces. `best.pt` is then one
+    consolidated file of the model alone (the state's `model`): what eval, export and infer read."""
 
     def __init__(
         self,
@@ -30,14 +40,18 @@ class CheckpointManager:
         every_n_steps: int = 0,
         extras: dict | None = None,
         run_ref: Callable[[], dict[str, Any]] | None = None,
+        async_save: bool = False,
     ):
         self.dir = Path(run_dir) / "checkpoints"
-        self.parallel, self.every_n_steps = parallel, every_n_steps
+        self.parallel, self.every_n_steps, self.async_save = parallel, every_n_steps, async_save
         self.extras = dict(extras or {})
         self._run_ref = run_ref
+        self._pending: Future | None = None  # the background save in flight (on rank 0: until last.pt names it)
         if parallel.is_main:
             for stale in remove_stale_temps(self.dir):
                 log.warning("removed %s: a save that never completed (the process was killed mid-write)", stale)
+            for stale in self._prune(keep=self._named_shards()):
+                log.warning("removed %s: shards of a save that never completed (killed before last.pt named it)", stale)
 
     @property
     def last(self) -> Path:
@@ -54,14 +68,90 @@ class CheckpointManager:
         """A mid-epoch checkpoint is due after this optimizer step."""
         return self.every_n_steps > 0 and global_step % self.every_n_steps == 0
 
-    def save(self, state: dict[str, Any], best: bool) -> None:
+    def save(self, state: dict[str, Any], best: bool, final: bool = False, wait: bool = False) -> None:
         """Every rank calls this (the state was gathered collectively); rank 0 writes and the others wait, so no
-        rank reads a half-written file and none runs ahead of a checkpoint it might need."""
+        rank reads a half-written file and none runs ahead of a checkpoint it might need. A sharded save returns
+        once its tensors are copied to host memory when trainer.async_save is on, unless it is the `final` one
+        (whose last.pt also holds the consolidated model) or the caller `wait`s (a stop signal: the job ends next)."""
+        self.wait()  # one save at a time: the previous one is complete, and named by last.pt, before the next
+        if self.parallel.is_main and self._run_ref is not None:
+            self.extras["provenance"] = {**self.extras.get("provenance", {}), **self._run_ref()}
+            self._run_ref = None
+        if "shards" in state:
+            self._save_sharded(state, best, final, background=self.async_save and not (final or wait))
+            return
         if self.parallel.is_main:
-            if self._run_ref is not None:
-                self.extras["provenance"] = {**self.extras.get("provenance", {}), **self._run_ref()}
-                self._run_ref = None
             storage.save(self.last, {**state, **self.extras})
             if best:
                 storage.copy(self.last, self.best)
         self.parallel.barrier()
+
+    def _save_sharded(self, state: dict[str, Any], best: bool, final: bool, background: bool) -> None:
+        header = {key: value for key, value in state.items() if key not in ("shards", "model")}
+        # a new directory each time (rank 0 names it for all): the one last.pt names is never written over
+        name = self.parallel.broadcast(self._new_shards_name(state["progress"]["global_step"]))
+        if self.parallel.is_main and best:
+            storage.save(self.best, {**header, "model": state["model"], **self.extras})
+        shards = f"{sharded.DIR}/{name}"
+        last = {**header, **self.extras, "shards": shards, **({"model": state["model"]} if final else {})}
+
+        def commit() -> None:
+            storage.save(self.last, last)
+            self._prune(keep=shards)
+
+        writing = sharded.write(state["shards"], self.dir / shards, self.parallel.checkpoint_group(), background)
+        if writing is None:
+            if self.parallel.is_main:
+                commit()
+            self.parallel.barrier()
+        elif self.parallel.is_main:  # the future completes once every rank's shards and the metadata are written
+            self._pending = _after(writing, commit)
+        else:
+            self._pending = writing
+
+    def wait(self) -> None:
+        """Until the background save in flight (if any) is complete and named by last.pt; its error is raised."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _new_shards_name(self, global_step: int) -> str:
+        if not self.parallel.is_main:
+            return ""  # rank 0's choice is broadcast
+        taken = self.dir / sharded.DIR
+        name, n = f"step-{global_step:09d}", 1
+        while (taken / name).exists():  # the same step saved twice (a stop signal right after a periodic save)
+            name, n = f"step-{global_step:09d}.{n}", n + 1
+        return name
+
+    def _named_shards(self) -> str | None:
+        """The shard directory last.pt names (relative to checkpoints/), read without loading any tensor."""
+        if not self.last.is_file():
+            return None
+        with contextlib.suppress(Exception):  # an unreadable last.pt names nothing; its refusal comes elsewhere
+            return torch.load(self.last, map_location="cpu", weights_only=True, mmap=True).get("shards")
+        return None
+
+    def _prune(self, keep: str | None) -> list[Path]:
+        """Remove the shard directories other than `keep`: the one last.pt named before, or a killed save's."""
+        root = self.dir / sharded.DIR
+        removed = [entry for entry in root.iterdir() if f"{sharded.DIR}/{entry.name}" != keep] if root.is_dir() else []
+        for entry in removed:
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        return removed
+
+
+def _after(future: Future, then: Callable[[], None]) -> Future:
+    """A future that completes once `future` has and `then` has run (a done-callback would run after waiters wake)."""
+    done: Future = Future()
+
+    def finish(_: Future) -> None:
+        try:
+            future.result()
+            then()
+            done.set_result(None)
+        except BaseException as err:  # the waiter (the next save, the end of training) raises it
+            done.set_exception(err)
+
+    future.add_done_callback(finish)
+    return done

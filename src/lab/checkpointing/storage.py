@@ -2,7 +2,8 @@
 
 Format (README, "What a run leaves behind"): {format_version, model, optimizer, scheduler, scaler, progress, rng,
 config, data_meta, provenance}. Only tensors and plain containers, so `torch.load(path, weights_only=True)` reads
-it without running pickled code.
+it without running pickled code. A sharded checkpoint (dist=fsdp, lab.checkpointing.sharded) holds `shards`, the
+directory of its model and optimizer tensors, instead of `optimizer` and (but for best.pt and the final save) `model`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 
+from lab.checkpointing import sharded
 from lab.errors import UserError
 from lab.files import atomic_path
 
@@ -59,8 +61,20 @@ def read(path: str | Path) -> dict[str, Any]:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise UserError(f"cannot read checkpoint {path}: {_why_unreadable(err)}") from err
-    if not isinstance(ckpt, dict) or ckpt.get("format_version") != FORMAT_VERSION or "model" not in ckpt:
+    if (
+        not isinstance(ckpt, dict)
+        or ckpt.get("format_version") != FORMAT_VERSION
+        or not {"model", "shards"} & set(ckpt)
+    ):
         raise UserError(f"{path} is not a format-{FORMAT_VERSION} checkpoint of this template")
+    if "shards" in ckpt:
+        shards = path.parent / ckpt["shards"]  # relative to the file: a run dir stays whole when moved
+        if not sharded.is_complete(shards):
+            raise UserError(
+                f"{path}: its sharded weights and optimizer state ({shards}) are missing or incomplete; was the "
+                "checkpoints directory copied without its shards/? Use another checkpoint (best.pt)"
+            )
+        ckpt["shards"] = str(shards)
     return ckpt
 
 

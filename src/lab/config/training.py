@@ -72,6 +72,7 @@ class TrainerConfig:
     log_every_n_steps: int = 50
     val_every_n_epochs: int = 1
     ckpt_every_n_steps: int = 0  # 0 = only at epoch ends
+    async_save: bool = False  # dist=fsdp: write the shards in the background (training stalls only to copy them)
     limit_train_batches: int = -1  # -1 = all; debug runs use a few
     limit_val_batches: int = -1
     overfit_batches: int = 0  # >0: train and validate on this many fixed batches (debug=overfit)
@@ -227,6 +228,11 @@ class TrainConfig:
             not (self.trainer.ema.decay and fsdp),
             "trainer.ema.decay does not work with dist=fsdp (each rank holds only a shard of the weights); "
             "use dist=ddp with EMA, or trainer.ema.decay=null under FSDP",
+        )
+        _require(
+            not (self.trainer.async_save and not fsdp),
+            "trainer.async_save writes sharded checkpoints in the background, which only dist=fsdp makes; use "
+            "dist=fsdp, or drop trainer.async_save",
         )
         _require(
             not (self.trainer.log_stats_every_n_steps and fsdp),

@@ -1,4 +1,4 @@
-"""How the ranks cooperate: model wrapping (DDP / FSDP2), samplers, reductions, full-state checkpoints.
+"""How the ranks cooperate: model wrapping (DDP / FSDP2), samplers, reductions, checkpoint state (full or sharded).
 
 `Parallel()` with the defaults is the single-process case, where every method is a cheap no-op; the trainer and
 workflows call the same methods either way, so there is one code path.
@@ -87,6 +87,7 @@ class Parallel:
     timeout_s: float = 600.0  # dist.timeout_s: how long a collective waits for a missing rank
     _control: Any = field(default=None, repr=False)  # a gloo group for host-side votes (any_rank_at_last_call)
     _vote: Any = field(default=None, repr=False)  # the vote in flight: (work, its tensor)
+    _checkpoint_group: Any = field(default=None, repr=False)  # a gloo group for sharded checkpoints
 
     @property
     def active(self) -> bool:
@@ -244,6 +245,33 @@ class Parallel:
         return out
 
     # ------------------------------------------------------------------ checkpoint state (collective for FSDP)
+    @property
+    def shards_checkpoints(self) -> bool:
+        """Under FSDP each rank writes its own shards (lab.checkpointing.sharded): no full gather on rank 0."""
+        return self.strategy == "fsdp" and self.active
+
+    def checkpoint_group(self) -> Any:
+        """The group sharded checkpoints coordinate over (None alone): gloo, which a background save needs, and
+        its own, so a save's collectives in the background never interleave with training's. Made on first use,
+        a collective: every rank saves or loads together."""
+        if self.active and self._checkpoint_group is None:
+            self._checkpoint_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.timeout_s))
+        return self._checkpoint_group
+
+    def sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """{model, optimizer} as this rank holds them (FSDP shards, or whole tensors), keyed by parameter name for
+        every strategy: what lab.checkpointing.sharded writes and reads back, resharded to the reader."""
+        api, _ = _state_dict_api()
+        weights, moments = api.get_state_dict(model, optimizer)
+        return {"model": weights, "optimizer": moments}
+
+    def load_sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: str) -> None:
+        """Weights and optimizer moments from a sharded checkpoint, on any number of ranks and any strategy."""
+        api, _ = _state_dict_api()
+        state = self.sharded_state(model, optimizer)
+        checkpointing.sharded.load(state, directory, self.checkpoint_group())
+        api.set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
     def model_state(self, model: nn.Module) -> dict[str, Any]:
         """Full, unsharded, wrapper-free weights (on rank 0 for FSDP)."""
         if self.strategy == "fsdp" and self.active:

@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
-from lab.checkpointing import state_dicts
+from lab.checkpointing import sharded, state_dicts, storage
 from lab.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,8 @@ def read_weights(path: str | Path, what: str) -> dict[str, torch.Tensor]:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise UserError(f"{what}: cannot read it as weights ({str(err).splitlines()[0][:200]})") from err
+    if isinstance(state, dict) and "shards" in state and "model" not in state:  # a sharded checkpoint (dist=fsdp)
+        state = sharded.model_weights(storage.read(path))
     for key in ("model", "state_dict"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]

@@ -75,8 +75,8 @@ class EMA(Callback):
 
     def on_load_checkpoint(self, trainer: Any, checkpoint: dict[str, Any]) -> None:
         """The average goes on from the checkpoint's `model`: an EMA run's average, or (from a run without EMA)
-        the weights the run resumes from."""
-        self.load_state_dict(checkpoint["model"])
+        the weights the run resumes from (a sharded checkpoint's, loaded into the model already)."""
+        self.load_state_dict(checkpoint["model"] if "model" in checkpoint else trainer.model.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
         return self.module.state_dict()

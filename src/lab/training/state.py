@@ -53,13 +53,23 @@ class TrainingState:
     device: torch.device  # whose CUDA generator is saved and restored
     progress: Progress = field(default_factory=Progress)
 
-    def payload(self) -> dict[str, Any]:
-        """The training state to checkpoint; a collective under FSDP (gathers the shards), so every rank calls it."""
+    def payload(self, consolidate: bool = True) -> dict[str, Any]:
+        """The training state to checkpoint; a collective, so every rank calls it. Under FSDP the weights and
+        optimizer moments are this rank's `shards` (lab.checkpointing.sharded), plus the whole `model` gathered on
+        rank 0 when asked to `consolidate` (best.pt, the final last.pt); elsewhere they are whole."""
         rng = self.parallel.gather(capture_rng(self.device))
         self.parallel.sync_buffers(self.model)  # rank 0 writes: its BatchNorm statistics are the ones validated
+        if self.parallel.shards_checkpoints:
+            tensors = {"shards": self.parallel.sharded_state(self.model, self.optimizer)}
+            if consolidate:
+                tensors["model"] = self.parallel.model_state(self.model)
+        else:
+            tensors = {
+                "model": self.parallel.model_state(self.model),
+                "optimizer": self.parallel.optimizer_state(self.model, self.optimizer),
+            }
         return {
-            "model": self.parallel.model_state(self.model),
-            "optimizer": self.parallel.optimizer_state(self.model, self.optimizer),
+            **tensors,
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "progress": asdict(self.progress),
@@ -69,16 +79,20 @@ class TrainingState:
 
     def resume(self, ckpt: dict[str, Any]) -> None:
         """Continue a run exactly: weights, optimizer moments, LR schedule, loss scale, position and RNG."""
-        # where a callback put other weights in `model` (the EMA's average), the ones training goes on from are
-        # kept as `raw_model`
-        self.parallel.load_model_state(self.model, ckpt.get("raw_model", ckpt["model"]))
-        self.parallel.load_optimizer_state(self.model, self.optimizer, ckpt["optimizer"])
+        if "shards" in ckpt:  # resharded to this run's ranks and strategy as they are read
+            self.parallel.load_sharded_state(self.model, self.optimizer, ckpt["shards"])
+        else:
+            # where a callback put other weights in `model` (the EMA's average), the ones training goes on from
+            # are kept as `raw_model`
+            self.parallel.load_model_state(self.model, ckpt.get("raw_model", ckpt["model"]))
+            self.parallel.load_optimizer_state(self.model, self.optimizer, ckpt["optimizer"])
         self.scheduler.load_state_dict(ckpt["scheduler"])
         if ckpt.get("scaler"):
             self.scaler.load_state_dict(ckpt["scaler"])
         self.progress = Progress(**ckpt["progress"])
         per_rank = ckpt["rng"].get("per_rank")
         same_world = per_rank is not None and len(per_rank) == self.parallel.world_size
+        # on another number of ranks, rank 0's streams: dropout masks and augmentations differ from here on
         restore_rng(per_rank[self.parallel.rank] if same_world else ckpt["rng"], self.device)
         log.info(
             "resumed at epoch %d, step %d (batch %d of the epoch)",

@@ -118,8 +118,9 @@ class Trainer:
                     improved = self._validate(epoch)
                 if finished:
                     self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
-                self._save(best=improved)
-                if self._done() or self.should_stop:
+                ending = last or self.should_stop
+                self._save(best=improved, final=ending)
+                if ending:
                     break
         summary = self.summary()
         self._call("on_fit_end", summary)
@@ -266,12 +267,14 @@ class Trainer:
         self.window = StepWindow()
         reset_peak_memory(self.device)  # each logged peak covers its own window
 
-    def _save(self, best: bool) -> None:
+    def _save(self, best: bool, final: bool = False, wait: bool = False) -> None:
+        """A checkpoint (a collective: every rank calls it). Under FSDP the whole model is gathered only for best.pt
+        and the `final` last.pt; a background save (trainer.async_save) is waited for when `wait` or `final`."""
         with self.window.paused():
             self._losses()  # never write weights that went NaN over good ones
-            checkpoint = self.state.payload()  # a collective under FSDP: every rank gathers
+            checkpoint = self.state.payload(consolidate=best or final)
             self._call("on_save_checkpoint", checkpoint)
-            self.checkpoints.save(checkpoint, best)
+            self.checkpoints.save(checkpoint, best, final=final, wait=wait)
 
     def resume(self, checkpoint: dict[str, Any]) -> None:
         """Continue a run exactly from `checkpoint`: the training state, then what the callbacks kept."""
@@ -281,7 +284,7 @@ class Trainer:
     def _save_and_stop(self) -> None:
         """A stop signal reached some rank: every rank saves at this same step (a collective under FSDP), then
         the run ends as "interrupted" with 128 + the signal as its exit code (SIGTERM on ranks that got none)."""
-        self._save(best=False)
+        self._save(best=False, wait=True)
         signum = self.stop.received or signal.SIGTERM
         raise interrupted(signum, self.progress.global_step, str(self.checkpoints.last))
 

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from lab import data, models, tasks
-from lab.checkpointing import state_dicts, storage
+from lab.checkpointing import sharded, state_dicts, storage
 from lab.config import ClassificationConfig, options
 from lab.errors import ConfigError, UserError
 
@@ -60,7 +60,7 @@ def rebuild(path: str | Path) -> Restored:
     meta = upgrade_meta(meta)
     # the architecture alone: the checkpoint holds every weight, so a pretrained file that has moved is never read
     model = models.build(options.instantiate("model", config["model"], drop_unknown=True).for_checkpoint(), meta)
-    state_dicts.load_model_state(model, ckpt["model"])
+    state_dicts.load_model_state(model, sharded.model_weights(ckpt))
     model.eval()
     return Restored(
         path=path,

@@ -92,11 +92,20 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
 
 def _refuse_finished(path: Path, trainer_cfg: Any) -> None:
     """A checkpoint whose training is over (or stopped early) would train nothing: refused in one line, before
-    any tracker or file is opened. Only its progress is read (memory-mapped: the weights are not loaded)."""
+    any tracker or file is opened; so is one that holds the model alone (a dist=fsdp run's best.pt). Only its
+    progress is read (memory-mapped: the weights are not loaded)."""
     try:
-        progress = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["progress"]
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        progress = ckpt["progress"]
     except Exception:
-        progress = checkpointing.read(path)["progress"]  # its one-line reason why the file is unreadable
+        ckpt = checkpointing.read(path)  # its one-line reason why the file is unreadable
+        progress = ckpt["progress"]
+    if "optimizer" not in ckpt and "shards" not in ckpt:
+        raise UserError(
+            f"{path} holds the model weights alone (a dist=fsdp run's best.pt: the optimizer state stays in the "
+            "shards of its last.pt): resume from last.pt, or start a new run from these weights with "
+            f"model.init_from={path}"
+        )
     if not run_dirs.training_left(progress, trainer_cfg.max_epochs, trainer_cfg.max_steps):
         raise UserError(
             f"{path} has finished training (epoch {progress['epoch']} of trainer.max_epochs="
@@ -227,7 +236,9 @@ def _fit(
         },
     }
     # tracker.run_ref (the wandb id) lets eval/export runs link back to this training run
-    checkpoints = CheckpointManager(run_dir, parallel, cfg.trainer.ckpt_every_n_steps, extras, tracker.run_ref)
+    checkpoints = CheckpointManager(
+        run_dir, parallel, cfg.trainer.ckpt_every_n_steps, extras, tracker.run_ref, cfg.trainer.async_save
+    )
     trainer = Trainer(
         model=model,
         forward=forward,
@@ -246,7 +257,7 @@ def _fit(
         callbacks=[*filter(None, [utilization]), *config_callbacks.build(cfg.callbacks)],
     )
     if resume is not None:
-        _resume(trainer, resume, Path(cfg.ckpt_path))
+        _resume(trainer, resume, Path(cfg.ckpt_path), cfg.data.batch_size)
     summary = trainer.fit()
     summary.update(_test(trainer, datamodule.test, cfg, pin))
     tracker.summary(summary)
@@ -281,14 +292,38 @@ def _train_batches(
     return data.EpochLoader(loader, generator, loader_seed, cfg.trainer.limit_train_batches), loader
 
 
-def _resume(trainer: Trainer, ckpt: dict, path: Path) -> None:
+def _resume(trainer: Trainer, ckpt: dict, path: Path, batch_size: int) -> None:
     """Continue from `ckpt` (a finished one was refused in `run`); the best.pt of the run it came from comes
     along, so best tracking and the final test score the true best."""
+    _continue_epoch(ckpt, batch_size, trainer.parallel.world_size)
     trainer.resume(ckpt)
     best = path.with_name("best.pt")
     if trainer.parallel.is_main and best.is_file() and not trainer.checkpoints.best.exists():
         trainer.checkpoints.dir.mkdir(parents=True, exist_ok=True)
         checkpointing.copy(best, trainer.checkpoints.best)
+
+
+def _continue_epoch(ckpt: dict, batch_size: int, world_size: int) -> None:
+    """A checkpoint saved mid-epoch with another global batch (other ranks or data.batch_size): where this run's
+    ranks go on in the epoch. Every rank's loader takes a strided share of the epoch's one permutation, so the
+    samples the saved run had taken are the permutation's first batch_in_epoch x its global batch; this run skips
+    that many (rounded down to its own batches: a few samples are seen twice rather than any missed)."""
+    progress, per_rank = ckpt["progress"], ckpt["rng"].get("per_rank")
+    saved = (ckpt["config"]["data"]["batch_size"], len(per_rank) if per_rank is not None else 1)
+    if saved == (batch_size, world_size):
+        return
+    batches = progress["batch_in_epoch"] * saved[0] * saved[1] // (batch_size * world_size)
+    log.warning(
+        "resuming with %d ranks x batch %d from a checkpoint of %d x %d: the epoch goes on after %d batches (it had "
+        "taken %d); the effective batch (and, with dist.lr_scaling, the lr) is this run's",
+        world_size,
+        batch_size,
+        saved[1],
+        saved[0],
+        batches,
+        progress["batch_in_epoch"],
+    )
+    progress["batch_in_epoch"] = batches
 
 
 def _scaled_optimizer_cfg(cfg: DictConfig, parallel: Parallel, tracker: tracking.Tracker) -> DictConfig:

@@ -1,0 +1,90 @@
+"""Sharded checkpoints (dist=fsdp): every rank writes its own shards of the weights and optimizer moments with
+torch.distributed.checkpoint (DCP), in the foreground or in the background, and no rank gathers the whole model.
+
+A checkpoint is then two things (README, "What a run leaves behind"): the usual `last.pt`, holding everything but
+the tensors that are sharded (progress, schedule, RNG, config, data_meta, provenance) and `shards`, the path of a
+DCP directory relative to the file's own directory (`shards/<name>`). DCP writes its `.metadata` last, renamed into
+place once every rank's shards are written: a directory without it is incomplete, never read, and removed at the
+next start. `last.pt` is switched to a new directory only after that directory is complete, so a save killed midway
+leaves the previous checkpoint whole.
+
+DCP reads the tensors back resharded to whatever the reader holds: FSDP shards on any number of ranks, or whole
+tensors (DDP, one process, eval/export/infer). The `.metadata` file is a pickle: read shards of your own runs only
+(a consolidated `best.pt` is what to share).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DIR = "shards"  # under <run dir>/checkpoints: one directory per sharded checkpoint
+
+
+def is_complete(directory: str | Path) -> bool:
+    """DCP renames its metadata into place once every rank's shards are written."""
+    return (Path(directory) / ".metadata").is_file()
+
+
+def write(state: dict[str, Any], directory: Path, group: Any, background: bool) -> Future | None:
+    """Every rank writes its shards of `state` to `directory` (a collective over `group`, a gloo group that
+    nothing else uses: the background writer's collectives never interleave with training's). In the background,
+    the tensors are first copied to host memory (the stall), and the returned future completes once the
+    checkpoint's metadata is written; else the call returns then."""
+    import torch.distributed.checkpoint as dcp
+
+    with _alone_is_intended():
+        if background:
+            return dcp.async_save(state, checkpoint_id=str(directory), process_group=group)  # type: ignore[return-value]
+        dcp.save(state, checkpoint_id=str(directory), process_group=group)
+    return None
+
+
+def load(state: dict[str, Any], directory: str | Path, group: Any) -> None:
+    """Fill `state` (sharded or whole tensors, as this process holds them) in place from `directory`."""
+    import torch.distributed.checkpoint as dcp
+
+    with _alone_is_intended():
+        dcp.load(state, checkpoint_id=str(directory), process_group=group)
+
+
+def read_model(directory: str | Path) -> dict[str, torch.Tensor]:
+    """The whole model weights of a sharded checkpoint, on the CPU, in this process alone (no process group, and
+    none of the optimizer's tensors are read): what eval, export, infer and model.init_from load."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    reader = dcp.FileSystemReader(str(directory))
+    metadata = reader.read_metadata()
+    model: dict[str, torch.Tensor] = {}
+    for flat, stored in metadata.state_dict_metadata.items():
+        path = (metadata.planner_data or {}).get(flat, (flat,))  # ("model", "fc.weight") for "model.fc.weight"
+        if path[0] == "model" and len(path) == 2 and isinstance(stored, TensorStorageMetadata):
+            model[path[1]] = torch.empty(stored.size, dtype=stored.properties.dtype)
+    with _alone_is_intended():
+        planner = DefaultLoadPlanner(allow_partial_load=True)
+        dcp.load({"model": model}, storage_reader=reader, planner=planner, no_dist=True)
+    return model
+
+
+@contextlib.contextmanager
+def _alone_is_intended() -> Iterator[None]:
+    """DCP warns that it assumes one process when there is no process group: that is the intent here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
+def model_weights(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's whole model weights: its `model`, else read from its shards (lab.checkpointing.read gives
+    `shards` as an absolute path)."""
+    if "model" in ckpt:
+        return ckpt["model"]
+    return read_model(ckpt["shards"])
