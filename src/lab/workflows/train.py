@@ -310,7 +310,7 @@ def _continue_epoch(ckpt: dict, batch_size: int, world_size: int) -> None:
     that many (rounded down to its own batches: a few samples are seen twice rather than any missed)."""
     progress, per_rank = ckpt["progress"], ckpt["rng"].get("per_rank")
     saved = (ckpt["config"]["data"]["batch_size"], len(per_rank) if per_rank is not None else 1)
-    if saved == (batch_size, world_size):
+    if saved[0] * saved[1] == batch_size * world_size:
         return
     batches = progress["batch_in_epoch"] * saved[0] * saved[1] // (batch_size * world_size)
     log.warning(
