@@ -15,9 +15,7 @@ tensors (DDP, one process, eval/export/infer). The `.metadata` file is a pickle:
 
 from __future__ import annotations
 
-import contextlib
 import warnings
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,10 @@ from typing import Any
 import torch
 
 DIR = "shards"  # under <run dir>/checkpoints: one directory per sharded checkpoint
+
+# DCP warns on every save and load without a process group (one process, eval, a background save's thread) that
+# it assumes one process: that is the intent wherever this module gives it no group
+warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized")
 
 
 def is_complete(directory: str | Path) -> bool:
@@ -39,10 +41,9 @@ def write(state: dict[str, Any], directory: Path, group: Any, background: bool) 
     checkpoint's metadata is written; else the call returns then."""
     import torch.distributed.checkpoint as dcp
 
-    with _alone_is_intended():
-        if background:
-            return dcp.async_save(state, checkpoint_id=str(directory), process_group=group)  # type: ignore[return-value]
-        dcp.save(state, checkpoint_id=str(directory), process_group=group)
+    if background:
+        return dcp.async_save(state, checkpoint_id=str(directory), process_group=group)  # type: ignore[return-value]
+    dcp.save(state, checkpoint_id=str(directory), process_group=group)
     return None
 
 
@@ -50,8 +51,7 @@ def load(state: dict[str, Any], directory: str | Path, group: Any) -> None:
     """Fill `state` (sharded or whole tensors, as this process holds them) in place from `directory`."""
     import torch.distributed.checkpoint as dcp
 
-    with _alone_is_intended():
-        dcp.load(state, checkpoint_id=str(directory), process_group=group)
+    dcp.load(state, checkpoint_id=str(directory), process_group=group)
 
 
 def read_model(directory: str | Path) -> dict[str, torch.Tensor]:
@@ -68,18 +68,9 @@ def read_model(directory: str | Path) -> dict[str, torch.Tensor]:
         path = (metadata.planner_data or {}).get(flat, (flat,))  # ("model", "fc.weight") for "model.fc.weight"
         if path[0] == "model" and len(path) == 2 and isinstance(stored, TensorStorageMetadata):
             model[path[1]] = torch.empty(stored.size, dtype=stored.properties.dtype)
-    with _alone_is_intended():
-        planner = DefaultLoadPlanner(allow_partial_load=True)
-        dcp.load({"model": model}, storage_reader=reader, planner=planner, no_dist=True)
+    planner = DefaultLoadPlanner(allow_partial_load=True)
+    dcp.load({"model": model}, storage_reader=reader, planner=planner, no_dist=True)
     return model
-
-
-@contextlib.contextmanager
-def _alone_is_intended() -> Iterator[None]:
-    """DCP warns that it assumes one process when there is no process group: that is the intent here."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized")
-        yield
 
 
 def model_weights(ckpt: dict[str, Any]) -> dict[str, Any]:

@@ -75,7 +75,7 @@ class DDPConfig(ProcessGroupConfig):
 @dataclass
 class FSDPConfig(ProcessGroupConfig):
     """FSDP2 (torch.distributed.fsdp.fully_shard): parameters, gradients and optimizer state sharded over ranks.
-    Mixed precision follows the precision group (params in its dtype, fp32 reductions). Checkpoints hold the full
-    (gathered) state dict in the same format as every other strategy."""
+    Mixed precision follows the precision group (params in its dtype, fp32 reductions). Checkpoints are sharded:
+    each rank writes its own part (lab.checkpointing.sharded), and they resume on any number of ranks."""
 
     reshard_after_forward: bool = True  # free gathered parameters after forward (less memory, one more gather)

@@ -292,10 +292,12 @@ def _train_batches(
     return data.EpochLoader(loader, generator, loader_seed, cfg.trainer.limit_train_batches), loader
 
 
-def _resume(trainer: Trainer, ckpt: dict, path: Path, batch_size: int) -> None:
+def _resume(trainer: Trainer, ckpt: dict, path: Path, batch_size: int | None = None) -> None:
     """Continue from `ckpt` (a finished one was refused in `run`); the best.pt of the run it came from comes
-    along, so best tracking and the final test score the true best."""
-    _continue_epoch(ckpt, batch_size, trainer.parallel.world_size)
+    along, so best tracking and the final test score the true best. `batch_size`: this run's data.batch_size,
+    when the checkpoint may come from another global batch."""
+    if batch_size is not None:
+        _continue_epoch(ckpt, batch_size, trainer.parallel.world_size)
     trainer.resume(ckpt)
     best = path.with_name("best.pt")
     if trainer.parallel.is_main and best.is_file() and not trainer.checkpoints.best.exists():
