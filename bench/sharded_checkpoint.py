@@ -7,7 +7,8 @@ fresh pair of processes (a process's peak memory only grows):
   dcp    every rank writes its own shards (lab.checkpointing.sharded), no gather
   async  the same in the background (trainer.async_save): the stall is the time until save() returns
 Prints seconds per save (best of --repeats) and rank 0's peak resident memory while saving, each as a ratio to
-`full` (goals: time <= 0.5x, memory <= 0.6x), and the async stall against the sync dcp save.
+`full` (goals: time <= 0.5x, memory <= 0.6x), rank 0's memory before the first save (its shards, the optimizer's,
+torch itself), and the async stall against the sync dcp save.
 
     python bench/sharded_checkpoint.py [--params 100e6] [--repeats 2] [--dir /tmp]
 """
@@ -79,9 +80,10 @@ def _worker(rank: int, how: str, params: float, repeats: int, out_dir: str, port
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model(torch.randn(4, WIDTH)).square().mean().backward()
     optimizer.step()  # the moments exist: a checkpoint holds three times the weights
+    optimizer.zero_grad(set_to_none=True)  # as in training between steps
     parallel = Parallel(strategy="fsdp", rank=rank, world_size=2)
     manager = CheckpointManager(Path(out_dir) / how, parallel, async_save=how == "async")
-    times, stalls, peaks = [], [], []
+    times, stalls, peaks, before = [], [], [], _rss()
     for step in range(repeats):
         state: dict[str, Any] = {"progress": {"global_step": step}, "rng": {}}
         dist.barrier()
@@ -100,7 +102,7 @@ def _worker(rank: int, how: str, params: float, repeats: int, out_dir: str, port
             del state
         peaks.append(memory.peak)
     if rank == 0:
-        results.put((how, total, min(times), min(stalls), max(peaks)))
+        results.put((how, total, min(times), min(stalls), max(peaks), before))
     dist.destroy_process_group()
 
 
@@ -121,15 +123,17 @@ def main() -> None:
                 nprocs=2,
                 start_method="spawn",
             )
-            name, total, seconds, stall, peak = results.get()
-            rows[name] = (seconds, stall, peak)
+            name, total, seconds, stall, peak, before = results.get()
+            rows[name] = (seconds, stall, peak, before)
     print(f"{total / 1e6:.0f} M parameters + AdamW moments, 2 CPU ranks (gloo), best of {args.repeats} saves")
-    full_seconds, _, full_peak = rows["full"]
-    print(f"{'save':<6} {'seconds':>8} {'x full':>7} {'stall s':>8} {'rank-0 peak GiB':>16} {'x full':>7}")
-    for name, (seconds, stall, peak) in rows.items():
+    full_seconds, _, full_peak, _ = rows["full"]
+    print(
+        f"{'save':<6} {'seconds':>8} {'x full':>7} {'stall s':>8} {'rank-0 peak GiB':>16} {'x full':>7} {'before':>7}"
+    )
+    for name, (seconds, stall, peak, before) in rows.items():
         print(
             f"{name:<6} {seconds:8.2f} {seconds / full_seconds:7.2f} {stall:8.2f} {peak / 2**30:16.2f} "
-            f"{peak / full_peak:7.2f}"
+            f"{peak / full_peak:7.2f} {before / 2**30:7.2f}"
         )
     print(f"async stall / sync dcp save: {rows['async'][1] / rows['dcp'][0]:.2f}")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shutil
 from collections.abc import Callable
@@ -50,7 +49,11 @@ class CheckpointManager:
         if parallel.is_main:
             for stale in remove_stale_temps(self.dir):
                 log.warning("removed %s: a save that never completed (the process was killed mid-write)", stale)
-            for stale in self._prune(keep=self._named_shards()):
+            try:
+                named = self._named_shards()
+            except Exception:  # an unreadable last.pt: its refusal comes when it is read; its shards are kept
+                return
+            for stale in self._prune(keep=named):
                 log.warning("removed %s: shards of a save that never completed (killed before last.pt named it)", stale)
 
     @property
@@ -84,6 +87,7 @@ class CheckpointManager:
             storage.save(self.last, {**state, **self.extras})
             if best:
                 storage.copy(self.last, self.best)
+            self._prune(keep=None)  # an FSDP run continued in one file: the shards its last.pt named are replaced
         self.parallel.barrier()
 
     def _save_sharded(self, state: dict[str, Any], best: bool, final: bool, background: bool) -> None:
@@ -128,9 +132,7 @@ class CheckpointManager:
         """The shard directory last.pt names (relative to checkpoints/), read without loading any tensor."""
         if not self.last.is_file():
             return None
-        with contextlib.suppress(Exception):  # an unreadable last.pt names nothing; its refusal comes elsewhere
-            return torch.load(self.last, map_location="cpu", weights_only=True, mmap=True).get("shards")
-        return None
+        return torch.load(self.last, map_location="cpu", weights_only=True, mmap=True).get("shards")
 
     def _prune(self, keep: str | None) -> list[Path]:
         """Remove the shard directories other than `keep`: the one last.pt named before, or a killed save's."""
