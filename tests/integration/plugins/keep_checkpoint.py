@@ -2,11 +2,15 @@
 both the uninterrupted result and a checkpoint to resume from (what a run stopped after epoch n would have left).
 
 last.pt is written after validation: when epoch n + 1's validation ends it still holds epoch n's end. Rank 0 copies
-it (under DDP/FSDP it alone writes checkpoints). The callback draws no random numbers: the run stays bit-identical."""
+it (under DDP/FSDP it alone writes checkpoints). The callback draws no random numbers: the run stays bit-identical.
+A sharded last.pt (FSDP) names its shard directory, which the run replaces at its next save: that directory is
+copied too, to `checkpoints/kept/`, and the copy names it."""
 
 from __future__ import annotations
 
 import shutil
+
+import torch
 
 
 class KeepCheckpoint:
@@ -16,4 +20,11 @@ class KeepCheckpoint:
     def on_validation_end(self, trainer, metrics, epoch) -> None:
         if epoch == self.epoch + 1 and trainer.parallel.rank == 0:
             last = trainer.checkpoints.last
-            shutil.copyfile(last, last.with_name(f"epoch{self.epoch}.pt"))
+            kept = last.with_name(f"epoch{self.epoch}.pt")
+            ckpt = torch.load(last, weights_only=True)
+            if "shards" not in ckpt:
+                shutil.copyfile(last, kept)
+                return
+            copy = f"kept/epoch{self.epoch}"
+            shutil.copytree(last.parent / ckpt["shards"], last.parent / copy)
+            torch.save({**ckpt, "shards": copy}, kept)

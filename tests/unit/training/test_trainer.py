@@ -125,7 +125,7 @@ def test_accumulated_micro_batches_step_like_one_large_batch(tmp_path: Path) -> 
 def test_max_steps_ends_mid_epoch_and_checkpoints_follow_their_cadence(tmp_path: Path) -> None:
     trainer = _trainer(tmp_path, max_epochs=5, max_steps=11, ckpt_every_n_steps=3)
     saved = []
-    trainer.checkpoints.save = lambda state, best: saved.append((state["progress"]["global_step"], best))
+    trainer.checkpoints.save = lambda state, best, **_: saved.append((state["progress"]["global_step"], best))
     trainer.fit()
     trainer.tracker.finish()
     assert trainer.progress.global_step == 11
