@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import Run, made_once, max_abs_diff, run_script, script_env
+from helpers import Run, made_once, max_abs_diff, plugins_env, run_script, script_env
 from lab import checkpointing
 from lab.checkpointing import sharded
 from lab.distributed.parallel import Parallel
@@ -103,6 +103,23 @@ def test_eval_reads_the_weights_of_a_checkpoint_that_holds_only_shards(tmp_path,
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "test/acc" in proc.stderr + proc.stdout
     assert max_abs_diff(sharded.read_model(checkpointing.read(checkpoints / "last.pt")["shards"]), weights) == 0
+
+
+def test_a_run_killed_while_saving_in_the_background_resumes_to_identical_weights(tmp_path):
+    """Both ranks die (SIGKILL, as a node failure) at step 12, with the background save of step 11 in flight or
+    just done: the run resumes from the last complete checkpoint, mid-epoch, and ends as an uninterrupted one."""
+    recipe = [*FSDP, "trainer.limit_train_batches=10", "trainer.max_epochs=3"]
+    recipe += ["trainer.async_save=true", "trainer.ckpt_every_n_steps=1"]
+    uninterrupted = _train(tmp_path / "one-go", *recipe)
+    killed = tmp_path / "killed"
+    kill = "+callbacks.kill={_target_:kill_at_step.KillAtStep,step:12}"
+    proc = run_script("train.py", f"hydra.run.dir={killed}", *RECIPE, *recipe, kill, env=plugins_env())
+    assert proc.returncode != 0 and "SIGKILL" in proc.stderr, proc.stderr[-3000:]
+    assert checkpointing.read(killed / "checkpoints" / "last.pt")["progress"]["global_step"] in (10, 11)
+    resumed = _train(killed, *recipe, f"resume={killed}")
+    assert "resumed at epoch 2" in resumed.output
+    for name, value in uninterrupted.weights().items():
+        assert torch.equal(value, resumed.weights()[name]), name
 
 
 # A background save, held between its shards and its metadata (where a kill lands in a real run), then killed

@@ -12,7 +12,10 @@ from lab.data import batches
 from lab.runtime import Precision
 
 
-@torch.inference_mode()
+# no_grad, not inference_mode: tensors a module allocates in its first forward and keeps (FSDP's unsharded
+# parameter buffers, a model's cached rotary tables) would be inference tensors, which the next training step may
+# not update in place. A run resumed at the end of an epoch validates before it trains again.
+@torch.no_grad()
 def accumulate_metrics(
     model: nn.Module,
     loader: torch.utils.data.DataLoader,
