@@ -24,6 +24,7 @@ finds nothing in its module tree the replay cannot redo. ``dist.meta_init`` choo
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import math
 from collections.abc import Iterator, Mapping
@@ -121,6 +122,26 @@ def materialise(model: nn.Module, device: torch.device, rng_state: torch.Tensor)
             state = torch.random.get_rng_state()
             full = _own_tensors(module)
         _copy_into_shards(module, full)
+
+
+@contextlib.contextmanager
+def on_fake_device(model: nn.Module, device: torch.device) -> Iterator[nn.Module]:
+    """While inside (a FakeTensorMode): a copy of the meta-device `model` whose tensors are fake ones on `device`,
+    shapes and dtypes without memory, for what must run on `device`'s kernels without weights (the FLOP count: on
+    the meta device attention falls back to its math path, which counts otherwise). Real tensors given to it are
+    made fake on the way in."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    stand_in = copy.deepcopy(model)  # outside the mode: it would make the meta tensors' copies fake too, and fail
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        for module in stand_in.modules():
+            for name, tensor in _own_tensors(module).items():
+                fake = torch.empty(tensor.shape, dtype=tensor.dtype, device=device)
+                if name in module._parameters:
+                    module._parameters[name] = nn.Parameter(fake, requires_grad=tensor.requires_grad)
+                else:
+                    module._buffers[name] = fake
+        yield stand_in
 
 
 def _apply_order(module: nn.Module) -> Iterator[nn.Module]:

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from lab.data import batches
+from lab.distributed import meta_init
 from lab.distributed.parallel import Parallel
 from lab.errors import UserError
 from lab.runtime import Precision
@@ -101,7 +102,8 @@ def log_start(
 ) -> Utilization | None:
     """What is about to train, on what: checked on every rank, logged and kept in the run dir by rank 0.
     Runs on the plain model, before any DDP/FSDP wrapping (a sharded forward would be a collective); a model on
-    the meta device (dist=fsdp's meta init: no weights yet) is summarised and counted on meta copies of the batch.
+    the meta device (dist=fsdp's meta init: no weights yet) is summarised on meta copies of the batch and its FLOPs
+    counted on a weightless stand-in on `device`.
     With `peak_flops` (FLOP/s of one device) rank 0 also counts the FLOPs of the first batch and returns the
     callback that logs train/mfu."""
     inputs, targets = batches.split(next(iter(loader)))
@@ -109,7 +111,7 @@ def log_start(
     if not parallel.is_main:
         return None
     on_meta = any(p.is_meta for p in model.parameters())
-    where = torch.device("meta") if on_meta else device  # where the model's tensors are, for the summary and count
+    where = torch.device("meta") if on_meta else device  # where the model's tensors are
     example = batches.to_device(batches.head(inputs, 2), where)
     summary = model_summary(model, example, where)
     (run_dir / "model_summary.txt").write_text(summary + "\n")
@@ -128,15 +130,16 @@ def log_start(
     warn_if_frozen(model)
     if peak_flops is None:
         return None
-    on_device_inputs, on_device_targets = batches.to_device((inputs, targets), where)
-    try:  # autocast as on `device` (it leaves meta tensors alone, and a FLOP is a FLOP in any dtype)
+    on_device_inputs, on_device_targets = batches.to_device((inputs, targets), device)
+    if not on_meta:
         batch_flops = count_flops(model, task, on_device_inputs, on_device_targets, device, precision)
-    except Exception as err:
-        if not on_meta:
-            raise
-        # a loss that reads values (a label check) cannot run on the meta device, which has none
-        log.info("no FLOP count (so no train/mfu): the task's loss cannot run on the meta device (%s)", err)
-        return None
+    else:
+        try:
+            with meta_init.on_fake_device(model, device) as stand_in:
+                batch_flops = count_flops(stand_in, task, on_device_inputs, on_device_targets, device, precision)
+        except Exception as err:  # a loss that reads values (a label check): fake tensors have none
+            log.info("no FLOP count (so no train/mfu): the step cannot run without the model's weights (%s)", err)
+            return None
     utilization = Utilization(batch_flops, batches.size(targets), peak_flops)
     log.info(
         "FLOPs per sample %.4g (forward + backward); peak %.4g FLOP/s per device: train/mfu logged",

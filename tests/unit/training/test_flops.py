@@ -121,6 +121,26 @@ def test_a_meta_device_model_is_summarised_and_counted_without_weights(tmp_path,
     assert all(p.is_meta and p.grad is None for p in model.parameters())
 
 
+def test_a_meta_device_gpt_counts_the_attention_kernel_the_device_runs(tmp_path) -> None:
+    """On the meta device attention would run its math path (counted otherwise than the kernel the device picks):
+    the count runs on a weightless stand-in on the device, and equals the whole model's."""
+    from lab import models
+    from lab.tasks.language_model import LanguageModel
+
+    model_cfg, meta = {"name": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 16}, {"vocab_size": 20, "block_size": 8}
+    tokens = torch.randint(0, 20, (4, 9), generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(TensorDataset(tokens[:, :-1], tokens[:, 1:]), batch_size=4)
+    tracker, task = Tracker(tmp_path / "report").start(), LanguageModel(meta)
+    whole = log_start(models.build(model_cfg, meta), task, loader, tmp_path, CPU, FP32, tracker, Parallel(), 1e9)
+    with torch.device("meta"):
+        model = models.build(model_cfg, meta)
+    on_meta = log_start(model, task, loader, tmp_path, CPU, FP32, tracker, Parallel(), 1e9)
+    tracker.finish("completed")
+    assert whole is not None and on_meta is not None
+    assert on_meta.flops_per_sample == whole.flops_per_sample
+    assert all(p.is_meta for p in model.parameters())
+
+
 def test_a_loss_that_cannot_run_on_the_meta_device_skips_the_count_saying_so(tmp_path, caplog) -> None:
     class ReadsLabels(Classification):
         def loss(self, outputs, targets):
@@ -133,7 +153,10 @@ def test_a_loss_that_cannot_run_on_the_meta_device_skips_the_count_saying_so(tmp
     with caplog.at_level("INFO", logger="lab.training.start"):
         assert log_start(model, ReadsLabels(3), _loader(), tmp_path, CPU, FP32, tracker, Parallel(), 1e9) is None
     tracker.finish("completed")
-    assert any(m.startswith("no FLOP count (so no train/mfu): the task's loss cannot run on") for m in caplog.messages)
+    assert any(
+        m.startswith("no FLOP count (so no train/mfu): the step cannot run without the model's weights")
+        for m in caplog.messages
+    )
 
 
 # --------------------------------------------------------------------------- bench/gpu_throughput.py (CPU, tiny)
