@@ -27,7 +27,7 @@ import contextlib
 import copy
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -76,9 +76,12 @@ def blocker(model: nn.Module) -> str | None:
     constructor would have drawn the submodule's first, the replay draws its own first), no module without tensors
     may have a ``reset_parameters()`` (it would redraw its submodules' after their constructors did), and no
     parameter may be shared by two modules."""
+    holds: dict[nn.Module, bool] = {}  # whether a module or one below it owns tensors (children first)
+    for module in _apply_order(model):
+        holds[module] = bool(_own_tensors(module)) or any(holds[child] for child in module.children())
     for name, module in model.named_modules():
         what = f"{name or 'the model'} ({type(module).__name__})"
-        below = any(_own_tensors(child) for child in module.modules() if child is not module)
+        below = any(holds[child] for child in module.children())
         if _own_tensors(module):
             if not callable(getattr(module, "reset_parameters", None)):
                 return f"{what} holds parameters or buffers but has no reset_parameters() to draw them again"
@@ -135,12 +138,7 @@ def on_fake_device(model: nn.Module, device: torch.device) -> Iterator[nn.Module
     stand_in = copy.deepcopy(model)  # outside the mode: it would make the meta tensors' copies fake too, and fail
     with FakeTensorMode(allow_non_fake_inputs=True):
         for module in stand_in.modules():
-            for name, tensor in _own_tensors(module).items():
-                fake = torch.empty(tensor.shape, dtype=tensor.dtype, device=device)
-                if name in module._parameters:
-                    module._parameters[name] = nn.Parameter(fake, requires_grad=tensor.requires_grad)
-                else:
-                    module._buffers[name] = fake
+            _replace_own(module, lambda tensor: torch.empty(tensor.shape, dtype=tensor.dtype, device=device))
         yield stand_in
 
 
@@ -157,19 +155,27 @@ def _in_full(module: nn.Module) -> Iterator[None]:
     with NaN, so a reset_parameters() that leaves one undrawn is caught); its own (sharded) ones are put back on
     leaving."""
     saved_parameters, saved_buffers = dict(module._parameters), dict(module._buffers)
-    for name, tensor in _own_tensors(module).items():
-        value = torch.empty(tensor.shape, dtype=tensor.dtype)
-        if value.is_floating_point():
-            value.fill_(math.nan)
-        if name in saved_parameters:
-            module._parameters[name] = nn.Parameter(value, requires_grad=tensor.requires_grad)
-        else:
-            module._buffers[name] = value
+    _replace_own(module, _undrawn)
     try:
         yield
     finally:
         module._parameters.update(saved_parameters)
         module._buffers.update(saved_buffers)
+
+
+def _undrawn(tensor: torch.Tensor) -> torch.Tensor:
+    """A full CPU tensor of `tensor`'s shape and dtype, NaN where it can be."""
+    full = torch.empty(tensor.shape, dtype=tensor.dtype)
+    return full.fill_(math.nan) if full.is_floating_point() else full
+
+
+def _replace_own(module: nn.Module, make: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """Each tensor the module owns replaced by `make(tensor)`; a parameter by a parameter, as trainable as it was."""
+    for name, tensor in _own_tensors(module).items():
+        if name in module._parameters:
+            module._parameters[name] = nn.Parameter(make(tensor), requires_grad=tensor.requires_grad)
+        else:
+            module._buffers[name] = make(tensor)
 
 
 def _reset(module: nn.Module) -> None:
