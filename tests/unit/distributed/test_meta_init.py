@@ -142,6 +142,22 @@ def test_a_module_tree_the_replay_cannot_redo_is_named(model, why: str) -> None:
     assert re.search(why, str(meta_init.blocker(built)))
 
 
+def test_a_tree_that_passes_is_not_enough_so_options_opt_in() -> None:
+    """torchvision's ResNet passes every check of its tree, yet its constructor redraws the convolutions in a loop
+    of its own (kaiming_normal_) after their reset_parameters(): the replay would give other weights, which is why
+    a model option declares replayable_init rather than the tree deciding."""
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(SEED)
+    whole = torchvision.models.resnet18(num_classes=3)
+    with torch.device("meta"):
+        model = torchvision.models.resnet18(num_classes=3)
+    assert meta_init.blocker(model) is None
+    torch.manual_seed(SEED)
+    meta_init.materialise(model, CPU, torch.random.get_rng_state())
+    assert torch.equal(model.fc.weight, whole.fc.weight)  # drawn by reset_parameters() alone: replayed
+    assert not torch.equal(model.conv1.weight, whole.conv1.weight)  # redrawn by the constructor's loop: not
+
+
 def _option_build(monkeypatch, model_factory) -> None:
     """model=mlp's build made to return `model_factory()` (its option replayable: only the tree can block)."""
     monkeypatch.setattr(
