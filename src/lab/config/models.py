@@ -30,8 +30,8 @@ class ModelConfig(Option, group="model"):
     init_from: str | None = None
     # whether build() draws its random initial weights only in each module's reset_parameters() and the model's
     # init_module seam, in the order lab.distributed.meta_init replays them: then dist=fsdp builds it on the meta
-    # device and draws its weights shard by shard. An option opts in once the test that compares the replay with
-    # its build bitwise (tests/unit/distributed/test_meta_init.py) covers it
+    # device and draws its weights shard by shard. An option opts in with a case in tests/helpers.py META_INIT_CASES,
+    # whose tests compare the replay with its build bitwise (docs/architecture.md: Meta-device init under FSDP)
     replayable_init: ClassVar[bool] = False
 
     def build(self, meta: dict[str, Any]) -> nn.Module:
