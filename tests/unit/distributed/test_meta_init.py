@@ -92,6 +92,19 @@ def test_the_sharded_replay_draws_the_whole_builds_weights_bitwise(one_rank_grou
     assert torch.equal(torch.random.get_rng_state(), rng_after)
 
 
+def test_sync_bn_converts_the_meta_model_and_the_replay_stays_exact() -> None:
+    """dist.sync_bn (CUDA runs: Parallel.wrap converts before sharding): SyncBatchNorm takes over the meta tensors."""
+    model_cfg, data_meta = META_INIT_CASES["cnn"]
+    torch.manual_seed(SEED)
+    expected = nn.SyncBatchNorm.convert_sync_batchnorm(models.build(model_cfg, data_meta)).state_dict()
+    torch.manual_seed(SEED)
+    start = torch.random.get_rng_state()
+    model = nn.SyncBatchNorm.convert_sync_batchnorm(meta_init.build(model_cfg, data_meta, _fsdp()))
+    assert any(isinstance(m, nn.SyncBatchNorm) for m in model.modules()) and meta_init.blocker(model) is None
+    meta_init.materialise(model, CPU, start)
+    _assert_bitwise(expected, model.state_dict())
+
+
 # --------------------------------------------------------------------------- what the replay cannot redo
 class _RandnParameter(nn.Module):
     def __init__(self) -> None:
