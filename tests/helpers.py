@@ -174,3 +174,16 @@ def in_process_trainer(
         checkpoints=CheckpointManager(run_dir, Parallel()),
         callbacks=callbacks,
     )
+
+
+# lab.distributed.meta_init: each model option that declares replayable_init, small, on data of its kind: (model
+# node, data meta). Odd sizes (3 and 5 classes, a 37-token vocabulary) shard unevenly over 2 ranks; a frozen part
+# and BatchNorm (its running statistics are buffers) are covered.
+META_INIT_CASES = {
+    "mlp": ({"name": "mlp", "hidden_dims": [16, 8]}, {"input_shape": [1, 4, 4], "num_outputs": 3}),
+    "cnn": (
+        {"name": "cnn", "channels": [4, 8], "freeze": ["blocks.0.*"]},
+        {"input_shape": [3, 8, 8], "num_outputs": 5},
+    ),
+    "gpt": ({"name": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 16}, {"vocab_size": 37, "block_size": 8}),
+}

@@ -72,6 +72,14 @@ class DDPConfig(ProcessGroupConfig):
     find_unused_parameters: bool = False  # only for models whose forward skips parameters
 
 
+def meta_init_refused(why: str) -> str:
+    """The one-line refusal of dist.meta_init=true for a model the meta-device init cannot replay (`why`)."""
+    return (
+        f"dist.meta_init=true cannot build this model on the meta device: {why}; set dist.meta_init=auto (or false) "
+        "to build the whole model on every rank before sharding it"
+    )
+
+
 @dataclass
 class FSDPConfig(ProcessGroupConfig):
     """FSDP2 (torch.distributed.fsdp.fully_shard): parameters, gradients and optimizer state sharded over ranks.
@@ -79,3 +87,14 @@ class FSDPConfig(ProcessGroupConfig):
     each rank writes its own part (lab.checkpointing.sharded), and they resume on any number of ranks."""
 
     reshard_after_forward: bool = True  # free gathered parameters after forward (less memory, one more gather)
+    # build the model on the meta device and draw its initial weights shard by shard (the same weights, bitwise, as
+    # the whole build), so no rank holds the whole model (lab.distributed.meta_init). auto: when the model can be
+    # replayed, else the whole build on every rank, saying why; true: such a model is refused; false: never
+    meta_init: Any = "auto"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(
+            self.meta_init == "auto" or isinstance(self.meta_init, bool),
+            f"dist.meta_init must be auto, true or false, got {self.meta_init!r}",
+        )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from omegaconf import MISSING
 
@@ -28,6 +28,11 @@ class ModelConfig(Option, group="model"):
     # another run's checkpoint (or any weights file) to start from: every tensor that fits is loaded, a head of
     # another shape stays freshly initialised, and the counts are logged (lab.models.pretrained)
     init_from: str | None = None
+    # whether build() draws its random initial weights only in each module's reset_parameters() and the model's
+    # init_module seam, in the order lab.distributed.meta_init replays them: then dist=fsdp builds it on the meta
+    # device and draws its weights shard by shard. An option opts in with a case in tests/helpers.py META_INIT_CASES,
+    # whose tests compare the replay with its build bitwise (docs/architecture.md: Meta-device init under FSDP)
+    replayable_init: ClassVar[bool] = False
 
     def build(self, meta: dict[str, Any]) -> nn.Module:
         """The model (an ``nn.Module``) for the data ``meta`` describes; ``lab.models.build`` applies ``init_from``
@@ -45,6 +50,15 @@ class ModelConfig(Option, group="model"):
         image dataset takes it for each of those keys it leaves null. None: the data's own."""
         return None
 
+    def meta_init_blocker(self) -> str | None:
+        """Why dist=fsdp cannot build this model on the meta device and replay its initialisation (None: it may, if
+        its module tree passes lab.distributed.meta_init.blocker too)."""
+        if self.init_from is not None:
+            return "model.init_from loads weights while the model is built"
+        if not self.replayable_init:
+            return f"model={self.name} draws its initial weights in ways the replay does not reproduce"
+        return None
+
     def for_checkpoint(self) -> ModelConfig:
         """The architecture alone, without its sources of initial weights: what a checkpoint's weights are loaded
         into, so eval/export/infer never read a pretrained file or another run's checkpoint again."""
@@ -54,6 +68,8 @@ class ModelConfig(Option, group="model"):
 @dataclass
 class MLPConfig(ModelConfig):
     """A multilayer perceptron over flattened inputs: images or table rows."""
+
+    replayable_init = True
 
     hidden_dims: list[int] = field(default_factory=lambda: [256, 128])
     dropout: float = 0.1
@@ -72,6 +88,8 @@ class MLPConfig(ModelConfig):
 @dataclass
 class CNNConfig(ModelConfig):
     """Small convnet with BatchNorm; works for any input size >= 8 px (global average pooling)."""
+
+    replayable_init = True
 
     channels: list[int] = field(default_factory=lambda: [32, 64, 128])
     dropout: float = 0.1
@@ -104,6 +122,12 @@ class TorchvisionConfig(ModelConfig):
     weights: str | None = None
     # a file of the arch's weights, wherever it is (the preprocessing: model.weights', else DEFAULT's)
     weights_path: str | None = None
+
+    def meta_init_blocker(self) -> str | None:
+        pretrained = (
+            ", and the pretrained weights are loaded while building" if self.weights or self.weights_path else ""
+        )
+        return f"model=torchvision draws its initial weights in loops of its own, beyond reset_parameters(){pretrained}"
 
     def build(self, meta: dict[str, Any]) -> nn.Module:
         from lab.models.vision import build_torchvision
@@ -159,6 +183,12 @@ class TimmConfig(ModelConfig):
             "model.weights_path is read only with model.pretrained=true (or drop model.weights_path)",
         )
 
+    def meta_init_blocker(self) -> str | None:
+        pretrained = ", and the pretrained weights are loaded while building" if self.pretrained else ""
+        return (
+            f"model=timm draws its initial weights in init functions of its own, beyond reset_parameters(){pretrained}"
+        )
+
     def build(self, meta: dict[str, Any]) -> nn.Module:
         from lab.models.timm_model import build_timm
 
@@ -193,6 +223,8 @@ class TimmConfig(ModelConfig):
 class GPTConfig(ModelConfig):
     """A small decoder-only transformer (causal scaled_dot_product_attention, tied embeddings). Its context is the
     dataset's block_size (data_meta); grad_checkpointing recomputes blocks in backward."""
+
+    replayable_init = True
 
     n_layer: int = 2
     n_head: int = 4

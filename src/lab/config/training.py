@@ -13,6 +13,7 @@ from lab.config import callbacks as callback_options
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.checks import seed, wandb_tags
+from lab.config.distributed import meta_init_refused
 from lab.config.trackers import LoggerConfig, logger_config
 
 
@@ -229,6 +230,11 @@ class TrainConfig:
             "trainer.ema.decay does not work with dist=fsdp (each rank holds only a shard of the weights); "
             "use dist=ddp with EMA, or trainer.ema.decay=null under FSDP",
         )
+        # a model whose option knows it cannot be built on the meta device (lab.distributed.meta_init), refused before
+        # any process starts; what only its module tree tells is refused once the data gives its shapes
+        blocker = getattr(self.model, "meta_init_blocker", None)
+        why = blocker() if fsdp and getattr(self.dist, "meta_init", None) is True and blocker else None
+        _require(why is None, meta_init_refused(str(why)))
         _require(
             not (self.trainer.async_save and not fsdp),
             "trainer.async_save writes sharded checkpoints in the background, which only dist=fsdp makes; use "

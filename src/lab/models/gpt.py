@@ -61,7 +61,16 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(Block(n_embd, n_head, dropout) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(n_embd)
-        self.apply(_init)
+        self.apply(self.init_module)
+
+    def init_module(self, module: nn.Module) -> None:
+        """GPT-2's initialisation of one module's own weights (normal, std 0.02; zero biases), applied to every
+        module once all are built: the seam dist=fsdp's meta-device init replays module by module
+        (lab.distributed.meta_init), so it must touch `module`'s own tensors only."""
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(idx.shape[1], device=idx.device)
@@ -76,13 +85,6 @@ class GPT(nn.Module):
         """dist=fsdp shards each block on its own; the embeddings and the final norm stay in the root unit, whose
         weights are gathered for the whole forward: the output projection reads the token embedding directly."""
         return list(self.blocks)
-
-
-def _init(module: nn.Module) -> None:
-    if isinstance(module, nn.Linear | nn.Embedding):
-        nn.init.normal_(module.weight, mean=0.0, std=0.02)
-    if isinstance(module, nn.Linear) and module.bias is not None:
-        nn.init.zeros_(module.bias)
 
 
 def build_gpt(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:

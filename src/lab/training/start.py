@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from lab.data import batches
+from lab.distributed import meta_init
 from lab.distributed.parallel import Parallel
 from lab.errors import UserError
 from lab.runtime import Precision
@@ -100,15 +101,19 @@ def log_start(
     peak_flops: float | None = None,
 ) -> Utilization | None:
     """What is about to train, on what: checked on every rank, logged and kept in the run dir by rank 0.
-    Runs on the plain model, before any DDP/FSDP wrapping (a sharded forward would be a collective).
+    Runs on the plain model, before any DDP/FSDP wrapping (a sharded forward would be a collective); a model on
+    the meta device (dist=fsdp's meta init: no weights yet) is summarised on meta copies of the batch and its FLOPs
+    counted on a weightless stand-in on `device`.
     With `peak_flops` (FLOP/s of one device) rank 0 also counts the FLOPs of the first batch and returns the
     callback that logs train/mfu."""
     inputs, targets = batches.split(next(iter(loader)))
     first_batch = check_first_batch(inputs, targets, task)
     if not parallel.is_main:
         return None
-    example = batches.to_device(batches.head(inputs, 2), device)
-    summary = model_summary(model, example, device)
+    on_meta = any(p.is_meta for p in model.parameters())
+    where = torch.device("meta") if on_meta else device  # where the model's tensors are
+    example = batches.to_device(batches.head(inputs, 2), where)
+    summary = model_summary(model, example, where)
     (run_dir / "model_summary.txt").write_text(summary + "\n")
     tracker.save_file(run_dir / "model_summary.txt")
     counts = parameter_counts(model)
@@ -126,7 +131,15 @@ def log_start(
     if peak_flops is None:
         return None
     on_device_inputs, on_device_targets = batches.to_device((inputs, targets), device)
-    batch_flops = count_flops(model, task, on_device_inputs, on_device_targets, device, precision)
+    if not on_meta:
+        batch_flops = count_flops(model, task, on_device_inputs, on_device_targets, device, precision)
+    else:
+        try:
+            with meta_init.on_fake_device(model, device) as stand_in:
+                batch_flops = count_flops(stand_in, task, on_device_inputs, on_device_targets, device, precision)
+        except Exception as err:  # a loss that reads values (a label check): fake tensors have none
+            log.info("no FLOP count (so no train/mfu): the step cannot run without the model's weights (%s)", err)
+            return None
     utilization = Utilization(batch_flops, batches.size(targets), peak_flops)
     log.info(
         "FLOPs per sample %.4g (forward + backward); peak %.4g FLOP/s per device: train/mfu logged",

@@ -23,7 +23,7 @@ from lab.config import TrainConfig
 from lab.config import callbacks as config_callbacks
 from lab.data.common import dataset_len
 from lab.distributed import env as dist_env
-from lab.distributed import launch
+from lab.distributed import launch, meta_init
 from lab.distributed.parallel import Parallel
 from lab.errors import UserError
 from lab.optim import build_optimizer, build_scheduler, lr_scale
@@ -170,6 +170,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     datamodule = data.build(data_cfg, reuse=in_multirun())
     if not cfg.trainer.overfit_batches:  # too few samples for a batch: refused before the first record, too
         data.check_batch_fits(math.ceil(dataset_len(datamodule.train) / parallel.world_size), cfg.data.batch_size)
+    on_meta = meta_init.build(cfg.model, datamodule.meta, cfg.dist)  # dist=fsdp; refused here, before any record
     tracker = tracking.from_config(
         cfg,
         run_dir,
@@ -183,7 +184,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
         resumed_step=resume["progress"]["global_step"] if resume is not None and continuing else None,
     )
     with tracker.session(background=True):  # the trackers start while the model is built
-        summary = _fit(cfg, run_dir, datamodule, parallel, device, precision, resume, tracker)
+        summary = _fit(cfg, run_dir, datamodule, parallel, device, precision, resume, tracker, on_meta)
     result = summary.get(cfg.optimized_metric)
     log.info("done: %s = %s; run dir %s", cfg.optimized_metric, result, run_dir)
     return result
@@ -198,8 +199,10 @@ def _fit(
     precision: runtime.Precision,
     resume: dict | None,
     tracker: tracking.Tracker,
+    on_meta: torch.nn.Module | None = None,
 ) -> dict[str, Any]:
-    """Model, optimizer and Trainer on the data; train, then score the best checkpoint on the test split."""
+    """Model, optimizer and Trainer on the data; train, then score the best checkpoint on the test split. `on_meta`:
+    the model built on the meta device (dist=fsdp), initialised only once sharded."""
     meta = datamodule.meta
     train_set, val_set = datamodule.train, datamodule.val
     if cfg.trainer.overfit_batches:
@@ -211,11 +214,14 @@ def _fit(
     train_batches, train_loader = _train_batches(train_set, cfg, pin, parallel, device, datamodule.train_collate)
     val_loader = _eval_loader(val_set, "val", cfg, pin, parallel, device)
 
-    model = models.build(cfg.model, meta).to(device)
+    init_rng = torch.random.get_rng_state()  # what the build draws from; on the meta device, drawn once sharded
+    model = on_meta if on_meta is not None else models.build(cfg.model, meta).to(device)
     model = runtime.apply_channels_last(model, cfg.trainer.channels_last, cfg.dist.strategy)
     peak = flops.peak_flops(cfg.trainer.peak_flops, device, precision.autocast_dtype, cfg.trainer.tf32)
     utilization = log_start(model, task, train_loader, run_dir, device, precision, tracker, parallel, peak)
     model, forward = parallel.wrap(model, cfg.dist, device, precision)  # before the optimizer: FSDP swaps params
+    if on_meta is not None:
+        meta_init.materialise(model, device, init_rng)
     if parallel.world_size > 1:
         runtime.seed_everything((cfg.seed + parallel.rank) % 2**32)  # dropout etc. differ per rank from here on
     # trainer.unfreeze_at_epoch: the frozen parameters are in the optimizer from the start (see Unfreeze)

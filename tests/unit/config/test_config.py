@@ -246,7 +246,7 @@ PROCESS_GROUP_KEYS |= {"timeout_s", "grace_s", "max_restarts"}
         ("scheduler", "constant", {"name", "warmup_steps"}),
         ("dist", "none", {"strategy", "lr_scaling", "base_batch_size"}),
         ("dist", "ddp", {*PROCESS_GROUP_KEYS, "find_unused_parameters"}),
-        ("dist", "fsdp", {*PROCESS_GROUP_KEYS, "reshard_after_forward"}),
+        ("dist", "fsdp", {*PROCESS_GROUP_KEYS, "reshard_after_forward", "meta_init"}),
     ],
 )
 def test_each_schedule_and_strategy_has_its_own_keys(group: str, option: str, keys: set[str]) -> None:

@@ -102,6 +102,63 @@ def test_trainer_logs_mfu_from_its_throughput_and_flops_per_step_in_the_summary(
     assert summary["train/flops_per_step"] == MLP_FLOPS_PER_SAMPLE * 8 * 2  # batch 8, 2 micro-batches, 1 rank
 
 
+def test_a_meta_device_model_is_summarised_and_counted_without_weights(tmp_path, caplog) -> None:
+    """dist=fsdp's meta-device init: the start report runs on the model before it has weights, on meta copies of
+    the first batch, and says what the model with weights would (the same table, parameter counts and FLOPs)."""
+    task, loader = Classification(3), _loader()
+    tracker = Tracker(tmp_path / "report").start()
+    log_start(_mlp(), task, loader, tmp_path, CPU, FP32, tracker, Parallel(), peak_flops=1e9)
+    with_weights = (tmp_path / "model_summary.txt").read_text()
+    with torch.device("meta"):
+        model = _mlp()
+    with caplog.at_level("INFO", logger="lab.training.start"):
+        meter = log_start(model, task, loader, tmp_path, CPU, FP32, tracker, Parallel(), peak_flops=1e9)
+    tracker.finish("completed")
+    assert meter is not None and meter.flops_per_sample == MLP_FLOPS_PER_SAMPLE
+    assert (tmp_path / "model_summary.txt").read_text() == with_weights
+    assert "Total params: 195" in with_weights  # 8 * 16 + 16 + 16 * 3 + 3
+    assert "parameters: 195 trainable, 0 frozen" in caplog.messages
+    assert all(p.is_meta and p.grad is None for p in model.parameters())
+
+
+def test_a_meta_device_gpt_counts_the_attention_kernel_the_device_runs(tmp_path) -> None:
+    """On the meta device attention would run its math path (counted otherwise than the kernel the device picks):
+    the count runs on a weightless stand-in on the device, and equals the whole model's."""
+    from lab import models
+    from lab.tasks.language_model import LanguageModel
+
+    model_cfg, meta = {"name": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 16}, {"vocab_size": 20, "block_size": 8}
+    tokens = torch.randint(0, 20, (4, 9), generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(TensorDataset(tokens[:, :-1], tokens[:, 1:]), batch_size=4)
+    tracker, task = Tracker(tmp_path / "report").start(), LanguageModel(meta)
+    whole = log_start(models.build(model_cfg, meta), task, loader, tmp_path, CPU, FP32, tracker, Parallel(), 1e9)
+    with torch.device("meta"):
+        model = models.build(model_cfg, meta)
+    on_meta = log_start(model, task, loader, tmp_path, CPU, FP32, tracker, Parallel(), 1e9)
+    tracker.finish("completed")
+    assert whole is not None and on_meta is not None
+    assert on_meta.flops_per_sample == whole.flops_per_sample
+    assert all(p.is_meta for p in model.parameters())
+
+
+def test_a_loss_that_cannot_run_on_the_meta_device_skips_the_count_saying_so(tmp_path, caplog) -> None:
+    class ReadsLabels(Classification):
+        def loss(self, outputs, targets):
+            assert int(targets.max()) < 3  # reads a value: no meta tensor has one
+            return super().loss(outputs, targets)
+
+    with torch.device("meta"):
+        model = _mlp()
+    tracker = Tracker(tmp_path / "report").start()
+    with caplog.at_level("INFO", logger="lab.training.start"):
+        assert log_start(model, ReadsLabels(3), _loader(), tmp_path, CPU, FP32, tracker, Parallel(), 1e9) is None
+    tracker.finish("completed")
+    assert any(
+        m.startswith("no FLOP count (so no train/mfu): the step cannot run without the model's weights")
+        for m in caplog.messages
+    )
+
+
 # --------------------------------------------------------------------------- bench/gpu_throughput.py (CPU, tiny)
 def _bench(monkeypatch):
     from helpers import REPO, load_file
