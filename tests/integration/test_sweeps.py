@@ -18,6 +18,7 @@ import pytest
 from optuna.trial import TrialState
 
 from helpers import REPO, readme_commands, script_env
+from lab.sweeps.study_storage import open_storage
 from wandb_reader import find_run_files, read_run
 from warm_python import run_python
 
@@ -280,8 +281,11 @@ def test_every_experiment_runs_in_one_sweep(tmp_path):
     assert {row["status"] for row in rows} == {"completed"}
 
 
-def test_two_optuna_drivers_share_a_study_and_a_killed_drivers_trial_is_run_again(tmp_path):
-    storage = f"sqlite:///{tmp_path}/study.db"
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_two_optuna_drivers_share_a_study_and_a_killed_drivers_trial_is_run_again(tmp_path, kind):
+    """Two driver processes on one study: a sqlite file, or a journal file (the file-system backend for nodes that
+    share a file system, whose heartbeat is the sweeper's own trial attribute)."""
+    storage = f"sqlite:///{tmp_path}/study.db" if kind == "sqlite" else f"journal:///{tmp_path}/study.log"
     search = [
         "hparams_search=optuna",
         *QUICK,
@@ -313,7 +317,7 @@ def test_two_optuna_drivers_share_a_study_and_a_killed_drivers_trial_is_run_agai
     assert a.wait(timeout=300) == -9, (tmp_path / "a.log").read_text()[-3000:]
     assert b.wait(timeout=300) == 0, (tmp_path / "b.log").read_text()[-3000:]
 
-    trials = optuna.load_study(study_name="drivers", storage=storage).trials
+    trials = optuna.load_study(study_name="drivers", storage=open_storage(storage)).trials
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     (killed,) = [t for t in trials if t.state == TrialState.FAIL]
     (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == killed.number]
