@@ -29,6 +29,7 @@ QUICK_BENCH_ARGS = {
     "bench/gpu_smoke.py": ["--checks", "peak_memory_after_large_free"],
     "bench/startup.py": ["--repeats", "1"],
     "bench/sharded_checkpoint.py": ["--params", "1e6", "--repeats", "1"],
+    "bench/meta_init.py": ["--layers", "1", "--width", "64", "--vocab", "256"],
     "bench/tokens_loader.py": ["--corpus-mb", "0.2", "--seconds", "0.2", "--repeats", "1"],  # 0.2 MB, 0.2 s a loader
     # its three rows (digits; CIFAR-sized synthetic images, plain and augmented), the synthetic ones on 256 images
     # instead of 2048
