@@ -211,3 +211,12 @@ def test_async_save_without_fsdp_is_refused_at_configuration_time(compose) -> No
     with pytest.raises(ConfigError, match=r"trainer.async_save .* only dist=fsdp makes"):
         validate(compose(["dist=ddp", "trainer.async_save=true"]))
     validate(compose(["dist=fsdp", "trainer.async_save=true"]))
+
+
+def test_model_init_from_reads_the_weights_of_a_sharded_checkpoint(tmp_path: Path) -> None:
+    from lab.models.pretrained import read_weights
+
+    model, optimizer = _model_and_optimizer()
+    manager = CheckpointManager(tmp_path, Parallel())
+    manager.save(_state(model, optimizer, 1), best=False)  # a periodic save: no model in last.pt
+    _assert_equal(read_weights(manager.last, "model.init_from"), model.state_dict())
