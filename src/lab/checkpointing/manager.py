@@ -135,11 +135,13 @@ class CheckpointManager:
         return torch.load(self.last, map_location="cpu", weights_only=True, mmap=True).get("shards")
 
     def _prune(self, keep: str | None) -> list[Path]:
-        """Remove the shard directories other than `keep`: the one last.pt named before, or a killed save's."""
+        """Remove the shard directories other than `keep`: the one last.pt named before, or a killed save's. Only
+        the `step-*` directories saves make: anything else under shards/ is not this manager's to remove."""
         root = self.dir / sharded.DIR
-        removed = [entry for entry in root.iterdir() if f"{sharded.DIR}/{entry.name}" != keep] if root.is_dir() else []
+        ours = sorted(root.glob("step-*")) if root.is_dir() else []
+        removed = [entry for entry in ours if entry.is_dir() and f"{sharded.DIR}/{entry.name}" != keep]
         for entry in removed:
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            shutil.rmtree(entry)
         return removed
 
 

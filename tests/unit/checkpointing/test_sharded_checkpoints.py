@@ -160,10 +160,13 @@ def test_a_save_killed_before_completion_leaves_the_previous_checkpoint_and_is_r
     killed = manager.dir / "shards/step-000000002"
     killed.mkdir()
     (killed / "__0_0.distcp").write_bytes(b"partial")
+    users = manager.dir / "shards" / "notes.txt"  # not a save's: never removed
+    users.write_text("mine")
     _assert_equal(sharded.model_weights(checkpointing.read(manager.last)), weights)
     with caplog.at_level(logging.WARNING):
         CheckpointManager(tmp_path, Parallel())
     assert not killed.exists() and sharded.is_complete(manager.dir / _named(manager))
+    assert users.read_text() == "mine"
     assert "shards of a save that never completed" in caplog.text
 
 
