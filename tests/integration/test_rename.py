@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,39 @@ def test_a_dirty_tree_is_refused_in_one_line(fork):
     assert proc.returncode != 0 and len(proc.stderr.splitlines()) == 1
     assert proc.stderr.startswith("error: the git tree has 1 uncommitted change(s) (e.g. README.md)")
     assert (fork / "src" / OLD).is_dir() and not (fork / "src" / NEW).exists()
+
+
+def _installed_fork(repo: Path, venv: Path) -> Path:
+    """`make install` in the renamed fork, in little: a venv that sees this environment's packages (torch and the rest
+    are not installed again) with the fork's distribution installed into it, so its metadata is the new name's."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    outer = sysconfig.get_paths()["purelib"]
+    Path(site, "_outer_site.pth").write_text(f"import site; site.addsitedir({outer!r})\n")
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-build-isolation"]
+    installed = subprocess.run([*pip, "-e", str(repo)], capture_output=True, text=True, timeout=600)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    return python
+
+
+def test_a_renamed_forks_suite_passes_before_its_rename_is_committed(tmp_path):
+    """What the rename advises: `make install` and `make test` in the renamed tree, not yet committed. The fast tier
+    and the template-update tests run there, so a test that spells the template's name, or one that assumes it runs
+    in the template (the fork's `.template.json` carried into a scenario), turns this red here and not only in a
+    user's fork."""
+    repo = _copy(tmp_path / "fork")
+    proc = _make_rename(repo, f"--no-install --python {sys.executable}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    python = _installed_fork(repo, tmp_path / "venv")
+    # the outer run's pytest-xdist worker variables would tell the inner pytest it is a worker
+    env = {k: v for k, v in _env(repo).items() if not k.startswith("PYTEST_") and k != "PYTHONPATH"}
+    base = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "worksteal"]
+    for selection in (["-m", "not integration"], ["tests/integration/test_template_update.py"]):
+        suite = subprocess.run([*base, *selection], cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
+        assert suite.returncode == 0, suite.stdout[-4000:] + suite.stderr[-2000:]

@@ -32,6 +32,7 @@ OLD = re.search(r'^name\s*=\s*"([^"]+)"', (REPO / "pyproject.toml").read_text(),
 NEW = "myproject" if OLD != "myproject" else "myproject2"
 SECTION = "## Take the template's later fixes"
 URL = "<template-url>"
+RECORD = ".template.json"  # the fork's record of its template commit (scripts/rename.py)
 # a hermetic git: no user's or system's configuration (signing, hooks, default branch), a fixed identity
 GIT_ENV = {
     "GIT_CONFIG_GLOBAL": os.devnull,
@@ -72,7 +73,7 @@ def _update(fork: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _record(repo: Path) -> dict:
-    return json.loads((repo / ".template.json").read_text())
+    return json.loads((repo / RECORD).read_text())
 
 
 def readme_section_commands() -> list[str]:
@@ -93,12 +94,14 @@ def _as_run(command: str, upstream: Path) -> str:
 
 
 def _template(dest: Path) -> Path:
-    """This repository's files (what git tracks plus new files it would add), committed in a fresh repository."""
+    """This repository's files (what git tracks plus new files it would add), committed in a fresh repository, as a
+    template release holds them: without a fork's `.template.json`. In a renamed fork that record names a commit of
+    the template this scenario never had, so the scenario's rename would keep it and `make update` could not start."""
     if shutil.which("git") is None or shutil.which("make") is None or not (REPO / ".git").exists():
         pytest.skip("needs git, make and a git checkout of the repository")
     listed = _git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=REPO).split("\0")
     for rel in listed:
-        if rel and (REPO / rel).is_file():
+        if rel and rel != RECORD and (REPO / rel).is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, dest / rel)
     _git("init", "-q", "-b", "main", cwd=dest)
@@ -170,7 +173,7 @@ def scenario(tmp_path_factory) -> Scenario:
     steps = []
     for command in readme_section_commands():
         proc = _bash(_as_run(command, upstream), fork)
-        record = _record(fork) if (fork / ".template.json").is_file() else {}
+        record = _record(fork) if (fork / RECORD).is_file() else {}
         steps.append((command, proc, _git("rev-parse", "HEAD", cwd=fork).strip(), record))
     return Scenario(upstream, fork, start, fix, later, renamed_record, steps)
 
@@ -190,7 +193,7 @@ def test_the_readme_shows_the_remote_and_both_updates():
 
 def test_rename_records_the_templates_commit(scenario):
     assert scenario.renamed_record == {"commit": scenario.start, "version": "0.1.0"}
-    assert not _mentions(OLD).search((scenario.fork / ".template.json").read_text())  # a later rename keeps it
+    assert not _mentions(OLD).search((scenario.fork / RECORD).read_text())  # a later rename keeps it
 
 
 def test_the_readme_commands_run_in_a_renamed_fork(scenario):
@@ -217,7 +220,7 @@ def test_make_update_takes_the_newest_release_renamed_and_keeps_the_forks_change
     assert _git("rev-list", "--count", f"{head}^..{head}", cwd=fork).strip() == "1"
     changed = _git("show", "--format=", "--name-only", head, cwd=fork).split()
     assert sorted(changed) == sorted(
-        [".template.json", "README.md", "pyproject.toml", f"src/{NEW}/errors.py", f"src/{NEW}/template_fix.py"]
+        [RECORD, "README.md", "pyproject.toml", f"src/{NEW}/errors.py", f"src/{NEW}/template_fix.py"]
     )
     assert not _mentions(OLD).search(_git("show", head, cwd=fork))
     assert len(_git("worktree", "list", cwd=fork).splitlines()) == 1
@@ -306,12 +309,12 @@ def _no_remote(fork: Path) -> None:
 
 
 def _no_record(fork: Path) -> None:
-    _git("rm", "-q", ".template.json", cwd=fork)
+    _git("rm", "-q", RECORD, cwd=fork)
     _commit(fork, "no record")
 
 
 def _unknown_record(fork: Path) -> None:
-    (fork / ".template.json").write_text(json.dumps({"commit": "0" * 40, "version": "0.1.0"}))
+    (fork / RECORD).write_text(json.dumps({"commit": "0" * 40, "version": "0.1.0"}))
     _commit(fork, "a record of no commit")
 
 
