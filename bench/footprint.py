@@ -1,0 +1,94 @@
+"""What a forker has to read: the package's source lines, and what the default run imports and runs before its first
+`backward()`.
+
+    python bench/footprint.py [overrides ...]      (default overrides: debug=fast logger=none)
+
+The run is `scripts/train.py` in this process, its run dir in a scratch folder. A profile hook records every package
+file one of whose functions is called (module bodies, which run once on import, are not counted); at the first
+`Tensor.backward` the figures are taken, and the run goes on to its end as usual. Counts, not timings: the figures
+are the same on every machine, so they can be compared across commits (the core/extensions budget: <= 45 modules,
+<= 30 files and <= 5,000 lines run before the first backward).
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+
+
+def lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
+
+
+def package_files() -> list[Path]:
+    return sorted(SRC.rglob("*.py"))
+
+
+def footprint(overrides: list[str]) -> dict[str, int]:
+    """Figures of one in-process run of scripts/train.py, taken at its first backward()."""
+    called: set[str] = set()
+    taken: dict[str, int] = {}
+    src = str(SRC)
+
+    def profile(frame, event, arg) -> None:
+        code = frame.f_code
+        if event == "call" and code.co_name != "<module>" and code.co_filename.startswith(src):
+            called.add(code.co_filename)
+
+    import torch
+
+    backward = torch.Tensor.backward
+
+    def first_backward(self, *args, **kwargs):
+        if not taken:
+            modules = {
+                Path(m.__file__) for m in list(sys.modules.values()) if str(getattr(m, "__file__", "")).startswith(src)
+            }
+            ran = {Path(f) for f in called}
+            taken.update(
+                modules_imported=len(modules),
+                lines_imported=sum(lines(p) for p in modules),
+                files_run=len(ran),
+                lines_run=sum(lines(p) for p in ran),
+            )
+            sys.setprofile(None)
+            threading.setprofile(None)  # type: ignore[arg-type]
+        return backward(self, *args, **kwargs)
+
+    torch.Tensor.backward = first_backward  # type: ignore[method-assign]
+    with tempfile.TemporaryDirectory() as scratch:
+        sys.argv = [str(REPO / "scripts" / "train.py"), *overrides, f"hydra.run.dir={scratch}/run"]
+        threading.setprofile(profile)
+        sys.setprofile(profile)
+        try:
+            runpy.run_path(sys.argv[0], run_name="__main__")
+        except SystemExit as exit_:
+            if exit_.code not in (None, 0):
+                raise
+        finally:
+            sys.setprofile(None)
+            torch.Tensor.backward = backward  # type: ignore[method-assign]
+    if not taken:
+        sys.exit("error: the run ended without a backward(): nothing to measure (is it a training run?)")
+    return taken
+
+
+def main() -> None:
+    overrides = sys.argv[1:] or ["debug=fast", "logger=none"]
+    files = package_files()
+    print(f"package source: {len(files)} files, {sum(lines(p) for p in files):,} lines under src/")
+    figures = footprint(overrides)
+    print(f"before the first backward() of `scripts/train.py {' '.join(overrides)}`:")
+    print(f"  package modules imported: {figures['modules_imported']} ({figures['lines_imported']:,} lines)")
+    print(f"  package files whose functions ran: {figures['files_run']} ({figures['lines_run']:,} lines)")
+
+
+if __name__ == "__main__":
+    main()
