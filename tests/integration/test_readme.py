@@ -28,6 +28,7 @@ QUICK_BENCH_ARGS = {
     # the CPU and run what tests/integration/test_combinations.py runs
     "bench/gpu_smoke.py": ["--checks", "peak_memory_after_large_free"],
     "bench/startup.py": ["--repeats", "1"],
+    "bench/footprint.py": [],  # counts, one debug=fast run
     "bench/sharded_checkpoint.py": ["--params", "1e6", "--repeats", "1"],
     "bench/meta_init.py": ["--layers", "1", "--width", "64", "--vocab", "256"],
     "bench/tokens_loader.py": ["--corpus-mb", "0.2", "--seconds", "0.2", "--repeats", "1"],  # 0.2 MB, 0.2 s a loader
