@@ -158,8 +158,17 @@ def numeric_columns(rows: list[list[str]], header: list[str], columns: list[str]
                     f"{path} line {r + 2}, column {columns[c]!r}: {row[i]!r} is not a number (feature columns and a "
                     "regression target must be numeric; list the numeric ones in data.features)"
                 ) from None
-    if not np.isfinite(out).all():
-        raise ConfigError(f"{path}: columns {columns} hold NaN or inf values; fill or drop those rows")
+    bad = ~np.isfinite(out)  # float() reads "nan" and "inf" as numbers
+    if bad.any():
+        named = [repr(columns[c]) for c in np.flatnonzero(bad.any(0))]  # only the columns that hold them
+        rows_bad = np.flatnonzero(bad.any(1))
+        first = rows_bad[0]
+        cell = rows[first][index[np.flatnonzero(bad[first])[0]]]
+        which = f"column {named[0]} holds" if len(named) == 1 else f"columns {', '.join(named)} hold"
+        count = f"{len(rows_bad)} row{'s' if len(rows_bad) > 1 else ''}"
+        raise ConfigError(
+            f"{path}: {which} NaN or inf ({count}, the first line {first + 2}: {cell!r}); fill or drop those rows"
+        )
     return out
 
 

@@ -171,6 +171,13 @@ def test_csv_reads_features_and_a_class_or_value_target(tmp_path: Path):
         # the first `a` would be read twice and the second never: one name per column
         ("a,b,a,y\n" + "1,2,3,4\n" * 12, "y", r"table.csv: the header names column\(s\) 'a' more than once"),
         ("a,b,a,b,y\n" + "1,2,3,4,5\n" * 12, "y", r"column\(s\) 'a', 'b' more than once"),
+        # the one column that holds them is named, not every column read with it
+        (
+            "a,b,c,y\n" + "1,2,3,4\n" * 5 + "1,nan,3,4\n" + "1,inf,3,4\n",
+            "y",
+            r"table.csv: column 'b' holds NaN or inf \(2 rows, the first line 7: 'nan'\); fill or drop those rows$",
+        ),
+        ("a,y\n" + "1,4\n" * 5 + "1,NaN\n", "y", r"column 'y' holds NaN or inf \(1 row, the first line 7: 'NaN'\)"),
     ],
 )
 def test_csv_mistakes_name_the_problem(tmp_path: Path, text: str, target: str, message: str):
