@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from helpers import in_process_trainer
 from lab import data, models, tasks
-from lab.config import CsvConfig, TextConfig, validate
+from lab.config import CsvConfig, TextConfig, options, validate
 from lab.data.text import IGNORE_INDEX, decode, encode
 from lab.errors import ConfigError, UserError
 from lab.tasks.language_model import LanguageModel, TokenMetrics
@@ -229,6 +229,45 @@ def test_best_checkpoint_plateau_and_sweeps_follow_the_task_monitor(compose, tas
     cfg = compose([f"task={task}", "scheduler=plateau"])
     assert cfg.optimized_metric == f"val/{monitor}_best" and cfg.sweep.direction == direction
     assert cfg.scheduler.monitor == f"val/{monitor}" and cfg.scheduler.mode == mode
+
+
+@pytest.mark.parametrize(
+    ("overrides", "typo", "choices"),
+    [
+        (["task.metrics=[f1]"], "accuracy", "loss, acc, acc_top5, f1"),
+        (["experiment=diabetes_regression"], "RMSE", "loss, rmse, mae, r2"),
+        (["experiment=char_lm"], "ppl", "loss, perplexity, token_acc"),
+    ],
+)
+def test_a_monitor_that_names_no_metric_is_refused_before_training(compose, overrides, typo, choices):
+    cfg = compose([*overrides, f"task.monitor={typo}"])
+    with pytest.raises(ConfigError) as refused:
+        validate(cfg)
+    task = cfg.task.name
+    assert str(refused.value) == (
+        f"task.monitor={typo!r} is not a validation metric of task={task}; choose one of {choices}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("keys", "meta", "outputs", "targets"),
+    [
+        (
+            {"name": "classification", "metrics": ["f1", "auroc"]},
+            {"num_classes": 3},
+            torch.randn(4, 3),
+            torch.arange(4) % 3,
+        ),
+        ({"name": "regression"}, {}, torch.randn(4, 1), torch.randn(4)),
+        ({"name": "language_model"}, META, torch.randn(2, 3, 4), torch.randint(0, 4, (2, 3))),
+    ],
+)
+def test_the_metric_names_a_task_option_declares_are_those_its_validation_reports(keys, meta, outputs, targets):
+    """The names that refuse a wrong task.monitor before training are exactly what the task computes."""
+    declared = options.instantiate("task", OmegaConf.create(keys)).metric_names()
+    metrics = tasks.build(OmegaConf.create(keys), meta).metrics(CPU)
+    metrics.update(outputs, targets)
+    assert declared == tuple(metrics.compute())
 
 
 def test_every_shipped_experiment_is_valid(compose):
