@@ -132,6 +132,33 @@ def test_text_vocabulary_round_trip_and_unknown_characters(tmp_path: Path):
     assert byte_level.meta["vocab_size"] == 256 and decode(encode("é", byte_level.meta), byte_level.meta) == "é"
 
 
+def test_text_that_is_not_valid_in_its_encoding_is_counted_in_a_warning_not_replaced_silently(tmp_path, caplog):
+    corpus = tmp_path / "latin1.txt"
+    corpus.write_bytes("café crème, ".encode("latin-1") * 100)  # 200 bytes that are not UTF-8
+    module = data.build(OmegaConf.structured(TextConfig(path=str(corpus), block_size=16)))
+    assert "\ufffd" in module.meta["vocab"]  # read as before, U+FFFD for each of them
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning == (
+        f"{corpus}: 200 bytes are not valid utf-8 and were read as U+FFFD; give the file's encoding with "
+        "data.encoding=<name> (e.g. latin-1)"
+    )
+    caplog.clear()
+    right = data.build(OmegaConf.structured(TextConfig(path=str(corpus), block_size=16, encoding="latin-1")))
+    assert "é" in right.meta["vocab"] and "\ufffd" not in right.meta["vocab"] and not caplog.records
+    with pytest.raises(ConfigError, match=r"^data.encoding='latin-9x' is not a text encoding Python knows"):
+        validate(OmegaConf.structured(TextConfig(path=str(corpus), encoding="latin-9x")))
+
+
+def test_a_csv_that_is_not_valid_in_its_encoding_is_read_with_a_warning(tmp_path, caplog):
+    table = tmp_path / "table.csv"
+    table.write_bytes(("x,label\n" + "".join(f"{i},{'é' if i % 2 else 'e'}\n" for i in range(40))).encode("latin-1"))
+    module = data.build(OmegaConf.structured(CsvConfig(path=str(table), target="label", target_type="class")))
+    assert module.meta["class_names"] == ["e", "\ufffd"]
+    assert "20 bytes are not valid utf-8 and were read as U+FFFD" in caplog.text
+    right = CsvConfig(path=str(table), target="label", target_type="class", encoding="latin-1")
+    assert data.build(OmegaConf.structured(right)).meta["class_names"] == ["e", "é"]
+
+
 def test_builtin_corpus_is_python_source_and_deterministic():
     first = data.build(OmegaConf.structured(TextConfig(max_chars=5000)))
     second = data.build(OmegaConf.structured(TextConfig(max_chars=5000)))
