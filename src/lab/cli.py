@@ -92,9 +92,12 @@ def run_workflow(cfg: Any, workflow: str) -> Any:
     with user_errors():
         validate(cfg)
         run = importlib.import_module(f"lab.workflows.{workflow}").run
-        from lab.training import oom  # torch is imported by now (the workflow's own imports)
+        from lab.data.loaders import worker_deaths  # torch is imported by now (the workflow's own imports)
+        from lab.training import oom
 
-        with oom.explained(cfg):  # a CUDA out-of-memory error: a memory report and what to try, then one line
+        # a CUDA out-of-memory error: a memory report and what to try, then one line; a dead loader worker: one
+        # line (training names its resume itself)
+        with oom.explained(cfg), worker_deaths("run the command again"):
             return run(cfg)
 
 

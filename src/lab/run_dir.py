@@ -8,8 +8,8 @@ user, put there.
   a name too long), that a running job holds, or that holds another run's records is refused in one line. Only
   training may write into a run dir that holds a run, and only to continue that run in place (`resume=auto` on
   an unfinished run there, `resume=<that dir>`, a `ckpt_path` inside it, a SLURM requeue) or, with
-  `overwrite=true`, to replace it. A run continued in place keeps its `.hydra/`: Hydra writes this attempt's
-  config into `.hydra/attempt-<n>/`.
+  `overwrite=true`, to replace it; and an export killed before it finished, by the same command run again. A run
+  continued in place keeps its `.hydra/`: Hydra writes this attempt's config into `.hydra/attempt-<n>/`.
 - **While a run writes** (`claim`): an exclusive lock on `<run dir>/.lock`, removed when the run ends and released
   by the OS when the process dies, so a killed run never leaves a lock that holds.
 - **When a start is refused after Hydra wrote** (`undone_on_refusal`): what Hydra wrote for this process
@@ -86,6 +86,8 @@ def check_before_hydra(argv: list[str], script: str) -> list[str]:
     held = [name for name in RUN_RECORDS if (run_dir / name).exists()]
     if not held:
         return argv
+    if script == "export" and _killed_export(run_dir, overrides):
+        return [*argv, f"hydra.output_subdir={_attempt_subdir(run_dir)}"]
     if script != "train":
         raise UserError(
             f"hydra.run.dir={run_dir} holds a run ({', '.join(held)}); {script} writes a run dir of its own and "
@@ -134,6 +136,24 @@ def _continues_in_place(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
     if resume is not None:
         return _same(Path(str(resume)), run_dir)
     return ckpt_path is not None and _same(Path(str(ckpt_path)).parent, run_dir / "checkpoints")
+
+
+def _killed_export(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
+    """Whether `run_dir` holds an export of this same command that was killed before it finished (no manifest, no
+    summary.json, which a finished or failed export writes): running the command again continues it there, and
+    removes the staging folders the kill left (lab.workflows.export). Another export or any other run: refused."""
+    held = {name for name in RUN_RECORDS if (run_dir / name).exists()}
+    if not held <= {HYDRA_DIR, "metrics.jsonl"} or (run_dir / "export_manifest.json").exists():
+        return False
+    try:
+        from omegaconf import OmegaConf  # no torch; Hydra imports it anyway
+
+        entry = OmegaConf.load(run_dir / HYDRA_DIR / "hydra.yaml").hydra.job.config_name
+        earlier = read_command_line(["export.py", *OmegaConf.load(run_dir / HYDRA_DIR / "overrides.yaml")])
+    except Exception:  # no readable record of what ran there: not known to be this export
+        return False
+    ours = {key: value for key, value in overrides.items() if not key.startswith("hydra.")}
+    return entry == "export" and earlier is not None and earlier.values == ours
 
 
 def _same(a: Path, b: Path) -> bool:

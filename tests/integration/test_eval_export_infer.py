@@ -250,6 +250,18 @@ def test_an_export_killed_mid_check_leaves_no_final_named_file_it_did_not_verify
     from lab.inference import OnnxBackend
 
     assert OnnxBackend(run_dir / "model.onnx")(torch.zeros(3, 1, 8, 8)).shape == (3, 10)  # a whole file
+    assert [p.name for p in run_dir.glob(".*.tmp")] == [".model.pt2.tmp"]
+    first_config = (run_dir / ".hydra" / "config.yaml").read_bytes()
+
+    other = run_script("export.py", *args[:-1], "export.formats=[onnx]", f"hydra.run.dir={run_dir}")
+    assert other.returncode == 1 and "holds a run" in other.stderr  # another export: not this one's to continue
+    again = run_script("export.py", *args)  # the same command continues the killed export in its dir
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"removed {run_dir / '.model.pt2.tmp'}: left by an export that was killed" in again.stdout + again.stderr
+    assert not list(run_dir.glob(".*.tmp")) and (run_dir / "model.pt2").is_file()
+    assert list(json.loads((run_dir / "export_manifest.json").read_text())["artifacts"]) == ["onnx", "pt2"]
+    assert (run_dir / ".hydra" / "config.yaml").read_bytes() == first_config  # this attempt's: attempt-2/
+    assert (run_dir / ".hydra" / "attempt-2" / "config.yaml").is_file()
 
 
 # --------------------------------------------------------------------------- infer

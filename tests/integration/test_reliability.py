@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import PYTHON, REPO, script_env
+from helpers import PYTHON, REPO, run_script, script_env
 from warm_python import run_python
 
 SMALL = ["model=mlp", "logger=none", "trainer.log_every_n_steps=1"]
@@ -177,3 +177,38 @@ def test_max_restarts_restarts_the_workers_from_last_pt(tmp_path: Path) -> None:
     assert "restarting the workers (restart 1 of dist.max_restarts=1)" in log
     assert "resumed at epoch 1, step 8" in log  # the first attempt's last mid-epoch checkpoint (9 steps per epoch)
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+
+
+# A DataLoader worker killed from outside (the kernel's OOM killer, kill -9) as it starts reading the 12th batch.
+KILL_A_WORKER = """
+import os, signal, torch
+import lab.data.loaders as _loaders
+_stream_seed = _loaders.stream_seed
+def _killed_at_batch_12(tag, position):
+    if torch.utils.data.get_worker_info() is not None and position >= 11 * 64:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _stream_seed(tag, position)
+_loaders.stream_seed = _killed_at_batch_12
+"""
+
+
+def test_a_killed_loader_worker_ends_in_one_line_and_the_resume_it_names_is_exact(tmp_path: Path) -> None:
+    args = [*SMALL, "data.num_workers=1", "trainer.max_epochs=1", "trainer.ckpt_every_n_steps=1"]
+    killed = tmp_path / "killed"
+    proc = run_script("train.py", *args, f"hydra.run.dir={killed}", patch=KILL_A_WORKER)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: a DataLoader worker process died (DataLoader worker (pid "), line
+    assert line.endswith(f"resume: the same command with resume={killed}"), line
+    assert json.loads((killed / "summary.json").read_text())["status"] == "failed"
+    saved = torch.load(killed / "checkpoints" / "last.pt", weights_only=True)["progress"]["global_step"]
+    assert 1 <= saved < 12
+
+    resumed = run_script("train.py", *args, f"hydra.run.dir={tmp_path / 'again'}", f"resume={killed}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    whole = run_script("train.py", *args, f"hydra.run.dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    ends = [torch.load(d / "checkpoints" / "last.pt", weights_only=True) for d in (killed, tmp_path / "whole")]
+    assert ends[0]["progress"]["global_step"] == ends[1]["progress"]["global_step"] == 19
+    assert all(torch.equal(ends[0]["model"][k], ends[1]["model"][k]) for k in ends[1]["model"])

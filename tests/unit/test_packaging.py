@@ -5,6 +5,7 @@ needing a missing extra is refused naming it (lab.extras)."""
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 
 import pytest
@@ -187,3 +188,17 @@ def test_the_readmes_install_section_matches_the_makefile_and_pyproject() -> Non
     assert "docker build -t lab ." in commands and "apptainer build lab.sif container/apptainer.def" in commands
     assert all((REPO / c.split()[-1]).is_file() for c in commands if c.startswith("apptainer build"))
     assert f'requires-python = "{PROJECT["requires-python"]}"' in section
+
+
+@pytest.mark.integration  # runs git
+def test_gitignore_hides_a_venv_that_is_a_symlink(tmp_path) -> None:
+    """`make install` may find .venv as a link to a venv elsewhere (a shared disk): git must not offer it to commit.
+    `.venv/` (a directory pattern) does not match a symlink, which git sees as a file."""
+    repo = tmp_path / "fork"
+    repo.mkdir()
+    (repo / ".gitignore").write_text((REPO / ".gitignore").read_text())
+    (tmp_path / "elsewhere").mkdir()
+    (repo / ".venv").symlink_to(tmp_path / "elsewhere")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True, check=True)
+    assert status.stdout.splitlines() == ["?? .gitignore"]

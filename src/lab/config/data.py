@@ -315,6 +315,17 @@ class DiabetesConfig(DataConfig):
         return build_diabetes(self)
 
 
+def _encoding(value: str) -> None:
+    """data.encoding: a text encoding Python has (under any of its aliases: utf8, latin1, cp1252...); str.encode
+    refuses the codecs that are no text encodings too (base64, zlib)."""
+    try:
+        "".encode(value)
+    except LookupError:
+        raise ConfigError(
+            f"data.encoding={value!r} is not a text encoding Python knows; give the file's, e.g. utf-8, latin-1, cp1252"
+        ) from None
+
+
 @dataclass
 class CsvConfig(DataConfig):
     """Your own table: python scripts/train.py data=csv data.path=my.csv data.target=price task=regression. Numeric
@@ -325,10 +336,12 @@ class CsvConfig(DataConfig):
     target: str = MISSING  # the target column's name
     features: list[str] | None = None  # null = every other column
     target_type: str = "${task.target_type}"  # class (labels) | value (regression); follows the task
+    encoding: str = "utf-8"  # of the file; bytes not valid in it are read as U+FFFD, with a warning counting them
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _one_of("data.target_type", self.target_type, ("class", "value"))
+        _encoding(self.encoding)
 
     def build(self) -> DataModule:
         from lab.data.tabular import build_csv
@@ -377,6 +390,7 @@ class TextConfig(DataConfig):
     level: str = "char"  # char (vocabulary of the corpus' characters) | byte (256 symbols, any text)
     block_size: int = 64  # tokens per training window (the model's context)
     max_chars: int = 1_000_000  # cap on the corpus read (null-path corpus included)
+    encoding: str = "utf-8"  # of data.path; bytes not valid in it are read as U+FFFD, with a warning counting them
     batch_size: int = 32
     val_fraction: float = 0.1  # train/val/test are contiguous parts of the corpus
     test_fraction: float = 0.1
@@ -386,6 +400,7 @@ class TextConfig(DataConfig):
         _one_of("data.level", self.level, ("char", "byte"))
         _require(self.block_size >= 2, f"data.block_size must be >= 2, got {self.block_size}")
         _require(self.max_chars >= 1, f"data.max_chars must be >= 1, got {self.max_chars}")
+        _encoding(self.encoding)
 
     def build(self) -> DataModule:
         from lab.data.text import build_text

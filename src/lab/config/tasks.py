@@ -36,6 +36,17 @@ class TaskConfig(Option, group="task"):
     def __post_init__(self) -> None:
         super().__post_init__()
         _one_of("task.mode", self.mode, ("max", "min"))
+        names = self.metric_names()
+        _require(  # here, not after the first epoch's validation
+            names is None or self.monitor in names,
+            f"task.monitor={self.monitor!r} is not a validation metric of task={self.name}; "
+            f"choose one of {', '.join(names or ())}",
+        )
+
+    def metric_names(self) -> tuple[str, ...] | None:
+        """The validation metrics the task reports (without "val/"), in its order, so that a `monitor` naming none
+        of them is refused before training; None: not said (a fork's task), found at the first validation."""
+        return None
 
     def build(self, meta: dict[str, Any]) -> Task:
         """The ``lab.tasks.Task`` for the data ``meta`` describes (``lab.tasks.build`` sets its monitor and mode)."""
@@ -59,7 +70,7 @@ class ClassificationConfig(TaskConfig):
     metrics: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        # its own checks first: they say more about task.metrics than the generic monitor check would
         unknown = [name for name in self.metrics if name not in CLASSIFICATION_METRICS]
         _require(
             not unknown,
@@ -88,6 +99,10 @@ class ClassificationConfig(TaskConfig):
             ),
             f"task.class_weights must be null, balanced or a list of one non-negative float per class, got {weights}",
         )
+        super().__post_init__()
+
+    def metric_names(self) -> tuple[str, ...]:
+        return ("loss", "acc", "acc_top5", *(name for name in self.metrics if name in CLASSIFICATION_SCALARS))
 
     def build(self, meta: dict[str, Any]) -> Task:
         from lab.tasks.classification import build_classification
@@ -102,6 +117,9 @@ class RegressionConfig(TaskConfig):
     monitor: str = "rmse"
     mode: str = "min"
     target_type: str = "value"
+
+    def metric_names(self) -> tuple[str, ...]:
+        return ("loss", "rmse", "mae", "r2")
 
     def build(self, meta: dict[str, Any]) -> Task:
         from lab.tasks.regression import build_regression
@@ -122,6 +140,9 @@ class LanguageModelConfig(TaskConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         _require(self.samples >= 0 and self.sample_tokens >= 1, "task.samples must be >= 0, sample_tokens >= 1")
+
+    def metric_names(self) -> tuple[str, ...]:
+        return ("loss", "perplexity", "token_acc")
 
     def build(self, meta: dict[str, Any]) -> Task:
         from lab.tasks.language_model import build_language_model

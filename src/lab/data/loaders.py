@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing
 import random
@@ -156,6 +157,26 @@ def worker_start_method(cfg: DataCfg) -> str:
     jobs) inherits its own, and workers would then each start a fresh interpreter importing torch (seconds per
     loader) or, under loky, fail to start at all."""
     return cfg.multiprocessing_context or multiprocessing.get_all_start_methods()[0]
+
+
+# How torch's DataLoader reports, in the main process, a worker process that died (its SIGCHLD handler, or the
+# check after a read that got nothing): "DataLoader worker (pid 123) is killed by signal: Killed." and the like
+WORKER_DIED = "DataLoader worker (pid"
+
+
+@contextlib.contextmanager
+def worker_deaths(next_step: str) -> Iterator[None]:
+    """A loader worker that died (killed by the kernel's OOM killer or kill -9, or crashed) ends the run with one
+    line that says so and what to do next (`next_step`), not a traceback of whatever the main process was doing."""
+    try:
+        yield
+    except RuntimeError as err:
+        if not str(err).startswith(WORKER_DIED):
+            raise
+        raise UserError(
+            f"a DataLoader worker process died ({str(err).strip()}): the kernel's OOM killer, a kill or a crash in "
+            f"native code ends one so; lower data.num_workers if memory ran out; {next_step}"
+        ) from err
 
 
 class EpochLoader:

@@ -8,6 +8,7 @@ with the class names in meta. Items are ``(float32 features (F,), target)``.
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from torch.utils.data import Dataset
 
 from lab.data import bundled
 from lab.data.common import DataModule, train_val_test
+from lab.data.text import ENCODING_FIX, read_text
 from lab.errors import ConfigError
 
 
@@ -100,7 +102,7 @@ def build_diabetes(cfg: Any) -> DataModule:
 
 
 def build_csv(cfg: Any) -> DataModule:
-    header, rows = read_csv(Path(cfg.path))
+    header, rows = read_csv(Path(cfg.path), cfg.encoding)
     if cfg.target not in header:
         raise ConfigError(f"data.target={cfg.target!r} is not a column of {cfg.path}; its columns: {', '.join(header)}")
     features = list(cfg.features) if cfg.features else [c for c in header if c != cfg.target]
@@ -123,12 +125,16 @@ def build_csv(cfg: Any) -> DataModule:
     )
 
 
-def read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of a CSV file with a header row; a ConfigError names what is wrong with it."""
+INPUT_ENCODING_FIX = "save the file as UTF-8"  # infer's input= tables: read as UTF-8
+
+
+def read_csv(path: Path, encoding: str = "utf-8", fix: str = ENCODING_FIX) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of a CSV file with a header row; a ConfigError names what is wrong with it. Bytes not valid in
+    `encoding`: read as U+FFFD and counted in a warning that says `fix` (lab.data.text.read_text)."""
     if not path.is_file():
         raise ConfigError(f"data.path={path} does not exist; give a .csv file with a header row")
-    with path.open(newline="") as f:
-        table = [row for row in csv.reader(f) if row]
+    text = read_text(path, encoding, fix, newline="")  # csv's own line ends: quoted fields keep theirs
+    table = [row for row in csv.reader(io.StringIO(text, newline="")) if row]
     if len(table) < 2:
         raise ConfigError(f"data.path={path} has no data rows under its header")
     header, rows = [h.strip() for h in table[0]], table[1:]
@@ -158,8 +164,17 @@ def numeric_columns(rows: list[list[str]], header: list[str], columns: list[str]
                     f"{path} line {r + 2}, column {columns[c]!r}: {row[i]!r} is not a number (feature columns and a "
                     "regression target must be numeric; list the numeric ones in data.features)"
                 ) from None
-    if not np.isfinite(out).all():
-        raise ConfigError(f"{path}: columns {columns} hold NaN or inf values; fill or drop those rows")
+    bad = ~np.isfinite(out)  # float() reads "nan" and "inf" as numbers
+    if bad.any():
+        named = [repr(columns[c]) for c in np.flatnonzero(bad.any(0))]  # only the columns that hold them
+        rows_bad = np.flatnonzero(bad.any(1))
+        first = rows_bad[0]
+        cell = rows[first][index[np.flatnonzero(bad[first])[0]]]
+        which = f"column {named[0]} holds" if len(named) == 1 else f"columns {', '.join(named)} hold"
+        count = f"{len(rows_bad)} row{'s' if len(rows_bad) > 1 else ''}"
+        raise ConfigError(
+            f"{path}: {which} NaN or inf ({count}, the first line {first + 2}: {cell!r}); fill or drop those rows"
+        )
     return out
 
 

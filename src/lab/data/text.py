@@ -9,6 +9,8 @@ next-token targets, int64 of length block_size. The vocabulary goes into meta; `
 
 from __future__ import annotations
 
+import logging
+import re
 import sysconfig
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,7 +22,31 @@ from torch.utils.data import Dataset
 from lab.data.common import DataModule
 from lab.errors import ConfigError, UserError
 
+log = logging.getLogger(__name__)
+
 IGNORE_INDEX = -100  # targets at padded positions: no loss, no weight, no metric
+# read with errors="surrogateescape", each byte the encoding cannot decode is one lone surrogate of this range
+UNDECODED = re.compile("[\udc80-\udcff]")
+ENCODING_FIX = "give the file's encoding with data.encoding=<name> (e.g. latin-1)"
+
+
+def read_text(path: Path, encoding: str, fix: str = ENCODING_FIX, newline: str | None = None) -> str:
+    """The text of `path` in `encoding` (`newline` as `open` takes it). Bytes that are not valid there are read as
+    U+FFFD, but not silently: one warning counts them and says `fix` (a file in another encoding would train on
+    garbled characters)."""
+    try:
+        with open(path, encoding=encoding, errors="surrogateescape", newline=newline) as f:
+            text = f.read()
+    except UnicodeDecodeError as err:  # only bytes >= 0x80 escape: this is another encoding altogether (UTF-16...)
+        raise ConfigError(f"{path} is not {encoding} text ({err.reason} at byte {err.start}); {fix}") from None
+    text, undecoded = UNDECODED.subn("\ufffd", text)
+    warn_undecoded(path, undecoded, encoding, fix)
+    return text
+
+
+def warn_undecoded(source: Path, count: int, encoding: str, fix: str) -> None:
+    if count:
+        log.warning("%s: %d bytes are not valid %s and were read as U+FFFD; %s", source, count, encoding, fix)
 
 
 class TokenWindows(Dataset):
@@ -75,7 +101,7 @@ def read_corpus(cfg: Any) -> str:
         raise ConfigError(
             f"data.path={cfg.path} does not exist; give a text file (or data.path=null for the built-in corpus)"
         )
-    text = path.read_text(encoding="utf-8", errors="replace")[: cfg.max_chars]
+    text = read_text(path, cfg.encoding)[: cfg.max_chars]
     if not text:
         raise ConfigError(f"data.path={cfg.path} is empty")
     return text

@@ -45,6 +45,7 @@ from tqdm import tqdm
 
 from lab.data import prepared
 from lab.data.common import DataModule
+from lab.data.text import UNDECODED, warn_undecoded
 from lab.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -126,14 +127,17 @@ def safe_cut(text: str) -> int:
     return 0
 
 
-def read_pieces(files: Iterable[Path], size: int = PIECE_CHARS) -> Iterator[str]:
+def read_pieces(files: Iterable[Path], size: int = PIECE_CHARS, report: bool = False) -> Iterator[str]:
     """The text of `files`, in pieces of about `size` characters cut at safe places (:func:`safe_cut`); a piece
-    never spans two files. Newlines are read as Python's text mode reads them (\\r\\n -> \\n), undecodable bytes as
-    U+FFFD, as data=text reads its file."""
+    never spans two files. Newlines are read as Python's text mode reads them (\\r\\n -> \\n), bytes that are not
+    UTF-8 as U+FFFD, as data=text reads its file; with `report`, a warning counts them per file."""
     for file in files:
-        with open(file, encoding="utf-8", errors="replace") as f:
+        undecoded = 0
+        with open(file, encoding="utf-8", errors="surrogateescape") as f:
             buffer = ""
             while block := f.read(size):
+                block, count = UNDECODED.subn("\ufffd", block)
+                undecoded += count
                 buffer += block
                 cut = safe_cut(buffer)
                 if cut == 0 and len(buffer) >= LONGEST_PIECE * size:
@@ -143,6 +147,8 @@ def read_pieces(files: Iterable[Path], size: int = PIECE_CHARS) -> Iterator[str]
                     buffer = buffer[cut:]
             if buffer:
                 yield buffer
+        if report:
+            warn_undecoded(file, undecoded, "utf-8", "save the file as UTF-8")
 
 
 def _capped(pieces: Iterable[str], limit: float | None) -> Iterator[str]:
@@ -255,7 +261,7 @@ def prepare(cfg: Any) -> dict[str, Any]:
     with tqdm(total=total, unit="B", unit_scale=True, desc=f"encoding into {dtype.name} token files") as bar:
         # pieces of at most a quarter shard: a file holds shard_mb of text and about a piece more
         piece = int(max(1024, min(PIECE_CHARS, cfg.shard_mb * MB / 4)))
-        numbered = _numbered(read_pieces(files, piece), cfg.shard_mb * MB)
+        numbered = _numbered(read_pieces(files, piece, report=True), cfg.shard_mb * MB)
         for index, group in itertools.groupby(numbered, key=lambda item: item[0]):
             name = f"tokens-{index:05d}.bin"
             names.append(name)

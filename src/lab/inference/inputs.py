@@ -145,11 +145,11 @@ def read_csv(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item
         yield from _table_rows(path, meta)
         return
     from lab.config import ConfigError
-    from lab.data.tabular import numeric_columns
+    from lab.data.tabular import INPUT_ENCODING_FIX, numeric_columns
     from lab.data.tabular import read_csv as read_table
 
     try:
-        header, rows = read_table(path)
+        header, rows = read_table(path, fix=INPUT_ENCODING_FIX)
         matrix = numeric_columns(rows, header, header, path)
     except ConfigError as err:
         raise UserError(f"input={path}: {err}") from err

@@ -22,9 +22,9 @@ def read_rows(spec: str, meta: Mapping[str, Any]) -> list[tuple[str, torch.Tenso
             f"input={spec} does not exist; give a .csv with columns {names} or a .npy of shape (N, {len(names)})"
         )
     if path.suffix.lower() == ".csv":
-        from lab.data.tabular import numeric_columns, read_csv
+        from lab.data.tabular import INPUT_ENCODING_FIX, numeric_columns, read_csv
 
-        header, rows = read_csv(path)
+        header, rows = read_csv(path, fix=INPUT_ENCODING_FIX)
         missing = [n for n in names if n not in header]
         if missing:
             raise UserError(f"input={spec} lacks the feature column(s) {missing} the model was trained on")

@@ -150,7 +150,8 @@ class Task(Protocol[MetricsT]):
 
     def check_first_batch(self, inputs: Any, targets: Any) -> str:
         """Raise UserError when the data cannot fit the task (labels out of range, non-finite targets, tokens out
-        of the vocabulary); return a one-line description for the start-of-run report."""
+        of the vocabulary); return a one-line description for the start-of-run report, beyond the targets' shapes
+        it already gives ("" for nothing more)."""
 
     def weight(self, targets: Any) -> torch.Tensor:
         """What one batch's loss averages over, a float scalar on the targets' device (CPU for a CPU loader: the
@@ -192,7 +193,7 @@ class BaseTask(Generic[MetricsT]):
     max_csv_outputs = 32
 
     def check_first_batch(self, inputs: Any, targets: Any) -> str:
-        return f"targets {tuple(targets.shape)} {targets.dtype}" if isinstance(targets, torch.Tensor) else ""
+        return ""  # nothing to check; the report gives the targets' shapes itself
 
     def weight(self, targets: Any) -> torch.Tensor:
         return normalised_weight(self.normaliser, targets, self.ignore_index)

@@ -75,7 +75,8 @@ def check_first_batch(inputs: Any, targets: Any, task: Any) -> str:
             f"{name} {tuple(tensor.shape)} {tensor.dtype} range [{x.min():.3f}, {x.max():.3f}] "
             f"mean {x.mean():.3f} std {x.std() if x.numel() > 1 else 0.0:.3f}"
         )
-    return f"first batch: {'; '.join(described)}; targets {_shapes(targets)}: {task.check_first_batch(inputs, targets)}"
+    checked = task.check_first_batch(inputs, targets)
+    return f"first batch: {'; '.join(described)}; targets {_shapes(targets)}" + (f": {checked}" if checked else "")
 
 
 def _tensors(data: Any, name: str) -> list[tuple[str, torch.Tensor]]:

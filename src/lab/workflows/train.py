@@ -21,6 +21,7 @@ from lab import run_dir as run_dirs
 from lab.checkpointing import CheckpointManager
 from lab.config import TrainConfig
 from lab.config import callbacks as config_callbacks
+from lab.data import loaders
 from lab.data.common import dataset_len
 from lab.distributed import env as dist_env
 from lab.distributed import launch, meta_init
@@ -183,7 +184,10 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
         # what a killed attempt logged after its last.pt is dropped: those steps are trained again
         resumed_step=resume["progress"]["global_step"] if resume is not None and continuing else None,
     )
-    with tracker.session(background=True):  # the trackers start while the model is built
+    # a dead loader worker: summary.json says "failed", last.pt stays the last one saved, and the line says how to
+    # continue from it
+    died = loaders.worker_deaths(preemption.resume_hint(run_dir))
+    with died, tracker.session(background=True):  # the trackers start while the model is built
         summary = _fit(cfg, run_dir, datamodule, parallel, device, precision, resume, tracker, on_meta)
     result = summary.get(cfg.optimized_metric)
     log.info("done: %s = %s; run dir %s", cfg.optimized_metric, result, run_dir)

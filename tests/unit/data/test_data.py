@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 import random
+import signal
 import struct
 from pathlib import Path
 
@@ -16,7 +18,9 @@ from PIL import Image
 
 from lab.config import ConfigError, options
 from lab.data import DataModule, build, eval_transform, make_loader, seed_worker
+from lab.data.loaders import worker_deaths
 from lab.data.transforms import RandomShiftFlip
+from lab.errors import UserError
 
 N_DIGITS = 1797
 
@@ -340,6 +344,28 @@ def test_make_loader_drops_last_batch_only_in_training(tiny: DataModule) -> None
     evaluation = list(make_loader(tiny.train, cfg, train=False, generator=None, pin_memory=False))
     assert [len(y) for _, y in evaluation] == [3, 3, 3, 1]
     assert torch.equal(torch.cat([x for x, _ in evaluation]), torch.stack([x for x, _ in tiny.train]))  # in order
+
+
+class _KilledOnRead(torch.utils.data.Dataset):
+    """A worker reading it is killed, as the kernel's OOM killer would kill it."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        os.kill(os.getpid(), signal.SIGKILL)
+        return index
+
+
+def test_a_dead_loader_worker_is_one_line_saying_what_to_do() -> None:
+    loader = torch.utils.data.DataLoader(_KilledOnRead(), num_workers=1, multiprocessing_context="fork")
+    with pytest.raises(UserError) as died, worker_deaths("run it again"):
+        list(loader)
+    message = str(died.value)
+    assert message.startswith("a DataLoader worker process died (DataLoader worker (pid") and "\n" not in message
+    assert message.endswith("lower data.num_workers if memory ran out; run it again"), message
+    with pytest.raises(RuntimeError, match=r"^another error$"), worker_deaths("run it again"):
+        raise RuntimeError("another error")
 
 
 def test_workers_start_the_platforms_way_even_in_a_spawned_process(tiny: DataModule) -> None:

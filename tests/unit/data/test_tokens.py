@@ -178,3 +178,13 @@ def test_pieces_are_cut_where_the_encoding_does_not_change(prepared, corpus):
     assert len(pieces) > 20 and "".join(pieces) == text
     joined = [i for e in tokenizer.encode_batch(pieces, add_special_tokens=False) for i in e.ids]
     assert joined == tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def test_bytes_that_are_not_utf8_are_counted_per_file_when_reported(tmp_path, caplog):
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("déjà vu ".encode("latin-1") * 300)  # 600 bytes that are not UTF-8, over several blocks
+    pieces = list(tokens.read_pieces([latin], size=100))
+    assert "".join(pieces) == "d\ufffdj\ufffd vu " * 300 and not caplog.records  # the tokenizer's pass: silent
+    list(tokens.read_pieces([latin], size=100, report=True))
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert warning == f"{latin}: 600 bytes are not valid utf-8 and were read as U+FFFD; save the file as UTF-8"

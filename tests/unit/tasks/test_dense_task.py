@@ -18,6 +18,7 @@ from lab.inference import EagerBackend, Inputs, write_predictions
 from lab.inference.inputs import keeps_size
 from lab.tasks import BaseTask, InferContext
 from lab.tasks.base import MeanLoss, count, normalised_weight
+from lab.training.start import check_first_batch
 
 CPU = torch.device("cpu")
 IMAGE_META = {
@@ -38,6 +39,13 @@ class PixelTask(BaseTask):
 
     def loss(self, logits, targets):
         return F.cross_entropy(logits.float(), targets, reduction="sum")
+
+
+def test_the_first_batch_report_names_the_targets_once() -> None:
+    """A task with no checks of its own (BaseTask's default) adds nothing to the shapes the report gives."""
+    line = check_first_batch(torch.zeros(2, 1, 5, 7), torch.zeros(2, 5, 7, dtype=torch.long), PixelTask())
+    assert line.count("(2, 5, 7)") == 1, line
+    assert line.endswith("targets (2, 5, 7) torch.int64"), line
 
 
 def test_the_weight_of_a_per_pixel_task_is_its_pixel_count_on_the_targets_own_device() -> None:

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from helpers import in_process_trainer
 from lab import data, models, tasks
-from lab.config import CsvConfig, TextConfig, validate
+from lab.config import CsvConfig, TextConfig, options, validate
 from lab.data.text import IGNORE_INDEX, decode, encode
 from lab.errors import ConfigError, UserError
 from lab.tasks.language_model import LanguageModel, TokenMetrics
@@ -132,6 +132,33 @@ def test_text_vocabulary_round_trip_and_unknown_characters(tmp_path: Path):
     assert byte_level.meta["vocab_size"] == 256 and decode(encode("é", byte_level.meta), byte_level.meta) == "é"
 
 
+def test_text_that_is_not_valid_in_its_encoding_is_counted_in_a_warning_not_replaced_silently(tmp_path, caplog):
+    corpus = tmp_path / "latin1.txt"
+    corpus.write_bytes("café crème, ".encode("latin-1") * 100)  # 200 bytes that are not UTF-8
+    module = data.build(OmegaConf.structured(TextConfig(path=str(corpus), block_size=16)))
+    assert "\ufffd" in module.meta["vocab"]  # read as before, U+FFFD for each of them
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning == (
+        f"{corpus}: 200 bytes are not valid utf-8 and were read as U+FFFD; give the file's encoding with "
+        "data.encoding=<name> (e.g. latin-1)"
+    )
+    caplog.clear()
+    right = data.build(OmegaConf.structured(TextConfig(path=str(corpus), block_size=16, encoding="latin-1")))
+    assert "é" in right.meta["vocab"] and "\ufffd" not in right.meta["vocab"] and not caplog.records
+    with pytest.raises(ConfigError, match=r"^data.encoding='latin-9x' is not a text encoding Python knows"):
+        validate(OmegaConf.structured(TextConfig(path=str(corpus), encoding="latin-9x")))
+
+
+def test_a_csv_that_is_not_valid_in_its_encoding_is_read_with_a_warning(tmp_path, caplog):
+    table = tmp_path / "table.csv"
+    table.write_bytes(("x,label\n" + "".join(f"{i},{'é' if i % 2 else 'e'}\n" for i in range(40))).encode("latin-1"))
+    module = data.build(OmegaConf.structured(CsvConfig(path=str(table), target="label", target_type="class")))
+    assert module.meta["class_names"] == ["e", "\ufffd"]
+    assert "20 bytes are not valid utf-8 and were read as U+FFFD" in caplog.text
+    right = CsvConfig(path=str(table), target="label", target_type="class", encoding="latin-1")
+    assert data.build(OmegaConf.structured(right)).meta["class_names"] == ["e", "é"]
+
+
 def test_builtin_corpus_is_python_source_and_deterministic():
     first = data.build(OmegaConf.structured(TextConfig(max_chars=5000)))
     second = data.build(OmegaConf.structured(TextConfig(max_chars=5000)))
@@ -171,6 +198,13 @@ def test_csv_reads_features_and_a_class_or_value_target(tmp_path: Path):
         # the first `a` would be read twice and the second never: one name per column
         ("a,b,a,y\n" + "1,2,3,4\n" * 12, "y", r"table.csv: the header names column\(s\) 'a' more than once"),
         ("a,b,a,b,y\n" + "1,2,3,4,5\n" * 12, "y", r"column\(s\) 'a', 'b' more than once"),
+        # the one column that holds them is named, not every column read with it
+        (
+            "a,b,c,y\n" + "1,2,3,4\n" * 5 + "1,nan,3,4\n" + "1,inf,3,4\n",
+            "y",
+            r"table.csv: column 'b' holds NaN or inf \(2 rows, the first line 7: 'nan'\); fill or drop those rows$",
+        ),
+        ("a,y\n" + "1,4\n" * 5 + "1,NaN\n", "y", r"column 'y' holds NaN or inf \(1 row, the first line 7: 'NaN'\)"),
     ],
 )
 def test_csv_mistakes_name_the_problem(tmp_path: Path, text: str, target: str, message: str):
@@ -222,6 +256,45 @@ def test_best_checkpoint_plateau_and_sweeps_follow_the_task_monitor(compose, tas
     cfg = compose([f"task={task}", "scheduler=plateau"])
     assert cfg.optimized_metric == f"val/{monitor}_best" and cfg.sweep.direction == direction
     assert cfg.scheduler.monitor == f"val/{monitor}" and cfg.scheduler.mode == mode
+
+
+@pytest.mark.parametrize(
+    ("overrides", "typo", "choices"),
+    [
+        (["task.metrics=[f1]"], "accuracy", "loss, acc, acc_top5, f1"),
+        (["experiment=diabetes_regression"], "RMSE", "loss, rmse, mae, r2"),
+        (["experiment=char_lm"], "ppl", "loss, perplexity, token_acc"),
+    ],
+)
+def test_a_monitor_that_names_no_metric_is_refused_before_training(compose, overrides, typo, choices):
+    cfg = compose([*overrides, f"task.monitor={typo}"])
+    with pytest.raises(ConfigError) as refused:
+        validate(cfg)
+    task = cfg.task.name
+    assert str(refused.value) == (
+        f"task.monitor={typo!r} is not a validation metric of task={task}; choose one of {choices}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("keys", "meta", "outputs", "targets"),
+    [
+        (
+            {"name": "classification", "metrics": ["f1", "auroc"]},
+            {"num_classes": 3},
+            torch.randn(4, 3),
+            torch.arange(4) % 3,
+        ),
+        ({"name": "regression"}, {}, torch.randn(4, 1), torch.randn(4)),
+        ({"name": "language_model"}, META, torch.randn(2, 3, 4), torch.randint(0, 4, (2, 3))),
+    ],
+)
+def test_the_metric_names_a_task_option_declares_are_those_its_validation_reports(keys, meta, outputs, targets):
+    """The names that refuse a wrong task.monitor before training are exactly what the task computes."""
+    declared = options.instantiate("task", OmegaConf.create(keys)).metric_names()
+    metrics = tasks.build(OmegaConf.create(keys), meta).metrics(CPU)
+    metrics.update(outputs, targets)
+    assert declared == tuple(metrics.compute())
 
 
 def test_every_shipped_experiment_is_valid(compose):
