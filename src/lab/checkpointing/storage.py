@@ -83,9 +83,9 @@ def read(path: str | Path) -> dict[str, Any]:
 
 def _shards_dir(path: Path, named: Any) -> Path:
     """The shard directory a checkpoint names: relative to the file (a run dir stays whole when moved), and inside
-    the `shards/` folder next to it once links are resolved, where saves put it. A checkpoint from elsewhere cannot
-    point the reader at another directory of the machine."""
-    root = (path.parent / sharded.DIR).resolve()
+    the `shards/` folder next to it once links are resolved (a link named shards/ leads out too), where saves put
+    it. A checkpoint from elsewhere cannot point the reader at another directory of the machine."""
+    root = path.parent.resolve() / sharded.DIR
     relative = isinstance(named, str) and named != "" and not Path(named).is_absolute()
     shards = (path.parent / named).resolve() if relative else root
     if shards == root or not shards.is_relative_to(root):

@@ -259,6 +259,12 @@ def test_shards_named_outside_the_checkpoints_own_folder_are_refused_and_never_r
         with pytest.raises(UserError, match=r"names shards=.*which is not a directory under .*: refused") as err:
             checkpointing.read(path)
         assert "\n" not in str(err.value)
+    # shards/ itself a link out of the checkpoints folder
+    moved = tmp_path / "elsewhere"
+    (manager.dir / "shards").rename(moved)
+    (manager.dir / "shards").symlink_to(moved)
+    with pytest.raises(UserError, match=r"names shards='shards/step-000000001', which is not a directory under"):
+        checkpointing.read(manager.last)
     # the case: the checkpoint next to the directory it names by its absolute path
     checkpointing.save(evil.parent / "shards_abs.pt", {**header, "shards": str(evil)})
     with pytest.raises(UserError, match=r"names shards=.*: refused"):
