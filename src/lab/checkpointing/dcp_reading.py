@@ -109,13 +109,22 @@ class Planner(DefaultLoadPlanner):
 
 
 @contextmanager
-def refusals_unwrapped() -> Iterator[None]:
-    """DCP wraps what a rank raised in its CheckpointException (a BaseException whose text holds tracebacks): a
-    refusal of this module comes out of a DCP call as the one-line UserError it is."""
+def read_errors(directory: str | Path) -> Iterator[None]:
+    """A failed read of `directory` ends as one UserError line: DCP wraps what a rank raised in its
+    CheckpointException (a BaseException whose text holds tracebacks), and metadata that passed the allow-list
+    may still hold nonsense (a size that is not a shape) that fails deeper in."""
     try:
         yield
-    except CheckpointException as err:
-        refused = next((exc for exc, _ in err.failures.values() if isinstance(exc, UserError)), None)
-        if refused is None:
-            raise
-        raise UserError(str(refused)) from err
+    except UserError:
+        raise
+    except (Exception, CheckpointException) as err:
+        cause: BaseException = err
+        if isinstance(err, CheckpointException):
+            cause = next((exc for exc, _ in err.failures.values()), err)
+        if isinstance(cause, UserError):  # a refusal of this module, raised inside DCP
+            raise UserError(str(cause)) from err
+        first = (str(cause).splitlines() or [""])[0][:200]
+        raise UserError(
+            f"cannot read the sharded checkpoint {directory} ({type(cause).__name__}: {first}): damaged, or not "
+            "written by scripts/train.py; use another checkpoint (best.pt)"
+        ) from err

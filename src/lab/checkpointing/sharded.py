@@ -53,9 +53,9 @@ def load(state: dict[str, Any], directory: str | Path, group: Any) -> None:
     """Fill `state` (sharded or whole tensors, as this process holds them) in place from `directory`."""
     import torch.distributed.checkpoint as dcp
 
-    from lab.checkpointing.dcp_reading import Planner, Reader, refusals_unwrapped
+    from lab.checkpointing.dcp_reading import Planner, Reader, read_errors
 
-    with refusals_unwrapped():
+    with read_errors(directory):
         dcp.load(state, storage_reader=Reader(str(directory)), planner=Planner(), process_group=group)
 
 
@@ -65,17 +65,17 @@ def read_model(directory: str | Path) -> dict[str, torch.Tensor]:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    from lab.checkpointing.dcp_reading import Planner, Reader, refusals_unwrapped
+    from lab.checkpointing.dcp_reading import Planner, Reader, read_errors
 
-    reader = Reader(str(directory))
-    metadata = reader.read_metadata()
-    model: dict[str, torch.Tensor] = {}
-    for flat, stored in metadata.state_dict_metadata.items():
-        path = (metadata.planner_data or {}).get(flat, (flat,))  # ("model", "fc.weight") for "model.fc.weight"
-        if path[0] == "model" and len(path) == 2 and isinstance(stored, TensorStorageMetadata):
-            model[path[1]] = torch.empty(stored.size, dtype=stored.properties.dtype)
-    planner = Planner(allow_partial_load=True)
-    with refusals_unwrapped():
+    with read_errors(directory):
+        reader = Reader(str(directory))
+        metadata = reader.read_metadata()
+        model: dict[str, torch.Tensor] = {}
+        for flat, stored in metadata.state_dict_metadata.items():
+            path = (metadata.planner_data or {}).get(flat, (flat,))  # ("model", "fc.weight") for "model.fc.weight"
+            if path[0] == "model" and len(path) == 2 and isinstance(stored, TensorStorageMetadata):
+                model[path[1]] = torch.empty(stored.size, dtype=stored.properties.dtype)
+        planner = Planner(allow_partial_load=True)
         dcp.load({"model": model}, storage_reader=reader, planner=planner, no_dist=True)
     return model
 

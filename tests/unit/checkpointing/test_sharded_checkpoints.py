@@ -312,3 +312,25 @@ def test_a_value_stored_as_bytes_that_is_not_plain_data_is_refused_on_resume(tmp
     with pytest.raises(UserError, match=r"optimizer\.param_groups\.0\.lr is not plain data: not loaded"):
         Parallel().load_sharded_state(fresh, fresh_optimizer, checkpointing.read(manager.last)["shards"])
     assert not marker.exists()
+
+
+def test_shards_damaged_past_the_allow_list_are_refused_in_one_line(tmp_path: Path) -> None:
+    """Metadata of DCP's own classes holding nonsense, or a data file cut short: a UserError, not a traceback."""
+    manager = _sharded_run(tmp_path)
+    directory = manager.dir / _named(manager)
+    good = (directory / ".metadata").read_bytes()
+    metadata = pickle.loads(good)
+    metadata.state_dict_metadata = "not a mapping"
+    (directory / ".metadata").write_bytes(pickle.dumps(metadata))
+    with pytest.raises(UserError, match=r"cannot read the sharded checkpoint .*AttributeError.*use another checkpoint"):
+        sharded.model_weights(checkpointing.read(manager.last))
+    (directory / ".metadata").write_bytes(good)
+    data = next(directory.glob("*.distcp"))
+    data.write_bytes(data.read_bytes()[:100])
+    for read in (
+        lambda: sharded.model_weights(checkpointing.read(manager.last)),
+        lambda: Parallel().load_sharded_state(*_model_and_optimizer(), checkpointing.read(manager.last)["shards"]),
+    ):
+        with pytest.raises(UserError, match=r"cannot read the sharded checkpoint .*: damaged") as err:
+            read()
+        assert "\n" not in str(err.value)
