@@ -114,14 +114,14 @@ def git_diff(root: Path = REPO_ROOT, skip: Path | None = None) -> tuple[str, dic
     for name in filter(None, listed.split("\0")):
         path = root / name
         reason = _not_recordable(name, path, root, skip, run_dirs)
+        if reason is None and path.lstat().st_size > MAX_FILE_BYTES:  # never read whole: data, weights, logs
+            reason = f"over {_size(MAX_FILE_BYTES)}"
         data = b""
         if reason is None:
             try:
                 data = path.read_bytes()
             except OSError:
                 reason = "unreadable"
-        if reason is None and len(data) > MAX_FILE_BYTES:
-            reason = f"over {_size(MAX_FILE_BYTES)}"
         if reason is None and SECRET_CONTENT.search(data.decode(errors="replace")):
             reason = CREDENTIALS
         if reason is None and not (name.startswith(CODE_FOLDERS) and name.endswith(CODE_SUFFIXES)):
