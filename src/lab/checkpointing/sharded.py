@@ -9,8 +9,10 @@ next start. `last.pt` is switched to a new directory only after that directory i
 leaves the previous checkpoint whole.
 
 DCP reads the tensors back resharded to whatever the reader holds: FSDP shards on any number of ranks, or whole
-tensors (DDP, one process, eval/export/infer). The `.metadata` file is a pickle: read shards of your own runs only
-(a consolidated `best.pt` is what to share).
+tensors (DDP, one process, eval/export/infer).
+
+Nothing a shard directory holds can run code: it is read through lab.checkpointing.dcp_reading, imported when a
+shard directory is read (torch.distributed.checkpoint is slow to import).
 """
 
 from __future__ import annotations
@@ -51,25 +53,30 @@ def load(state: dict[str, Any], directory: str | Path, group: Any) -> None:
     """Fill `state` (sharded or whole tensors, as this process holds them) in place from `directory`."""
     import torch.distributed.checkpoint as dcp
 
-    dcp.load(state, checkpoint_id=str(directory), process_group=group)
+    from lab.checkpointing.dcp_reading import Planner, Reader, read_errors
+
+    with read_errors(directory):
+        dcp.load(state, storage_reader=Reader(str(directory)), planner=Planner(), process_group=group)
 
 
 def read_model(directory: str | Path) -> dict[str, torch.Tensor]:
     """The whole model weights of a sharded checkpoint, on the CPU, in this process alone (no process group, and
     none of the optimizer's tensors are read): what eval, export, infer and model.init_from load."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    reader = dcp.FileSystemReader(str(directory))
-    metadata = reader.read_metadata()
-    model: dict[str, torch.Tensor] = {}
-    for flat, stored in metadata.state_dict_metadata.items():
-        path = (metadata.planner_data or {}).get(flat, (flat,))  # ("model", "fc.weight") for "model.fc.weight"
-        if path[0] == "model" and len(path) == 2 and isinstance(stored, TensorStorageMetadata):
-            model[path[1]] = torch.empty(stored.size, dtype=stored.properties.dtype)
-    planner = DefaultLoadPlanner(allow_partial_load=True)
-    dcp.load({"model": model}, storage_reader=reader, planner=planner, no_dist=True)
+    from lab.checkpointing.dcp_reading import Planner, Reader, read_errors
+
+    with read_errors(directory):
+        reader = Reader(str(directory))
+        metadata = reader.read_metadata()
+        model: dict[str, torch.Tensor] = {}
+        for flat, stored in metadata.state_dict_metadata.items():
+            path = (metadata.planner_data or {}).get(flat, (flat,))  # ("model", "fc.weight") for "model.fc.weight"
+            if path[0] == "model" and len(path) == 2 and isinstance(stored, TensorStorageMetadata):
+                model[path[1]] = torch.empty(stored.size, dtype=stored.properties.dtype)
+        planner = Planner(allow_partial_load=True)
+        dcp.load({"model": model}, storage_reader=reader, planner=planner, no_dist=True)
     return model
 
 

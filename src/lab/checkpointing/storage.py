@@ -68,14 +68,32 @@ def read(path: str | Path) -> dict[str, Any]:
     ):
         raise UserError(f"{path} is not a format-{FORMAT_VERSION} checkpoint of this template")
     if "shards" in ckpt:
-        shards = path.parent / ckpt["shards"]  # relative to the file: a run dir stays whole when moved
+        shards = _shards_dir(path, ckpt["shards"])
         if not sharded.is_complete(shards):
             raise UserError(
                 f"{path}: its sharded weights and optimizer state ({shards}) are missing or incomplete; was the "
                 "checkpoints directory copied without its shards/? Use another checkpoint (best.pt)"
             )
+        from lab.checkpointing import dcp_reading
+
+        dcp_reading.read_metadata(shards)  # refused here, before any run writes a file, if it is not DCP's own
         ckpt["shards"] = str(shards)
     return ckpt
+
+
+def _shards_dir(path: Path, named: Any) -> Path:
+    """The shard directory a checkpoint names: relative to the file (a run dir stays whole when moved), and inside
+    the `shards/` folder next to it once links are resolved (a link named shards/ leads out too), where saves put
+    it. A checkpoint from elsewhere cannot point the reader at another directory of the machine."""
+    root = path.parent.resolve() / sharded.DIR
+    relative = isinstance(named, str) and named != "" and not Path(named).is_absolute()
+    shards = (path.parent / named).resolve() if relative else root
+    if shards == root or not shards.is_relative_to(root):
+        raise UserError(
+            f"{path} names shards={named!r}, which is not a directory under {root} (where its shards are saved, "
+            "relative to the file, no link leading out): refused; use a checkpoint that scripts/train.py wrote"
+        )
+    return shards
 
 
 def _why_unreadable(err: Exception) -> str:

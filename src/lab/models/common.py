@@ -12,7 +12,7 @@ from torch import nn
 from lab.config import options
 from lab.errors import ConfigError
 from lab.models.freeze import freeze
-from lab.models.pretrained import load_matching, read_weights
+from lab.models.pretrained import check_shards, load_matching, read_weights
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,8 @@ def prepare(model_cfg: Any, data_cfg: Any) -> Any:
     checkpoint's); the data's ``meta`` records what was taken, and eval/export/infer read it there."""
     option = options.instantiate("model", model_cfg)
     option.locate_weights()
+    if option.init_from is not None:
+        check_shards(option.init_from, f"model.init_from={option.init_from}")
     return adopt_preprocessing(data_cfg, option.preprocessing())
 
 

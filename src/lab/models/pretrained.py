@@ -61,7 +61,7 @@ def read_weights(path: str | Path, what: str) -> dict[str, torch.Tensor]:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise UserError(f"{what}: cannot read it as weights ({str(err).splitlines()[0][:200]})") from err
-    if isinstance(state, dict) and "shards" in state and "model" not in state:  # a sharded checkpoint (dist=fsdp)
+    if _is_sharded(state):
         state = sharded.model_weights(storage.read(path))
     for key in ("model", "state_dict"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
@@ -70,6 +70,25 @@ def read_weights(path: str | Path, what: str) -> dict[str, torch.Tensor]:
     if not tensors:
         raise UserError(f"{what}: the file holds no tensors by name (not a state dict or checkpoint)")
     return state_dicts.strip_wrapper_prefixes(tensors)
+
+
+def check_shards(path: str | Path, what: str) -> None:
+    """Before a run writes anything: a sharded checkpoint's shard directory, checked as `read_weights` reads it
+    (where it lies, what its metadata names); only the file's header is read (memory-mapped)."""
+    try:
+        head = torch.load(Path(path).expanduser(), map_location="cpu", weights_only=True, mmap=True)
+    except Exception:
+        return  # not a checkpoint of this template (safetensors, another layout): read_weights reads it
+    if _is_sharded(head):
+        try:
+            storage.read(Path(path).expanduser())
+        except UserError as err:
+            raise UserError(f"{what}: {err}") from err
+
+
+def _is_sharded(state: Any) -> bool:
+    """A sharded checkpoint (dist=fsdp) whose model is in its shards alone."""
+    return isinstance(state, dict) and "shards" in state and "model" not in state
 
 
 def load_matching(model: nn.Module, state: dict[str, torch.Tensor], what: str) -> Loaded:

@@ -4,16 +4,20 @@ module level.
 `collect()` (every rank, every start) asks git twice: the commit and branch, and whether anything differs from the
 commit, untracked files included (a model added as new files, the README's way, is a change of the code).
 `record()` (rank 0) writes `<run dir>/provenance/`: `env.json` (the collected values, the versions, which untracked
-files were recorded and which were not) and `git.diff`: `git diff HEAD` followed by every untracked, not-ignored
-file as a new-file patch, so `git checkout <commit> && git apply git.diff` makes the code the run ran. Untracked
-files are capped (each and in total); binaries, links, possible credentials and other runs' files are left out and
-named. A run continued in its own dir records each further start in `provenance/attempt-<n>/` (the first start's
-files stay where readers look for them).
+files were recorded, which were hashed and which were left out) and `git.diff`: `git diff HEAD` followed by the
+untracked, not-ignored files the run can import or compose (`.py` and `.yaml` under src/, conf/, scripts/) as
+new-file patches, so `git checkout <commit> && git apply git.diff` makes the code the run ran. git.diff is uploaded
+with the run (wandb, MLflow), so nothing that looks like a credential goes in: a file with a credential's name or
+content (private keys, provider tokens, `password = ...`) is named only, and so is a tracked file's change that
+adds one. Any other untracked file is named with its SHA-256; recorded files are capped (each and in total);
+links, larger files and other runs' files are named. A run continued in its own dir records each further start in
+`provenance/attempt-<n>/` (the first start's files stay where readers look for them).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import logging
 import platform
 import re
@@ -31,11 +35,36 @@ log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[3]  # src/lab/tracking/provenance.py -> repository root
 MAX_FILE_BYTES = 256 * 1024  # an untracked file larger than this is named, not recorded (data, weights, logs)
 MAX_TOTAL_BYTES = 2 * 1024 * 1024  # all untracked files together: git.diff is attached to every wandb run
-# names that may hold credentials: never copied into a record that is uploaded (wandb keeps git.diff)
+# untracked files whose contents are recorded: what the run imports and the configs it composes
+CODE_FOLDERS = ("src/", "conf/", "scripts/")
+CODE_SUFFIXES = (".py", ".yaml", ".yml")
+# names that may hold credentials: never copied into a record that is uploaded (wandb keeps git.diff), nor hashed
 SECRET_NAMES = (
-    *(".env", ".env.*", ".netrc", "*.pem", "*.key", "*.p12"),
-    *("id_rsa*", "id_ed25519*", "*secret*", "*credential*"),
+    *(".env", ".env.*", "*.env", ".netrc", ".pypirc", ".npmrc", ".git-credentials", ".dockercfg", "kaggle.json"),
+    *("*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*"),
+    *("*secret*", "*credential*", "*service?account*", "*password*", "*passwd*", "*api?key*", "*apikey*"),
+    *("token", "token.*", "*[-_.]token", "*[-_.]token[-_.]*", "token[-_.]*"),  # not tokens.py, tokenizer.py
 )
+# what credentials look like inside a file: private keys, the token formats of the common providers, and a
+# key, secret, token or password set to a literal with a digit in it (an .ini, .env or YAML line, a Python string)
+SECRET_CONTENT = re.compile(
+    "|".join(
+        (
+            r"-----BEGIN [A-Z ]*PRIVATE KEY( BLOCK)?-----",
+            r"\b(AKIA|ASIA)[0-9A-Z]{16}\b|aws_secret_access_key",  # AWS
+            r"\bgh[pousr]_[A-Za-z0-9]{36,}|\bgithub_pat_[A-Za-z0-9_]{22,}|\bglpat-[A-Za-z0-9_-]{20,}",  # GitHub, GitLab
+            r"\bxox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
+            r"\bAIza[0-9A-Za-z_-]{35}|\"type\"\s*:\s*\"service_account\"|\"private_key\"\s*:",  # Google
+            r"\bsk-[A-Za-z0-9_-]{20,}|\b[sr]k_(live|test)_[A-Za-z0-9]{16,}",  # OpenAI, Anthropic, Stripe
+            r"\bhf_[A-Za-z0-9]{30,}|\bpypi-[A-Za-z0-9_-]{50,}|\bnpm_[A-Za-z0-9]{36}",  # Hugging Face, PyPI, npm
+            r"\"key\"\s*:\s*\"[0-9a-f]{32}\"",  # Kaggle
+            r"(?i:api[_-]?key|secret|token|passw(or)?d)[\w.-]*[\"']?\s*[:=]\s*[\"']?(?=[^\s\"']*\d)"
+            r"[A-Za-z0-9_/+=.~-]{8,}[\"']?\s*(,|$)",
+        )
+    ),
+    re.MULTILINE,
+)
+CREDENTIALS = "may hold credentials"
 _PLAIN_PATH = re.compile(r"^[\w./ +@=,-]+$", re.ASCII)  # a path git writes unquoted in a patch header
 _ATTEMPT = re.compile(r"^attempt-(\d+)$")
 RUN_FILES = ("this run's own file", "a run dir's file")  # left out as outputs, not code: named in env.json only
@@ -73,37 +102,56 @@ def git_info(root: Path = REPO_ROOT) -> dict:
 
 
 def git_diff(root: Path = REPO_ROOT, skip: Path | None = None) -> tuple[str, dict]:
-    """`git diff HEAD` and the untracked, not-ignored files as new-file patches (one text `git apply` takes), and
-    what was done with each untracked file: {"recorded": [paths], "skipped": {path: why}}. `skip`: a folder whose
-    files are left out (the run dir itself, when it lies inside the checkout)."""
-    diff = _git("diff", "HEAD", cwd=root) or ""
+    """`git diff HEAD` and the untracked, not-ignored code and config files as new-file patches (one text `git
+    apply` takes), and what was done with each untracked file: {"recorded": [paths], "hashed": {path: sha256},
+    "skipped": {path: why}}, a tracked file whose change may hold credentials in "skipped" too. `skip`: a folder
+    whose files are left out (the run dir itself, when it lies inside the checkout)."""
+    diff, skipped = _without_credentials(_git("diff", "HEAD", cwd=root) or "")
     listed = _git("ls-files", "--others", "--exclude-standard", "-z", cwd=root) or ""
-    patches, recorded, skipped = [], [], {}
+    patches, recorded, hashed = [], [], {}
     total = 0
     run_dirs: dict[Path, bool] = {}
     for name in filter(None, listed.split("\0")):
         path = root / name
         reason = _not_recordable(name, path, root, skip, run_dirs)
-        size = 0
+        if reason is None and path.lstat().st_size > MAX_FILE_BYTES:  # never read whole: data, weights, logs
+            reason = f"over {_size(MAX_FILE_BYTES)}"
+        data = b""
         if reason is None:
-            size = path.lstat().st_size
-            if size > MAX_FILE_BYTES:
-                reason = f"over {_size(MAX_FILE_BYTES)}"
-            elif total + size > MAX_TOTAL_BYTES:
-                reason = f"over the {_size(MAX_TOTAL_BYTES)} for all untracked files"
-        if reason is None:
-            patch = _new_file_patch(name, path)
-            reason = "binary" if patch is None else None
-        if reason is not None:
-            skipped[name] = reason
+            try:
+                data = path.read_bytes()
+            except OSError:
+                reason = "unreadable"
+        if reason is None and SECRET_CONTENT.search(data.decode(errors="replace")):
+            reason = CREDENTIALS
+        if reason is None and not (name.startswith(CODE_FOLDERS) and name.endswith(CODE_SUFFIXES)):
+            hashed[name] = hashlib.sha256(data).hexdigest()  # not code the run imports: named, its content not kept
             continue
-        assert patch is not None  # else reason is "binary"
+        if reason is None and total + len(data) > MAX_TOTAL_BYTES:
+            reason = f"over the {_size(MAX_TOTAL_BYTES)} for all untracked files"
+        patch = _new_file_patch(name, data, path) if reason is None else None
+        if patch is None:
+            skipped[name] = reason or "binary"
+            continue
         patches.append(patch)
         recorded.append(name)
-        total += size
+        total += len(data)
     if diff and patches and not diff.endswith("\n"):
         diff += "\n"
-    return diff + "".join(patches), {"recorded": recorded, "skipped": skipped}
+    return diff + "".join(patches), {"recorded": recorded, "hashed": hashed, "skipped": skipped}
+
+
+def _without_credentials(diff: str) -> tuple[str, dict[str, str]]:
+    """`git diff` less each file whose added lines may hold credentials, and those files' names."""
+    kept, left_out = [], {}
+    for section in re.split(r"(?m)^(?=diff --git )", diff):
+        added = "\n".join(line[1:] for line in section.splitlines() if line.startswith("+") and line[:4] != "+++ ")
+        if SECRET_CONTENT.search(added):
+            name = section.split("\n", 1)[0].split(" b/", 1)[-1]
+            left_out[name] = f"{CREDENTIALS} (a change of a tracked file)"
+        else:
+            kept.append(section)
+    return "".join(kept), left_out
 
 
 def _size(count: int) -> str:
@@ -114,15 +162,15 @@ def _size(count: int) -> str:
 
 
 def _not_recordable(name: str, path: Path, root: Path, skip: Path | None, run_dirs: dict[Path, bool]) -> str | None:
-    """Why an untracked file is left out of the record, or None."""
+    """Why an untracked file is left out of the record by its name or kind, or None."""
     if name.endswith("/"):  # a nested git repository: its own history, not ours to copy
         return "a nested git repository"
     if skip is not None and path.is_relative_to(skip):
         return RUN_FILES[0]
     if _in_run_dir(path, root, run_dirs):  # another run's files (a run dir inside the checkout .gitignore misses)
         return RUN_FILES[1]
-    if any(fnmatch.fnmatch(path.name, pattern) for pattern in SECRET_NAMES):
-        return "may hold credentials"
+    if any(fnmatch.fnmatch(path.name.lower(), pattern) for pattern in SECRET_NAMES):
+        return CREDENTIALS
     if not _PLAIN_PATH.match(name):
         return "a name git would quote"
     try:
@@ -146,12 +194,12 @@ def _in_run_dir(path: Path, root: Path, run_dirs: dict[Path, bool]) -> bool:
     return False
 
 
-def _new_file_patch(name: str, path: Path) -> str | None:
-    """The patch `git diff` would show for `name` as a new file; None for a binary (a NUL byte, or not UTF-8)."""
+def _new_file_patch(name: str, data: bytes, path: Path) -> str | None:
+    """The patch `git diff` would show for `name` (whose content is `data`) as a new file; None for a binary (a NUL
+    byte, or not UTF-8)."""
     try:
-        data = path.read_bytes()
         text = data.decode()
-    except (OSError, UnicodeDecodeError):
+    except UnicodeDecodeError:
         return None
     if "\0" in text:
         return None
@@ -180,6 +228,7 @@ def record(run_dir: Path, provenance: dict, continuing: bool, root: Path = REPO_
         env["git_untracked"] = untracked
         written.append(folder / "git.diff")
         names = [f"{name} ({why})" for name, why in untracked["skipped"].items() if why not in RUN_FILES]
+        names += [f"{name} (not code or config: hashed)" for name in untracked["hashed"]]
         if names:
             more = f" and {len(names) - 5} more" if len(names) > 5 else ""
             log.warning(

@@ -5,6 +5,7 @@ reading the model back whole, and resuming the weights and optimizer moments bit
 from __future__ import annotations
 
 import logging
+import pickle
 import threading
 from pathlib import Path
 from typing import Any
@@ -223,3 +224,113 @@ def test_model_init_from_reads_the_weights_of_a_sharded_checkpoint(tmp_path: Pat
     manager = CheckpointManager(tmp_path, Parallel())
     manager.save(_state(model, optimizer, 1), best=False)  # a periodic save: no model in last.pt
     _assert_equal(read_weights(manager.last, "model.init_from"), model.state_dict())
+
+
+# --------------------------------------------------------------------------- a checkpoint from elsewhere
+class _RunsCode:
+    """Pickles as a call of exec that writes `marker`: what a malicious DCP `.metadata` holds (the fast tier starts
+    no process, so no os.system here)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({str(self.marker)!r}, 'w').close()",))
+
+
+def _sharded_run(tmp_path: Path) -> CheckpointManager:
+    model, optimizer = _model_and_optimizer()
+    manager = CheckpointManager(tmp_path / "run", Parallel())
+    manager.save(_state(model, optimizer, 1), best=False)
+    return manager
+
+
+def test_shards_named_outside_the_checkpoints_own_folder_are_refused_and_never_read(tmp_path: Path) -> None:
+    manager = _sharded_run(tmp_path)
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil" / "dcp"
+    evil.mkdir(parents=True)
+    (evil / ".metadata").write_bytes(pickle.dumps(_RunsCode(marker)))
+    header = torch.load(manager.last, weights_only=True)
+    (manager.dir / "shards" / "link").symlink_to(evil)  # a link in its own folder that leads out of it
+    for named in (str(evil), "../../evil/dcp", "shards/../../../evil/dcp", "shards/link", "shards", ".", "", 3):
+        path = manager.dir / "probe.pt"
+        checkpointing.save(path, {**header, "shards": named})
+        with pytest.raises(UserError, match=r"names shards=.*which is not a directory under .*: refused") as err:
+            checkpointing.read(path)
+        assert "\n" not in str(err.value)
+    # shards/ itself a link out of the checkpoints folder
+    moved = tmp_path / "elsewhere"
+    (manager.dir / "shards").rename(moved)
+    (manager.dir / "shards").symlink_to(moved)
+    with pytest.raises(UserError, match=r"names shards='shards/step-000000001', which is not a directory under"):
+        checkpointing.read(manager.last)
+    # the issue's case: the checkpoint next to the directory it names by its absolute path
+    checkpointing.save(evil.parent / "shards_abs.pt", {**header, "shards": str(evil)})
+    with pytest.raises(UserError, match=r"names shards=.*: refused"):
+        checkpointing.read(evil.parent / "shards_abs.pt")
+    assert not marker.exists()
+
+
+def test_a_shard_directorys_metadata_runs_nothing_it_names(tmp_path: Path) -> None:
+    """Its own folder, a file that DCP did not write: refused where the checkpoint is read, and by the reader."""
+    from lab.checkpointing import dcp_reading
+
+    manager = _sharded_run(tmp_path)
+    directory = manager.dir / _named(manager)
+    marker = tmp_path / "ran"
+    (directory / ".metadata").write_bytes(pickle.dumps({"storage_data": _RunsCode(marker)}))
+    with pytest.raises(UserError, match=r"\.metadata names builtins\.exec, which DCP metadata never holds"):
+        checkpointing.read(manager.last)
+    with pytest.raises(UserError, match=r"names builtins\.exec"):
+        sharded.read_model(directory)
+    with pytest.raises(UserError, match=r"names builtins\.exec"):
+        dcp_reading.Reader(str(directory)).read_metadata()  # what sharded.load hands DCP
+    assert not marker.exists()
+
+
+def test_metadata_naming_a_data_file_outside_its_directory_is_refused(tmp_path: Path) -> None:
+    manager = _sharded_run(tmp_path)
+    directory = manager.dir / _named(manager)
+    metadata = pickle.loads((directory / ".metadata").read_bytes())
+    for info in metadata.storage_data.values():
+        info.relative_path = "../../../elsewhere.distcp"
+    (directory / ".metadata").write_bytes(pickle.dumps(metadata))
+    with pytest.raises(UserError, match=r"names a data file outside .*'\.\./\.\./\.\./elsewhere\.distcp'"):
+        checkpointing.read(manager.last)
+
+
+def test_a_value_stored_as_bytes_that_is_not_plain_data_is_refused_on_resume(tmp_path: Path) -> None:
+    """DCP itself unpickles an optimizer's lr, betas, ... with weights_only=False."""
+    model, optimizer = _model_and_optimizer()
+    manager = CheckpointManager(tmp_path, Parallel())
+    marker = tmp_path / "ran"
+    state = _state(model, optimizer, 1)
+    state["shards"]["optimizer"]["param_groups"][0]["lr"] = _RunsCode(marker)
+    manager.save(state, best=False)
+    fresh, fresh_optimizer = _model_and_optimizer(seed=1)
+    with pytest.raises(UserError, match=r"optimizer\.param_groups\.0\.lr is not plain data: not loaded"):
+        Parallel().load_sharded_state(fresh, fresh_optimizer, checkpointing.read(manager.last)["shards"])
+    assert not marker.exists()
+
+
+def test_shards_damaged_past_the_allow_list_are_refused_in_one_line(tmp_path: Path) -> None:
+    """Metadata of DCP's own classes holding nonsense, or a data file cut short: a UserError, not a traceback."""
+    manager = _sharded_run(tmp_path)
+    directory = manager.dir / _named(manager)
+    good = (directory / ".metadata").read_bytes()
+    metadata = pickle.loads(good)
+    metadata.state_dict_metadata = "not a mapping"
+    (directory / ".metadata").write_bytes(pickle.dumps(metadata))
+    with pytest.raises(UserError, match=r"cannot read the sharded checkpoint .*AttributeError.*use another checkpoint"):
+        sharded.model_weights(checkpointing.read(manager.last))
+    (directory / ".metadata").write_bytes(good)
+    data = next(directory.glob("*.distcp"))
+    data.write_bytes(data.read_bytes()[:100])
+    for read in (
+        lambda: sharded.model_weights(checkpointing.read(manager.last)),
+        lambda: Parallel().load_sharded_state(*_model_and_optimizer(), checkpointing.read(manager.last)["shards"]),
+    ):
+        with pytest.raises(UserError, match=r"cannot read the sharded checkpoint .*: damaged") as err:
+            read()
+        assert "\n" not in str(err.value)

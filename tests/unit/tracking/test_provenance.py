@@ -3,6 +3,7 @@ and are recorded so that `git apply` makes the code the run ran; each start of a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import subprocess
@@ -48,20 +49,22 @@ def test_an_untracked_file_makes_the_checkout_dirty_an_ignored_one_or_a_run_dirs
 
 
 @pytest.mark.integration  # starts git
-def test_git_diff_holds_changes_and_untracked_files_as_a_patch_git_applies(checkout, tmp_path, caplog):
+def test_git_diff_holds_changes_and_untracked_code_as_a_patch_git_applies(checkout, tmp_path, caplog):
     (checkout / "src/model.py").write_text("width = 16\n")  # a tracked change
     new = {
         "src/models/gated mlp.py": "import torch\n\n\nclass GatedMLP:\n    pass\n",
         "src/models/__init__.py": "",
-        "notes.txt": "no newline at the end",
-        "run.sh": "#!/bin/sh\necho hi\n",
+        "conf/model/gated.yaml": "width: 8",  # no newline at the end
+        "scripts/run.py": "#!/usr/bin/env python\nprint('hi')\n",
     }
     for name, text in new.items():
         (checkout / name).parent.mkdir(parents=True, exist_ok=True)
         (checkout / name).write_text(text)
-    (checkout / "run.sh").chmod(0o755)
+    (checkout / "scripts/run.py").chmod(0o755)
+    (checkout / "notes.txt").write_text("not code the run imports\n")
     (checkout / "weights.bin").write_bytes(b"\x00\x01\x02")
-    (checkout / "big.csv").write_text("x\n" * provenance.MAX_FILE_BYTES)
+    (checkout / "src/table.bin").write_bytes(b"\x00\x01")  # under src/, but not code
+    (checkout / "src/big.py").write_text("x = 1\n" * provenance.MAX_FILE_BYTES)
     (checkout / ".env.local").write_text("WANDB_API_KEY=secret\n")
     (checkout / "runs/old/.hydra").mkdir(parents=True)  # a run dir inside the checkout that .gitignore misses
     (checkout / "runs/old/.hydra/config.yaml").write_text("seed: 1\n")
@@ -71,15 +74,18 @@ def test_git_diff_holds_changes_and_untracked_files_as_a_patch_git_applies(check
 
     diff, untracked = provenance.git_diff(checkout, skip=checkout / "runs/current")
     assert sorted(untracked["recorded"]) == sorted(new)
+    assert untracked["hashed"] == {
+        name: hashlib.sha256((checkout / name).read_bytes()).hexdigest()
+        for name in ("notes.txt", "src/table.bin", "weights.bin")
+    }
     assert untracked["skipped"] == {
         ".env.local": "may hold credentials",
-        "big.csv": "over 256 KiB",
+        "src/big.py": "over 256 KiB",
         "runs/current/train.log": "this run's own file",
         "runs/old/.hydra/config.yaml": "a run dir's file",
         "runs/old/metrics.jsonl": "a run dir's file",
-        "weights.bin": "binary",
     }
-    assert "WANDB_API_KEY" not in diff
+    assert "WANDB_API_KEY" not in diff and "not code the run imports" not in diff
 
     # the commit plus git.diff is the code the run ran: applied to a fresh clone, every file comes back as it was
     clone = tmp_path / "clone"
@@ -89,7 +95,8 @@ def test_git_diff_holds_changes_and_untracked_files_as_a_patch_git_applies(check
     assert (clone / "src/model.py").read_text() == "width = 16\n"
     for name, text in new.items():
         assert (clone / name).read_text() == text, name
-    assert (clone / "run.sh").stat().st_mode & 0o111 and not (clone / "notes.txt").stat().st_mode & 0o111
+    assert (clone / "scripts/run.py").stat().st_mode & 0o111
+    assert not (clone / "src/models/__init__.py").stat().st_mode & 0o111
 
     run_dir = checkout / "runs/current"
     with caplog.at_level(logging.WARNING):
@@ -100,20 +107,65 @@ def test_git_diff_holds_changes_and_untracked_files_as_a_patch_git_applies(check
     (line,) = caplog.messages
     assert line == (
         f"untracked files not recorded in {run_dir / 'provenance/git.diff'}: .env.local (may hold credentials), "
-        "big.csv (over 256 KiB), weights.bin (binary) (all named in env.json)"
+        "src/big.py (over 256 KiB), notes.txt (not code or config: hashed), src/table.bin (not code or config: "
+        "hashed), weights.bin (not code or config: hashed) (all named in env.json)"
     )  # run dirs' files are outputs, not code: only env.json names them
+
+
+# What the issue's probe left in the checkout's root, and the same kinds of content where code is recorded: each a
+# file of realistic content whose secret (the end of its last line) must reach neither git.diff nor env.json.
+CREDENTIAL_FILES = {
+    ".pypirc": "[pypi]\nusername = __token__\npassword = pypi-AgEIcHlwaS5vcmc" + "x" * 60 + "\n",
+    ".npmrc": "//registry.npmjs.org/:_authToken=npm_" + "a1B2" * 9 + "\n",
+    "kaggle.json": '{"username": "someone", "key": "' + "0a1b2c3d" * 4 + '"}\n',
+    "service-account.json": '{"type": "service_account", "private_key_id": "' + "5e6f7a8b" * 5 + '"}\n',
+    "token.txt": "hf_" + "AbCdEfGhIj" * 4 + "\n",
+    "api_keys.py": 'OPENAI_API_KEY = "sk-proj-' + "Zy9" * 10 + '"\n',
+    "config.ini": "[wandb]\napi_key = " + "0123456789abcdef" * 2 + "12345678\n",
+    # under src/, conf/ and scripts/: code and config by place, credentials by content
+    "src/settings.py": 'GITHUB = "ghp_' + "R2d2C3po" * 5 + '"\n',
+    "src/deploy.py": 'KEY = """\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAE\n"""\n',
+    "conf/logger/mine.yaml": "name: wandb\napi_key: " + "9f8e7d6c5b4a" * 3 + "\n",
+    "conf/cloud.yaml": "aws_key_id: AKIAABCDEFGHIJKLMNOP\n",
+    "scripts/upload.py": 'SLACK = "xoxb-' + "1234-5678-abcdEFGH" + '"\n',
+}
+
+
+@pytest.mark.integration  # starts git
+def test_files_that_look_like_credentials_are_named_only(checkout, tmp_path):
+    for name, text in CREDENTIAL_FILES.items():
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / name).write_text(text)
+    (checkout / "src/tokenizer.py").write_text("token = tokenizer.encode(text)\nmax_tokens = 256\n")  # no secret
+    (checkout / "src/model.py").write_text('width = 8\nHF_TOKEN = "hf_' + "Qw3" * 12 + '"\n')  # a tracked change
+
+    run_dir = tmp_path / "run"
+    provenance.record(run_dir, {"git_commit": "abc"}, continuing=False, root=checkout)
+    record = (run_dir / "provenance/git.diff").read_text() + (run_dir / "provenance/env.json").read_text()
+    untracked = json.loads((run_dir / "provenance/env.json").read_text())["git_untracked"]
+    assert untracked["recorded"] == ["src/tokenizer.py"] and untracked["hashed"] == {}
+    assert untracked["skipped"] == {
+        "src/model.py": "may hold credentials (a change of a tracked file)",
+        **dict.fromkeys(CREDENTIAL_FILES, "may hold credentials"),
+    }
+    for name in (*CREDENTIAL_FILES, "src/model.py"):
+        secret = (checkout / name).read_text().splitlines()[-1][-12:]
+        assert secret not in record, name
+        assert hashlib.sha256((checkout / name).read_bytes()).hexdigest() not in record, name
+    assert "max_tokens = 256" in record
 
 
 @pytest.mark.integration  # starts git
 def test_untracked_files_stop_at_the_total_cap(checkout, monkeypatch):
     monkeypatch.setattr(provenance, "MAX_TOTAL_BYTES", 25)
     for name in ("a.py", "b.py", "c.py"):
-        (checkout / name).write_text("x = 1\n")  # 6 bytes each
-    (checkout / "d.py").write_text("y = 2" * 3 + "\n")  # 16 bytes: over what is left
+        (checkout / "src" / name).write_text("x = 1\n")  # 6 bytes each
+    (checkout / "src/d.py").write_text("y = 2" * 3 + "\n")  # 16 bytes: over what is left
     _, untracked = provenance.git_diff(checkout)
     assert untracked == {
-        "recorded": ["a.py", "b.py", "c.py"],
-        "skipped": {"d.py": "over the 25 bytes for all untracked files"},
+        "recorded": ["src/a.py", "src/b.py", "src/c.py"],
+        "hashed": {},
+        "skipped": {"src/d.py": "over the 25 bytes for all untracked files"},
     }
 
 
