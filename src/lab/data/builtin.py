@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -109,10 +110,38 @@ def build_mnist(cfg: MnistConfig) -> DataModule:
     )
 
 
+# The official CIFAR format is a pickle, and a plain unpickler calls whatever the file names. These files hold
+# dicts of bytes, lists and numpy arrays, so only what rebuilds an array is allowed (numpy 1 and 2 spell its module
+# differently); a file that names anything else is refused unread.
+_CIFAR_GLOBALS = {
+    *((f"numpy.{core}.multiarray", "_reconstruct") for core in ("core", "_core")),
+    *((f"numpy.{core}.numeric", "_frombuffer") for core in ("core", "_core")),  # pickle protocol 5
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),  # bytes as Python 3 writes them at protocol 2
+}
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _CIFAR_GLOBALS:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which CIFAR's batches never hold")
+        return super().find_class(module, name)
+
+
+def _unpickle_cifar(path: Path) -> dict:
+    try:
+        with path.open("rb") as f:
+            return _CifarUnpickler(f, encoding="bytes").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as err:
+        raise ConfigError(
+            f"data.name=cifar10: {path} is not a CIFAR-10 python batch ({err}): not loaded (a pickle can run code); "
+            "delete the folder and pass data.download=true, or point data.root at the official files"
+        ) from err
+
+
 def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    # The official format is a pickle; only open CIFAR files you trust (pickles can run code).
-    with path.open("rb") as f:
-        batch = pickle.load(f, encoding="bytes")
+    batch = _unpickle_cifar(path)
     data = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
     return torch.from_numpy(data.copy()), torch.tensor(batch[b"labels"], dtype=torch.long)
 
@@ -142,8 +171,7 @@ def build_cifar10(cfg: Cifar10Config) -> DataModule:
     num_classes = resolve_num_classes(cfg, "cifar10", 10)
     folder = _cifar_dir(cfg)
     parts = [_read_cifar_batch(folder / f"data_batch_{i}") for i in range(1, 6)]
-    with (folder / "batches.meta").open("rb") as f:
-        class_names = [name.decode() for name in pickle.load(f, encoding="bytes")[b"label_names"]]
+    class_names = [name.decode() for name in _unpickle_cifar(folder / "batches.meta")[b"label_names"]]
 
     mean, std = resolve_stats(cfg, 3, *CIFAR10_STATS)
     train_full = TensorImageDataset(

@@ -230,6 +230,35 @@ def test_cifar10_reads_python_batches(tmp_path: Path) -> None:
     assert not torch.equal(dm.train[0][0], dm.train[0][0])  # crop + flip differ between draws
 
 
+class _RunsCode:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "ran"))
+
+
+@pytest.mark.parametrize("planted", ["data_batch_3", "batches.meta"])
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_cifar10_batches_run_nothing_they_name(tmp_path: Path, planted: str, protocol: int) -> None:
+    """The batches are pickles: read with an allow-list (arrays, in either numpy's spelling and either pickle
+    protocol), a planted one is refused in one line before anything it names is called."""
+    write_cifar(tmp_path / "fine")
+    for name in ("data_batch_1", "batches.meta"):  # the arrays as pickle protocol 5 writes them: still read
+        path = tmp_path / "fine" / "cifar-10-batches-py" / name
+        path.write_bytes(pickle.dumps(pickle.loads(path.read_bytes()), protocol=protocol))
+    cfg = data_cfg(name="cifar10", root=str(tmp_path / "fine"), in_channels=3, image_size=32, val_fraction=0.2)
+    assert len(build(cfg).train) == 24
+    write_cifar(tmp_path / "evil")
+    marker = tmp_path / "marker"
+    batch = {b"data": _RunsCode(marker), b"labels": [0], b"label_names": [b"x"]}
+    (tmp_path / "evil" / "cifar-10-batches-py" / planted).write_bytes(pickle.dumps(batch, protocol=protocol))
+    cfg = data_cfg(name="cifar10", root=str(tmp_path / "evil"), in_channels=3, image_size=32)
+    with pytest.raises(ConfigError, match=rf"{planted} is not a CIFAR-10 python batch \(it names .*can run code"):
+        build(cfg)
+    assert not marker.exists()
+
+
 def test_cifar10_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"cifar-10-batches-py.*data\.download=true"):
         build(data_cfg(name="cifar10", root=str(tmp_path), in_channels=3, image_size=32))
