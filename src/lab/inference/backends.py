@@ -8,8 +8,11 @@ runs at inference time. Artifacts run as their users run them: onnxruntime's Inf
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -119,9 +122,15 @@ class ExportedProgramBackend(ModuleBackend):
     def __init__(self, path: str | Path, device: torch.device | None = None) -> None:
         self.device = device or torch.device("cpu")
         try:
-            program = torch.export.load(str(path))
+            with _weights_only_loads():
+                program = torch.export.load(str(path))
         except Exception as err:
-            raise UserError(f"torch.export.load cannot read {path}: {str(err).splitlines()[0]}") from err
+            why = str(err).splitlines()[0]
+            if why.startswith("Weights only load failed"):
+                why = "a pickled part holds more than tensors and plain data (it could run code): not loaded"
+            raise UserError(
+                f"torch.export.load cannot read {path}: {why}; export it again with scripts/export.py"
+            ) from err
         self.path = Path(path)
         self.input_shape = _program_input_shape(program)
         if self.device.type != "cpu":
@@ -134,6 +143,29 @@ class ExportedProgramBackend(ModuleBackend):
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
         check_shape(self.path, inputs, self.input_shape)  # else a guard's AssertionError from inside the graph
         return super().__call__(inputs)
+
+
+@contextlib.contextmanager
+def _weights_only_loads() -> Iterator[None]:
+    """torch.export.load reads a pickled part again with weights_only=False when the weights-only read fails, which
+    runs whatever a crafted .pt2 names. Forced weights-only (torch reads the variable at each load), such a file
+    fails to load instead. torch's own warning with the traceback is kept quiet: the error says it in one line."""
+    names = ("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
+    saved = {name: os.environ.pop(name, None) for name in names}
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    export_log = logging.getLogger("torch.export")
+    level = export_log.level
+    export_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():  # the weights-only unpickler's note on protocol 4, which torch writes itself
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            yield
+    finally:
+        export_log.setLevel(level)
+        for name, value in saved.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
 
 
 def _program_input_shape(program: Any) -> InputShape | None:

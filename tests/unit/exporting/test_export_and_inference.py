@@ -4,6 +4,10 @@ the shared preprocessing, batched top-k."""
 from __future__ import annotations
 
 import math
+import os
+import pickle
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -129,6 +133,33 @@ def test_a_staging_folder_that_cannot_be_made_is_one_line_naming_the_file(tmp_pa
     (tmp_path / "run").write_text("a file where the run dir should be")
     with pytest.raises(UserError, match=r"^cannot write .*run/model\.onnx: "), staged(tmp_path / "run", "model.onnx"):
         pass
+
+
+class _RunsCode:
+    def __init__(self, marker) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "ran"))
+
+
+def test_a_pt2_whose_pickled_part_names_code_is_refused_and_runs_nothing(tmp_path) -> None:
+    """torch.export.load retries a part it cannot read weights-only with a full unpickle; the runner forbids that."""
+    model = nn.Sequential(nn.Linear(4, 2))
+    good = write_pt2(model, torch.randn(exporting.EXAMPLE_BATCH, 4), tmp_path / "model.pt2").files[0]
+    assert ExportedProgramBackend(good)(torch.zeros(3, 4)).shape == (3, 2)
+    marker = tmp_path / "marker"
+    evil = tmp_path / "evil.pt2"
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(evil, "w") as out:
+        parts = [info for info in src.infolist() if info.filename.endswith(".pt")]
+        assert parts, "torch.export.save wrote no pickled part: update this test to the archive's layout"
+        for info in src.infolist():
+            data = pickle.dumps(_RunsCode(marker)) if info in parts else src.read(info)
+            out.writestr(info, data)
+    with pytest.raises(UserError, match=r"^torch\.export\.load cannot read .*evil\.pt2: .*could run code.*export"):
+        ExportedProgramBackend(evil)
+    assert not marker.exists()
+    assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ
 
 
 # --------------------------------------------------------------------------- declared input shapes
