@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from lab.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -47,8 +49,17 @@ log = logging.getLogger(__name__)
 LOCK = ".lock"
 HYDRA_DIR = ".hydra"
 TORCHRUN_RECORD = "torchrun.json"  # the torchrun job (its rendezvous id) that runs in this dir: restarts continue it
-# what marks a dir as holding a run: its composed config, checkpoints, records or a sweep job's result
-RUN_RECORDS = (HYDRA_DIR, "checkpoints", "summary.json", "metrics.jsonl", "sweep_job.json", TORCHRUN_RECORD)
+SWEEP_CONFIG = "multirun.yaml"  # a sweep dir's record of its sweep, written by the sweeper before the first job
+# what marks a dir as holding a run: its composed config, checkpoints, records, a sweep job's result, or a sweep
+RUN_RECORDS = (
+    HYDRA_DIR,
+    "checkpoints",
+    "summary.json",
+    "metrics.jsonl",
+    "sweep_job.json",
+    TORCHRUN_RECORD,
+    SWEEP_CONFIG,
+)
 # keys that say how to start or record a run, not what it trains: a resumed run may change them
 _NOT_IDENTITY = ("ckpt_path", "resume", "overwrite", "tags", "logger", "callbacks")
 
@@ -69,33 +80,33 @@ _before: dict[Path, _Before] = {}  # explicit run dirs, by resolved path; a dir 
 _hydra_dirs: list[Path] = []  # the run dirs Hydra made or used for this process (noted by lab.cli)
 
 
-def check_before_hydra(argv: list[str], script: str) -> list[str]:
-    """Refuse an explicit `hydra.run.dir=` that `script` may not write, before Hydra writes `.hydra/` into it.
-    Returns argv, with `hydra.output_subdir` added when training continues a run in place (its `.hydra/` stays)."""
-    if not any("hydra.run.dir" in arg for arg in argv[1:]):
-        return argv  # Hydra makes a new timestamped dir (the common case, without loading Hydra's parsers)
-    command = read_command_line(argv)
-    if command is None or command.multirun or "hydra.run.dir" not in command.values:
-        return argv  # Hydra reports a bad command line; a sweep's dirs: lab.sweeps.ownership
-    overrides = command.values
-    run_dir = Path(str(overrides["hydra.run.dir"])).expanduser()
+def check(run_dir: Path, script: str, config: Mapping[str, Any]) -> str | None:
+    """Refuse a run dir that `script` may not write, before Hydra writes `.hydra/` into it. `run_dir` is the dir
+    as Hydra resolved it (any spelling: quoted, `++`, `${paths.outputs}/...`, `${oc.env:...}`), `config` the run's
+    composed config (its `resume`, `overwrite`, `ckpt_path`). Returns the subdir for this attempt's Hydra config
+    when training continues a run in place (its `.hydra/` stays), else None."""
     _require_writable(run_dir)
     _before[run_dir.resolve()] = _snapshot(run_dir)
     if is_held(run_dir):
         raise UserError(_in_use(run_dir))
     held = [name for name in RUN_RECORDS if (run_dir / name).exists()]
     if not held:
-        return argv
+        return None
     if script != "train":
         raise UserError(
             f"hydra.run.dir={run_dir} holds a run ({', '.join(held)}); {script} writes a run dir of its own and "
             "never into another run's: leave hydra.run.dir unset, or name a new dir"
         )
-    if _continues_in_place(run_dir, overrides):
-        return [*argv, f"hydra.output_subdir={_attempt_subdir(run_dir)}"]
-    if _flag(overrides.get("overwrite")):
-        return argv
-    raise UserError(_foreign_run(run_dir, held, overrides.get("resume")))
+    if SWEEP_CONFIG in held:
+        raise UserError(
+            f"hydra.run.dir={run_dir} is a sweep dir ({SWEEP_CONFIG}); a single run never writes into a sweep: "
+            "leave hydra.run.dir unset, or continue the sweep with its own command and resume=auto"
+        )
+    if _continues_in_place(run_dir, config):
+        return _attempt_subdir(run_dir)
+    if _flag(config.get("overwrite")):
+        return None
+    raise UserError(_foreign_run(run_dir, held, config.get("resume")))
 
 
 @dataclass(frozen=True)
@@ -130,7 +141,7 @@ def _continues_in_place(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
     if restart_of(run_dir):
         return True  # a torchrun restart of the job that runs there: with or without a last.pt
     if resume == "auto" or requeued():
-        return unfinished(run_dir)
+        return unfinished(run_dir) or never_saved(run_dir)
     if resume is not None:
         return _same(Path(str(resume)), run_dir)
     return ckpt_path is not None and _same(Path(str(ckpt_path)).parent, run_dir / "checkpoints")
@@ -392,13 +403,32 @@ def unfinished(run_dir: Path) -> bool:
     or DataLoader worker: its last.pt is good), or killed before it wrote summary.json."""
     if not (run_dir / "checkpoints" / "last.pt").is_file():
         return False
-    summary = run_dir / "summary.json"
-    if not summary.is_file():
-        return True
+    return _status(run_dir) in (None, "interrupted", "failed")
+
+
+def never_saved(run_dir: Path) -> bool:
+    """A training run of its own that this process found in `run_dir`, killed (or stopped) before it saved a
+    checkpoint and before it finished: nothing of it can be continued, so `resume=auto` (or a requeue) starts it
+    again there, as the same run: its first attempt's `.hydra/` and log are kept."""
+    before = _before.get(run_dir.resolve())
+    if before is None or HYDRA_DIR not in before.entries:
+        return False  # a dir Hydra made for this process, or one no run of the command line wrote
+    if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
+        return False
     try:
-        return json.loads(summary.read_text()).get("status") in ("interrupted", "failed")
-    except ValueError:
-        return True  # a summary cut short: the run died while writing it
+        hydra = yaml.safe_load((run_dir / HYDRA_DIR / "hydra.yaml").read_text())["hydra"]
+        a_training_run = hydra["job"]["config_name"] == "train" and hydra["mode"] == "RUN"  # not a sweep job's
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return False  # not a record of a run we can read: not ours to start again
+    return a_training_run and _status(run_dir) in (None, "interrupted", "failed")
+
+
+def _status(run_dir: Path) -> str | None:
+    """The status in a run's summary.json; None when it has none, or one cut short (it died writing it)."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def training_left(progress: Mapping[str, Any], max_epochs: int, max_steps: int) -> bool:
@@ -445,6 +475,8 @@ def continued_run(resume: str | None, run_dir: Path, config: Mapping[str, Any], 
     if (resume == "auto" or requeued()) and unfinished(run_dir):
         _require_same_config(run_dir, config)
         return run_dir
+    if (resume == "auto" or requeued()) and never_saved(run_dir):
+        return run_dir  # killed before its first last.pt: it starts again from the start, in its own dir
     if resume is None:
         return None
     if resume == "auto":

@@ -28,14 +28,13 @@ from typing import IO, Any
 import yaml
 
 from lab.errors import UserError
-from lab.run_dir import read_command_line
+from lab.run_dir import SWEEP_CONFIG, read_command_line
 
 log = logging.getLogger(__name__)
 
 LOCK = ".lock"
 JOB_RECORD = "sweep_job.json"  # what became of a job, written into its run dir when it ends (lab.sweeps.summary)
 HYDRA_SUBDIR = ".hydra"  # where Hydra records a job's config and overrides when the job starts
-SWEEP_CONFIG = "multirun.yaml"  # the sweep's config, written by the sweeper before the first job
 RESUME_KEYS = ("resume", "ckpt_path")  # how a job starts, not which job it is
 
 
