@@ -157,13 +157,23 @@ def _attempt_subdir(run_dir: Path) -> str:
     return f"{HYDRA_DIR}/attempt-{len(earlier) + 2}"
 
 
-def forget_attempts(run_dir: Path) -> None:
-    """`overwrite=true`: the `.hydra/attempt-<n>/` configs of the run being replaced go with it (Hydra has just
-    written the new run's own into `.hydra/`)."""
+def forget_replaced(run_dir: Path) -> None:
+    """`overwrite=true`: what Hydra keeps of the run being replaced goes with it: its `.hydra/attempt-<n>/` configs
+    (Hydra has just written the new run's own into `.hydra/`) and its lines at the head of the log this run
+    appends to (a log that was there before this process)."""
     for attempt in (run_dir / HYDRA_DIR).glob("attempt-*"):
         for file in attempt.iterdir():
             file.unlink()
         attempt.rmdir()
+    before = _before.get(run_dir.resolve(), _Before(existed=False))
+    for name, size in before.sizes.items():
+        if name.endswith(".log") and "/" not in name:
+            with open(run_dir / name, "r+b") as log_file:  # in place: the log handler keeps appending to this file
+                log_file.seek(size)
+                ours = log_file.read()
+                log_file.seek(0)
+                log_file.write(ours)
+                log_file.truncate()
 
 
 def _foreign_run(run_dir: Path, held: list[str], resume: Any) -> str:

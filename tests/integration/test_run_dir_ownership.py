@@ -227,3 +227,12 @@ def test_a_full_disk_or_a_read_only_outputs_dir_is_one_line_and_leaves_nothing(t
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert f"{read_only} is not writable (permission denied)" in _last_line(proc)
     assert not any(read_only.iterdir())
+
+
+def test_overwrite_replaces_the_runs_log_too(interrupted, tmp_path) -> None:
+    job = shutil.copytree(interrupted, tmp_path / "job")
+    assert (job / "train.log").read_text().count("device cpu") == 1
+    proc = run_script("train.py", *SMALL, f"hydra.run.dir={job}", "overwrite=true", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = (job / "train.log").read_text()
+    assert log.count("device cpu") == 1 and log.count("done:") == 1 and "SIGTERM received" not in log, log

@@ -140,12 +140,18 @@ def test_an_unwritable_run_dir_is_one_line(tmp_path, monkeypatch) -> None:
         run_dirs.check(tmp_path / "run", "train", {})
 
 
-def test_overwrite_forgets_the_replaced_runs_later_attempts_only(tmp_path) -> None:
+def test_overwrite_forgets_the_replaced_runs_later_attempts_and_log_lines_only(tmp_path) -> None:
     done = _run(tmp_path / "done", status="completed")
     (done / ".hydra" / "attempt-2").mkdir()
     (done / ".hydra" / "attempt-2" / "config.yaml").write_text("seed: 1\n")
-    run_dirs.forget_attempts(done)
+    (done / "train.log").write_text("the replaced run\n")
+    assert run_dirs.check(done, "train", {"overwrite": True}) is None
+    with open(done / "train.log", "a") as log:  # as Hydra's log handler appends
+        log.write("this run\n")
+        run_dirs.forget_replaced(done)
+        log.write("goes on\n")
     assert _tree(done / ".hydra") == {"config.yaml": b"seed: 1\n"}
+    assert (done / "train.log").read_text() == "this run\ngoes on\n"
 
 
 def test_a_sweep_job_continues_only_in_its_own_dir(tmp_path) -> None:

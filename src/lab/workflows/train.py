@@ -75,7 +75,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
         if continued is not None and continued != run_dir:
             run_dirs.move_logs(run_dir, continued)  # this start's log goes on in the run's own log file
         if cfg.overwrite and not here:
-            run_dirs.forget_attempts(target)  # the replaced run's later configs: this is a new run
+            run_dirs.forget_replaced(target)  # the replaced run's later configs and log lines: this is a new run
         if writer:
             run_dirs.record_torchrun_job(target)  # torchrun --max-restarts: its restarted workers continue here
         if continued is not None:
