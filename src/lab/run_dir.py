@@ -103,7 +103,7 @@ def check(run_dir: Path, script: str, config: Mapping[str, Any]) -> str | None:
             "leave hydra.run.dir unset, or continue the sweep with its own command and resume=auto"
         )
     if _continues_in_place(run_dir, config):
-        return _attempt_subdir(run_dir)
+        return attempt_subdir(run_dir)
     if _flag(config.get("overwrite")):
         return None
     raise UserError(_foreign_run(run_dir, held, config.get("resume")))
@@ -151,7 +151,7 @@ def _same(a: Path, b: Path) -> bool:
     return a.expanduser().resolve() == b.expanduser().resolve()
 
 
-def _attempt_subdir(run_dir: Path) -> str:
+def attempt_subdir(run_dir: Path) -> str:
     """Where Hydra writes the config of this attempt at a run: `.hydra/` holds the first attempt's."""
     earlier = list((run_dir / HYDRA_DIR).glob("attempt-*"))
     return f"{HYDRA_DIR}/attempt-{len(earlier) + 2}"

@@ -236,3 +236,30 @@ def test_overwrite_replaces_the_runs_log_too(interrupted, tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = (job / "train.log").read_text()
     assert log.count("device cpu") == 1 and log.count("done:") == 1 and "SIGTERM received" not in log, log
+
+
+def test_a_single_run_and_a_sweep_never_share_a_dir(interrupted, tmp_path) -> None:
+    job = shutil.copytree(interrupted, tmp_path / "job")
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("seed: 7\n")  # what a sweep writes first
+    before = {job: _tree(job), sweep: _tree(sweep)}
+    cases = {
+        (
+            "-m",
+            f"hydra.sweep.dir={job}",
+            "optimizer.lr=0.1,0.2",
+        ): f"hydra.sweep.dir={job} holds a single run (.hydra, checkpoints",
+        (
+            "-m",
+            f"hydra.sweep.dir={job}",
+            "optimizer.lr=0.1,0.2",
+            "resume=auto",
+        ): "a sweep never writes into a run's dir",
+        (f"hydra.run.dir={sweep}",): f"hydra.run.dir={sweep} is a sweep dir (multirun.yaml)",
+        (f"hydra.run.dir={sweep}", "resume=auto"): "a single run never writes into a sweep",
+    }
+    for overrides, message in cases.items():
+        proc = run_script("train.py", *overrides, *SMALL, cwd=tmp_path)  # -m first: Hydra's own argument
+        assert proc.returncode == 1 and message in _last_line(proc), (overrides, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr and {d: _tree(d) for d in before} == before, overrides
