@@ -3,13 +3,13 @@
 A run dir is the user's record of a run: nothing this module does deletes or rewrites what another run, or the
 user, put there.
 
-- **Before Hydra writes** (`check_before_hydra`, from every entry script): an explicit `hydra.run.dir=` (plain,
-  quoted or `++`, read with Hydra's own override parser) that cannot be written (under a regular file, read-only,
-  a name too long), that a running job holds, or that holds another run's records is refused in one line. Only
+- **Before Hydra writes** (`check`, from every entry script through `lab.cli.run_dir_checked`): the run dir as
+  Hydra resolved it (any spelling) that cannot be written (under a regular file, read-only, a name too long),
+  that a running job holds, or that holds another run's records or a sweep is refused in one line. Only
   training may write into a run dir that holds a run, and only to continue that run in place (`resume=auto` on
-  an unfinished run there, `resume=<that dir>`, a `ckpt_path` inside it, a SLURM requeue) or, with
-  `overwrite=true`, to replace it. A run continued in place keeps its `.hydra/`: Hydra writes this attempt's
-  config into `.hydra/attempt-<n>/`.
+  an unfinished run there or on one killed before its first checkpoint, `resume=<that dir>`, a `ckpt_path`
+  inside it, a SLURM requeue) or, with `overwrite=true`, to replace it. A run continued in place keeps its
+  `.hydra/`: Hydra writes this attempt's config into `.hydra/attempt-<n>/`.
 - **While a run writes** (`claim`): an exclusive lock on `<run dir>/.lock`, removed when the run ends and released
   by the OS when the process dies, so a killed run never leaves a lock that holds.
 - **When a start is refused after Hydra wrote** (`undone_on_refusal`): what Hydra wrote for this process
