@@ -220,6 +220,11 @@ def claim(
         handle = _lock(sweep_dir)
     except UserError as err:
         sys.exit(f"error: {err}")
+    except OSError as err:  # a read-only outputs dir, a full disk
+        sys.exit(
+            f"error: hydra.sweep.dir={sweep_dir}: could not write {err.filename or sweep_dir} ({err.strerror}); "
+            "choose a writable hydra.sweep.dir (or paths.outputs)"
+        )
     try:
         try:
             _refuse_earlier_sweep(sweep_dir, resuming)  # again under the lock: a sweep may have ended here since

@@ -4,6 +4,7 @@ sweep summary and the preemption message read the same job records."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -231,3 +232,17 @@ def test_a_sweep_never_writes_into_a_single_runs_dir(tmp_path, resuming):
     with pytest.raises(SystemExit, match="holds a single run"), claim(run_dir, resuming=resuming):
         pytest.fail("a refused claim runs nothing")
     assert _snapshot(run_dir) == before
+
+
+def test_a_sweep_dir_that_cannot_be_made_is_one_line(tmp_path, monkeypatch):
+    def denied(self, *args, **kwargs):  # a read-only outputs dir, as a user who may not write it sees it
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+
+    monkeypatch.setattr(Path, "mkdir", denied)
+    sweep = tmp_path / "read_only" / "sweep"
+    with pytest.raises(SystemExit) as exit_info, claim(sweep, resuming=False):
+        pytest.fail("a refused claim runs nothing")
+    assert exit_info.value.code == (
+        f"error: hydra.sweep.dir={sweep}: could not write {sweep} (Permission denied); choose a writable "
+        "hydra.sweep.dir (or paths.outputs)"
+    )
