@@ -128,7 +128,7 @@ def run_dir_checked(script: str) -> Iterator[None]:
     def run_job(*, config: Any, **kwargs: Any) -> Any:
         HydraConfig.instance().set_config(config)  # as run_job does first: `${hydra:...}` in the dir resolves
         with user_errors():
-            run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir"))).expanduser().absolute()
+            run_dir = _resolved_run_dir(config)
             starts = {key: OmegaConf.select(config, key) for key in ("resume", "overwrite", "ckpt_path")}
             attempt_subdir = run_dirs.check(run_dir, script, starts)
         with read_write(config.hydra), open_dict(config.hydra):
@@ -147,6 +147,17 @@ def run_dir_checked(script: str) -> Iterator[None]:
         yield
     finally:
         hydra_internal.run_job = hydra_run_job
+
+
+def _resolved_run_dir(config: Any) -> Path:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return Path(str(OmegaConf.select(config, "hydra.run.dir"))).expanduser().absolute()
+    except OmegaConfBaseException as err:  # an unset ${oc.env:...}, a key that is not there
+        why = str(err).splitlines()[0]
+        raise UserError(f"hydra.run.dir cannot be resolved ({why}): set what it names, or name the dir") from None
 
 
 def _fix(err: OSError) -> str:

@@ -137,6 +137,7 @@ def test_every_spelling_of_a_runs_dir_is_checked_where_hydra_resolves_it(interru
         ("export.py", last, "hydra.run.dir=${oc.env:FIN}"): "export writes a run dir of its own",
         ("train.py", *SMALL, f"paths.outputs={runs}", "hydra.run.dir=${paths.outputs}/job"): "holds another run",
         ("train.py", *SMALL, "hydra.run.dir=${oc.env:FIN}"): f"{job} holds another run (.hydra, checkpoints",
+        ("train.py", *SMALL, "hydra.run.dir=${oc.env:LAB_UNSET}"): "hydra.run.dir cannot be resolved (KeyError",
     }
     for (script, *overrides), message in cases.items():
         proc = run_script(script, *overrides, cwd=tmp_path, env=env)
