@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import importlib
 import os
@@ -87,8 +88,8 @@ def run_workflow(cfg: Any, workflow: str) -> Any:
     """What every entry script does: validate the config, then import (torch-heavy) and run lab.workflows.<x>."""
     from hydra.core.hydra_config import HydraConfig
 
-    if HydraConfig.initialized():  # noted first: a refusal or a Ctrl-C from here on leaves it as it was found
-        run_dirs.register_hydra_dir(Path(HydraConfig.get().runtime.output_dir))
+    if HydraConfig.initialized() and in_multirun():  # noted first: a refusal or Ctrl-C leaves it as it was found
+        run_dirs.register_hydra_dir(Path(HydraConfig.get().runtime.output_dir))  # (a single run's: run_dir_checked)
     with user_errors():
         validate(cfg)
         run = importlib.import_module(f"lab.workflows.{workflow}").run
@@ -102,16 +103,71 @@ def run_workflow(cfg: Any, workflow: str) -> Any:
 
 
 def main(hydra_main: Callable[[], Any], script: str) -> Any:
-    """Run an entry script's `@hydra.main` function with config mistakes reported in one or two lines. An explicit
-    `hydra.run.dir` that `script` may not write is refused before Hydra writes into it, and a start refused after
-    Hydra wrote leaves the run dir as it found it (lab.run_dir)."""
+    """Run an entry script's `@hydra.main` function with config mistakes reported in one or two lines. A run dir
+    that `script` may not write is refused before Hydra writes into it, and a start refused after Hydra wrote
+    leaves the run dir as it found it (lab.run_dir)."""
     load_dotenv()  # credentials from .env (never over variables already set), before Hydra reads the environment
     with user_errors():
         sys.argv = moved_keys(sys.argv)
         check_sweep_dir_before_hydra(sys.argv)
-        sys.argv = run_dirs.check_before_hydra(sys.argv, script)
-    with run_dirs.undone_on_refusal(), concise_config_errors(), ctrl_c_in_one_line():
+    with run_dirs.undone_on_refusal(), concise_config_errors(), ctrl_c_in_one_line(), run_dir_checked(script):
         return hydra_main()
+
+
+@contextlib.contextmanager
+def run_dir_checked(script: str) -> Iterator[None]:
+    """A single run's dir is checked (lab.run_dir.check) where Hydra has composed the config and resolved
+    `hydra.run.dir`, just before its `run_job` makes the dir and writes `.hydra/` and the log: so every spelling of
+    the dir (`${paths.outputs}/...`, `${oc.env:...}`, a config file's) is checked as the dir Hydra will write. The
+    dir checked is pinned in the config, so a `${now:...}` in it cannot name another dir when Hydra resolves it
+    again. What Hydra fails to write there (a full disk, no permission) ends in one line, and the refusal removes
+    what it wrote (`run_dirs.undone_on_refusal`)."""
+    from hydra._internal import hydra as hydra_internal
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict, read_write
+
+    hydra_run_job = hydra_internal.run_job  # what `Hydra.run` (a single run; not a sweep's jobs) calls
+
+    def run_job(*, config: Any, **kwargs: Any) -> Any:
+        HydraConfig.instance().set_config(config)  # as run_job does first: `${hydra:...}` in the dir resolves
+        with user_errors():
+            run_dir = _resolved_run_dir(config)
+            starts = {key: OmegaConf.select(config, key) for key in ("resume", "overwrite", "ckpt_path")}
+            starts["overrides"] = list(OmegaConf.select(config, "hydra.overrides.task") or ())
+            attempt_subdir = run_dirs.check(run_dir, script, starts)
+        with read_write(config.hydra), open_dict(config.hydra):
+            config.hydra.run.dir = str(run_dir)
+            if attempt_subdir is not None:
+                config.hydra.output_subdir = attempt_subdir  # a run continued in place keeps its first `.hydra/`
+        run_dirs.register_hydra_dir(run_dir)
+        try:
+            return hydra_run_job(config=config, **kwargs)
+        except OSError as err:  # the task's own errors never get here: run_job keeps them in its JobReturn
+            where = err.filename or run_dir
+            sys.exit(f"error: hydra.run.dir={run_dir}: Hydra could not write {where} ({err.strerror}); {_fix(err)}")
+
+    hydra_internal.run_job = run_job  # type: ignore[assignment]  # Hydra.run calls it with keywords only
+    try:
+        yield
+    finally:
+        hydra_internal.run_job = hydra_run_job
+
+
+def _resolved_run_dir(config: Any) -> Path:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return Path(str(OmegaConf.select(config, "hydra.run.dir"))).expanduser().absolute()
+    except OmegaConfBaseException as err:  # an unset ${oc.env:...}, a key that is not there
+        why = str(err).splitlines()[0]
+        raise UserError(f"hydra.run.dir cannot be resolved ({why}): set what it names, or name the dir") from None
+
+
+def _fix(err: OSError) -> str:
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "free some space there, or choose another hydra.run.dir (or paths.outputs)"
+    return "choose a writable hydra.run.dir (or paths.outputs)"
 
 
 @contextlib.contextmanager

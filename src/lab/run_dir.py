@@ -3,13 +3,14 @@
 A run dir is the user's record of a run: nothing this module does deletes or rewrites what another run, or the
 user, put there.
 
-- **Before Hydra writes** (`check_before_hydra`, from every entry script): an explicit `hydra.run.dir=` (plain,
-  quoted or `++`, read with Hydra's own override parser) that cannot be written (under a regular file, read-only,
-  a name too long), that a running job holds, or that holds another run's records is refused in one line. Only
+- **Before Hydra writes** (`check`, from every entry script through `lab.cli.run_dir_checked`): the run dir as
+  Hydra resolved it (any spelling) that cannot be written (under a regular file, read-only, a name too long),
+  that a running job holds, or that holds another run's records or a sweep is refused in one line. Only
   training may write into a run dir that holds a run, and only to continue that run in place (`resume=auto` on
-  an unfinished run there, `resume=<that dir>`, a `ckpt_path` inside it, a SLURM requeue) or, with
-  `overwrite=true`, to replace it; and an export killed before it finished, by the same command run again. A run
-  continued in place keeps its `.hydra/`: Hydra writes this attempt's config into `.hydra/attempt-<n>/`.
+  an unfinished run there or on one killed before its first checkpoint, `resume=<that dir>`, a `ckpt_path`
+  inside it, a SLURM requeue) or, with `overwrite=true`, to replace it; and an export killed before it finished
+  may be continued by the same command run again. A run continued in place keeps its `.hydra/`: Hydra writes
+  this attempt's config into `.hydra/attempt-<n>/`.
 - **While a run writes** (`claim`): an exclusive lock on `<run dir>/.lock`, removed when the run ends and released
   by the OS when the process dies, so a killed run never leaves a lock that holds.
 - **When a start is refused after Hydra wrote** (`undone_on_refusal`): what Hydra wrote for this process
@@ -35,10 +36,12 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from lab.errors import UserError
 
@@ -47,8 +50,17 @@ log = logging.getLogger(__name__)
 LOCK = ".lock"
 HYDRA_DIR = ".hydra"
 TORCHRUN_RECORD = "torchrun.json"  # the torchrun job (its rendezvous id) that runs in this dir: restarts continue it
-# what marks a dir as holding a run: its composed config, checkpoints, records or a sweep job's result
-RUN_RECORDS = (HYDRA_DIR, "checkpoints", "summary.json", "metrics.jsonl", "sweep_job.json", TORCHRUN_RECORD)
+SWEEP_CONFIG = "multirun.yaml"  # a sweep dir's record of its sweep, written by the sweeper before the first job
+# what marks a dir as holding a run: its composed config, checkpoints, records, a sweep job's result, or a sweep
+RUN_RECORDS = (
+    HYDRA_DIR,
+    "checkpoints",
+    "summary.json",
+    "metrics.jsonl",
+    "sweep_job.json",
+    TORCHRUN_RECORD,
+    SWEEP_CONFIG,
+)
 # keys that say how to start or record a run, not what it trains: a resumed run may change them
 _NOT_IDENTITY = ("ckpt_path", "resume", "overwrite", "tags", "logger", "callbacks")
 
@@ -69,35 +81,35 @@ _before: dict[Path, _Before] = {}  # explicit run dirs, by resolved path; a dir 
 _hydra_dirs: list[Path] = []  # the run dirs Hydra made or used for this process (noted by lab.cli)
 
 
-def check_before_hydra(argv: list[str], script: str) -> list[str]:
-    """Refuse an explicit `hydra.run.dir=` that `script` may not write, before Hydra writes `.hydra/` into it.
-    Returns argv, with `hydra.output_subdir` added when training continues a run in place (its `.hydra/` stays)."""
-    if not any("hydra.run.dir" in arg for arg in argv[1:]):
-        return argv  # Hydra makes a new timestamped dir (the common case, without loading Hydra's parsers)
-    command = read_command_line(argv)
-    if command is None or command.multirun or "hydra.run.dir" not in command.values:
-        return argv  # Hydra reports a bad command line; a sweep's dirs: lab.sweeps.ownership
-    overrides = command.values
-    run_dir = Path(str(overrides["hydra.run.dir"])).expanduser()
+def check(run_dir: Path, script: str, config: Mapping[str, Any]) -> str | None:
+    """Refuse a run dir that `script` may not write, before Hydra writes `.hydra/` into it. `run_dir` is the dir
+    as Hydra resolved it (any spelling: quoted, `++`, `${paths.outputs}/...`, `${oc.env:...}`), `config` the run's
+    composed config (its `resume`, `overwrite`, `ckpt_path`). Returns the subdir for this attempt's Hydra config
+    when training continues a run in place (its `.hydra/` stays), else None."""
     _require_writable(run_dir)
     _before[run_dir.resolve()] = _snapshot(run_dir)
     if is_held(run_dir):
         raise UserError(_in_use(run_dir))
     held = [name for name in RUN_RECORDS if (run_dir / name).exists()]
     if not held:
-        return argv
-    if script == "export" and _killed_export(run_dir, overrides):
-        return [*argv, f"hydra.output_subdir={_attempt_subdir(run_dir)}"]
+        return None
+    if script == "export" and _killed_export(run_dir, config.get("overrides") or ()):
+        return attempt_subdir(run_dir)
     if script != "train":
         raise UserError(
             f"hydra.run.dir={run_dir} holds a run ({', '.join(held)}); {script} writes a run dir of its own and "
             "never into another run's: leave hydra.run.dir unset, or name a new dir"
         )
-    if _continues_in_place(run_dir, overrides):
-        return [*argv, f"hydra.output_subdir={_attempt_subdir(run_dir)}"]
-    if _flag(overrides.get("overwrite")):
-        return argv
-    raise UserError(_foreign_run(run_dir, held, overrides.get("resume")))
+    if SWEEP_CONFIG in held:
+        raise UserError(
+            f"hydra.run.dir={run_dir} is a sweep dir ({SWEEP_CONFIG}); a single run never writes into a sweep: "
+            "leave hydra.run.dir unset, or continue the sweep with its own command and resume=auto"
+        )
+    if _continues_in_place(run_dir, config):
+        return attempt_subdir(run_dir)
+    if _flag(config.get("overwrite")):
+        return None
+    raise UserError(_foreign_run(run_dir, held, config.get("resume")))
 
 
 @dataclass(frozen=True)
@@ -132,13 +144,13 @@ def _continues_in_place(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
     if restart_of(run_dir):
         return True  # a torchrun restart of the job that runs there: with or without a last.pt
     if resume == "auto" or requeued():
-        return unfinished(run_dir)
+        return unfinished(run_dir) or never_saved(run_dir)
     if resume is not None:
         return _same(Path(str(resume)), run_dir)
     return ckpt_path is not None and _same(Path(str(ckpt_path)).parent, run_dir / "checkpoints")
 
 
-def _killed_export(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
+def _killed_export(run_dir: Path, overrides: Sequence[str]) -> bool:
     """Whether `run_dir` holds an export of this same command that was killed before it finished (no manifest, no
     summary.json, which a finished or failed export writes): running the command again continues it there, and
     removes the staging folders the kill left (lab.workflows.export). Another export or any other run: refused."""
@@ -152,27 +164,37 @@ def _killed_export(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
         earlier = read_command_line(["export.py", *OmegaConf.load(run_dir / HYDRA_DIR / "overrides.yaml")])
     except Exception:  # no readable record of what ran there: not known to be this export
         return False
-    ours = {key: value for key, value in overrides.items() if not key.startswith("hydra.")}
-    return entry == "export" and earlier is not None and earlier.values == ours
+    ours = read_command_line(["export.py", *overrides])  # this run's task overrides, as Hydra records them
+    return entry == "export" and earlier is not None and ours is not None and earlier.values == ours.values
 
 
 def _same(a: Path, b: Path) -> bool:
     return a.expanduser().resolve() == b.expanduser().resolve()
 
 
-def _attempt_subdir(run_dir: Path) -> str:
+def attempt_subdir(run_dir: Path) -> str:
     """Where Hydra writes the config of this attempt at a run: `.hydra/` holds the first attempt's."""
     earlier = list((run_dir / HYDRA_DIR).glob("attempt-*"))
     return f"{HYDRA_DIR}/attempt-{len(earlier) + 2}"
 
 
-def forget_attempts(run_dir: Path) -> None:
-    """`overwrite=true`: the `.hydra/attempt-<n>/` configs of the run being replaced go with it (Hydra has just
-    written the new run's own into `.hydra/`)."""
+def forget_replaced(run_dir: Path) -> None:
+    """`overwrite=true`: what Hydra keeps of the run being replaced goes with it: its `.hydra/attempt-<n>/` configs
+    (Hydra has just written the new run's own into `.hydra/`) and its lines at the head of the log this run
+    appends to (a log that was there before this process)."""
     for attempt in (run_dir / HYDRA_DIR).glob("attempt-*"):
         for file in attempt.iterdir():
             file.unlink()
         attempt.rmdir()
+    before = _before.get(run_dir.resolve(), _Before(existed=False))
+    for name, size in before.sizes.items():
+        if name.endswith(".log") and "/" not in name:
+            with open(run_dir / name, "r+b") as log_file:  # in place: the log handler keeps appending to this file
+                log_file.seek(size)
+                ours = log_file.read()
+                log_file.seek(0)
+                log_file.write(ours)
+                log_file.truncate()
 
 
 def _foreign_run(run_dir: Path, held: list[str], resume: Any) -> str:
@@ -412,13 +434,32 @@ def unfinished(run_dir: Path) -> bool:
     or DataLoader worker: its last.pt is good), or killed before it wrote summary.json."""
     if not (run_dir / "checkpoints" / "last.pt").is_file():
         return False
-    summary = run_dir / "summary.json"
-    if not summary.is_file():
-        return True
+    return _status(run_dir) in (None, "interrupted", "failed")
+
+
+def never_saved(run_dir: Path) -> bool:
+    """A training run of its own that this process found in `run_dir`, killed (or stopped) before it saved a
+    checkpoint and before it finished: nothing of it can be continued, so `resume=auto` (or a requeue) starts it
+    again there, as the same run: its first attempt's `.hydra/` and log are kept."""
+    before = _before.get(run_dir.resolve())
+    if before is None or HYDRA_DIR not in before.entries:
+        return False  # a dir Hydra made for this process, or one no run of the command line wrote
+    if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
+        return False
     try:
-        return json.loads(summary.read_text()).get("status") in ("interrupted", "failed")
-    except ValueError:
-        return True  # a summary cut short: the run died while writing it
+        hydra = yaml.safe_load((run_dir / HYDRA_DIR / "hydra.yaml").read_text())["hydra"]
+        a_training_run = hydra["job"]["config_name"] == "train" and hydra["mode"] == "RUN"  # not a sweep job's
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return False  # not a record of a run we can read: not ours to start again
+    return a_training_run and _status(run_dir) in (None, "interrupted", "failed")
+
+
+def _status(run_dir: Path) -> str | None:
+    """The status in a run's summary.json; None when it has none, or one cut short (it died writing it)."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def training_left(progress: Mapping[str, Any], max_epochs: int, max_steps: int) -> bool:
@@ -465,6 +506,8 @@ def continued_run(resume: str | None, run_dir: Path, config: Mapping[str, Any], 
     if (resume == "auto" or requeued()) and unfinished(run_dir):
         _require_same_config(run_dir, config)
         return run_dir
+    if (resume == "auto" or requeued()) and never_saved(run_dir):
+        return run_dir  # killed before its first last.pt: it starts again from the start, in its own dir
     if resume is None:
         return None
     if resume == "auto":

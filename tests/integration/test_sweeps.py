@@ -232,11 +232,15 @@ def test_a_stopped_sweep_job_names_the_command_that_resumes_its_sweep(tmp_path):
     hint = f"(resume the sweep: the same command with hydra.sweep.dir={sweep} resume=auto"
     assert hint in proc.stderr and "ckpt_path=" not in proc.stderr  # not job 0's weights for every job
     assert (sweep / "0" / "checkpoints" / "last.pt").is_file() and not (sweep / "1").exists()
+    first_attempt = _files(sweep / "0" / ".hydra")
 
     _ok(_sweep(sweep, *command, "resume=auto", env=_killing_env(-1, "TERM")))
     rows = {row["job"]: row for row in _summary_rows(sweep)}
     assert sorted(rows) == ["0", "1"] and {row["status"] for row in rows.values()} == {"completed"}
     assert f"continuing the run in {sweep}/0" in (sweep / "0" / "train.log").read_text()  # in its own dir
+    # the job's own record stays, as a single run's does: this attempt's config is in attempt-2/
+    assert {name: files for name, files in _files(sweep / "0" / ".hydra").items() if "/" not in name} == first_attempt
+    assert "resume=auto" in (sweep / "0" / ".hydra" / "attempt-2" / "overrides.yaml").read_text()
 
 
 def _write_tiny_cifar10(root: Path, per_batch: int) -> None:

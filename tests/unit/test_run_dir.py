@@ -32,35 +32,40 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-SPELLINGS = ["hydra.run.dir={}", "hydra.run.dir='{}'", "++hydra.run.dir={}", "+hydra.run.dir={}"]
-
-
-@pytest.mark.parametrize("spelling", SPELLINGS)
-def test_a_dir_holding_a_finished_run_is_refused_however_the_override_is_written(tmp_path, spelling) -> None:
+def test_a_dir_holding_a_finished_run_is_refused(tmp_path) -> None:
     done = _run(tmp_path / "done", status="completed")
     before = _tree(done)
     with pytest.raises(UserError, match=r"holds another run .*overwrite=true"):
-        run_dirs.check_before_hydra(["train.py", spelling.format(done)], "train")
+        run_dirs.check(done, "train", {})
     assert _tree(done) == before and not (done / run_dirs.LOCK).exists()
+    assert run_dirs.check(done, "train", {"overwrite": True}) is None
+
+
+def test_a_single_run_never_writes_into_a_sweep_dir(tmp_path) -> None:
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    for starts in ({}, {"resume": "auto"}, {"overwrite": True}):
+        with pytest.raises(UserError, match=r"is a sweep dir .*never writes into a sweep"):
+            run_dirs.check(sweep, "train", starts)
 
 
 @pytest.mark.parametrize("script", ["eval", "export", "infer", "lr_find"])
 def test_eval_export_infer_never_write_into_a_run(tmp_path, script) -> None:
     done = _run(tmp_path / "done", status="completed")
     with pytest.raises(UserError, match=f"{script} writes a run dir of its own"):
-        run_dirs.check_before_hydra([f"{script}.py", f"hydra.run.dir={done}", "ckpt_path=x.pt"], script)
-    assert run_dirs.check_before_hydra([f"{script}.py", f"hydra.run.dir={tmp_path / 'new'}"], script)
+        run_dirs.check(done, script, {"ckpt_path": "x.pt"})
+    assert run_dirs.check(tmp_path / "new", script, {}) is None
 
 
 def test_resume_auto_on_an_unfinished_run_continues_in_place_keeping_its_hydra_dir(tmp_path) -> None:
     job = _run(tmp_path / "job", status=None)  # killed before summary.json
-    argv = ["train.py", f"hydra.run.dir={job}", "resume=auto"]
-    assert run_dirs.check_before_hydra(argv, "train") == [*argv, "hydra.output_subdir=.hydra/attempt-2"]
+    assert run_dirs.check(job, "train", {"resume": "auto"}) == ".hydra/attempt-2"
     (job / ".hydra" / "attempt-2").mkdir()
-    assert run_dirs.check_before_hydra(argv, "train")[-1] == "hydra.output_subdir=.hydra/attempt-3"
+    assert run_dirs.check(job, "train", {"resume": "auto"}) == ".hydra/attempt-3"
     done = _run(tmp_path / "done", status="completed")
     with pytest.raises(UserError, match="holds a run that has finished, so resume=auto has nothing to continue"):
-        run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={done}", "resume=auto"], "train")
+        run_dirs.check(done, "train", {"resume": "auto"})
 
 
 def test_a_requeued_slurm_job_continues_in_its_own_dir(tmp_path, monkeypatch) -> None:
@@ -68,9 +73,7 @@ def test_a_requeued_slurm_job_continues_in_its_own_dir(tmp_path, monkeypatch) ->
     assert run_dirs.continued_run(None, job, CONFIG) is None
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     assert run_dirs.continued_run(None, job, CONFIG) == job
-    assert run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={job}"], "train")[-1].startswith(
-        "hydra.output_subdir="
-    )
+    assert run_dirs.check(job, "train", {}) == ".hydra/attempt-2"
 
 
 def test_resume_auto_takes_its_own_dir_first_then_the_newest_sibling_with_training_left(tmp_path) -> None:
@@ -91,7 +94,7 @@ def test_a_refused_start_removes_only_what_hydra_wrote(tmp_path) -> None:
     notes.mkdir()
     (notes / "important.txt").write_text("precious")
     (notes / "train.log").write_text("the user's own log\n")
-    run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={notes}"], "train")
+    run_dirs.check(notes, "train", {})
     (notes / ".hydra").mkdir()  # what Hydra writes for the job
     (notes / ".hydra" / "config.yaml").write_text("seed: 1\n")
     with open(notes / "train.log", "a") as log:
@@ -121,28 +124,34 @@ def test_a_refused_claim_leaves_no_lock(tmp_path) -> None:
     with run_dirs.claim(done, True, False):
         assert run_dirs.is_held(done)
         with pytest.raises(UserError, match="is in use by a running job"):
-            run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={done}", f"resume={done}"], "train")
+            run_dirs.check(done, "train", {"resume": str(done)})
     assert not run_dirs.is_held(done) and not (done / run_dirs.LOCK).exists()
 
 
 def test_an_unwritable_run_dir_is_one_line(tmp_path, monkeypatch) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(UserError, match=r"file is a file, not a directory"):
-        run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={tmp_path / 'file' / 'run'}"], "train")
+        run_dirs.check(tmp_path / "file" / "run", "train", {})
     with pytest.raises(UserError, match="is over 255 bytes"):
-        run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={tmp_path / ('x' * 300)}"], "train")
+        run_dirs.check(tmp_path / ("x" * 300), "train", {})
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # root may write anywhere: pretend a read-only mount
     monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((0,) * 8 + (os.ST_RDONLY, 255)))
     with pytest.raises(UserError, match=r"is on a read-only file system; choose a writable hydra\.run\.dir"):
-        run_dirs.check_before_hydra(["train.py", f"hydra.run.dir={tmp_path / 'run'}"], "train")
+        run_dirs.check(tmp_path / "run", "train", {})
 
 
-def test_overwrite_forgets_the_replaced_runs_later_attempts_only(tmp_path) -> None:
+def test_overwrite_forgets_the_replaced_runs_later_attempts_and_log_lines_only(tmp_path) -> None:
     done = _run(tmp_path / "done", status="completed")
     (done / ".hydra" / "attempt-2").mkdir()
     (done / ".hydra" / "attempt-2" / "config.yaml").write_text("seed: 1\n")
-    run_dirs.forget_attempts(done)
+    (done / "train.log").write_text("the replaced run\n")
+    assert run_dirs.check(done, "train", {"overwrite": True}) is None
+    with open(done / "train.log", "a") as log:  # as Hydra's log handler appends
+        log.write("this run\n")
+        run_dirs.forget_replaced(done)
+        log.write("goes on\n")
     assert _tree(done / ".hydra") == {"config.yaml": b"seed: 1\n"}
+    assert (done / "train.log").read_text() == "this run\ngoes on\n"
 
 
 def test_a_sweep_job_continues_only_in_its_own_dir(tmp_path) -> None:
@@ -179,8 +188,8 @@ def test_a_torchrun_restart_continues_its_own_jobs_dir_only(tmp_path, monkeypatc
     _torchrun_worker(monkeypatch, "job-a", restart=1)
     assert run_dirs.continued_run(None, fresh, CONFIG) == first  # no last.pt there: it starts again in that dir
     assert run_dirs.continued_run("auto", fresh, CONFIG) == first  # not the newest unfinished run of the config
-    argv = ["train.py", f"hydra.run.dir={first}"]  # an explicit run dir (the sbatch script's) is continued in place
-    assert run_dirs.check_before_hydra(argv, "train")[-1] == "hydra.output_subdir=.hydra/attempt-2"
+    # an explicit run dir (the sbatch script's) is continued in place
+    assert run_dirs.check(first, "train", {}) == ".hydra/attempt-2"
     _torchrun_worker(monkeypatch, "job-b", restart=1)
     assert run_dirs.continued_run(None, fresh, CONFIG) == other  # with its last.pt
     with pytest.raises(UserError, match="unfinished run of another config"):
@@ -188,7 +197,7 @@ def test_a_torchrun_restart_continues_its_own_jobs_dir_only(tmp_path, monkeypatc
     _torchrun_worker(monkeypatch, "job-c", restart=1)  # a job no dir records: a new run, and no one else's dir
     assert run_dirs.continued_run(None, fresh, CONFIG) is None
     with pytest.raises(UserError, match="holds another run"):
-        run_dirs.check_before_hydra(argv, "train")
+        run_dirs.check(first, "train", {})
 
     # a requeued SLURM job runs torchrun again under the same rendezvous id (the job id): its attempts count from 0
     _torchrun_worker(monkeypatch, "job-a", restart=0)
@@ -198,3 +207,46 @@ def test_a_torchrun_restart_continues_its_own_jobs_dir_only(tmp_path, monkeypatc
     _torchrun_worker(monkeypatch, "job-d", restart=0, max_restarts=0)
     run_dirs.record_torchrun_job(fresh)
     assert not (fresh / "torchrun.json").exists()
+
+
+def _killed_before_its_first_checkpoint(path: Path, config_name: str = "train", mode: str = "RUN") -> Path:
+    """A run dir as a kill before the first last.pt leaves it: Hydra's records, a log, a few metrics."""
+    (path / ".hydra").mkdir(parents=True)
+    hydra = {"hydra": {"mode": mode, "job": {"config_name": config_name}}}
+    (path / ".hydra" / "hydra.yaml").write_text(json.dumps(hydra))
+    (path / "train.log").write_text("[lab][INFO] device cpu\n")
+    (path / "metrics.jsonl").write_text('{"step": 1}\n')
+    return path
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again_in_its_own_dir(tmp_path, monkeypatch) -> None:
+    killed = _killed_before_its_first_checkpoint(tmp_path / "killed")
+    assert run_dirs.check(killed, "train", {"resume": "auto"}) == ".hydra/attempt-2"
+    assert run_dirs.continued_run("auto", killed, CONFIG) == killed
+    with pytest.raises(UserError, match="holds another run"):
+        run_dirs.check(killed, "train", {})  # without resume=auto it is not this run's
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # the sbatch script: the same command, requeued
+    assert run_dirs.check(killed, "train", {}) == ".hydra/attempt-2"
+    assert run_dirs.continued_run(None, killed, CONFIG) == killed
+
+
+@pytest.mark.parametrize("why", ["finished", "eval run", "sweep job", "checkpoint dir", "unreadable"])
+def test_only_a_training_run_that_saved_nothing_and_did_not_finish_starts_again(tmp_path, why) -> None:
+    mode = "MULTIRUN" if why == "sweep job" else "RUN"
+    other = _killed_before_its_first_checkpoint(tmp_path / "other", "eval" if why == "eval run" else "train", mode)
+    if why == "finished":
+        (other / "summary.json").write_text(json.dumps({"status": "completed"}))
+    if why == "checkpoint dir":
+        (other / "checkpoints" / "step-10").mkdir(parents=True)  # a sharded save: no last.pt, but a checkpoint
+    if why == "unreadable":
+        (other / ".hydra" / "hydra.yaml").write_text("")  # a config cut short: not a record we can read
+    with pytest.raises(UserError, match="has nothing to continue there"):
+        run_dirs.check(other, "train", {"resume": "auto"})
+    assert run_dirs.continued_run("auto", other, CONFIG, siblings=False) is None
+
+
+def test_a_dir_made_for_this_process_is_never_a_run_to_start_again(tmp_path) -> None:
+    fresh = tmp_path / "fresh"
+    run_dirs.check(fresh, "train", {"resume": "auto"})  # new: Hydra makes it and writes its .hydra/ next
+    _killed_before_its_first_checkpoint(fresh)
+    assert run_dirs.continued_run("auto", fresh, CONFIG, siblings=False) is None

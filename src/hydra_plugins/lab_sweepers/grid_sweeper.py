@@ -30,6 +30,7 @@ from hydra.core.override_parser.types import Override, OverrideType
 from hydra.core.utils import JobReturn
 from omegaconf import DictConfig, OmegaConf
 
+from lab.run_dir import attempt_subdir
 from lab.sweeps.jobs import fail_fast, launch_numbered, launcher_width, outcome
 from lab.sweeps.ownership import claim
 
@@ -48,10 +49,14 @@ class GridSweeper(BasicSweeper):
 
         sweep_dir = Path(self.config.hydra.sweep.dir)
         resuming = OmegaConf.select(self.config, "resume") == "auto"
-        with claim(sweep_dir, resuming, jobs) as completed:
+        with claim(sweep_dir, resuming, jobs) as started:
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+            completed = {num: job for num, job in started.items() if job.status == "completed"}
             for num, job in sorted(completed.items()):
                 log.info("resume=auto: job #%d completed earlier (%s): kept, not run again", num, job.dir)
+            for num, job in started.items():  # run again in its dir, whose .hydra/ keeps the first attempt's record
+                if num not in completed:  # (jobs[num] is the list the batches in self.overrides launch)
+                    jobs[num].append(f"hydra.output_subdir={attempt_subdir(job.dir)}")
             return self._run(completed, stop_on_failure)
 
     def _run(self, completed: Mapping[int, Any], stop_on_failure: bool) -> list[Sequence[JobReturn]]:

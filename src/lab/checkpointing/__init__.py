@@ -6,7 +6,7 @@ lab.workflows.restore."""
 from lab.checkpointing import sharded
 from lab.checkpointing.manager import CheckpointManager
 from lab.checkpointing.rng import capture_rng, restore_rng
-from lab.checkpointing.state_dicts import load_model_state, strip_wrapper_prefixes, unwrap
+from lab.checkpointing.state_dicts import load_model_state, misfit, strip_wrapper_prefixes, unwrap
 from lab.checkpointing.storage import FORMAT_VERSION, copy, read, require_file, save
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "capture_rng",
     "copy",
     "load_model_state",
+    "misfit",
     "read",
     "require_file",
     "restore_rng",

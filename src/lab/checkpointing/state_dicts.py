@@ -37,25 +37,38 @@ def strip_wrapper_prefixes(state: dict[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
-def load_model_state(model: nn.Module, state: dict[str, Any], strict: bool = True) -> None:
-    """Load weights, tolerating wrapper prefixes; name the missing/unexpected/misshapen keys instead of a bare error."""
-    target = unwrap(model)
-    state = strip_wrapper_prefixes(state)
-    own = target.state_dict()
-    # load_state_dict raises a bare RuntimeError on a shape mismatch even with strict=False: set those keys aside.
+def misfit(own: dict[str, Any], state: dict[str, Any]) -> str | None:
+    """What keeps `state` (wrapper prefixes stripped) from loading into a model whose state dict is `own`: its
+    missing, unexpected and misshapen keys; None when it fits."""
     mismatched = {
         key: (tuple(value.shape), tuple(own[key].shape))
         for key, value in state.items()
         if isinstance(value, torch.Tensor) and isinstance(own.get(key), torch.Tensor) and value.shape != own[key].shape
     }
-    result = target.load_state_dict({k: v for k, v in state.items() if k not in mismatched}, strict=False)
-    missing = [key for key in result.missing_keys if key not in mismatched]
-    if missing or result.unexpected_keys or mismatched:
-        detail = f"missing keys {missing[:5]}, unexpected keys {result.unexpected_keys[:5]}"
-        if mismatched:
-            detail += ", shape mismatches " + ", ".join(
-                f"{key}: checkpoint {saved} vs model {wanted}" for key, (saved, wanted) in list(mismatched.items())[:5]
-            )
+    missing = [key for key in own if key not in state]
+    unexpected = [key for key in state if key not in own]
+    if not (missing or unexpected or mismatched):
+        return None
+    detail = f"missing keys {missing[:5]}, unexpected keys {unexpected[:5]}"
+    if mismatched:
+        detail += ", shape mismatches " + ", ".join(
+            f"{key}: checkpoint {saved} vs model {wanted}" for key, (saved, wanted) in list(mismatched.items())[:5]
+        )
+    return detail
+
+
+def load_model_state(model: nn.Module, state: dict[str, Any], strict: bool = True) -> None:
+    """Load weights, tolerating wrapper prefixes; name the missing/unexpected/misshapen keys instead of a bare error."""
+    target = unwrap(model)
+    state = strip_wrapper_prefixes(state)
+    own = target.state_dict()
+    detail = misfit(own, state)
+    # load_state_dict raises a bare RuntimeError on a shape mismatch even with strict=False: set those keys aside.
+    fitting = {
+        k: v for k, v in state.items() if not isinstance(v, torch.Tensor) or k not in own or v.shape == own[k].shape
+    }
+    target.load_state_dict(fitting, strict=False)
+    if detail is not None:
         if strict:
             raise UserError(f"checkpoint does not fit the model ({detail}); was it trained with another model config?")
         log.warning("loaded non-strictly, skipped: %s", detail)

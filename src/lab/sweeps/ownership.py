@@ -28,14 +28,13 @@ from typing import IO, Any
 import yaml
 
 from lab.errors import UserError
-from lab.run_dir import read_command_line
+from lab.run_dir import RUN_RECORDS, SWEEP_CONFIG, read_command_line
 
 log = logging.getLogger(__name__)
 
 LOCK = ".lock"
 JOB_RECORD = "sweep_job.json"  # what became of a job, written into its run dir when it ends (lab.sweeps.summary)
 HYDRA_SUBDIR = ".hydra"  # where Hydra records a job's config and overrides when the job starts
-SWEEP_CONFIG = "multirun.yaml"  # the sweep's config, written by the sweeper before the first job
 RESUME_KEYS = ("resume", "ckpt_path")  # how a job starts, not which job it is
 
 
@@ -122,6 +121,12 @@ def check(sweep_dir: Path, resuming: bool) -> None:
 
 
 def _refuse_earlier_sweep(sweep_dir: Path, resuming: bool) -> None:
+    runs = [name for name in RUN_RECORDS if name != SWEEP_CONFIG and (sweep_dir / name).exists()]
+    if runs:  # a single run's dir, resumed or not: a sweep's job dirs and records never mix with its
+        raise UserError(
+            f"hydra.sweep.dir={sweep_dir} holds a single run ({', '.join(runs)}); a sweep never writes into a "
+            "run's dir: leave hydra.sweep.dir unset (every sweep gets its own), or pick another dir"
+        )
     if resuming or not sweep_dir.is_dir():
         return
     earlier = [path.name for path in sweep_dir.iterdir() if path.name == SWEEP_CONFIG or _is_job_dir(path)]
@@ -151,7 +156,7 @@ def _in_use(sweep_dir: Path) -> str:
 
 def check_resumable(sweep_dir: Path, jobs: Sequence[Sequence[str]]) -> dict[int, RecordedJob]:
     """For `resume=auto`: the jobs of `jobs` (this sweep's list, job n = jobs[n]) that an earlier run in `sweep_dir`
-    completed, by number. Refuses a dir whose recorded jobs are not this sweep's."""
+    started, by number (`.status` says which completed). Refuses a dir whose recorded jobs are not this sweep's."""
     recorded = {job.num: job for job in read_jobs(sweep_dir)}
     if not recorded:
         hint = "to continue an earlier sweep, pass its hydra.sweep.dir"
@@ -168,7 +173,7 @@ def check_resumable(sweep_dir: Path, jobs: Sequence[Sequence[str]]) -> dict[int,
                 f"resume=auto: {sweep_dir} holds another sweep ({differs}); continue it with the command that "
                 "started it, or leave hydra.sweep.dir unset for a new sweep"
             )
-    return {num: job for num, job in recorded.items() if job.status == "completed"}
+    return recorded
 
 
 def _listed(overrides: list[str]) -> str:
@@ -205,7 +210,7 @@ def claim(
     sweep_dir: Path, resuming: bool, jobs: Sequence[Sequence[str]] | None = None
 ) -> Iterator[dict[int, RecordedJob]]:
     """Hold `sweep_dir` for this sweep while the block runs; yields the jobs (by number) that an earlier run of this
-    sweep completed, when `resuming` with the job list `jobs` known (the grid sweeper), else nothing.
+    sweep started, when `resuming` with the job list `jobs` known (the grid sweeper), else nothing.
 
     A refusal ends the sweep with one line (`error: ...`, exit 1) before anything is written: a sweeper runs inside
     Hydra, whose report of an exception is many lines. A refused claim leaves no lock file behind."""
@@ -215,13 +220,18 @@ def claim(
         handle = _lock(sweep_dir)
     except UserError as err:
         sys.exit(f"error: {err}")
+    except OSError as err:  # a read-only outputs dir, a full disk
+        sys.exit(
+            f"error: hydra.sweep.dir={sweep_dir}: could not write {err.filename or sweep_dir} ({err.strerror}); "
+            "choose a writable hydra.sweep.dir (or paths.outputs)"
+        )
     try:
         try:
             _refuse_earlier_sweep(sweep_dir, resuming)  # again under the lock: a sweep may have ended here since
-            completed = check_resumable(sweep_dir, jobs) if resuming and jobs is not None else {}
+            started = check_resumable(sweep_dir, jobs) if resuming and jobs is not None else {}
         except UserError as err:
             sys.exit(f"error: {err}")
-        yield completed
+        yield started
     finally:
         (sweep_dir / LOCK).unlink(missing_ok=True)  # ours: we hold it
         handle.close()

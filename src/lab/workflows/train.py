@@ -68,14 +68,15 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
         cfg.ckpt_path = str(last)
     checkpointing.require_file(cfg.ckpt_path)  # fail before starting processes
     if writer and cfg.ckpt_path:
-        _refuse_finished(Path(cfg.ckpt_path), cfg.trainer)  # before anything is written, in any dir
+        saved = _refuse_finished(Path(cfg.ckpt_path), cfg.trainer)  # before anything is written, in any dir
+        _refuse_another_model(Path(cfg.ckpt_path), saved, cfg.model)
     here = continued is not None or _inside(cfg.ckpt_path, run_dir)
     target = continued or run_dir
     with run_dirs.claim(target, resuming_here=here, overwrite=cfg.overwrite) if writer else contextlib.nullcontext():
         if continued is not None and continued != run_dir:
             run_dirs.move_logs(run_dir, continued)  # this start's log goes on in the run's own log file
         if cfg.overwrite and not here:
-            run_dirs.forget_attempts(target)  # the replaced run's later configs: this is a new run
+            run_dirs.forget_replaced(target)  # the replaced run's later configs and log lines: this is a new run
         if writer:
             run_dirs.record_torchrun_job(target)  # torchrun --max-restarts: its restarted workers continue here
         if continued is not None:
@@ -91,10 +92,10 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
         return _join_and_train(cfg, target, identity)
 
 
-def _refuse_finished(path: Path, trainer_cfg: Any) -> None:
+def _refuse_finished(path: Path, trainer_cfg: Any) -> dict:
     """A checkpoint whose training is over (or stopped early) would train nothing: refused in one line, before
-    any tracker or file is opened; so is one that holds the model alone (a dist=fsdp run's best.pt). Only its
-    progress is read (memory-mapped: the weights are not loaded)."""
+    any tracker or file is opened; so is one that holds the model alone (a dist=fsdp run's best.pt). Returns it
+    memory-mapped: only its progress is read here, not its weights."""
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         progress = ckpt["progress"]
@@ -119,6 +120,27 @@ def _refuse_finished(path: Path, trainer_cfg: Any) -> None:
             f"{path} stopped early at epoch {progress['epoch']} ({stale} validations without improvement, "
             f"trainer.early_stopping.patience={stopping.patience}): raise the patience (or set it to 0) to train "
             "further, or score it with scripts/eval.py"
+        )
+    return ckpt
+
+
+def _refuse_another_model(path: Path, ckpt: dict, model_cfg: Any) -> None:
+    """Weights that would fail to load into this run's model, refused before the run's records are touched: the
+    model is built on the meta device (no memory, no random draws) for the data the checkpoint was saved with."""
+    if "model" not in ckpt:
+        return  # a sharded checkpoint: its shards are checked as they load
+    try:
+        with torch.device("meta"):
+            own = models.build(model_cfg, ckpt.get("data_meta") or {}).state_dict()
+    except Exception:
+        return  # a model that cannot be built this way is checked when its weights load
+    why = checkpointing.misfit(own, checkpointing.strip_wrapper_prefixes(ckpt["model"]))
+    if why is not None:
+        saved = (ckpt.get("config") or {}).get("model") or {}
+        raise UserError(
+            f"{path} does not fit this run's model ({why}); it was saved by a run of model.name="
+            f"{saved.get('name', '?')}: continue it with that run's own command, or start a new run from it with "
+            f"model.init_from={path}"
         )
 
 

@@ -4,6 +4,7 @@ sweep summary and the preemption message read the same job records."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -124,16 +125,17 @@ def test_a_running_sweep_refuses_a_second_one_there_and_its_death_frees_the_dir(
     assert not (sweep / LOCK).exists()
 
 
-def test_resume_auto_keeps_the_completed_jobs_of_the_same_sweep(tmp_path):
+def test_resume_auto_finds_the_jobs_the_same_sweep_started(tmp_path):
     sweep = _earlier_sweep(tmp_path / "sweep")
     _job(sweep, 2, ["seed=3"], None)  # killed: no sweep_job.json
     jobs = [["seed=1", "resume=auto"], ["seed=2", "resume=auto"], ["seed=3", "resume=auto"], ["seed=4", "resume=auto"]]
-    completed = check_resumable(sweep, jobs)
-    assert list(completed) == [0] and completed[0].dir == sweep / "0"
+    started = check_resumable(sweep, jobs)
+    assert {num: job.status for num, job in started.items()} == {0: "completed", 1: "failed", 2: None}
+    assert started[0].dir == sweep / "0"
     # how a job starts is not which job it is: a requeued job's ckpt_path, the resume key itself
-    assert list(check_resumable(sweep, [["ckpt_path=/x/last.pt", "seed=1"], ["seed=2"], ["seed=3"]])) == [0]
+    assert list(check_resumable(sweep, [["ckpt_path=/x/last.pt", "seed=1"], ["seed=2"], ["seed=3"]])) == [0, 1, 2]
     with claim(sweep, resuming=True, jobs=jobs) as kept:
-        assert list(kept) == [0]
+        assert list(kept) == [0, 1, 2]
 
 
 @pytest.mark.parametrize(
@@ -215,3 +217,32 @@ def test_job_records_are_whole_json(tmp_path):
     assert [p.name for p in (tmp_path / "job").iterdir()] == ["sweep_job.json"]  # no temp file left
     # a job killed before Hydra recorded its start: the launcher's record alone makes it a job of the sweep
     assert [(job.num, job.status) for job in ownership.read_jobs(tmp_path)] == [(0, "failed")]
+
+
+@pytest.mark.parametrize("resuming", [False, True])
+def test_a_sweep_never_writes_into_a_single_runs_dir(tmp_path, resuming):
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / "summary.json").write_text('{"status": "completed"}')
+    before = _snapshot(run_dir)
+    with pytest.raises(UserError, match=r"hydra.sweep.dir=.*/run holds a single run \(.hydra, summary.json\)"):
+        check_sweep_dir_before_hydra(
+            ["train.py", "-m", "seed=1,2", f"hydra.sweep.dir={run_dir}"] + ["resume=auto"] * resuming
+        )
+    with pytest.raises(SystemExit, match="holds a single run"), claim(run_dir, resuming=resuming):
+        pytest.fail("a refused claim runs nothing")
+    assert _snapshot(run_dir) == before
+
+
+def test_a_sweep_dir_that_cannot_be_made_is_one_line(tmp_path, monkeypatch):
+    def denied(self, *args, **kwargs):  # a read-only outputs dir, as a user who may not write it sees it
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+
+    monkeypatch.setattr(Path, "mkdir", denied)
+    sweep = tmp_path / "read_only" / "sweep"
+    with pytest.raises(SystemExit) as exit_info, claim(sweep, resuming=False):
+        pytest.fail("a refused claim runs nothing")
+    assert exit_info.value.code == (
+        f"error: hydra.sweep.dir={sweep}: could not write {sweep} (Permission denied); choose a writable "
+        "hydra.sweep.dir (or paths.outputs)"
+    )
