@@ -75,6 +75,7 @@ class _Before:
     entries: frozenset[str] = frozenset()
     sizes: dict[str, int] = field(default_factory=dict)
     dirs: frozenset[str] = frozenset()
+    records: dict[str, tuple[int, int]] = field(default_factory=dict)  # the run's own files: (size, mtime_ns)
 
 
 _before: dict[Path, _Before] = {}  # explicit run dirs, by resolved path; a dir not here was new (a timestamped one)
@@ -233,7 +234,16 @@ def _snapshot(run_dir: Path) -> _Before:
     if not run_dir.is_dir():
         return _Before(existed=False)
     sizes, dirs = _hydra_files(run_dir)
-    return _Before(True, frozenset(p.name for p in run_dir.iterdir()), sizes, dirs)
+    return _Before(True, frozenset(p.name for p in run_dir.iterdir()), sizes, dirs, _records(run_dir))
+
+
+# files a run writes itself (not Hydra): one that changed means the run got as far as writing its own records
+_OWN_RECORDS = ("summary.json", "metrics.jsonl", "sweep_job.json", "checkpoints/last.pt", "checkpoints/best.pt")
+
+
+def _records(run_dir: Path) -> dict[str, tuple[int, int]]:
+    stats = {name: (run_dir / name).stat() for name in _OWN_RECORDS if (run_dir / name).is_file()}
+    return {name: (stat.st_size, stat.st_mtime_ns) for name, stat in stats.items()}
 
 
 def _hydra_files(run_dir: Path) -> tuple[dict[str, int], frozenset[str]]:
@@ -272,8 +282,8 @@ def discard_hydra_files(run_dir: Path) -> bool:
     before = _before.get(run_dir.resolve(), _Before(existed=False))
     sizes, dirs = _hydra_files(run_dir)
     new_entries = {p.name for p in run_dir.iterdir()} - before.entries - {HYDRA_DIR, LOCK}
-    if any(not name.endswith(".log") for name in new_entries):
-        return False  # the run wrote records of its own: they are kept
+    if any(not name.endswith(".log") for name in new_entries) or _records(run_dir) != before.records:
+        return False  # the run wrote records of its own (a run continued in place: into its files): they are kept
     for name, size in sizes.items():
         path = run_dir / name
         if name not in before.sizes:

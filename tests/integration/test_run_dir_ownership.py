@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PYTHON, REPO, made_once, run_script, script_env
+from helpers import PYTHON, REPO, made_once, plugins_env, run_script, script_env
 
 SMALL = ["model=mlp", "logger=none", "seed=7", "trainer.max_epochs=2", "trainer.log_every_n_steps=1"]
 
@@ -264,3 +264,18 @@ def test_a_single_run_and_a_sweep_never_share_a_dir(interrupted, tmp_path) -> No
         proc = run_script("train.py", *overrides, *SMALL, cwd=tmp_path)  # -m first: Hydra's own argument
         assert proc.returncode == 1 and message in _last_line(proc), (overrides, proc.stderr[-2000:])
         assert "Traceback" not in proc.stderr and {d: _tree(d) for d in before} == before, overrides
+
+
+def test_an_attempt_that_fails_after_it_trained_keeps_its_log_and_config(interrupted, tmp_path) -> None:
+    """Only a refusal is undone: an attempt continued in place that trained and then failed wrote records (metrics,
+    summary.json with the error), so its log lines and its `.hydra/attempt-<n>/` stay for the user to read."""
+    job = shutil.copytree(interrupted, tmp_path / "job")
+    log_before = (job / "train.log").read_text()
+    crash = "+callbacks.crash={_target_: crash_once.CrashOnce}"  # fails after its first validation
+    proc = run_script("train.py", *SMALL, "resume=auto", crash, f"hydra.run.dir={job}", env=plugins_env())
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"] == "RuntimeError: injected failure of the first attempt"
+    log = (job / "train.log").read_text()
+    assert log.startswith(log_before) and "continuing the run in" in log[len(log_before) :]
+    assert "resume=auto" in (job / ".hydra" / "attempt-2" / "overrides.yaml").read_text()

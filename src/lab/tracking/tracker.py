@@ -196,15 +196,17 @@ class Tracker:
         by default, "interrupted" for Ctrl-C, "pruned" for a pruned sweep trial), so a crashed run is still recorded
         as such."""
         self.start(background)
-        status = "failed"
+        status, error = "failed", None
         try:
             yield self
             status = "completed"
         except BaseException as err:
             status = getattr(err, "run_status", "interrupted" if isinstance(err, KeyboardInterrupt) else "failed")
+            if status == "failed":  # what failed, kept with the run (the terminal that showed it may be gone)
+                error = f"{type(err).__name__}: {next(iter(str(err).splitlines()), '')}"
             raise
         finally:
-            self.finish(status)
+            self.finish(status, error)
 
     def log(self, metrics: dict[str, Any], step: int, epoch: int | None = None) -> None:
         """One event: `step` = global optimizer step, `epoch` = 1-based epoch it belongs to."""
@@ -239,12 +241,13 @@ class Tracker:
             return
         self._each(lambda backend: backend.log_checkpoint(Path(path), alias))
 
-    def finish(self, status: str = "completed") -> None:
+    def finish(self, status: str = "completed", error: str | None = None) -> None:
         if not self.is_writer:
             return
         summary = {
             **self._summary,
             "status": status,
+            **({"error": error} if error is not None else {}),
             "elapsed_s": round(time.monotonic() - self._started, 3),
             "git_commit": self.provenance.get("git_commit"),
             "git_dirty": self.provenance.get("git_dirty"),
