@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,12 +14,15 @@ import pytest
 import torch
 
 from helpers import PYTHON, REPO, script_env
+from lab.stopping import STOP_SIGNALS
 from warm_python import run_python
 
 SMALL = ["model=mlp", "logger=none", "trainer.log_every_n_steps=1"]
 
 
-def _start(run_dir: Path, *overrides: str) -> subprocess.Popen:
+def _start(run_dir: Path, *overrides: str, own_session: bool = False) -> subprocess.Popen:
+    """The training script; `own_session`: as a job of its own (its pid the process group and session id, as a
+    shell or SLURM starts it), so that the whole job can be signalled and its processes found."""
     return subprocess.Popen(
         [PYTHON, str(REPO / "scripts" / "train.py"), f"hydra.run.dir={run_dir}", *SMALL, *overrides],
         cwd=REPO,
@@ -26,6 +30,7 @@ def _start(run_dir: Path, *overrides: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=own_session,
     )
 
 
@@ -108,17 +113,60 @@ def test_two_processes_never_write_one_run_dir(tmp_path: Path) -> None:
     assert code == 1 and f"error: {shared} is in use by a running job (pid {first.pid})" in err
 
 
-def test_ddp_ranks_stop_together_on_a_signal_to_the_launcher(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", ["group", "launcher", "rank"])
+@pytest.mark.parametrize("signum", STOP_SIGNALS)
+def test_a_stop_signal_to_any_process_of_a_ddp_job_saves_once_and_ends_them_all(tmp_path: Path, signum, target) -> None:
+    """The whole job (a terminal's Ctrl-C, scancel), the launcher alone (`#SBATCH --signal=B:USR1@120`: the batch
+    shell's process) or one rank: every rank saves at one step, and no process of the job outlives it (the
+    forkserver, the resource tracker and the ranks kept running, and training, after a SIGUSR1 to the launcher)."""
     run_dir = tmp_path / "ddp"
-    proc = _start(run_dir, "dist=ddp", "dist.nproc=2", "trainer.max_epochs=50")
-    _wait_for_steps(run_dir, proc, 2)
-    proc.send_signal(signal.SIGTERM)
-    code, err = _finish(proc)
-    assert code == 143, err[-3000:]
-    assert err.strip().splitlines()[-1].startswith("interrupted by SIGTERM: every rank finished its optimizer step")
+    proc = _start(run_dir, "dist=ddp", "dist.nproc=2", "trainer.max_epochs=50", own_session=True)
+    try:
+        _wait_for_steps(run_dir, proc, 2)
+        if target == "group":
+            os.killpg(proc.pid, signum)
+        elif target == "launcher":
+            proc.send_signal(signum)
+        else:
+            os.kill(_rank_pid(proc.pid, 1), signum)
+        code, err = _finish(proc)
+        left = _processes_of_session(proc.pid)
+    finally:
+        _kill_session(proc.pid)
+    assert code == 128 + signum, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith(f"interrupted by {signum.name}: every rank finished its optimizer")
+    assert "Traceback" not in err, err[-3000:]
+    assert left == []
     saved = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert saved["progress"]["global_step"] >= 2 and len(saved["rng"]["per_rank"]) == 2
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+    assert (run_dir / "train.log").read_text().count("received: stopping after this optimizer step") == 1
+    assert not (run_dir / ".lock").exists()
+
+
+def _processes_of_session(session: int, limit_s: float = 30) -> list[int]:
+    """The live processes of the session `session` (zombies are dead), once none is left or after `limit_s`: the
+    forkserver and the resource tracker end when they notice the launcher's end, a moment after it."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        live = []
+        for proc in Path("/proc").iterdir():
+            try:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue  # not a process, or gone
+            if fields[0] != "Z" and int(fields[4]) == session:
+                live.append(int(proc.name))
+        if not live or time.monotonic() > deadline:
+            return live
+        time.sleep(0.1)
+
+
+def _kill_session(session: int) -> None:
+    """Whatever a failed test left of the job it started."""
+    for pid in _processes_of_session(session, limit_s=0):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _rank_pid(launcher: int, rank: int, limit_s: float = 120) -> int:
@@ -177,3 +225,4 @@ def test_max_restarts_restarts_the_workers_from_last_pt(tmp_path: Path) -> None:
     assert "restarting the workers (restart 1 of dist.max_restarts=1)" in log
     assert "resumed at epoch 1, step 8" in log  # the first attempt's last mid-epoch checkpoint (9 steps per epoch)
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+

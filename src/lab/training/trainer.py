@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import sys
 import time
 import warnings
@@ -149,8 +148,10 @@ class Trainer:
                 self._log(epoch, bar)
             if self.checkpoints.due(progress.global_step):
                 self._save(best=False)
-            if self.parallel.any_rank_at_last_call(self.stop.received is not None):
-                self._save_and_stop()
+            # the stop signal any rank got (the largest number, should two differ), or 0
+            signum = self.parallel.largest_at_last_call(self.stop.received or 0)
+            if signum:
+                self._save_and_stop(signum)
             if self._done():
                 break
         if bar is not None:
@@ -281,11 +282,10 @@ class Trainer:
         self.state.resume(checkpoint)
         self._call("on_load_checkpoint", checkpoint)
 
-    def _save_and_stop(self) -> None:
+    def _save_and_stop(self, signum: int) -> None:
         """A stop signal reached some rank: every rank saves at this same step (a collective under FSDP), then
-        the run ends as "interrupted" with 128 + the signal as its exit code (SIGTERM on ranks that got none)."""
+        the run ends as "interrupted" with 128 + the signal as its exit code."""
         self._save(best=False, wait=True)
-        signum = self.stop.received or signal.SIGTERM
         raise interrupted(signum, self.progress.global_step, str(self.checkpoints.last))
 
     def _bar(self, epoch: int, position: int, total: int) -> tqdm | None:
