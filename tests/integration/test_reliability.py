@@ -155,7 +155,7 @@ def _processes_of_session(session: int, limit_s: float = 30) -> list[int]:
                 fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
             except (OSError, IndexError):
                 continue  # not a process, or gone
-            if fields[0] != "Z" and int(fields[4]) == session:
+            if fields[0] != "Z" and int(fields[3]) == session:
                 live.append(int(proc.name))
         if not live or time.monotonic() > deadline:
             return live
@@ -226,3 +226,43 @@ def test_max_restarts_restarts_the_workers_from_last_pt(tmp_path: Path) -> None:
     assert "resumed at epoch 1, step 8" in log  # the first attempt's last mid-epoch checkpoint (9 steps per epoch)
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
 
+
+def test_ctrl_c_while_the_tracker_process_starts_is_one_line(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches its whole process group: the tracker's child process (logger=wandb), still
+    importing, printed its own KeyboardInterrupt traceback beside the run's one line."""
+    run_dir = tmp_path / "run"
+    proc = _start(run_dir, "logger=wandb", "trainer.max_epochs=50", own_session=True)
+    try:
+        child = _wait_for_process(proc, "lab.tracking.child_process")
+        while child is not None and not _catches(child, signal.SIGINT) and proc.poll() is None:
+            time.sleep(0.005)  # until its Python runs (it handles SIGINT): it is importing, for about a second
+        os.killpg(proc.pid, signal.SIGINT)
+        code, err = _finish(proc)
+    finally:
+        _kill_session(proc.pid)
+    assert child is not None, err[-3000:]
+    assert code == 130, err[-3000:]
+    assert "KeyboardInterrupt" not in err and "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith("interrupted by ")
+
+
+def _wait_for_process(proc: subprocess.Popen, command: str, limit_s: float = 300) -> int | None:
+    """The pid of the first process of `proc`'s session whose command line holds `command`, as soon as it runs."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        for pid in _processes_of_session(proc.pid, limit_s=0):
+            with contextlib.suppress(OSError):
+                if command.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return pid
+        time.sleep(0.005)
+    return None
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether the process `pid` has a handler of its own for `signum` (Python installs one for SIGINT)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True  # gone: nothing to wait for
+    caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(caught >> (signum - 1) & 1)
