@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import PYTHON, REPO, script_env
+from helpers import PYTHON, REPO, plugins_env, run_script, script_env
 from lab.stopping import STOP_SIGNALS
 from warm_python import run_python
 
@@ -266,3 +266,51 @@ def _catches(pid: int, signum: int) -> bool:
         return True  # gone: nothing to wait for
     caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
     return bool(caught >> (signum - 1) & 1)
+
+
+STOP_DURING = """
+import importlib, os, signal, time
+
+module = importlib.import_module("{module}")
+
+def stop(*args, **kwargs):
+    os.kill(os.getpid(), signal.{signal})  # the stop signal arrives while the run sets up
+    time.sleep(60)
+
+setattr(module, "{function}", stop)
+"""
+
+
+@pytest.mark.parametrize(
+    ("script", "where", "signum"),
+    [
+        ("train.py", "lab.data.build", signal.SIGTERM),  # before the trackers start
+        ("train.py", "lab.data.build", signal.SIGUSR1),
+        ("train.py", "lab.data.build", signal.SIGUSR2),
+        ("train.py", "lab.training.start.log_start", signal.SIGTERM),  # trackers started, before training
+        ("export.py", "lab.workflows.restore.rebuild", signal.SIGTERM),
+    ],
+)
+def test_a_stop_signal_during_setup_is_one_line_and_releases_the_run_dir(
+    finished_run: Path, tmp_path: Path, script: str, where: str, signum
+) -> None:
+    """Where no optimizer step is in flight a stop signal stops at once, as Ctrl-C does: 128 + the signal, one
+    line, the lock released, a started tracker's summary "interrupted" (it exited 143 silently, leaving .lock)."""
+    run_dir = tmp_path / "run"
+    module, function = where.rsplit(".", 1)
+    patch = STOP_DURING.format(module=module, function=function, signal=signum.name)
+    overrides = ["model=mlp"] if script == "train.py" else [f"ckpt_path={finished_run}/checkpoints/best.pt"]
+    proc = run_script(script, *overrides, "logger=none", f"hydra.run.dir={run_dir}", patch=patch, timeout=120)
+    assert proc.returncode == 128 + signum, proc.stderr[-3000:]
+    assert (
+        proc.stderr.strip().splitlines()[-1] == f"interrupted by {signum.name}; stopped at once, nothing more was saved"
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (run_dir / ".lock").exists()
+    if (run_dir / "summary.json").exists():
+        assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+    else:  # nothing of the run's own was written: what Hydra wrote for it is gone too
+        assert not run_dir.exists()
+    if where.endswith("log_start"):
+        assert (run_dir / "summary.json").exists()
+
