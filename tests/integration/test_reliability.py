@@ -314,3 +314,23 @@ def test_a_stop_signal_during_setup_is_one_line_and_releases_the_run_dir(
     if where.endswith("log_start"):
         assert (run_dir / "summary.json").exists()
 
+
+def test_the_loss_logged_after_a_resume_mid_window_is_the_uninterrupted_runs(tmp_path: Path) -> None:
+    """Stopped at step 25 (saved there), resumed: the line at step 30 averages steps 21-30 as the uninterrupted
+    run's does, not 26-30 only (the weights were identical, the logged curve was not)."""
+    recipe = [*SMALL, "trainer.max_epochs=2", "trainer.log_every_n_steps=10"]
+    one_go = run_script("train.py", *recipe, f"hydra.run.dir={tmp_path / 'one-go'}")
+    assert one_go.returncode == 0, one_go.stderr[-3000:]
+    run_dir = tmp_path / "stopped"
+    stop = "+callbacks.stop={_target_:kill_at_step.KillAtStep,step:25,signal:SIGTERM}"
+    stopped = run_script("train.py", *recipe, stop, f"hydra.run.dir={run_dir}", env=plugins_env())
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    resumed = run_script("train.py", *recipe, f"resume={run_dir}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    def losses(run: Path) -> dict[int, float]:
+        lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return {line["step"]: line["train/loss"] for line in lines if "train/loss" in line}
+
+    expected = losses(tmp_path / "one-go")
+    assert 30 in expected and losses(run_dir) == pytest.approx(expected, rel=1e-6)
