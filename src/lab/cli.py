@@ -50,15 +50,9 @@ def user_errors() -> Iterator[None]:
         sys.exit(f"error: {one_line(err)}")
 
 
-def stopped_at_once(signum: int) -> str:
-    """Training saves last.pt on a stop signal itself (an Interrupted, above); wherever else one arrives nothing is
-    saved on the way out, and files are written atomically or staged (lab.files): nothing partial is left under a
-    final name."""
-    name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
-    return f"interrupted by {name}; stopped at once, nothing more was saved"
-
-
-CTRL_C = stopped_at_once(signal.SIGINT)
+# Training saves last.pt on a stop signal itself (an Interrupted, above); wherever else one arrives nothing is saved
+# on the way out, and files are written atomically or staged (lab.files): nothing partial is left under a final name
+CTRL_C = stopping.stopped_at_once(signal.SIGINT)
 
 
 @contextlib.contextmanager
@@ -73,7 +67,7 @@ def ctrl_c_in_one_line() -> Iterator[None]:
         if full_errors():
             raise
         signum = stopping.signal_number(stop)
-        print(stopped_at_once(signum), file=sys.stderr)
+        print(stopping.stopped_at_once(signum), file=sys.stderr)
         sys.exit(128 + signum)
 
 

@@ -55,7 +55,7 @@ def is_first(signum: int) -> bool:
 def tell_launcher(pid: int) -> None:
     """This process is a rank spawned by the launcher `pid` (lab.distributed.launch): it passes its stop on."""
     global _launcher
-    _launcher = pid
+    _launcher = pid if pid != os.getpid() else None  # (a launcher faked in-process: nothing to pass on)
 
 
 def forget() -> None:
@@ -88,3 +88,9 @@ def raised_at_once() -> Iterator[None]:
 def signal_number(interrupt: KeyboardInterrupt) -> int:
     """The stop signal behind a KeyboardInterrupt: Ctrl-C's own, or StopRequested's."""
     return getattr(interrupt, "signum", signal.SIGINT)
+
+
+def stopped_at_once(signum: int) -> str:
+    """The one line of a stop where no optimizer step was in flight: nothing (more) was saved."""
+    name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+    return f"interrupted by {name}; stopped at once, nothing more was saved"

@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -57,9 +58,14 @@ def resolve_nproc(dist_cfg: Any) -> int:
 
 
 def spawn(
-    worker: Callable[..., Any], args: tuple, dist_cfg: Any, resume_hint: str = "continue with resume=<run dir>"
+    worker: Callable[..., Any],
+    args: tuple,
+    dist_cfg: Any,
+    resume_hint: str = "continue with resume=<run dir>",
+    last: Path | None = None,
 ) -> Any:
     """Run `worker(*args)` in `dist.nproc` local processes; return rank 0's result or raise naming the failed rank.
+    `last`: the run's last.pt, which a stop signal says was saved only when the ranks wrote it.
 
     With dist.max_restarts=N a failed attempt (a crash, a lost rank: not a config/data error, not a stop signal)
     starts all workers again, up to N times; they resume from the run's last.pt (`restart_count()`). Each attempt
@@ -72,7 +78,7 @@ def spawn(
     for attempt in range(dist_cfg.max_restarts + 1):
         try:
             with _environment(OMP_NUM_THREADS=threads):
-                return _launch(worker, args, attempt, dist_cfg, nproc, threads, resume_hint)
+                return _launch(worker, args, attempt, dist_cfg, nproc, threads, resume_hint, last)
         except ChildFailedError as err:
             reason, restartable = _describe_failure(err, nproc)
             log.error("%s", reason)  # into the run's log file as well as the console
@@ -129,7 +135,14 @@ def _start_forkserver() -> None:
 
 
 def _launch(
-    worker: Callable[..., Any], args: tuple, attempt: int, dist_cfg: Any, nproc: int, threads: str, resume_hint: str
+    worker: Callable[..., Any],
+    args: tuple,
+    attempt: int,
+    dist_cfg: Any,
+    nproc: int,
+    threads: str,
+    resume_hint: str,
+    last: Path | None,
 ) -> Any:
     import multiprocessing
 
@@ -165,6 +178,7 @@ def _launch(
     log.info(
         "launching %d %s workers (rendezvous 127.0.0.1:%d, %s threads each)", nproc, dist_cfg.strategy, port, threads
     )
+    started = time.time()
     try:
         # elastic_launch leaves its TORCHELASTIC_SIGNALS_TO_HANDLE in os.environ: restored after (a multirun worker
         # goes on to other jobs)
@@ -176,6 +190,8 @@ def _launch(
             return elastic_launch(config, _attempt)(attempt, os.getpid(), worker, *args)[0]
     except SignalException as err:
         name = signal.Signals(err.sigval).name
+        if last is None or not last.is_file() or last.stat().st_mtime < started:  # stopped before training saved
+            raise Interrupted(stopping.stopped_at_once(err.sigval), exit_code=128 + err.sigval) from None
         raise Interrupted(
             f"interrupted by {name}: every rank finished its optimizer step and saved last.pt ({resume_hint})",
             exit_code=128 + err.sigval,
