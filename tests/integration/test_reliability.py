@@ -20,13 +20,15 @@ from warm_python import run_python
 SMALL = ["model=mlp", "logger=none", "trainer.log_every_n_steps=1"]
 
 
-def _start(run_dir: Path, *overrides: str, own_session: bool = False) -> subprocess.Popen:
+def _start(
+    run_dir: Path, *overrides: str, own_session: bool = False, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     """The training script; `own_session`: as a job of its own (its pid the process group and session id, as a
     shell or SLURM starts it), so that the whole job can be signalled and its processes found."""
     return subprocess.Popen(
         [PYTHON, str(REPO / "scripts" / "train.py"), f"hydra.run.dir={run_dir}", *SMALL, *overrides],
         cwd=REPO,
-        env=script_env(),
+        env=env or script_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -142,6 +144,24 @@ def test_a_stop_signal_to_any_process_of_a_ddp_job_saves_once_and_ends_them_all(
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
     assert (run_dir / "train.log").read_text().count("received: stopping after this optimizer step") == 1
     assert not (run_dir / ".lock").exists()
+
+
+def test_a_stop_signal_to_a_ddp_job_setting_up_stops_every_rank_at_once(tmp_path: Path) -> None:
+    """Before training there is no step to finish and nothing to save: the job ends at once, saying so (the
+    launcher said every rank had saved last.pt)."""
+    run_dir = tmp_path / "ddp"
+    stop = "+callbacks.stop={_target_:stop_job.StopJob}"  # rank 0 signals the job while it builds its callbacks
+    proc = _start(run_dir, "dist=ddp", "dist.nproc=2", stop, own_session=True, env=plugins_env())
+    try:
+        code, err = _finish(proc)
+        left = _processes_of_session(proc.pid)
+    finally:
+        _kill_session(proc.pid)
+    assert code == 143, err[-3000:]
+    assert err.strip().splitlines()[-1] == "interrupted by SIGTERM; stopped at once, nothing more was saved"
+    assert "Traceback" not in err, err[-3000:]
+    assert left == []
+    assert not (run_dir / "checkpoints" / "last.pt").exists() and not (run_dir / ".lock").exists()
 
 
 def _processes_of_session(session: int, limit_s: float = 30) -> list[int]:
