@@ -7,6 +7,7 @@ import errno
 import functools
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from lab import run_dir as run_dirs
+from lab import stopping
 from lab.config import validate
 from lab.config.mistakes import describe
 from lab.config.trackers import moved_keys
@@ -49,24 +51,25 @@ def user_errors() -> Iterator[None]:
         sys.exit(f"error: {one_line(err)}")
 
 
-# Training saves last.pt on SIGINT itself (an Interrupted, above); wherever else Ctrl-C arrives nothing is saved on
-# the way out, and files are written atomically or staged (lab.files): nothing partial is left under a final name
-CTRL_C = "interrupted by Ctrl-C (SIGINT); stopped at once, nothing more was saved"
-SIGINT_EXIT = 130  # 128 + SIGINT: what a shell reports for a process Ctrl-C ended
+# Training saves last.pt on a stop signal itself (an Interrupted, above); wherever else one arrives nothing is saved
+# on the way out, and files are written atomically or staged (lab.files): nothing partial is left under a final name
+CTRL_C = stopping.stopped_at_once(signal.SIGINT)
 
 
 @contextlib.contextmanager
 def ctrl_c_in_one_line() -> Iterator[None]:
-    """Ctrl-C where no handler of ours catches it (imports, composing the config, building data and model, an eval
-    or export: only training saves on SIGINT, lab.training.preemption) ends with one line and exit code 130, not
-    a KeyboardInterrupt traceback. It still ends a whole sweep. HYDRA_FULL_ERROR=1 shows where it arrived."""
+    """A stop signal where no handler of ours catches it (imports, composing the config, building data and model, an
+    eval or export: only training saves first, lab.training.preemption) ends with one line and 128 + the signal
+    (130 for Ctrl-C), not a KeyboardInterrupt traceback: lab.stopping raises it as one. It still ends a whole
+    sweep. HYDRA_FULL_ERROR=1 shows where it arrived."""
     try:
         yield
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         if full_errors():
             raise
-        print(CTRL_C, file=sys.stderr)
-        sys.exit(SIGINT_EXIT)
+        signum = stopping.signal_number(stop)
+        print(stopping.stopped_at_once(signum), file=sys.stderr)
+        sys.exit(128 + signum)
 
 
 def one_line(err: BaseException) -> str:
@@ -106,12 +109,15 @@ def main(hydra_main: Callable[[], Any], script: str) -> Any:
     """Run an entry script's `@hydra.main` function with config mistakes reported in one or two lines. A run dir
     that `script` may not write is refused before Hydra writes into it, and a start refused after Hydra wrote
     leaves the run dir as it found it (lab.run_dir)."""
-    load_dotenv()  # credentials from .env (never over variables already set), before Hydra reads the environment
-    with user_errors():
-        sys.argv = moved_keys(sys.argv)
-        check_sweep_dir_before_hydra(sys.argv)
-    with run_dirs.undone_on_refusal(), concise_config_errors(), ctrl_c_in_one_line(), run_dir_checked(script):
-        return hydra_main()
+    # SIGTERM/SIGUSR1/SIGUSR2 stop the set-up (and an eval or export) as Ctrl-C does: through every `with` on the
+    # way out (the run-dir lock released, a started tracker's summary "interrupted"), not killed in place
+    with stopping.raised_at_once():
+        load_dotenv()  # credentials from .env (never over variables already set), before Hydra reads the environment
+        with user_errors():
+            sys.argv = moved_keys(sys.argv)
+            check_sweep_dir_before_hydra(sys.argv)
+        with run_dirs.undone_on_refusal(), concise_config_errors(), ctrl_c_in_one_line(), run_dir_checked(script):
+            return hydra_main()
 
 
 @contextlib.contextmanager

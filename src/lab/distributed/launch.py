@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from lab import runtime
+from lab import runtime, stopping
 from lab.distributed import env
 from lab.distributed.parallel import Parallel
 from lab.errors import ConfigError, Interrupted, UserError
@@ -57,9 +58,14 @@ def resolve_nproc(dist_cfg: Any) -> int:
 
 
 def spawn(
-    worker: Callable[..., Any], args: tuple, dist_cfg: Any, resume_hint: str = "continue with resume=<run dir>"
+    worker: Callable[..., Any],
+    args: tuple,
+    dist_cfg: Any,
+    resume_hint: str = "continue with resume=<run dir>",
+    last: Path | None = None,
 ) -> Any:
     """Run `worker(*args)` in `dist.nproc` local processes; return rank 0's result or raise naming the failed rank.
+    `last`: the run's last.pt, which a stop signal says was saved only when the ranks wrote it.
 
     With dist.max_restarts=N a failed attempt (a crash, a lost rank: not a config/data error, not a stop signal)
     starts all workers again, up to N times; they resume from the run's last.pt (`restart_count()`). Each attempt
@@ -72,7 +78,7 @@ def spawn(
     for attempt in range(dist_cfg.max_restarts + 1):
         try:
             with _environment(OMP_NUM_THREADS=threads):
-                return _launch(worker, args, attempt, dist_cfg, nproc, threads, resume_hint)
+                return _launch(worker, args, attempt, dist_cfg, nproc, threads, resume_hint, last)
         except ChildFailedError as err:
             reason, restartable = _describe_failure(err, nproc)
             log.error("%s", reason)  # into the run's log file as well as the console
@@ -94,15 +100,49 @@ def restart_count() -> int:
     return int(os.environ.get(RESTART_COUNT, "0"))
 
 
-def _attempt(attempt: int, worker: Callable[..., Any], *args: Any) -> Any:
+def _attempt(attempt: int, launcher: int, worker: Callable[..., Any], *args: Any) -> Any:
     """A rank of attempt `attempt`: told through its own environment (restart_count()), since the forkserver's
-    children inherit the environment the server started with, the first attempt's."""
+    children inherit the environment the server started with, the first attempt's. A stop signal it gets goes on
+    to the launcher (`launcher`, its pid), which stops every rank with it: the same as a signal to the launcher."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _forwarded_signals())  # blocked in the forkserver (_start_forkserver)
+    stopping.tell_launcher(launcher)
     os.environ[RESTART_COUNT] = str(attempt)
-    return worker(*args)
+    try:
+        with stopping.raised_at_once():
+            return worker(*args)
+    except KeyboardInterrupt as stop:  # stopped before training (or Ctrl-C again): the launcher says so
+        sys.exit(128 + stopping.signal_number(stop))
+
+
+def _forwarded_signals() -> set[signal.Signals]:
+    return {signal.Signals[name] for name in _FORWARDED_SIGNALS.split(",")}
+
+
+def _start_forkserver() -> None:
+    """Start multiprocessing's resource tracker and forkserver with the stop signals blocked, which they keep: a
+    signal to the whole job (Ctrl-C, `kill -- -<pgid>`, scancel) killed them beside the ranks (the tracker's
+    replacement then printed a KeyError traceback for each semaphore it had never seen). They end when the
+    launcher does; the ranks unblock the signals (_attempt). One at a time: starting the tracker unblocks SIGINT
+    and SIGTERM here again."""
+    from multiprocessing import forkserver, resource_tracker
+
+    for start in (resource_tracker.ensure_running, forkserver.ensure_running):
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _forwarded_signals())
+        try:
+            start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _launch(
-    worker: Callable[..., Any], args: tuple, attempt: int, dist_cfg: Any, nproc: int, threads: str, resume_hint: str
+    worker: Callable[..., Any],
+    args: tuple,
+    attempt: int,
+    dist_cfg: Any,
+    nproc: int,
+    threads: str,
+    resume_hint: str,
+    last: Path | None,
 ) -> Any:
     import multiprocessing
 
@@ -115,6 +155,7 @@ def _launch(
     # this process's environment at the first launch; torchelastic hands each rank its own variables,
     # OMP_NUM_THREADS and CUDA_VISIBLE_DEVICES, and _attempt the restart count.
     multiprocessing.set_forkserver_preload(["__main__", "torch", "torch._dynamo", worker.__module__])
+    _start_forkserver()
     port = dist_cfg.master_port or free_port()
     config = LaunchConfig(
         min_nodes=1,
@@ -129,24 +170,59 @@ def _launch(
         # _failure_handled_promptly)
         shutdown_timeout=dist_cfg.grace_s,
         start_method="forkserver",
+        # the launcher forwards these to the workers, which finish their step, save last.pt and stop
+        # (lab.training.preemption); a signal left out (SIGUSR1 by default) would kill the launcher alone and
+        # orphan them. elastic_launch writes this to TORCHELASTIC_SIGNALS_TO_HANDLE, over any value set before.
+        signals_to_handle=_FORWARDED_SIGNALS,
     )
     log.info(
         "launching %d %s workers (rendezvous 127.0.0.1:%d, %s threads each)", nproc, dist_cfg.strategy, port, threads
     )
+    started = time.time()
     try:
-        # the launcher forwards these to the workers (SIGUSR1 too, else it would kill the launcher and orphan them),
-        # which finish their step, save last.pt and stop (lab.training.preemption)
+        # elastic_launch leaves its TORCHELASTIC_SIGNALS_TO_HANDLE in os.environ: restored after (a multirun worker
+        # goes on to other jobs)
         with (
             _environment(TORCHELASTIC_SIGNALS_TO_HANDLE=_FORWARDED_SIGNALS),
+            _first_signal_only(),
             _failure_handled_promptly(dist_cfg.grace_s),
         ):
-            return elastic_launch(config, _attempt)(attempt, worker, *args)[0]
+            return elastic_launch(config, _attempt)(attempt, os.getpid(), worker, *args)[0]
     except SignalException as err:
         name = signal.Signals(err.sigval).name
+        if last is None or not last.is_file() or last.stat().st_mtime < started:  # stopped before training saved
+            raise Interrupted(stopping.stopped_at_once(err.sigval), exit_code=128 + err.sigval) from None
         raise Interrupted(
             f"interrupted by {name}: every rank finished its optimizer step and saved last.pt ({resume_hint})",
             exit_code=128 + err.sigval,
         ) from None
+
+
+@contextlib.contextmanager
+def _first_signal_only() -> Iterator[None]:
+    """While the workers run, the launcher acts on its first stop signal only: it stops the ranks with it and waits
+    for them to save. A later one (each rank passes on what it gets: _attempt) would raise torch's SignalException
+    again inside that wait and end the launcher before its ranks. torch's handler is patched for the length of the
+    launch; the handlers from before are back afterwards (torch's, left installed, would raise outside it)."""
+    from torch.distributed.elastic.multiprocessing import api
+
+    forwarded = _forwarded_signals()
+    before = {sig: signal.getsignal(sig) for sig in forwarded}
+    torch_handler = api._terminate_process_handler
+    got: list[int] = []
+
+    def first_only(signum: int, frame: Any) -> None:
+        if not got:
+            got.append(signum)
+            torch_handler(signum, frame)  # raises SignalException
+
+    api._terminate_process_handler = first_only  # read by the launch when it installs its handlers
+    try:
+        yield
+    finally:
+        api._terminate_process_handler = torch_handler
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager

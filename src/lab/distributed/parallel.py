@@ -85,7 +85,7 @@ class Parallel:
     local_rank: int = 0
     world_size: int = 1
     timeout_s: float = 600.0  # dist.timeout_s: how long a collective waits for a missing rank
-    _control: Any = field(default=None, repr=False)  # a gloo group for host-side votes (any_rank_at_last_call)
+    _control: Any = field(default=None, repr=False)  # a gloo group for host-side votes (largest_at_last_call)
     _vote: Any = field(default=None, repr=False)  # the vote in flight: (work, its tensor)
     _checkpoint_group: Any = field(default=None, repr=False)  # a gloo group for sharded checkpoints
 
@@ -209,24 +209,24 @@ class Parallel:
         if self.active:
             dist.barrier()
 
-    def any_rank_at_last_call(self, flag: bool) -> bool:
-        """Whether `flag` was true on any rank at the previous call (`flag` itself when alone). The vote runs on a
+    def largest_at_last_call(self, value: int) -> int:
+        """The largest `value` of all ranks at the previous call (`value` itself when alone). The vote runs on a
         gloo group in the background, so the step never waits on it nor syncs the GPU, and every rank gets the same
         answer one call later: all of them take the same branch (e.g. stop and save) at the same step."""
         if not self.active:
-            return flag
+            return value
         if self._control is None:
             # a collective (every rank makes its first call together), with the job's timeout: a new group would
             # otherwise wait 30 minutes for a rank that stopped
             timeout = datetime.timedelta(seconds=self.timeout_s)
             self._control = dist.new_group(backend="gloo", timeout=timeout)
-        answer = False
+        answer = 0
         if self._vote is not None:
-            work, value = self._vote
+            work, votes = self._vote
             work.wait()
-            answer = bool(value.item())
-        value = torch.tensor([float(flag)])
-        self._vote = (dist.all_reduce(value, op=dist.ReduceOp.MAX, group=self._control, async_op=True), value)
+            answer = int(votes.item())
+        votes = torch.tensor([value], dtype=torch.int64)
+        self._vote = (dist.all_reduce(votes, op=dist.ReduceOp.MAX, group=self._control, async_op=True), votes)
         return answer
 
     def broadcast(self, obj: Any) -> Any:

@@ -11,8 +11,9 @@ ends (it then finishes wandb's writing; this process waits for it, so the run fi
 returns). Calls arrive in order; only those that return something
 (`finish`, `ref`) wait for the answer. What the child logs is logged here; an error in the child is raised here by
 the call it answers, or by the next call that does not wait (a call that waits, `finish`, logs an earlier call's
-error as a warning and still happens). The child ignores SIGINT and SIGTERM: the run that handles the signal still
-finishes its tracker through it, and the child ends when this process closes the pipe (or dies). A child that died
+error as a warning and still happens). The child ignores SIGINT and SIGTERM and has a process group of its own (a
+terminal's Ctrl-C and a signal to the job's group do not reach it): the run that handles the signal still finishes
+its tracker through it, and the child ends when this process closes the pipe (or dies). A child that died
 (killed: an OOM kill, `kill -9`) is named at the next call as a TrackerStopped: the Tracker then goes on without
 this tracker (one warning) and never calls it again, finish included; a new child serves the next record.
 """
@@ -96,6 +97,10 @@ class _Child:
                 [sys.executable, "-m", __name__, str(request_read), str(answer_write)],
                 pass_fds=(request_read, answer_write),
                 env=env,
+                # a process group of its own: a terminal's Ctrl-C (sent to its whole group) met the child still
+                # importing, before it ignores SIGINT, and it printed a KeyboardInterrupt traceback; this process
+                # handles the signal and then finishes the tracker through the child
+                process_group=0,
             )
             os.close(request_read)
             os.close(answer_write)

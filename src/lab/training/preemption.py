@@ -3,9 +3,9 @@ before the time limit, with `--signal=USR1@<seconds>`), SIGUSR2 (submitit's warn
 limit, `SUBMITIT_PREEMPT_SIGNAL`) and SIGINT (Ctrl-C).
 
 The handler only records the signal; the trainer finishes the optimizer step in flight, all ranks agree to stop
-(`Parallel.any_rank_at_last_call`), last.pt is written, and the run ends with status "interrupted" and exit code
+(`Parallel.largest_at_last_call`), last.pt is written, and the run ends with status "interrupted" and exit code
 128 + the signal number (143 SIGTERM, 138 SIGUSR1, 130 SIGINT), the code a shell gives a process the signal killed.
-A second Ctrl-C quits at once.
+A second Ctrl-C quits at once; outside training a stop signal stops at once (lab.stopping).
 """
 
 from __future__ import annotations
@@ -13,19 +13,19 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from lab import stopping
 from lab.errors import Interrupted
+from lab.stopping import STOP_SIGNALS
 from lab.sweeps.ownership import sweep_of, sweep_resume_hint
 
 log = logging.getLogger(__name__)
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
-_SAME_PRESS_S = 1.0
+__all__ = ["STOP_SIGNALS", "StopSignals", "interrupted", "resume_hint"]
 
 
 def interrupted(signum: int, step: int, checkpoint: str) -> Interrupted:
@@ -53,11 +53,11 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: int | None = None
-        self._received_at = 0.0
         self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
     def __enter__(self) -> StopSignals:
         self.received = None
+        stopping.forget()
         if threading.current_thread() is threading.main_thread():
             self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
         return self
@@ -67,20 +67,15 @@ class StopSignals:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         handler = previous.get(signal.SIGUSR2)
-        if self.received == signal.SIGUSR2 and callable(handler):
+        if self.received == signal.SIGUSR2 and callable(handler) and handler is not stopping.stop_at_once:
             # submitit's own handler, now that last.pt is saved: it requeues the job (hydra/launcher=slurm adds
             # ckpt_path=<run dir>/checkpoints/last.pt to the requeued job) and exits
             handler(signal.SIGUSR2, None)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.received is not None and signum == signal.SIGINT:
-            # A spawned rank gets one Ctrl-C twice, from the terminal and forwarded by the launcher: only a
-            # second press, a moment later, means "quit now, without the save".
-            if time.monotonic() - self._received_at > _SAME_PRESS_S:
-                raise SystemExit(128 + signum)
+        if not stopping.is_first(signum):  # the same stop again (forwarded by the launcher): acted on once
             return
-        if self.received is None:
-            self.received, self._received_at = signum, time.monotonic()
+        self.received = signum
         log.warning(
             "%s received: stopping after this optimizer step and saving last.pt%s",
             signal.Signals(signum).name,

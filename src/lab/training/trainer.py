@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import sys
 import time
 import warnings
@@ -88,6 +87,7 @@ class Trainer:
         self.bad_steps = BadSteps(self.cfg.max_bad_steps, self.parallel) if self.cfg.max_bad_steps else None
         self.last_val: dict[str, float] = {}
         self.window = StepWindow()
+        self.resumed_window: dict[str, list[float]] | None = None  # the unlogged steps' losses a checkpoint held
         self.stop = StopSignals()  # installed for the length of fit()
         self.show_bar = {"on": True, "off": False, "auto": sys.stderr.isatty()}[self.cfg.progress_bar]
         self.callbacks = [*configured(self), *callbacks]  # the ones trainer.* switches on, then the workflow's
@@ -102,7 +102,7 @@ class Trainer:
     # ------------------------------------------------------------------ the run
     def fit(self) -> dict[str, Any]:
         cfg = self.cfg
-        self.window = StepWindow()
+        self.window, self.resumed_window = StepWindow(self.resumed_window), None
         reset_peak_memory(self.device)  # the peak of training alone: not the model summary, not a previous job
         with self.stop, contextlib.ExitStack() as callbacks:
             for callback in self.callbacks:  # a profiler, anomaly hooks: on until fit ends, however it ends
@@ -149,8 +149,10 @@ class Trainer:
                 self._log(epoch, bar)
             if self.checkpoints.due(progress.global_step):
                 self._save(best=False)
-            if self.parallel.any_rank_at_last_call(self.stop.received is not None):
-                self._save_and_stop()
+            # the stop signal any rank got (the largest number, should two differ), or 0
+            signum = self.parallel.largest_at_last_call(self.stop.received or 0)
+            if signum:
+                self._save_and_stop(signum)
             if self._done():
                 break
         if bar is not None:
@@ -271,21 +273,23 @@ class Trainer:
         """A checkpoint (a collective: every rank calls it). Under FSDP the whole model is gathered only for best.pt
         and the `final` last.pt; a background save (trainer.async_save) is waited for when `wait` or `final`."""
         with self.window.paused():
-            self._losses()  # never write weights that went NaN over good ones
+            losses, weights = self._losses()  # never write weights that went NaN over good ones
             checkpoint = self.state.payload(consolidate=best or final)
+            # the steps since the last log line: a run resumed from here logs its next line over all of them
+            checkpoint["log_window"] = {"losses": losses, "weights": weights}
             self._call("on_save_checkpoint", checkpoint)
             self.checkpoints.save(checkpoint, best, final=final, wait=wait)
 
     def resume(self, checkpoint: dict[str, Any]) -> None:
         """Continue a run exactly from `checkpoint`: the training state, then what the callbacks kept."""
         self.state.resume(checkpoint)
+        self.resumed_window = checkpoint.get("log_window")  # absent in an older checkpoint: its lines start afresh
         self._call("on_load_checkpoint", checkpoint)
 
-    def _save_and_stop(self) -> None:
+    def _save_and_stop(self, signum: int) -> None:
         """A stop signal reached some rank: every rank saves at this same step (a collective under FSDP), then
-        the run ends as "interrupted" with 128 + the signal as its exit code (SIGTERM on ranks that got none)."""
+        the run ends as "interrupted" with 128 + the signal as its exit code."""
         self._save(best=False, wait=True)
-        signum = self.stop.received or signal.SIGTERM
         raise interrupted(signum, self.progress.global_step, str(self.checkpoints.last))
 
     def _bar(self, epoch: int, position: int, total: int) -> tqdm | None:

@@ -16,7 +16,11 @@ from lab.runtime import peak_memory_mb
 
 
 class StepWindow:
-    def __init__(self) -> None:
+    """`carried`: the losses and weights of the window's steps before a resume (what `checked_losses` gave when the
+    checkpoint was saved), so that the first line after it averages the same steps as an uninterrupted run's."""
+
+    def __init__(self, carried: dict[str, list[float]] | None = None) -> None:
+        self.carried = carried or {"losses": [], "weights": []}
         self.start = time.perf_counter()
         self.data_time = 0.0  # seconds spent waiting for batches
         self.samples = 0
@@ -46,8 +50,9 @@ class StepWindow:
         return [total / weight for total, weight in zip(sums, weights)], weights
 
     def checked_losses(self, parallel: Parallel, skips_nonfinite: bool) -> tuple[list[float], list[float]]:
-        """`losses_over_ranks`, stopping at the first non-finite loss unless such steps are skipped (`skips_nonfinite`:
-        a GradScaler, or trainer.max_bad_steps). Every rank sees the same values, so every rank stops."""
+        """`losses_over_ranks`, after the carried ones, stopping at the first non-finite loss unless such steps are
+        skipped (`skips_nonfinite`: a GradScaler, or trainer.max_bad_steps). Every rank sees the same values, so
+        every rank stops."""
         losses, weights = self.losses_over_ranks(parallel)
         bad = next((index for index, loss in enumerate(losses) if not math.isfinite(loss)), None)
         if bad is not None and not skips_nonfinite:
@@ -56,7 +61,7 @@ class StepWindow:
                 "lower optimizer.lr, set trainer.grad_clip, try precision=bf16 or fp32, or check the inputs "
                 "(the first-batch report in the log)"
             )
-        return losses, weights
+        return [*self.carried["losses"], *losses], [*self.carried["weights"], *weights]
 
     @staticmethod
     def mean_loss(losses: list[float], weights: list[float]) -> float:

@@ -88,7 +88,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
         if cfg.dist.strategy != "none" and not dist_env.launched_as_worker():
             container = OmegaConf.to_container(cfg, resolve=True)
             hint = preemption.resume_hint(target)  # a sweep job's names its sweep
-            return launch.spawn(_spawned_worker, (container, str(target), identity), cfg.dist, hint)
+            last_pt = target / "checkpoints" / "last.pt"
+            return launch.spawn(_spawned_worker, (container, str(target), identity), cfg.dist, hint, last_pt)
         return _join_and_train(cfg, target, identity)
 
 

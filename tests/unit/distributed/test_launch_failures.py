@@ -90,6 +90,7 @@ def test_a_crash_is_restarted_up_to_max_restarts_and_a_users_error_is_not(monkey
         return run
 
     monkeypatch.setattr(torch.distributed.launcher.api, "elastic_launch", fake_launch)
+    monkeypatch.setattr(launch, "_start_forkserver", lambda: None)  # a real process: not in the fast tier
     dist_cfg = SimpleNamespace(nproc=2, master_port=None, grace_s=1, strategy="ddp", max_restarts=2)
     with pytest.raises(UserError, match=error.split(": ", 1)[1]):
         launch.spawn(lambda: seen.append(str(launch.restart_count())), (), dist_cfg)

@@ -196,6 +196,7 @@ def test_spawned_ranks_share_the_cores_instead_of_each_taking_all(monkeypatch: p
         return run
 
     monkeypatch.setattr(torch.distributed.launcher.api, "elastic_launch", fake_launch)
+    monkeypatch.setattr(launch, "_start_forkserver", lambda: None)  # a real process: not in the fast tier
     cfg = compose(["dist=ddp", "dist.nproc=4"]).dist
     assert launch.spawn(lambda: None, (), cfg) == "rank0"
     assert seen["threads"] == "4" and "OMP_NUM_THREADS" not in os.environ  # restored for the next job

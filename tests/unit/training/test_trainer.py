@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lab import checkpointing
+from lab import checkpointing, stopping
 from lab.checkpointing import CheckpointManager
 from lab.config import TrainerConfig
 from lab.data import EpochLoader
@@ -209,7 +209,7 @@ def test_a_second_ctrl_c_quits_at_once(tmp_path: Path) -> None:
         os.kill(os.getpid(), signal.SIGINT)
         assert trainer.stop.received == signal.SIGINT
         os.kill(os.getpid(), signal.SIGINT)  # the same press, forwarded by a launcher: still saving
-        trainer.stop._received_at -= 2  # a second press, later
+        stopping._first_at -= 2  # a second press, later
         with pytest.raises(SystemExit) as caught:
             os.kill(os.getpid(), signal.SIGINT)
     trainer.tracker.finish()

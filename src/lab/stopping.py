@@ -1,0 +1,96 @@
+"""Stop signals for the whole life of a process: SIGTERM (a cluster's preemption, `kill`), SIGUSR1 (SLURM's warning
+before the time limit), SIGUSR2 (submitit's warning) and SIGINT (Ctrl-C). No torch import (entry scripts use it).
+
+Training finishes its optimizer step and saves last.pt first (lab.training.preemption). Anywhere else (start-up,
+building data and model, evaluation, export) there is no step to finish: the first stop signal raises StopRequested
+at once, as Ctrl-C raises KeyboardInterrupt, so every `with` and `finally` on the way out runs (the run-dir lock is
+released, a started tracker records "interrupted") and the entry script ends with one line and 128 + the signal.
+Either way the process acts on its first stop signal only: a spawned rank gets a signal to its whole job twice
+(directly, then forwarded by the launcher), and the second must not cut short the records the first one is
+finishing. Only a second Ctrl-C, a moment after the first, quits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
+_SAME_PRESS_S = 1.0
+
+_first: int | None = None  # this process's first stop signal, once it got one
+_first_at = 0.0
+_launcher: int | None = None  # in a rank the job's launcher spawned: the launcher's pid
+
+
+class StopRequested(KeyboardInterrupt):
+    """A stop signal where no optimizer step is in flight; a KeyboardInterrupt, so that `except Exception` blocks
+    on the way out do not swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def is_first(signum: int) -> bool:
+    """Note the stop signal `signum`; whether it is this process's first. A second Ctrl-C more than a moment after
+    the first ends the process at once (SystemExit 130)."""
+    global _first, _first_at
+    if _first is None:
+        _first, _first_at = signum, time.monotonic()
+        if _launcher is not None:  # a signal to this rank alone stops the whole job, as one to the launcher does
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(_launcher, signum)
+        return True
+    if signum == signal.SIGINT and time.monotonic() - _first_at > _SAME_PRESS_S:
+        raise SystemExit(128 + signum)
+    return False
+
+
+def tell_launcher(pid: int) -> None:
+    """This process is a rank spawned by the launcher `pid` (lab.distributed.launch): it passes its stop on."""
+    global _launcher
+    _launcher = pid if pid != os.getpid() else None  # (a launcher faked in-process: nothing to pass on)
+
+
+def forget() -> None:
+    """A new stretch of training starts (lab.training.preemption): no stop is pending (one would have ended the
+    process before it)."""
+    global _first
+    _first = None
+
+
+def stop_at_once(signum: int, frame: FrameType | None) -> None:
+    if is_first(signum):
+        raise StopRequested(signum)
+
+
+@contextlib.contextmanager
+def raised_at_once() -> Iterator[None]:
+    """For the block, the first stop signal raises StopRequested (outside the main thread, where Python allows no
+    handlers: nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, stop_at_once) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def signal_number(interrupt: KeyboardInterrupt) -> int:
+    """The stop signal behind a KeyboardInterrupt: Ctrl-C's own, or StopRequested's."""
+    return getattr(interrupt, "signum", signal.SIGINT)
+
+
+def stopped_at_once(signum: int) -> str:
+    """The one line of a stop where no optimizer step was in flight: nothing (more) was saved."""
+    name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+    return f"interrupted by {name}; stopped at once, nothing more was saved"
