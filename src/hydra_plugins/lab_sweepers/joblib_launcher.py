@@ -43,13 +43,12 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from lab.errors import Interrupted
+from lab.stopping import STOP_SIGNALS
 from lab.sweeps.jobs import describe, joblib_width
 from lab.sweeps.ownership import sweep_resume_hint
 from lab.sweeps.summary import job_record, write_record
 
 log = logging.getLogger(__name__)
-
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)  # lab.training.preemption's (torch)
 
 
 class JobKilled(RuntimeError):
@@ -189,7 +188,7 @@ class _Worker:
         if code is not None and code < 0:
             oom = " (out of memory?)" if -code == signal.SIGKILL else ""
             return JobKilled(f"worker process killed by {signal.Signals(-code).name}{oom}", pid, self.started)
-        if code is not None and code - 128 in {int(s) for s in _STOP_SIGNALS}:
+        if code is not None and code - 128 in {int(s) for s in STOP_SIGNALS}:
             return JobStopped(f"stopped by {signal.Signals(code - 128).name}", pid, self.started)
         return JobKilled(f"worker process exited with code {code} before the job ended", pid, self.started)
 
@@ -294,7 +293,7 @@ def _forward_stop_signals(busy: dict[Connection, _Worker]) -> Iterator[_StopStat
             log.warning("%s received: the running jobs save last.pt and stop; no further job starts", stop.name)
         _signal(list(busy.values()), signum)  # a Ctrl-C reaches them from the terminal too: they take it as one
 
-    previous = {sig: signal.signal(sig, forward) for sig in _STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     try:
         yield stop
     finally:
