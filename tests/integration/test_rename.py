@@ -214,14 +214,54 @@ def _installed_fork(repo: Path, venv: Path) -> Path:
     return python
 
 
-def test_a_renamed_forks_suite_passes_before_its_rename_is_committed(tmp_path):
-    """What the rename advises: `make install` and `make test` in the renamed tree, not yet committed. The fast tier
-    and the template-update tests run there, so a test that spells the template's name, or one that assumes it runs
-    in the template (the fork's `.template.json` carried into a scenario), turns this red here and not only in a
-    user's fork."""
+README_SECTION = "## Add your own model, dataset or task"
+# a fork's first model option, named to sort before every shipped one: a test that spells the shipped list of
+# options fails on it
+FIRST_MODEL = """from dataclasses import dataclass
+
+from {name}.config import ModelConfig
+
+
+@dataclass
+class Aardvark(ModelConfig):
+    \"\"\"A fork's own model: one linear layer over the flattened input.\"\"\"
+
+    def build(self, meta):
+        import math
+
+        from torch import nn
+
+        return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(meta["input_shape"]), meta["num_outputs"]))
+"""
+
+
+def _add_a_forks_options(repo: Path) -> list[str]:
+    """What a fork adds first: the files of the README's "Add your own" (as the renamed README spells them) and a
+    model named to sort first. Returns the paths written."""
+    text = (repo / "README.md").read_text()
+    start = text.index(README_SECTION)
+    section = text[start : text.index("\n## ", start + len(README_SECTION))]
+    files = {
+        path: f"# {path}\n{body}"
+        for path, body in re.findall(r"```(?:python|yaml)\n# (\S+)\n(.*?)```", section, flags=re.S)
+    }
+    files[f"src/{NEW}/config/aardvark.py"] = FIRST_MODEL.format(name=NEW)
+    for path, content in files.items():
+        assert not (repo / path).exists(), path
+        (repo / path).write_text(content)
+    return sorted(files)
+
+
+def test_a_renamed_forks_suite_passes_with_its_first_options_before_anything_is_committed(tmp_path):
+    """What the rename advises: `make install` and `make test` in the renamed tree, not yet committed, here with the
+    README's example options and a model named to sort first added, as a fork's first days add them. The fast tier
+    and the template-update tests run there, so a test that spells the template's name or its shipped options, or
+    one that assumes it runs in the template (the fork's `.template.json` carried into a scenario), turns this red
+    here and not only in a user's fork."""
     repo = _copy(tmp_path / "fork")
     proc = _make_rename(repo, f"--no-install --python {sys.executable}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(_add_a_forks_options(repo)) == 6
     python = _installed_fork(repo, tmp_path / "venv")
     # the outer run's pytest-xdist worker variables would tell the inner pytest it is a worker
     env = {k: v for k, v in _env(repo).items() if not k.startswith("PYTEST_") and k != "PYTHONPATH"}

@@ -82,16 +82,16 @@ def read(path: str | Path) -> dict[str, Any]:
 
 
 def _shards_dir(path: Path, named: Any) -> Path:
-    """The shard directory a checkpoint names: relative to the file (a run dir stays whole when moved), and inside
-    the `shards/` folder next to it once links are resolved (a link named shards/ leads out too), where saves put
-    it. A checkpoint from elsewhere cannot point the reader at another directory of the machine."""
-    root = path.parent.resolve() / sharded.DIR
+    """The shard directory a checkpoint names: relative to the file (a run dir stays whole when moved, a kept copy
+    of `checkpoints/` too) and inside the file's own folder once links are resolved. A checkpoint from elsewhere
+    cannot point the reader at another directory of the machine."""
+    root = path.parent.resolve()
     relative = isinstance(named, str) and named != "" and not Path(named).is_absolute()
     shards = (path.parent / named).resolve() if relative else root
     if shards == root or not shards.is_relative_to(root):
         raise UserError(
-            f"{path} names shards={named!r}, which is not a directory under {root} (where its shards are saved, "
-            "relative to the file, no link leading out): refused; use a checkpoint that scripts/train.py wrote"
+            f"{path} names shards={named!r}, which is not a directory inside {root} (relative to the file, no link "
+            "leading out): refused; use a checkpoint that scripts/train.py wrote"
         )
     return shards
 

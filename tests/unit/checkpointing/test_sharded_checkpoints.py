@@ -253,17 +253,17 @@ def test_shards_named_outside_the_checkpoints_own_folder_are_refused_and_never_r
     (evil / ".metadata").write_bytes(pickle.dumps(_RunsCode(marker)))
     header = torch.load(manager.last, weights_only=True)
     (manager.dir / "shards" / "link").symlink_to(evil)  # a link in its own folder that leads out of it
-    for named in (str(evil), "../../evil/dcp", "shards/../../../evil/dcp", "shards/link", "shards", ".", "", 3):
+    for named in (str(evil), "../../evil/dcp", "shards/../../../evil/dcp", "shards/link", ".", "", 3):
         path = manager.dir / "probe.pt"
         checkpointing.save(path, {**header, "shards": named})
-        with pytest.raises(UserError, match=r"names shards=.*which is not a directory under .*: refused") as err:
+        with pytest.raises(UserError, match=r"names shards=.*which is not a directory inside .*: refused") as err:
             checkpointing.read(path)
         assert "\n" not in str(err.value)
     # shards/ itself a link out of the checkpoints folder
     moved = tmp_path / "elsewhere"
     (manager.dir / "shards").rename(moved)
     (manager.dir / "shards").symlink_to(moved)
-    with pytest.raises(UserError, match=r"names shards='shards/step-000000001', which is not a directory under"):
+    with pytest.raises(UserError, match=r"names shards='shards/step-000000001', which is not a directory inside"):
         checkpointing.read(manager.last)
     # the case: the checkpoint next to the directory it names by its absolute path
     checkpointing.save(evil.parent / "shards_abs.pt", {**header, "shards": str(evil)})
