@@ -152,11 +152,14 @@ def _continues_in_place(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
 
 
 def _killed_export(run_dir: Path, overrides: Sequence[str]) -> bool:
-    """Whether `run_dir` holds an export of this same command that was killed before it finished (no manifest, no
-    summary.json, which a finished or failed export writes): running the command again continues it there, and
-    removes the staging folders the kill left (lab.workflows.export). Another export or any other run: refused."""
+    """Whether `run_dir` holds an export of this same command that was stopped before it finished (no manifest; no
+    summary.json, or one that says `interrupted`: a finished or failed export's says otherwise): running the
+    command again continues it there, and removes the staging folders a kill left (lab.workflows.export). Another
+    export or any other run: refused."""
     held = {name for name in RUN_RECORDS if (run_dir / name).exists()}
-    if not held <= {HYDRA_DIR, "metrics.jsonl"} or (run_dir / "export_manifest.json").exists():
+    if not held <= {HYDRA_DIR, "metrics.jsonl", "summary.json"} or (run_dir / "export_manifest.json").exists():
+        return False
+    if "summary.json" in held and _status(run_dir) != "interrupted":
         return False
     try:
         from omegaconf import OmegaConf  # no torch; Hydra imports it anyway

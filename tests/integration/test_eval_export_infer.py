@@ -231,7 +231,7 @@ compare, calls = exporting.compare, []
 def killed_at_the_second_check(*args, **kwargs):
     calls.append(1)
     if len(calls) == 2:  # model.onnx passed; model.pt2 is written and being checked
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.{signal})
         time.sleep(60)
     return compare(*args, **kwargs)
 
@@ -239,25 +239,30 @@ exporting.compare = killed_at_the_second_check
 """
 
 
-def test_an_export_killed_mid_check_leaves_no_final_named_file_it_did_not_verify(best, tmp_path):
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_an_export_killed_mid_check_leaves_no_final_named_file_it_did_not_verify(best, tmp_path, how):
+    """Killed (SIGKILL: the staging folder stays) or stopped (SIGTERM: it is removed on the way out), the export
+    publishes only what it verified, and the same command run again continues it in its dir."""
     run_dir = tmp_path / "export"
     args = [f"ckpt_path={best}", "export.formats=[onnx,pt2]", "logger=none", f"hydra.run.dir={run_dir}"]
-    proc = run_script("export.py", *args, patch=KILL_DURING_PARITY)
-    assert proc.returncode != 0, proc.stderr[-3000:]
+    proc = run_script("export.py", *args, patch=KILL_DURING_PARITY.replace("{signal}", how))
+    assert proc.returncode == (-9 if how == "SIGKILL" else 143), proc.stderr[-3000:]
     assert (run_dir / "model.onnx").is_file()  # verified before the kill: published
     assert not (run_dir / "model.pt2").exists()  # complete on disk but unverified: only under its staging name
     assert not (run_dir / "export_manifest.json").exists()
     from lab.inference import OnnxBackend
 
     assert OnnxBackend(run_dir / "model.onnx")(torch.zeros(3, 1, 8, 8)).shape == (3, 10)  # a whole file
-    assert [p.name for p in run_dir.glob(".*.tmp")] == [".model.pt2.tmp"]
+    left = [".model.pt2.tmp"] if how == "SIGKILL" else []
+    assert [p.name for p in run_dir.glob(".*.tmp")] == left
     first_config = (run_dir / ".hydra" / "config.yaml").read_bytes()
 
     other = run_script("export.py", *args[:-1], "export.formats=[onnx]", f"hydra.run.dir={run_dir}")
     assert other.returncode == 1 and "holds a run" in other.stderr  # another export: not this one's to continue
     again = run_script("export.py", *args)  # the same command continues the killed export in its dir
     assert again.returncode == 0, again.stderr[-3000:]
-    assert f"removed {run_dir / '.model.pt2.tmp'}: left by an export that was killed" in again.stdout + again.stderr
+    removed = f"removed {run_dir / '.model.pt2.tmp'}: left by an export that was killed"
+    assert (removed in again.stdout + again.stderr) == (how == "SIGKILL")
     assert not list(run_dir.glob(".*.tmp")) and (run_dir / "model.pt2").is_file()
     assert list(json.loads((run_dir / "export_manifest.json").read_text())["artifacts"]) == ["onnx", "pt2"]
     assert (run_dir / ".hydra" / "config.yaml").read_bytes() == first_config  # this attempt's: attempt-2/
