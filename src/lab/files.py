@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     Until then the previous file stays where it was, complete."""
     path = Path(path)
     tmp = temp_path(path)
+    in_flight = sys.exc_info()[1]  # written on the way out of a failure (summary.json): that failure is not ours
     try:
         yield tmp
         with open(tmp, "rb+") as written:
@@ -52,7 +54,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.replace(tmp, path)
         _sync_dir(path.parent)
     except BaseException as err:
-        cause = write_error(err, path.parent)  # before the clean-up: a full disk is full while the temp file is there
+        # before the clean-up: a full disk is full while the temp file is there
+        cause = write_error(err, path.parent, in_flight)
         try:
             tmp.unlink(missing_ok=True)  # a partial file would only take space; the old one is intact
             left = ""
@@ -73,12 +76,13 @@ def staged(folder: str | Path, name: str) -> Iterator[Path]:
     A writer's failure to write (disk full, read-only) is one UserError naming the path, as in :func:`atomic_path`."""
     folder = Path(folder)
     stage = temp_path(folder / name)
+    in_flight = sys.exc_info()[1]
     try:
         _remove(stage)  # a killed run's leftovers under the same name: never verified
         stage.mkdir(parents=True)
         yield stage
     except BaseException as err:
-        cause = write_error(err, stage if stage.is_dir() else folder)
+        cause = write_error(err, stage if stage.is_dir() else folder, in_flight)
         if cause is None:
             raise
         raise UserError(f"cannot write {folder / name}: {_fix(cause)}") from err
@@ -101,14 +105,15 @@ def publish(files: list[Path], folder: Path) -> list[Path]:
     return [folder / f.name for f in files]
 
 
-def write_error(err: BaseException, folder: Path) -> OSError | None:
+def write_error(err: BaseException, folder: Path, in_flight: BaseException | None = None) -> OSError | None:
     """The OSError behind a failed write, or None when `err` is no I/O failure (a bug, Ctrl-C): `err` itself, the
     OSError torch's RuntimeError was raised from or during, or, when torch kept no errno, what `folder` and this
-    process's limits say (read-only, not writable, full, a file size limit)."""
+    process's limits say (read-only, not writable, full, a file size limit). `in_flight`: the exception being
+    handled when the write began; the chain stops there (a dead loader worker's broken pipe is not the write's)."""
     if isinstance(err, UserError) or not isinstance(err, (OSError, RuntimeError)):
         return None  # a UserError already says what went wrong
     seen: BaseException | None = err
-    while seen is not None:
+    while seen is not None and seen is not in_flight:
         if isinstance(seen, OSError):
             return seen
         seen = seen.__cause__ or seen.__context__

@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import multiprocessing
 import random
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -173,6 +174,9 @@ def worker_deaths(next_step: str) -> Iterator[None]:
     except RuntimeError as err:
         if not str(err).startswith(WORKER_DIED):
             raise
+        # torch's SIGCHLD handler raises the same error again at any later child's exit while the dead worker's
+        # loader is alive (the traceback keeps it): in the records written on the way out (summary.json) too
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         raise UserError(
             f"a DataLoader worker process died ({str(err).strip()}): the kernel's OOM killer, a kill or a crash in "
             f"native code ends one so; lower data.num_workers if memory ran out; {next_step}"

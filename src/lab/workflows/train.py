@@ -210,7 +210,7 @@ def _train(cfg: DictConfig, run_dir: Path, identity: dict, parallel: Parallel) -
     # a dead loader worker: summary.json says "failed", last.pt stays the last one saved, and the line says how to
     # continue from it
     died = loaders.worker_deaths(preemption.resume_hint(run_dir))
-    with died, tracker.session(background=True):  # the trackers start while the model is built
+    with tracker.session(background=True), died:  # the trackers start while the model is built
         summary = _fit(cfg, run_dir, datamodule, parallel, device, precision, resume, tracker, on_meta)
     result = summary.get(cfg.optimized_metric)
     log.info("done: %s = %s; run dir %s", cfg.optimized_metric, result, run_dir)

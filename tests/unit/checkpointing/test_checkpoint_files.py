@@ -16,7 +16,7 @@ from torch import nn
 
 from lab import checkpointing
 from lab.errors import UserError
-from lab.files import remove_stale_temps
+from lab.files import atomic_path, remove_stale_temps
 from lab.optim import build_optimizer, build_scheduler
 
 
@@ -65,6 +65,26 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: 
     assert ckpt["progress"] == {"epoch": 1}
     _assert_same_state(ckpt["model"], good)
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # the partial temp file is cleaned up
+
+
+def test_a_failure_raised_while_writing_on_the_way_out_is_not_taken_for_the_writes(tmp_path: Path) -> None:
+    """summary.json is written while the run's own failure unwinds. Another error raised during that write (torch's
+    SIGCHLD handler reporting the dead loader worker again) has the run's failure as its context, and that one's
+    broken pipe is no failure of the write: the error goes on as it is, not as "cannot write summary.json"."""
+    died = "DataLoader worker (pid 1) is killed by signal: Killed."
+    with pytest.raises(RuntimeError, match=r"killed by signal"):
+        try:
+            try:
+                raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+            except ConnectionResetError as err:
+                raise RuntimeError("DataLoader worker (pid(s) 1) exited unexpectedly") from err
+        except RuntimeError:
+            with atomic_path(tmp_path / "summary.json"):
+                raise RuntimeError(died)  # noqa: B904  (as torch's signal handler raises it: a context, no cause)
+    assert not list(tmp_path.iterdir())
+    own = pytest.raises(UserError, match=r"cannot write .*summary\.json: .*Connection reset")  # the write's own
+    with own, atomic_path(tmp_path / "summary.json"):
+        raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
 
 
 def test_copy_is_complete_and_leaves_no_temp_file(tmp_path: Path) -> None:
