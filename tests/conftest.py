@@ -27,6 +27,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if is_integration(Path(item.path)):
             item.add_marker(pytest.mark.integration)
+    # the `longest` first: started last, one would run on alone after every other test had finished
+    items.sort(key=lambda item: item.get_closest_marker("longest") is None)
 
 
 _CALL_PASSED = pytest.StashKey[bool]()

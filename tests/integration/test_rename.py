@@ -252,6 +252,7 @@ def _add_a_forks_options(repo: Path) -> list[str]:
     return sorted(files)
 
 
+@pytest.mark.longest
 def test_a_renamed_forks_suite_passes_with_its_first_options_before_anything_is_committed(tmp_path):
     """What the rename advises: `make install` and `make test` in the renamed tree, not yet committed, here with the
     README's example options and a model named to sort first added, as a fork's first days add them. The fast tier
