@@ -6,7 +6,7 @@ import contextlib
 import itertools
 import multiprocessing
 import random
-import signal
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -136,6 +136,8 @@ def make_loader(
         )
         if cfg.num_workers > 0:
             dataset = EpochSeededDataset(dataset)
+    if cfg.num_workers > 0:
+        report_worker_deaths_where_batches_are_read()
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -160,9 +162,27 @@ def worker_start_method(cfg: DataCfg) -> str:
     return cfg.multiprocessing_context or multiprocessing.get_all_start_methods()[0]
 
 
-# How torch's DataLoader reports, in the main process, a worker process that died (its SIGCHLD handler, or the
-# check after a read that got nothing): "DataLoader worker (pid 123) is killed by signal: Killed." and the like
+# How torch's DataLoader reports, in the main process, a worker process that died (the check after a read that got
+# nothing): "DataLoader worker (pid(s) 123) exited unexpectedly" and the like
 WORKER_DIED = "DataLoader worker (pid"
+# what reading from a worker that is dying raises before the loader notices (the batch's shared-memory handle)
+_BROKEN_PIPES = (ConnectionResetError, BrokenPipeError, EOFError)
+
+
+def report_worker_deaths_where_batches_are_read() -> None:
+    """Keep torch's SIGCHLD handler from being installed. It raises a dead worker's RuntimeError at whatever line
+    the main process is on (inside an `except`, a context manager's exit, the write of summary.json), where no
+    handler can be sure to catch it. The loader finds a dead worker itself where it waits for a batch (every 5 s at
+    the latest), and `worker_deaths` reports it there. A private flag of torch's: tests/unit/data/test_data.py
+    fails loudly if it goes."""
+    from torch.utils.data._utils import signal_handling
+
+    signal_handling._SIGCHLD_handler_set = True
+
+
+def _from_the_loader(err: BaseException) -> bool:
+    frames = traceback.walk_tb(err.__traceback__)
+    return any(str(frame.f_globals.get("__name__", "")).startswith("torch.utils.data") for frame, _ in frames)
 
 
 @contextlib.contextmanager
@@ -171,14 +191,13 @@ def worker_deaths(next_step: str) -> Iterator[None]:
     line that says so and what to do next (`next_step`), not a traceback of whatever the main process was doing."""
     try:
         yield
-    except RuntimeError as err:
-        if not str(err).startswith(WORKER_DIED):
+    except (RuntimeError, *_BROKEN_PIPES) as err:
+        died = str(err).startswith(WORKER_DIED) if isinstance(err, RuntimeError) else _from_the_loader(err)
+        if not died:
             raise
-        # torch's SIGCHLD handler raises the same error again at any later child's exit while the dead worker's
-        # loader is alive (the traceback keeps it): in the records written on the way out (summary.json) too
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        what = str(err).strip() if isinstance(err, RuntimeError) else f"the connection to it broke: {err}"
         raise UserError(
-            f"a DataLoader worker process died ({str(err).strip()}): the kernel's OOM killer, a kill or a crash in "
+            f"a DataLoader worker process died ({what}): the kernel's OOM killer, a kill or a crash in "
             f"native code ends one so; lower data.num_workers if memory ran out; {next_step}"
         ) from err
 

@@ -397,6 +397,32 @@ def test_a_dead_loader_worker_is_one_line_saying_what_to_do() -> None:
         raise RuntimeError("another error")
 
 
+def test_a_worker_death_is_reported_where_a_batch_is_read(tiny: DataModule) -> None:
+    """torch's SIGCHLD handler would raise a dead worker's error at any line of the main process (a context
+    manager's exit, the summary's write), past every handler: make_loader keeps it from being installed (torch's
+    private flag: when torch renames it, this fails). A read from a dying worker can break its pipe before the
+    loader sees the death: that is reported as the death too, and the same error from elsewhere is not."""
+    from torch.utils.data._utils import signal_handling
+
+    assert hasattr(signal_handling, "_SIGCHLD_handler_set"), "torch renamed its SIGCHLD flag: update lab.data.loaders"
+    before, signal_handling._SIGCHLD_handler_set = signal_handling._SIGCHLD_handler_set, False
+    try:
+        make_loader(tiny.train, data_cfg(batch_size=2, num_workers=1), train=True, generator=None, pin_memory=False)
+        assert signal_handling._SIGCHLD_handler_set is True
+    finally:
+        signal_handling._SIGCHLD_handler_set = before
+    scope = {"__name__": "torch.utils.data.dataloader"}  # a function of torch's loader, as far as the check sees
+    exec(
+        compile("def read():\n    raise ConnectionResetError(104, 'Connection reset by peer')\n", "dl.py", "exec"),
+        scope,
+    )
+    broke = r"^a DataLoader worker process died \(the connection to it broke: .*Connection reset by peer\).*again$"
+    with pytest.raises(UserError, match=broke), worker_deaths("again"):
+        scope["read"]()
+    with pytest.raises(ConnectionResetError), worker_deaths("again"):
+        raise ConnectionResetError(104, "a tracker's server, not a worker")
+
+
 def test_workers_start_the_platforms_way_even_in_a_spawned_process(tiny: DataModule) -> None:
     """A process started by spawn (dist=ddp's ranks) has "spawn" as its default: its workers must not inherit it."""
 
