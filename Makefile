@@ -61,6 +61,14 @@ clean:  ## run outputs and caches (keeps .venv)
 	rm -rf .pytest_cache .ruff_cache .mypy_cache
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
 
+EXTENSIONS := src/lab/extensions
+.PHONY: drop
+drop:  ## remove an extension you do not need, as `rm -r` of its folder would: make drop EXT=report
+	@test -n "$(EXT)" || { echo "usage: make drop EXT=<name>, one of: $$(ls -d $(EXTENSIONS)/*/ | xargs -n1 basename | tr '\n' ' ')" >&2; exit 2; }
+	@test -d "$(EXTENSIONS)/$(EXT)" || { echo "error: no extension $(EXT) in $(EXTENSIONS)/: choose one of $$(ls -d $(EXTENSIONS)/*/ | xargs -n1 basename | tr '\n' ' ')" >&2; exit 2; }
+	rm -r "$(EXTENSIONS)/$(EXT)"
+	@echo "dropped $(EXT): its options, code, presets, tests and page (git status shows it; git checkout brings it back)"
+
 .PHONY: doctor
 doctor: $(STAMP)  ## check the environment: versions, GPUs (a matmul each), bf16/TF32, disk, wandb mode, packages
 	$(PY) scripts/doctor.py $(ARGS)

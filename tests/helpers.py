@@ -45,9 +45,14 @@ def group_options(group: str) -> list[str]:
     return sorted(stored | {path.stem for path in (CONF_DIR / group).glob("*.yaml")})
 
 
-def readme_commands() -> list[str]:
-    """The `python ...` and `make train ...` lines of the README's ```bash blocks (test_readme runs each)."""
-    text = (REPO / "README.md").read_text()
+def doc_pages() -> list[Path]:
+    """The README and each present extension's page (src/lab/extensions/<name>/README.md)."""
+    return [REPO / "README.md", *sorted((REPO / "src" / "lab" / "extensions").glob("*/README.md"))]
+
+
+def readme_commands(page: Path = REPO / "README.md") -> list[str]:
+    """The `python ...` and `make train ...` lines of a page's ```bash blocks (test_readme runs each)."""
+    text = page.read_text()
     blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
     lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
     return list(dict.fromkeys(line for line in lines if line.startswith(("python ", "make train "))))

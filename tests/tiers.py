@@ -1,7 +1,8 @@
 """The suite's two tiers (importable as ``tiers``, like ``helpers``).
 
-`integration`: every test under tests/integration, and the tests elsewhere that start a process (an entry script, a
-Python interpreter, git, wandb's processes, torchrun, a multiprocessing spawn); they carry the marker themselves.
+`integration`: every test under tests/integration (or an extension's tests/integration), and the tests elsewhere that
+start a process (an entry script, a Python interpreter, git, wandb's processes, torchrun, a multiprocessing spawn);
+they carry the marker themselves.
 The rest is the fast tier, in-process only: `make test-fast` (`pytest -m "not integration"`); `make test` runs both.
 tests/conftest.py marks the tiers at collection and, in the fast tier, turns every process start into an error.
 """
@@ -33,8 +34,9 @@ class ProcessStarted(RuntimeError):
 
 
 def is_integration(path: Path) -> bool:
-    """Whether a test belongs to the integration tier by where it is (elsewhere, by its own marker)."""
-    return path.resolve().relative_to(TESTS).parts[0] == "integration"
+    """Whether a test belongs to the integration tier by where it is, in a folder named `integration` (tests/'s, or an
+    extension's tests/integration/); elsewhere, by its own marker."""
+    return "integration" in path.resolve().relative_to(TESTS.parent).parts[:-1]
 
 
 def refuser(started: list[str], nodeid: str, what: str) -> Callable[..., None]:

@@ -1,5 +1,5 @@
-"""Every command the README shows must work as written (shortened with debug=fast where it trains; placeholders
-such as outputs/train/<run> point at runs the module makes)."""
+"""Every command the README and the extensions' pages show must work as written (shortened with debug=fast where it
+trains; placeholders such as outputs/train/<run> point at runs the module makes)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, readme_commands, script_env
+from helpers import REPO, doc_pages, readme_commands, script_env
 from warm_python import run_python
 
 pytestmark = pytest.mark.slow
@@ -93,7 +93,15 @@ PLACEHOLDERS = {
 }
 
 
-@pytest.mark.parametrize("command", [c for c in readme_commands() if not any(k in c for k in RUN_BY_ANOTHER_TEST)])
+PAGE_COMMANDS = [
+    pytest.param(command, id=f"{page.parent.name if page.parent != REPO else 'README'}: {command}")
+    for page in doc_pages()
+    for command in readme_commands(page)
+    if not any(k in command for k in RUN_BY_ANOTHER_TEST)
+]
+
+
+@pytest.mark.parametrize("command", PAGE_COMMANDS)
 def test_readme_command_runs(command, tmp_path, request):
     for placeholder, fixture in PLACEHOLDERS.items():
         if placeholder in command:
@@ -105,9 +113,10 @@ def test_readme_command_runs(command, tmp_path, request):
     args[0] = sys.executable
     if args[1].startswith("bench/"):
         args += QUICK_BENCH_ARGS[args[1]]
-    elif args[1] == "scripts/report.py":  # no Hydra; a page written with -o goes to the test's folder
-        if "-o" in args:
-            args[args.index("-o") + 1] = str(tmp_path / args[args.index("-o") + 1])
+    elif args[1] == "-m":  # an extension's command (no Hydra): from the test's folder, where what it writes stays
+        proc = run_python(args[1:], cwd=tmp_path, env=script_env(), timeout=300)
+        assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        return
     elif "--cfg" not in args:
         # only training has a debug group; eval/export/infer are already quick on a debug checkpoint
         if args[1] == "scripts/train.py" and not any(a.startswith("debug=") for a in args):
@@ -130,8 +139,6 @@ def test_readme_command_runs(command, tmp_path, request):
             args += [f"hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db", "hydra.sweeper.n_trials=2"]
     proc = run_python(args[1:], cwd=REPO, env=script_env(), timeout=300)
     assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
-    if args[1] == "scripts/report.py":
-        assert Path(proc.stdout.removeprefix("report: ").strip()).is_file(), proc.stdout
     if args[1] == "scripts/train.py" and "-m" in args:  # every job of the sweep ran to the end, in a dir of its own
         jobs = [json.loads(path.read_text()) for path in tmp_path.glob("[0-9]*/summary.json")]
         assert len(jobs) >= 2 and {job["status"] for job in jobs} == {"completed"}, command
@@ -149,16 +156,16 @@ SECTIONS_RUN_ELSEWHERE = {
     "## Take the template's later fixes": "tests/integration/test_template_update.py",  # in a fork it makes
 }
 NOT_RUN_AS_WRITTEN = {
-    "git checkout <git_commit>": ("would change this work tree", "tests/integration/test_report.py", "reproduce"),
+    "git checkout <git_commit>": ("would change this work tree", "tests/integration/test_reproduce.py", "git_commit"),
     "git apply outputs/train/<run>/provenance/git.diff": (
         "would change this work tree",
-        "tests/integration/test_report.py",
-        "reproduce",
+        "tests/integration/test_reproduce.py",
+        "git_dirty",
     ),
     "python scripts/train.py <the overrides of .hydra/overrides.yaml>": (
-        "the report's reproduce command is run instead",
-        "tests/integration/test_report.py",
-        "reproduce",
+        "its overrides are read from a finished run's dir",
+        "tests/integration/test_reproduce.py",
+        "overrides.yaml",
     ),
     "python scripts/train.py -m 'experiment=glob(*)' debug=fast": (
         "the CIFAR-10 experiments need their data: the sweep test writes a tiny copy (finetune_folder, which needs an "
@@ -217,9 +224,9 @@ NOT_RUN_AS_WRITTEN = {
 }
 
 
-def shell_block_commands() -> list[tuple[str, str]]:
-    """(section heading, command) for every line of every ```sh block."""
-    text = (REPO / "README.md").read_text()
+def shell_block_commands(page: Path = REPO / "README.md") -> list[tuple[str, str]]:
+    """(section heading, command) for every line of every ```sh block of a page."""
+    text = page.read_text()
     found = []
     for block in re.finditer(r"```sh\n(.*?)```", text, flags=re.S):
         start = text.rfind("\n## ", 0, block.start()) + 1
@@ -237,6 +244,15 @@ def test_every_shell_block_command_is_checked():
         (f, m) for _, f, m in NOT_RUN_AS_WRITTEN.values()
     ]:
         assert mention in (REPO / test_file).read_text(), (test_file, mention)
+
+
+@pytest.mark.parametrize("page", doc_pages()[1:], ids=lambda page: page.parent.name)
+def test_every_shell_block_command_of_an_extension_page_is_checked_by_its_tests(page):
+    """An extension's page and the tests that check what it shows go together (dropping one drops both): each line
+    of its ```sh blocks is quoted, as written, by a test in its own tests/ folder."""
+    tests = "\n".join(path.read_text() for path in (page.parent / "tests").rglob("test_*.py"))
+    for section, command in shell_block_commands(page):
+        assert command in tests, f"{page}: {command!r} ({section}) is quoted by no test of {page.parent}/tests"
 
 
 def test_tab_completion_installs_and_uninstalls():

@@ -25,6 +25,7 @@ import pkgutil
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from lab import extensions
 from lab.config import options
 from lab.config.callbacks import CallbackConfig, OptunaPruningConfig
 from lab.config.data import (
@@ -139,9 +140,11 @@ EMPTY_OPTIONS = (("logger", "none"),)
 
 def register() -> None:
     """Store the entry schemas at the root of Hydra's ConfigStore (a schema is not an option to choose) and every
-    option in its group, a fork's too: each module of this package is imported first."""
+    option in its group, a fork's and the extensions' too: each module of this package, and each extension's
+    ``options`` module (lab.extensions), is imported first."""
     for module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{module.name}")
+    extensions.modules("options")
     cs = ConfigStore.instance()
     for name, schema in SCHEMAS.items():
         cs.store(name=name, node=schema)

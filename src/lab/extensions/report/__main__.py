@@ -1,9 +1,9 @@
 """One self-contained HTML page for a run or a sweep:
 
-    python scripts/report.py <run dir | sweep dir> [-o report.html]
+    python -m lab.extensions.report <run dir | sweep dir> [-o report.html]
 
 Loss and metric curves per run, the sweep's jobs in a table sortable by any column, the best run's config against
-the others', and links to its checkpoints and to the eval/export/infer runs made from them (lab.reporting). Writes
+the others', and links to its checkpoints and to the eval/export/infer runs made from them (this extension). Writes
 `<dir>/report.html` unless -o says where; open it in any browser, offline. Imports no torch: it starts at once.
 """
 
@@ -13,11 +13,13 @@ import argparse
 from pathlib import Path
 
 from lab import cli
-from lab.reporting import write_report
+from lab.extensions.report import write_report
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__package__}", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "source", type=Path, help="a run dir (outputs/train/<stamp>) or a sweep dir (.../multirun/<stamp>)"
     )

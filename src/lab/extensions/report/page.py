@@ -15,9 +15,9 @@ from urllib.parse import quote
 
 import yaml
 
-from lab.reporting.assets import CSS, ERROR_SCRIPT, SORT_SCRIPT
-from lab.reporting.charts import PALETTE, Series, line_chart
-from lab.reporting.runs import Derived, Report, Run, split_override
+from lab.extensions.report.assets import CSS, ERROR_SCRIPT, SORT_SCRIPT
+from lab.extensions.report.charts import PALETTE, Series, line_chart
+from lab.extensions.report.runs import Derived, Report, Run, split_override
 
 EMBED_IMAGE_BYTES = 300_000  # eval plots (confusion matrix, predicted vs true) up to this size are shown inline
 

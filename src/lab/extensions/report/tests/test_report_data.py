@@ -1,4 +1,4 @@
-"""lab.reporting without a browser: what it reads from hand-written run dirs, and that it never imports torch."""
+"""The report without a browser: what it reads from hand-written run dirs, and that it never imports torch."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from helpers import PYTHON, script_env
 from lab.errors import UserError
-from lab.reporting import runs, write_report
+from lab.extensions.report import runs, write_report
 
 
 def _job(folder: Path, rmse: float, lr: str) -> None:
@@ -67,6 +67,6 @@ def test_what_is_not_a_run_or_sweep_dir_is_refused_in_one_line(tmp_path, make):
 
 @pytest.mark.integration  # starts a process: a fresh Python interpreter
 def test_the_report_imports_no_torch():
-    code = "import sys; import lab.reporting.page, lab.reporting.runs; sys.exit(int('torch' in sys.modules))"
+    code = "import sys, lab.extensions.report.page, lab.extensions.report.runs; sys.exit(int('torch' in sys.modules))"
     proc = subprocess.run([PYTHON, "-c", code], env=script_env(), capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr or "lab.reporting imported torch"
+    assert proc.returncode == 0, proc.stderr or "lab.extensions.report imported torch"

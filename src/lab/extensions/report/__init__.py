@@ -1,4 +1,5 @@
-"""One self-contained HTML page for a run dir or a sweep dir: `python scripts/report.py <dir> [-o out.html]`.
+"""The `report` extension: one self-contained HTML page for a run dir or a sweep dir,
+`python -m lab.extensions.report <dir> [-o out.html]` (its page: README.md here).
 
 `runs` reads what runs left on disk (metrics.jsonl, summary.json, .hydra/, the sweep's job records, the eval/export/
 infer runs made from their checkpoints), `charts` draws the curves as inline SVG, `page` writes the HTML with the
@@ -12,10 +13,11 @@ import os
 from pathlib import Path
 
 from lab.errors import UserError
+from lab.extensions.report import page, runs
 from lab.files import atomic_path
-from lab.reporting import page, runs
 
-__all__ = ["write_report"]
+__all__ = ["EXTRA", "write_report"]
+EXTRA = None  # the core's packages are enough
 
 
 def write_report(source: str | Path, output: str | Path | None = None) -> Path:

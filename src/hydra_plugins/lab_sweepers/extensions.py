@@ -1,0 +1,28 @@
+"""The extensions' part in Hydra (lab.extensions): their presets on the config search path, their plugins registered.
+
+Hydra's plugin scan imports every public module under hydra_plugins and registers the Plugin classes it finds in
+each as `<module>.<class>`; a plugin's `_target_` must name one of those. An extension keeps its sweepers and
+launchers in its own folder (`plugins.py`), so each of them gets a subclass of the same name here, and its config
+targets `hydra_plugins.lab_sweepers.extensions.<class>`.
+"""
+
+from hydra.core.config_search_path import ConfigSearchPath
+from hydra.plugins.plugin import Plugin
+from hydra.plugins.search_path_plugin import SearchPathPlugin
+
+from lab import extensions
+
+
+class ExtensionPresets(SearchPathPlugin):
+    """Each extension's conf/ after the repository's own: `hparams_search=optuna` is found in the extension that
+    brings it, and a preset of the repository's conf/ of the same name wins."""
+
+    def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+        for folder in extensions.conf_dirs():
+            search_path.append(provider=f"lab-{folder.parent.name}", path=f"file://{folder}")
+
+
+for _module in extensions.modules("plugins"):
+    for _name, _plugin in vars(_module).items():
+        if isinstance(_plugin, type) and issubclass(_plugin, Plugin) and _plugin.__module__ == _module.__name__:
+            globals()[_name] = type(_name, (_plugin,), {"__module__": __name__, "__doc__": _plugin.__doc__})
