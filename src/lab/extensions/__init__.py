@@ -1,7 +1,7 @@
 """Extensions: everything the default run does not need, one folder each, found without a list.
 
     src/lab/extensions/<name>/
-        __init__.py     what it adds (the docstring) and ``EXTRA``: the pyproject.toml extra it needs, or None
+        __init__.py     what it adds (the docstring) and ``EXTRAS``: the pyproject.toml extras it needs (a tuple)
         options.py      its options (dataclasses extending a kind's base config): imported by
                         ``lab.config.register()``, so they must not import torch (their ``build`` imports the code)
         conf/           its YAML presets, ``conf/<group>/<name>.yaml`` as in the repository's conf/: on Hydra's

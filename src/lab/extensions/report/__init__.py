@@ -16,8 +16,8 @@ from lab.errors import UserError
 from lab.extensions.report import page, runs
 from lab.files import atomic_path
 
-__all__ = ["EXTRA", "write_report"]
-EXTRA = None  # the core's packages are enough
+__all__ = ["EXTRAS", "write_report"]
+EXTRAS: tuple[str, ...] = ()  # the core's packages are enough
 
 
 def write_report(source: str | Path, output: str | Path | None = None) -> Path:
