@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from lab import run_dir as run_dirs
-from lab import stopping
+from lab import stopping, upstream
 from lab.config import validate
 from lab.config.mistakes import describe
 from lab.config.trackers import moved_keys
@@ -128,13 +128,13 @@ def run_dir_checked(script: str) -> Iterator[None]:
     dir checked is pinned in the config, so a `${now:...}` in it cannot name another dir when Hydra resolves it
     again. What Hydra fails to write there (a full disk, no permission) ends in one line, and the refusal removes
     what it wrote (`run_dirs.undone_on_refusal`)."""
-    from hydra._internal import hydra as hydra_internal
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict, read_write
 
-    hydra_run_job = hydra_internal.run_job  # what `Hydra.run` (a single run; not a sweep's jobs) calls
+    def checked(hydra_run_job: Callable[..., Any]) -> Callable[..., Any]:
+        return functools.partial(run_job, hydra_run_job)
 
-    def run_job(*, config: Any, **kwargs: Any) -> Any:
+    def run_job(hydra_run_job: Callable[..., Any], *, config: Any, **kwargs: Any) -> Any:
         HydraConfig.instance().set_config(config)  # as run_job does first: `${hydra:...}` in the dir resolves
         with user_errors():
             run_dir = _resolved_run_dir(config)
@@ -152,11 +152,8 @@ def run_dir_checked(script: str) -> Iterator[None]:
             where = err.filename or run_dir
             sys.exit(f"error: hydra.run.dir={run_dir}: Hydra could not write {where} ({err.strerror}); {_fix(err)}")
 
-    hydra_internal.run_job = run_job  # type: ignore[assignment]  # Hydra.run calls it with keywords only
-    try:
+    with upstream.hydra_run_job_wrapped(checked):
         yield
-    finally:
-        hydra_internal.run_job = hydra_run_job
 
 
 def _resolved_run_dir(config: Any) -> Path:
@@ -182,26 +179,17 @@ def concise_config_errors() -> Iterator[None]:
     ends with `error: <what, the nearest valid name, what is allowed>` (lab.config.mistakes) and exit code 1,
     instead of Hydra's 5-12 line report. HYDRA_FULL_ERROR=1 still gets Hydra's full report.
 
-    Hydra composes inside `hydra.main` and reports what fails there itself, through one function,
-    `hydra._internal.utils.run_and_report` (it prints and exits: nothing reaches the caller). That function is
-    wrapped for the duration of the call: a config mistake is printed short before Hydra would report it, anything
-    else goes to Hydra's own report unchanged. What `--help` composes is not wrapped by Hydra and arrives here.
+    Hydra composes inside `hydra.main` and reports what fails there itself, through one function (it prints and
+    exits: nothing reaches the caller), wrapped for the duration of the call (lab.upstream.hydra_report_wrapped): a
+    config mistake is printed short before Hydra would report it, anything else goes to Hydra's own report
+    unchanged. What `--help` composes is not wrapped by Hydra and arrives here.
     """
-    from hydra._internal import utils as hydra_utils
-
-    hydra_report = hydra_utils.run_and_report
-
-    def run_and_report(func: Callable[[], Any]) -> Any:
-        return hydra_report(functools.partial(_report_config_mistakes, func))
-
-    hydra_utils.run_and_report = run_and_report
     try:
-        yield
+        with upstream.hydra_report_wrapped(_report_config_mistakes):
+            yield
     except Exception as err:
         _exit_if_config_mistake(err)
         raise
-    finally:
-        hydra_utils.run_and_report = hydra_report
 
 
 def _report_config_mistakes(func: Callable[[], Any]) -> Any:

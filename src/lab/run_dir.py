@@ -43,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from lab import upstream
 from lab.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -122,12 +123,11 @@ class CommandLine:
 def read_command_line(argv: list[str]) -> CommandLine | None:
     """An entry script's command line read the way Hydra reads it (its argument parser and override grammar), so
     `'quoted'` values and `+`/`++` prefixes name the same key; None when Hydra will refuse it (it says why)."""
-    from hydra._internal.utils import get_args_parser
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     try:
-        args = get_args_parser().parse_args(argv[1:])
+        args = upstream.hydra_args_parser().parse_args(argv[1:])
         parsed = OverridesParser.create().parse_overrides(args.overrides)
     except (SystemExit, HydraException):
         return None

@@ -23,13 +23,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.core.utils import JobReturn
 from omegaconf import DictConfig, OmegaConf
 
+from lab import upstream
 from lab.run_dir import attempt_subdir
 from lab.sweeps.jobs import fail_fast, launch_numbered, launcher_width, outcome
 from lab.sweeps.ownership import claim
@@ -37,7 +36,7 @@ from lab.sweeps.ownership import claim
 log = logging.getLogger(__name__)
 
 
-class GridSweeper(BasicSweeper):
+class GridSweeper(upstream.hydra_basic_sweeper()):  # type: ignore[misc]  # Hydra's BasicSweeper
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         stop_on_failure = fail_fast(self.config)
@@ -92,7 +91,7 @@ class GridSweeper(BasicSweeper):
                 # first job's composition already checked that the key could be added)
                 plain = [_adding_again(o) for o in parsed if not _chooses_group(o, groups)]
                 config = copy.deepcopy(composed[_group_choices(parsed, groups)])
-                ConfigLoaderImpl._apply_overrides_to_config(plain, config)  # what composing does with them
+                upstream.hydra_apply_overrides(plain, config)  # what composing does with them
                 continue
             config = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
             groups = set(config.hydra.runtime.choices)

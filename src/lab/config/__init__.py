@@ -18,14 +18,13 @@ imports its component).
 
 from __future__ import annotations
 
-import copy
 import importlib
 import pkgutil
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from lab import extensions
+from lab import extensions, upstream
 from lab.config import options
 from lab.config.callbacks import CallbackConfig, OptunaPruningConfig
 from lab.config.data import (
@@ -181,23 +180,7 @@ def _direction(mode: str) -> str:
     return "maximize" if mode == "max" else "minimize"
 
 
-def _copy_hydras_repository_shallowly() -> None:
-    """Hydra (1.3) copies its config repository at every composition (twice per run, once per sweep job) and for
-    every group that `--help` lists (119 times), with `copy.deepcopy`, which also copies the ConfigStore every
-    option above is stored in: 0.05 s a copy, 6 of the 7 s `scripts/train.py --help` took. The copy exists because
-    the caller may point it at another search path (`initialize_sources`), which gives the copy a new list of
-    sources and changes none of the old ones: a shallow copy keeps the original as safe, and shares the store.
-    (Upstream's fix, facebookresearch/hydra#2928, stops the sources holding the store; released Hydras lack it.)"""
-    from hydra._internal.config_repository import CachingConfigRepository, IConfigRepository
-
-    def __init__(self: CachingConfigRepository, delegate: IConfigRepository) -> None:
-        self.delegate = copy.copy(delegate)
-        self.cache = {}
-
-    CachingConfigRepository.__init__ = __init__  # type: ignore[method-assign]  # Hydra's, patched as said above
-
-
 register()
-_copy_hydras_repository_shallowly()
+upstream.hydra_config_repository_copied_shallowly()  # --help and every composition: 6 of 7 s were its deep copies
 if not OmegaConf.has_resolver("lab.direction"):
     OmegaConf.register_new_resolver("lab.direction", _direction)

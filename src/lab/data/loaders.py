@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
+from lab import upstream
 from lab.config import ConfigError
 from lab.data.common import DataCfg
 from lab.errors import UserError
@@ -173,11 +174,8 @@ def report_worker_deaths_where_batches_are_read() -> None:
     """Keep torch's SIGCHLD handler from being installed. It raises a dead worker's RuntimeError at whatever line
     the main process is on (inside an `except`, a context manager's exit, the write of summary.json), where no
     handler can be sure to catch it. The loader finds a dead worker itself where it waits for a batch (every 5 s at
-    the latest), and `worker_deaths` reports it there. A private flag of torch's: tests/unit/data/test_data.py
-    fails loudly if it goes."""
-    from torch.utils.data._utils import signal_handling
-
-    signal_handling._SIGCHLD_handler_set = True
+    the latest), and `worker_deaths` reports it there. A private flag of torch's (lab.upstream)."""
+    upstream.torch_loader_sigchld_handler_kept_out()
 
 
 def _from_the_loader(err: BaseException) -> bool:

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from lab import runtime, stopping
+from lab import runtime, stopping, upstream
 from lab.distributed import env
 from lab.distributed.parallel import Parallel
 from lab.errors import ConfigError, Interrupted, UserError
@@ -204,23 +204,21 @@ def _first_signal_only() -> Iterator[None]:
     for them to save. A later one (each rank passes on what it gets: _attempt) would raise torch's SignalException
     again inside that wait and end the launcher before its ranks. torch's handler is patched for the length of the
     launch; the handlers from before are back afterwards (torch's, left installed, would raise outside it)."""
-    from torch.distributed.elastic.multiprocessing import api
-
-    forwarded = _forwarded_signals()
-    before = {sig: signal.getsignal(sig) for sig in forwarded}
-    torch_handler = api._terminate_process_handler
+    before = {sig: signal.getsignal(sig) for sig in _forwarded_signals()}
     got: list[int] = []
 
-    def first_only(signum: int, frame: Any) -> None:
-        if not got:
-            got.append(signum)
-            torch_handler(signum, frame)  # raises SignalException
+    def first_only(torch_handler: Callable[[int, Any], None]) -> Callable[[int, Any], None]:
+        def handler(signum: int, frame: Any) -> None:
+            if not got:
+                got.append(signum)
+                torch_handler(signum, frame)  # raises SignalException
 
-    api._terminate_process_handler = first_only  # read by the launch when it installs its handlers
+        return handler
+
     try:
-        yield
+        with upstream.torch_elastic_signal_handler_wrapped(first_only):  # read when the launch installs its handlers
+            yield
     finally:
-        api._terminate_process_handler = torch_handler
         for sig, handler in before.items():
             signal.signal(sig, handler)
 
@@ -238,20 +236,13 @@ def _failure_handled_promptly(grace_s: float) -> Iterator[None]:
 
     The agent then logs the failed rank's traceback through torch's log formatter, which imports torch._dynamo to
     format any exception (seconds, more on a loaded machine): the traceback is formatted as plain text first."""
-    from torch.multiprocessing.spawn import ProcessContext
-
-    join = getattr(ProcessContext, "_join_procs_with_timeout", None)  # absent in another torch: its wait stands
     agent_log = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
     agent_log.addFilter(_plain_traceback)
-    if join is not None:
-        # torch's private method, patched for the length of the run (restored below)
-        ProcessContext._join_procs_with_timeout = lambda context, timeout: join(context, min(timeout, grace_s))  # type: ignore[method-assign,assignment]
     try:
-        yield
+        with upstream.torch_spawn_waits_capped(grace_s):
+            yield
     finally:
         agent_log.removeFilter(_plain_traceback)
-        if join is not None:
-            ProcessContext._join_procs_with_timeout = join  # type: ignore[method-assign]
 
 
 def _plain_traceback(record: logging.LogRecord) -> bool:

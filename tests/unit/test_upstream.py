@@ -1,0 +1,121 @@
+"""The private APIs of lab.upstream against the installed Hydra and torch: when an upgrade moves or changes one, the
+test of its function fails here, naming it, instead of a run failing somewhere else (docs/architecture.md lists
+them with why)."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from lab import upstream
+
+
+def parameters(function: Any) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def test_hydra_run_job_is_wrapped_and_restored():
+    from hydra._internal import hydra as hydra_internal
+
+    assert {"hydra_context", "config", "task_function"} <= set(parameters(hydra_internal.run_job)), (
+        "hydra._internal.hydra.run_job changed: update lab.upstream.hydra_run_job_wrapped"
+    )
+    original, seen = hydra_internal.run_job, []
+    with upstream.hydra_run_job_wrapped(lambda run_job: seen.append(run_job) or "wrapped"):
+        assert hydra_internal.run_job == "wrapped" and seen == [original]
+    assert hydra_internal.run_job is original
+
+
+def test_hydra_report_is_wrapped_and_restored():
+    from hydra._internal import utils as hydra_utils
+
+    assert parameters(hydra_utils.run_and_report) == ["func"], "update lab.upstream.hydra_report_wrapped"
+    original = hydra_utils.run_and_report
+    with upstream.hydra_report_wrapped(lambda func: ("checked", func())):
+        assert hydra_utils.run_and_report(lambda: 7) == ("checked", 7)
+    assert hydra_utils.run_and_report is original
+
+
+def test_hydras_args_parser_reads_overrides_and_multirun():
+    args = upstream.hydra_args_parser().parse_args(["-m", "a=1", "b=x,y"])
+    assert args.multirun is True and args.overrides == ["a=1", "b=x,y"], "update lab.upstream.hydra_args_parser"
+
+
+def test_hydras_overrides_apply_to_a_config():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.create({"a": 1, "b": {"c": 2}})
+    upstream.hydra_apply_overrides(OverridesParser.create().parse_overrides(["a=3", "b.c=4", "+d=5"]), config)
+    assert OmegaConf.to_container(config) == {"a": 3, "b": {"c": 4}, "d": 5}, (
+        "update lab.upstream.hydra_apply_overrides"
+    )
+
+
+def test_hydras_basic_sweeper_has_what_the_grid_sweeper_extends():
+    from hydra.plugins.sweeper import Sweeper
+
+    sweeper = upstream.hydra_basic_sweeper()
+    assert issubclass(sweeper, Sweeper) and parameters(sweeper.__init__) == ["self", "max_batch_size", "params"]
+    assert callable(sweeper._parse_config) and callable(sweeper.setup), "update the grid sweeper"
+
+
+def test_hydras_config_repository_is_copied_shallowly():
+    """lab.config applied it at import: a copy of the repository shares the sources (and the ConfigStore)."""
+    from hydra._internal.config_repository import CachingConfigRepository, ConfigRepository
+
+    assert parameters(ConfigRepository.__init__) == ["self", "config_search_path"]
+    delegate = ConfigRepository.__new__(ConfigRepository)
+    delegate.sources = [object()]
+    copied = CachingConfigRepository(delegate)
+    assert copied.delegate is not delegate and copied.delegate.sources is delegate.sources and copied.cache == {}
+
+
+def test_torchs_elastic_signal_handler_is_wrapped_and_restored():
+    from torch.distributed.elastic.multiprocessing import api
+
+    original = api._terminate_process_handler
+    assert parameters(original) == ["signum", "frame"], "update lab.upstream.torch_elastic_signal_handler_wrapped"
+    with upstream.torch_elastic_signal_handler_wrapped(lambda handler: ("first only", handler)):
+        assert api._terminate_process_handler == ("first only", original)
+    assert api._terminate_process_handler is original
+
+
+def test_torchs_spawn_wait_is_capped_and_restored():
+    from torch.multiprocessing.spawn import ProcessContext
+
+    join = ProcessContext._join_procs_with_timeout
+    assert parameters(join) == ["self", "timeout"], "update lab.upstream.torch_spawn_waits_capped"
+    waits: list[float] = []
+    try:
+        ProcessContext._join_procs_with_timeout = lambda context, timeout: waits.append(timeout)
+        with upstream.torch_spawn_waits_capped(10):
+            ProcessContext._join_procs_with_timeout(None, 30.0)
+            ProcessContext._join_procs_with_timeout(None, 2.0)
+    finally:
+        ProcessContext._join_procs_with_timeout = join
+    assert waits == [10, 2.0]
+
+
+def test_torchs_loader_sigchld_flag_keeps_its_handler_out():
+    from torch.utils.data._utils import signal_handling
+
+    assert hasattr(signal_handling, "_SIGCHLD_handler_set"), "update lab.upstream.torch_loader_sigchld_handler_kept_out"
+    before, signal_handling._SIGCHLD_handler_set = signal_handling._SIGCHLD_handler_set, False
+    try:
+        upstream.torch_loader_sigchld_handler_kept_out()
+        assert signal_handling._SIGCHLD_handler_set is True
+    finally:
+        signal_handling._SIGCHLD_handler_set = before
+
+
+PRIVATE = ("hydra._internal", "_join_procs_with_timeout", "_terminate_process_handler", "_SIGCHLD_handler_set")
+
+
+def test_no_other_module_reaches_into_a_private_api():
+    src = Path(upstream.__file__).parents[1]
+    for path in src.rglob("*.py"):
+        if path != Path(upstream.__file__) and "/tests/" not in str(path):
+            text = path.read_text()
+            assert not [name for name in PRIVATE if name in text], f"{path}: a private API outside lab.upstream"
