@@ -45,6 +45,15 @@ def group_options(group: str) -> list[str]:
     return sorted(stored | {path.stem for path in (CONF_DIR / group).glob("*.yaml")})
 
 
+def checkout_files(repo: Path = REPO) -> list[Path]:
+    """The files of a checkout as a clone would have them: what git tracks, and new files it would add."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=repo, check=True, capture_output=True, text=True,
+    ).stdout.split("\0")  # fmt: skip
+    return sorted(repo / rel for rel in listed if rel and (repo / rel).is_file())
+
+
 def doc_pages() -> list[Path]:
     """The README and each present extension's page (src/lab/extensions/<name>/README.md)."""
     return [REPO / "README.md", *sorted((REPO / "src" / "lab" / "extensions").glob("*/README.md"))]
