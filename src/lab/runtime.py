@@ -120,12 +120,12 @@ def resolve_precision(precision_cfg: PrecisionConfig | DictConfig, device: torch
     return Precision(name, dtype, scaler)
 
 
-def apply_channels_last(model: torch.nn.Module, enabled: bool, strategy: str) -> torch.nn.Module:
+def apply_channels_last(model: torch.nn.Module, enabled: bool, shards_weights: bool) -> torch.nn.Module:
     """trainer.channels_last: NHWC weights, so convolutions run in the layout tensor cores prefer (the inputs are
     made NHWC where batches reach the device). Under FSDP only the inputs: FSDP2 shards parameters as flat
     contiguous views and refuses NHWC-strided ones, and a convolution follows its input's memory format anyway.
     Eval applies the same rule with the training run's strategy, so it computes what validation computed."""
-    if enabled and strategy != "fsdp":
+    if enabled and not shards_weights:
         return model.to(memory_format=torch.channels_last)
     return model
 

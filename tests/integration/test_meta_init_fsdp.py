@@ -14,7 +14,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from helpers import META_INIT_CASES, run_script
 from lab import models
 from lab.distributed import launch, meta_init
-from lab.distributed.parallel import Parallel
+from lab.distributed.parallel import FSDP
 
 pytestmark = pytest.mark.slow
 
@@ -28,14 +28,14 @@ def _shard_and_draw(dtype: torch.dtype | None) -> dict:
     from torch.distributed.tensor import DTensor
 
     dist.init_process_group("gloo")
-    parallel = Parallel(strategy="fsdp", rank=dist.get_rank(), world_size=dist.get_world_size())
+    parallel = FSDP(rank=dist.get_rank(), world_size=dist.get_world_size())
     fsdp = SimpleNamespace(strategy="fsdp", meta_init=True, sync_bn=False, reshard_after_forward=True)
     results = {}
     for case, (model_cfg, data_meta) in META_INIT_CASES.items():
         torch.manual_seed(SEED)
         start = torch.random.get_rng_state()
         model = meta_init.build(model_cfg, data_meta, fsdp)
-        sharded, _ = parallel.wrap(model, fsdp, torch.device("cpu"), SimpleNamespace(autocast_dtype=dtype))
+        sharded, _ = parallel.wrap(model, torch.device("cpu"), SimpleNamespace(autocast_dtype=dtype))
         meta_init.materialise(sharded, torch.device("cpu"), start)
         rng_after = torch.random.get_rng_state()
         held = {name: (isinstance(p, DTensor), p.to_local().numel()) for name, p in sharded.named_parameters()}

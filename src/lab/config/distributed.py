@@ -1,11 +1,13 @@
 """The `dist` group: the keys every strategy has, plus one option per strategy (lab.config.options; its name is
 under `strategy`), so a key of another strategy (`dist=none dist.nproc=4`, `dist=ddp
-dist.reshard_after_forward=false`) is refused while composing."""
+dist.reshard_after_forward=false`) is refused while composing. Each option builds its strategy object
+(lab.distributed.parallel), and says what the rest of the run needs to know of it (`spawns_ranks`, `shards_weights`):
+no code compares a strategy's name."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from omegaconf import MISSING
 
@@ -13,11 +15,19 @@ from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.options import Option
 
+if TYPE_CHECKING:
+    from lab.distributed.parallel import Parallel
+
 
 @dataclass
 class DistConfig(Option, group="dist", key="strategy"):
     """Keys of every strategy. The lr scaling applies to one process too: gradient accumulation also grows the
     effective batch (per device x processes x trainer.grad_accum_steps)."""
+
+    # one process per rank: scripts/train.py starts them (lab.distributed.launch), or torchrun/srun did
+    spawns_ranks: ClassVar[bool] = False
+    # each rank holds a shard of the weights: what needs the whole model on every rank is refused with it
+    shards_weights: ClassVar[bool] = False
 
     strategy: str = MISSING  # fixed by the option's schema: choose with dist=none|ddp|fsdp
     lr_scaling: str = "none"  # none | linear | sqrt: lr *= (effective batch / base_batch_size)^(1 or 1/2)
@@ -30,6 +40,12 @@ class DistConfig(Option, group="dist", key="strategy"):
             self.base_batch_size is None or self.base_batch_size >= 1,
             f"dist.base_batch_size must be >= 1 or null, got {self.base_batch_size}",
         )
+
+    def build(self, rank: int = 0, local_rank: int = 0, world_size: int = 1) -> Parallel:
+        """The strategy object of this rank (rank 0 of 1 alone), once it is in its process group."""
+        from lab.distributed.parallel import Parallel
+
+        return Parallel()
 
 
 @dataclass
@@ -48,6 +64,8 @@ class ProcessGroupConfig(DistConfig, abstract=True):
     timeout_s: float = 600.0  # collective timeout: a stuck rank fails the job instead of hanging it
     max_restarts: int = 0  # spawned jobs: start all workers again this often after a crash, resuming from last.pt
     grace_s: int = 10  # spawned jobs: seconds ranks get to save and exit (a stop signal, another rank's failure)
+
+    spawns_ranks: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -71,6 +89,18 @@ class DDPConfig(ProcessGroupConfig):
 
     find_unused_parameters: bool = False  # only for models whose forward skips parameters
 
+    def build(self, rank: int = 0, local_rank: int = 0, world_size: int = 1) -> Parallel:
+        from lab.distributed.parallel import DDP
+
+        return DDP(
+            rank,
+            local_rank,
+            world_size,
+            self.timeout_s,
+            self.sync_bn,
+            find_unused_parameters=self.find_unused_parameters,
+        )
+
 
 def meta_init_refused(why: str) -> str:
     """The one-line refusal of dist.meta_init=true for a model the meta-device init cannot replay (`why`)."""
@@ -91,6 +121,15 @@ class FSDPConfig(ProcessGroupConfig):
     # the whole build), so no rank holds the whole model (lab.distributed.meta_init). auto: when the model can be
     # replayed, else the whole build on every rank, saying why; true: such a model is refused; false: never
     meta_init: Any = "auto"
+
+    shards_weights: ClassVar[bool] = True
+
+    def build(self, rank: int = 0, local_rank: int = 0, world_size: int = 1) -> Parallel:
+        from lab.distributed.parallel import FSDP
+
+        return FSDP(
+            rank, local_rank, world_size, self.timeout_s, self.sync_bn, reshard_after_forward=self.reshard_after_forward
+        )
 
     def __post_init__(self) -> None:
         super().__post_init__()

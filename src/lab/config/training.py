@@ -218,8 +218,8 @@ class TrainConfig:
             "trainer.unfreeze_at_epoch unfreezes what model.freeze names, and it names nothing; set "
             "model.freeze=[<backbone patterns>] (e.g. [conv1.*, layer*]) or drop trainer.unfreeze_at_epoch",
         )
-        # the extras that need whole weights on every rank
-        fsdp = getattr(self.dist, "strategy", None) == "fsdp"
+        # the extras that need whole weights on every rank (the messages name the one strategy that shards them)
+        fsdp = getattr(self.dist, "shards_weights", False)
         _require(
             not (self.trainer.unfreeze_at_epoch is not None and fsdp),
             "trainer.unfreeze_at_epoch does not work with dist=fsdp yet (its shards are made for the trainable "
@@ -233,7 +233,7 @@ class TrainConfig:
         # a model whose option knows it cannot be built on the meta device (lab.distributed.meta_init), refused before
         # any process starts; what only its module tree tells is refused once the data gives its shapes
         blocker = getattr(self.model, "meta_init_blocker", None)
-        why = blocker() if fsdp and getattr(self.dist, "meta_init", None) is True and blocker else None
+        why = blocker() if getattr(self.dist, "meta_init", None) is True and blocker else None
         _require(why is None, meta_init_refused(str(why)))
         _require(
             not (self.trainer.async_save and not fsdp),

@@ -26,6 +26,7 @@ from torch.distributed.elastic.multiprocessing import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from lab import runtime, stopping, upstream
+from lab.config import options
 from lab.distributed import env
 from lab.distributed.parallel import Parallel
 from lab.errors import ConfigError, Interrupted, UserError
@@ -348,15 +349,17 @@ def configure_worker_logging(log_file: Path) -> None:
 
 
 def init(dist_cfg: Any, device_name: str = "auto") -> Parallel:
-    """Join the process group described by the environment (spawned, torchrun or SLURM); no-op for dist=none."""
-    if dist_cfg.strategy == "none":
+    """Join the process group described by the environment (spawned, torchrun or SLURM), and build the `dist`
+    option's strategy object for this rank; alone for a strategy of one process."""
+    dist_cfg = options.instantiate("dist", dist_cfg)
+    if not dist_cfg.spawns_ranks:
         world = int(os.environ.get("WORLD_SIZE", "1")) if env.launched_as_worker() else 1
         if world > 1:
             raise ConfigError(
                 f"{world} processes were launched (torchrun/srun) but dist=none would train {world} "
                 "independent copies; add dist=ddp or dist=fsdp"
             )
-        return Parallel()
+        return dist_cfg.build()
     if not env.launched_as_worker():
         raise ConfigError(
             f"dist={dist_cfg.strategy} needs one process per rank: start it through scripts/train.py "
@@ -375,13 +378,7 @@ def init(dist_cfg: Any, device_name: str = "auto") -> Parallel:
         device_id=torch.device("cuda", gpu) if backend == "nccl" and gpu is not None else None,
         **_restart_store(timeout),
     )
-    return Parallel(
-        strategy=dist_cfg.strategy,
-        rank=dist.get_rank(),
-        local_rank=local_rank,
-        world_size=dist.get_world_size(),
-        timeout_s=dist_cfg.timeout_s,
-    )
+    return dist_cfg.build(rank=dist.get_rank(), local_rank=local_rank, world_size=dist.get_world_size())
 
 
 def _restart_store(timeout: datetime.timedelta) -> dict[str, Any]:

@@ -46,8 +46,8 @@ def build(model_cfg: Any, data_meta: Mapping[str, Any], dist_cfg: Any) -> nn.Mod
     can be replayed; None when it is to be built whole as before (auto: with one line saying why; true: a UserError
     instead, though what the option itself knows was refused with the config). None for every other strategy.
     Called before the run writes anything, so a refusal leaves no trace."""
-    mode = getattr(dist_cfg, "meta_init", False)
-    if dist_cfg.strategy != "fsdp" or mode is False:
+    mode = getattr(dist_cfg, "meta_init", False)  # a key of dist=fsdp's alone
+    if mode is False:
         return None
     why = options.instantiate("model", model_cfg).meta_init_blocker()
     model = None

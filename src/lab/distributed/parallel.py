@@ -1,7 +1,9 @@
-"""How the ranks cooperate: model wrapping (DDP / FSDP2), samplers, reductions, checkpoint state (full or sharded).
+"""How the ranks cooperate: the strategy object a `dist` option builds (lab.config.distributed).
 
-`Parallel()` with the defaults is the single-process case, where every method is a cheap no-op; the trainer and
-workflows call the same methods either way, so there is one code path.
+`Parallel` is one process, where every method is a cheap no-op; `DDP` and `FSDP` extend it with what differs: how the
+model is wrapped, how gradient accumulation skips a reduction, what evaluation runs and how checkpoint state is
+gathered or sharded. The trainer and workflows call the same methods either way, so there is one code path and no
+compare of a strategy's name outside its own class.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.distributed as dist
@@ -80,18 +82,23 @@ def _shard_units(model: nn.Module) -> list[nn.Module]:
 
 @dataclass
 class Parallel:
-    strategy: str = "none"  # none | ddp | fsdp
+    """One process (dist=none), and what every strategy shares: samplers, reductions, votes, checkpoint state."""
+
+    name: ClassVar[str] = "none"  # the dist option that builds it (logged at the start)
+    shards_weights: ClassVar[bool] = False  # as the option says (lab.config.distributed)
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
     timeout_s: float = 600.0  # dist.timeout_s: how long a collective waits for a missing rank
+    sync_bn: bool = False  # dist.sync_bn
     _control: Any = field(default=None, repr=False)  # a gloo group for host-side votes (largest_at_last_call)
     _vote: Any = field(default=None, repr=False)  # the vote in flight: (work, its tensor)
     _checkpoint_group: Any = field(default=None, repr=False)  # a gloo group for sharded checkpoints
 
     @property
     def active(self) -> bool:
-        return self.strategy != "none" and dist.is_initialized()
+        """Whether the ranks are in a process group: never, alone."""
+        return False
 
     @property
     def is_main(self) -> bool:
@@ -111,64 +118,24 @@ class Parallel:
         return ShardSampler(len(dataset), self.rank, self.world_size)
 
     # ------------------------------------------------------------------ model
-    def wrap(self, model: nn.Module, dist_cfg: Any, device: torch.device, precision: Any) -> tuple[nn.Module, Any]:
+    def wrap(self, model: nn.Module, device: torch.device, precision: Any) -> tuple[nn.Module, Any]:
         """Returns (module, forward): the module checkpoints see, and the callable the training step runs."""
         if not self.active:
             return model, model
-        if dist_cfg.sync_bn:
+        if self.sync_bn:
             model = _sync_batchnorm(model, device)
-        if self.strategy == "ddp":
-            return model, self._ddp(
-                model, device.index if device.type == "cuda" else None, dist_cfg.find_unused_parameters
-            )
-        return self._fully_shard(model, dist_cfg, precision), model
+        return self._wrapped(model, device, precision)
 
-    @staticmethod
-    def _ddp(model: nn.Module, device_index: int | None, find_unused_parameters: bool) -> nn.Module:
-        return nn.parallel.DistributedDataParallel(
-            model,
-            device_ids=None if device_index is None else [device_index],
-            find_unused_parameters=find_unused_parameters,
-        )
+    def _wrapped(self, model: nn.Module, device: torch.device, precision: Any) -> tuple[nn.Module, Any]:
+        return model, model
 
     def rewrap(self, model: nn.Module, wrapped: Any) -> Any:
-        """A DDP view of `model` made anew with the settings of `wrapped` (the one `wrap` made), for parameters that
-        started to need gradients since; anything else is returned as it is."""
-        if not isinstance(wrapped, nn.parallel.DistributedDataParallel):
-            return wrapped
-        device_index = wrapped.device_ids[0] if wrapped.device_ids else None
-        return self._ddp(model, device_index, wrapped.find_unused_parameters)
-
-    @staticmethod
-    def _fully_shard(model: nn.Module, dist_cfg: Any, precision: Any) -> nn.Module:
-        """FSDP2: shard every top-level block that owns parameters, then the root (gathers overlap per block).
-
-        BatchNorm modules get their own fp32 unit first: under a bf16/fp16 param policy their weights would be
-        cast while their running statistics stay fp32, which batch_norm rejects (and fp32 statistics are the
-        numerically sound choice anyway, as under autocast in one process)."""
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        dtype = precision.autocast_dtype
-        # params compute in the precision group's dtype; gradients are reduced in fp32 for accuracy
-        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
-        reshard = dist_cfg.reshard_after_forward
-        norms = [m for m in model.modules() if isinstance(m, _BATCH_NORMS) and any(True for _ in m.parameters())]
-        if dtype is not None:
-            for norm in norms:
-                fully_shard(norm, reshard_after_forward=reshard, mp_policy=MixedPrecisionPolicy())
-        for unit in _shard_units(model):
-            if not (dtype is not None and unit in norms):  # a top-level BatchNorm is its own unit already
-                fully_shard(unit, reshard_after_forward=reshard, mp_policy=policy)
-        # the module itself, its class made an FSDPModule subclass (torch types the return as the mixin alone)
-        return cast(nn.Module, fully_shard(model, reshard_after_forward=reshard, mp_policy=policy))
+        """The training forward made anew for parameters that started to need gradients since `wrap` (DDP's reducer
+        would skip them); the same one otherwise."""
+        return wrapped
 
     def accumulation(self, forward: Any, sync: bool) -> contextlib.AbstractContextManager:
         """Skip the gradient all-reduce on non-final micro-steps: one reduction per optimizer step, not per batch."""
-        if not self.active:
-            return _NO_CONTEXT
-        if self.strategy == "ddp":
-            return _NO_CONTEXT if sync else forward.no_sync()
-        forward.set_requires_gradient_sync(sync)
         return _NO_CONTEXT
 
     # ------------------------------------------------------------------ communication
@@ -178,9 +145,8 @@ class Parallel:
         return tensor
 
     def evaluation_forward(self, model: nn.Module, forward: Any) -> Any:
-        """What evaluation runs: the plain module under DDP (DDP's forward would broadcast buffers and expect a
-        backward), the training forward otherwise (FSDP's sharded module is the model itself; it must gather)."""
-        return model if self.strategy == "ddp" else forward
+        """What evaluation runs: the training forward (FSDP's sharded module is the model itself; it must gather)."""
+        return forward
 
     def mean_over_ranks(self, value: torch.Tensor) -> torch.Tensor:
         """The mean of a device scalar over ranks (a copy; the value itself when alone)."""
@@ -247,8 +213,8 @@ class Parallel:
     # ------------------------------------------------------------------ checkpoint state (collective for FSDP)
     @property
     def shards_checkpoints(self) -> bool:
-        """Under FSDP each rank writes its own shards (lab.checkpointing.sharded): no full gather on rank 0."""
-        return self.strategy == "fsdp" and self.active
+        """Whether each rank writes its own shards (lab.checkpointing.sharded): FSDP's, no full gather on rank 0."""
+        return False
 
     def checkpoint_group(self) -> Any:
         """The group sharded checkpoints coordinate over (None alone): gloo, which a background save needs, and
@@ -274,9 +240,6 @@ class Parallel:
 
     def model_state(self, model: nn.Module) -> dict[str, Any]:
         """Full, unsharded, wrapper-free weights (on rank 0 for FSDP)."""
-        if self.strategy == "fsdp" and self.active:
-            api, full = _state_dict_api()
-            return api.get_model_state_dict(model, options=full)
         return model.state_dict()
 
     def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -285,11 +248,7 @@ class Parallel:
         return api.get_optimizer_state_dict(model, optimizer, options=full)
 
     def load_model_state(self, model: nn.Module, state: dict[str, Any]) -> None:
-        if self.strategy == "fsdp" and self.active:
-            api, full = _state_dict_api()
-            api.set_model_state_dict(model, checkpointing.strip_wrapper_prefixes(state), options=full)
-        else:
-            checkpointing.load_model_state(model, state)
+        checkpointing.load_model_state(model, state)
 
     def load_optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         if not state.get("state"):
@@ -300,3 +259,96 @@ class Parallel:
             return
         api, _ = _state_dict_api()
         api.set_optimizer_state_dict(model, optimizer, state, options=api.StateDictOptions(full_state_dict=True))
+
+
+@dataclass
+class ProcessGroup(Parallel):
+    """A strategy of one process per rank (lab.distributed.launch joins them into a process group)."""
+
+    @property
+    def active(self) -> bool:
+        """In the process group: its methods reduce and wrap only then (a test may build one alone)."""
+        return dist.is_initialized()
+
+
+@dataclass
+class DDP(ProcessGroup):
+    """DistributedDataParallel: every rank holds the whole model; gradients are all-reduced (dist=ddp)."""
+
+    name: ClassVar[str] = "ddp"
+    find_unused_parameters: bool = False
+
+    def _wrapped(self, model: nn.Module, device: torch.device, precision: Any) -> tuple[nn.Module, Any]:
+        return model, self._ddp(model, device.index if device.type == "cuda" else None)
+
+    def _ddp(self, model: nn.Module, device_index: int | None) -> nn.Module:
+        return nn.parallel.DistributedDataParallel(
+            model,
+            device_ids=None if device_index is None else [device_index],
+            find_unused_parameters=self.find_unused_parameters,
+        )
+
+    def rewrap(self, model: nn.Module, wrapped: Any) -> Any:
+        if not isinstance(wrapped, nn.parallel.DistributedDataParallel):
+            return wrapped
+        return self._ddp(model, wrapped.device_ids[0] if wrapped.device_ids else None)
+
+    def accumulation(self, forward: Any, sync: bool) -> contextlib.AbstractContextManager:
+        return _NO_CONTEXT if sync or not self.active else forward.no_sync()
+
+    def evaluation_forward(self, model: nn.Module, forward: Any) -> Any:
+        """The plain module: DDP's forward would broadcast buffers and expect a backward."""
+        return model
+
+
+@dataclass
+class FSDP(ProcessGroup):
+    """FSDP2 (fully_shard): parameters, gradients and optimizer state sharded over ranks; sharded checkpoints."""
+
+    name: ClassVar[str] = "fsdp"
+    shards_weights: ClassVar[bool] = True
+    reshard_after_forward: bool = True
+
+    def _wrapped(self, model: nn.Module, device: torch.device, precision: Any) -> tuple[nn.Module, Any]:
+        """Shard every top-level block that owns parameters, then the root (gathers overlap per block).
+
+        BatchNorm modules get their own fp32 unit first: under a bf16/fp16 param policy their weights would be
+        cast while their running statistics stay fp32, which batch_norm rejects (and fp32 statistics are the
+        numerically sound choice anyway, as under autocast in one process)."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        dtype = precision.autocast_dtype
+        # params compute in the precision group's dtype; gradients are reduced in fp32 for accuracy
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
+        reshard = self.reshard_after_forward
+        norms = [m for m in model.modules() if isinstance(m, _BATCH_NORMS) and any(True for _ in m.parameters())]
+        if dtype is not None:
+            for norm in norms:
+                fully_shard(norm, reshard_after_forward=reshard, mp_policy=MixedPrecisionPolicy())
+        for unit in _shard_units(model):
+            if not (dtype is not None and unit in norms):  # a top-level BatchNorm is its own unit already
+                fully_shard(unit, reshard_after_forward=reshard, mp_policy=policy)
+        # the module itself, its class made an FSDPModule subclass (torch types the return as the mixin alone)
+        sharded = cast(nn.Module, fully_shard(model, reshard_after_forward=reshard, mp_policy=policy))
+        return sharded, sharded
+
+    def accumulation(self, forward: Any, sync: bool) -> contextlib.AbstractContextManager:
+        if self.active:
+            forward.set_requires_gradient_sync(sync)
+        return _NO_CONTEXT
+
+    @property
+    def shards_checkpoints(self) -> bool:
+        return self.active
+
+    def model_state(self, model: nn.Module) -> dict[str, Any]:
+        if not self.active:
+            return super().model_state(model)
+        api, full = _state_dict_api()
+        return api.get_model_state_dict(model, options=full)
+
+    def load_model_state(self, model: nn.Module, state: dict[str, Any]) -> None:
+        if not self.active:
+            return super().load_model_state(model, state)
+        api, full = _state_dict_api()
+        api.set_model_state_dict(model, checkpointing.strip_wrapper_prefixes(state), options=full)

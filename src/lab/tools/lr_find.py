@@ -227,6 +227,7 @@ def run(cfg: Any, run_dir: str | Path, options: Options) -> Result:
     from omegaconf import OmegaConf
 
     from lab import data, models, runtime, tasks, tracking
+    from lab.config.options import instantiate
     from lab.optim import build_optimizer
     from lab.tracking import provenance
 
@@ -235,7 +236,7 @@ def run(cfg: Any, run_dir: str | Path, options: Options) -> Result:
     device = runtime.select_device(cfg.trainer.device)
     runtime.configure_backends(cfg.trainer, device)
     precision = runtime.resolve_precision(cfg.precision, device)
-    if cfg.dist.strategy != "none" or cfg.trainer.grad_accum_steps > 1:
+    if instantiate("dist", cfg.dist).spawns_ranks or cfg.trainer.grad_accum_steps > 1:
         log.info(
             "lr_find runs one process with one batch of data.batch_size=%d per step: with dist.lr_scaling the "
             "trainer scales the LR you set from there; without it, retune for the larger effective batch",
@@ -250,7 +251,7 @@ def run(cfg: Any, run_dir: str | Path, options: Options) -> Result:
         datamodule.train, cfg.data, train=True, generator=generator, pin_memory=pin, collate=datamodule.train_collate
     )
     model = models.build(cfg.model, datamodule.meta).to(device)
-    model = runtime.apply_channels_last(model, cfg.trainer.channels_last, "none")
+    model = runtime.apply_channels_last(model, cfg.trainer.channels_last, shards_weights=False)  # one process
     optimizer_cfg = OmegaConf.merge(cfg.optimizer, {"lr": options.start_lr})
 
     tracker = tracking.from_config(cfg, run_dir, "lr_find", provenance.collect())

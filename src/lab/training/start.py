@@ -123,7 +123,7 @@ def log_start(
         device,
         precision.describe(),
         parallel.world_size,
-        parallel.strategy,
+        parallel.name,
     )
     log.info("%s", first_batch)
     log.info("model:\n%s", summary)

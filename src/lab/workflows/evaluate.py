@@ -14,6 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from lab import data, runtime
+from lab.config import options
 from lab.data.common import dataset_len
 from lab.errors import UserError
 from lab.files import write_json
@@ -40,7 +41,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     runtime.configure_backends(trained.trainer, device)  # TF32 / cuDNN as in training: the same numbers on GPU
     precision = runtime.resolve_precision(trained.precision, device)
     channels_last = bool(trained.trainer.channels_last)
-    model = runtime.apply_channels_last(restored.model.to(device), channels_last, trained.dist.strategy)
+    shards_weights = options.instantiate("dist", trained.dist, drop_unknown=True).shards_weights
+    model = runtime.apply_channels_last(restored.model.to(device), channels_last, shards_weights)
     pin = data_cfg.pin_memory if data_cfg.pin_memory is not None else device.type == "cuda"
     loader = data.make_loader(dataset, data_cfg, train=False, generator=None, pin_memory=pin)
 

@@ -19,7 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from lab import checkpointing, data, models, runtime, tasks, tracking
 from lab import run_dir as run_dirs
 from lab.checkpointing import CheckpointManager
-from lab.config import TrainConfig
+from lab.config import TrainConfig, options
 from lab.config import callbacks as config_callbacks
 from lab.data import loaders
 from lab.data.common import dataset_len
@@ -85,7 +85,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
             start = "" if last is not None and last.is_file() else " from its start (no last.pt was saved)"
             log.info("%scontinuing the run in %s%s", how, continued, start)
         identity = tracking.job_identity(cfg, target)
-        if cfg.dist.strategy != "none" and not dist_env.launched_as_worker():
+        if options.instantiate("dist", cfg.dist).spawns_ranks and not dist_env.launched_as_worker():
             container = OmegaConf.to_container(cfg, resolve=True)
             hint = preemption.resume_hint(target)  # a sweep job's names its sweep
             last_pt = target / "checkpoints" / "last.pt"
@@ -243,10 +243,10 @@ def _fit(
 
     init_rng = torch.random.get_rng_state()  # what the build draws from; on the meta device, drawn once sharded
     model = on_meta if on_meta is not None else models.build(cfg.model, meta).to(device)
-    model = runtime.apply_channels_last(model, cfg.trainer.channels_last, cfg.dist.strategy)
+    model = runtime.apply_channels_last(model, cfg.trainer.channels_last, parallel.shards_weights)
     peak = flops.peak_flops(cfg.trainer.peak_flops, device, precision.autocast_dtype, cfg.trainer.tf32)
     utilization = log_start(model, task, train_loader, run_dir, device, precision, tracker, parallel, peak)
-    model, forward = parallel.wrap(model, cfg.dist, device, precision)  # before the optimizer: FSDP swaps params
+    model, forward = parallel.wrap(model, device, precision)  # before the optimizer: FSDP swaps params
     if on_meta is not None:
         meta_init.materialise(model, device, init_rng)
     if parallel.world_size > 1:

@@ -18,7 +18,7 @@ from helpers import META_INIT_CASES
 from lab import models
 from lab.config import options
 from lab.distributed import meta_init
-from lab.distributed.parallel import Parallel
+from lab.distributed.parallel import FSDP
 from lab.errors import ConfigError, UserError
 
 SEED = 1234
@@ -70,7 +70,7 @@ def test_the_replay_draws_the_whole_builds_weights_bitwise(case: str) -> None:
 def one_rank_group():
     """A gloo process group of one rank, in this process (no process started)."""
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield Parallel(strategy="fsdp")
+    yield FSDP()
     dist.destroy_process_group()
 
 
@@ -85,7 +85,7 @@ def test_the_sharded_replay_draws_the_whole_builds_weights_bitwise(one_rank_grou
     start = torch.random.get_rng_state()
     model = meta_init.build(model_cfg, data_meta, _fsdp())
     precision = SimpleNamespace(autocast_dtype=dtype)
-    sharded, _ = one_rank_group.wrap(model, SimpleNamespace(sync_bn=False, reshard_after_forward=True), CPU, precision)
+    sharded, _ = one_rank_group.wrap(model, CPU, precision)
     meta_init.materialise(sharded, CPU, start)
     assert all(isinstance(p, DTensor) for p in sharded.parameters())
     _assert_bitwise(expected, one_rank_group.model_state(sharded))

@@ -78,7 +78,7 @@ def test_reduce_metrics_sums_only_the_templates_own_tensors(monkeypatch) -> None
     monkeypatch.setattr(parallel.dist, "is_initialized", lambda: True)
     monkeypatch.setattr(parallel.dist, "all_reduce", lambda tensor, *a, **k: reduced.append(tensor))
     metrics = _fed(_task(ALL).metrics(CPU, full=True), *_random())
-    parallel.Parallel(strategy="ddp").reduce_metrics(metrics)
+    parallel.DDP().reduce_metrics(metrics)
     assert [id(t) for t in reduced] == [id(metrics.totals), id(metrics.confusion)]
     assert all(metric.sync_on_compute for metric in metrics.scores.collection.values())
 
