@@ -103,9 +103,13 @@ _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def resolve_precision(precision_cfg: PrecisionConfig | DictConfig, device: torch.device) -> Precision:
-    """`amp` means float16 + GradScaler on CUDA and bfloat16 elsewhere (float16 matmuls are slow on CPUs)."""
+    """The chosen option on this device (a checkpoint's saved node too): its dtype null means float16 + GradScaler on
+    CUDA and bfloat16 elsewhere (float16 matmuls are slow on CPUs)."""
+    from lab.config.options import instantiate
+
+    precision_cfg = instantiate("precision", precision_cfg, drop_unknown=True)
     name = precision_cfg.name
-    if name == "fp32":
+    if not precision_cfg.autocast:
         return Precision(name, None, False)
     if precision_cfg.dtype is not None:
         dtype = _DTYPES[precision_cfg.dtype]

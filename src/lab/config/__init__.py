@@ -59,12 +59,22 @@ from lab.config.options import Option
 from lab.config.tasks import ClassificationConfig, LanguageModelConfig, RegressionConfig, TaskConfig
 from lab.config.tools import EvalConfig, ExportConfig, InferConfig
 from lab.config.trackers import LoggerConfig, TrackerConfig, logger_config
-from lab.config.training import PrecisionConfig, TrainConfig, TrainerConfig
+from lab.config.training import (
+    AmpConfig,
+    Bf16Config,
+    Fp16Config,
+    Fp32Config,
+    PrecisionConfig,
+    TrainConfig,
+    TrainerConfig,
+)
 from lab.errors import ConfigError
 
 __all__ = [
     "SCHEMAS",
     "AdamwConfig",
+    "AmpConfig",
+    "Bf16Config",
     "CNNConfig",
     "CallbackConfig",
     "Cifar10Config",
@@ -82,6 +92,8 @@ __all__ = [
     "ExportConfig",
     "FSDPConfig",
     "FashionMnistConfig",
+    "Fp16Config",
+    "Fp32Config",
     "GPTConfig",
     "ImageDataConfig",
     "ImageFolderConfig",
@@ -118,20 +130,17 @@ __all__ = [
     "validate",
 ]
 
-# ConfigStore name -> schema of the entry configs (conf/<entry>.yaml names its own in its defaults list) and of the
-# presets of the precision group (conf/precision/amp.yaml: `defaults: [/precision_schema@_here_]`). The logger
+# ConfigStore name -> schema of the entry configs (conf/<entry>.yaml names its own in its defaults list). The logger
 # group's options extend nothing: the entry schemas type `logger`, and `logger=[wandb,csv]` merges them in turn.
 SCHEMAS: dict[str, type] = {
     "train_schema": TrainConfig,
     "eval_schema": EvalConfig,
     "export_schema": ExportConfig,
     "infer_schema": InferConfig,
-    "precision_schema": PrecisionConfig,
 }
 # Group options that are a schema's defaults as they are (no YAML holding nothing); the presets extend the schema.
 PLAIN_OPTIONS = {
     ("trainer", "default"): TrainerConfig,
-    ("precision", "fp32"): PrecisionConfig,
 }
 # Group options that change nothing: `logger=none` keeps every tracker's switch off (the schema's default).
 EMPTY_OPTIONS = (("logger", "none"),)

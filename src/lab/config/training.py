@@ -5,7 +5,7 @@ so do the trackers of `logger` (trackers.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
@@ -14,6 +14,7 @@ from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.checks import seed, wandb_tags
 from lab.config.distributed import meta_init_refused
+from lab.config.options import Option
 from lab.config.trackers import LoggerConfig, logger_config
 
 
@@ -141,15 +142,49 @@ class TrainerConfig:
 
 # --------------------------------------------------------------------------- precision
 @dataclass
-class PrecisionConfig:
-    name: str = "fp32"  # fp32 | amp | bf16 | fp16
-    dtype: str | None = None  # autocast dtype: float16 | bfloat16; null = full precision
-    grad_scaler: bool = False  # loss scaling, needed for float16 gradients
+class PrecisionConfig(Option, group="precision"):
+    """The `precision` group: one option per policy (lab.config.options); lab.runtime.resolve_precision turns the
+    chosen one into the device's autocast dtype and GradScaler."""
+
+    autocast: ClassVar[bool] = True  # computes under torch.autocast (fp32: no)
+    name: str = MISSING  # fixed by the option's schema: choose with precision=fp32|amp|bf16|fp16
+    dtype: str | None = None  # autocast dtype: float16 | bfloat16; null = float16 on CUDA, bfloat16 elsewhere
+    grad_scaler: bool = False  # loss scaling, needed for float16 gradients (used only with float16)
 
     def __post_init__(self) -> None:
-        _one_of("precision.name", self.name, ("fp32", "amp", "bf16", "fp16"))
+        super().__post_init__()
         if self.dtype is not None:
             _one_of("precision.dtype", self.dtype, ("float16", "bfloat16"))
+
+
+@dataclass
+class Fp32Config(PrecisionConfig):
+    """Full precision: no autocast, no loss scaling."""
+
+    autocast: ClassVar[bool] = False
+
+
+@dataclass
+class AmpConfig(PrecisionConfig):
+    """Mixed precision that suits the device: float16 + GradScaler on CUDA, bfloat16 autocast on CPU (float16 is slow
+    there); the GradScaler is used only with float16."""
+
+    grad_scaler: bool = True
+
+
+@dataclass
+class Bf16Config(PrecisionConfig):
+    """bfloat16 autocast: fp32's exponent range, so no loss scaling is needed."""
+
+    dtype: str | None = "bfloat16"
+
+
+@dataclass
+class Fp16Config(PrecisionConfig):
+    """float16 autocast; gradients underflow without loss scaling, so the GradScaler is on."""
+
+    dtype: str | None = "float16"
+    grad_scaler: bool = True
 
 
 # --------------------------------------------------------------------------- sweeps (Hydra multirun)
@@ -191,7 +226,7 @@ class TrainConfig:
     model: Any = MISSING  # typed by the chosen model's own schema (conf/model/*.yaml)
     optimizer: Any = MISSING  # typed by the chosen optimizer's schema (conf/optimizer/*.yaml)
     scheduler: Any = MISSING  # typed by the chosen schedule's schema (conf/scheduler/*.yaml)
-    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    precision: Any = MISSING  # typed by the chosen option's schema (precision=fp32|amp|bf16|fp16)
     dist: Any = MISSING  # typed by the chosen strategy's schema (conf/dist/*.yaml)
     logger: LoggerConfig = field(default_factory=logger_config)  # + logger.<tracker> per tracker (trackers.py)
     # the trainer callbacks a run turns on (lab.config.callbacks): callback=<name> puts that option's node here as

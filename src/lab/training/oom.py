@@ -116,7 +116,7 @@ def next_steps(cfg: Any, evaluating: bool = False) -> list[str]:
             f"data.batch_size={batch // 2} trainer.grad_accum_steps={accum * 2}: half the activations, the same "
             f"effective batch of {batch // 2 * accum * 2} per device"
         )
-    if get("precision.name") == "fp32":
+    if get("precision.dtype") is None and get("precision.grad_scaler") is False:  # fp32: no autocast
         steps.append("precision=bf16 (precision=amp before Ampere GPUs): activations in half the memory")
     if get("model.grad_checkpointing") is False:
         steps.append("model.grad_checkpointing=true: recompute activations in backward (~30% more compute)")

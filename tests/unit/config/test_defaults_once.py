@@ -185,7 +185,7 @@ def test_every_group_yaml_is_a_preset_that_holds_values() -> None:
     """The rule's premise: a group option's YAML extends an option or a schema holding its defaults (Hydra's own
     hydra/ node aside), and holds at least one value (an option with nothing to change is its class: no YAML)."""
     presets = [rel for rel in _yaml_files(CONF_DIR) if "/" in rel and _package(CONF_DIR, rel) != "_global_"]
-    assert len(presets) >= 5
+    assert "model/resnet18.yaml" in presets  # the files are found
     lacking = [rel for rel in presets if rel != "hydra/default.yaml" and not _extends_an_option(CONF_DIR, rel)]
     assert lacking == []
     assert [rel for rel in presets if not _body(CONF_DIR, rel)] == []
