@@ -28,7 +28,6 @@ QUICK_BENCH_ARGS = {
     # the CPU and run what tests/integration/test_combinations.py runs
     "bench/gpu_smoke.py": ["--checks", "peak_memory_after_large_free"],
     "bench/startup.py": ["--repeats", "1"],
-    "bench/footprint.py": [],  # counts, one debug=fast run
     "bench/sharded_checkpoint.py": ["--params", "1e6", "--repeats", "1"],
     "bench/meta_init.py": ["--layers", "1", "--width", "64", "--vocab", "256"],
     "bench/tokens_loader.py": ["--corpus-mb", "0.2", "--seconds", "0.2", "--repeats", "1"],  # 0.2 MB, 0.2 s a loader
@@ -47,8 +46,9 @@ QUICK_BENCH_ARGS = {
 }
 
 
-# commands another test runs as written (and checks more closely): the README's joblib sweep, test_sweeps.py
-RUN_BY_ANOTHER_TEST = ("hydra/launcher=joblib",)
+# commands another test runs as written (and checks more closely): the README's joblib sweep, test_sweeps.py; the
+# footprint, test_budget.py
+RUN_BY_ANOTHER_TEST = ("hydra/launcher=joblib", "bench/footprint.py")
 
 
 def test_the_readme_starts_with_the_two_setup_commands():

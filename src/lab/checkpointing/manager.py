@@ -7,17 +7,27 @@ import shutil
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from lab.checkpointing import sharded, storage
 from lab.files import remove_stale_temps
 
-if TYPE_CHECKING:
-    from lab.distributed.parallel import Parallel
-
 log = logging.getLogger(__name__)
+
+
+class Ranks(Protocol):
+    """What saving needs of the ranks (a lab.distributed.parallel.Parallel; checkpointing sits below it)."""
+
+    @property
+    def is_main(self) -> bool: ...
+
+    def barrier(self) -> None: ...
+
+    def broadcast(self, obj: Any) -> Any: ...
+
+    def checkpoint_group(self) -> Any: ...
 
 
 class CheckpointManager:
@@ -35,7 +45,7 @@ class CheckpointManager:
     def __init__(
         self,
         run_dir: str | Path,
-        parallel: Parallel,
+        parallel: Ranks,
         every_n_steps: int = 0,
         extras: dict | None = None,
         run_ref: Callable[[], dict[str, Any]] | None = None,
