@@ -93,9 +93,7 @@ def main() -> None:
     core = [p for p in files if not is_extension(p)]
     extensions = [p for p in files if is_extension(p)]
     print(f"core source: {len(core)} files, {sum(lines(p) for p in core):,} lines under src/ (extensions left out)")
-    print(
-        f"extensions: {len(extensions)} files, {sum(lines(p) for p in extensions):,} lines under {EXTENSIONS.relative_to(REPO)}/"
-    )
+    print(f"extensions: {len(extensions)} files, {sum(lines(p) for p in extensions):,} lines under src/lab/extensions/")
     figures = footprint(overrides)
     print(f"before the first backward() of `scripts/train.py {' '.join(overrides)}`:")
     print(f"  package modules imported: {figures['modules_imported']} ({figures['lines_imported']:,} lines)")
