@@ -34,6 +34,7 @@ from lab.errors import UserError
 from lab.models.freeze import train_mode
 from lab.optim import Schedule
 from lab.runtime import Precision, reset_peak_memory
+from lab.tasks import outputs as model_outputs
 from lab.tasks.base import Task
 from lab.tracking import Tracker
 from lab.training.bad_steps import BadSteps
@@ -94,6 +95,7 @@ class Trainer:
         # the per-step hooks, found once rather than per step
         self._step_hooks = hooks(self.callbacks, "on_train_step_end")
         self._grad_hooks = hooks(self.callbacks, "on_before_optimizer_step")
+        self._outputs_checked = False  # what the model returns is checked once, at the first step
 
     @property
     def progress(self) -> Progress:
@@ -178,6 +180,9 @@ class Trainer:
             with self.parallel.accumulation(self.wrapped, sync=index == last):
                 with self.precision.autocast(self.device):
                     outputs = self.forward(inputs)
+                if not self._outputs_checked:  # a structure export and infer cannot take: refused before it trains
+                    model_outputs.check(outputs, task)
+                    self._outputs_checked = True
                 loss = task.loss(outputs, targets)  # summed, fp32
                 # seeded with 1/total rather than differentiating loss / total: no extra autograd node
                 scaler.scale(loss).backward(inverse_total)

@@ -1,0 +1,126 @@
+"""What a model may return: one tensor (every shipped model), a tuple or list of tensors, or a dict of tensors keyed
+by name (a class head and a box head).
+
+The task's ``loss`` and ``metrics`` get the outputs as the model returns them, and so do eval and a task's own
+``predict`` and ``agreement``. Export names each output (a dict's keys; a tuple's the task's ``output_names``, else
+output_0, output_1...): the ONNX file's output names and the manifest's ``outputs``, in the model's order. Parity
+compares each output with eager's; every runner (eager, onnxruntime, pt2, TorchScript) returns the structure the
+model does; ``BaseTask.predict`` writes one column group per output. Anything else (a nested tuple, a None, a dict
+keyed by numbers) could not be exported or written: ``check`` refuses it at the first training step, in one line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lab.errors import UserError
+
+INPUT_NAME, OUTPUT_NAME = "input", "output"  # the exported graph's input, and its output when it has one
+STRUCTURES = ("tensor", "tuple", "list", "dict")
+# a name becomes an ONNX output, predictions.csv columns (<name>_0...) and a file name (outputs/<index>_<name>.npy)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_RESERVED = (INPUT_NAME, "path")  # the graph's input; the input's column in predictions.csv
+_RETURNS = "a model may return a tensor, a tuple or list of tensors, or a dict of tensors keyed by name"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A model's outputs as export and infer see them: the structure the model returns and a name per tensor, in
+    the model's order (the ONNX file's)."""
+
+    structure: str  # one of STRUCTURES
+    names: tuple[str, ...]
+
+    @property
+    def single(self) -> bool:
+        return self.structure == "tensor"
+
+    def pack(self, tensors: Sequence[torch.Tensor]) -> Any:
+        """The model's structure again from its tensors in order (onnxruntime gives a flat list)."""
+        if len(tensors) != len(self.names):
+            raise ValueError(f"{len(tensors)} outputs where the model returns {len(self.names)} ({describe(self)})")
+        if self.single:
+            return tensors[0]
+        if self.structure == "dict":
+            return dict(zip(self.names, tensors))
+        return tuple(tensors) if self.structure == "tuple" else list(tensors)
+
+
+def describe(layout: Layout) -> str:
+    """In words, for messages: "a tensor", "a tuple of 2 (output_0, output_1)"."""
+    return "a tensor" if layout.single else f"a {layout.structure} of {len(layout.names)} ({', '.join(layout.names)})"
+
+
+def tensors(outputs: Any) -> list[torch.Tensor]:
+    """The tensors of a model's outputs, in its order."""
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    return list(outputs.values() if isinstance(outputs, dict) else outputs)
+
+
+def apply(fn: Callable[[torch.Tensor], torch.Tensor], outputs: Any) -> Any:
+    """`fn` on each tensor of the outputs, keeping their structure (a runner's fp32 copies on the CPU)."""
+    if isinstance(outputs, torch.Tensor):
+        return fn(outputs)
+    if isinstance(outputs, dict):
+        return {name: fn(tensor) for name, tensor in outputs.items()}
+    mapped = [fn(tensor) for tensor in outputs]
+    return mapped if isinstance(outputs, list) else tuple(mapped)
+
+
+def check(outputs: Any, task: Any = None) -> Layout:
+    """The layout of a model's outputs, named as `task` names them; a UserError in one line for outputs export and
+    infer could not take, naming the fix."""
+    if isinstance(outputs, torch.Tensor):
+        return Layout("tensor", (OUTPUT_NAME,))
+    if not isinstance(outputs, tuple | list | dict):
+        raise UserError(f"the model returns {kind(outputs)}: {_RETURNS}; make its forward return one of these")
+    structure = "dict" if isinstance(outputs, dict) else "list" if isinstance(outputs, list) else "tuple"
+    keys = list(outputs) if isinstance(outputs, dict) else list(range(len(outputs)))
+    if not keys:
+        raise UserError(f"the model returns an empty {structure}: {_RETURNS}; make its forward return one of these")
+    for key, value in zip(keys, tensors(outputs)):
+        if not isinstance(value, torch.Tensor):
+            raise UserError(
+                f"the model's output [{key!r}] is {kind(value)}: {_RETURNS}, nothing nested; make its forward "
+                "return its tensors flat (one entry per tensor)"
+            )
+    task_name = type(task).__name__
+    own = getattr(task, "output_names", None)
+    if structure == "dict":  # its keys name its outputs, whatever the task's output_names (a tuple's) say
+        names = tuple(keys)
+    elif own is not None:
+        names = tuple(own)
+        if len(names) != len(keys):
+            raise UserError(
+                f"{task_name}.output_names has {len(names)} names for the model's {len(keys)} outputs: "
+                "give one name per output, in the model's order"
+            )
+    else:
+        names = tuple(f"output_{i}" for i in range(len(keys)))
+    wrong = next((n for n in names if not isinstance(n, str) or not _NAME.fullmatch(n) or n in _RESERVED), None)
+    if wrong is not None:
+        where = "the model's dict key" if structure == "dict" else f"{task_name}.output_names entry"
+        raise UserError(
+            f"{where} {wrong!r} cannot name an exported output: use letters, digits, _ . - (not starting with a "
+            f"digit), other than {' or '.join(_RESERVED)}"
+        )
+    if len(set(names)) != len(names):
+        raise UserError(f"{task_name}.output_names {list(names)} repeats a name: give each output its own")
+    return Layout(structure, names)
+
+
+def kind(value: Any) -> str:
+    """What a model or runner returned, in words: "a tensor", "a tuple of 2", "a dict of cls, box", "None"."""
+    if isinstance(value, dict):
+        return f"a dict of {', '.join(map(str, value))}" if value else "an empty dict"
+    if isinstance(value, tuple | list):
+        return f"a {type(value).__name__} of {len(value)}"
+    if isinstance(value, torch.Tensor):
+        return "a tensor"
+    return "None" if value is None else f"a {type(value).__name__}"
