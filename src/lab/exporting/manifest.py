@@ -14,6 +14,7 @@ import torch
 from lab.errors import UserError
 from lab.exporting.writers import INPUT_NAME, OUTPUT_NAME, axis_name
 from lab.files import write_json
+from lab.tasks import outputs as model_outputs
 
 FORMAT_VERSION = 1
 MANIFEST = "export_manifest.json"  # next to the model files in the export run dir
@@ -74,7 +75,7 @@ def build(
     meta: dict[str, Any],
     task_config: dict[str, Any],
     example: torch.Tensor,
-    output: torch.Tensor,
+    output: Any,
     dynamic_dims: tuple[int, ...],
     model_config: dict[str, Any],
     source_run: dict[str, Any],
@@ -84,7 +85,10 @@ def build(
     opset: int | None,
     tolerance: float,
     quantization: dict[str, Any] | None,
+    layout: model_outputs.Layout | None = None,
 ) -> dict[str, Any]:
+    """`output`: eager's outputs on the first parity batch, as the model returns them; `layout`: their names (the
+    task's, lab.tasks.outputs; without one, output_0, output_1... or the dict's keys)."""
     return {
         "format_version": FORMAT_VERSION,
         "created_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -95,7 +99,7 @@ def build(
         "task": task_config,
         "model": model_config,
         "input": _tensor_spec(INPUT_NAME, example, dynamic_dims, example.ndim),
-        "output": _tensor_spec(OUTPUT_NAME, output, dynamic_dims, example.ndim),
+        **_output_specs(output, layout or model_outputs.check(output), dynamic_dims, example.ndim),
         "dynamic_dims": list(dynamic_dims),  # input axes of any size; infer keeps image sizes when H and W are
         "dynamic_axes": {
             axis_name(d, example.ndim): f"dim {d} of the input (and of the output where it has it), any size"
@@ -110,6 +114,26 @@ def build(
         "failed": failed,  # formats whose file failed the parity check: its figures; no file was written
         "quantization": quantization,
     }
+
+
+def _output_specs(output: Any, layout: model_outputs.Layout, dims: tuple[int, ...], ndim: int) -> dict[str, Any]:
+    """ "output": the one tensor's spec; a model of several outputs: "outputs", a spec per output in the ONNX file's
+    order, and "output_structure" (tuple, list or dict: what the runners give back, `output_layout`)."""
+    if layout.single:
+        return {"output": _tensor_spec(OUTPUT_NAME, output, dims, ndim)}
+    tensors = model_outputs.tensors(output)
+    return {
+        "outputs": [_tensor_spec(name, tensor, dims, ndim) for name, tensor in zip(layout.names, tensors)],
+        "output_structure": layout.structure,
+    }
+
+
+def output_layout(manifest: dict[str, Any]) -> model_outputs.Layout | None:
+    """What the exported model returns, from its manifest: None for one tensor (or a manifest from before models
+    of several outputs)."""
+    if "outputs" not in manifest:
+        return None
+    return model_outputs.Layout(manifest["output_structure"], tuple(spec["name"] for spec in manifest["outputs"]))
 
 
 def write(folder: Path, manifest: dict[str, Any]) -> Path:

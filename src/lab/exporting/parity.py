@@ -5,15 +5,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
 from lab.data import batches as batching
 from lab.exporting.writers import axis_limit, check_dims
+from lab.tasks import outputs as model_outputs
 
-# what parity compares against the eager model: an inference backend (lab.inference), batch in, outputs out
-Runner = Callable[[torch.Tensor], torch.Tensor]
+# what parity compares against the eager model: an inference backend (lab.inference), batch in, outputs out (a
+# tensor, or the tuple/dict the model returns)
+Runner = Callable[[torch.Tensor], Any]
 
 
 @dataclass
@@ -25,13 +28,18 @@ class Parity:
     tolerance: float
     input_shapes: list[list[int]] = field(default_factory=list)  # distinct per-sample input shapes run
     error: str | None = None  # the runner refused or failed an input (a size baked in at export): its first line
+    # a model of several outputs: max |diff| of each, by output name (max_abs_diff is the largest); None for one
+    max_abs_diff_per_output: dict[str, float] | None = None
 
     @property
     def passed(self) -> bool:
         return math.isfinite(self.max_abs_diff) and self.max_abs_diff <= self.tolerance
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "passed": self.passed}
+        figures = asdict(self)
+        if self.max_abs_diff_per_output is None:  # a one-tensor model's entry keeps the keys it always had
+            del figures["max_abs_diff_per_output"]
+        return {**figures, "passed": self.passed}
 
 
 def take(loader: DataLoader, samples: int) -> list[torch.Tensor]:
@@ -76,36 +84,61 @@ def other_size(inputs: torch.Tensor, dim: int) -> torch.Tensor | None:
 def compare(
     candidate: Runner,
     batches: Sequence[torch.Tensor],
-    reference: Sequence[torch.Tensor],
+    reference: Sequence[Any],
     tolerance: float,
-    agreement: Callable[[torch.Tensor, torch.Tensor], float | None] = lambda ref, out: None,
+    agreement: Callable[[Any, Any], float | None] = lambda ref, out: None,
+    layout: model_outputs.Layout | None = None,
 ) -> Parity:
     """Run `candidate` on `batches` and compare with the eager outputs `reference` (same order). `agreement` is
     the task's share of matching decisions in one batch (top-1 for classes and tokens), or None. An input the
-    candidate refuses or fails on, or outputs of another shape than eager's, fail parity (max |diff| = inf) with
-    the reason in `error`."""
+    candidate refuses or fails on, or outputs of another shape (or structure) than eager's, fail parity (max |diff|
+    = inf) with the reason in `error`. A model of several outputs is compared output by output, each under its name
+    in `layout` (the task's, lab.tasks.outputs; without one, output_0, output_1... or the dict's keys)."""
     worst, count = 0.0, 0
     agree: float | None = 0.0  # None once a batch has no agreement
     sizes, shapes = _sizes(batches), _shapes(batches)
+    layout = layout or model_outputs.check(reference[0])
+    per_output = None if layout.single else dict.fromkeys(layout.names, 0.0)
+
+    def failed(inputs: torch.Tensor, reason: str) -> Parity:
+        worst_each = None if per_output is None else dict.fromkeys(per_output, math.inf)
+        error = f"inputs of shape {tuple(inputs.shape)}: {reason}"
+        return Parity(count, sizes, math.inf, 0.0, tolerance, shapes, error, worst_each)
+
     for inputs, expected in zip(batches, reference):
         try:
-            got = candidate(inputs).float()
+            got = model_outputs.apply(torch.Tensor.float, candidate(inputs))
         except Exception as err:  # onnxruntime / torch.export guards / a traced constant: the model cannot run it
-            reason = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
-            error = f"inputs of shape {tuple(inputs.shape)}: {reason}"
-            return Parity(count, sizes, math.inf, 0.0, tolerance, shapes, error)
-        if got.shape != expected.shape:
-            error = (
-                f"inputs of shape {tuple(inputs.shape)}: outputs {tuple(got.shape)}, eager's {tuple(expected.shape)}"
-            )
-            return Parity(count, sizes, math.inf, 0.0, tolerance, shapes, error)
-        diff = float((got - expected).abs().max()) if got.numel() else 0.0
-        worst = diff if math.isnan(diff) else max(worst, diff)
+            return failed(inputs, next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__))
+        mismatch = _mismatch(got, expected, layout)
+        if mismatch:
+            return failed(inputs, mismatch)
+        for name, out, ref in zip(layout.names, model_outputs.tensors(got), model_outputs.tensors(expected)):
+            diff = float((out - ref).abs().max()) if out.numel() else 0.0
+            worst = _worse(worst, diff)
+            if per_output is not None:
+                per_output[name] = _worse(per_output[name], diff)
         share = agreement(expected, got)
         agree = None if share is None or agree is None else agree + share * len(inputs)
         count += len(inputs)
     share = None if agree is None else agree / max(count, 1)
-    return Parity(count, sizes, worst, share, tolerance, shapes)
+    return Parity(count, sizes, worst, share, tolerance, shapes, max_abs_diff_per_output=per_output)
+
+
+def _worse(worst: float, diff: float) -> float:
+    """The larger difference; a NaN one stays (it fails the check)."""
+    return diff if math.isnan(diff) else max(worst, diff)
+
+
+def _mismatch(got: Any, expected: Any, layout: model_outputs.Layout) -> str:
+    """Why `got` cannot be compared with eager's `expected` (another structure, another shape), or ""."""
+    if model_outputs.kind(got) != model_outputs.kind(expected):
+        return f"outputs {model_outputs.kind(got)}, eager's {model_outputs.kind(expected)}"
+    for name, out, ref in zip(layout.names, model_outputs.tensors(got), model_outputs.tensors(expected)):
+        if out.shape != ref.shape:
+            which = "outputs" if layout.single else f"output {name!r}"
+            return f"{which} {tuple(out.shape)}, eager's {tuple(ref.shape)}"
+    return ""
 
 
 def _sizes(batches: Sequence[torch.Tensor]) -> list[int]:

@@ -4,7 +4,8 @@ Every writer gets the module `lab.workflows.restore` built (never a DDP / torch.
 channels_last) and puts it in eval mode itself, so dropout is off and BatchNorm uses its running statistics in every
 artifact. The axes the task's `dynamic_dims` (or `export.dynamic_dims`) name accept any size in ONNX and torch.export
 (the batch always; a token sequence; the height and width of a fully convolutional model's images); the parity check
-then runs sizes other than the traced ones along each of them.
+then runs sizes other than the traced ones along each of them. A model of several outputs (a tuple or dict:
+lab.tasks.outputs) keeps them: named ONNX outputs, the same structure from pt2 and TorchScript.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,10 @@ from torch import nn
 
 from lab.errors import UserError
 from lab.files import write_error
+from lab.tasks.outputs import INPUT_NAME, OUTPUT_NAME
 
 log = logging.getLogger(__name__)
 
-INPUT_NAME, OUTPUT_NAME = "input", "output"
 # Not 1: torch.export specializes sizes 0 and 1, so a batch-1 example would pin the batch axis to 1.
 EXAMPLE_BATCH = 2
 _PROTOBUF_LIMIT = 2**31 - 2**26  # ONNX files are protobufs (2 GiB max); bigger weights go to a .data file
@@ -53,7 +54,10 @@ def quiet_logs(*names: str) -> Iterator[None]:
             logger.setLevel(level)
 
 
-Writer = Callable[[nn.Module, torch.Tensor, Path, "int | None", "tuple[int, ...]"], Written]
+# (model, example, path, opset, dims[, output_names]): the names come only for a model of several outputs, so a
+# writer a fork wrapped with the first five keeps working for one-tensor models
+Writer = Callable[..., Written]
+Names = Sequence[str] | None
 _IMAGE_AXES = ("batch", "channels", "height", "width")
 
 
@@ -99,9 +103,15 @@ def dynamic_shapes(example: torch.Tensor, dims: tuple[int, ...]) -> tuple[dict[i
 
 
 def write_onnx(
-    model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None, dims: tuple[int, ...] = (0,)
+    model: nn.Module,
+    example: torch.Tensor,
+    path: Path,
+    opset: int | None = None,
+    dims: tuple[int, ...] = (0,),
+    output_names: Names = None,
 ) -> Written:
-    """torch.onnx.export with the dynamo exporter (torch.export graph -> ONNX via onnxscript)."""
+    """torch.onnx.export with the dynamo exporter (torch.export graph -> ONNX via onnxscript). `output_names`: a
+    name per output of a model of several, in its order (a dict's in its keys' order, as the exporter flattens it)."""
     import onnx
 
     model.eval()
@@ -114,7 +124,7 @@ def write_onnx(
             dynamo=True,
             dynamic_shapes=dynamic_shapes(example, dims),
             input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
+            output_names=list(output_names or [OUTPUT_NAME]),
             opset_version=opset,
             external_data=weight_bytes > _PROTOBUF_LIMIT,  # one self-contained file whenever it fits
             verbose=False,
@@ -126,9 +136,15 @@ def write_onnx(
 
 
 def write_pt2(
-    model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None, dims: tuple[int, ...] = (0,)
+    model: nn.Module,
+    example: torch.Tensor,
+    path: Path,
+    opset: int | None = None,
+    dims: tuple[int, ...] = (0,),
+    output_names: Names = None,
 ) -> Written:
-    """torch.export.export + torch.export.save: a graph that runs without the model's Python code."""
+    """torch.export.export + torch.export.save: a graph that runs without the model's Python code, and returns
+    the structure the model does (`output_names` are not needed)."""
     model.eval()
     program = torch.export.export(model, (example,), dynamic_shapes=dynamic_shapes(example, dims))
     torch.export.save(program, str(path))
@@ -136,7 +152,12 @@ def write_pt2(
 
 
 def write_torchscript(
-    model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None, dims: tuple[int, ...] = (0,)
+    model: nn.Module,
+    example: torch.Tensor,
+    path: Path,
+    opset: int | None = None,
+    dims: tuple[int, ...] = (0,),
+    output_names: Names = None,
 ) -> Written:
     """torch.jit.trace: TorchScript is deprecated in PyTorch; kept for runtimes that still load it (C++ libtorch)."""
     note = "TorchScript is deprecated in PyTorch; exported for existing deployments only, prefer pt2 or onnx"
@@ -146,8 +167,9 @@ def write_torchscript(
         # the line above says it once; torch repeats it for every traced method
         warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=FutureWarning)
         warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=DeprecationWarning)
-        # trace rather than script: forward may hold any Python; parity then checks the trace generalizes
-        traced = torch.jit.trace(model, example)
+        # trace rather than script: forward may hold any Python; parity then checks the trace generalizes.
+        # strict=False lets a model return a dict or list (a tensor or tuple traces the same either way)
+        traced = torch.jit.trace(model, example, strict=False)
         traced.save(str(path))
     return Written([path], notes=[note])
 
@@ -161,13 +183,20 @@ WRITERS: dict[str, tuple[str, Writer]] = {
 
 
 def write(
-    fmt: str, model: nn.Module, example: torch.Tensor, folder: Path, opset: int | None = None, dims: tuple = (0,)
+    fmt: str,
+    model: nn.Module,
+    example: torch.Tensor,
+    folder: Path,
+    opset: int | None = None,
+    dims: tuple = (0,),
+    output_names: Names = None,
 ) -> Written:
-    """Write one format into `folder` with `dims` of the input dynamic; an exporter failure becomes one line (its
-    traceback goes to the log)."""
+    """Write one format into `folder` with `dims` of the input dynamic and, for a model of several outputs, these
+    `output_names`; an exporter failure becomes one line (its traceback goes to the log)."""
     name, writer = WRITERS[fmt]
+    named = () if output_names is None else (tuple(output_names),)
     try:
-        return writer(model, example, folder / name, opset, tuple(dims))
+        return writer(model, example, folder / name, opset, tuple(dims), *named)
     except Exception as err:
         if write_error(err, folder) is not None:
             raise  # the disk, not the exporter: lab.files.staged names the file and the fix

@@ -22,6 +22,7 @@ from torch import nn
 
 from lab.errors import UserError
 from lab.exporting.writers import axis_name
+from lab.tasks.outputs import Layout, apply, describe
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,8 @@ log = logging.getLogger(__name__)
 class Backend(Protocol):
     name: str
 
-    def __call__(self, inputs: torch.Tensor) -> torch.Tensor: ...
+    def __call__(self, inputs: torch.Tensor) -> Any:
+        """The outputs as the model returns them (a tensor, or its tuple/dict: lab.tasks.outputs), fp32 on the CPU."""
 
 
 # An exported model's input shape as the file declares it: an int per fixed axis, a name per dynamic one (batch,
@@ -62,8 +64,8 @@ class ModuleBackend:
     device: torch.device
 
     @torch.inference_mode()
-    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
-        return self.module(inputs.to(self.device)).float().cpu()
+    def __call__(self, inputs: torch.Tensor) -> Any:
+        return apply(lambda output: output.float().cpu(), self.module(inputs.to(self.device)))
 
 
 class EagerBackend(ModuleBackend):
@@ -78,11 +80,13 @@ class EagerBackend(ModuleBackend):
 
 
 class OnnxBackend:
-    """An .onnx file through onnxruntime; CUDA's execution provider when asked for and installed."""
+    """An .onnx file through onnxruntime; CUDA's execution provider when asked for and installed. onnxruntime gives
+    a flat list of outputs: `layout` (the export manifest's) puts them back into the tuple or dict the model
+    returns; without one, a file of several outputs gives a tuple."""
 
     name = "onnx"
 
-    def __init__(self, path: str | Path, device: torch.device | None = None) -> None:
+    def __init__(self, path: str | Path, device: torch.device | None = None, layout: Layout | None = None) -> None:
         import onnxruntime as ort
 
         available = ort.get_available_providers()
@@ -98,20 +102,27 @@ class OnnxBackend:
         graph_input = self.session.get_inputs()[0]
         self.input_name = graph_input.name
         self.input_shape: InputShape = [d if isinstance(d, int) else str(d) for d in graph_input.shape]
+        names = tuple(output.name for output in self.session.get_outputs())
+        self.layout = layout or Layout("tensor" if len(names) == 1 else "tuple", names)
+        if len(names) != len(self.layout.names):
+            raise UserError(
+                f"{self.path.name} has {len(names)} outputs ({', '.join(names)}), but the model it was exported from "
+                f"returns {describe(self.layout)}: export it again"
+            )
 
-    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+    def __call__(self, inputs: torch.Tensor) -> Any:
         check_shape(self.path, inputs, self.input_shape)
         tensor = inputs.detach().cpu()
         array = np.ascontiguousarray((tensor.float() if tensor.is_floating_point() else tensor).numpy())  # int64 tokens
         try:
-            (logits,) = self.session.run(None, {self.input_name: array})
+            results = self.session.run(None, {self.input_name: array})
         except Exception as err:  # onnxruntime's InvalidArgument, Fail...: a multi-line report with no traceback use
             first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
             raise UserError(
                 f"onnxruntime cannot run {self.path.name} on inputs of shape {shape_text(array.shape)} "
                 f"({array.dtype}): {first}"
             ) from err
-        return torch.from_numpy(logits)
+        return self.layout.pack([torch.from_numpy(result) for result in results])
 
 
 class ExportedProgramBackend(ModuleBackend):
@@ -140,7 +151,7 @@ class ExportedProgramBackend(ModuleBackend):
             program = move_to_device_pass(program, self.device)
         self.module = program.module()
 
-    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+    def __call__(self, inputs: torch.Tensor) -> Any:
         check_shape(self.path, inputs, self.input_shape)  # else a guard's AssertionError from inside the graph
         return super().__call__(inputs)
 
@@ -195,11 +206,12 @@ class TorchScriptBackend(ModuleBackend):
                 raise UserError(f"torch.jit.load cannot read {path}: {str(err).splitlines()[0]}") from err
 
 
-def artifact_backend(path: str | Path, device: torch.device | None = None) -> Backend:
-    """The runner for an exported file, by its suffix."""
+def artifact_backend(path: str | Path, device: torch.device | None = None, layout: Layout | None = None) -> Backend:
+    """The runner for an exported file, by its suffix. `layout`: what the model returns, for an .onnx file (a .pt2 or
+    TorchScript graph returns the model's structure itself)."""
     path = Path(path)
     if path.suffix == ".onnx":
-        return OnnxBackend(path, device)
+        return OnnxBackend(path, device, layout)
     if path.suffix == ".pt2":
         return ExportedProgramBackend(path, device)
     if path.name.endswith(".torchscript.pt"):

@@ -5,7 +5,8 @@ inference uses (onnxruntime, torch.export.load, torch.jit.load) on real validati
 eager model; only an artifact that passed is moved to its final name. So a killed export (SIGTERM, Ctrl-C) leaves no
 final-named file that is partial or unchecked, and export_manifest.json lists under `artifacts` only files that
 passed. One above `export.tolerance` is never published: its figures go under the manifest's `failed`, and the run
-exits non-zero. Returns the worst max |output difference|.
+exits non-zero. A model of several outputs (a tuple or dict, lab.tasks.outputs) is exported with each output named
+and compared on its own. Returns the worst max |output difference|.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from lab.errors import UserError
 from lab.exporting import int8_report, manifest
 from lab.files import publish, remove_stale_temps, staged
 from lab.inference import EagerBackend, OnnxBackend, artifact_backend
+from lab.tasks import outputs as model_outputs
 from lab.workflows import restore
 from lab.workflows.common import hydra_run_dir, linked_tracker
 
@@ -42,6 +44,13 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     example = batches[0][: exporting.EXAMPLE_BATCH]
     eager = EagerBackend(restored.model)  # CPU, fp32, eval mode: the reference every artifact must match
     reference = [eager(b) for b in batches]
+    layout = model_outputs.check(reference[0], task)
+    if opts.quantize and not layout.single:  # the INT8 report scores one output tensor
+        returns = model_outputs.describe(layout)
+        raise UserError(
+            f"export.quantize takes a model of one output; this one returns {returns}: drop export.quantize"
+        )
+    names = None if layout.single else layout.names
 
     tracker, prov = linked_tracker(
         cfg,
@@ -57,10 +66,10 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         artifacts, failed, opset = {}, {}, None
         for fmt in opts.formats:
             with staged(run_dir, exporting.WRITERS[fmt][0]) as stage:
-                written = exporting.write(fmt, restored.model, example, stage, opts.opset, dims)
+                written = exporting.write(fmt, restored.model, example, stage, opts.opset, dims, names)
                 opset = written.opset or opset
-                backend = artifact_backend(written.files[0])
-                parity = exporting.compare(backend, batches, reference, opts.tolerance, task.agreement)
+                backend = artifact_backend(written.files[0], layout=layout)
+                parity = exporting.compare(backend, batches, reference, opts.tolerance, task.agreement, layout)
                 entry = _record(fmt, written, parity)
                 if parity.passed:
                     publish(written.files, run_dir)
@@ -98,6 +107,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
                 opset=opset,
                 tolerance=opts.tolerance,
                 quantization=quantization,
+                layout=layout,
             ),
         )
         tracker.save_file(path)
@@ -113,7 +123,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
 def _failure_message(failed: dict[str, dict], tolerance: float, manifest_path: Path) -> str:
     parts = [
         f"{fmt} max |outputs - eager| = {a['parity']['max_abs_diff']:.3g} > export.tolerance={tolerance:g}"
-        f"{_agreement(a['parity'])}{_error(a['parity'])}, {a['file']} not written"
+        f"{_per_output(a['parity'])}{_agreement(a['parity'])}{_error(a['parity'])}, {a['file']} not written"
         for fmt, a in failed.items()
     ]
     return f"parity check failed: {'; '.join(parts)}; figures in {manifest_path}"
@@ -121,6 +131,12 @@ def _failure_message(failed: dict[str, dict], tolerance: float, manifest_path: P
 
 def _error(parity: dict[str, Any]) -> str:
     return f" ({parity['error']})" if parity.get("error") else ""
+
+
+def _per_output(parity: dict[str, Any]) -> str:
+    """A model of several outputs: which of them differ, and by how much."""
+    each = parity.get("max_abs_diff_per_output")
+    return f" ({', '.join(f'{name} {diff:.3g}' for name, diff in each.items())})" if each else ""
 
 
 def _agreement(parity: dict[str, Any]) -> str:
@@ -140,10 +156,11 @@ def _record(fmt: str, written: exporting.Written, parity: exporting.Parity) -> d
         "notes": written.notes,
     }
     log.info(
-        "%s: %s, max |outputs - eager| %.3g on %d validation samples (batch sizes %s, input shapes %s)%s%s",
+        "%s: %s, max |outputs - eager| %.3g%s on %d validation samples (batch sizes %s, input shapes %s)%s%s",
         fmt,
         main.name,
         parity.max_abs_diff,
+        _per_output(parity.as_dict()),
         parity.samples,
         parity.batch_sizes,
         parity.input_shapes,
@@ -164,6 +181,8 @@ def _figures(artifacts: dict[str, dict], quantization: dict | None) -> dict[str,
     for fmt, a in artifacts.items():
         if "parity" in a:
             out[f"export/{fmt}/max_abs_diff"] = a["parity"]["max_abs_diff"]
+            for name, diff in (a["parity"].get("max_abs_diff_per_output") or {}).items():
+                out[f"export/{fmt}/max_abs_diff/{name}"] = diff
             if a["parity"]["top1_agreement"] is not None:
                 out[f"export/{fmt}/top1_agreement"] = a["parity"]["top1_agreement"]
             out[f"export/{fmt}/passed"] = float(a["status"] == "ok")
