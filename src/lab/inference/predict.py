@@ -10,8 +10,10 @@ from typing import Any
 
 import torch
 
+from lab.errors import UserError
 from lab.files import atomic_path, write_json
 from lab.inference.backends import Backend
+from lab.tasks import outputs as model_outputs
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +23,11 @@ def batched_outputs(
     samples: Iterable[tuple[str, torch.Tensor]],
     batch_size: int,
     skipped: list[dict[str, str]] | None = None,
-) -> Iterator[tuple[list[str], torch.Tensor]]:
-    """(names, outputs) per batch of at most `batch_size` samples stacked together; a sample of another shape than
-    the batch's (images kept at their own size) starts a new batch. A sample with NaN or inf values gets no
-    prediction (a model answers it as confidently as any other): it goes into `skipped` with the reason."""
+) -> Iterator[tuple[list[str], Any]]:
+    """(names, fp32 outputs as the model returns them) per batch of at most `batch_size` samples stacked together; a
+    sample of another shape than the batch's (images kept at their own size) starts a new batch. A sample with NaN
+    or inf values gets no prediction (a model answers it as confidently as any other): it goes into `skipped` with
+    the reason."""
     names: list[str] = []
     tensors: list[torch.Tensor] = []
     for name, tensor in samples:
@@ -34,32 +37,64 @@ def batched_outputs(
                 skipped.append({"path": name, "reason": "NaN or inf in the input"})
             continue
         if tensors and tensor.shape != tensors[0].shape:
-            yield names, backend(torch.stack(tensors)).float()
+            yield names, _fp32(backend(torch.stack(tensors)))
             names, tensors = [], []
         names.append(name)
         tensors.append(tensor)
         if len(tensors) == batch_size:
-            yield names, backend(torch.stack(tensors)).float()
+            yield names, _fp32(backend(torch.stack(tensors)))
             names, tensors = [], []
     if tensors:
-        yield names, backend(torch.stack(tensors)).float()
+        yield names, _fp32(backend(torch.stack(tensors)))
 
 
-def output_record(output: torch.Tensor, run_dir: Path, index: int, max_csv: int) -> dict[str, Any]:
+def _fp32(outputs: Any) -> Any:
+    return model_outputs.apply(torch.Tensor.float, outputs)
+
+
+def per_input(outputs: Any, count: int, task: Any) -> Sequence[Any]:
+    """Each of a batch's `count` inputs' outputs, for `output_record`: a row of one tensor; for a model of several
+    outputs, a dict of its row of each, by output name (`task`'s names, lab.tasks.outputs). An output without a row
+    per input (a scalar, a shared table) is refused, naming the task method that writes such records."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    named = list(zip(model_outputs.check(outputs, task).names, model_outputs.tensors(outputs)))
+    for name, tensor in named:
+        if tensor.ndim == 0 or len(tensor) != count:
+            raise UserError(
+                f"output {name!r} has shape {tuple(tensor.shape)}, not one row per input ({count} inputs): "
+                f"override {type(task).__name__}.predict(backend, context) to write its records"
+            )
+    return [{name: tensor[i] for name, tensor in named} for i in range(count)]
+
+
+def output_record(output: torch.Tensor | dict[str, torch.Tensor], run_dir: Path, index: int, max_csv: int) -> dict:
     """One input's raw outputs as record fields: up to `max_csv` values as the list "output" (flattened; its
     "output_shape" when not 1-d), which predictions.csv spreads over output_0, output_1...; a bigger output (a mask,
-    a feature map) as <run_dir>/outputs/<index>.npy, float32, named in "output_file" with its shape."""
+    a feature map) as <run_dir>/outputs/<index>.npy, float32, named in "output_file" with its shape. A dict (the
+    outputs of a model of several, `per_input`) gives the same fields per output under its name: cls, cls_shape,
+    cls_file (outputs/<index>_cls.npy)..."""
+    if isinstance(output, dict):
+        return {
+            key: value
+            for name, tensor in output.items()
+            for key, value in _output_fields(tensor, run_dir, f"{index}_{name}", max_csv, name).items()
+        }
+    return _output_fields(output, run_dir, str(index), max_csv, "output")
+
+
+def _output_fields(output: torch.Tensor, run_dir: Path, stem: str, max_csv: int, key: str) -> dict[str, Any]:
     if output.numel() <= max_csv:
-        shape = {} if output.ndim == 1 else {"output_shape": list(output.shape)}
-        return {"output": output.flatten().tolist(), **shape}
+        shape = {} if output.ndim == 1 else {f"{key}_shape": list(output.shape)}
+        return {key: output.flatten().tolist(), **shape}
     import numpy as np
 
     folder = run_dir / "outputs"
     folder.mkdir(exist_ok=True)
-    path = folder / f"{index}.npy"
+    path = folder / f"{stem}.npy"
     with atomic_path(path) as tmp, tmp.open("wb") as f:
         np.save(f, output.float().numpy())
-    return {"output_file": str(path.relative_to(run_dir)), "output_shape": list(output.shape)}
+    return {f"{key}_file": str(path.relative_to(run_dir)), f"{key}_shape": list(output.shape)}
 
 
 def top_k_records(

@@ -137,6 +137,8 @@ class Predictions:
 
 
 class Task(Protocol[MetricsT]):
+    # outputs: what the model returns, as it returns it (a tensor, a tuple/list or a dict of them: lab.tasks.outputs,
+    # which reads the optional ``output_names`` a task gives a tuple's outputs)
     name: str
     monitor: str  # the validation metric (without "val/") that best.pt, plateau scheduling and sweeps follow
     mode: str  # "max" or "min": the direction in which `monitor` improves
@@ -168,8 +170,9 @@ class Task(Protocol[MetricsT]):
     def write_eval_artifacts(self, metrics: MetricsT, context: EvalContext) -> tuple[dict[str, Any], list[Path]]:
         """eval.py: the extra eval.json entries and the artifact files written into ``context.run_dir``."""
 
-    def agreement(self, reference: torch.Tensor, outputs: torch.Tensor) -> float | None:
-        """Export parity beyond max |diff|: the share of samples whose decision agrees (top-1), or None."""
+    def agreement(self, reference: Any, outputs: Any) -> float | None:
+        """Export parity beyond max |diff|: the share of samples whose decision agrees (top-1), or None. Both are
+        outputs as the model returns them (a tensor; the tuple or dict of a model of several: lab.tasks.outputs)."""
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
         """infer.py: read the inputs (``context.inputs()``, or a prompt), run ``backend`` and turn outputs into
@@ -180,7 +183,8 @@ class BaseTask(Generic[MetricsT]):
     """Defaults for a new task: subclass it and write ``loss`` (and ``metrics`` for more than the mean loss;
     ``lab.tasks.build`` sets ``name``, ``monitor`` and ``mode`` from the task's option). The loss averages over
     samples (``normaliser``: one word to change it); the metric is the mean loss; eval writes eval.json only; export
-    parity is max |diff| alone; infer runs the model on each input ``input=`` names and records the outputs."""
+    parity is max |diff| alone; infer runs the model on each input ``input=`` names and records the outputs (one
+    column group per output of a model of several, named as ``output_names`` or the model's dict names them)."""
 
     name = "task"
     monitor = "loss"
@@ -191,6 +195,9 @@ class BaseTask(Generic[MetricsT]):
     # outputs of at most this many values go into predictions.csv as output_0, output_1...; bigger ones (a mask, a
     # feature map) into <run dir>/outputs/<n>.npy, named in the record's output_file
     max_csv_outputs = 32
+    # a model returning a tuple or list: its outputs' names in the ONNX file, the manifest and predictions.csv
+    # (None: output_0, output_1...); a dict's keys name its own (lab.tasks.outputs)
+    output_names: tuple[str, ...] | None = None
 
     def check_first_batch(self, inputs: Any, targets: Any) -> str:
         return ""  # nothing to check; the report gives the targets' shapes itself
@@ -208,16 +215,16 @@ class BaseTask(Generic[MetricsT]):
     def write_eval_artifacts(self, metrics: MetricsT, context: EvalContext) -> tuple[dict[str, Any], list[Path]]:
         return {}, []
 
-    def agreement(self, reference: torch.Tensor, outputs: torch.Tensor) -> float | None:
+    def agreement(self, reference: Any, outputs: Any) -> float | None:
         return None
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
-        from lab.inference.predict import batched_outputs, output_record
+        from lab.inference.predict import batched_outputs, output_record, per_input
 
         inputs = context.inputs()
         records: list[dict[str, Any]] = []
         for names, outputs in batched_outputs(backend, inputs, context.cfg.infer.batch_size, inputs.skipped):
-            for name, output in zip(names, outputs):
+            for name, output in zip(names, per_input(outputs, len(names), self)):
                 record = output_record(output, context.run_dir, len(records), self.max_csv_outputs)
                 records.append({"path": name, **record})
         return Predictions(records, inputs.skipped)

@@ -67,7 +67,7 @@ def _open(path: Path, device: Any, allow_modified: bool = False) -> tuple[Any, A
         _check_verified(path, found, allow_modified)
         meta = restore.upgrade_meta(found["data_meta"])
         task = tasks.build(OmegaConf.create(restore.task_config(found)), meta)
-        backend = artifact_backend(path, device)
+        backend = artifact_backend(path, device, manifest.output_layout(found))
         _check_input_shape(path, backend, meta)
         dims = tuple(found.get("dynamic_dims", task.dynamic_dims))
         return backend, task, meta, found.get("source_run", {}), found.get("model", {}), dims
