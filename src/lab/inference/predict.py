@@ -52,7 +52,7 @@ def _fp32(outputs: Any) -> Any:
     return model_outputs.apply(torch.Tensor.float, outputs)
 
 
-def per_input(outputs: Any, count: int, task: Any) -> Sequence[Any]:
+def per_input(outputs: Any, count: int, task: Any) -> Iterable[Any]:
     """Each of a batch's `count` inputs' outputs, for `output_record`: a row of one tensor; for a model of several
     outputs, a dict of its row of each, by output name (`task`'s names, lab.tasks.outputs). An output without a row
     per input (a scalar, a shared table) is refused, naming the task method that writes such records."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -112,7 +112,7 @@ def check(outputs: Any, task: Any = None) -> Layout:
         )
     if len(set(names)) != len(names):
         raise UserError(f"{task_name}.output_names {list(names)} repeats a name: give each output its own")
-    return Layout(structure, names)
+    return Layout(structure, cast("tuple[str, ...]", names))  # each a str by now
 
 
 def kind(value: Any) -> str:
