@@ -87,8 +87,7 @@ def build(
     quantization: dict[str, Any] | None,
     layout: model_outputs.Layout | None = None,
 ) -> dict[str, Any]:
-    """`output`: eager's outputs on the first parity batch, as the model returns them; `layout`: their names (the
-    task's, lab.tasks.outputs; without one, output_0, output_1... or the dict's keys)."""
+    """`output`: eager's outputs on the first parity batch, as the model returns them, named by `layout`."""
     return {
         "format_version": FORMAT_VERSION,
         "created_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -117,8 +116,8 @@ def build(
 
 
 def _output_specs(output: Any, layout: model_outputs.Layout, dims: tuple[int, ...], ndim: int) -> dict[str, Any]:
-    """ "output": the one tensor's spec; a model of several outputs: "outputs", a spec per output in the ONNX file's
-    order, and "output_structure" (tuple, list or dict: what the runners give back, `output_layout`)."""
+    """The one tensor's spec as "output"; a model of several outputs' as "outputs", in the ONNX file's order, with
+    "output_structure" (tuple, list or dict: what the runners give back, `output_layout`)."""
     if layout.single:
         return {"output": _tensor_spec(OUTPUT_NAME, output, dims, ndim)}
     tensors = model_outputs.tensors(output)
@@ -129,8 +128,7 @@ def _output_specs(output: Any, layout: model_outputs.Layout, dims: tuple[int, ..
 
 
 def output_layout(manifest: dict[str, Any]) -> model_outputs.Layout | None:
-    """What the exported model returns, from its manifest: None for one tensor (or a manifest from before models
-    of several outputs)."""
+    """What the exported model returns, from its manifest; None for one tensor."""
     if "outputs" not in manifest:
         return None
     return model_outputs.Layout(manifest["output_structure"], tuple(spec["name"] for spec in manifest["outputs"]))

@@ -94,40 +94,31 @@ def compare(
     candidate refuses or fails on, or outputs of another shape (or structure) than eager's, fail parity (max |diff|
     = inf) with the reason in `error`. A model of several outputs is compared output by output, each under its name
     in `layout` (the task's, lab.tasks.outputs; without one, output_0, output_1... or the dict's keys)."""
-    worst, count = 0.0, 0
+    count = 0
     agree: float | None = 0.0  # None once a batch has no agreement
     sizes, shapes = _sizes(batches), _shapes(batches)
     layout = layout or model_outputs.check(reference[0])
-    per_output = None if layout.single else dict.fromkeys(layout.names, 0.0)
-
-    def failed(inputs: torch.Tensor, reason: str) -> Parity:
-        worst_each = None if per_output is None else dict.fromkeys(per_output, math.inf)
-        error = f"inputs of shape {tuple(inputs.shape)}: {reason}"
-        return Parity(count, sizes, math.inf, 0.0, tolerance, shapes, error, worst_each)
-
+    each = dict.fromkeys(layout.names, 0.0)  # max |diff| per output
     for inputs, expected in zip(batches, reference):
         try:
             got = model_outputs.apply(torch.Tensor.float, candidate(inputs))
         except Exception as err:  # onnxruntime / torch.export guards / a traced constant: the model cannot run it
-            return failed(inputs, next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__))
-        mismatch = _mismatch(got, expected, layout)
-        if mismatch:
-            return failed(inputs, mismatch)
+            problem = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        else:
+            problem = _mismatch(got, expected, layout)
+        if problem:
+            failed = None if layout.single else dict.fromkeys(each, math.inf)
+            error = f"inputs of shape {tuple(inputs.shape)}: {problem}"
+            return Parity(count, sizes, math.inf, 0.0, tolerance, shapes, error, failed)
         for name, out, ref in zip(layout.names, model_outputs.tensors(got), model_outputs.tensors(expected)):
             diff = float((out - ref).abs().max()) if out.numel() else 0.0
-            worst = _worse(worst, diff)
-            if per_output is not None:
-                per_output[name] = _worse(per_output[name], diff)
+            each[name] = diff if math.isnan(diff) else max(each[name], diff)  # a NaN stays: it fails the check
         share = agreement(expected, got)
         agree = None if share is None or agree is None else agree + share * len(inputs)
         count += len(inputs)
+    worst = math.nan if any(map(math.isnan, each.values())) else max(each.values())
     share = None if agree is None else agree / max(count, 1)
-    return Parity(count, sizes, worst, share, tolerance, shapes, max_abs_diff_per_output=per_output)
-
-
-def _worse(worst: float, diff: float) -> float:
-    """The larger difference; a NaN one stays (it fails the check)."""
-    return diff if math.isnan(diff) else max(worst, diff)
+    return Parity(count, sizes, worst, share, tolerance, shapes, None, None if layout.single else each)
 
 
 def _mismatch(got: Any, expected: Any, layout: model_outputs.Layout) -> str:

@@ -54,10 +54,10 @@ def quiet_logs(*names: str) -> Iterator[None]:
             logger.setLevel(level)
 
 
-# (model, example, path, opset, dims[, output_names]): the names come only for a model of several outputs, so a
+# (model, example, path, opset, dims[, names]): the output names come only for a model of several outputs, so a
 # writer a fork wrapped with the first five keeps working for one-tensor models
 Writer = Callable[..., Written]
-Names = Sequence[str] | None
+Dims, Names = tuple[int, ...], Sequence[str]
 _IMAGE_AXES = ("batch", "channels", "height", "width")
 
 
@@ -103,15 +103,10 @@ def dynamic_shapes(example: torch.Tensor, dims: tuple[int, ...]) -> tuple[dict[i
 
 
 def write_onnx(
-    model: nn.Module,
-    example: torch.Tensor,
-    path: Path,
-    opset: int | None = None,
-    dims: tuple[int, ...] = (0,),
-    output_names: Names = None,
+    model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None, dims: Dims = (0,), names: Names = ()
 ) -> Written:
-    """torch.onnx.export with the dynamo exporter (torch.export graph -> ONNX via onnxscript). `output_names`: a
-    name per output of a model of several, in its order (a dict's in its keys' order, as the exporter flattens it)."""
+    """torch.onnx.export with the dynamo exporter (torch.export graph -> ONNX via onnxscript). `names`: a name per
+    output of a model of several, in its order (a dict's keys' order, as the exporter flattens it)."""
     import onnx
 
     model.eval()
@@ -124,7 +119,7 @@ def write_onnx(
             dynamo=True,
             dynamic_shapes=dynamic_shapes(example, dims),
             input_names=[INPUT_NAME],
-            output_names=list(output_names or [OUTPUT_NAME]),
+            output_names=list(names or [OUTPUT_NAME]),
             opset_version=opset,
             external_data=weight_bytes > _PROTOBUF_LIMIT,  # one self-contained file whenever it fits
             verbose=False,
@@ -136,15 +131,10 @@ def write_onnx(
 
 
 def write_pt2(
-    model: nn.Module,
-    example: torch.Tensor,
-    path: Path,
-    opset: int | None = None,
-    dims: tuple[int, ...] = (0,),
-    output_names: Names = None,
+    model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None, dims: Dims = (0,), names: Names = ()
 ) -> Written:
-    """torch.export.export + torch.export.save: a graph that runs without the model's Python code, and returns
-    the structure the model does (`output_names` are not needed)."""
+    """torch.export.export + torch.export.save: a graph that runs without the model's Python code (and returns the
+    model's tuple or dict: no `names` needed)."""
     model.eval()
     program = torch.export.export(model, (example,), dynamic_shapes=dynamic_shapes(example, dims))
     torch.export.save(program, str(path))
@@ -152,12 +142,7 @@ def write_pt2(
 
 
 def write_torchscript(
-    model: nn.Module,
-    example: torch.Tensor,
-    path: Path,
-    opset: int | None = None,
-    dims: tuple[int, ...] = (0,),
-    output_names: Names = None,
+    model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None, dims: Dims = (0,), names: Names = ()
 ) -> Written:
     """torch.jit.trace: TorchScript is deprecated in PyTorch; kept for runtimes that still load it (C++ libtorch)."""
     note = "TorchScript is deprecated in PyTorch; exported for existing deployments only, prefer pt2 or onnx"
@@ -189,12 +174,12 @@ def write(
     folder: Path,
     opset: int | None = None,
     dims: tuple = (0,),
-    output_names: Names = None,
+    names: Names = (),
 ) -> Written:
-    """Write one format into `folder` with `dims` of the input dynamic and, for a model of several outputs, these
-    `output_names`; an exporter failure becomes one line (its traceback goes to the log)."""
+    """Write one format into `folder` with `dims` of the input dynamic (and `names` for the outputs of a model of
+    several); an exporter failure becomes one line (its traceback goes to the log)."""
     name, writer = WRITERS[fmt]
-    named = () if output_names is None else (tuple(output_names),)
+    named = (tuple(names),) if names else ()
     try:
         return writer(model, example, folder / name, opset, tuple(dims), *named)
     except Exception as err:

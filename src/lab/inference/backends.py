@@ -22,7 +22,7 @@ from torch import nn
 
 from lab.errors import UserError
 from lab.exporting.writers import axis_name
-from lab.tasks.outputs import Layout, apply, describe
+from lab.tasks.outputs import Layout, apply
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,7 @@ class OnnxBackend:
         self.layout = layout or Layout("tensor" if len(names) == 1 else "tuple", names)
         if len(names) != len(self.layout.names):
             raise UserError(
-                f"{self.path.name} has {len(names)} outputs ({', '.join(names)}), but the model it was exported from "
-                f"returns {describe(self.layout)}: export it again"
+                f"{self.path.name} has outputs {names}; its manifest names {self.layout.names}: export again"
             )
 
     def __call__(self, inputs: torch.Tensor) -> Any:

@@ -53,9 +53,8 @@ def _fp32(outputs: Any) -> Any:
 
 
 def per_input(outputs: Any, count: int, task: Any) -> Iterable[Any]:
-    """Each of a batch's `count` inputs' outputs, for `output_record`: a row of one tensor; for a model of several
-    outputs, a dict of its row of each, by output name (`task`'s names, lab.tasks.outputs). An output without a row
-    per input (a scalar, a shared table) is refused, naming the task method that writes such records."""
+    """Each of a batch's `count` inputs' outputs, for `output_record`: a row of one tensor; for a model of several,
+    its row of each by output name (lab.tasks.outputs). An output without a row per input is refused."""
     if isinstance(outputs, torch.Tensor):
         return outputs
     named = list(zip(model_outputs.check(outputs, task).names, model_outputs.tensors(outputs)))
@@ -71,9 +70,8 @@ def per_input(outputs: Any, count: int, task: Any) -> Iterable[Any]:
 def output_record(output: torch.Tensor | dict[str, torch.Tensor], run_dir: Path, index: int, max_csv: int) -> dict:
     """One input's raw outputs as record fields: up to `max_csv` values as the list "output" (flattened; its
     "output_shape" when not 1-d), which predictions.csv spreads over output_0, output_1...; a bigger output (a mask,
-    a feature map) as <run_dir>/outputs/<index>.npy, float32, named in "output_file" with its shape. A dict (the
-    outputs of a model of several, `per_input`) gives the same fields per output under its name: cls, cls_shape,
-    cls_file (outputs/<index>_cls.npy)..."""
+    a feature map) as <run_dir>/outputs/<index>.npy, float32, named in "output_file" with its shape. A dict (a model
+    of several outputs, `per_input`) gives these fields per output, under its name: cls, cls_shape, cls_file..."""
     if isinstance(output, dict):
         return {
             key: value

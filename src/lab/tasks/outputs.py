@@ -1,12 +1,11 @@
 """What a model may return: one tensor (every shipped model), a tuple or list of tensors, or a dict of tensors keyed
 by name (a class head and a box head).
 
-The task's ``loss`` and ``metrics`` get the outputs as the model returns them, and so do eval and a task's own
-``predict`` and ``agreement``. Export names each output (a dict's keys; a tuple's the task's ``output_names``, else
-output_0, output_1...): the ONNX file's output names and the manifest's ``outputs``, in the model's order. Parity
-compares each output with eager's; every runner (eager, onnxruntime, pt2, TorchScript) returns the structure the
-model does; ``BaseTask.predict`` writes one column group per output. Anything else (a nested tuple, a None, a dict
-keyed by numbers) could not be exported or written: ``check`` refuses it at the first training step, in one line.
+The task's ``loss``, ``metrics``, ``agreement`` and own ``predict`` get the outputs as the model returns them. Export
+names each output (a dict's keys; a tuple's the task's ``output_names``, else output_0, output_1...) in the ONNX file
+and the manifest's ``outputs``, compares each with eager's, and every runner returns the model's structure;
+``BaseTask.predict`` writes one column group per output. Anything else (a nested tuple, a None, a dict keyed by
+numbers) could be neither exported nor written: ``check`` refuses it at the first training step, in one line.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import torch
 from lab.errors import UserError
 
 INPUT_NAME, OUTPUT_NAME = "input", "output"  # the exported graph's input, and its output when it has one
-STRUCTURES = ("tensor", "tuple", "list", "dict")
 # a name becomes an ONNX output, predictions.csv columns (<name>_0...) and a file name (outputs/<index>_<name>.npy)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 _RESERVED = (INPUT_NAME, "path")  # the graph's input; the input's column in predictions.csv
@@ -30,10 +28,9 @@ _RETURNS = "a model may return a tensor, a tuple or list of tensors, or a dict o
 
 @dataclass(frozen=True)
 class Layout:
-    """A model's outputs as export and infer see them: the structure the model returns and a name per tensor, in
-    the model's order (the ONNX file's)."""
+    """What a model returns, as export and infer see it: its structure and a name per tensor, in its order."""
 
-    structure: str  # one of STRUCTURES
+    structure: str  # "tensor", "tuple", "list" or "dict"
     names: tuple[str, ...]
 
     @property
@@ -42,18 +39,11 @@ class Layout:
 
     def pack(self, tensors: Sequence[torch.Tensor]) -> Any:
         """The model's structure again from its tensors in order (onnxruntime gives a flat list)."""
-        if len(tensors) != len(self.names):
-            raise ValueError(f"{len(tensors)} outputs where the model returns {len(self.names)} ({describe(self)})")
         if self.single:
             return tensors[0]
         if self.structure == "dict":
             return dict(zip(self.names, tensors))
         return tuple(tensors) if self.structure == "tuple" else list(tensors)
-
-
-def describe(layout: Layout) -> str:
-    """In words, for messages: "a tensor", "a tuple of 2 (output_0, output_1)"."""
-    return "a tensor" if layout.single else f"a {layout.structure} of {len(layout.names)} ({', '.join(layout.names)})"
 
 
 def tensors(outputs: Any) -> list[torch.Tensor]:
@@ -74,35 +64,30 @@ def apply(fn: Callable[[torch.Tensor], torch.Tensor], outputs: Any) -> Any:
 
 
 def check(outputs: Any, task: Any = None) -> Layout:
-    """The layout of a model's outputs, named as `task` names them; a UserError in one line for outputs export and
-    infer could not take, naming the fix."""
+    """The layout of a model's outputs, named as `task` names them; a UserError in one line, naming the fix, for
+    outputs that export and infer could not take."""
     if isinstance(outputs, torch.Tensor):
         return Layout("tensor", (OUTPUT_NAME,))
-    if not isinstance(outputs, tuple | list | dict):
+    if not isinstance(outputs, tuple | list | dict) or not outputs:
         raise UserError(f"the model returns {kind(outputs)}: {_RETURNS}; make its forward return one of these")
     structure = "dict" if isinstance(outputs, dict) else "list" if isinstance(outputs, list) else "tuple"
     keys = list(outputs) if isinstance(outputs, dict) else list(range(len(outputs)))
-    if not keys:
-        raise UserError(f"the model returns an empty {structure}: {_RETURNS}; make its forward return one of these")
     for key, value in zip(keys, tensors(outputs)):
         if not isinstance(value, torch.Tensor):
             raise UserError(
                 f"the model's output [{key!r}] is {kind(value)}: {_RETURNS}, nothing nested; make its forward "
                 "return its tensors flat (one entry per tensor)"
             )
-    task_name = type(task).__name__
-    own = getattr(task, "output_names", None)
-    if structure == "dict":  # its keys name its outputs, whatever the task's output_names (a tuple's) say
-        names = tuple(keys)
-    elif own is not None:
-        names = tuple(own)
-        if len(names) != len(keys):
-            raise UserError(
-                f"{task_name}.output_names has {len(names)} names for the model's {len(keys)} outputs: "
-                "give one name per output, in the model's order"
-            )
+    task_name, own = type(task).__name__, getattr(task, "output_names", None)
+    if structure == "dict" or own is None:  # a dict's keys name its outputs, whatever a task names a tuple's
+        names = tuple(keys) if structure == "dict" else tuple(f"output_{i}" for i in keys)
+    elif len(own) != len(keys):
+        raise UserError(
+            f"{task_name}.output_names has {len(own)} names for the model's {len(keys)} outputs: give one name per "
+            "output, in the model's order"
+        )
     else:
-        names = tuple(f"output_{i}" for i in range(len(keys)))
+        names = tuple(own)
     wrong = next((n for n in names if not isinstance(n, str) or not _NAME.fullmatch(n) or n in _RESERVED), None)
     if wrong is not None:
         where = "the model's dict key" if structure == "dict" else f"{task_name}.output_names entry"
@@ -120,7 +105,5 @@ def kind(value: Any) -> str:
     if isinstance(value, dict):
         return f"a dict of {', '.join(map(str, value))}" if value else "an empty dict"
     if isinstance(value, tuple | list):
-        return f"a {type(value).__name__} of {len(value)}"
-    if isinstance(value, torch.Tensor):
-        return "a tensor"
-    return "None" if value is None else f"a {type(value).__name__}"
+        return f"a {type(value).__name__} of {len(value)}" if value else f"an empty {type(value).__name__}"
+    return "a tensor" if isinstance(value, torch.Tensor) else "None" if value is None else f"a {type(value).__name__}"

@@ -34,7 +34,6 @@ from lab.errors import UserError
 from lab.models.freeze import train_mode
 from lab.optim import Schedule
 from lab.runtime import Precision, reset_peak_memory
-from lab.tasks import outputs as model_outputs
 from lab.tasks.base import Task
 from lab.tracking import Tracker
 from lab.training.bad_steps import BadSteps
@@ -180,9 +179,12 @@ class Trainer:
             with self.parallel.accumulation(self.wrapped, sync=index == last):
                 with self.precision.autocast(self.device):
                     outputs = self.forward(inputs)
-                if not self._outputs_checked:  # a structure export and infer cannot take: refused before it trains
-                    model_outputs.check(outputs, task)
+                if not self._outputs_checked:
                     self._outputs_checked = True
+                    if not isinstance(outputs, torch.Tensor):  # what export and infer cannot take: refused here
+                        from lab.tasks.outputs import check  # only then: every shipped model returns a tensor
+
+                        check(outputs, task)
                 loss = task.loss(outputs, targets)  # summed, fp32
                 # seeded with 1/total rather than differentiating loss / total: no extra autograd node
                 scaler.scale(loss).backward(inverse_total)

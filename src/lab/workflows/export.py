@@ -46,11 +46,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     reference = [eager(b) for b in batches]
     layout = model_outputs.check(reference[0], task)
     if opts.quantize and not layout.single:  # the INT8 report scores one output tensor
-        returns = model_outputs.describe(layout)
-        raise UserError(
-            f"export.quantize takes a model of one output; this one returns {returns}: drop export.quantize"
-        )
-    names = None if layout.single else layout.names
+        returns = model_outputs.kind(reference[0])
+        raise UserError(f"export.quantize takes one output tensor; this model returns {returns}: drop export.quantize")
+    names = () if layout.single else layout.names
 
     tracker, prov = linked_tracker(
         cfg,

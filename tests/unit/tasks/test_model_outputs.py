@@ -61,7 +61,9 @@ def test_a_tensor_tuple_list_or_dict_is_named_by_the_task_or_by_its_keys():
     assert model_outputs.check([T, T], Named()) == model_outputs.Layout("list", ("logits", "boxes"))
     assert model_outputs.check({"cls": T, "box": T}, Named()).names == ("cls", "box")  # a dict's keys name it
     layout = model_outputs.check({"cls": T, "box": T})
-    assert layout.pack([T, T + 1])["box"].sum() == 6 and model_outputs.describe(layout) == "a dict of 2 (cls, box)"
+    assert (
+        layout.pack([T, T + 1])["box"].sum() == 6 and model_outputs.kind({"cls": T, "box": T}) == "a dict of cls, box"
+    )
 
 
 class Three(BaseTask):
@@ -126,7 +128,7 @@ def test_every_format_exports_each_output_named_and_runs_back_to_the_models_stru
     assert layout.names == names
     example = batches[0][: exporting.EXAMPLE_BATCH]
     for fmt in ("onnx", "pt2", "torchscript"):
-        written = exporting.write(fmt, model, example, tmp_path, output_names=layout.names)
+        written = exporting.write(fmt, model, example, tmp_path, names=layout.names)
         runner = artifact_backend(written.files[0], layout=layout)
         got = runner(batches[0])
         assert type(got) is type(reference[0]), fmt  # tuple or dict, from onnxruntime's flat list too
