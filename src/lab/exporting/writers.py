@@ -57,7 +57,8 @@ def quiet_logs(*names: str) -> Iterator[None]:
 # (model, example, path, opset, dims[, names]): the output names come only for a model of several outputs, so a
 # writer a fork wrapped with the first five keeps working for one-tensor models
 Writer = Callable[..., Written]
-Dims, Names = tuple[int, ...], Sequence[str]
+Dims = tuple[int, ...]
+Names = Sequence[str]  # an output name each, in the model's order
 _IMAGE_AXES = ("batch", "channels", "height", "width")
 
 
