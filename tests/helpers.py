@@ -18,12 +18,17 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 import lab.config  # noqa: F401  (registers the structured-config schemas every conf/<group>/*.yaml extends)
+from lab import extensions
 from warm_python import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO / "conf"
 TRAIN_SCRIPT = REPO / "scripts" / "train.py"
 PYTHON = sys.executable
+
+# The presets' folders, as Hydra searches them: the repository's conf/ first (its preset wins over an extension's of
+# the same name), then each extension's conf/.
+CONF_DIRS = (CONF_DIR, *extensions.conf_dirs())
 
 # Config groups whose options are files in conf/<group>/*.yaml.
 GROUPS = ("task", "data", "model", "optimizer", "scheduler", "precision", "dist", "trainer", "debug", "experiment")
@@ -37,12 +42,19 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "train") ->
 
 def group_options(group: str) -> list[str]:
     """The options of one config group: the option classes lab.config stores in Hydra's ConfigStore (a fork's too)
-    and the presets on disk (a new conf/<group>/x.yaml is picked up)."""
+    and the presets on disk (a new conf/<group>/x.yaml is picked up, an extension's too)."""
     from hydra.core.config_store import ConfigStore
 
     group_node = ConfigStore.instance().repo.get(group, {})
     stored = {name.removesuffix(".yaml") for name, node in group_node.items() if not isinstance(node, dict)}
-    return sorted(stored | {path.stem for path in (CONF_DIR / group).glob("*.yaml")})
+    return sorted(stored | {path.stem for conf in CONF_DIRS for path in (conf / group).glob("*.yaml")})
+
+
+def preset_file(group: str, option: str) -> Path | None:
+    """The YAML of the preset `<group>=<option>` that Hydra composes (CONF_DIRS' order); None for an option class."""
+    return next(
+        (conf / group / f"{option}.yaml" for conf in CONF_DIRS if (conf / group / f"{option}.yaml").is_file()), None
+    )
 
 
 def checkout_files(repo: Path = REPO) -> list[Path]:

@@ -86,28 +86,3 @@ def finished_sweep(outputs_dir) -> Path:
 
     sweep_dir = outputs_dir / "train" / "multirun" / "sweep"
     return made_once(sweep_dir, make)
-
-
-@pytest.fixture(scope="session")
-def prepared_tokens(shared_dir) -> list[str]:
-    """data=tokens on a small corpus (8 KB of Python source), prepared once by scripts/prepare_data.py into several
-    token files: the overrides that train on it."""
-    import sysconfig
-
-    root = shared_dir / "tokens"
-    root.mkdir(exist_ok=True)  # made_once's lock lives next to what it makes
-    overrides = [
-        "data=tokens",
-        f"data.source={root / 'corpus.txt'}",
-        f"data.path={root / 'prepared'}",
-        "data.vocab_size=320",
-        "data.shard_mb=0.003",  # 3 KB of text per token file: windows that span two files
-    ]
-
-    def make() -> None:
-        (root / "corpus.txt").write_text((Path(sysconfig.get_paths()["stdlib"]) / "textwrap.py").read_text()[:8000])
-        proc = run_script("prepare_data.py", *overrides)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-
-    made_once(root / "prepared", make)
-    return overrides

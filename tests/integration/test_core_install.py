@@ -111,8 +111,9 @@ def test_the_core_alone_trains_evaluates_and_exports_pt2(core_python: Path, tmp_
     )
 
 
-# one of each mechanism: an option's `requires` (model=timm, data=* are the same, tested in-process by
-# test_packaging), a sweeper's setup, a launcher whose plugin is missing, an entry config's own check
+# one of each mechanism: an option's `requires` (model=timm and the extensions' options are the same, tested
+# in-process by test_packaging and their tests), a sweeper's setup, a launcher whose plugin is missing, an entry
+# config's own check
 @pytest.mark.parametrize(
     ("script", "args", "extra"),
     [

@@ -30,16 +30,10 @@ QUICK_BENCH_ARGS = {
     "bench/startup.py": ["--repeats", "1"],
     "bench/sharded_checkpoint.py": ["--params", "1e6", "--repeats", "1"],
     "bench/meta_init.py": ["--layers", "1", "--width", "64", "--vocab", "256"],
-    "bench/tokens_loader.py": ["--corpus-mb", "0.2", "--seconds", "0.2", "--repeats", "1"],  # 0.2 MB, 0.2 s a loader
     # its three rows (digits; CIFAR-sized synthetic images, plain and augmented), the synthetic ones on 256 images
     # instead of 2048
     "bench/device_loader.py": ["--epochs", "1", "--repeats", "1", "--rows", "data=digits", *SMALL_SYNTHETIC_ROWS],
     # four runs of a few steps on 4-8 images per class (2 epochs: the second is timed)
-    # 60 small images; shards of 10: peak RSS for 1x and 2x
-    "bench/table_memory.py": shlex.split("--base-mb 0.2 --scales 1,2 --repeats 1"),  # 0.2 and 0.4 MB of CSV
-    "bench/big_data.py": shlex.split(
-        "--images 60 --size 32 --scales 1,2 --repeats 1 --samples-per-shard 10 --batch-size 8"
-    ),
     "bench/finetune.py": shlex.split(
         "--epochs 2 --images-per-class 4 --val-images 4 --source-images 8 --source-epochs 1"
     ),
@@ -152,7 +146,6 @@ SECTIONS_RUN_ELSEWHERE = {
     "## Add your own model, dataset or task": "tests/integration/test_extension.py",
     "## Debugging tools": "tests/integration/test_tools.py",
     "## Fine-tune a pretrained model": "tests/integration/test_finetune.py",  # weights it writes, offline
-    "## Data larger than memory": "tests/integration/test_big_data.py",  # on data it writes
     "## Take the template's later fixes": "tests/integration/test_template_update.py",  # in a fork it makes
 }
 NOT_RUN_AS_WRITTEN = {
@@ -169,20 +162,9 @@ NOT_RUN_AS_WRITTEN = {
     ),
     "python scripts/train.py -m 'experiment=glob(*)' debug=fast": (
         "the CIFAR-10 experiments need their data: the sweep test writes a tiny copy (finetune_folder, which needs an "
-        "image folder and weights, runs in test_finetune.py; bpe_lm, which needs its token files, in test_bpe_lm.py)",
+        "image folder and weights, runs in test_finetune.py; an extension's experiments in its own tests)",
         "tests/integration/test_sweeps.py",
-        "experiment=glob(*,exclude=[finetune_folder,bpe_lm])",
-    ),
-    "python scripts/prepare_data.py experiment=bpe_lm": (
-        "would write the standard library's 4.7 MB of tokens into this work tree's data/: the shared fixture "
-        "prepared_tokens runs the script on a small corpus",
-        "tests/integration/conftest.py",
-        "prepare_data.py",
-    ),
-    "python scripts/train.py experiment=bpe_lm": (
-        "needs the prepare above: the experiment trains on the small prepared corpus, then evaluates and infers",
-        "tests/integration/test_bpe_lm.py",
-        "experiment=bpe_lm",
+        "experiment=glob(*,exclude=[",
     ),
     "python scripts/train.py -m hydra/launcher=slurm hydra.launcher.partition=gpu optimizer.lr=1e-3,3e-3": (
         "needs a SLURM cluster: its config is composed here, the launcher is tested with a fake submitit",

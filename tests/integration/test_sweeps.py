@@ -18,6 +18,7 @@ import pytest
 from optuna.trial import TrialState
 
 from helpers import REPO, readme_commands, script_env
+from lab import extensions
 from lab.sweeps.study_storage import open_storage
 from wandb_reader import find_run_files, read_run
 from warm_python import run_python
@@ -263,11 +264,13 @@ def test_every_experiment_runs_in_one_sweep(tmp_path):
     # the test split's batches (all of them, under bf16 autocast on the CPU) are 3 instead of 10
     _write_tiny_cifar10(tmp_path / "cifar", per_batch=12)
     sweep = tmp_path / "experiments"
+    # finetune_folder needs an image folder and pretrained weights: test_finetune writes both and runs it; an
+    # extension's experiments (its conf/experiment/) are run by its own tests, on the data they write or prepare
+    extensions_experiments = [path.stem for conf in extensions.conf_dirs() for path in conf.glob("experiment/*.yaml")]
+    run_elsewhere = ["finetune_folder", *extensions_experiments]
     proc = _sweep(
         sweep,
-        # finetune_folder needs an image folder and pretrained weights: test_finetune writes both and runs it; bpe_lm
-        # its prepared token files: test_bpe_lm prepares a small corpus and runs it
-        "experiment=glob(*,exclude=[finetune_folder,bpe_lm])",
+        f"experiment=glob(*,exclude=[{','.join(run_elsewhere)}])",
         "debug=fast",
         "logger=none",
         f"data.root={tmp_path / 'cifar'}",  # digits ignores it
@@ -277,7 +280,6 @@ def test_every_experiment_runs_in_one_sweep(tmp_path):
         "data.num_workers=0",
     )
     _ok(proc)
-    run_elsewhere = ("finetune_folder", "bpe_lm")
     experiments = sorted(p.stem for p in (REPO / "conf/experiment").glob("*.yaml") if p.stem not in run_elsewhere)
     assert {"cifar10_fast", "cifar10_resnet18", "digits_mlp"} <= set(experiments)
     rows = _summary_rows(sweep)

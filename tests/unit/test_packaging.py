@@ -59,7 +59,7 @@ def test_the_installed_metadata_knows_the_extras_of_pyproject() -> None:
 def test_an_options_requirements_come_from_an_extra_not_the_core() -> None:
     core = {canonicalize_name(Requirement(line).name) for line in PROJECT["dependencies"]}
     needing = [cls for group in options.groups() for cls in options.options(group).values() if cls.requires]
-    assert {options.option_name(cls) for cls in needing} >= {"timm", "shards", "tokens", "hf", "tensorboard", "mlflow"}
+    assert {options.option_name(cls) for cls in needing} >= {"timm", "tensorboard", "mlflow"}
     for cls in needing:
         for dist in cls.requires:
             assert canonicalize_name(dist) not in core, (cls, dist)
@@ -83,8 +83,6 @@ def without(monkeypatch: pytest.MonkeyPatch):
         (["logger=tensorboard"], ("tensorboard",), "trackers"),
         (["logger=[wandb,mlflow]"], ("mlflow-skinny",), "trackers"),
         (["model=timm", "model.pretrained=false"], ("timm",), "pretrained"),
-        (["data=shards", "data.path=/nowhere"], ("webdataset", "wids"), "data"),
-        (["data=tokens", "data.path=/nowhere", "task=language_model", "model=gpt"], ("tokenizers",), "data"),
     ],
 )
 def test_an_option_whose_extra_is_missing_is_refused_naming_the_extra(without, overrides, hidden, extra) -> None:

@@ -39,7 +39,6 @@ from lab.config.data import (
     MnistConfig,
     SyntheticConfig,
     TextConfig,
-    TokensConfig,
 )
 from lab.config.distributed import DDPConfig, DistConfig, FSDPConfig, NoDistConfig, ProcessGroupConfig
 from lab.config.mistakes import undeclared_keys, unknown_key_message
@@ -119,7 +118,6 @@ __all__ = [
     "TaskConfig",
     "TextConfig",
     "TimmConfig",
-    "TokensConfig",
     "TorchvisionConfig",
     "TrackerConfig",
     "TrainConfig",

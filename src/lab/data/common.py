@@ -132,5 +132,5 @@ def split_indices(labels: torch.Tensor, fraction: float, seed: int) -> tuple[tor
     stratify = bool(counts.min() >= 2 and len(counts) <= min(n_held, len(y) - n_held))
     kept, held = splits.held_out(y, fraction, seed, stratify)
     # sorted so item order follows the source data and does not depend on the shuffling (numpy's sort: torch's
-    # would also allocate the permutation, 8 more bytes a row, for data=hf's tables of millions of rows)
+    # would also allocate the permutation, 8 more bytes a row, for a memory-mapped table of millions of rows)
     return torch.from_numpy(np.sort(kept)), torch.from_numpy(np.sort(held))

@@ -91,7 +91,7 @@ def _split_samples(root: Path, split: str, class_names: list[str]) -> list[tuple
 
 def folder_splits(cfg: ImageFolderConfig, root: Path) -> tuple[list[str], dict[str, list[tuple[str, int]] | None]]:
     """(class names, {"train"/"val"/"test": [(path, class index)], test None without root/test}) of the image folder
-    `root`: what data=image_folder reads and what data=shards' prepare writes into shards, split alike."""
+    `root`: what data=image_folder reads, and what a prepare that converts such a folder reads, split alike."""
     if not (root / "train").is_dir():
         raise ConfigError(f"{root / 'train'} does not exist; expected layout {LAYOUT}")
     pil_mode(cfg.in_channels)  # fail on e.g. in_channels=2 before scanning anything

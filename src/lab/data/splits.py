@@ -33,7 +33,7 @@ def held_out(labels: np.ndarray, fraction: float, seed: int, stratify: bool) -> 
         return permutation[n_held:], permutation[:n_held]
     if n and labels[0] == labels[-1] and (labels == labels[0]).all():
         # one class (a regression's strata): what the general path computes below, without its sort of the labels
-        # and per-class index arrays (data=hf splits tables of hundreds of millions of rows). The class's members
+        # and per-class index arrays (a memory-mapped table may have hundreds of millions of rows). The class's members
         # are 0..n-1 in order, all of its draws go to it (no random tie-break), and its one permutation orders them
         shuffled = rng.permutation(n)
         return shuffled[:n_kept].astype(np.int64), shuffled[n_kept:].astype(np.int64)
@@ -44,8 +44,8 @@ def held_out(labels: np.ndarray, fraction: float, seed: int, stratify: bool) -> 
     kept, held = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
     for members, n_k, n_h in zip(class_members, kept_per_class, held_per_class):
         shuffled = members.take(rng.permutation(len(members)), mode="clip")
-        # array pieces, not Python ints: a list of one int object per sample takes ~40 bytes each (data=hf splits
-        # tables of hundreds of millions of rows)
+        # array pieces, not Python ints: a list of one int object per sample takes ~40 bytes each (a memory-mapped
+        # table may have hundreds of millions of rows)
         kept.append(shuffled[:n_k])
         held.append(shuffled[n_k : n_k + n_h])
     return np.concatenate(kept).astype(np.int64), np.concatenate(held).astype(np.int64)

@@ -1,5 +1,6 @@
 """Text for language modelling: a corpus as token ids (characters or bytes), cut into windows of block_size.
-(A corpus larger than memory, on BPE tokens: lab.data.tokens, whose ids ``encode``/``decode`` here also read.)
+(``encode``/``decode`` also read ids of a byte-level BPE, meta level ``bpe``: a dataset of BPE tokens puts its
+tokenizer's JSON in ``meta``, so a checkpoint encodes prompts without the dataset's files.)
 
 ``data.path`` names any text file; with none, the corpus is Python's own standard-library sources, read in a fixed
 order (real text that every machine has offline). Splits are contiguous parts of the corpus (train first, then val,
@@ -9,6 +10,7 @@ next-token targets, int64 of length block_size. The vocabulary goes into meta; `
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import sysconfig
@@ -107,12 +109,18 @@ def read_corpus(cfg: Any) -> str:
     return text
 
 
-def encode(text: str, meta: Mapping[str, Any]) -> list[int]:
-    """Token ids of `text`; a UserError names the characters the vocabulary lacks. level bpe (data=tokens): the
-    byte-level BPE of meta's ``tokenizer`` JSON, which spells any text."""
-    if meta["level"] == "bpe":
-        from lab.data.tokens import tokenizer_of
+@functools.lru_cache(maxsize=4)
+def tokenizer_of(json: str) -> Any:
+    """The tokenizer a meta's ``tokenizer`` JSON describes (the `tokenizers` library's), built once per JSON."""
+    from tokenizers import Tokenizer
 
+    return Tokenizer.from_str(json)
+
+
+def encode(text: str, meta: Mapping[str, Any]) -> list[int]:
+    """Token ids of `text`; a UserError names the characters the vocabulary lacks. level bpe: the byte-level BPE of
+    meta's ``tokenizer`` JSON, which spells any text."""
+    if meta["level"] == "bpe":
         return tokenizer_of(meta["tokenizer"]).encode(text, add_special_tokens=False).ids
     if meta["level"] == "byte":
         return list(text.encode("utf-8"))
@@ -128,8 +136,6 @@ def encode(text: str, meta: Mapping[str, Any]) -> list[int]:
 
 def decode(ids: Sequence[int], meta: Mapping[str, Any]) -> str:
     if meta["level"] == "bpe":  # a cut UTF-8 sequence (ids that end mid-character) decodes as U+FFFD
-        from lab.data.tokens import tokenizer_of
-
         return tokenizer_of(meta["tokenizer"]).decode(list(ids))
     if meta["level"] == "byte":
         return bytes(ids).decode("utf-8", errors="replace")

@@ -108,7 +108,7 @@ class Parallel:
     def train_sampler(self, dataset: Any, seed: int) -> Sampler[int]:
         """The same shuffle for every strategy: a permutation of (seed + epoch), rank r takes every r-th index.
         So dist=none with batch 64 sees exactly the samples that 2 DDP ranks with batch 32 see together. A dataset
-        with its own order (data=shards: shard by shard, for locality) gives it by its `train_sampler` method."""
+        with its own order (e.g. shard by shard, for locality) gives it by its `train_sampler` method."""
         own = getattr(dataset, "train_sampler", None)
         if own is not None:
             return own(self.rank, self.world_size, seed)

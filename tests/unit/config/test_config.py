@@ -15,22 +15,34 @@ from typing import Any
 
 import pytest
 from hydra.errors import ConfigCompositionException
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
-from helpers import CONF_DIR, GROUPS, PYTHON, REPO, TRAIN_SCRIPT, compose_config, group_options, script_env
+from helpers import CONF_DIR, GROUPS, PYTHON, REPO, TRAIN_SCRIPT, compose_config, group_options, preset_file, script_env
 from lab.config import ConfigError, TrainConfig, options, validate
 
-# Options whose YAML leaves a mandatory value (???) for the user: the override a real run would pass.
+# Options whose YAML leaves a mandatory value (???) for the user: the override a real run would pass. The other
+# options' mandatory keys (an extension's, a fork's) get a value of their own name: required_overrides.
 REQUIRED_OVERRIDES: dict[tuple[str, str], list[str]] = {
     ("data", "image_folder"): ["data.root=/path/to/images"],
     ("data", "csv"): ["data.path=table.csv", "data.target=y"],
-    ("data", "hf"): ["data.path=table-arrow", "data.target=y"],
-    ("data", "shards"): ["data.path=/data/shards"],
-    ("data", "tokens"): ["data.path=prepared-tokens"],
 }
 
+
+def required_overrides(group: str, option: str) -> list[str]:
+    """What a real run of `<group>=<option>` would pass for its mandatory values (???)."""
+    if (group, option) in REQUIRED_OVERRIDES:
+        return REQUIRED_OVERRIDES[(group, option)]
+    cls = options.options(group).get(option)
+    if cls is None:  # a preset (a YAML): its values are written in it
+        return []
+    node = options.package(group, option) or group
+    return [
+        f"{node}.{field.name}={field.name}" for field in cls.__dataclass_fields__.values() if field.default == MISSING
+    ]
+
+
 ALL_OPTIONS = [(group, option) for group in GROUPS for option in group_options(group)]
-PRESETS = [(group, option) for group, option in ALL_OPTIONS if (CONF_DIR / group / f"{option}.yaml").is_file()]
+PRESETS = [(group, option) for group, option in ALL_OPTIONS if preset_file(group, option) is not None]
 # the options chosen by `<group>=<name>` (a tracker is turned on by `logger=<name>`: tests/unit/tracking)
 CLASSES = [(group, name) for group in options.groups() if group in GROUPS for name in options.options(group)]
 
@@ -65,7 +77,7 @@ def test_defaults(compose) -> None:
 
 @pytest.mark.parametrize(("group", "option"), ALL_OPTIONS, ids=[f"{g}={o}" for g, o in ALL_OPTIONS])
 def test_every_option_composes_and_validates(group: str, option: str) -> None:
-    cfg = _compose_readonly((f"{group}={option}", *REQUIRED_OVERRIDES.get((group, option), [])))
+    cfg = _compose_readonly((f"{group}={option}", *required_overrides(group, option)))
     validate(cfg)
     obj = OmegaConf.to_object(cfg)
     assert isinstance(obj, TrainConfig)
@@ -81,9 +93,10 @@ def _yaml_leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 
 
 def _assert_option_applied(cfg: DictConfig, group: str, option: str, skip: frozenset[str] = frozenset()) -> None:
-    """Every value written in conf/<group>/<option>.yaml is what the composed config holds (but `skip`)."""
-    path = CONF_DIR / group / f"{option}.yaml"
-    if not path.is_file():  # an option class: test_every_option_class_defaults_reach_the_composed_config
+    """Every value written in conf/<group>/<option>.yaml (or an extension's) is what the composed config holds (but
+    `skip`)."""
+    path = preset_file(group, option)
+    if path is None:  # an option class: test_every_option_class_defaults_reach_the_composed_config
         return
     is_global = any(line.strip() == "# @package _global_" for line in path.read_text().splitlines()[:3])
     raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
@@ -120,13 +133,13 @@ def test_every_preset_values_reach_the_composed_config(group: str, option: str) 
 @pytest.mark.parametrize(("group", "option"), [pytest.param(g, o, id=f"{g}={o}") for g, o in CLASSES])
 def test_every_option_class_defaults_reach_the_composed_config(group: str, option: str) -> None:
     """``<group>=<name>`` with no YAML: the node is the option class's defaults, typed by it."""
-    cfg = _compose_readonly((f"{group}={option}", *REQUIRED_OVERRIDES.get((group, option), [])))
+    cfg = _compose_readonly((f"{group}={option}", *required_overrides(group, option)))
     cls = options.option_class(group, option)
     node = OmegaConf.select(cfg, options.package(group, option) or group)  # a callback lands in callbacks.<name>
     assert OmegaConf.get_type(node) is cls
     expected = OmegaConf.to_container(OmegaConf.structured(cls), resolve=False)
     actual = OmegaConf.to_container(node, resolve=False)
-    for key in {k for override in REQUIRED_OVERRIDES.get((group, option), []) for k in [override.split("=")[0]]}:
+    for key in {k for override in required_overrides(group, option) for k in [override.split("=")[0]]}:
         actual.pop(key.split(".", 1)[1]), expected.pop(key.split(".", 1)[1])
     assert actual == expected
 

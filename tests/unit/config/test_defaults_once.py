@@ -20,7 +20,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from helpers import CONF_DIR
+from helpers import CONF_DIR, CONF_DIRS
 from hydra_plugins.lab_sweepers.config import OptunaSweeperConf
 from lab.config import PLAIN_OPTIONS, SCHEMAS, TrainConfig, options
 
@@ -169,26 +169,34 @@ def dead_defaults(conf_dir: Path) -> list[str]:
     return problems
 
 
-# --------------------------------------------------------------------------- the shipped conf/
-@pytest.mark.parametrize("rel", _yaml_files(CONF_DIR))
+# --------------------------------------------------------------------------- the shipped conf/ (and the extensions')
+def _copy_of_the_presets(conf: Path) -> Path:
+    """One folder holding conf/ and every extension's presets, conf/'s winning (as on Hydra's search path). A preset
+    in it hides an extension's own of the same name, so rewriting the copy changes what composes."""
+    for folder in reversed(CONF_DIRS):
+        shutil.copytree(folder, conf, dirs_exist_ok=True)
+    return conf
+
+
+@pytest.mark.parametrize("rel", sorted({rel for folder in CONF_DIRS for rel in _yaml_files(folder)}))
 def test_no_yaml_value_repeats_a_default(rel: str, tmp_path: Path) -> None:
-    conf = tmp_path / "conf"  # the YAML is rewritten while checking: never in the repository's conf/
-    shutil.copytree(CONF_DIR, conf)
+    conf = _copy_of_the_presets(tmp_path / "conf")  # the YAML is rewritten while checking: never where it lives
     assert repeats(conf, rel) == [], "these values are the defaults already; remove them from the YAML"
 
 
-def test_no_schema_default_is_replaced_by_every_yaml() -> None:
-    assert dead_defaults(CONF_DIR) == []
+def test_no_schema_default_is_replaced_by_every_yaml(tmp_path: Path) -> None:
+    assert dead_defaults(_copy_of_the_presets(tmp_path / "conf")) == []
 
 
-def test_every_group_yaml_is_a_preset_that_holds_values() -> None:
+def test_every_group_yaml_is_a_preset_that_holds_values(tmp_path: Path) -> None:
     """The rule's premise: a group option's YAML extends an option or a schema holding its defaults (Hydra's own
     hydra/ node aside), and holds at least one value (an option with nothing to change is its class: no YAML)."""
-    presets = [rel for rel in _yaml_files(CONF_DIR) if "/" in rel and _package(CONF_DIR, rel) != "_global_"]
+    conf = _copy_of_the_presets(tmp_path / "conf")
+    presets = [rel for rel in _yaml_files(conf) if "/" in rel and _package(conf, rel) != "_global_"]
     assert "model/resnet18.yaml" in presets  # the files are found
-    lacking = [rel for rel in presets if rel != "hydra/default.yaml" and not _extends_an_option(CONF_DIR, rel)]
+    lacking = [rel for rel in presets if rel != "hydra/default.yaml" and not _extends_an_option(conf, rel)]
     assert lacking == []
-    assert [rel for rel in presets if not _body(CONF_DIR, rel)] == []
+    assert [rel for rel in presets if not _body(conf, rel)] == []
 
 
 # --------------------------------------------------------------------------- the checks can fail

@@ -108,6 +108,15 @@ def test_digits_config_mismatch_raises(overrides: dict, key: str) -> None:
         build(data_cfg(**overrides))
 
 
+def test_a_dataset_read_as_its_files_are_has_nothing_to_prepare_or_verify() -> None:
+    """scripts/prepare_data.py calls the option's prepare() (--verify: verify()): refused in one line by the options
+    without prepared files, which read their files as they are."""
+    cfg = options.instantiate("data", {"name": "digits"})
+    for step in (cfg.prepare, cfg.verify):
+        with pytest.raises(ConfigError, match=r"^data=digits reads its files as they are: nothing to prepare; [^\n]+$"):
+            step()
+
+
 def test_meta_survives_weights_only_load(digits: DataModule, tmp_path: Path) -> None:
     torch.save({"meta": digits.meta}, tmp_path / "m.pt")
     assert torch.load(tmp_path / "m.pt", weights_only=True)["meta"] == digits.meta

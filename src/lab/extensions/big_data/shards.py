@@ -5,7 +5,7 @@ A shard is a plain tar of ``<key>.<ext>`` members, one sample per key (``000042.
 ``.npy``): any tar tool reads it, webdataset's and wids' readers too. ``scripts/prepare_data.py data=shards`` writes
 an image folder's splits (the same as data=image_folder's) into ``<split>-NNNNNN.tar`` shards of
 ``data.samples_per_shard`` samples, keeping each image's file bytes as they are, plus one index per split,
-``<split>.json`` (wids' shard list: each shard's name and sample count) and the manifest (lab.data.prepared).
+``<split>.json`` (wids' shard list: each shard's name and sample count) and the manifest (prepared.py).
 :func:`write_shards` writes any other samples (tensors) the same way.
 
 Reading: wids' ``IndexedTarSamples`` memory-maps a shard and indexes its members by a scan of the tar headers, so
@@ -35,11 +35,11 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset, Sampler
 
-from lab.config.data import ShardsConfig
-from lab.data import prepared
 from lab.data.common import DataModule, resolve_num_classes
 from lab.data.folder import folder_splits, image_pipeline
 from lab.errors import ConfigError, UserError
+from lab.extensions.big_data import prepared
+from lab.extensions.big_data.options import ShardsConfig
 
 log = logging.getLogger(__name__)
 
@@ -410,7 +410,7 @@ def prepare_tensors(
     if len(shapes) != 1:
         raise UserError(f"tensor samples must share one shape, got {sorted(shapes)}")
     preparer = prepared.Preparer(
-        out, KIND, {"samples_per_shard": per_shard}, source, f"lab.data.shards.prepare_tensors({str(out)!r}, ...)"
+        out, KIND, {"samples_per_shard": per_shard}, source, f"{__name__}.prepare_tensors({str(out)!r}, ...)"
     )
     info: dict[str, Any] = {"sample": "tensor", "class_names": class_names, "input_shape": list(shapes.pop())}
     info["splits"] = {

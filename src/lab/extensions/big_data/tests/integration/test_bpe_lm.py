@@ -1,6 +1,12 @@
 """data=tokens through the language-model workflows, in process: train on the shared prepared token files, then eval
 and infer from the checkpoint alone (its data_meta holds the tokenizer): the numbers eval reproduces, the prompt
-infer continues."""
+infer continues.
+
+The page's (README.md here) GPT commands, each checked on a small corpus instead of the standard library's 4.7 MB of
+tokens written into this work tree's data/:
+    python scripts/prepare_data.py experiment=bpe_lm   the fixture prepared_tokens (tests/conftest.py) runs the script
+    python scripts/train.py experiment=bpe_lm          the training below (a tiny GPT), then eval and infer
+"""
 
 from __future__ import annotations
 

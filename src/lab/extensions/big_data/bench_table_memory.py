@@ -16,8 +16,8 @@ kernel drops under memory pressure, shared by every process mapping it), and the
 child's start (imports, in the parent). Then, on the 1x table, samples/s of one loader epoch (no model) on
 data=hf against data=csv (the whole table in memory as tensors), and the ratio.
 
-    python bench/table_memory.py                          # 20, 100, 200 MB
-    python bench/table_memory.py --base-mb 50 --scales 1,4 --batch-size 512
+    python -m lab.extensions.big_data.bench_table_memory                  # 20, 100, 200 MB
+    python -m lab.extensions.big_data.bench_table_memory --base-mb 50 --scales 1,4 --batch-size 512
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ import pyarrow.csv as pcsv
 import torch
 from torch.utils.data import DistributedSampler
 
-import lab.data.hf  # noqa: F401  (datasets and pyarrow imported once, in the parent the children fork from)
-from lab.config.data import CsvConfig, HfConfig
+import lab.extensions.big_data.hf  # noqa: F401  (datasets and pyarrow imported once, in the parent the children fork from)
+from lab.config.data import CsvConfig
 from lab.data import make_loader
+from lab.extensions.big_data.options import HfConfig
 
 FEATURES = 8
 CHUNK_ROWS = 20_000  # rows generated at a time: the CSV lands within ~2 MB of its size

@@ -3,7 +3,7 @@
 data.path is either a folder ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk`` wrote, or one
 ``scripts/prepare_data.py data=hf data.source=big.csv data.path=<folder>`` converted a CSV into
 (:func:`prepare`: the CSV streamed block by block into ``data-00000.arrow``, ``data-00001.arrow``... of
-data.rows_per_part rows each, Arrow IPC streams that ``datasets.Dataset.from_file`` maps, and lab.data.prepared's
+data.rows_per_part rows each, Arrow IPC streams that ``datasets.Dataset.from_file`` maps, and prepared.py's
 manifest). Nothing is loaded whole: the split, the train statistics and the checks read the table in batches of
 rows, and training reads its batches with one gather each (``__getitems__``, through numpy views of the mapped
 columns), so memory follows the batch size and the row count (the split's row numbers, the epoch's permutation:
@@ -33,10 +33,10 @@ import pyarrow.csv as pcsv
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from lab.data import prepared
 from lab.data.common import DataModule, split_indices, train_val_test
 from lab.data.tabular import _natural
 from lab.errors import ConfigError, UserError
+from lab.extensions.big_data import prepared
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ STATS_ROWS = 65_536  # rows per batch of the statistics and checks pass: a few M
 # background reader's queue): 1 MB blocks bound that to ~32 MB of text whatever the file's size (8 MB blocks: 256 MB)
 CSV_BLOCK = 1 << 20
 # rows per record batch written: the parsed blocks' small batches are joined (a bounded copy) so that a part holds a
-# few large batches; a training batch's rows then fall in few of them (lab.data.hf.MappedColumns gathers per batch)
+# few large batches; a training batch's rows then fall in few of them (MappedColumns gathers per batch)
 WRITE_ROWS = 131_072
 VAL_SPLITS = ("validation", "val", "valid")
 SAVED_MARKERS = ("dataset_dict.json", "state.json")  # what save_to_disk writes (a DatasetDict, a Dataset)

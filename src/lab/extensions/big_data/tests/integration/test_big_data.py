@@ -1,19 +1,30 @@
-"""The README's *Data larger than memory* section end to end, as a user runs it (on an image folder the test writes):
-prepare_data.py, a run, --verify; a run with loader workers and random augmentation killed by SIGKILL mid-epoch,
-then resumed: the same weights as a run never interrupted; shards on a server."""
+"""The page's (README.md here) first commands end to end, as a user runs them (on an image folder and a CSV the test
+writes): prepare_data.py, a run, --verify; a run with loader workers and random augmentation killed by SIGKILL
+mid-epoch, then resumed: the same weights as a run never interrupted; shards on a server."""
 
 from __future__ import annotations
 
 import json
 import re
 import shlex
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from helpers import REPO, plugins_env, run_script
+from helpers import plugins_env, run_script
+
+PAGE = Path(__file__).resolve().parents[2] / "README.md"
+# the page's first sh block, line by line (tests/integration/test_readme.py: each is quoted by a test of this folder)
+SHOWN = [
+    "python scripts/prepare_data.py data=shards data.source=/data/images data.path=/data/images-shards",
+    "python scripts/train.py data=shards data.path=/data/images-shards data.num_workers=8",
+    "python scripts/prepare_data.py data=shards data.path=/data/images-shards --verify",
+    "python scripts/prepare_data.py data=hf data.source=/data/big.csv data.path=/data/big-arrow",
+    "python scripts/train.py data=hf data.source=/data/big.csv data.path=/data/big-arrow data.target=price task=regression model=mlp",  # noqa: E501
+]
 
 
 def write_images(root):
@@ -26,17 +37,17 @@ def write_images(root):
     return root
 
 
-def readme_section_commands() -> list[str]:
-    """The commands of the README's *Data larger than memory* sh block."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("## Data larger than memory") :]
-    block = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
-    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+def page_commands() -> list[str]:
+    """The commands of the page's first sh block."""
+    block = re.search(r"```sh\n(.*?)```", PAGE.read_text(), flags=re.S).group(1)
+    commands = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands == SHOWN
+    return commands
 
 
 @pytest.fixture(scope="module")
 def prepared_shards(tmp_path_factory):
-    """The README's commands as written, on data of this test's (an image folder, a CSV): prepare, train (a short
+    """The page's commands as written, on data of this test's (an image folder, a CSV): prepare, train (a short
     run), verify. Returns the image folder and its shards."""
     root = tmp_path_factory.mktemp("big_data")
     images, shards = write_images(root / "images"), root / "shards"
@@ -50,7 +61,7 @@ def prepared_shards(tmp_path_factory):
         "data=shards": ["data.image_size=8", "data.batch_size=4", "model=mlp", "data.samples_per_shard=4"],
         "data=hf": ["data.batch_size=16", "data.rows_per_part=64"],
     }
-    for n, command in enumerate(readme_section_commands()):
+    for n, command in enumerate(page_commands()):
         for placeholder, path in places.items():
             command = command.replace(placeholder, str(path))
         args = [a.replace("data.num_workers=8", "data.num_workers=2") for a in shlex.split(command)]  # 2 cores
@@ -110,8 +121,8 @@ def test_shards_on_a_server_are_fetched_once_into_the_cache_and_checked(tmp_path
     import threading
 
     from lab.config import options
-    from lab.data import shards
     from lab.errors import UserError
+    from lab.extensions.big_data import shards
 
     served = tmp_path / "served"
     samples = [(np.full((2,), i, dtype=np.float32), i % 2) for i in range(12)]

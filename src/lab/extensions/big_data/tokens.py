@@ -16,7 +16,7 @@ Prepare (``python scripts/prepare_data.py data=tokens data.source=<file or folde
   core).
   A shard's pieces are known from the text alone, so a resumed prepare reads past the shards written before without
   encoding them.
-- ``manifest.json`` (lab.data.prepared): the shards, their token counts, the dtype, the vocabulary size and the
+- ``manifest.json`` (prepared.py): the shards, their token counts, the dtype, the vocabulary size and the
   tokenizer's JSON (which training puts in ``meta``, so a checkpoint can encode prompts without this folder).
 
 Train: train/val/test are contiguous parts of the token stream (train first; the fractions are cut here, not at
@@ -43,10 +43,10 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from lab.data import prepared
 from lab.data.common import DataModule
 from lab.data.text import UNDECODED, warn_undecoded
 from lab.errors import ConfigError
+from lab.extensions.big_data import prepared
 
 log = logging.getLogger(__name__)
 
@@ -178,14 +178,6 @@ def train_tokenizer(pieces: Iterable[str], vocab_size: int) -> Any:
     )
     tokenizer.train_from_iterator(pieces, trainer)
     return tokenizer
-
-
-@functools.lru_cache(maxsize=4)
-def tokenizer_of(json: str) -> Any:
-    """The tokenizer a meta's ``tokenizer`` JSON describes, built once per JSON."""
-    from tokenizers import Tokenizer
-
-    return Tokenizer.from_str(json)
 
 
 def _batched(items: Iterable[Any], n: int) -> Iterator[list[Any]]:

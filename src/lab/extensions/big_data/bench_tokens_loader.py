@@ -2,13 +2,14 @@
 memory as one tensor): the training loader's throughput at the same block and batch size, and what the prepare costs.
 
 One process, one temp folder: a corpus of --corpus-mb MB of real text (Python sources of the standard library, in
-sorted order) is written, prepared once (``lab.data.tokens.prepare``: the BPE trained, the corpus encoded into
+sorted order) is written, prepared once (``tokens.prepare`` here: the BPE trained, the corpus encoded into
 uint16 files) and timed; then the two training loaders (``lab.data.make_loader``, as training builds them: shuffled,
 full batches, the resumable sampler) are drawn from in turns, --seconds each, --repeats times, so machine noise hits
 both. Prints tokens/s (best of the repeats and the median) and the same in characters of text per second (a BPE token
 stands for several characters, a char token for one), the ratios tokens / text, and the prepare's seconds per MB.
 
-    python bench/tokens_loader.py [--corpus-mb 20] [--seconds 2] [--repeats 3] [--workers 0] [--block-size 128]
+    python -m lab.extensions.big_data.bench_tokens_loader [--corpus-mb 20] [--seconds 2] [--repeats 3] [--workers 0]
+                                                          [--block-size 128]
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from pathlib import Path
 
 import torch
 
-from lab.config import TextConfig, TokensConfig
-from lab.data import make_loader, tokens
-from lab.data.tokens import MB
+from lab.config import TextConfig
+from lab.data import make_loader
+from lab.extensions.big_data import tokens
+from lab.extensions.big_data.options import TokensConfig
+from lab.extensions.big_data.tokens import MB
 
 
 def write_corpus(path: Path, size: float) -> int:

@@ -1,8 +1,9 @@
-"""data=hf (lab.data.hf): a save_to_disk folder and a prepared CSV give data=csv's rows; prepare resumes where it was
+"""data=hf (hf.py): a save_to_disk folder and a prepared CSV give data=csv's rows; prepare resumes where it was
 interrupted; a partial, stale or damaged folder and a wrong schema are refused in one line."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import pickle
 import shutil
@@ -14,10 +15,10 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from helpers import REPO, load_file
-from lab.config.data import CsvConfig, HfConfig
-from lab.data import hf
+from lab.config.data import CsvConfig
 from lab.errors import ConfigError, UserError
+from lab.extensions.big_data import hf
+from lab.extensions.big_data.options import HfConfig
 
 ROWS, PART_ROWS = 3000, 700  # 5 parts, the last one short
 
@@ -241,10 +242,10 @@ def test_prepare_refuses_what_it_cannot_convert(table, tmp_path: Path, monkeypat
 
 
 def test_the_memory_bench_measures_its_work_in_a_forked_child(tmp_path: Path, monkeypatch) -> None:
-    """bench/table_memory.py (minutes at its sizes, README): its CSV, and a prepare and an epoch each measured in a
-    child process of its own (a fork: no new interpreter)."""
+    """bench_table_memory.py (minutes at its sizes, README.md here): its CSV, and a prepare and an epoch each measured
+    in a child process of its own (a fork: no new interpreter)."""
     monkeypatch.setenv("TQDM_DISABLE", "1")  # what the bench sets, undone after the test
-    bench = load_file(REPO / "bench" / "table_memory.py")
+    bench = importlib.import_module("lab.extensions.big_data.bench_table_memory")
     rows = bench.write_csv(tmp_path / "t.csv", 0.3)
     assert 0.3e6 <= (tmp_path / "t.csv").stat().st_size < 0.5e6
     prepared = bench.in_child(bench.prepare, tmp_path / "t.csv", tmp_path / "arrow")

@@ -1,7 +1,7 @@
 """data=shards against the same images held in memory, and what its memory does as the data grows.
 
 One process, one temp folder of PNG images (random pixels: they compress about as badly as photos):
-  1. prepare: `scripts/prepare_data.py data=shards`'s work (lab.data.shards.prepare), seconds per GB.
+  1. prepare: `scripts/prepare_data.py data=shards`'s work (shards.prepare here), seconds per GB.
   2. samples/s of the training loader (decode + data.augment's random resized crop and flip, batches collated),
      0 and 2 workers, over three stores of the same images: their encoded bytes in a Python list (in memory: the
      baseline), the image folder's files (data=image_folder), the shards (data=shards); best of --repeats epochs,
@@ -11,8 +11,8 @@ One process, one temp folder of PNG images (random pixels: they compress about a
      data size is the goal (shards are memory-mapped; only data.open_shards of them are mapped at a time). Run
      before the loaders above fill this process (a forked child starts from its parent's RSS).
 
-    python bench/big_data.py [--images 2000] [--size 128] [--workers 0,2] [--scales 1,5,10] [--repeats 2]
-                             [--batch-size 64] [--samples-per-shard 100]
+    python -m lab.extensions.big_data.bench_big_data [--images 2000] [--size 128] [--workers 0,2]
+                             [--scales 1,5,10] [--repeats 2] [--batch-size 64] [--samples-per-shard 100]
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from torch.utils.data import Dataset
 
 from lab import data
 from lab.config import options
-from lab.data import folder, prepared, shards
+from lab.data import folder
 from lab.distributed.parallel import Parallel
+from lab.extensions.big_data import prepared, shards
 
 
 def write_images(root: Path, count: int, size: int) -> None:

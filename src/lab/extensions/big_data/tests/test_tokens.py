@@ -1,4 +1,4 @@
-"""data=tokens (lab.data.tokens): a BPE tokenizer and token files prepared from a small corpus written into tmp_path,
+"""data=tokens (tokens.py): a BPE tokenizer and token files prepared from a small corpus written into tmp_path,
 read back as memory-mapped windows; the refusals of a partial, stale or damaged folder; a resumed prepare."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from lab.config import ConfigError, TokensConfig
-from lab.data import tokens
-from lab.data.text import decode, encode
+from lab.config import ConfigError
+from lab.data.text import decode, encode, tokenizer_of
 from lab.errors import UserError
+from lab.extensions.big_data import tokens
+from lab.extensions.big_data.options import TokensConfig
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # the unicode line: multi-byte characters the byte-level BPE must split into bytes and join again
@@ -63,7 +64,7 @@ def test_windows_are_the_tokenizers_encoding_of_the_corpus(prepared, corpus):
     info = manifest["info"]
     assert meta["level"] == "bpe" and meta["vocab_size"] == info["vocab_size"] <= 400
     assert info["dtype"] == "uint16" and len(info["files"]) >= 3  # several token files
-    assert (folder / tokens.TOKENIZER).read_text() and tokens.tokenizer_of(meta["tokenizer"]).get_vocab_size() == 400
+    assert (folder / tokens.TOKENIZER).read_text() and tokenizer_of(meta["tokenizer"]).get_vocab_size() == 400
     ids = expected_ids(corpus, meta)
     stream = np.concatenate([np.fromfile(folder / name, dtype=np.uint16) for name in info["files"]])
     assert stream.tolist() == ids and info["tokens"] == len(ids)
@@ -172,7 +173,7 @@ def test_ids_round_trip_through_the_meta_and_the_dtype_follows_the_vocabulary(pr
 
 
 def test_pieces_are_cut_where_the_encoding_does_not_change(prepared, corpus):
-    tokenizer = tokens.tokenizer_of(prepared.build().meta["tokenizer"])
+    tokenizer = tokenizer_of(prepared.build().meta["tokenizer"])
     text = (corpus / "a.txt").read_text()
     pieces = list(tokens.read_pieces([corpus / "a.txt"], size=500))
     assert len(pieces) > 20 and "".join(pieces) == text
