@@ -18,6 +18,9 @@ class ExtensionPresets(SearchPathPlugin):
     brings it, and a preset of the repository's conf/ of the same name wins."""
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+        from lab import config
+
+        config.register()  # the options of a module imported before lab.config (see register), before composing
         for folder in extensions.conf_dirs():
             search_path.append(provider=f"lab-{folder.parent.name}", path=f"file://{folder}")
 

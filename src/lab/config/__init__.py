@@ -144,24 +144,34 @@ PLAIN_OPTIONS = {
 EMPTY_OPTIONS = (("logger", "none"),)
 
 
+_STORED: set[type] = set()  # the option classes register() has stored
+
+
 def register() -> None:
     """Store the entry schemas at the root of Hydra's ConfigStore (a schema is not an option to choose) and every
     option in its group, a fork's and the extensions' too: each module of this package, and each extension's
-    ``options`` module (lab.extensions), is imported first."""
+    ``options`` module (lab.extensions), is imported first.
+
+    It runs when this package is imported, and again, for the options not stored yet, when Hydra builds its config
+    search path (hydra_plugins/lab_sweepers/extensions.py): an extension's options module imported first imports
+    this package halfway through its own body, so its classes exist only after this first call."""
     for module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{module.name}")
     extensions.modules("options")
     cs = ConfigStore.instance()
-    for name, schema in SCHEMAS.items():
-        cs.store(name=name, node=schema)
-    for (group, name), schema in PLAIN_OPTIONS.items():
-        cs.store(group=group, name=name, node=schema)
-    for group, name in EMPTY_OPTIONS:
-        cs.store(group=group, name=name, node={})
+    if not _STORED:
+        for name, schema in SCHEMAS.items():
+            cs.store(name=name, node=schema)
+        for (group, name), schema in PLAIN_OPTIONS.items():
+            cs.store(group=group, name=name, node=schema)
+        for group, name in EMPTY_OPTIONS:
+            cs.store(group=group, name=name, node={})
     for group in options.groups():
         for name, option in options.options(group).items():
-            stored_group, node = option.stored_as(name)
-            cs.store(group=stored_group, name=name, node=node, package=options.package(group, name))
+            if option not in _STORED:
+                stored_group, node = option.stored_as(name)
+                cs.store(group=stored_group, name=name, node=node, package=options.package(group, name))
+                _STORED.add(option)
 
 
 def validate(cfg: DictConfig) -> None:
