@@ -11,6 +11,7 @@ import pytest
 from omegaconf import DictConfig
 
 from helpers import REPO, compose_config
+from lab import extras
 from tiers import PROCESS_STARTERS, is_integration, refuser
 
 ComposeFn = Callable[..., DictConfig]
@@ -85,3 +86,14 @@ def compose() -> ComposeFn:
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture
+def without(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """``without(*dists)``: pretend those distributions are not installed (what `make install EXTRAS=` leaves out)."""
+
+    def hide(*dists: str) -> None:
+        real = extras.installed
+        monkeypatch.setattr(extras, "installed", lambda dist: dist not in dists and real(dist))
+
+    return hide

@@ -5,7 +5,7 @@ over the file. The files read, first one wins per variable: `.env` in the curren
 of the checkout the code runs from. `NO_DOTENV=1` skips both (tests that need an environment of their own). `.env`
 is git-ignored: credentials stay out of commits. No torch import (start-up speed).
 
-Only the trackers' variables are loaded: `WANDB_*` (wandb's own; TensorBoard and CSV take none), never wandb's
+Only the trackers' variables are loaded: `WANDB_*` (wandb's own; CSV takes none), never wandb's
 internal `WANDB_X_*`/`WANDB__*` settings. A `.env` lies in whatever directory the command runs from, and any other
 variable could change what runs: `PYTHONPATH` or `LD_PRELOAD` would load code into this process and the tracker's
 child process. Other keys are ignored with one line naming them; set those in the shell.

@@ -5,8 +5,8 @@ pyproject.toml declares the dependencies once: the core, and an extra per concer
 ``requires`` (lab.config.options.Option); choosing it without them installed is refused while the config is
 checked, before anything is written, with the extra that brings them:
 
-    logger=tensorboard needs tensorboard, which is not installed: make install EXTRAS=trackers (or pip install -c
-    requirements.txt -e '.[trackers]')
+    model=timm needs timm, which is not installed: make install EXTRAS=pretrained (or pip install -c
+    requirements.txt -e '.[pretrained]')
 
 The extras are read from the installed project's metadata (its Requires-Dist lines), so this module holds no copy
 of pyproject.toml's lists. Standard library only: imported while composing, before torch.
@@ -91,7 +91,7 @@ def install_hint(dists: Iterable[str]) -> str:
 
 
 def require(what: str, dists: Iterable[str], instead: str = "") -> None:
-    """Refuse `what` (e.g. "logger=tensorboard") unless every distribution it needs is installed; `instead`: a
+    """Refuse `what` (e.g. "model=timm") unless every distribution it needs is installed; `instead`: a
     choice that needs none of them."""
     missing = [dist for dist in dists if not installed(dist)]
     if missing:

@@ -182,16 +182,6 @@ NOT_RUN_AS_WRITTEN = {
         "tests/integration/test_sweeps.py",
         "hydra.sweeper.heartbeat_interval",
     ),
-    "python scripts/train.py logger=mlflow": (
-        "would write the MLflow store into this work tree's outputs/mlflow/: the test trains with it in its own dir",
-        "tests/integration/test_trackers.py",
-        "logger=mlflow",
-    ),
-    "mlflow ui --backend-store-uri sqlite:///outputs/mlflow/mlflow.db": (
-        "a web server (full mlflow package): the test reads the same store with MLflow's client",
-        "tests/integration/test_trackers.py",
-        "MlflowClient",
-    ),
     "make rename NAME=myproject": ("rewrites this repository", "tests/integration/test_rename.py", "rename.py"),
     "python bench/gpu_throughput.py": (
         "needs a GPU: its --tiny CPU run is tested",

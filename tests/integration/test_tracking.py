@@ -13,7 +13,6 @@ import time
 
 import pytest
 from omegaconf import OmegaConf
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from helpers import REPO, script_env
 from wandb_reader import find_run_files, read_run
@@ -168,7 +167,7 @@ def test_online_without_credentials_falls_back_to_offline_quickly(tmp_path):
 def test_a_resume_appends_to_its_records_and_overwrite_starts_them_afresh(tmp_path):
     env = _isolated_env(tmp_path)
     run_dir = tmp_path / "run"
-    small = ["model=mlp", "trainer.log_every_n_steps=5", "logger=[tensorboard,csv]", f"hydra.run.dir={run_dir}"]
+    small = ["model=mlp", "trainer.log_every_n_steps=5", "logger=csv", f"hydra.run.dir={run_dir}"]
     _python("scripts/train.py", *small, "trainer.max_epochs=1", env=env)
     with open(run_dir / "metrics.jsonl", "a") as jsonl, open(run_dir / "csv/metrics.csv", "a") as rows:
         jsonl.write('{"step": 99, "train/lo')  # the process was killed mid-write
@@ -178,20 +177,17 @@ def test_a_resume_appends_to_its_records_and_overwrite_starts_them_afresh(tmp_pa
     assert (proc.stdout + proc.stderr).count("dropped a last line cut short") == 2
     steps = _steps(run_dir)
     assert steps[0] == steps[1] == [5, 10, 15, 19, 19, 20, 25, 30, 35, 38, 38]  # one run, continued
-    assert steps[2] == [5, 10, 15, 20, 25, 30, 35]  # TensorBoard: both attempts' event files, one run
     assert sorted(p.name for p in (run_dir / "provenance").iterdir()) == ["attempt-2", "env.json", "git.diff"]
 
     _python("scripts/train.py", *small, "trainer.max_epochs=1", "overwrite=true", env=env)
-    assert _steps(run_dir) == ([5, 10, 15, 19, 19], [5, 10, 15, 19, 19], [5, 10, 15])  # the new run alone
+    assert _steps(run_dir) == ([5, 10, 15, 19, 19], [5, 10, 15, 19, 19])  # the new run alone
     assert sorted(p.name for p in (run_dir / "provenance").iterdir()) == ["env.json", "git.diff"]
 
 
 def _steps(run_dir):
-    """Steps of metrics.jsonl, csv/metrics.csv (every line read back whole) and TensorBoard's train/loss."""
+    """Steps of metrics.jsonl and csv/metrics.csv (every line read back whole)."""
     local = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     with open(run_dir / "csv/metrics.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert all(None not in row for row in rows)  # no row longer than the header: nothing glued on
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
-    events.Reload()
-    return local, [int(row["step"]) for row in rows], [e.step for e in events.Scalars("train/loss")]
+    return local, [int(row["step"]) for row in rows]

@@ -59,29 +59,16 @@ def test_the_installed_metadata_knows_the_extras_of_pyproject() -> None:
 def test_an_options_requirements_come_from_an_extra_not_the_core() -> None:
     core = {canonicalize_name(Requirement(line).name) for line in PROJECT["dependencies"]}
     needing = [cls for group in options.groups() for cls in options.options(group).values() if cls.requires]
-    assert {options.option_name(cls) for cls in needing} >= {"timm", "tensorboard", "mlflow"}
+    assert {options.option_name(cls) for cls in needing} >= {"timm"}
     for cls in needing:
         for dist in cls.requires:
             assert canonicalize_name(dist) not in core, (cls, dist)
             assert extras.extra_of(dist), f"{cls.__name__} requires {dist}, which no extra of pyproject.toml brings"
 
 
-@pytest.fixture
-def without(monkeypatch: pytest.MonkeyPatch):
-    """Pretend distributions are not installed (what `make install EXTRAS=` leaves out)."""
-
-    def hide(*dists: str) -> None:
-        real = extras.installed
-        monkeypatch.setattr(extras, "installed", lambda dist: dist not in dists and real(dist))
-
-    return hide
-
-
 @pytest.mark.parametrize(
     ("overrides", "hidden", "extra"),
     [
-        (["logger=tensorboard"], ("tensorboard",), "trackers"),
-        (["logger=[wandb,mlflow]"], ("mlflow-skinny",), "trackers"),
         (["model=timm", "model.pretrained=false"], ("timm",), "pretrained"),
     ],
 )
@@ -92,16 +79,11 @@ def test_an_option_whose_extra_is_missing_is_refused_naming_the_extra(without, o
     with pytest.raises(ConfigError) as caught:
         validate(cfg)
     message = str(caught.value)
-    what = re.match(r"(\w+)=(\w+) needs ", message)  # the option chosen: logger=mlflow, model=timm, ...
+    what = re.match(r"(\w+)=(\w+) needs ", message)  # the option chosen: model=timm, data=shards, ...
     assert what is not None and what.group(2) in overrides[0] and f" needs {hidden[0]}" in message, message
     # the fix keeps the extras already installed (`make install EXTRAS=` is the whole choice)
     assert re.search(rf"make install EXTRAS=\S*\b{extra}\b", message) and f"-e '.[{extra}]'" in message, message
     assert "dev" in message.split("EXTRAS=")[1].split(" ")[0].split(","), message
-
-
-def test_a_tracker_turned_off_needs_nothing(without) -> None:
-    without("tensorboard")
-    validate(compose_config(["logger=csv"]))  # every tracker has its settings node; only those turned on are checked
 
 
 def test_onnx_export_and_inference_need_the_export_extra(without) -> None:

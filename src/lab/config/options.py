@@ -99,7 +99,7 @@ class Option:
         """Refuse this option, naming the extra to install, when a distribution of ``requires`` is missing."""
         if self.requires:
             name = option_name(type(self)) or type(self).__name__
-            group, _ = self.stored_as(name)  # what the command line says: model=timm, logger=mlflow
+            group, _ = self.stored_as(name)  # what the command line says: model=timm, logger=<name>
             extras.require(f"{group}={name}", self.requires)
 
     def __post_init__(self) -> None:

@@ -1,5 +1,6 @@
 """The `logger` node: which trackers record a run, and each tracker's settings. One option per tracker backend
-(lab.config.options), in the `tracker` kind; the shipped `mlflow`, in short:
+(lab.config.options), in the `tracker` kind, in a module of src/lab/config/ or an extension's options.py
+(lab.extensions); in short:
 
     @dataclass
     class AimConfig(TrackerConfig):        # the tracker `aim`: its name is the class's, written once
@@ -26,11 +27,9 @@ module imports no torch (and no tracker): an option's ``backend()`` imports its 
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -94,19 +93,6 @@ class WandbConfig(TrackerConfig):
 
 
 @dataclass
-class TensorboardConfig(TrackerConfig):
-    """TensorBoard (lab.tracking.tensorboard_backend): event files in <run dir>/tensorboard/ (`tensorboard --logdir
-    outputs`): the metrics as scalars, the resolved config, git commit and final summary as text."""
-
-    requires = ("tensorboard",)
-
-    def backend(self) -> type[Backend]:
-        from lab.tracking.tensorboard_backend import TensorBoardBackend
-
-        return TensorBoardBackend
-
-
-@dataclass
 class CsvTrackerConfig(TrackerConfig, name="csv"):  # `CsvConfig` is the data option `data=csv`
     """Plain files (lab.tracking.csv_backend): <run dir>/csv/metrics.csv (one row per event; a column per metric,
     added as metrics appear) and csv/config.yaml (the resolved config with the git commit)."""
@@ -117,66 +103,16 @@ class CsvTrackerConfig(TrackerConfig, name="csv"):  # `CsvConfig` is the data op
         return CsvBackend
 
 
-# MLflow's tracking stores by URI scheme (mlflow.tracking._tracking_service.utils): a path or file: (the file
-# store), a database (sqlite: the local default; a driver may follow: postgresql+psycopg2), a server, Databricks
-MLFLOW_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
-
-
-def mlflow_uri_problem(uri: str) -> str | None:
-    """Why `uri` is not an MLflow tracking URI this template can use (None: it is). A plain path is a file store."""
-    scheme = uri.partition(":")[0].partition("+")[0].lower() if re.match(r"^[A-Za-z][\w+.-]*:", uri) else ""
-    if len(scheme) == 1:  # a Windows drive letter (C:\\runs): a path
-        scheme = ""
-    if scheme and scheme not in MLFLOW_SCHEMES:
-        return (
-            f"{scheme}: is not a tracking URI scheme MLflow knows; use sqlite:///<path>/mlflow.db (a local store), "
-            "http(s)://<host>:<port> (an MLflow server), postgresql|mysql|mssql://... (a database) or databricks"
-        )
-    if scheme in ("http", "https") and not urlparse(uri).hostname:
-        return f"{uri} names no host; write it as {scheme}://<host>:<port>"
-    if scheme == "sqlite" and not uri.startswith("sqlite:///"):
-        return "a SQLite URI has three slashes before its path: sqlite:///relative/mlflow.db, sqlite:////absolute.db"
-    return None
-
-
-@dataclass
-class MlflowConfig(TrackerConfig):
-    """MLflow (lab.tracking.mlflow_backend): one MLflow run per job in a store every run shares, by default a SQLite
-    database under `paths.outputs` (`mlflow ui --backend-store-uri sqlite:///outputs/mlflow/mlflow.db` compares them
-    all), or a tracking server. MLFLOW_TRACKING_URI / MLFLOW_EXPERIMENT_NAME are honoured when the keys are null."""
-
-    # mlflow-skinny: the client without the UI's server; its SQLite store needs sqlalchemy and alembic, undeclared
-    requires = ("mlflow-skinny", "sqlalchemy", "alembic")
-
-    # null: $MLFLOW_TRACKING_URI, else sqlite:///<paths.outputs>/mlflow/mlflow.db (artifacts beside it in artifacts/)
-    tracking_uri: str | None = None
-    experiment: str | None = None  # null: $MLFLOW_EXPERIMENT_NAME, else "lab" (wandb's default project)
-    timeout: float = 10.0  # seconds for a tracking server to answer before the run is refused
-
-    def __post_init__(self) -> None:
-        if self.tracking_uri:
-            problem = mlflow_uri_problem(self.tracking_uri)
-            _require(problem is None, f"{self.key_of('tracking_uri')}={self.tracking_uri!r}: {problem}")
-        _require(self.experiment != "", f"{self.key_of('experiment')} is empty: name an experiment, or null")
-        _require(self.timeout > 0, f"{self.key_of('timeout')} must be > 0, got {self.timeout}")
-
-    def backend(self) -> type[Backend]:
-        from lab.tracking.mlflow_backend import MlflowBackend
-
-        return MlflowBackend
-
-
 # --------------------------------------------------------------------------- the logger node
 @dataclass
 class LoggerConfig:
     """What every tracker shares. The run dir's metrics.jsonl / summary.json / provenance/ are written whatever is
     chosen. The composed node is :func:`logger_schema`: this plus `logger.<name>` per tracker."""
 
-    # {tracker: on}, a key per registered tracker: logger=wandb (default) | tensorboard | csv | mlflow | none, a list
+    # {tracker: on}, a key per registered tracker: logger=wandb (default) | csv | <another tracker> | none, a list
     # of them (logger=[wandb,csv]), or logger.backends.<name>=true|false on top of what is chosen
     backends: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(trackers(), False))
     log_checkpoints: str = "none"  # none | best | last: keep that checkpoint with the run (wandb: a model artifact)
-    # (mlflow: the artifact checkpoints/<best|last>.pt)
     # a tracker that is slow to start (wandb: ~1 s of Python) runs in a child process, using another core. false: in
     # this process (e.g. to call wandb.log or use wandb.run from your own code)
     child_process: bool = True

@@ -1,4 +1,4 @@
-"""What a run records: the chosen trackers (wandb, offline without credentials; TensorBoard; CSV files) mirrored
+"""What a run records: the chosen trackers (wandb, offline without credentials; CSV files; an extension's) mirrored
 to metrics.jsonl / summary.json in the run dir (``tracker``, one class per tracker in ``backends`` and its
 modules), and where the run came from: git commit, diff, versions (``provenance``)."""
 

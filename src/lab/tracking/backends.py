@@ -4,10 +4,9 @@ A :class:`Backend` is created and started by the Tracker on rank 0 only, with th
 resolved config, the git provenance, names, the run dir and the tracker's own settings. It then receives every
 metric event, the summary, files to attach and checkpoints, and is finished once with the run's status. Only `start`
 and `log` must do something; the rest are optional (`check`, a classmethod, refuses bad settings before the run
-writes anything). Each backend lives in its own module, imported only when chosen (wandb, TensorBoard and MLflow
-are slow imports). A tracker is its option in lab.config (a ``TrackerConfig`` subclass in a module of
-src/lab/config/, whose ``backend()`` returns the class) plus that class: nothing else names it
-(lab.config.trackers).
+writes anything). Each backend lives in its own module, imported only when chosen (wandb's is a slow import). A
+tracker is its option (a ``TrackerConfig`` subclass in a module of src/lab/config/ or in an extension's options.py,
+whose ``backend()`` returns the class) plus that class: nothing else names it (lab.config.trackers).
 """
 
 from __future__ import annotations
@@ -74,7 +73,7 @@ class Backend:
     @classmethod
     def check(cls, run: RunInfo) -> None:
         """Refuse what cannot work (`run.settings`: its settings) before anything is written, as a UserError naming
-        the problem and the fix (mlflow: a bad tracking URI, a server that does not answer). Called by the Tracker
+        the problem and the fix (a bad tracking URI, a server that does not answer). Called by the Tracker
         in the training process: no slow imports here."""
 
     def start(self) -> None:

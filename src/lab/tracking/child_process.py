@@ -1,4 +1,5 @@
-"""Trackers run in a child Python process (wandb, MLflow), so that their start and per-event work use another core.
+"""Trackers slow to start (wandb) run in a child Python process, so that their start and per-event work use another
+core.
 
 wandb's import and `wandb.init` are about 1 s of Python that holds the GIL: started in a thread, they slow the data
 and model set-up beside them by as much; in a child process they run beside it, and the first optimizer step comes
@@ -208,8 +209,8 @@ def _answer(answers: Connection, kind: str, payload: Any) -> None:
 
 
 def serve(requests: Connection, answers: Connection) -> None:
-    """Run the calls that arrive until the parent closes the pipe: one backend per tracker name (logger=[wandb,mlflow]:
-    two), each the latest started under its name. A record the parent did not finish (it was killed, or crashed
+    """Run the calls that arrive until the parent closes the pipe: one backend per tracker name (two slow ones
+    chosen: two), each the latest started under its name. A record the parent did not finish (it was killed, or crashed
     hard) is finished as failed, with all it got."""
     from lab.tracking import backends
 

@@ -7,7 +7,7 @@ commit, untracked files included (a model added as new files, the README's way, 
 files were recorded, which were hashed and which were left out) and `git.diff`: `git diff HEAD` followed by the
 untracked, not-ignored files the run can import or compose (`.py` and `.yaml` under src/, conf/, scripts/) as
 new-file patches, so `git checkout <commit> && git apply git.diff` makes the code the run ran. git.diff is uploaded
-with the run (wandb, MLflow), so nothing that looks like a credential goes in: a file with a credential's name or
+with the run (wandb), so nothing that looks like a credential goes in: a file with a credential's name or
 content (private keys, provider tokens, `password = ...`) is named only, and so is a tracked file's change that
 adds one. Any other untracked file is named with its SHA-256; recorded files are capped (each and in total);
 links, larger files and other runs' files are named. A run continued in its own dir records each further start in

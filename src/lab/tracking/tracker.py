@@ -1,4 +1,4 @@
-"""Run records: the chosen trackers (wandb, TensorBoard, CSV, MLflow: `logger.backends`) plus a local mirror in the
+"""Run records: the chosen trackers (wandb, CSV, an extension's: `logger.backends`) plus a local mirror in the
 run directory, behind one small interface.
 
 Every workflow (train, eval, export, infer) does `start()`, `log(metrics, step)`, `summary(values)`, `finish()`
@@ -7,10 +7,10 @@ Every workflow (train, eval, export, infer) does `start()`, `log(metrics, step)`
 (:mod:`lab.tracking.backends`), imported only when chosen, getting the resolved config, the git commit and every
 metric. One run per file: a run that continues in its own run dir (a resume) passes `continuing=True` and its
 files are appended to (a last line cut short by a killed attempt dropped first), and `resume_id` (the wandb run id
-it had) so that wandb continues that run (MLflow finds its run's id in the run dir); any other run starts its files
-afresh. A tracker's bad settings (an MLflow server that does not answer) are refused before anything is written. A
-tracker that stops mid-run (its child process was killed) is named in one warning and the run goes on with the
-others and metrics.jsonl.
+it had) so that wandb continues that run (a tracker may keep its record's id in the run dir); any other run starts
+its files afresh. A tracker's bad settings (a tracking server that does not answer) are refused before anything is
+written. A tracker that stops mid-run (its child process was killed) is named in one warning and the run goes on with
+the others and metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class Tracker:
 
     def start(self, background: bool = False) -> Tracker:
         """Open the run's records and start the chosen trackers. `background=True` starts them in a thread
-        (TensorBoard's import; wandb's start when it runs in this process, logger.child_process=false, else its child
+        (a slow import; wandb's start when it runs in this process, logger.child_process=false, else its child
         does it) while the caller goes on building the data and the model; the first use of the trackers waits."""
         self._started = time.monotonic()
         if not self.is_writer:

@@ -38,8 +38,8 @@ from urllib.parse import unquote, urlparse
 
 import yaml
 
-from lab.config.trackers import mlflow_uri_problem
 from lab.errors import UserError
+from lab.extensions.trackers.options import mlflow_uri_problem
 from lab.files import write_json
 from lab.tracking.backends import Backend, RunInfo, number, plain, writing
 

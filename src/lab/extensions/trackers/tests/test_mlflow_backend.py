@@ -1,4 +1,4 @@
-"""The MLflow tracker (lab.tracking.mlflow_backend), read back with MLflow's own client: the config as params, the git
+"""The MLflow tracker (mlflow_backend), read back with MLflow's own client: the config as params, the git
 commit as tags, metrics at their steps, artifacts, the summary and the status; a resume continuing the same MLflow
 run (its id in <run dir>/mlflow/run.json) without a step twice; a new run in the dir, a new MLflow run; where the
 store is (the key, $MLFLOW_TRACKING_URI, the shared SQLite default); bad input refused before anything is written."""
@@ -17,11 +17,12 @@ from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
 from lab.config import validate
-from lab.config.trackers import MlflowConfig, WandbConfig, logger_config
+from lab.config.trackers import WandbConfig, logger_config
 from lab.errors import ConfigError, UserError
+from lab.extensions.trackers.mlflow_backend import MlflowBackend, flatten, mlflow_name, tracking_uri
+from lab.extensions.trackers.options import MlflowConfig
 from lab.tracking import Tracker, child_process
 from lab.tracking.backends import RunInfo
-from lab.tracking.mlflow_backend import MlflowBackend, flatten, mlflow_name, tracking_uri
 from wandb_reader import find_run_files, read_run
 
 # SQLAlchemy 2.1 deprecates a loader option MLflow's store uses (MLflow's matter; the backend silences it itself)
