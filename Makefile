@@ -69,9 +69,11 @@ drop:  ## remove an extension you do not need, as `rm -r` of its folder would: m
 	rm -r "$(EXTENSIONS)/$(EXT)"
 	@echo "dropped $(EXT): its options, code, presets, tests and page (git status shows it; git checkout brings it back)"
 
+# the tools extension's command: once it is dropped, the target says so and fails nothing (CI runs it)
 .PHONY: doctor
 doctor: $(STAMP)  ## check the environment: versions, GPUs (a matmul each), bf16/TF32, disk, wandb mode, packages
-	$(PY) scripts/doctor.py $(ARGS)
+	$(if $(wildcard $(EXTENSIONS)/tools),$(PY) -m lab.extensions.tools.doctor $(ARGS),@echo "make doctor: the tools \
+	extension was dropped ($(EXTENSIONS)/tools is gone): nothing to check; git checkout brings it back")
 
 .PHONY: rename
 rename:  ## rename the package for your fork: make rename NAME=myproject (needs a clean git tree; reinstalls .venv)

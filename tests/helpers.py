@@ -79,6 +79,18 @@ def readme_commands(page: Path = REPO / "README.md") -> list[str]:
     return list(dict.fromkeys(line for line in lines if line.startswith(("python ", "make train "))))
 
 
+def shell_block_commands(page: Path = REPO / "README.md") -> list[tuple[str, str]]:
+    """(section heading, command) for every line of every ```sh block of a page (its comment left out): what
+    test_readme does not run as written, and the tests that run them do."""
+    text = page.read_text()
+    found = []
+    for block in re.finditer(r"```sh\n(.*?)```", text, flags=re.S):
+        start = text.rfind("\n## ", 0, block.start()) + 1
+        section = text[start : text.index("\n", start)]
+        found += [(section, line.split("  #")[0].strip()) for line in block.group(1).splitlines() if line.strip()]
+    return found
+
+
 def load_file(path: Path) -> ModuleType:
     """A script or bench file (not a package module) imported as a module named by its stem, kept in sys.modules
     while it runs (dataclasses look their module up there)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, doc_pages, readme_commands, script_env
+from helpers import REPO, doc_pages, readme_commands, script_env, shell_block_commands
 from warm_python import run_python
 
 pytestmark = pytest.mark.slow
@@ -144,7 +143,7 @@ def test_readme_command_runs(command, tmp_path, request):
 SECTIONS_RUN_ELSEWHERE = {
     "## Install": "tests/unit/test_packaging.py",  # make install reinstalls .venv; docker and apptainer are not here
     "## Add your own model, dataset or task": "tests/integration/test_extension.py",
-    "## Debugging tools": "tests/integration/test_tools.py",
+    "## Debugging tools": "tests/integration/test_profiler_commands.py",
     "## Fine-tune a pretrained model": "tests/integration/test_finetune.py",  # weights it writes, offline
     "## Take the template's later fixes": "tests/integration/test_template_update.py",  # in a fork it makes
 }
@@ -194,17 +193,6 @@ NOT_RUN_AS_WRITTEN = {
         "int8_report",
     ),
 }
-
-
-def shell_block_commands(page: Path = REPO / "README.md") -> list[tuple[str, str]]:
-    """(section heading, command) for every line of every ```sh block of a page."""
-    text = page.read_text()
-    found = []
-    for block in re.finditer(r"```sh\n(.*?)```", text, flags=re.S):
-        start = text.rfind("\n## ", 0, block.start()) + 1
-        section = text[start : text.index("\n", start)]
-        found += [(section, line.split("  #")[0].strip()) for line in block.group(1).splitlines() if line.strip()]
-    return found
 
 
 def test_every_shell_block_command_is_checked():

@@ -43,8 +43,8 @@ TABLE_FILE = "profile_table.txt"
 CATEGORIES: dict[str, tuple[str, str]] = {
     "data": (
         "data wait",
-        "the step waits for batches: measure loader settings with `python scripts/bench_data.py` "
-        "(data.num_workers, data.persistent_workers), lighten __getitem__, or keep a small dataset on the device",
+        "the step waits for batches: try more loader workers (data.num_workers, data.persistent_workers), "
+        "lighten __getitem__, or keep a small dataset on the device",
     ),
     "copy": (
         "host-device copies",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.tools.bench_data import Row, Setting, default_workers, grid, recommend, recommendation_line, run
+from lab.extensions.tools.loader_bench import Row, Setting, default_workers, grid, recommend, recommendation_line, run
 
 
 def test_the_grid_tries_pinning_only_on_cuda_and_persistence_only_with_workers() -> None:

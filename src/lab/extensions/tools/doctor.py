@@ -1,4 +1,4 @@
-"""Environment doctor: is this machine ready to train? `python scripts/doctor.py` (or `make doctor`).
+"""Environment doctor: is this machine ready to train? `python -m lab.extensions.tools.doctor` (or `make doctor`).
 
 One row per check (ok / warn / FAIL) and, for every failure, the fix; exit status 1 when something is broken.
 Checks: Python; torch, its CUDA build, cuDNN and NCCL; the NVIDIA driver (nvidia-smi) against the build (a CPU-only
@@ -9,6 +9,7 @@ why; installed packages against requirements.txt. torch is imported by the torch
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.metadata
 import os
@@ -20,8 +21,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from lab import extras
-from lab.tools.doctor_checks import INSTALL_FIX, MIN_PYTHON, Check, fail, ok, warn
-from lab.tools.torch_checks import check_cuda, check_gpus, check_precision, import_torch, nvidia_smi
+from lab.extensions.tools.doctor_checks import INSTALL_FIX, MIN_PYTHON, Check, fail, ok, warn
+from lab.extensions.tools.torch_checks import check_cuda, check_gpus, check_precision, import_torch, nvidia_smi
+
+REPO = Path(__file__).resolve().parents[4]  # src/lab/extensions/tools/doctor.py -> the repository
 
 
 # --------------------------------------------------------------------------- python, packages
@@ -245,3 +248,24 @@ def report(rows: list[Check]) -> tuple[str, int]:
     else:
         lines += ["", "all checks passed"]
     return "\n".join(lines), 1 if failures else 0
+
+
+# --------------------------------------------------------------------------- the command
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m lab.extensions.tools.doctor",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--outputs", type=Path, default=REPO / "outputs", help="where runs are written (disk check)")
+    parser.add_argument("--requirements", type=Path, default=REPO / "requirements.txt")
+    parser.add_argument("--min-free-gb", type=float, default=1.0, help="less free disk than this fails (GiB)")
+    args = parser.parse_args()
+    rows = list(run_checks(args.outputs, args.requirements, args.min_free_gb))
+    text, status = report(rows)
+    print(text)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,7 +10,7 @@ import subprocess
 import time
 from types import ModuleType
 
-from lab.tools.doctor_checks import INSTALL_FIX, Check, fail, ok, warn
+from lab.extensions.tools.doctor_checks import INSTALL_FIX, Check, fail, ok, warn
 
 CUDA_WHEELS = "https://download.pytorch.org/whl/cu126"  # any CUDA wheel index whose CUDA the driver supports
 

@@ -15,9 +15,9 @@ from PIL import Image
 from torch import nn
 
 from lab.errors import UserError
+from lab.extensions.tools import lr_find
+from lab.extensions.tools.lr_find import Options, Result, exponential_lrs, range_test, suggest
 from lab.tasks import BaseTask
-from lab.tools import lr_find
-from lab.tools.lr_find import Options, Result, exponential_lrs, range_test, suggest
 
 
 def synthetic_curve(lrs: list[float], center: float, blow_up: float) -> list[float]:

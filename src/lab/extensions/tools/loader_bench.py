@@ -1,7 +1,7 @@
 """DataLoader tuning: samples/s of the training loader over a grid of ``num_workers`` x ``pin_memory`` x
-``persistent_workers`` (x ``batch_size``), without a model.
+``persistent_workers`` (x ``batch_size``), without a model: the code of the command (bench_data here).
 
-    python scripts/bench_data.py [train overrides: data=..., data.*=..., experiment=...] [--workers 0,2,4]
+    python -m lab.extensions.tools.bench_data [train overrides: data=..., data.*=..., experiment=...] [--workers 0,2,4]
 
 Each setting builds the loader training builds (``lab.data.make_loader``: the same sampler, worker seeding and
 drop_last) and walks it the way the trainer does (``EpochLoader``: a fresh iterator per epoch, so worker start-up

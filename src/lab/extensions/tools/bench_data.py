@@ -1,10 +1,10 @@
 """DataLoader tuning, model-free:
 
-    python scripts/bench_data.py [train overrides] [--workers 0,2,4] [--batch-sizes 64,128]
+    python -m lab.extensions.tools.bench_data [train overrides] [--workers 0,2,4] [--batch-sizes 64,128]
 
 Composes the train config (every train override works: `data=cifar10 data.root=...`, `experiment=char_lm`), then
 measures samples/s of the training loader over num_workers x pin_memory (CUDA only) x persistent_workers
-(x batch sizes), prints the table and the line of overrides to train with (lab.tools.bench_data). Writes nothing.
+(x batch sizes), prints the table and the line of overrides to train with (loader_bench). Writes nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 
 from lab import cli
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[4] / "conf"  # src/lab/extensions/tools/ -> the repository's conf/
 
 
 def _ints(text: str) -> list[int]:
@@ -30,7 +30,11 @@ def _ints(text: str) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m lab.extensions.tools.bench_data",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--workers", type=_ints, help="num_workers values (default: 0 and 2, 4, 8 up to the CPUs)")
     parser.add_argument("--batch-sizes", type=_ints, help="batch sizes (default: data.batch_size)")
     parser.add_argument(
@@ -55,9 +59,9 @@ def main() -> None:
         from lab.config import validate
 
         validate(cfg)
-        from lab.tools import bench_data  # torch: only once the config is known to be good
+        from lab.extensions.tools import loader_bench  # torch: only once the config is known to be good
 
-        bench_data.run(
+        loader_bench.run(
             cfg,
             workers=args.workers,
             batch_sizes=args.batch_sizes,

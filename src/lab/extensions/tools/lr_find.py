@@ -1,31 +1,42 @@
 """LR range test (Smith 2015, fastai's lr_find): train a *copy* of the model for a few steps while the learning
 rate grows exponentially, stop once the loss diverges, suggest the LR where the loss falls fastest.
 
-    python scripts/lr_find.py [train overrides ...] [--start-lr 1e-7] [--end-lr 10] [--steps 100]
+    python -m lab.extensions.tools.lr_find [train overrides ...] [--start-lr 1e-7] [--end-lr 10] [--steps 100]
+
+Every train override works (`experiment=char_lm`, `model=mlp optimizer=sgd`, `data.batch_size=128`...). The sweep
+stops when the smoothed loss exceeds --diverge times its best. The run dir (outputs/lr_find/<stamp>/) gets
+lr_find.png (loss vs LR, the suggestion marked) and lr_find.json; the suggested LR and the override that sets it
+are printed.
 
 :func:`range_test` is the method: a deep copy of the model and a fresh optimizer of the configured kind, so the
 model and optimizer it is given are untouched (and the global RNG streams too). :func:`run` is the command: the
 train config's data, task, model, optimizer, precision and gradient clipping, results in the run dir
-(``lr_find.json``, ``lr_find.png``) and the Tracker.
+(``lr_find.json``, ``lr_find.png``) and the Tracker. torch is imported only once the config is checked, so `--help`
+and `--cfg job` stay fast.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import itertools
 import logging
 import math
+import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import hydra
 import numpy as np
+from omegaconf import DictConfig
 
+from lab import cli
 from lab.errors import UserError
 from lab.files import write_json
 
-if TYPE_CHECKING:  # torch is imported where it is used: scripts/lr_find.py checks its flags (Options) without it
+if TYPE_CHECKING:  # torch is imported where it is used: the command checks its flags (Options) without it
     import torch
     from torch import nn
 
@@ -291,3 +302,62 @@ def _report(result: Result, run_dir: Path, configured: float) -> None:
         print(f"suggested lr: {result.suggestion:.2e} (steepest descent of the loss; configured {configured:.2e})")
         print(f"use: optimizer.lr={result.suggestion:.2e}")
     print(f"lr_find: {run_dir / PLOT_FILE}  {run_dir / JSON_FILE}")
+
+
+HELP = {
+    "start_lr": "first LR of the sweep",
+    "end_lr": "last LR of the sweep",
+    "steps": "batches (optimizer steps) at most",
+    "diverge": "stop once the smoothed loss exceeds this many times its best",
+    "smoothing": "factor of the loss's exponential moving average (0 = none)",
+}
+
+
+def parse_options(argv: list[str]) -> tuple[Options, list[str]]:
+    """The tool's --flags (defaults: Options) and the rest of the command line, Hydra's."""
+    parser = argparse.ArgumentParser(
+        prog="python -m lab.extensions.tools.lr_find",
+        usage="python -m lab.extensions.tools.lr_find [train overrides ...] [--start-lr LR] [--end-lr LR] "
+        "[--steps N] ...",
+        add_help=False,
+        allow_abbrev=False,
+    )
+    for field in fields(Options):
+        flag = "--" + field.name.replace("_", "-")
+        parser.add_argument(flag, dest=field.name, type=type(field.default), default=argparse.SUPPRESS,
+                            help=f"{HELP[field.name]} (default {field.default:g})")  # fmt: skip
+    if {"-h", "--help"} & set(argv):
+        print(parser.format_help())  # then Hydra's help: the train overrides
+    ours, rest, tokens = [], [], iter(argv)
+    flags = {"--" + field.name.replace("_", "-") for field in fields(Options)}
+    for token in tokens:  # Hydra's arguments keep their order (`--cfg job`, `-m a=1,2`)
+        if token.split("=", 1)[0] in flags:
+            ours += [token] if "=" in token else [token, next(tokens, "")]
+        else:
+            rest.append(token)
+    return Options(**vars(parser.parse_args(ours))), rest
+
+
+OPTIONS = Options()
+
+
+@hydra.main(config_path=str(Path(__file__).resolve().parents[4] / "conf"), config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from lab.config import validate
+
+    with cli.user_errors():
+        validate(cfg)
+        return run(cfg, HydraConfig.get().runtime.output_dir, OPTIONS).suggestion
+
+
+if __name__ == "__main__":
+    try:
+        OPTIONS, hydra_args = parse_options(sys.argv[1:])
+    except UserError as err:
+        sys.exit(f"error: {err}")
+    if not any(arg.startswith("task_name=") for arg in hydra_args):
+        hydra_args.append("task_name=lr_find")  # run dirs under outputs/lr_find/
+    sys.argv = [sys.argv[0], *hydra_args]
+    cli.main(main, "lr_find")

@@ -1,5 +1,5 @@
-"""The debugging tools as a user runs them: every command of the README's "Debugging tools" section (shortened), and
-the doctor failing on a broken environment."""
+"""The debugging tools as a user runs them: every command of this extension's page (shortened), the doctor failing on
+a broken environment, and the doctor in a core install naming the extras left out."""
 
 from __future__ import annotations
 
@@ -11,39 +11,52 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PYTHON, REPO, run_script
+from helpers import PYTHON, REPO, script_env, shell_block_commands
+from warm_python import run_python
 
 pytestmark = pytest.mark.slow
 
-# what shortens each tool's run: the test checks that it works, not its figures
-SHORTER = {
-    "bench_data.py": ["--epochs", "1", "--batches", "5"],
-    "lr_find.py": ["--steps", "15"],
-    "train.py": [],
+HERE = Path(__file__).resolve().parents[2]  # the extension's folder
+# The page's commands, as it shows them, and what shortens each run (the test checks that it works, not its figures)
+BENCH, LR = ["--epochs", "1", "--batches", "5"], ["--steps", "15"]
+COMMANDS = {
+    "make doctor": [],
+    "python -m lab.extensions.tools.bench_data data=digits": BENCH,
+    # a smaller corpus: the same code path
+    "python -m lab.extensions.tools.bench_data experiment=char_lm --workers 0,2 --batch-sizes 32,64": [
+        *BENCH,
+        "data.max_chars=20000",
+    ],
+    "python -m lab.extensions.tools.lr_find": LR,
+    "python -m lab.extensions.tools.lr_find experiment=diabetes_regression optimizer=sgd --steps 200": LR,
 }
 
 
-def section_commands() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    section = text.split("## Debugging tools\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
-    return [line.split("  #")[0].strip() for block in blocks for line in block.splitlines() if line.strip()]
+def test_the_page_shows_these_commands() -> None:
+    assert [command for _, command in shell_block_commands(HERE / "README.md")] == list(COMMANDS)
 
 
-def test_the_section_shows_each_tool() -> None:
-    commands = section_commands()
-    for tool in ("make doctor", "scripts/bench_data.py", "scripts/lr_find.py", "debug=profile"):
-        assert any(tool in command for command in commands), tool
+def tool(name: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -m lab.extensions.tools.<name> <args>` as its module's file, run in a fork of the warm interpreter
+    (tests/warm_python.py) the way `-m` runs it: a cold start would import torch again for each command."""
+    return run_python([str(HERE / f"{name}.py"), *args], cwd=REPO, env=script_env(), timeout=300)
 
 
-@pytest.mark.parametrize("command", section_commands())
-def test_readme_debugging_command(command: str, tmp_path: Path) -> None:
+def doctor(*args: str, python: Path | str = PYTHON, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """`python -m lab.extensions.tools.doctor`, in an interpreter of its own (`python`: a core install's)."""
+    command = [str(python), "-m", "lab.extensions.tools.doctor", *args]
+    return subprocess.run(command, cwd=cwd, env=script_env(), capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_page_command(command: str, tmp_path: Path) -> None:
     if command == "make doctor":
         # --no-print-directory: under `make test` this is a nested make, which would print directory lines
         dry = ["make", "--no-print-directory", "-n", "doctor"]
         dry = subprocess.run(dry, cwd=REPO, capture_output=True, text=True, timeout=60)
-        assert dry.returncode == 0 and dry.stdout.strip().endswith("scripts/doctor.py"), dry.stdout + dry.stderr
-        proc = run_script("doctor.py")
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        assert dry.stdout.strip().endswith("-m lab.extensions.tools.doctor"), dry.stdout
+        proc = tool("doctor")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         for check in ("python", "support", "torch", "bf16", "tf32", "wandb", "packages"):
             assert re.search(rf"^ok\s+{check}\s", proc.stdout, flags=re.M), (check, proc.stdout)
@@ -54,17 +67,12 @@ def test_readme_debugging_command(command: str, tmp_path: Path) -> None:
         assert proc.stdout.rstrip().endswith("all checks passed")
         return
     args = shlex.split(command)
-    assert args[0] == "python" and args[1].startswith("scripts/"), command
-    script = args[1].removeprefix("scripts/")
-    extra = [*SHORTER[script], f"hydra.run.dir={tmp_path}"]
-    if "experiment=char_lm" in args:
-        extra.append("data.max_chars=20000")  # a smaller corpus: the same code path
-    proc = run_script(script, *args[2:], *extra)
+    assert args[:2] == ["python", "-m"], command
+    name = args[2].rpartition(".")[2]
+    proc = tool(name, *args[3:], *COMMANDS[command], f"hydra.run.dir={tmp_path}")
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{command}\n{output[-4000:]}"
-    {"bench_data.py": bench_data_ran, "lr_find.py": lr_find_ran, "train.py": profile_ran}[script](
-        proc.stdout, tmp_path, args
-    )
+    {"bench_data": bench_data_ran, "lr_find": lr_find_ran}[name](proc.stdout, tmp_path, args)
 
 
 def bench_data_ran(stdout: str, run_dir: Path, args: list[str]) -> None:
@@ -87,34 +95,18 @@ def lr_find_ran(stdout: str, run_dir: Path, args: list[str]) -> None:
         assert list(run_dir.glob("wandb/offline-run-*/files/lr_find.png")), sorted(run_dir.rglob("*"))
 
 
-def profile_ran(stdout: str, run_dir: Path, args: list[str]) -> None:
-    trace, table = run_dir / "profile_trace.json", run_dir / "profile_table.txt"
-    assert trace.is_file(), "no profile_trace.json: is lab.training.profiling.StepProfiler wired into the trainer?"
-    events = json.loads(trace.read_text())["traceEvents"]
-    steps = {event["name"] for event in events if event.get("name", "").startswith("ProfilerStep#")}
-    active = next((int(a.split("=")[1]) for a in args if a.startswith("trainer.profile.active=")), 3)
-    assert len(steps) == active
-    assert (
-        table.read_text().startswith("profile: bottleneck ") and "top operators by self CPU time" in table.read_text()
-    )
-    log = (run_dir / "train.log").read_text()
-    assert re.search(r"profile: bottleneck .+ \| data wait \d+%", log)
-    assert list(run_dir.glob("wandb/offline-run-*/files/profile_table.txt"))
-
-
 def test_the_doctor_fails_on_a_broken_environment_naming_the_fixes(tmp_path: Path) -> None:
     requirements = tmp_path / "requirements.txt"
     requirements.write_text("torch>=2.4\nno-such-package-here>=1.0\nnumpy<1.0\n")
-    proc = subprocess.run(
-        [PYTHON, "scripts/doctor.py", f"--requirements={requirements}", "--min-free-gb=1e9"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = doctor(f"--requirements={requirements}", "--min-free-gb=1e9")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     out = proc.stdout
     assert re.search(r"^FAIL\s+package no-such-package-here\s+not installed", out, flags=re.M)
     assert re.search(r"^FAIL\s+package numpy\s+\S+ installed, wants numpy<1.0", out, flags=re.M)
     assert re.search(r"^FAIL\s+disk\s", out, flags=re.M)
     assert "3 problem(s):" in out and "make install" in out and "make clean" in out
+
+
+def test_the_doctor_of_a_core_install_names_the_extras_left_out(core_python: Path, tmp_path: Path) -> None:
+    proc = doctor(python=core_python, cwd=tmp_path)
+    assert "extras    not installed: data, dev, export, pretrained, slurm, sweeps, trackers" in proc.stdout, proc.stdout

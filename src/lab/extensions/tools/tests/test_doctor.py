@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lab.tools import doctor, torch_checks
+from lab.extensions.tools import doctor, torch_checks
 
 Usage = namedtuple("Usage", "total used free")
 GIB = 2**30
