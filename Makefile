@@ -69,11 +69,13 @@ drop:  ## remove an extension you do not need, as `rm -r` of its folder would: m
 	rm -r "$(EXTENSIONS)/$(EXT)"
 	@echo "dropped $(EXT): its options, code, presets, tests and page (git status shows it; git checkout brings it back)"
 
-# the tools extension's command: once it is dropped, the target says so and fails nothing (CI runs it)
+# The environment doctor is an extension's command (`<extension>/doctor.py`, run as a module), found like the rest of
+# an extension: without one (dropped), the target says so and fails nothing (CI runs it)
+DOCTOR := $(subst /,.,$(patsubst src/%.py,%,$(firstword $(wildcard $(EXTENSIONS)/*/doctor.py))))
 .PHONY: doctor
 doctor: $(STAMP)  ## check the environment: versions, GPUs (a matmul each), bf16/TF32, disk, wandb mode, packages
-	$(if $(wildcard $(EXTENSIONS)/tools),$(PY) -m lab.extensions.tools.doctor $(ARGS),@echo "make doctor: the tools \
-	extension was dropped ($(EXTENSIONS)/tools is gone): nothing to check; git checkout brings it back")
+	$(if $(DOCTOR),$(PY) -m $(DOCTOR) $(ARGS),@echo "make doctor: no extension here brings the environment doctor \
+	($(EXTENSIONS)/<name>/doctor.py; the tools extension was dropped?): nothing to check")
 
 .PHONY: rename
 rename:  ## rename the package for your fork: make rename NAME=myproject (needs a clean git tree; reinstalls .venv)
