@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
-from pathlib import Path
+import subprocess
+import venv
+from pathlib import Path, PurePosixPath
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from helpers import Run, made_once, run_script
+from lab import extras
 
 
 @pytest.fixture
@@ -86,3 +92,58 @@ def finished_sweep(outputs_dir) -> Path:
 
     sweep_dir = outputs_dir / "train" / "multirun" / "sweep"
     return made_once(sweep_dir, make)
+
+
+def _core_distributions() -> set[str]:
+    """The project and every distribution its core needs (markers evaluated here, no extra)."""
+    found, todo = set(), [extras.PROJECT]
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in found:
+            continue
+        found.add(name)
+        for line in importlib.metadata.requires(name) or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return found
+
+
+def _link_tree(site: Path, target: Path, keep: set[PurePosixPath], drop: set[PurePosixPath], at: PurePosixPath) -> None:
+    """Link into `target` the entries of `site` under which `keep` has files: a whole folder when none of `drop`'s
+    files is inside it, else a real folder whose entries are linked one level down (namespace folders such as
+    hydra_plugins/ and nvidia/ hold several distributions' files). `drop`: those files and all their folders."""
+    for name in sorted({p.parts[len(at.parts)] for p in keep if len(p.parts) > len(at.parts)}):
+        path = at / name
+        if path not in drop:
+            (target / path).symlink_to(site / path)
+        else:
+            (target / path).mkdir()
+            _link_tree(site, target, {p for p in keep if p.parts[: len(path.parts)] == path.parts}, drop, path)
+
+
+@pytest.fixture(scope="session")
+def core_python(tmp_path_factory) -> Path:
+    """The python of what `make install EXTRAS=` (the core alone) gives, at no install cost: a venv whose site-packages
+    links to the files of exactly the core's distributions (the project's dependencies without extras, closed over
+    their own dependencies) from this test run's environment. So a package of an extra cannot be imported there, its
+    metadata is absent, and Hydra's plugin scan does not see the joblib or submitit launchers."""
+    root = tmp_path_factory.mktemp("core-env")
+    venv.create(root, with_pip=False)
+    target = Path(
+        subprocess.check_output(
+            [root / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+        ).strip()
+    )
+    core = _core_distributions()
+    assert "optuna" not in core and "torch" in core
+    site = Path(importlib.metadata.distribution("torch").locate_file(""))  # this run's site-packages
+    keep, drop = set(), set()
+    for dist in importlib.metadata.distributions():
+        if Path(dist.locate_file("")) != site:  # e.g. an egg-info in src/, which PYTHONPATH brings anyway
+            continue
+        files = {PurePosixPath(str(f)) for f in dist.files or [] if not str(f).startswith("..")}
+        (keep if canonicalize_name(dist.metadata["Name"]) in core else drop).update(files)
+    dropped = {folder for file in drop - keep for folder in (file, *file.parents)}
+    _link_tree(site, target, keep, dropped, PurePosixPath())
+    return root / "bin" / "python"

@@ -1,78 +1,17 @@
 """`make install EXTRAS=` (the core alone) works: training, evaluation and a pt2 export run, and every option that
-needs an extra is refused before anything is written, naming the extra to install.
-
-The environment is real but costs no install: a venv whose site-packages links to the files of exactly the core's
-distributions (the project's dependencies without extras, closed over their own dependencies) from this test run's
-environment. So a package of an extra cannot be imported there, its metadata is absent, and Hydra's plugin scan
-does not see the joblib or submitit launchers: what a core-only install gives.
+needs an extra is refused before anything is written, naming the extra to install. The core-only environment is the
+`core_python` fixture (tests/integration/conftest.py); an extension's own options are tried in its tests.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import subprocess
-import venv
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pytest
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 from tests.helpers import REPO, script_env
 
-from lab import extras
-
 pytestmark = pytest.mark.slow
-
-
-def core_distributions() -> set[str]:
-    """The project and every distribution its core needs (markers evaluated here, no extra)."""
-    found, todo = set(), [extras.PROJECT]
-    while todo:
-        name = canonicalize_name(todo.pop())
-        if name in found:
-            continue
-        found.add(name)
-        for line in importlib.metadata.requires(name) or []:
-            requirement = Requirement(line)
-            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
-                todo.append(requirement.name)
-    return found
-
-
-def link_tree(site: Path, target: Path, keep: set[PurePosixPath], drop: set[PurePosixPath], at: PurePosixPath) -> None:
-    """Link into `target` the entries of `site` under which `keep` has files: a whole folder when none of `drop`'s
-    files is inside it, else a real folder whose entries are linked one level down (namespace folders such as
-    hydra_plugins/ and nvidia/ hold several distributions' files). `drop`: those files and all their folders."""
-    for name in sorted({p.parts[len(at.parts)] for p in keep if len(p.parts) > len(at.parts)}):
-        path = at / name
-        if path not in drop:
-            (target / path).symlink_to(site / path)
-        else:
-            (target / path).mkdir()
-            link_tree(site, target, {p for p in keep if p.parts[: len(path.parts)] == path.parts}, drop, path)
-
-
-@pytest.fixture(scope="module")
-def core_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("core-env")
-    venv.create(root, with_pip=False)
-    target = Path(
-        subprocess.check_output(
-            [root / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
-        ).strip()
-    )
-    core = core_distributions()
-    assert "optuna" not in core and "torch" in core
-    site = Path(importlib.metadata.distribution("torch").locate_file(""))  # this run's site-packages
-    keep, drop = set(), set()
-    for dist in importlib.metadata.distributions():
-        if Path(dist.locate_file("")) != site:  # e.g. an egg-info in src/, which PYTHONPATH brings anyway
-            continue
-        files = {PurePosixPath(str(f)) for f in dist.files or [] if not str(f).startswith("..")}
-        (keep if canonicalize_name(dist.metadata["Name"]) in core else drop).update(files)
-    dropped = {folder for file in drop - keep for folder in (file, *file.parents)}
-    link_tree(site, target, keep, dropped, PurePosixPath())
-    return root / "bin" / "python"
 
 
 def run(python: Path, script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -111,15 +50,12 @@ def test_the_core_alone_trains_evaluates_and_exports_pt2(core_python: Path, tmp_
     )
 
 
-# one of each mechanism: an option's `requires` (model=timm and the extensions' options are the same, tested
-# in-process by test_packaging and their tests), a sweeper's setup, a launcher whose plugin is missing, an entry
-# config's own check
+# one of each mechanism of the core: an option's `requires` (model=timm and the extensions' options are the same,
+# tested in-process by test_packaging and their tests), an entry config's own check
 @pytest.mark.parametrize(
     ("script", "args", "extra"),
     [
         ("train.py", ["logger=mlflow"], "trackers"),
-        ("train.py", ["-m", "hparams_search=optuna"], "sweeps"),
-        ("train.py", ["-m", "hydra/launcher=slurm", "seed=1,2"], "slurm"),
         ("export.py", ["ckpt_path=/some/best.pt"], "export"),
     ],
     ids=lambda value: value if isinstance(value, str) else None,
