@@ -70,7 +70,7 @@ class JobTimedOut(JobKilled):
 
 
 class WorkerPoolLauncher(NumberedLauncher):
-    """The launcher's work; plugins.LabJoblibLauncher is the plugin Hydra finds."""
+    """The launcher's work, which plugins.LabJoblibLauncher (the plugin Hydra finds) hands its jobs to."""
 
     def __init__(self, **joblib: Any) -> None:
         self.joblib = joblib

@@ -3,8 +3,9 @@
 hydra_plugins/lab_sweepers/extensions.py, so their configs target `hydra_plugins.lab_sweepers.extensions.<class>`.
 
 Thin on purpose: Hydra imports this module at every start-up, also for `--help` and `--cfg job`. Neither optuna nor
-submitit nor torch is imported here: the Optuna search (`study`) imports optuna when it runs, and the submitit
-launcher's module imports submitit only when it submits.
+submitit nor torch is imported here, nor the launchers' and the search's own modules: the Optuna search (`study`) and
+the joblib launcher's workers (`joblib_launcher`) are imported when they run, and the submitit launcher's module
+imports submitit only when it submits.
 """
 
 # No `from __future__ import annotations`: the dataclasses below become Hydra's structured configs, typed from their
@@ -24,7 +25,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from lab import extras
-from lab.extensions.sweeps import joblib_launcher
+from lab.sweeps.jobs import NumberedLauncher
 
 # The launchers build on Hydra's joblib and submitit plugins, in the `sweeps` and `slurm` extras. Without one, its
 # launcher names are still stored, as a node whose launcher refuses with the extra to install (MissingPlugin): this
@@ -183,9 +184,20 @@ ConfigStore.instance().store(group="hydra/launcher", name="slurm", node=SLURM, p
 
 
 # ---------------------------------------------------------------------------------------------- joblib
-class LabJoblibLauncher(joblib_launcher.WorkerPoolLauncher):
+class LabJoblibLauncher(NumberedLauncher):
     """`hydra/launcher=joblib`: Hydra's joblib launcher's settings, run so that a worker that dies fails only its
-    own job (joblib_launcher.py)."""
+    own job (joblib_launcher.py, imported when a joblib sweep starts)."""
+
+    def __init__(self, **joblib: Any) -> None:
+        from lab.extensions.sweeps.joblib_launcher import WorkerPoolLauncher
+
+        self.launcher = WorkerPoolLauncher(**joblib)
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.launcher.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def launch_numbered(self, jobs: Sequence[tuple[int, Sequence[str]]]) -> list[JobReturn]:
+        return self.launcher.launch_numbered(jobs)
 
 
 if JobLibLauncherConf is not None:
