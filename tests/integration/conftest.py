@@ -94,7 +94,7 @@ def finished_sweep(outputs_dir) -> Path:
     return made_once(sweep_dir, make)
 
 
-def core_distributions() -> set[str]:
+def _core_distributions() -> set[str]:
     """The project and every distribution its core needs (markers evaluated here, no extra)."""
     found, todo = set(), [extras.PROJECT]
     while todo:
@@ -109,7 +109,7 @@ def core_distributions() -> set[str]:
     return found
 
 
-def link_tree(site: Path, target: Path, keep: set[PurePosixPath], drop: set[PurePosixPath], at: PurePosixPath) -> None:
+def _link_tree(site: Path, target: Path, keep: set[PurePosixPath], drop: set[PurePosixPath], at: PurePosixPath) -> None:
     """Link into `target` the entries of `site` under which `keep` has files: a whole folder when none of `drop`'s
     files is inside it, else a real folder whose entries are linked one level down (namespace folders such as
     hydra_plugins/ and nvidia/ hold several distributions' files). `drop`: those files and all their folders."""
@@ -119,15 +119,15 @@ def link_tree(site: Path, target: Path, keep: set[PurePosixPath], drop: set[Pure
             (target / path).symlink_to(site / path)
         else:
             (target / path).mkdir()
-            link_tree(site, target, {p for p in keep if p.parts[: len(path.parts)] == path.parts}, drop, path)
+            _link_tree(site, target, {p for p in keep if p.parts[: len(path.parts)] == path.parts}, drop, path)
 
 
-@pytest.fixture(scope="module")
-def core_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The Python of what `make install EXTRAS=` (the core alone) installs. Real, but it costs no install: a venv
-    whose site-packages links to the files of exactly the core's distributions (the project's dependencies without
-    extras, closed over their own dependencies) from this test run's environment. So a package of an extra cannot be
-    imported there, its metadata is absent, and Hydra's plugin scan does not see the joblib or submitit launchers."""
+@pytest.fixture(scope="session")
+def core_python(tmp_path_factory) -> Path:
+    """The python of what `make install EXTRAS=` (the core alone) gives, at no install cost: a venv whose site-packages
+    links to the files of exactly the core's distributions (the project's dependencies without extras, closed over
+    their own dependencies) from this test run's environment. So a package of an extra cannot be imported there, its
+    metadata is absent, and Hydra's plugin scan does not see the joblib or submitit launchers."""
     root = tmp_path_factory.mktemp("core-env")
     venv.create(root, with_pip=False)
     target = Path(
@@ -135,7 +135,7 @@ def core_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
             [root / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
         ).strip()
     )
-    core = core_distributions()
+    core = _core_distributions()
     assert "optuna" not in core and "torch" in core
     site = Path(importlib.metadata.distribution("torch").locate_file(""))  # this run's site-packages
     keep, drop = set(), set()
@@ -145,5 +145,5 @@ def core_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
         files = {PurePosixPath(str(f)) for f in dist.files or [] if not str(f).startswith("..")}
         (keep if canonicalize_name(dist.metadata["Name"]) in core else drop).update(files)
     dropped = {folder for file in drop - keep for folder in (file, *file.parents)}
-    link_tree(site, target, keep, dropped, PurePosixPath())
+    _link_tree(site, target, keep, dropped, PurePosixPath())
     return root / "bin" / "python"

@@ -1,7 +1,6 @@
 """`make install EXTRAS=` (the core alone) works: training, evaluation and a pt2 export run, and every option that
-needs an extra is refused before anything is written, naming the extra to install.
-
-The environment is real but costs no install (the `core_python` fixture, tests/integration/conftest.py).
+needs an extra is refused before anything is written, naming the extra to install. The core-only environment is the
+`core_python` fixture (tests/integration/conftest.py); an extension's own options are tried in its tests.
 """
 
 from __future__ import annotations
@@ -47,14 +46,11 @@ def test_the_core_alone_trains_evaluates_and_exports_pt2(core_python: Path, tmp_
     assert export.returncode == 0 and (tmp_path / "x" / "model.pt2").is_file(), export.stderr[-3000:]
 
 
-# one of each mechanism: an option's `requires` (model=timm and the extensions' options are the same, tested
-# in-process by test_packaging and their tests), a sweeper's setup, a launcher whose plugin is missing, an entry
-# config's own check
+# one of each mechanism of the core: an option's `requires` (model=timm and the extensions' options are the same,
+# tested in-process by test_packaging and their tests), an entry config's own check
 @pytest.mark.parametrize(
     ("script", "args", "extra"),
     [
-        ("train.py", ["-m", "hparams_search=optuna"], "sweeps"),
-        ("train.py", ["-m", "hydra/launcher=slurm", "seed=1,2"], "slurm"),
         ("export.py", ["ckpt_path=/some/best.pt"], "export"),
     ],
     ids=lambda value: value if isinstance(value, str) else None,

@@ -1,4 +1,4 @@
-"""Hydra multirun sweeps through the real CLI: grid, failures, Optuna (resume, pruning), launchers, experiments."""
+"""Hydra multirun sweeps through the real CLI: grid, failures, a stopped job and `resume=auto`, experiments."""
 
 from __future__ import annotations
 
@@ -6,20 +6,14 @@ import csv
 import json
 import os
 import pickle
-import shlex
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
-import optuna
 import pytest
-from optuna.trial import TrialState
 
-from helpers import REPO, readme_commands, script_env
+from helpers import REPO, script_env
 from lab import extensions
-from lab.sweeps.study_storage import open_storage
 from wandb_reader import find_run_files, read_run
 from warm_python import run_python
 
@@ -112,67 +106,6 @@ def test_fail_fast_stops_launching_after_a_failure(tmp_path):
     assert row["status"] == "failed" and row["error"].startswith("ConfigError: data.batch_size")
 
 
-def test_optuna_study_resumes_to_n_trials_and_prunes_bad_trials(tmp_path):
-    storage = f"sqlite:///{tmp_path}/study.db"
-    search = [
-        "hparams_search=optuna",  # sets hydra.mode=MULTIRUN: no -m
-        *QUICK,
-        "logger=none",
-        "trainer.max_epochs=3",
-        f"hydra.sweeper.storage={storage}",
-        "hydra.sweeper.study_name=resume-test",
-        "hydra.sweeper.sampler.seed=10",  # draws 0.03, 1e-8, 0.03, 1e-8: a good trial completes first
-        "hydra.sweeper.pruner.n_startup_trials=1",
-        "hydra.sweeper.pruner.n_warmup_steps=0",
-        # the command line replaces the example space: one clearly useless learning rate, the rest fixed
-        "optimizer.lr=choice(0.03,1e-8)",
-        "optimizer.weight_decay=0.0",
-        "data.batch_size=64",
-    ]
-    first = _sweep(tmp_path / "first", *search, "hydra.sweeper.n_trials=4", multirun=False)
-    _ok(first)
-    study = optuna.load_study(study_name="resume-test", storage=storage)
-    before = [(t.number, t.state, t.params) for t in study.trials]
-    assert len(before) == 4
-
-    second = _sweep(tmp_path / "second", *search, "hydra.sweeper.n_trials=6", multirun=False)
-    _ok(second)
-    trials = optuna.load_study(study_name="resume-test", storage=storage).trials
-    assert [(t.number, t.state, t.params) for t in trials[:4]] == before  # the same study, continued
-    assert [t.number for t in trials] == list(range(6))
-    assert sorted(p.name for p in (tmp_path / "second").iterdir() if p.is_dir()) == ["4", "5"]  # job = trial number
-
-    states = {t.state for t in trials}
-    assert TrialState.COMPLETE in states and TrialState.PRUNED in states
-    for trial in trials:
-        assert trial.user_attrs["run_dir"].endswith(f"/{trial.number}")
-        if trial.state == TrialState.PRUNED:  # only the useless learning rate falls below the median
-            assert trial.params["optimizer.lr"] == 1e-8
-            run_dir = Path(trial.user_attrs["run_dir"])
-            assert json.loads((run_dir / "summary.json").read_text())["status"] == "pruned"
-        if trial.state == TrialState.COMPLETE:
-            assert (
-                trial.value
-                == json.loads((Path(trial.user_attrs["run_dir"]) / "summary.json").read_text())["val/acc_best"]
-            )
-    rows = _summary_rows(tmp_path / "second")
-    assert {row["job"] for row in rows} == {"4", "5"}
-
-
-def test_joblib_runs_jobs_in_parallel_processes(tmp_path):
-    sweep = tmp_path / "joblib"
-    # the README's command as written (test_readme leaves it to this test), shortened as test_readme does
-    (command,) = [c for c in readme_commands() if "hydra/launcher=joblib" in c]
-    python, script, multirun, *args = shlex.split(command)
-    assert (python, script, multirun) == ("python", "scripts/train.py", "-m") and "seed=1,2" in args, command
-    # with DataLoader workers: a loky process passes on its own start method, which once failed to start them
-    _ok(_sweep(sweep, *args, *QUICK, "logger=none", "data.num_workers=1"))
-    jobs = [_job(sweep, n, "sweep_job.json") for n in (0, 1)]
-    assert jobs[0]["pid"] != jobs[1]["pid"]
-    assert jobs[0]["start"] < jobs[1]["end"] and jobs[1]["start"] < jobs[0]["end"]  # they overlapped
-    assert [row["status"] for row in _summary_rows(sweep)] == ["completed"] * 2
-
-
 def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -182,41 +115,6 @@ def _killing_env(job: int, signal_name: str) -> dict:
     env["PYTHONPATH"] += os.pathsep + str(REPO / "tests" / "integration" / "plugins")
     env.update(KILL_JOB=str(job), KILL_SIGNAL=signal_name)
     return env
-
-
-def test_a_killed_joblib_worker_fails_its_own_job_and_resume_auto_runs_only_that_one(tmp_path):
-    sweep = tmp_path / "joblib"
-    command = [*QUICK, "logger=none", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2,3"]
-    command.append("+callbacks.kill={_target_:kill_job.KillJob}")  # job 1 SIGKILLs itself, as an OOM kill does
-    proc = _sweep(sweep, *command, env=_killing_env(1, "KILL"))
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert proc.stderr.strip().splitlines()[-1] == (
-        f"error: 1 of 3 sweep jobs failed (#1 JobKilled: worker process killed by SIGKILL (out of memory?)); "
-        f"overrides and logs: {sweep}/sweep_summary.md"
-    )
-    rows = {row["job"]: row for row in _summary_rows(sweep)}
-    assert [rows[j]["status"] for j in "012"] == ["completed", "failed", "completed"]  # the others went on
-    assert rows["1"]["error"] == "JobKilled: worker process killed by SIGKILL (out of memory?)"
-    finished = {job: _files(sweep / job) for job in "02"}
-
-    # the same command again would write over the finished jobs: refused in one line, nothing written
-    before = _files(sweep)
-    again = _sweep(sweep, *command, env=_killing_env(-1, "KILL"))
-    assert again.returncode == 1 and again.stderr.strip() == (
-        f"error: {sweep} holds an earlier sweep (3 job dirs); a sweep never writes over another: leave "
-        "hydra.sweep.dir unset (every sweep gets its own), pick another dir, or add resume=auto to continue that "
-        "sweep (the same command: its completed jobs are kept)"
-    )
-    assert _files(sweep) == before
-
-    # resume=auto runs the failed job again in its own dir; the completed ones are kept as they are
-    resumed = _sweep(sweep, *command, "resume=auto", env=_killing_env(-1, "KILL"))
-    _ok(resumed)
-    assert {job: _files(sweep / job) for job in "02"} == finished
-    rows = {row["job"]: row for row in _summary_rows(sweep)}
-    assert sorted(rows) == ["0", "1", "2"] and {row["status"] for row in rows.values()} == {"completed"}
-    assert rows["1"]["run_dir"] == str(sweep / "1") and "seed=2" in rows["1"]["overrides"]
-    assert _job(sweep, 1)["status"] == "completed" and not (sweep / ".lock").exists()
 
 
 def test_a_stopped_sweep_job_names_the_command_that_resumes_its_sweep(tmp_path):
@@ -285,52 +183,3 @@ def test_every_experiment_runs_in_one_sweep(tmp_path):
     rows = _summary_rows(sweep)
     assert sorted(row["overrides"].split("experiment=")[1].split()[0] for row in rows) == experiments
     assert {row["status"] for row in rows} == {"completed"}
-
-
-@pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_two_optuna_drivers_share_a_study_and_a_killed_drivers_trial_is_run_again(tmp_path, kind):
-    """Two driver processes on one study: a sqlite file, or a journal file (the file-system backend for nodes that
-    share a file system, whose heartbeat is the sweeper's own trial attribute)."""
-    storage = f"sqlite:///{tmp_path}/study.db" if kind == "sqlite" else f"journal:///{tmp_path}/study.log"
-    search = [
-        "hparams_search=optuna",
-        *QUICK,
-        "logger=none",
-        "trainer.max_epochs=1",
-        f"hydra.sweeper.storage={storage}",
-        "hydra.sweeper.study_name=drivers",
-        "hydra.sweeper.n_trials=4",
-        "hydra.sweeper.pruner=null",
-        "hydra.sweeper.heartbeat_interval=1",
-        "hydra.sweeper.grace_period=3",  # a dead driver's trial is retried 3 s after its last heartbeat
-        "optimizer.lr=tag(log,interval(1e-3,1e-1))",
-    ]
-    env = script_env()
-    env["PYTHONPATH"] += os.pathsep + str(REPO / "tests" / "integration" / "plugins")
-
-    def start(name: str, seed: int, *extra: str, **more_env: str) -> subprocess.Popen:
-        args = [f"hydra.sweep.dir={tmp_path / name}", f"hydra.sweeper.sampler.seed={seed}", *search, *extra]
-        command = [sys.executable, str(REPO / "scripts/train.py"), *args]
-        log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 (a file, not a pipe: neither driver blocks on it)
-        return subprocess.Popen(command, cwd=REPO, env={**env, **more_env}, stdout=log, stderr=subprocess.STDOUT)
-
-    # driver a completes one trial, then dies (SIGKILL) in its second, which it leaves RUNNING; b runs the rest.
-    # b starts once a runs its first trial, so that a surely gets two (the creation race is test_optuna_drivers')
-    a = start("a", 1, "+callbacks.kill={_target_:kill_driver.KillDriver}", KILL_AFTER_TRIALS="1")
-    while not (tmp_path / "a" / "0").is_dir() and a.poll() is None:
-        time.sleep(0.1)
-    b = start("b", 2)
-    assert a.wait(timeout=300) == -9, (tmp_path / "a.log").read_text()[-3000:]
-    assert b.wait(timeout=300) == 0, (tmp_path / "b.log").read_text()[-3000:]
-
-    trials = optuna.load_study(study_name="drivers", storage=open_storage(storage)).trials
-    done = [t for t in trials if t.state == TrialState.COMPLETE]
-    (killed,) = [t for t in trials if t.state == TrialState.FAIL]
-    (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == killed.number]
-    assert len(done) == 4 and len(trials) == 5  # n_trials in all: none lost, none doubled, none beyond
-    assert retry in done and retry.params == killed.params
-    assert (tmp_path / "a" / str(killed.number)).is_dir()
-    run_dirs = [Path(t.user_attrs["run_dir"]) for t in done]
-    assert [d.name for d in run_dirs] == [str(t.number) for t in done]  # job = trial number, in its driver's dir
-    assert sorted(d.parent.name for d in run_dirs) == ["a", "b", "b", "b"]  # both drivers ran the study's trials
-    assert f"trial {killed.number}: its driver stopped" in (tmp_path / "b.log").read_text()

@@ -13,7 +13,6 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from tests.helpers import REPO, compose_config
 
-from hydra_plugins.lab_sweepers.missing import MissingPlugin
 from lab import extras
 from lab.config import options, validate
 from lab.errors import ConfigError
@@ -98,12 +97,6 @@ def test_onnx_export_and_inference_need_the_export_extra(without) -> None:
     validate(compose_config(["ckpt_path=/some/best.pt", "export.formats=[pt2]"], config_name="export"))
     with pytest.raises(ConfigError, match=r"ONNX ckpt_path needs onnxruntime.*or the model.pt2"):
         validate(infer)
-
-
-def test_a_launcher_whose_plugin_is_missing_refuses_naming_the_extra(without) -> None:
-    without("hydra-submitit-launcher")
-    with pytest.raises(ConfigError, match=r"hydra/launcher=slurm needs hydra-submitit-launcher.*EXTRAS=\S*slurm"):
-        MissingPlugin(what="hydra/launcher=slurm", requires=["hydra-submitit-launcher"])
 
 
 def test_a_package_no_extra_brings_is_named_itself() -> None:

@@ -1,8 +1,6 @@
-"""Hydra plugins of this template: a grid sweeper that survives failing jobs, an Optuna (>= 4) sweeper with
-resumable studies and pruning, a SLURM launcher that resumes requeued jobs from their last checkpoint, and a
-joblib launcher whose killed worker fails only its own job.
+"""Hydra plugins of this template: a grid sweeper that survives failing jobs (the default sweeper), and the
+extensions' sweepers and launchers, re-exported where Hydra looks for them (extensions.py).
 
 Hydra imports every public module of this package at start-up (plugin discovery), also for `--help` and
-`--cfg job`: these modules import neither optuna nor submitit nor torch; the heavy work lives in `_`-prefixed
-modules that Hydra skips and the plugins import when they run.
+`--cfg job`: these modules import no torch, and the extensions' plugins import their heavy packages when they run.
 """

@@ -25,7 +25,12 @@ class ExtensionPresets(SearchPathPlugin):
             search_path.append(provider=f"lab-{folder.parent.name}", path=f"file://{folder}")
 
 
-for _module in extensions.modules("plugins"):
-    for _name, _plugin in vars(_module).items():
-        if isinstance(_plugin, type) and issubclass(_plugin, Plugin) and _plugin.__module__ == _module.__name__:
-            globals()[_name] = type(_name, (_plugin,), {"__module__": __name__, "__doc__": _plugin.__doc__})
+def _reexport() -> None:
+    """In a function: a loop variable left in this module would be scanned too (the last plugin seen, found twice)."""
+    for module in extensions.modules("plugins"):
+        for name, plugin in vars(module).items():
+            if isinstance(plugin, type) and issubclass(plugin, Plugin) and plugin.__module__ == module.__name__:
+                globals()[name] = type(name, (plugin,), {"__module__": __name__, "__doc__": plugin.__doc__})
+
+
+_reexport()

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lab import extensions, upstream
 from lab.config import options
-from lab.config.callbacks import CallbackConfig, OptunaPruningConfig
+from lab.config.callbacks import CallbackConfig
 from lab.config.data import (
     Cifar10Config,
     CsvConfig,
@@ -106,7 +106,6 @@ __all__ = [
     "OnecycleConfig",
     "OptimizerConfig",
     "Option",
-    "OptunaPruningConfig",
     "PlateauConfig",
     "PrecisionConfig",
     "ProcessGroupConfig",

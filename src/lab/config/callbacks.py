@@ -10,8 +10,8 @@
             return PrintLr(self.every)
 
 Several callbacks can be on at once, so an option lands in its own node, ``callbacks.<name>``, rather than in the
-group's. ``+callbacks.<name>={key: value}`` turns one on too (the sweeper does so for pruning), and a callback that
-lives outside this package (a test's, a notebook's) can be named by import path instead:
+group's. ``+callbacks.<name>={key: value}`` turns one on too (a sweeper may, in its jobs' overrides), and a callback
+that lives outside this package (a test's, a notebook's) can be named by import path instead:
 ``+callbacks.<any>={_target_: module.Class, ...}``. The shipped EMA, early stopping, statistics, profiler and
 anomaly detection are settings of the loop (``trainer.*`` keys) that the Trainer turns into callbacks itself.
 """
@@ -55,23 +55,3 @@ def build(callbacks: Mapping[str, Any]) -> list[Any]:
         hydra.utils.instantiate(option) if isinstance(option, Mapping) else option.build()
         for option in chosen(callbacks).values()
     ]
-
-
-@dataclass
-class OptunaPruningConfig(CallbackConfig):
-    """Report `metric` to the Optuna trial after each validation and stop the run when its pruner says so. The
-    Optuna sweeper turns it on for each trial (`hydra.sweeper.pruner`, `hydra.sweeper.pruning_metric`)."""
-
-    storage: str = MISSING  # the study's storage URL (sqlite:///...)
-    study_name: str = MISSING
-    trial_number: int = MISSING
-    metric: str = "val/acc"
-    pruner: Any = None  # an optuna pruner spec ({_target_: optuna.pruners.MedianPruner, ...})
-
-    def build(self) -> object:
-        import hydra.utils
-
-        from lab.sweeps.pruning import OptunaPruning
-
-        pruner = hydra.utils.instantiate(self.pruner) if self.pruner else None
-        return OptunaPruning(self.storage, self.study_name, self.trial_number, pruner, self.metric)

@@ -191,7 +191,7 @@ class Fp16Config(PrecisionConfig):
 @dataclass
 class SweepConfig:
     fail_fast: bool = False  # true: launch no further jobs after one fails; false: run them all, exit non-zero
-    # of optimized_metric: sorts the sweep summary; hparams_search=optuna follows it. Default: the task's mode
+    # of optimized_metric: sorts the sweep summary; a search's sweeper follows it. Default: the task's mode
     direction: str = "${lab.direction:${task.mode}}"
 
     def __post_init__(self) -> None:

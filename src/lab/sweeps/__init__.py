@@ -1,3 +1,3 @@
-"""Hydra multirun support shared by the sweepers in ``hydra_plugins/lab_sweepers``: job outcomes and fail-fast
-(``jobs``), the sweep summary table (``summary``), Optuna pruning (``pruning``), a GPU per parallel worker
-(``devices``)."""
+"""Hydra multirun support shared by every sweeper (the grid sweeper in ``hydra_plugins/lab_sweepers``, an
+extension's): job outcomes and fail-fast (``jobs``), the sweep summary table (``summary``), who owns a sweep dir and
+what ``resume=auto`` continues in it (``ownership``)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -76,13 +77,24 @@ def launcher_width(config: DictConfig) -> int:
     return max(1, OmegaConf.select(launcher, "array_parallelism", default=1))  # submitit; basic launcher: 1
 
 
+class NumberedLauncher(Launcher):
+    """A launcher that runs jobs numbered as the sweeper says, all at once (see launch_numbered below)."""
+
+    @abstractmethod
+    def launch_numbered(self, jobs: Sequence[tuple[int, Sequence[str]]]) -> list[JobReturn]:
+        """Run `(job number, overrides)` pairs; the results in the same order."""
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        return self.launch_numbered(list(enumerate(job_overrides, initial_job_idx)))
+
+
 def launch_numbered(launcher: Launcher, jobs: Sequence[tuple[int, Sequence[str]]]) -> list[JobReturn]:
     """Run `(job number, overrides)` pairs whose numbers need not follow each other (a resumed sweep skips the jobs
-    it completed; an Optuna trial's job number is its trial number). Hydra's launchers number a batch's jobs from
-    one first number, so each run of consecutive numbers is one launch; a launcher of ours that takes numbered
-    jobs (`launch_numbered`) gets them all at once and keeps its parallelism."""
-    if hasattr(launcher, "launch_numbered"):
-        return list(launcher.launch_numbered(jobs))
+    it completed; a search's job number may be its trial's). Hydra's launchers number a batch's jobs from one first
+    number, so each run of consecutive numbers is one launch; a NumberedLauncher gets them all at once and keeps its
+    parallelism."""
+    if isinstance(launcher, NumberedLauncher):
+        return launcher.launch_numbered(jobs)
     results: list[JobReturn] = []
     start = 0
     for end in range(1, len(jobs) + 1):

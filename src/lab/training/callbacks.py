@@ -2,7 +2,7 @@
 
 Every optional part of a run is a callback, switched on by its own `trainer.*` key (`configured`): the EMA of the
 weights, early stopping, per-layer statistics, the profiler, anomaly detection and a fine-tuning's unfreeze; the
-workflow adds MFU (it needs the FLOPs of a first batch) and what `cfg.callbacks` names (Optuna pruning, a fork's
+workflow adds MFU (it needs the FLOPs of a first batch) and what `cfg.callbacks` names (a search's pruning, a fork's
 own). The Trainer itself knows none of them by name.
 
 Subclass `Callback` and override the hooks you need; an object that merely has some of these methods works too

@@ -286,7 +286,7 @@ def _fit(
         cfg=cfg.trainer,
         tracker=tracker,
         checkpoints=checkpoints,
-        # the ones cfg.callbacks names (Optuna pruning); the Trainer adds those its own trainer.* keys switch on
+        # the ones cfg.callbacks names (a search's pruning); the Trainer adds those its own trainer.* keys switch on
         callbacks=[*filter(None, [utilization]), *config_callbacks.build(cfg.callbacks)],
     )
     if resume is not None:

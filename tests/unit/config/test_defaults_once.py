@@ -1,5 +1,5 @@
-"""Each default is written once: in its schema (the dataclasses of src/lab/config/, and of the Hydra plugins in
-src/hydra_plugins/lab_sweepers/config.py), while a YAML in conf/ holds only what differs from it.
+"""Each default is written once: in its schema (the dataclasses of src/lab/config/, and of the Hydra plugins' configs),
+while a YAML in conf/ (or in an extension's conf/) holds only what differs from it.
 
 Two ways a default gets written twice, each checked on every YAML under conf/:
 - a repeat: a YAML value that changes nothing, because the config composes to the same value without it (the
@@ -18,19 +18,17 @@ from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.plugins import Plugins
 from omegaconf import OmegaConf
 
 from helpers import CONF_DIR, CONF_DIRS
-from hydra_plugins.lab_sweepers.config import OptunaSweeperConf
 from lab.config import PLAIN_OPTIONS, SCHEMAS, TrainConfig, options
 
-# YAMLs that configure a Hydra plugin through its dataclass: where in the config, the dataclass, and the keys that
-# are the option's content rather than a default (the search space is what hparams_search=optuna is).
-PLUGIN_SCHEMAS: dict[str, tuple[tuple[str, ...], type, frozenset[str]]] = {
-    "hparams_search/optuna.yaml": (("hydra", "sweeper"), OptunaSweeperConf, frozenset({"params"})),
-}
-
 Key = tuple[str, ...]
+# A sweeper's `params` are what it sweeps (the search space of hparams_search=optuna): a preset's content, not a
+# default of the sweeper's config.
+SWEPT = frozenset({"params"})
 
 
 def _yaml_files(conf_dir: Path) -> list[str]:
@@ -123,11 +121,25 @@ def _extended(conf_dir: Path, rel: str) -> list[str]:
     ]
 
 
+def _plugin_schema(conf_dir: Path, rel: str) -> tuple[Key, type, frozenset[str]] | None:
+    """A YAML that chooses a Hydra plugin (`override /hydra/sweeper: lab_optuna`) and sets its keys: where they are,
+    the dataclass of the plugin's stored config, and the keys that are the preset's content."""
+    for entry in OmegaConf.to_container(OmegaConf.load(conf_dir / rel)).get("defaults") or []:
+        for key, choice in entry.items() if isinstance(entry, dict) else ():
+            if key.startswith("override /hydra/"):
+                group = key.removeprefix("override /")
+                Plugins.instance()  # Hydra's plugin scan stores the plugins' configs (hydra_plugins/)
+                node = ConfigStore.instance().load(f"{group}/{choice}.yaml").node
+                return tuple(group.split("/")), OmegaConf.get_type(node), SWEPT
+    return None
+
+
 def _schema_of(conf_dir: Path, rel: str) -> tuple[Key, type, frozenset[str]] | None:
     """The schema whose defaults only this kind of YAML ever changes. An option class (model=torchvision) and a
     plain option (precision=fp32) run with their own defaults, so a preset extending them leaves none dead."""
-    if rel in PLUGIN_SCHEMAS:
-        return PLUGIN_SCHEMAS[rel]
+    plugin = _plugin_schema(conf_dir, rel)
+    if plugin is not None:
+        return plugin
     for name in _extended(conf_dir, rel):
         schema = SCHEMAS.get(name.lstrip("/"))
         if schema is not None and schema not in PLAIN_OPTIONS.values():
@@ -142,7 +154,7 @@ def _extends_an_option(conf_dir: Path, rel: str) -> bool:
     typed = TrainConfig.__dataclass_fields__.get(group)
     if typed is not None and typed.type not in ("Any", Any):
         return True
-    return rel in PLUGIN_SCHEMAS or any(
+    return _plugin_schema(conf_dir, rel) is not None or any(
         name in options.options(group) or name.lstrip("/") in SCHEMAS for name in _extended(conf_dir, rel)
     )
 
@@ -206,6 +218,10 @@ def conf(tmp_path: Path) -> Path:
     return tmp_path / "conf"
 
 
+# A preset of the grid sweeper's, as a search preset sets its sweeper's keys (planted where hparams_search finds it)
+GRID_PRESET = "# @package _global_\ndefaults:\n  - override /hydra/sweeper: lab_grid\nhydra:\n  sweeper:\n"
+
+
 def _append(path: Path, text: str) -> None:
     path.write_text(path.read_text() + text)
 
@@ -213,12 +229,13 @@ def _append(path: Path, text: str) -> None:
 def test_a_planted_repeat_is_found(conf: Path) -> None:
     _append(conf / "model/resnet18.yaml", "arch: resnet18\nfreeze: [fc.*]\n")  # the first is the option's default
     _append(conf / "experiment/digits_mlp.yaml", "model:\n  hidden_dims: [256, 128]\n")  # what model=mlp gives
-    (conf / "hparams_search/optuna.yaml").write_text(
-        (conf / "hparams_search/optuna.yaml").read_text().replace("  sweeper:\n", "  sweeper:\n    n_trials: 20\n")
+    (conf / "hparams_search").mkdir(exist_ok=True)
+    (conf / "hparams_search/grid.yaml").write_text(
+        GRID_PRESET + '    max_batch_size: null\n    params: {seed: "1,2"}\n'
     )
     assert repeats(conf, "model/resnet18.yaml") == ["model/resnet18.yaml: arch: 'resnet18'"]
     assert repeats(conf, "experiment/digits_mlp.yaml") == ["experiment/digits_mlp.yaml: model.hidden_dims: [256, 128]"]
-    assert repeats(conf, "hparams_search/optuna.yaml") == ["hparams_search/optuna.yaml: hydra.sweeper.n_trials: 20"]
+    assert repeats(conf, "hparams_search/grid.yaml") == ["hparams_search/grid.yaml: hydra.sweeper.max_batch_size: None"]
 
 
 def test_a_debug_value_that_matters_under_an_experiment_is_no_repeat(conf: Path) -> None:
@@ -231,12 +248,8 @@ def test_a_debug_value_that_matters_under_an_experiment_is_no_repeat(conf: Path)
 
 
 def test_a_schema_default_every_yaml_replaces_is_found(conf: Path) -> None:
-    (conf / "hparams_search/optuna.yaml").write_text(
-        (conf / "hparams_search/optuna.yaml")
-        .read_text()
-        .replace("  sweeper:\n", "  sweeper:\n    sampler:\n      _target_: optuna.samplers.RandomSampler\n")
-    )
+    (conf / "hparams_search").mkdir(exist_ok=True)
+    (conf / "hparams_search/grid.yaml").write_text(GRID_PRESET + '    max_batch_size: 4\n    params: {seed: "1,2"}\n')
     assert sorted(dead_defaults(conf)) == [
-        "OptunaSweeperConf.sampler._target_: hparams_search/optuna.yaml all set 'optuna.samplers.RandomSampler': "
-        "make it the default",
+        "GridSweeperConf.max_batch_size: hparams_search/grid.yaml all set 4: make it the default",
     ]

@@ -1,4 +1,4 @@
-"""`hydra/launcher=joblib` (conf/hydra/launcher/joblib.yaml): jobs in parallel local processes, with the settings of
+"""`hydra/launcher=joblib` (LabJoblibConf in plugins.py): jobs in parallel local processes, with the settings of
 Hydra's joblib launcher, but a process that dies fails only the job it was running.
 
 Hydra's launcher runs the jobs on joblib's loky executor. When one worker dies (the kernel's OOM killer, `kill -9`)
@@ -6,8 +6,8 @@ loky declares the whole executor broken: it kills the other running jobs and the
 TerminatedWorkerError traceback, without a summary. Here each of `n_jobs` worker processes takes one job at a time
 through a pipe of its own. A worker that dies fails its job (`failed` in the job's sweep_job.json, with the signal
 that killed it), a new worker takes its place, the other jobs go on, and the summary names the failed job. As with
-loky, a worker lives for the whole sweep: imports and unchanged data are paid once per worker, and
-lab.sweeps.devices gives each worker a GPU of its own.
+loky, a worker lives for the whole sweep: imports and unchanged data are paid once per worker, and each worker
+takes a GPU of its own (devices.py).
 
 `timeout` (seconds per job) stops a job that runs longer: SIGTERM, so it saves last.pt, then `failed`. The other
 keys of joblib's config (backend, prefer, pre_dispatch, batch_size, ...) are kept so the same overrides work, but
@@ -38,13 +38,13 @@ from typing import Any, cast
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
-from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from lab.errors import Interrupted
+from lab.extensions.sweeps.devices import on_a_gpu_of_its_own
 from lab.stopping import STOP_SIGNALS
-from lab.sweeps.jobs import describe, joblib_width
+from lab.sweeps.jobs import NumberedLauncher, describe, joblib_width
 from lab.sweeps.ownership import sweep_resume_hint
 from lab.sweeps.summary import job_record, write_record
 
@@ -69,7 +69,9 @@ class JobTimedOut(JobKilled):
     """The job ran past `hydra.launcher.timeout` and was stopped."""
 
 
-class LabJoblibLauncher(Launcher):
+class WorkerPoolLauncher(NumberedLauncher):
+    """The launcher's work, which plugins.LabJoblibLauncher (the plugin Hydra finds) hands its jobs to."""
+
     def __init__(self, **joblib: Any) -> None:
         self.joblib = joblib
         self.config: DictConfig | None = None
@@ -79,9 +81,6 @@ class LabJoblibLauncher(Launcher):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config, self.task_function, self.hydra_context = config, task_function, hydra_context
-
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        return self.launch_numbered(list(enumerate(job_overrides, initial_job_idx)))
 
     def launch_numbered(self, jobs: Sequence[tuple[int, Sequence[str]]]) -> list[JobReturn]:
         """Run `(job number, overrides)` pairs, `n_jobs` at a time; the results in the same order."""
@@ -314,6 +313,7 @@ def _serve(conn: Connection, payload: bytes) -> None:
     from hydra_plugins.hydra_joblib_launcher._core import execute_job  # what Hydra's joblib workers run
 
     hydra_context, config, task_function, singleton_state = _loads(payload)
+    task_function = on_a_gpu_of_its_own(task_function)
     while True:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # idle: a Ctrl-C of the sweep is for the running jobs
         try:

@@ -15,10 +15,10 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
-from hydra_plugins.lab_sweepers import _study
-from hydra_plugins.lab_sweepers._search_space import search_space
-from hydra_plugins.lab_sweepers._study import Search
-from lab.sweeps.study_storage import absolute_storage, open_storage
+from lab.extensions.sweeps import study as _study
+from lab.extensions.sweeps.search_space import search_space
+from lab.extensions.sweeps.study import Search
+from lab.extensions.sweeps.study_storage import absolute_storage, open_storage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -40,12 +40,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 
+from lab.extensions.sweeps.pruning import open_trial
+from lab.extensions.sweeps.search_space import Param, search_space
+from lab.extensions.sweeps.study_storage import JOURNAL, absolute_storage, check_storage, open_storage, study_lock
 from lab.sweeps.jobs import fail_fast, launch_numbered, outcome
 from lab.sweeps.ownership import claim
-from lab.sweeps.pruning import open_trial
-from lab.sweeps.study_storage import JOURNAL, absolute_storage, check_storage, open_storage, study_lock
-
-from ._search_space import Param, search_space
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +224,7 @@ class Search:
     def _job_overrides(self, trial: optuna.Trial, params: dict[str, Param], fixed: list[str]) -> list[str]:
         overrides = [*fixed, *(params[name].override(trial.params[name]) for name in params)]
         if self.options["pruner"]:
-            spec = {  # the optuna_pruning callback option's keys (lab.config.callbacks)
+            spec = {  # the optuna_pruning callback option's keys (options.py)
                 "storage": self.storage,
                 "study_name": self.study_name,
                 "trial_number": trial.number,

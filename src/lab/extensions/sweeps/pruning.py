@@ -1,8 +1,8 @@
 """Optuna pruning inside a training job: report a validation metric to the trial, stop when the pruner says so.
 
-The Optuna sweeper (hydra_plugins/lab_sweepers) turns this callback on in each trial's overrides as
+The Optuna sweeper (study.py) turns this callback on in each trial's overrides as
 `+callbacks.optuna_pruning={storage: ..., study_name: ..., trial_number: ..., ...}` (the `optuna_pruning`
-option of lab.config.callbacks). It opens the study from its storage, so it works in whatever process the launcher runs
+option, options.py). It opens the study from its storage, so it works in whatever process the launcher runs
 the job in (the sweeper's own, a joblib worker, a SLURM node sharing the filesystem).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 
 from lab.errors import UserError
-from lab.sweeps.study_storage import open_storage
+from lab.extensions.sweeps.study_storage import open_storage
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
-"""Hydra callback: with `hydra/launcher=joblib` on a machine with several GPUs, each parallel job gets a GPU of
+"""With `hydra/launcher=joblib` on a machine with several GPUs, each parallel job gets a GPU of
 its own (`CUDA_VISIBLE_DEVICES`), instead of every job piling onto GPU 0.
 
 The rule is per worker process, not per job number: the joblib launcher's workers are reused across jobs
-(hydra_plugins/lab_sweepers/joblib_launcher.py), and once a process has initialised CUDA its visible devices are
+(joblib_launcher.py), and once a process has initialised CUDA its visible devices are
 fixed, so a GPU chosen by `job_num % n_gpus` could not be changed for the worker's next job and two running jobs
 could share a GPU. Instead, a worker's first job claims the first free GPU with a lock file in the sweep dir (held
 until the worker exits: the worker that replaces a killed one finds its GPU free) and keeps it for every later job.
@@ -18,8 +18,10 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from hydra.conf import HydraConf
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import TaskFunction
+from omegaconf import DictConfig
 
 log = logging.getLogger(__name__)
 
@@ -56,21 +58,29 @@ def cuda_initialized() -> bool:
     return torch is not None and torch.cuda.is_initialized()
 
 
-class GpuPerWorker(Callback):
-    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        global _claimed
-        target = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
-        if config.hydra.mode.name != "MULTIRUN" or "joblib" not in target:
+def take_a_gpu(hydra: HydraConf) -> None:
+    """Before a job of this worker (`hydra`: the job's Hydra config): the worker's first job claims a GPU, which every
+    later one keeps."""
+    global _claimed
+    if _claimed is None:
+        gpus = visible_gpus()
+        if len(gpus) < 2:
             return
-        if _claimed is None:
-            gpus = visible_gpus()
-            if len(gpus) < 2:
-                return
-            if cuda_initialized():
-                log.warning("CUDA is already initialised in this worker: cannot give it a GPU of its own")
-                return
-            _claimed = claim_gpu(gpus, Path(config.hydra.sweep.dir) / ".gpu_locks", config.hydra.job.num)
-            if _claimed[1] is None:
-                log.warning("more parallel jobs than GPUs: this worker shares GPU %s", _claimed[0])
-            os.environ["CUDA_VISIBLE_DEVICES"] = _claimed[0]
-        log.info("job #%d runs on GPU %s (CUDA_VISIBLE_DEVICES)", config.hydra.job.num, _claimed[0])
+        if cuda_initialized():
+            log.warning("CUDA is already initialised in this worker: cannot give it a GPU of its own")
+            return
+        _claimed = claim_gpu(gpus, Path(hydra.sweep.dir) / ".gpu_locks", hydra.job.num)
+        if _claimed[1] is None:
+            log.warning("more parallel jobs than GPUs: this worker shares GPU %s", _claimed[0])
+        os.environ["CUDA_VISIBLE_DEVICES"] = _claimed[0]
+    log.info("job #%d runs on GPU %s (CUDA_VISIBLE_DEVICES)", hydra.job.num, _claimed[0])
+
+
+def on_a_gpu_of_its_own(task_function: TaskFunction) -> TaskFunction:
+    """The task as a joblib worker runs it: on this worker's GPU (Hydra has set up the job, its log included)."""
+
+    def task(cfg: DictConfig) -> Any:
+        take_a_gpu(HydraConfig.get())
+        return task_function(cfg)
+
+    return task

@@ -70,7 +70,7 @@ def study_lock(url: str) -> Iterator[None]:
     """Serialize what N drivers of one file-backed study must not do at once: create its tables, and
     reap-count-ask (so they never ask more than n_trials in all). An exclusive flock on `<storage file>.drivers.lock`
     (not `.lock`: the journal backend's own lock file). A database server has no file to lock: there the drivers
-    check each new trial's rank instead (see _study.Search). flock works across NFS v4 clients; on a file system
+    check each new trial's rank instead (see study.Search). flock works across NFS v4 clients; on a file system
     without it, the rank check still holds."""
     path = storage_file(url)
     if path is None:
