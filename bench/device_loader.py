@@ -119,7 +119,7 @@ def measure(args: argparse.Namespace, row: str) -> dict[str, float]:
     total_steps = (args.epochs * args.repeats + 1) * steps_per_epoch
 
     def fresh(model):
-        optimizer = build_optimizer(cfg.optimizer, model)
+        optimizer = build_optimizer(cfg.optimizer, model, cfg.model)
         return optimizer, build_scheduler(cfg.scheduler, optimizer, total_steps)
 
     plain = {name: (model, *fresh(model)) for name, model in plain_models.items()}

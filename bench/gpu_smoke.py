@@ -122,11 +122,10 @@ class Smoke:
         ok = "resumed at epoch 2" in out and _summary(resumed)["epochs"] == 2
         return ok, f"2 srun-like ranks on {max(self.gpus, 1)} GPU(s) -> resumed on 1 visible"
 
-    def resnet_amp_channels_last_compile_accum(self):
-        model = ["model=cnn"] if self.dry_run else ["model=resnet18"]
+    def cnn_amp_channels_last_compile_accum(self):
         run, _ = self.train(
-            "resnet",
-            *model,
+            "cnn",
+            "model=cnn",
             "data=synthetic",
             "data.num_samples=4096",
             "data.batch_size=128",
@@ -138,7 +137,7 @@ class Smoke:
             "trainer.grad_accum_steps=2",
             "trainer.max_epochs=2",
         )
-        self.resnet_run = run
+        self.cnn_run = run
         rows = _metrics(run)
         throughput = max(row.get("train/throughput", 0) for row in rows)
         return True, f"{throughput:,.0f} samples/s (best logged window)"
@@ -147,7 +146,7 @@ class Smoke:
         run, _ = self.script(
             "export.py",
             "export",
-            f"ckpt_path={self.resnet_run}/checkpoints/best.pt",
+            f"ckpt_path={self.cnn_run}/checkpoints/best.pt",
             "export.formats=[onnx,pt2]",
             "logger=none",
         )
@@ -157,13 +156,13 @@ class Smoke:
         return ok, f"max |diff| {diffs}"
 
     def eval_matches_validation(self):
-        best = self.resnet_run / "checkpoints/best.pt"
+        best = self.cnn_run / "checkpoints/best.pt"
         run, _ = self.script("eval.py", "eval", f"ckpt_path={best}", "eval.split=val", "logger=none")
         evaluated = json.loads((run / "eval.json").read_text())["metrics"]
         import torch
 
         step = torch.load(best, weights_only=True)["progress"]["global_step"]
-        logged = next(row for row in _metrics(self.resnet_run) if "val/loss" in row and row["step"] == step)
+        logged = next(row for row in _metrics(self.cnn_run) if "val/loss" in row and row["step"] == step)
         dloss, dacc = abs(evaluated["loss"] - logged["val/loss"]), abs(evaluated["acc"] - logged["val/acc"])
         # training validated through the compiled model, eval runs it eagerly: kernels differ in rounding only
         return dloss <= 1e-3 * max(1.0, logged["val/loss"]) and dacc <= 2e-3, f"|dloss| {dloss:.2e}, |dacc| {dacc:.2e}"
@@ -208,7 +207,7 @@ def _trainer(overrides: list[str], run_dir: Path, device_name: str):
     pin = device.type == "cuda"
     loader = data.make_loader(datamodule.train, cfg.data, train=True, generator=generator, pin_memory=pin)
     model = models.build(cfg.model, datamodule.meta).to(device)
-    optimizer = build_optimizer(cfg.optimizer, model, device)
+    optimizer = build_optimizer(cfg.optimizer, model, cfg.model, device)
     return Trainer(
         model=model,
         optimizer=optimizer,
@@ -288,12 +287,12 @@ def _free_port_from(low: int) -> int:
     raise RuntimeError("no free port for the rendezvous")
 
 
-# in order: export and eval use the checkpoint of the resnet run
+# in order: export and eval use the checkpoint of the cnn run
 CHECKS = (
     "fsdp_batchnorm_bf16",
     "fsdp_channels_last",
     "ddp_one_gpu_per_rank_then_fewer",
-    "resnet_amp_channels_last_compile_accum",
+    "cnn_amp_channels_last_compile_accum",
     "export_parity",
     "eval_matches_validation",
     "host_syncs_per_step",

@@ -124,7 +124,7 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> None:
     total_steps = args.epochs * len(loader) * args.repeats
 
     def fresh(model):
-        optimizer = build_optimizer(cfg.optimizer, model)
+        optimizer = build_optimizer(cfg.optimizer, model, cfg.model)
         return optimizer, build_scheduler(cfg.scheduler, optimizer, total_steps)
 
     plain_opt, plain_sched = fresh(plain_model)

@@ -1,4 +1,4 @@
-"""Train a model: `python scripts/train.py model=resnet18 data=cifar10 precision=amp`.
+"""Train a model: `python scripts/train.py model=cnn data=cifar10 precision=amp`.
 
 Thin on purpose: Hydra composes the config against its schemas (lab.config), lab.cli validates it and reports
 config mistakes in a line or two, lab.workflows.train does the work. torch is imported only inside main(), so

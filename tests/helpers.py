@@ -197,7 +197,7 @@ def in_process_trainer(
     from lab.training import Trainer
 
     cpu = torch.device("cpu")
-    optimizer = build_optimizer(cfg.optimizer, model)
+    optimizer = build_optimizer(cfg.optimizer, model, cfg.model)
     return Trainer(
         model=model,
         optimizer=optimizer,

@@ -5,10 +5,11 @@ kind's base config and builds its component; :func:`register` stores it in Hydra
 ``<group>/<name>``, so ``model=cnn`` needs no YAML, Hydra types the node by the option (unknown keys, wrong types
 and another option's keys fail while composing) and ``--help`` lists it. A tracker (trackers.py) is not one-of: it
 is stored as ``logger/<name>``, turning it on, and types its settings node ``logger.<name>``. A YAML in
-``conf/<group>/`` is a preset: ``defaults: [<option>]`` plus what differs (``conf/model/resnet18.yaml``). The entry
-configs (``conf/train.yaml``...) extend the root schemas in :data:`SCHEMAS`. Value checks (``lr > 0``...) live in
-``__post_init__`` and run once, in :func:`validate`, before any work starts; tests/unit/config/test_defaults_once.py
-fails on a YAML value that repeats a default.
+``conf/<group>/`` is a preset: ``defaults: [<option>]`` plus what differs (``conf/model/wide_cnn.yaml`` would hold
+``defaults: [cnn]`` and ``channels: [64, 128, 256]``). The entry configs (``conf/train.yaml``...) extend the root
+schemas in :data:`SCHEMAS`. Value checks (``lr > 0``...) live in ``__post_init__`` and run once, in
+:func:`validate`, before any work starts; tests/unit/config/test_defaults_once.py fails on a YAML value that repeats
+a default.
 
 A fork's options are modules in this package (``src/lab/config/<anything>.py``): :func:`register` imports every
 module here first. This package must not import torch: it is imported by every entry script, and ``--help`` /
@@ -42,7 +43,7 @@ from lab.config.data import (
 )
 from lab.config.distributed import DDPConfig, DistConfig, FSDPConfig, NoDistConfig, ProcessGroupConfig
 from lab.config.mistakes import undeclared_keys, unknown_key_message
-from lab.config.models import CNNConfig, GPTConfig, MLPConfig, ModelConfig, TimmConfig, TorchvisionConfig
+from lab.config.models import CNNConfig, GPTConfig, MLPConfig, ModelConfig
 from lab.config.optim import (
     AdamwConfig,
     ConstantConfig,
@@ -116,8 +117,6 @@ __all__ = [
     "SyntheticConfig",
     "TaskConfig",
     "TextConfig",
-    "TimmConfig",
-    "TorchvisionConfig",
     "TrackerConfig",
     "TrainConfig",
     "TrainerConfig",

@@ -34,7 +34,8 @@ class OptimizerConfig(Option, group="optimizer"):
     lr: float = 1e-3
     weight_decay: float = 0.0
     # fine-tuning: the classifier's learning rate is lr * head_lr_scale (e.g. 10: a new head learns fast on a
-    # pretrained backbone); layer_decay (timm models) gives the i-th of L layer groups lr * layer_decay ** (L-1-i)
+    # pretrained backbone); layer_decay gives the i-th of the L layer groups a model's option names
+    # (ModelConfig.layer_groups) lr * layer_decay ** (L-1-i)
     head_lr_scale: float = 1.0
     layer_decay: float | None = None
 

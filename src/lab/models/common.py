@@ -37,7 +37,7 @@ def build(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     if option.init_from is not None:
         what = f"model.init_from={option.init_from}"
         load_matching(model, read_weights(option.init_from, what), what)
-    freeze(model, list(option.freeze))
+    freeze(model, option)
     return model
 
 

@@ -10,27 +10,31 @@ the new data's batches under weights that never adapt to them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from fnmatch import fnmatchcase
-from typing import Any, cast
+from typing import TYPE_CHECKING
 
 from torch import nn
 
 from lab.errors import ConfigError
 
+if TYPE_CHECKING:
+    from lab.config.models import ModelConfig
+
 log = logging.getLogger(__name__)
 BACKBONE = "backbone"  # model.freeze=[backbone]: all but the classifier
 
 
-def freeze(model: nn.Module, patterns: Sequence[str]) -> list[str]:
-    """Freeze every parameter whose name matches one of `patterns` (``backbone``: every parameter but the
-    classifier's, :func:`head_parameters`); returns the frozen names. A pattern that matches nothing, or patterns
-    that leave nothing to train, are a ConfigError naming the model's top-level modules."""
+def freeze(model: nn.Module, option: ModelConfig) -> list[str]:
+    """Freeze every parameter of `option`'s model whose name matches one of its ``freeze`` patterns (``backbone``:
+    every parameter but the classifier's, :func:`head_parameters`); returns the frozen names. A pattern that
+    matches nothing, or patterns that leave nothing to train, are a ConfigError naming the model's top-level
+    modules."""
+    patterns, given = list(option.freeze), list(option.freeze)
     if not patterns:
         return []
-    named, given = dict(model.named_parameters()), list(patterns)
+    named = dict(model.named_parameters())
     if BACKBONE in patterns:
-        head = set(head_parameters(model, f"model.freeze=[{BACKBONE}]"))
+        head = set(head_parameters(model, option, f"model.freeze=[{BACKBONE}]"))
         patterns = [p for p in patterns if p != BACKBONE] + [n for n in named if n not in head]
     for pattern in patterns:
         if not any(fnmatchcase(name, pattern) for name in named):
@@ -69,12 +73,11 @@ def train_mode(model: nn.Module) -> None:
                 module.eval()
 
 
-def head_parameters(model: nn.Module, key: str) -> list[str]:
-    """Names of the classifier's parameters: a timm model's ``get_classifier()``, else the last ``nn.Linear``."""
+def head_parameters(model: nn.Module, option: ModelConfig, key: str) -> list[str]:
+    """Names of the classifier's parameters: those of the layer `option` (the model's option) calls its head
+    (``ModelConfig.head``: the last ``nn.Linear`` unless the option knows better)."""
     named = {id(p): n for n, p in model.named_parameters()}
-    head = cast(Any, model).get_classifier() if hasattr(model, "get_classifier") else None  # timm's method
-    if not isinstance(head, nn.Module):
-        head = next((m for m in reversed(list(model.modules())) if isinstance(m, nn.Linear)), None)
+    head = option.head(model)
     if head is None or not any(True for _ in head.parameters()):
         raise ConfigError(
             f"{key}: {type(model).__name__} has no classifier layer (no nn.Linear) to tell its head by; "

@@ -10,11 +10,9 @@ skipped is logged with counts, so a head that silently stayed random cannot pass
 from __future__ import annotations
 
 import logging
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import torch
 from torch import nn
@@ -135,14 +133,3 @@ def _adapt_channels(weight: torch.Tensor, channels: int) -> torch.Tensor:
         return weight.sum(dim=1, keepdim=True)
     repeats = -(-channels // rgb)
     return weight.repeat(1, repeats, 1, 1)[:, :channels] * (rgb / channels)
-
-
-def reachable(url: str, timeout: float = 3.0) -> bool:
-    """Whether a TCP connection to the URL's host opens: a compute node without a network answers at once, where
-    the hub client would retry for a minute per file before giving up."""
-    parsed = urlparse(url)
-    try:
-        with socket.create_connection((parsed.hostname or "", parsed.port or 443), timeout=timeout):
-            return True
-    except OSError:
-        return False

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from lab.config.distributed import DistConfig
+    from lab.config.models import ModelConfig
 
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)
 
@@ -25,15 +27,15 @@ def parameter_groups(
     model: nn.Module,
     weight_decay: float,
     lr: float = 0.0,
-    head_lr_scale: float = 1.0,
-    layer_decay: float | None = None,
+    scales: Mapping[str, float] | None = None,
     include_frozen: bool = False,
 ) -> list[dict]:
     """Decayed weights apart from norm parameters and biases (decaying those only hurts); with fine-tuning's
-    learning rates (`head_lr_scale`, `layer_decay`), each of those split again by learning rate, every group with
-    its own ``lr`` (`lr` times its scale), which the schedules then scale as a whole. Frozen parameters are left
-    out unless `include_frozen` (trainer.unfreeze_at_epoch: no gradient, no update until they are unfrozen)."""
-    scales = _lr_scales(model, head_lr_scale, layer_decay)
+    learning-rate multipliers (`scales`, parameter name -> multiplier: :func:`_lr_scales`), each of those split
+    again by learning rate, every group with its own ``lr`` (`lr` times its scale), which the schedules then scale
+    as a whole. Frozen parameters are left out unless `include_frozen` (trainer.unfreeze_at_epoch: no gradient, no
+    update until they are unfrozen)."""
+    scales = scales or {}
     groups: dict[tuple[float, bool], list[nn.Parameter]] = {(1.0, True): [], (1.0, False): []}
     seen: set[int] = set()
     for module_name, module in model.named_modules():
@@ -55,25 +57,25 @@ def parameter_groups(
     ]
 
 
-def _lr_scales(model: nn.Module, head_lr_scale: float, layer_decay: float | None) -> dict[str, float]:
-    """Parameter name -> learning-rate multiplier (absent: 1). Layer-wise decay gives the i-th of a timm model's L
-    layer groups (stem first, classifier last) layer_decay ** (L - 1 - i); the head's parameters are then scaled
-    by head_lr_scale."""
+def _lr_scales(
+    model: nn.Module, option: ModelConfig, head_lr_scale: float, layer_decay: float | None
+) -> dict[str, float]:
+    """Parameter name -> learning-rate multiplier (absent: 1). Layer-wise decay gives the i-th of the L layer groups
+    `option` (the model's option) names (stem first, classifier last: ``ModelConfig.layer_groups``)
+    layer_decay ** (L - 1 - i); the head's parameters (``ModelConfig.head``) are then scaled by head_lr_scale."""
     scales: dict[str, float] = {}
     if layer_decay is not None and layer_decay != 1:
-        if not hasattr(model, "group_matcher"):
+        layers = option.layer_groups(model)
+        if layers is None:
             raise ConfigError(
                 "optimizer.layer_decay needs a model that names its layers in order (timm models: model=timm); "
                 "use optimizer.head_lr_scale to give the head its own learning rate"
             )
-        from timm.models import group_parameters
-
-        layers = list(group_parameters(model, cast(Any, model).group_matcher(coarse=False)).values())
         for index, names in enumerate(layers):
             for name in names:
                 scales[name] = layer_decay ** (len(layers) - 1 - index)
     if head_lr_scale != 1:
-        for name in head_parameters(model, "optimizer.head_lr_scale"):
+        for name in head_parameters(model, option, "optimizer.head_lr_scale"):
             scales[name] = scales.get(name, 1.0) * head_lr_scale
     return scales
 
@@ -88,15 +90,18 @@ def lr_scale(dist_cfg: DistConfig | DictConfig, batch_size: int, world_size: int
 
 
 def build_optimizer(
-    optimizer_cfg: Any, model: nn.Module, device: torch.device | None = None, include_frozen: bool = False
+    optimizer_cfg: Any,
+    model: nn.Module,
+    model_cfg: Any,
+    device: torch.device | None = None,
+    include_frozen: bool = False,
 ) -> torch.optim.Optimizer:
-    """The configured optimizer (the option's ``build``) over `parameter_groups`. On CUDA, torch's fused
+    """The configured optimizer (the option's ``build``) over `parameter_groups` of `model`, built by the model
+    option `model_cfg` (which names its head and layer groups: :func:`_lr_scales`). On CUDA, torch's fused
     implementation when the option has a ``fused`` key left null: one kernel per step, and with a GradScaler it skips
     overflowed steps on the device, where the unfused path reads `found_inf` back to the host every step."""
     option = options.instantiate("optimizer", optimizer_cfg)
     if getattr(option, "fused", False) is None and device is not None and device.type == "cuda":
         option = dataclasses.replace(option, fused=True)
-    groups = parameter_groups(
-        model, option.weight_decay, option.lr, option.head_lr_scale, option.layer_decay, include_frozen
-    )
-    return option.build(groups)
+    scales = _lr_scales(model, options.instantiate("model", model_cfg), option.head_lr_scale, option.layer_decay)
+    return option.build(parameter_groups(model, option.weight_decay, option.lr, scales, include_frozen))

@@ -253,7 +253,8 @@ def _fit(
         runtime.seed_everything((cfg.seed + parallel.rank) % 2**32)  # dropout etc. differ per rank from here on
     # trainer.unfreeze_at_epoch: the frozen parameters are in the optimizer from the start (see Unfreeze)
     unfreezes = cfg.trainer.unfreeze_at_epoch is not None
-    optimizer = build_optimizer(_scaled_optimizer_cfg(cfg, parallel, tracker), model, device, include_frozen=unfreezes)
+    optimizer_cfg = _scaled_optimizer_cfg(cfg, parallel, tracker)
+    optimizer = build_optimizer(optimizer_cfg, model, cfg.model, device, include_frozen=unfreezes)
     steps_per_epoch = math.ceil(len(train_batches) / cfg.trainer.grad_accum_steps)
     scheduler = build_scheduler(cfg.scheduler, optimizer, _planned_steps(cfg.trainer, steps_per_epoch))
     log.info("%d optimizer steps per epoch", steps_per_epoch)

@@ -98,9 +98,10 @@ def test_copy_is_complete_and_leaves_no_temp_file(tmp_path: Path) -> None:
 def test_full_payload_loads_with_weights_only(tmp_path: Path, compose) -> None:
     cfg = compose(["scheduler=plateau", "scheduler.warmup_steps=2"])
     model = _net()
-    optimizer = build_optimizer(cfg.optimizer, model)
+    optimizer = build_optimizer(cfg.optimizer, model, cfg.model)
     scheduler = build_scheduler(cfg.scheduler, optimizer, total_steps=10)
-    cosine = build_scheduler(compose(["scheduler=cosine"]).scheduler, build_optimizer(cfg.optimizer, model), 10)
+    cosine_cfg = compose(["scheduler=cosine"]).scheduler
+    cosine = build_scheduler(cosine_cfg, build_optimizer(cfg.optimizer, model, cfg.model), 10)
     model(torch.randn(5, 4)).sum().backward()
     optimizer.step()  # optimizer moments exist
     scheduler.step()
@@ -129,7 +130,7 @@ def test_full_payload_loads_with_weights_only(tmp_path: Path, compose) -> None:
     # Everything restores into fresh objects.
     fresh = _net(3)
     checkpointing.load_model_state(fresh, ckpt["model"])
-    fresh_opt = build_optimizer(cfg.optimizer, fresh)
+    fresh_opt = build_optimizer(cfg.optimizer, fresh, cfg.model)
     fresh_opt.load_state_dict(ckpt["optimizer"])
     build_scheduler(cfg.scheduler, fresh_opt, 10).load_state_dict(ckpt["scheduler"])
     checkpointing.restore_rng(ckpt["rng"])

@@ -12,23 +12,8 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from lab import models
-from lab.config import CNNConfig, ConfigError, MLPConfig, TorchvisionConfig, options
-from lab.models.vision import ChannelAdapter
-
-NUM_CLASSES = 5
-
-
-def make_meta(in_channels: int, image_size: int, num_classes: int = NUM_CLASSES) -> dict[str, Any]:
-    return {
-        "input_shape": [in_channels, image_size, image_size],
-        "num_outputs": num_classes,
-        "num_classes": num_classes,
-        "in_channels": in_channels,
-        "image_size": image_size,
-        "mean": [0.5] * in_channels,
-        "std": [0.25] * in_channels,
-        "class_names": [str(i) for i in range(num_classes)],
-    }
+from lab.config import CNNConfig, ConfigError, MLPConfig, options
+from model_checks import NUM_CLASSES, check_eval_is_deterministic, check_gradients, check_logits, make_meta
 
 
 # Small widths keep every test fast on 2 CPU cores; the configs go through OmegaConf as in a real run.
@@ -40,21 +25,10 @@ def cnn_cfg(**kw: Any) -> Any:
     return OmegaConf.structured(CNNConfig(channels=[8, 16, 16], **kw))
 
 
-def resnet18_cfg() -> Any:
-    return OmegaConf.structured(TorchvisionConfig(arch="resnet18", small_input=True))
-
-
-def squeezenet_cfg() -> Any:
-    # squeezenet1_1: ~0.7M parameters and no BatchNorm, the quickest torchvision model that works at 32 px.
-    return OmegaConf.structured(TorchvisionConfig(arch="squeezenet1_1"))
-
-
 # (config factory, [(in_channels, image_size), ...]): two input sizes and both channel counts per model.
 CASES: dict[str, tuple[Callable[[], Any], list[tuple[int, int]]]] = {
     "mlp": (mlp_cfg, [(1, 8), (3, 28)]),
     "cnn": (cnn_cfg, [(1, 8), (3, 28)]),
-    "resnet18": (resnet18_cfg, [(1, 16), (3, 32)]),
-    "squeezenet": (squeezenet_cfg, [(1, 32), (3, 48)]),
 }
 SHAPE_PARAMS = [(name, c, s) for name, (_, sizes) in CASES.items() for c, s in sizes]
 
@@ -70,36 +44,19 @@ def build(name: str, in_channels: int, image_size: int) -> nn.Module:
 
 @pytest.mark.parametrize(("name", "in_channels", "image_size"), SHAPE_PARAMS)
 def test_output_is_logits_of_shape_batch_by_classes(name: str, in_channels: int, image_size: int) -> None:
-    model = build(name, in_channels, image_size)
-    for mode in (True, False):
-        model.train(mode)
-        out = model(torch.randn(2, in_channels, image_size, image_size))
-        assert out.shape == (2, NUM_CLASSES)
-        assert out.dtype == torch.float32
+    check_logits(build(name, in_channels, image_size), in_channels, image_size)
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_gradients_reach_every_trainable_parameter(name: str) -> None:
-    in_channels, image_size = CASES[name][1][0]  # 1 channel: also exercises the resnet stem / 1x1 adapter
-    model = build(name, in_channels, image_size).train()
-    x = torch.randn(4, in_channels, image_size, image_size)
-    loss = nn.functional.cross_entropy(model(x), torch.arange(4) % NUM_CLASSES)
-    loss.backward()
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    missing = [n for n, p in params if p.grad is None or not torch.isfinite(p.grad).all()]
-    assert not missing, f"no or non-finite gradient for {missing}"
-    nonzero = sum(bool(p.grad.abs().sum() > 0) for _, p in params)
-    # A dead ReLU can zero a whole tensor's gradient at random init; "most" is what a wiring bug would break.
-    assert nonzero >= 0.9 * len(params), f"only {nonzero}/{len(params)} parameters got a nonzero gradient"
+    in_channels, image_size = CASES[name][1][0]  # 1 channel
+    check_gradients(build(name, in_channels, image_size), in_channels, image_size)
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_eval_mode_is_deterministic(name: str) -> None:
     in_channels, image_size = CASES[name][1][1]
-    model = build(name, in_channels, image_size).eval()
-    x = torch.randn(3, in_channels, image_size, image_size)
-    with torch.no_grad():
-        torch.testing.assert_close(model(x), model(x), rtol=0, atol=0)
+    check_eval_is_deterministic(build(name, in_channels, image_size), in_channels, image_size)
 
 
 def test_mlp_is_batchnorm_free_so_samples_are_independent_of_their_batch() -> None:
@@ -158,21 +115,6 @@ def test_cnn_gradient_checkpointing_matches_the_plain_model(monkeypatch: pytest.
     assert not calls  # nothing to save activations for: no checkpointing in eval or under no_grad
 
 
-def test_resnet_stem_adapts_to_channels_and_small_inputs() -> None:
-    small = models.build(resnet18_cfg(), make_meta(1, 32))
-    assert (small.conv1.in_channels, small.conv1.kernel_size, small.conv1.stride) == (1, (3, 3), (1, 1))
-    assert isinstance(small.maxpool, nn.Identity)
-    standard = models.build(OmegaConf.structured(TorchvisionConfig(arch="resnet18")), make_meta(1, 32))
-    assert (standard.conv1.in_channels, standard.conv1.kernel_size, standard.conv1.stride) == (1, (7, 7), (2, 2))
-    assert isinstance(standard.maxpool, nn.MaxPool2d)
-    assert standard(torch.randn(2, 1, 32, 32)).shape == (2, NUM_CLASSES)
-
-
-def test_non_resnet_gets_a_1x1_channel_adapter_only_when_needed() -> None:
-    assert isinstance(build("squeezenet", 1, 32), ChannelAdapter)
-    assert not isinstance(build("squeezenet", 3, 32), ChannelAdapter)
-
-
 def test_unknown_model_name_lists_available_models() -> None:
     """The options listed are the registry's (a fork's own model among them, wherever it sorts), not spelt here."""
     listed = ", ".join(sorted(options.options("model")))
@@ -182,16 +124,3 @@ def test_unknown_model_name_lists_available_models() -> None:
     ) as err:
         models.build(OmegaConf.create({"name": "transformer"}), make_meta(1, 8))
     assert "\n" not in str(err.value)
-
-
-def test_unknown_torchvision_arch_is_a_config_error_with_a_hint() -> None:
-    cfg = OmegaConf.structured(TorchvisionConfig(arch="resnet19"))
-    with pytest.raises(ConfigError, match=r"resnet19.*list_models.*resnet18") as err:
-        models.build(cfg, make_meta(3, 32))
-    assert "\n" not in str(err.value)
-
-
-def test_small_input_is_rejected_for_non_resnet_archs() -> None:
-    cfg = OmegaConf.structured(TorchvisionConfig(arch="squeezenet1_1", small_input=True))
-    with pytest.raises(ConfigError, match="small_input"):
-        models.build(cfg, make_meta(3, 32))

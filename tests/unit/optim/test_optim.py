@@ -65,7 +65,7 @@ def test_build_optimizer_from_the_composed_config(compose, optimizer: str) -> No
     cfg = compose([f"optimizer={optimizer}"])
     validate(cfg)
     net = Net()
-    opt = build_optimizer(cfg.optimizer, net)
+    opt = build_optimizer(cfg.optimizer, net, cfg.model)
     expected_class = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[optimizer]
     assert type(opt) is expected_class
     assert [g["lr"] for g in opt.param_groups] == [cfg.optimizer.lr] * 2
@@ -82,7 +82,7 @@ def test_build_optimizer_from_the_composed_config(compose, optimizer: str) -> No
 def test_build_optimizer_takes_overrides_and_decays_only_the_decay_group(compose) -> None:
     cfg = compose(["optimizer=adamw", "optimizer.lr=0.5", "optimizer.weight_decay=0.2"])
     net = Net()
-    opt = build_optimizer(cfg.optimizer, net)
+    opt = build_optimizer(cfg.optimizer, net, cfg.model)
     assert [g["lr"] for g in opt.param_groups] == [0.5, 0.5]
     params = [p for g in opt.param_groups for p in g["params"]]
     before = [p.detach().clone() for p in params]

@@ -143,10 +143,10 @@ def test_fp16_steps_read_no_scale_to_the_host_and_count_skipped_steps_exactly(
 def test_fused_optimizer_on_cuda_unless_the_config_chooses(compose):
     model = nn.Linear(4, 2)
     cfg = compose(["optimizer=adamw"])
-    assert build_optimizer(cfg.optimizer, model, torch.device("cuda", 0)).defaults["fused"] is True
-    assert not build_optimizer(cfg.optimizer, model, CPU).defaults["fused"]
+    assert build_optimizer(cfg.optimizer, model, cfg.model, torch.device("cuda", 0)).defaults["fused"] is True
+    assert not build_optimizer(cfg.optimizer, model, cfg.model, CPU).defaults["fused"]
     chosen = OmegaConf.merge(cfg.optimizer, {"fused": False})
-    assert build_optimizer(chosen, model, torch.device("cuda", 0)).defaults["fused"] is False
+    assert build_optimizer(chosen, model, cfg.model, torch.device("cuda", 0)).defaults["fused"] is False
 
 
 # --------------------------------------------------------------------------- per-job state

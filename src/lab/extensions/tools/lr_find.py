@@ -275,7 +275,7 @@ def run(cfg: Any, run_dir: str | Path, options: Options) -> Result:
             model,
             task,
             _forever(loader),
-            lambda trial: build_optimizer(optimizer_cfg, trial, device),
+            lambda trial: build_optimizer(optimizer_cfg, trial, cfg.model, device),
             device=device,
             options=options,
             autocast=lambda: precision.autocast(device),

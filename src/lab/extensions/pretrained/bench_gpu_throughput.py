@@ -1,13 +1,13 @@
 """Training throughput and MFU on a GPU: ResNet-18 on CIFAR-sized and ResNet-50 on 224x224 synthetic images, each in
 fp32 (TF32 matmuls, the template's default), bf16 autocast, and bf16 + channels_last + torch.compile.
 
-    python bench/gpu_throughput.py            # needs CUDA; about 3-5 minutes on one H100/H200 (compiles included)
-    python bench/gpu_throughput.py --tiny     # tiny sizes on the CPU (compile with the eager backend): checks the
-                                              # script itself; add --peak-flops 1e12 for an MFU column there
+    python -m lab.extensions.pretrained.bench_gpu_throughput          # needs CUDA; about 3-5 minutes on one H100/H200
+    python -m lab.extensions.pretrained.bench_gpu_throughput --tiny   # tiny sizes on the CPU (compile with the eager
+                                       # backend): checks the script itself; add --peak-flops 1e12 for an MFU column
 
 A training step is the real thing: forward, cross-entropy, backward, SGD with momentum, on a synthetic batch that
-lives on the device (the data pipeline is not measured here: bench/device_loader.py does that). The models are the
-template's own (`model=resnet18` / `model=torchvision model.arch=resnet50`). FLOPs per image are counted once with
+lives on the device (the data pipeline is not measured here: bench/device_loader.py does that). The models are this
+extension's (`model=resnet18` / `model=torchvision model.arch=resnet50`). FLOPs per image are counted once with
 lab.training.flops (FlopCounterMode, forward + backward); MFU = images/s x FLOPs per image / the GPU's dense peak for
 the variant's dtype (lab.training.flops.PEAK_FLOPS). Prints img/s, MFU and the speed-up over fp32 of each variant.
 """
@@ -24,8 +24,8 @@ import torch
 from omegaconf import OmegaConf
 
 from lab import models
-from lab.config import TorchvisionConfig
 from lab.data.common import make_meta
+from lab.extensions.pretrained.options import TorchvisionConfig
 from lab.runtime import Precision
 from lab.tasks import Classification
 from lab.training import flops

@@ -16,8 +16,9 @@ from typing import Any
 from torch import nn
 
 from lab.errors import ConfigError, UserError
+from lab.extensions.pretrained.network import reachable
 from lab.models.common import image_channels
-from lab.models.pretrained import reachable, read_weights
+from lab.models.pretrained import read_weights
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-"""Pretrained weights (issue 23): model=timm and model=torchvision model.weights from files the tests write,
-model.init_from, the pretrained preprocessing taken by the data, and the fine-tuning recipes (per-layer learning
-rates, frozen BatchNorm). No network: a "pretrained" file is a randomly initialised model saved by the test."""
+"""Pretrained weights (issue 23): model=timm and model=torchvision model.weights from files the tests write, the
+preprocessing they give the data, and timm's head and layer groups for the fine-tuning recipes (per-layer learning
+rates, a frozen backbone). No network: a "pretrained" file is a randomly initialised model saved by the test."""
 
 from __future__ import annotations
 
@@ -8,17 +8,13 @@ import logging
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 from torch import nn
 
 from lab import models
-from lab.config import CNNConfig, ImageFolderConfig, SGDConfig, TimmConfig, TorchvisionConfig
+from lab.config import SGDConfig
 from lab.errors import UserError
-from lab.models.common import adopt_preprocessing
-from lab.models.freeze import train_mode
+from lab.extensions.pretrained.options import TimmConfig, TorchvisionConfig
 from lab.optim import build_optimizer
-from lab.runtime import Precision
-from lab.training.evaluation import accumulate_metrics
 
 timm = pytest.importorskip("timm")
 
@@ -44,7 +40,7 @@ def test_timm_weights_file_is_loaded_whole_when_the_head_fits(tmp_path):
 def test_a_1000_class_file_gives_a_new_head_and_a_grey_stem(tmp_path, caplog):
     torch.manual_seed(0)
     source = timm.create_model("test_resnet")  # ImageNet's 1000 classes, RGB
-    with caplog.at_level(logging.INFO, logger="lab.models.timm_model"):
+    with caplog.at_level(logging.INFO, logger="lab.extensions.pretrained.timm_model"):
         model = models.build(TimmConfig(arch="test_resnet", weights_path=saved(tmp_path, source)), GREY)
     own, theirs = model.state_dict(), source.state_dict()
     assert own["fc.weight"].shape == (3, theirs["fc.weight"].shape[1])  # re-initialised for 3 classes
@@ -105,6 +101,18 @@ def test_a_checkpoint_rebuilds_without_the_pretrained_file(tmp_path):
     models.build(architecture, META)  # nothing read
 
 
+def test_timms_pretrained_config_is_the_preprocessing_the_data_takes():
+    # test_efficientnet's: 160 px, crop 0.95, bicubic, ImageNet statistics (lab.models.common.adopt_preprocessing)
+    assert TimmConfig(arch="test_efficientnet").preprocessing() == {
+        "image_size": 160,
+        "crop_pct": 0.95,
+        "interpolation": "bicubic",
+        "mean": pytest.approx([0.485, 0.456, 0.406]),
+        "std": pytest.approx([0.229, 0.224, 0.225]),
+    }
+    assert TimmConfig(arch="test_resnet", pretrained=False).preprocessing() is None  # random init: the data's own
+
+
 def test_torchvision_weights_load_around_a_new_head(tmp_path):
     torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(0)
@@ -124,7 +132,7 @@ def test_torchvision_weights_load_around_a_new_head(tmp_path):
 def test_torchvision_weights_come_from_torchs_cache_or_one_line(tmp_path, monkeypatch):
     import torchvision
 
-    from lab.models import vision
+    from lab.extensions.pretrained import vision
 
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     monkeypatch.setattr(vision, "reachable", lambda url, timeout=3.0: False)  # a compute node: no network
@@ -152,41 +160,10 @@ def test_grey_images_reach_torchvision_weights_as_three_equal_planes(tmp_path):
         assert torch.allclose(model(grey), source(grey.expand(-1, 3, -1, -1)), atol=1e-6)
 
 
-def test_init_from_another_run_loads_all_but_the_head(tmp_path, caplog):
-    torch.manual_seed(0)
-    ten_classes = models.build(CNNConfig(channels=[8, 16]), {**META, "num_outputs": 10, "num_classes": 10})
-    path = tmp_path / "best.pt"
-    torch.save({"model": ten_classes.state_dict(), "format_version": 1}, path)
-    with caplog.at_level(logging.INFO, logger="lab.models.pretrained"):
-        model = models.build(CNNConfig(channels=[8, 16], init_from=str(path)), META)
-    own, theirs = model.state_dict(), ten_classes.state_dict()
-    mismatched = {k for k in own if own[k].shape != theirs[k].shape}
-    assert mismatched and all(torch.equal(own[k], theirs[k]) for k in own if k not in mismatched)
-    assert (
-        f"model.init_from={path}: {len(own) - len(mismatched)} tensors loaded, {len(mismatched)} re-init" in caplog.text
-    )
-
-
-def test_init_from_a_missing_file_is_refused_before_the_run_writes(tmp_path):
-    with pytest.raises(UserError, match=r"model\.init_from=.*no such file"):
-        CNNConfig(init_from=str(tmp_path / "nope.pt")).locate_weights()
-
-
-def test_the_data_takes_the_pretrained_preprocessing_where_its_keys_are_null():
-    composed = OmegaConf.structured(ImageFolderConfig(root="x", in_channels=1, interpolation="nearest"))
-    data = adopt_preprocessing(composed, TimmConfig(arch="test_efficientnet").preprocessing())
-    assert composed.image_size is None  # the run's config stays as composed: resume=auto compares it
-    # test_efficientnet's pretrained config: 160 px, crop 0.95, bicubic, ImageNet statistics (grey: their mean)
-    assert data.image_size == 160 and data.crop_pct == 0.95
-    assert data.interpolation == "nearest"  # set by the user: kept
-    assert data.mean == pytest.approx([(0.485 + 0.456 + 0.406) / 3])
-    assert TimmConfig(arch="test_resnet", pretrained=False).preprocessing() is None  # random init: the data's own
-
-
 def test_layer_decay_and_head_lr_scale_set_each_group_learning_rate():
     model = timm.create_model("test_resnet", num_classes=3)
     option = SGDConfig(lr=0.1, layer_decay=0.5, head_lr_scale=10.0)
-    optimizer = build_optimizer(option, model)
+    optimizer = build_optimizer(option, model, TimmConfig(arch="test_resnet"))
     lr_of = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
     named = dict(model.named_parameters())
     # six layer groups (stem, layer1-4, fc): stem 0.5**5, layer4 0.5, the head 1 x head_lr_scale
@@ -198,48 +175,6 @@ def test_layer_decay_and_head_lr_scale_set_each_group_learning_rate():
     assert len(lr_of) == len(named)
 
 
-def test_head_lr_scale_finds_the_last_linear_of_any_model():
-    model = models.build(CNNConfig(channels=[8]), META)
-    optimizer = build_optimizer(SGDConfig(lr=0.01, head_lr_scale=5.0), model)
-    head = [m for m in model.modules() if isinstance(m, nn.Linear)][-1]
-    scaled = [g for g in optimizer.param_groups if g["lr"] == pytest.approx(0.05)]
-    assert {id(p) for g in scaled for p in g["params"]} == {id(p) for p in head.parameters()}
-
-
 def test_freezing_the_backbone_leaves_the_classifier_to_train():
     model = models.build(TimmConfig(arch="test_resnet", pretrained=False, freeze=["backbone"]), META)
     assert [n for n, p in model.named_parameters() if p.requires_grad] == ["fc.weight", "fc.bias"]
-
-
-def test_layer_decay_needs_a_model_with_layer_groups():
-    from lab.errors import ConfigError
-
-    with pytest.raises(ConfigError, match=r"optimizer\.layer_decay needs a model that names its layers"):
-        build_optimizer(SGDConfig(layer_decay=0.7), models.build(CNNConfig(channels=[8]), META))
-
-
-def test_frozen_batchnorm_keeps_its_statistics_and_evaluation_restores_each_mode():
-    torch.manual_seed(0)
-    model = models.build(CNNConfig(channels=[8, 16], freeze=["blocks.0.*"]), META)
-    frozen = [m for n, m in model.named_modules() if isinstance(m, nn.BatchNorm2d) and n.startswith("blocks.0")]
-    trained = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d) and m not in frozen]
-    assert frozen and trained
-    before = frozen[0].running_mean.clone()
-    train_mode(model)
-    assert not frozen[0].training and trained[0].training
-    model(torch.randn(4, 3, 32, 32) * 3 + 1).sum().backward()
-    assert torch.equal(frozen[0].running_mean, before)  # eval mode: normalised by, and never updating, its stats
-
-    class Sink:
-        def update(self, outputs, targets):
-            pass
-
-    batch = torch.utils.data.TensorDataset(torch.randn(2, 3, 32, 32), torch.tensor([0, 1]))
-    accumulate_metrics(
-        model,
-        torch.utils.data.DataLoader(batch, batch_size=2),
-        Sink(),
-        device=torch.device("cpu"),
-        precision=Precision("fp32", None, False),
-    )
-    assert not frozen[0].training and trained[0].training  # each module's mode as it was

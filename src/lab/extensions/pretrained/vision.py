@@ -12,8 +12,9 @@ import torch
 from torch import nn
 
 from lab.errors import ConfigError, UserError
+from lab.extensions.pretrained.network import reachable
 from lab.models.common import image_channels
-from lab.models.pretrained import load_matching, reachable, read_weights
+from lab.models.pretrained import load_matching, read_weights
 
 
 class ChannelAdapter(nn.Module):

@@ -1,8 +1,8 @@
 """Fine-tuning a timm model vs training it from scratch on a small image folder, its seconds per epoch vs the shipped
 CNN, and the preprocessing a fine-tuning run records (issue 23's "Measure and report").
 
-    python bench/finetune.py [--epochs 20] [--images-per-class 12] [--val-images 40] [--source-images 100]
-                             [--source-epochs 15] [--image-size 32] [--arch test_resnet] [--threads 1] [overrides ...]
+    python -m lab.extensions.pretrained.bench_finetune [--epochs 20] [--images-per-class 12] [--val-images 40]
+        [--source-images 100] [--source-epochs 15] [--image-size 32] [--arch test_resnet] [--threads 1] [overrides ...]
 
 No pretrained weights can be downloaded here, so the script makes its own: it writes two folders of PNG images in a
 temporary directory, coloured shapes at random places, sizes and angles on striped, noisy backgrounds of random
@@ -53,7 +53,7 @@ from lab.config import validate
 from lab.config.data import ImageFolderConfig
 from lab.workflows.train import run
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[4] / "conf"  # the repository's (this folder's presets come with it)
 SOURCE_CLASSES = ("circle", "ring", "square", "triangle", "cross", "bar")
 TARGET_CLASSES = ("star", "hexagon", "square_outline", "triangle_outline")
 PREPROCESSING = ("image_size", "crop_pct", "interpolation", "mean", "std")
@@ -120,7 +120,7 @@ class EpochClock:
     the run's `train_epoch` at the first validation's end, so the first epoch (one-off start-up) is not counted."""
 
     def __init__(self, path: str) -> None:
-        self.path, self.times = Path(path), []
+        self.path, self.times = Path(path), list[float]()
 
     def on_validation_end(self, trainer: Any, metrics: dict, epoch: int) -> None:
         if "train_epoch" in vars(trainer):  # wrapped already
@@ -139,9 +139,11 @@ class EpochClock:
 
 def preprocessing(arch: str) -> dict[str, Any]:
     """What the data takes from `arch`'s pretrained weights: TimmConfig.preprocessing's reading of timm's config."""
-    from lab.config.models import TimmConfig
+    from lab.extensions.pretrained.options import TimmConfig
 
-    return TimmConfig(name="timm", arch=arch).preprocessing()
+    pretrained = TimmConfig(name="timm", arch=arch).preprocessing()
+    assert pretrained is not None  # model.pretrained's default: true
+    return pretrained
 
 
 def train(run_dir: Path, overrides: list[str]) -> dict:

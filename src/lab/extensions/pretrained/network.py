@@ -1,0 +1,17 @@
+"""Whether this machine can download published weights, asked before a hub client would retry for a minute."""
+
+from __future__ import annotations
+
+import socket
+from urllib.parse import urlparse
+
+
+def reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the URL's host opens: a compute node without a network answers at once, where
+    the hub client would retry for a minute per file before giving up."""
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "", parsed.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
