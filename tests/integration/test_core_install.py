@@ -46,8 +46,8 @@ def test_the_core_alone_trains_evaluates_and_exports_pt2(core_python: Path, tmp_
     assert export.returncode == 0 and (tmp_path / "x" / "model.pt2").is_file(), export.stderr[-3000:]
 
 
-# one of each mechanism of the core: an option's `requires` (model=timm and the extensions' options are the same,
-# tested in-process by test_packaging and their tests), an entry config's own check
+# one of each mechanism of the core: an option's `requires` (an extension's options are the same, tested by its own
+# tests; in-process by test_packaging), an entry config's own check
 @pytest.mark.parametrize(
     ("script", "args", "extra"),
     [

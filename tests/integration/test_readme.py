@@ -32,10 +32,6 @@ QUICK_BENCH_ARGS = {
     # its three rows (digits; CIFAR-sized synthetic images, plain and augmented), the synthetic ones on 256 images
     # instead of 2048
     "bench/device_loader.py": ["--epochs", "1", "--repeats", "1", "--rows", "data=digits", *SMALL_SYNTHETIC_ROWS],
-    # four runs of a few steps on 4-8 images per class (2 epochs: the second is timed)
-    "bench/finetune.py": shlex.split(
-        "--epochs 2 --images-per-class 4 --val-images 4 --source-images 8 --source-epochs 1"
-    ),
 }
 
 
@@ -140,7 +136,6 @@ SECTIONS_RUN_ELSEWHERE = {
     "## Install": "tests/unit/test_packaging.py",  # make install reinstalls .venv; docker and apptainer are not here
     "## Add your own model, dataset or task": "tests/integration/test_extension.py",
     "## Debugging tools": "tests/integration/test_profiler_commands.py",
-    "## Fine-tune a pretrained model": "tests/integration/test_finetune.py",  # weights it writes, offline
     "## Take the template's later fixes": "tests/integration/test_template_update.py",  # in a fork it makes
 }
 NOT_RUN_AS_WRITTEN = {
@@ -156,17 +151,12 @@ NOT_RUN_AS_WRITTEN = {
         "overrides.yaml",
     ),
     "python scripts/train.py -m 'experiment=glob(*)' debug=fast": (
-        "the CIFAR-10 experiments need their data: the sweep test writes a tiny copy (finetune_folder, which needs an "
-        "image folder and weights, runs in test_finetune.py; an extension's experiments in its own tests)",
+        "the CIFAR-10 experiments need their data: the sweep test writes a tiny copy (an extension's experiments run "
+        "in its own tests)",
         "tests/integration/test_sweeps.py",
         "experiment=glob(*,exclude=[",
     ),
     "make rename NAME=myproject": ("rewrites this repository", "tests/integration/test_rename.py", "rename.py"),
-    "python bench/gpu_throughput.py": (
-        "needs a GPU: its --tiny CPU run is tested",
-        "tests/unit/training/test_flops.py",
-        "gpu_throughput",
-    ),
     "python bench/int8.py": (
         "minutes: it trains and exports two convnets; its quantization and figures are tested",
         "tests/unit/exporting/test_quantization.py",

@@ -101,7 +101,7 @@ def test_train_run_records_config_commit_dirty_flag_and_metrics(project_copy, tm
     assert run.exit_code == 0
 
     # a modified file and a model added as a new, untracked file: dirty flag, and both are kept with the run
-    with open(project_copy / "conf/model/resnet18.yaml", "a") as handle:
+    with open(project_copy / "conf/experiment/digits_mlp.yaml", "a") as handle:
         handle.write("# local tweak under test\n")
     (project_copy / "src/lab/models/added_under_test.py").write_text('"""A model added as a new file."""\n')
     dirty = tmp_path / "dirty"

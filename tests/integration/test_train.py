@@ -159,14 +159,14 @@ def test_every_model_data_and_switch_combination_runs_in_one_multirun(tmp_path):
         "data=synthetic",
         "data.image_size=16",
         "data.num_samples=256",
-        "model=mlp,cnn,resnet18",
+        "model=mlp,cnn",
         "trainer.channels_last=true",
         "scheduler=onecycle",
         "optimizer=sgd",
         "logger=none",
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    for job in range(3):
+    for job in range(2):
         summary = json.loads((tmp_path / str(job) / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["global_step"] == 3
 

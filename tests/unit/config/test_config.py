@@ -507,7 +507,7 @@ def test_hydras_repository_copy_shares_the_config_store_and_leaves_the_original_
     sources = list(original.get_sources())
     copy = CachingConfigRepository(original)
     assert copy.get_schema_source().store is ConfigStore.instance()  # shared, not copied
-    assert copy.config_exists("model/resnet18")  # a preset: conf/model/resnet18.yaml
+    assert copy.config_exists("experiment/digits_mlp")  # a preset: conf/experiment/digits_mlp.yaml
     copy.initialize_sources(search_path())  # the stored options only
-    assert not copy.config_exists("model/resnet18") and copy.config_exists("model/mlp")
-    assert original.get_sources() == sources and original.config_exists("model/resnet18")
+    assert not copy.config_exists("experiment/digits_mlp") and copy.config_exists("model/mlp")
+    assert original.get_sources() == sources and original.config_exists("experiment/digits_mlp")

@@ -205,7 +205,7 @@ def test_every_group_yaml_is_a_preset_that_holds_values(tmp_path: Path) -> None:
     hydra/ node aside), and holds at least one value (an option with nothing to change is its class: no YAML)."""
     conf = _copy_of_the_presets(tmp_path / "conf")
     presets = [rel for rel in _yaml_files(conf) if "/" in rel and _package(conf, rel) != "_global_"]
-    assert "model/resnet18.yaml" in presets  # the files are found
+    assert "hydra/default.yaml" in presets  # the files in the groups' folders are found
     lacking = [rel for rel in presets if rel != "hydra/default.yaml" and not _extends_an_option(conf, rel)]
     assert lacking == []
     assert [rel for rel in presets if not _body(conf, rel)] == []
@@ -227,13 +227,15 @@ def _append(path: Path, text: str) -> None:
 
 
 def test_a_planted_repeat_is_found(conf: Path) -> None:
-    _append(conf / "model/resnet18.yaml", "arch: resnet18\nfreeze: [fc.*]\n")  # the first is the option's default
+    (conf / "model").mkdir(exist_ok=True)
+    (conf / "model/wide_cnn.yaml").write_text("defaults:\n  - cnn\n")  # a preset of model=cnn
+    _append(conf / "model/wide_cnn.yaml", "dropout: 0.1\nfreeze: [fc.*]\n")  # the first is the option's default
     _append(conf / "experiment/digits_mlp.yaml", "model:\n  hidden_dims: [256, 128]\n")  # what model=mlp gives
     (conf / "hparams_search").mkdir(exist_ok=True)
     (conf / "hparams_search/grid.yaml").write_text(
         GRID_PRESET + '    max_batch_size: null\n    params: {seed: "1,2"}\n'
     )
-    assert repeats(conf, "model/resnet18.yaml") == ["model/resnet18.yaml: arch: 'resnet18'"]
+    assert repeats(conf, "model/wide_cnn.yaml") == ["model/wide_cnn.yaml: dropout: 0.1"]
     assert repeats(conf, "experiment/digits_mlp.yaml") == ["experiment/digits_mlp.yaml: model.hidden_dims: [256, 128]"]
     assert repeats(conf, "hparams_search/grid.yaml") == ["hparams_search/grid.yaml: hydra.sweeper.max_batch_size: None"]
 

@@ -4,7 +4,6 @@ under dist.meta_init=true. The two-rank run is tests/integration/test_meta_init_
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import re
 from types import SimpleNamespace
@@ -203,8 +202,7 @@ def test_meta_init_auto_builds_such_a_model_whole_and_says_why(monkeypatch, capl
     [
         (_fsdp(False), META_INIT_CASES["mlp"][0]),  # dist.meta_init=false: as before
         (SimpleNamespace(strategy="ddp"), META_INIT_CASES["mlp"][0]),  # only FSDP shards
-        (_fsdp("auto"), {"name": "torchvision"}),  # the option knows: no meta build tried
-        (_fsdp("auto"), {"name": "mlp", "init_from": "/nowhere/best.pt"}),
+        (_fsdp("auto"), {"name": "mlp", "init_from": "/nowhere/best.pt"}),  # the option knows: no meta build tried
     ],
 )
 def test_the_whole_build_stays_where_meta_init_does_not_apply(dist_cfg, model_cfg) -> None:
@@ -227,13 +225,6 @@ def test_a_reset_parameters_that_leaves_a_tensor_unset_is_caught() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["model=torchvision"], "model=torchvision draws its initial weights in loops of its own"),
-        (["model=torchvision", "model.weights=DEFAULT"], "and the pretrained weights are loaded while building"),
-        pytest.param(
-            ["model=timm"],
-            "model=timm draws its initial weights in init functions of its own",
-            marks=pytest.mark.skipif(importlib.util.find_spec("timm") is None, reason="the pretrained extra"),
-        ),
         (["model=mlp", "model.init_from=best.pt"], "model.init_from loads weights while the model is built"),
     ],
 )

@@ -157,30 +157,3 @@ def test_a_loss_that_cannot_run_on_the_meta_device_skips_the_count_saying_so(tmp
         m.startswith("no FLOP count (so no train/mfu): the step cannot run without the model's weights")
         for m in caplog.messages
     )
-
-
-# --------------------------------------------------------------------------- bench/gpu_throughput.py (CPU, tiny)
-def _bench(monkeypatch):
-    from helpers import REPO, load_file
-
-    return load_file(REPO / "bench" / "gpu_throughput.py")
-
-
-def test_gpu_throughput_bench_measures_its_compiled_variant_on_the_cpu(monkeypatch) -> None:
-    bench = _bench(monkeypatch)
-    case = bench.TINY_CASES[0]
-    images_per_s, image_flops = bench.measure(case, "bf16+cl+compile", CPU, warmup=1, steps=1, compile_backend="eager")
-    inputs, targets = torch.randn(case.batch_size, 3, 8, 8), torch.zeros(case.batch_size, dtype=torch.long)
-    plain = flops.count_flops(bench.build_model(case, CPU), Classification(10), inputs, targets, CPU, FP32)
-    assert images_per_s > 0 and image_flops == plain // case.batch_size  # autocast changes no FLOP count
-
-
-def test_gpu_throughput_bench_reports_mfu_and_the_ratio_to_fp32(monkeypatch, tmp_path) -> None:
-    bench = _bench(monkeypatch)
-    speeds = {"fp32": 100.0, "bf16": 250.0, "bf16+cl+compile": 400.0}
-    monkeypatch.setattr(bench, "measure", lambda case, variant, *args, **kwargs: (speeds[variant], 2_000_000))
-    rows = bench.main(["--tiny", "--peak-flops", "1e9", "--json", str(tmp_path / "rows.json")])
-    assert len(rows) == 6 and json.loads((tmp_path / "rows.json").read_text()) == rows
-    for row in rows:
-        assert row["mfu"] == pytest.approx(speeds[row["variant"]] * 2e6 / 1e9)
-        assert row["speedup"] == pytest.approx(speeds[row["variant"]] / 100.0)

@@ -1,22 +1,40 @@
-"""The README's fine-tuning section end to end, offline: `experiment=finetune_folder` on an image folder of
-non-square images without val/, from a "pretrained" timm file the test writes; then eval, export and infer from the
-checkpoint alone (the pretrained file moved away), each applying validation's preprocessing."""
+"""The page's fine-tuning end to end, offline: its `experiment=finetune_folder ... model.weights_path=...` command
+on an image folder of non-square images without val/, from a "pretrained" timm file the test writes; then eval,
+export and infer from the checkpoint alone (the pretrained file moved away), each applying validation's
+preprocessing. And the page's fine-tuning benchmark, on its shortest settings."""
 
 from __future__ import annotations
 
 import csv
 import json
+import shlex
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from helpers import Run, run_script
+from helpers import Run, run_script, script_env
+from warm_python import run_python
 
 pytestmark = pytest.mark.slow
 
+PAGE = Path(__file__).resolve().parents[2] / "README.md"
+# the page's commands, as written (test_readme checks that each line of its ```sh blocks is quoted by its tests)
+FROM_A_FILE = "python scripts/train.py experiment=finetune_folder data.root=/path/to/images model.weights_path=/path/to/weights.safetensors"  # noqa: E501
+BENCH = "python -m lab.extensions.pretrained.bench_finetune"
 CLASSES = {"red": (200, 40, 40), "green": (40, 200, 40), "blue": (40, 40, 200)}
+
+
+def _page_args(command: str, **paths: str) -> list[str]:
+    """A command of the page, checked to be there as written: its arguments after `python`, placeholders replaced."""
+    assert command in PAGE.read_text(), command
+    for placeholder, path in paths.items():
+        command = command.replace(placeholder, path)
+    python, *args = shlex.split(command)
+    assert python == "python", command
+    return args
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +51,12 @@ def finetuned(tmp_path_factory):
     weights = root / "pretrained.pth"
     torch.save(timm.create_model("test_resnet").state_dict(), weights)  # ImageNet-shaped: 1000 classes, RGB
     run_dir = root / "train"
+    paths = {"/path/to/images": str(root / "images"), "/path/to/weights.safetensors": str(weights)}
+    script, *args = _page_args(FROM_A_FILE, **paths)
     proc = run_script(
-        "train.py",
-        "experiment=finetune_folder",
-        f"data.root={root / 'images'}",
-        "model.arch=test_resnet",
-        f"model.weights_path={weights}",
+        Path(script).name,
+        *args,
+        "model.arch=test_resnet",  # timm's smallest ResNet (the preset's resnet18.a1_in1k: the hub's)
         "data.image_size=32",  # test_resnet's own 160 px: the same code, 25x the compute
         "data.val_fraction=0.25",
         "data.batch_size=6",
@@ -99,3 +117,12 @@ def test_eval_export_and_infer_reproduce_validation_from_the_checkpoint_alone(fi
         for index, (path, _) in enumerate(val.samples):
             probabilities = restored.model(val[index][0].unsqueeze(0)).softmax(-1)
             assert predicted[path] == pytest.approx(probabilities.max().item(), abs=1e-5), path
+
+
+def test_the_fine_tuning_benchmark_runs(tmp_path):
+    """Its shortest settings: four runs of a few steps on 4-8 images per class (2 epochs: the second is timed)."""
+    pytest.importorskip("timm")
+    quick = "--epochs 2 --images-per-class 4 --val-images 4 --source-images 8 --source-epochs 1"
+    proc = run_python([*_page_args(BENCH), *shlex.split(quick)], cwd=tmp_path, env=script_env(), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "(1) fine-tuned / scratch val accuracy:" in proc.stdout and "(3) preprocessing" in proc.stdout
