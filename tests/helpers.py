@@ -66,6 +66,25 @@ def checkout_files(repo: Path = REPO) -> list[Path]:
     return sorted(repo / rel for rel in listed if rel and (repo / rel).is_file())
 
 
+def write_tiny_cifar10(root: Path, per_batch: int) -> None:
+    """CIFAR-10's python format (pickled dicts of uint8 rows, 3x32x32 each), small: no download here."""
+    folder = root / "cifar-10-batches-py"
+    import pickle
+
+    import numpy as np
+
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]:
+        batch = {
+            b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+            b"labels": [i % 10 for i in range(per_batch)],
+        }
+        (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
+    names = [f"class{i}".encode() for i in range(10)]
+    (folder / "batches.meta").write_bytes(pickle.dumps({b"label_names": names}, protocol=2))
+
+
 def doc_pages() -> list[Path]:
     """The README and each present extension's page (src/lab/extensions/<name>/README.md)."""
     return [REPO / "README.md", *sorted((REPO / "src" / "lab" / "extensions").glob("*/README.md"))]

@@ -5,14 +5,12 @@ from __future__ import annotations
 import csv
 import json
 import os
-import pickle
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from helpers import REPO, script_env
+from helpers import REPO, script_env, write_tiny_cifar10
 from lab import extensions
 from wandb_reader import find_run_files, read_run
 from warm_python import run_python
@@ -142,25 +140,10 @@ def test_a_stopped_sweep_job_names_the_command_that_resumes_its_sweep(tmp_path):
     assert "resume=auto" in (sweep / "0" / ".hydra" / "attempt-2" / "overrides.yaml").read_text()
 
 
-def _write_tiny_cifar10(root: Path, per_batch: int) -> None:
-    """CIFAR-10's python format (pickled dicts of uint8 rows, 3x32x32 each), small: no download here."""
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]:
-        batch = {
-            b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
-            b"labels": [i % 10 for i in range(per_batch)],
-        }
-        (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
-    names = [f"class{i}".encode() for i in range(10)]
-    (folder / "batches.meta").write_bytes(pickle.dumps({b"label_names": names}, protocol=2))
-
-
 def test_every_experiment_runs_in_one_sweep(tmp_path):
     # 12 images a batch file: 60 to train (6 of them validate), 12 to test: every stage of debug=fast still runs, and
     # the test split's batches (all of them, under bf16 autocast on the CPU) are 3 instead of 10
-    _write_tiny_cifar10(tmp_path / "cifar", per_batch=12)
+    write_tiny_cifar10(tmp_path / "cifar", per_batch=12)
     sweep = tmp_path / "experiments"
     # an extension's experiments (its conf/experiment/) are run by its own tests, on the data they write or prepare
     run_elsewhere = [path.stem for conf in extensions.conf_dirs() for path in conf.glob("experiment/*.yaml")]
