@@ -26,7 +26,7 @@ import torch.multiprocessing as mp
 from lab import models
 from lab.config import options
 from lab.distributed import meta_init
-from lab.distributed.parallel import Parallel
+from lab.distributed.parallel import FSDP
 
 
 def _rss() -> int:
@@ -38,7 +38,7 @@ def _worker(rank: int, how: str, model_cfg: Any, data_meta: dict, port: int, res
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     torch.set_num_threads(1)
-    parallel = Parallel(strategy="fsdp", rank=rank, world_size=2)
+    parallel = FSDP(rank=rank, world_size=2)
     fsdp = SimpleNamespace(strategy="fsdp", meta_init=how == "meta", sync_bn=False, reshard_after_forward=True)
     fp32 = SimpleNamespace(autocast_dtype=None)
     cpu = torch.device("cpu")
@@ -49,7 +49,7 @@ def _worker(rank: int, how: str, model_cfg: Any, data_meta: dict, port: int, res
     rng = torch.random.get_rng_state()
     model = meta_init.build(model_cfg, data_meta, fsdp) if how == "meta" else models.build(model_cfg, data_meta)
     assert model is not None, "this model cannot be built on the meta device"
-    model, _ = parallel.wrap(model, fsdp, cpu, fp32)
+    model, _ = parallel.wrap(model, cpu, fp32)
     if how == "meta":
         meta_init.materialise(model, cpu, rng)
     seconds = time.perf_counter() - start

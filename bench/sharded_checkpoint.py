@@ -29,7 +29,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from lab.checkpointing import CheckpointManager
-from lab.distributed.parallel import Parallel
+from lab.distributed.parallel import FSDP
 
 WIDTH = 2048
 
@@ -81,7 +81,7 @@ def _worker(rank: int, how: str, params: float, repeats: int, out_dir: str, port
     model(torch.randn(4, WIDTH)).square().mean().backward()
     optimizer.step()  # the moments exist: a checkpoint holds three times the weights
     optimizer.zero_grad(set_to_none=True)  # as in training between steps
-    parallel = Parallel(strategy="fsdp", rank=rank, world_size=2)
+    parallel = FSDP(rank=rank, world_size=2)
     manager = CheckpointManager(Path(out_dir) / how, parallel, async_save=how == "async")
     times, stalls, peaks, before = [], [], [], _rss()
     for step in range(repeats):
