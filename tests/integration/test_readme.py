@@ -139,7 +139,6 @@ def test_readme_command_runs(command, tmp_path, request):
 SECTIONS_RUN_ELSEWHERE = {
     "## Install": "tests/unit/test_packaging.py",  # make install reinstalls .venv; docker and apptainer are not here
     "## Add your own model, dataset or task": "tests/integration/test_extension.py",
-    "## Debugging tools": "tests/integration/test_profiler_commands.py",
     "## Fine-tune a pretrained model": "tests/integration/test_finetune.py",  # weights it writes, offline
     "## Take the template's later fixes": "tests/integration/test_template_update.py",  # in a fork it makes
 }
