@@ -166,11 +166,6 @@ NOT_RUN_AS_WRITTEN = {
         "tests/unit/training/test_flops.py",
         "gpu_throughput",
     ),
-    "python bench/int8.py": (
-        "minutes: it trains and exports two convnets; its quantization and figures are tested",
-        "tests/unit/exporting/test_quantization.py",
-        "int8_report",
-    ),
 }
 
 
