@@ -167,8 +167,8 @@ def register() -> None:
         for group, name in EMPTY_OPTIONS:
             cs.store(group=group, name=name, node={})
     if new:  # (again:) a schema holds a node per option of some kinds (the logger's trackers, the export's steps)
-        for name, schema in SCHEMAS.items():
-            cs.store(name=name, node=schema)
+        for root, root_schema in SCHEMAS.items():
+            cs.store(name=root, node=root_schema)
     for group, name, option in new:
         stored = option.stored_as(name)
         if stored is not None:
