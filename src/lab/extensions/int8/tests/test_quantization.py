@@ -8,12 +8,14 @@ not run here; what it prints is `int8_report.table` of the report these tests ch
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from lab.config import ConfigError, validate
+from lab.errors import UserError
 from lab.exporting import manifest
 from lab.exporting.steps import Export
 from lab.exporting.writers import write_onnx
@@ -156,3 +158,15 @@ def test_the_settings_sit_in_the_export_config_and_are_checked_with_it(compose) 
     ):
         with pytest.raises(ConfigError, match=message):
             validate(compose(["ckpt_path=x.pt", *overrides], config_name="export"))
+
+
+def test_a_model_of_several_outputs_is_refused_before_any_work() -> None:
+    from lab.exporting import steps
+    from lab.tasks import outputs as model_outputs
+
+    one, several = torch.randn(2, 3), (torch.randn(2, 3), torch.randn(2, 4))
+    assert Int8Config(quantize="static").refuse_model(one, model_outputs.check(one)) is None
+    assert Int8Config().refuse_model(several, model_outputs.check(several)) is None  # off: nothing to refuse
+    opts = SimpleNamespace(steps=lambda: [Int8Config(quantize="static")])  # the export node: its steps' settings
+    with pytest.raises(UserError, match=r"^export.int8.quantize takes one output tensor; this model returns a tuple"):
+        steps.check(opts, several, model_outputs.check(several))
