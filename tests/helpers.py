@@ -203,8 +203,8 @@ def max_abs_diff(a: dict, b: dict) -> float:
 def in_process_trainer(
     cfg: DictConfig, model, task, loader, run_dir: Path, total_steps: int = 100, callbacks: Sequence = ()
 ):
-    """A Trainer on the CPU for unit tests: the config's optimizer, schedule, precision and trainer settings; no
-    validation loader; a local-only Tracker in `run_dir` (call `trainer.tracker.finish()` when done)."""
+    """A Trainer on the CPU for unit tests: the config's optimizer, schedule, precision, trainer settings and
+    callbacks; no validation loader; a local-only Tracker in `run_dir` (call `trainer.tracker.finish()` when done)."""
     import torch
 
     from lab.checkpointing import CheckpointManager
@@ -230,6 +230,7 @@ def in_process_trainer(
         tracker=Tracker(run_dir).start(),
         checkpoints=CheckpointManager(run_dir, Parallel()),
         callbacks=callbacks,
+        callback_options=cfg.callbacks,
     )
 
 

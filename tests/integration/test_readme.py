@@ -135,7 +135,6 @@ def test_readme_command_runs(command, tmp_path, request):
 SECTIONS_RUN_ELSEWHERE = {
     "## Install": "tests/unit/test_packaging.py",  # make install reinstalls .venv; docker and apptainer are not here
     "## Add your own model, dataset or task": "tests/integration/test_extension.py",
-    "## Debugging tools": "tests/integration/test_profiler_commands.py",
     "## Take the template's later fixes": "tests/integration/test_template_update.py",  # in a fork it makes
 }
 NOT_RUN_AS_WRITTEN = {
@@ -157,11 +156,6 @@ NOT_RUN_AS_WRITTEN = {
         "experiment=glob(*,exclude=[",
     ),
     "make rename NAME=myproject": ("rewrites this repository", "tests/integration/test_rename.py", "rename.py"),
-    "python bench/int8.py": (
-        "minutes: it trains and exports two convnets; its quantization and figures are tested",
-        "tests/unit/exporting/test_quantization.py",
-        "int8_report",
-    ),
 }
 
 

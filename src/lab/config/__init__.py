@@ -57,7 +57,7 @@ from lab.config.optim import (
 )
 from lab.config.options import Option
 from lab.config.tasks import ClassificationConfig, LanguageModelConfig, RegressionConfig, TaskConfig
-from lab.config.tools import EvalConfig, ExportConfig, InferConfig
+from lab.config.tools import EvalConfig, ExportConfig, ExportStepConfig, InferConfig
 from lab.config.trackers import LoggerConfig, TrackerConfig, logger_config
 from lab.config.training import (
     AmpConfig,
@@ -90,6 +90,7 @@ __all__ = [
     "DistConfig",
     "EvalConfig",
     "ExportConfig",
+    "ExportStepConfig",
     "FSDPConfig",
     "FashionMnistConfig",
     "Fp16Config",
@@ -157,19 +158,21 @@ def register() -> None:
         importlib.import_module(f"{__name__}.{module.name}")
     extensions.modules("options")
     cs = ConfigStore.instance()
+    new = [(group, name, option) for group in options.groups() for name, option in options.options(group).items()]
+    new = [(group, name, option) for group, name, option in new if option not in _STORED]
     if not _STORED:
-        for name, schema in SCHEMAS.items():
-            cs.store(name=name, node=schema)
         for (group, name), schema in PLAIN_OPTIONS.items():
             cs.store(group=group, name=name, node=schema)
         for group, name in EMPTY_OPTIONS:
             cs.store(group=group, name=name, node={})
-    for group in options.groups():
-        for name, option in options.options(group).items():
-            if option not in _STORED:
-                stored_group, node = option.stored_as(name)
-                cs.store(group=stored_group, name=name, node=node, package=options.package(group, name))
-                _STORED.add(option)
+    if new:  # (again:) a schema holds a node per option of some kinds (the logger's trackers, the export's steps)
+        for root, root_schema in SCHEMAS.items():
+            cs.store(name=root, node=root_schema)
+    for group, name, option in new:
+        stored = option.stored_as(name)
+        if stored is not None:
+            cs.store(group=stored[0], name=name, node=stored[1], package=options.package(group, name))
+        _STORED.add(option)
 
 
 def validate(cfg: DictConfig) -> None:

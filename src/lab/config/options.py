@@ -90,17 +90,18 @@ class Option:
         _OPTIONS[cls.config_group][name] = cls
 
     @classmethod
-    def stored_as(cls, name: str) -> tuple[str, Any]:
+    def stored_as(cls, name: str) -> tuple[str, Any] | None:
         """Where :func:`lab.config.register` stores the option named `name` in Hydra's ConfigStore: (group, node).
-        An option is its group's choice `<group>=<name>`; a kind whose options are not one-of overrides this."""
+        An option is its group's choice `<group>=<name>`; a kind whose options are not one-of overrides this (None:
+        not stored, for a kind no one chooses by name: every export step is present, lab.config.tools)."""
         return cls.config_group, cls
 
     def check_installed(self) -> None:
         """Refuse this option, naming the extra to install, when a distribution of ``requires`` is missing."""
         if self.requires:
             name = option_name(type(self)) or type(self).__name__
-            group, _ = self.stored_as(name)  # what the command line says: model=timm, logger=<name>
-            extras.require(f"{group}={name}", self.requires)
+            stored = self.stored_as(name)  # what the command line says: model=timm, logger=<name>
+            extras.require(f"{stored[0] if stored else self.config_group}={name}", self.requires)
 
     def __post_init__(self) -> None:
         if not self.key:  # a tracker: every one has its settings node, the logger checks those turned on

@@ -1,13 +1,19 @@
-"""Schema of the checkpoint-consuming entry points: conf/eval.yaml, conf/export.yaml, conf/infer.yaml."""
+"""Schema of the checkpoint-consuming entry points: conf/eval.yaml, conf/export.yaml, conf/infer.yaml, and the
+`export_step` kind: what every export runs once its formats are written and checked (an extension's INT8
+quantization), each with its settings in `export.<name>`."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from lab import extras
+from lab.config import options
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.checks import seed, wandb_tags
+from lab.config.options import Option
 from lab.config.trackers import LoggerConfig, logger_config
 from lab.config.training import PathsConfig
 
@@ -74,14 +80,6 @@ class ExportOptions:
     tolerance: float = 1e-4
     opset: int | None = None  # ONNX opset; null = what torch.onnx recommends
     parity_samples: int = 256  # validation samples the parity check runs on
-    # null | dynamic | static | both: INT8 ONNX models next to model.onnx (model.int8.onnx: dynamic;
-    # model.int8-static.onnx: QDQ calibrated on training samples), each scored against fp32 (the task's val metric,
-    # latency at batch 1 and 32); the manifest recommends the fastest that stays within quantize_tolerance
-    quantize: str | None = None
-    calibration_samples: int = 256  # static: training samples whose activation ranges set the int8 scales
-    # an INT8 model is recommended only if its val metric (the task's monitor) is at most this fraction worse
-    quantize_tolerance: float = 0.01
-    latency_runs: int = 50  # timed runs per batch size for the INT8-vs-fp32 latency figures
     # input axes the exported model accepts at any size, e.g. [0, 2, 3] for batch, height and width of (N, C, H, W)
     # images (a fully convolutional model); null = the task's dynamic_dims ([0]; [0, 1] for a language model).
     # Parity also runs a second size along each of them.
@@ -95,22 +93,77 @@ class ExportOptions:
         _require(self.tolerance > 0, f"export.tolerance must be > 0, got {self.tolerance}")
         _require(self.opset is None or self.opset >= 18, f"export.opset must be >= 18 or null, got {self.opset}")
         _require(self.parity_samples >= 1, f"export.parity_samples must be >= 1, got {self.parity_samples}")
-        if self.quantize is not None:
-            _one_of("export.quantize", self.quantize, ("dynamic", "static", "both"))
-            _require(
-                "onnx" in self.formats,
-                f"export.quantize={self.quantize} quantizes the ONNX model: add onnx to export.formats",
-            )
-        _require(
-            self.calibration_samples >= 1, f"export.calibration_samples must be >= 1, got {self.calibration_samples}"
-        )
-        _require(self.quantize_tolerance >= 0, f"export.quantize_tolerance must be >= 0, got {self.quantize_tolerance}")
-        _require(self.latency_runs >= 1, f"export.latency_runs must be >= 1, got {self.latency_runs}")
         dims = self.dynamic_dims
         _require(
             dims is None or (0 in dims and all(d >= 0 for d in dims) and len(set(dims)) == len(dims)),
             f"export.dynamic_dims must list distinct input axes including 0 (the batch), got {dims}",
         )
+        for step in self.steps():
+            why = step.conflict(self)
+            _require(why is None, str(why))
+
+    def steps(self) -> list[ExportStepConfig]:
+        """The settings of every export step (`export.<name>`), in name order: :func:`export_options` adds them."""
+        return [value for value in vars(self).values() if isinstance(value, ExportStepConfig)]
+
+
+@dataclass
+class ExportStepConfig(Option, group="export_step", key=""):
+    """A step every export runs once its formats are written and checked, in name order: an option (lab.config.
+    options) whose settings node is `export.<name>` (its keys and defaults; no YAML), which says itself whether they
+    turn it on. Nobody chooses it by name, so it is not stored as a group option.
+
+        @dataclass
+        class Int8Config(ExportStepConfig):    # export.int8.quantize=dynamic
+            quantize: str | None = None
+
+            def run(self, export):             # export: lab.exporting.steps.Export (imported here: no torch above)
+                ...
+    """
+
+    @classmethod
+    def stored_as(cls, name: str) -> None:
+        return None
+
+    def conflict(self, export: ExportOptions) -> str | None:
+        """Why these settings cannot work with the rest of the `export` node (its values checked), or None: a reason
+        refuses the export before any work starts."""
+        return None
+
+    def refuse_model(self, outputs: Any, layout: Any) -> str | None:
+        """Why these settings cannot export a model whose eager outputs are `outputs` (their `layout`:
+        ``lab.tasks.outputs.Layout``), or None: a reason refuses the export before any work."""
+        return None
+
+    def run(self, export: Any) -> None:
+        """Do the step on the export as it stands (a ``lab.exporting.steps.Export``: the run dir, the published
+        artifacts, the task and its data), adding its files, manifest sections and figures there."""
+        raise NotImplementedError(f"{type(self).__name__} needs a run(export)")
+
+
+_EXPORT_SCHEMAS: dict[tuple[tuple[str, type], ...], type[ExportOptions]] = {}
+
+
+def export_options() -> ExportOptions:
+    """The `export` node's defaults: ExportOptions with a node `export.<name>` per export step, typed by its option
+    (the schema is made once every module of lab/config/ and every extension's options are imported, when the entry
+    schemas are stored; kept as this module's `ExportStepsOptions`, so a pickled config finds it)."""
+    found = tuple(options.options("export_step").items())
+    if found not in _EXPORT_SCHEMAS:
+        taken = {f.name for f in dataclasses.fields(ExportOptions)}
+        clash = [name for name, _ in found if name in taken]
+        if clash:
+            raise ValueError(f"export step {clash[0]!r} is named like a key of export; name its option otherwise")
+        schema = dataclasses.make_dataclass(
+            "ExportStepsOptions",
+            [(name, step, field(default_factory=step)) for name, step in found],
+            bases=(ExportOptions,),
+        )
+        schema.__module__ = __name__
+        schema.__doc__ = ExportOptions.__doc__
+        _EXPORT_SCHEMAS[found] = schema
+    globals()["ExportStepsOptions"] = _EXPORT_SCHEMAS[found]
+    return _EXPORT_SCHEMAS[found]()
 
 
 @dataclass
@@ -118,7 +171,7 @@ class ExportConfig:
     task_name: str = "export"
     ckpt_path: str | None = None  # required: the checkpoint to export
     tags: list[str] = field(default_factory=list)
-    export: ExportOptions = field(default_factory=ExportOptions)
+    export: ExportOptions = field(default_factory=export_options)  # + export.<name> per export step
     data: CheckpointDataConfig = field(default_factory=CheckpointDataConfig)  # validation samples for parity
     paths: PathsConfig = field(default_factory=PathsConfig)
     logger: LoggerConfig = field(default_factory=logger_config)
@@ -157,8 +210,8 @@ class InferOptions:
 @dataclass
 class InferConfig:
     task_name: str = "infer"
-    # required: a checkpoint (.pt, eager), or an exported model.onnx / model.int8.onnx / model.int8-static.onnx /
-    # model.pt2 / model.torchscript.pt next to its export_manifest.json (its quantization.recommended names one)
+    # required: a checkpoint (.pt, eager), or an exported model.onnx / model.pt2 / model.torchscript.pt (or another
+    # file its export_manifest.json lists, e.g. an export step's) next to that manifest
     ckpt_path: str | None = None
     # images (a file, a folder searched recursively, a glob "imgs/*.png"), a .npy / .pt tensor, or table rows
     # (.csv / .npy)

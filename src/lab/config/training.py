@@ -20,24 +20,6 @@ from lab.config.trackers import LoggerConfig, logger_config
 
 # --------------------------------------------------------------------------- trainer
 @dataclass
-class ProfileConfig:
-    """torch.profiler over a few training steps (debug=profile): skip `wait` steps, warm up for `warmup`, record
-    `active`; the op table, a Chrome trace and the bottleneck go to the run dir (lab.training.profiling)."""
-
-    enabled: bool = False
-    wait: int = 1
-    warmup: int = 1
-    active: int = 3
-    row_limit: int = 15  # operators in the printed tables
-
-    def __post_init__(self) -> None:
-        _require(self.wait >= 0, f"trainer.profile.wait must be >= 0, got {self.wait}")
-        _require(self.warmup >= 0, f"trainer.profile.warmup must be >= 0, got {self.warmup}")
-        _require(self.active >= 1, f"trainer.profile.active must be >= 1, got {self.active}")
-        _require(self.row_limit >= 1, f"trainer.profile.row_limit must be >= 1, got {self.row_limit}")
-
-
-@dataclass
 class EMAConfig:
     """An exponential moving average of the weights (lab.training.ema): validation, best.pt and the test score use
     the averaged weights; last.pt keeps both, so a resume is exact."""
@@ -51,6 +33,14 @@ class EMAConfig:
         )
         _require(self.every_n_steps >= 1, f"trainer.ema.every_n_steps must be >= 1, got {self.every_n_steps}")
 
+    def build(self, trainer: Any) -> Any:
+        """The EMA callback of `trainer`'s model, or None (off)."""
+        if not self.decay:
+            return None
+        from lab.training.ema import EMA
+
+        return EMA(trainer.model, self.decay, self.every_n_steps)
+
 
 @dataclass
 class EarlyStoppingConfig:
@@ -63,6 +53,14 @@ class EarlyStoppingConfig:
     def __post_init__(self) -> None:
         _require(self.patience >= 0, f"trainer.early_stopping.patience must be >= 0, got {self.patience}")
         _require(self.min_delta >= 0, f"trainer.early_stopping.min_delta must be >= 0, got {self.min_delta}")
+
+    def build(self, trainer: Any) -> Any:
+        """The early-stopping callback on `trainer`'s task monitor, or None (off)."""
+        if not self.patience:
+            return None
+        from lab.training.early_stopping import EarlyStopping
+
+        return EarlyStopping(self.patience, self.min_delta, trainer.task)
 
 
 @dataclass
@@ -84,18 +82,11 @@ class TrainerConfig:
     deterministic: bool = False
     cudnn_benchmark: bool = False
     tf32: bool = True
-    # autograd anomaly mode plus checks of every module's output, the batch and the loss: the run stops at the
-    # first NaN/inf, named in one line (debug=anomaly; lab.training.anomaly). Slow: a host sync per module
-    detect_anomaly: bool = False
     max_bad_steps: int = 0  # >0: skip up to this many consecutive steps whose loss is not finite (a sync per step)
     progress_bar: str = "auto"  # auto (only on a TTY) | on | off
-    # >0: every N optimizer steps, per-layer gradient and weight norms and activation mean/std (stats/* metrics,
-    # wandb histograms), and a warning for layers whose gradients stay exactly zero (lab.training.stats); 0 = off
-    log_stats_every_n_steps: int = 0
     # dense peak FLOP/s of one device for train/mfu (e.g. 989e12: H100 bf16); null = lab.training.flops' table of
     # common GPUs, and no MFU on a CPU or an unlisted GPU
     peak_flops: float | None = None
-    profile: ProfileConfig = field(default_factory=ProfileConfig)  # debug=profile
     ema: EMAConfig = field(default_factory=EMAConfig)  # trainer.ema.decay=0.999: validate and keep averaged weights
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)  # early_stopping.patience=N
     # fine-tuning: what model.freeze names trains from this epoch on (0-based: 2 = two epochs with the backbone
@@ -128,10 +119,6 @@ class TrainerConfig:
             _require(value == -1 or value >= 1, f"trainer.{key} must be -1 (all) or >= 1, got {value}")
         _require(self.overfit_batches >= 0, f"trainer.overfit_batches must be >= 0, got {self.overfit_batches}")
         _require(self.max_bad_steps >= 0, f"trainer.max_bad_steps must be >= 0, got {self.max_bad_steps}")
-        _require(
-            self.log_stats_every_n_steps >= 0,
-            f"trainer.log_stats_every_n_steps must be >= 0 (0 = off), got {self.log_stats_every_n_steps}",
-        )
         _one_of("trainer.device", self.device, ("auto", "cpu", "cuda", "mps"))
         _one_of("trainer.progress_bar", self.progress_bar, ("auto", "on", "off"))
         _require(
@@ -237,7 +224,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         seed("seed", self.seed)
         wandb_tags("tags", self.tags)
-        callback_options.chosen(self.callbacks)  # an unknown callback or key: refused here, before any work
+        # an unknown callback or key, or one that cannot work with the rest: refused here, before any work
+        callback_options.check(self.callbacks, self)
         _require(
             self.resume is None or self.ckpt_path is None,
             "pass resume=... or ckpt_path=..., not both (resume continues a run in its own dir)",
@@ -274,9 +262,4 @@ class TrainConfig:
             not (self.trainer.async_save and not fsdp),
             "trainer.async_save writes sharded checkpoints in the background, which only dist=fsdp makes; use "
             "dist=fsdp, or drop trainer.async_save",
-        )
-        _require(
-            not (self.trainer.log_stats_every_n_steps and fsdp),
-            "trainer.log_stats_every_n_steps does not work with dist=fsdp (each rank holds only a shard of the "
-            "weights and gradients); collect the statistics with dist=ddp or dist=none",
         )

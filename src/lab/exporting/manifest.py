@@ -84,10 +84,11 @@ def build(
     failed: dict[str, dict[str, Any]],
     opset: int | None,
     tolerance: float,
-    quantization: dict[str, Any] | None,
+    sections: dict[str, Any],
     layout: model_outputs.Layout | None = None,
 ) -> dict[str, Any]:
-    """`output`: eager's outputs on the first parity batch, as the model returns them, named by `layout`."""
+    """`output`: eager's outputs on the first parity batch, as the model returns them, named by `layout`;
+    `sections`: the entries the export steps add (lab.exporting.steps), after the shipped ones."""
     return {
         "format_version": FORMAT_VERSION,
         "created_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -111,7 +112,7 @@ def build(
         "tolerance": tolerance,
         "artifacts": artifacts,  # only files that passed their check, each with its sha256
         "failed": failed,  # formats whose file failed the parity check: its figures; no file was written
-        "quantization": quantization,
+        **sections,
     }
 
 

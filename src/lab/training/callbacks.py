@@ -1,9 +1,9 @@
 """The Trainer's one extension seam: a `Callback` is told what happens in training and may add to it.
 
-Every optional part of a run is a callback, switched on by its own `trainer.*` key (`configured`): the EMA of the
-weights, early stopping, per-layer statistics, the profiler, anomaly detection and a fine-tuning's unfreeze; the
-workflow adds MFU (it needs the FLOPs of a first batch) and what `cfg.callbacks` names (a search's pruning, a fork's
-own). The Trainer itself knows none of them by name.
+Every optional part of a run is a callback. The loop's own are switched on by `trainer.*` keys (`configured`): the
+EMA of the weights, early stopping and a fine-tuning's unfreeze; the workflow adds MFU (it needs the FLOPs of a
+first batch); what `cfg.callbacks` names (`callback=<name>`: an option of lab.config.callbacks, an extension's, a
+fork's) is built for the Trainer once it is set up. The Trainer itself knows none of them by name.
 
 Subclass `Callback` and override the hooks you need; an object that merely has some of these methods works too
 (duck typing). Per-step hooks are looked up once, when the Trainer is built, and only the overridden ones are
@@ -78,35 +78,15 @@ def hooks(callbacks: list[Any], name: str) -> list[Callable[..., Any]]:
 
 
 def configured(trainer: Trainer) -> list[Callback]:
-    """The callbacks the trainer's own config switches on, each imported only then. They come before the
-    workflow's, so a callback of yours sees each hook's final state (the EMA's weights back in the model and its
-    val_raw/ metrics added, the statistics hooks installed)."""
-    cfg, parallel = trainer.cfg, trainer.parallel
-    found: list[Callback] = []
-    if cfg.ema.decay:
-        from lab.training.ema import EMA
-
-        found.append(EMA(trainer.model, cfg.ema.decay, cfg.ema.every_n_steps))
-    if cfg.early_stopping.patience:
-        from lab.training.early_stopping import EarlyStopping
-
-        found.append(EarlyStopping(cfg.early_stopping.patience, cfg.early_stopping.min_delta, trainer.task))
-    if cfg.log_stats_every_n_steps and parallel.is_main:  # DDP's gradients are the same on every rank
-        from lab.training.stats import TrainingStats
-
-        found.append(TrainingStats(trainer.model, cfg.log_stats_every_n_steps))
-    if cfg.profile.enabled and parallel.is_main:
-        from lab.training.profiling import StepProfiler
-
-        run_dir = trainer.checkpoints.dir.parent
-        found.append(StepProfiler(cfg.profile, run_dir, trainer.tracker, trainer.device))
-    if cfg.detect_anomaly:
-        from lab.training.anomaly import NonFiniteDetector
-
-        found.append(NonFiniteDetector())
+    """The callbacks the trainer's own config switches on: `trainer.ema` and `trainer.early_stopping` build theirs
+    (importing it only then), `trainer.unfreeze_at_epoch` adds `Unfreeze`. They come before the others, so a
+    callback of yours sees each hook's final state (the EMA's weights back in the model, its val_raw/ metrics
+    added)."""
+    cfg = trainer.cfg
+    found = [cfg.ema.build(trainer), cfg.early_stopping.build(trainer)]
     if cfg.unfreeze_at_epoch is not None:
         found.append(Unfreeze(cfg.unfreeze_at_epoch))
-    return found
+    return [callback for callback in found if callback is not None]
 
 
 class Unfreeze(Callback):

@@ -3,7 +3,7 @@
 It knows no task, schedule, strategy or extra by name: the task supplies the loss and the metrics, the schedule
 steps itself (`lab.optim.schedulers.Schedule`), `Parallel` says how ranks accumulate, reduce and evaluate, the
 `CheckpointManager` where and when checkpoints go, and callbacks (`lab.training.callbacks`: EMA, early stopping,
-statistics, profiler, anomaly detection, a fork's own) hook in. `train_step` is the step, read top to bottom:
+the options `callback=<name>` turns on, a fork's own) hook in. `train_step` is the step, read top to bottom:
 forward, loss, backward per micro-batch, then clip, step, zero_grad and schedule. Host-device syncs happen only
 at logging, validation and checkpoint time, so the step itself runs as fast as a hand-written loop.
 """
@@ -15,7 +15,7 @@ import logging
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import torch
@@ -24,6 +24,7 @@ from torch import nn
 from tqdm import tqdm
 
 from lab.checkpointing import CheckpointManager
+from lab.config import callbacks as callback_config
 from lab.config.training import TrainerConfig
 from lab.data import DeviceLoader, EpochLoader
 from lab.data.batches import size as batch_size
@@ -68,6 +69,7 @@ class Trainer:
         parallel: Parallel | None = None,
         forward: nn.Module | None = None,
         callbacks: Sequence[Callback] = (),
+        callback_options: Mapping[str, Any] | None = None,
     ) -> None:
         # A plain dataclass, not a DictConfig: OmegaConf attribute access costs microseconds, several per step.
         self.cfg = cast(TrainerConfig, OmegaConf.to_object(cfg)) if isinstance(cfg, DictConfig) else cfg
@@ -90,7 +92,9 @@ class Trainer:
         self.resumed_window: dict[str, list[float]] | None = None  # the unlogged steps' losses a checkpoint held
         self.stop = StopSignals()  # installed for the length of fit()
         self.show_bar = {"on": True, "off": False, "auto": sys.stderr.isatty()}[self.cfg.progress_bar]
-        self.callbacks = [*configured(self), *callbacks]  # the ones trainer.* switches on, then the workflow's
+        # the ones trainer.* switches on, the workflow's, then those cfg.callbacks names (`callback_options`), built
+        # for this trainer
+        self.callbacks = [*configured(self), *callbacks, *callback_config.build(callback_options or {}, self)]
         # the per-step hooks, found once rather than per step
         self._step_hooks = hooks(self.callbacks, "on_train_step_end")
         self._grad_hooks = hooks(self.callbacks, "on_before_optimizer_step")

@@ -11,6 +11,7 @@ and compared on its own. Returns the worst max |output difference|.
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any, cast
@@ -19,9 +20,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from lab import data, exporting
 from lab.errors import UserError
-from lab.exporting import int8_report, manifest
+from lab.exporting import manifest, steps
 from lab.files import publish, remove_stale_temps, staged
-from lab.inference import EagerBackend, OnnxBackend, artifact_backend
+from lab.inference import EagerBackend, artifact_backend
 from lab.tasks import outputs as model_outputs
 from lab.workflows import restore
 from lab.workflows.common import hydra_run_dir, linked_tracker
@@ -34,7 +35,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     opts = cfg.export
     restored = restore.rebuild(cfg.ckpt_path)
     data_cfg = restore.data_config(restored, cfg.data)
-    # static INT8 calibrates on training samples as inference will see them: without training augmentation
+    # an export step that reads training samples (INT8 calibration) sees them as inference will: unaugmented
     plain = {"augment": False} if "augment" in restored.config["data"] else {}
     datamodule = restore.rebuild_data(restored, {**cast(dict, OmegaConf.to_container(cfg.data)), **plain})
     val_loader = data.make_loader(datamodule.val, data_cfg, train=False, generator=None, pin_memory=False)
@@ -45,9 +46,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     eager = EagerBackend(restored.model)  # CPU, fp32, eval mode: the reference every artifact must match
     reference = [eager(b) for b in batches]
     layout = model_outputs.check(reference[0], task)
-    if opts.quantize and not layout.single:  # the INT8 report scores one output tensor
-        returns = model_outputs.kind(reference[0])
-        raise UserError(f"export.quantize takes one output tensor; this model returns {returns}: drop export.quantize")
+    steps.check(opts, reference[0], layout)  # an export step that cannot take this model's outputs: before any work
     names = () if layout.single else layout.names
 
     tracker, prov = linked_tracker(
@@ -74,21 +73,10 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
                     artifacts[fmt] = entry
                 else:
                     failed[fmt] = entry
-        quantization = None
-        if opts.quantize and "onnx" in artifacts:
-            train_loader = data.make_loader(datamodule.train, data_cfg, train=False, generator=None, pin_memory=False)
-            quantization, quantized = int8_report.build(
-                run_dir / "model.onnx",
-                opts.quantize,
-                task=task,
-                val_loader=val_loader,
-                calibration=exporting.take(train_loader, opts.calibration_samples),
-                example=example,
-                runs=opts.latency_runs,
-                tolerance=opts.quantize_tolerance,
-                open_runner=OnnxBackend,
-            )
-            artifacts.update(quantized)
+        train = functools.partial(
+            data.make_loader, datamodule.train, data_cfg, train=False, generator=None, pin_memory=False
+        )
+        added = steps.run(opts, steps.Export(run_dir, task, example, val_loader, train, artifacts))
         path = manifest.write(
             run_dir,
             manifest.build(
@@ -104,12 +92,12 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
                 failed=failed,
                 opset=opset,
                 tolerance=opts.tolerance,
-                quantization=quantization,
+                sections=added.sections,
                 layout=layout,
             ),
         )
         tracker.save_file(path)
-        figures = _figures({**artifacts, **failed}, quantization)
+        figures = {**_figures({**artifacts, **failed}), **added.figures}
         tracker.log(figures, step=restored.global_step)
         tracker.summary(figures)
         if failed:
@@ -173,8 +161,8 @@ def _record(fmt: str, written: exporting.Written, parity: exporting.Parity) -> d
     return entry
 
 
-def _figures(artifacts: dict[str, dict], quantization: dict | None) -> dict[str, float]:
-    """Flat metric names for wandb: export/<format>/max_abs_diff, export/quantize/<variant>/batch1_ms, ..."""
+def _figures(artifacts: dict[str, dict]) -> dict[str, float]:
+    """Flat metric names for wandb: export/<format>/max_abs_diff, ..."""
     out: dict[str, float] = {}
     for fmt, a in artifacts.items():
         if "parity" in a:
@@ -184,16 +172,4 @@ def _figures(artifacts: dict[str, dict], quantization: dict | None) -> dict[str,
             if a["parity"]["top1_agreement"] is not None:
                 out[f"export/{fmt}/top1_agreement"] = a["parity"]["top1_agreement"]
             out[f"export/{fmt}/passed"] = float(a["status"] == "ok")
-    if quantization:
-        metric = quantization["metric"]
-        for name, v in quantization["variants"].items():
-            if v["status"] != "ok":
-                continue
-            out[f"export/quantize/{name}/val_{metric}"] = v["metric"]
-            for key in ("delta", "agreement"):
-                if v.get(key) is not None:
-                    out[f"export/quantize/{name}/{key}"] = v[key]
-            for batch, ms in v["latency_ms"].items():
-                out[f"export/quantize/{name}/{batch}_ms"] = ms
-                out[f"export/quantize/{name}/{batch}_speedup"] = v["speedup"][batch]
     return out

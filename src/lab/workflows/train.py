@@ -20,7 +20,6 @@ from lab import checkpointing, data, models, runtime, tasks, tracking
 from lab import run_dir as run_dirs
 from lab.checkpointing import CheckpointManager
 from lab.config import TrainConfig, options
-from lab.config import callbacks as config_callbacks
 from lab.data import loaders
 from lab.data.common import dataset_len
 from lab.distributed import env as dist_env
@@ -287,8 +286,9 @@ def _fit(
         cfg=cfg.trainer,
         tracker=tracker,
         checkpoints=checkpoints,
-        # the ones cfg.callbacks names (a search's pruning); the Trainer adds those its own trainer.* keys switch on
-        callbacks=[*filter(None, [utilization]), *config_callbacks.build(cfg.callbacks)],
+        # MFU; the Trainer adds those its own trainer.* keys switch on, and builds those cfg.callbacks names
+        callbacks=[*filter(None, [utilization])],
+        callback_options=cfg.callbacks,
     )
     if resume is not None:
         _resume(trainer, resume, Path(cfg.ckpt_path), cfg.data.batch_size)

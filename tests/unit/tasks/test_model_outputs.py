@@ -165,7 +165,7 @@ def _manifest(example: torch.Tensor, output, layout) -> dict:
         failed={},
         opset=None,
         tolerance=1e-4,
-        quantization=None,
+        sections={},
         layout=layout,
     )
 

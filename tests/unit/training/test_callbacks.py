@@ -1,19 +1,26 @@
 """The Callback seam: each hook is called in the order of a run with what it documents, only overridden hooks are
 called, a callback's checkpoint entries come back on resume, and the `callback` options are chosen and checked by
-name like every other option."""
+name like every other option and built for the Trainer they hook into, after its own and the workflow's."""
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from test_trainer import _trainer
+from test_trainer import SquaredError, _data, _trainer
+from torch import nn
+from torch.utils.data import DataLoader
 
+from helpers import in_process_trainer
 from lab import checkpointing
+from lab.config import CallbackConfig
 from lab.config import callbacks as callback_options
 from lab.errors import ConfigError
 from lab.training.callbacks import HOOKS, Callback, hooks
+from lab.training.ema import EMA
 
 
 class Journal(Callback):
@@ -131,3 +138,29 @@ def test_a_callback_is_chosen_by_an_option_name_or_an_import_path() -> None:
     assert callback_options.chosen({"mine": target}) == {"mine": target}
     with pytest.raises(ConfigError, match=r"callback=no_such is not an option of callback"):
         callback_options.chosen({"no_such": {"every": 1}})
+
+
+@dataclass
+class ParameterCount(CallbackConfig):
+    """A fork's callback option: its callback is made from the Trainer it hooks into, on rank 0 only if asked."""
+
+    rank0_only: bool = False
+
+    def build(self, trainer):
+        if self.rank0_only and not trainer.parallel.is_main:
+            return None
+        return SimpleNamespace(parameters=sum(p.numel() for p in trainer.model.parameters()))
+
+
+def test_callback_options_are_built_for_their_trainer_after_its_own_and_the_workflow_s(compose, tmp_path) -> None:
+    cfg = compose(
+        ["trainer.ema.decay=0.9", "+callbacks.parameter_count={}", "+callbacks.mine._target_=builtins.object"]
+    )
+    workflow_s = Journal()
+    loader = DataLoader(_data(), batch_size=8)
+    trainer = in_process_trainer(cfg, nn.Linear(3, 1), SquaredError(), loader, tmp_path, callbacks=[workflow_s])
+    trainer.tracker.finish()
+    ema, journal, count, mine = trainer.callbacks
+    assert isinstance(ema, EMA) and journal is workflow_s and count.parameters == 4 and type(mine) is object
+    other_rank = SimpleNamespace(parallel=SimpleNamespace(is_main=False), model=trainer.model)
+    assert callback_options.build({"parameter_count": {"rank0_only": True}}, other_rank) == []  # None: nothing added

@@ -117,8 +117,6 @@ def test_a_checkpoint_without_training_config_is_a_user_error(tmp_path) -> None:
         ("eval", [], "ckpt_path is required"),
         ("eval", ["ckpt_path=x.pt", "eval.split=train"], "eval.split='train' is not valid"),
         ("export", ["ckpt_path=x.pt", "export.formats=[onnx,tflite]"], "export.formats='tflite' is not valid"),
-        ("export", ["ckpt_path=x.pt", "export.formats=[pt2]", "export.quantize=static"], "add onnx to export.formats"),
-        ("export", ["ckpt_path=x.pt", "export.quantize=int8"], "export.quantize='int8' is not valid"),
         ("export", ["ckpt_path=x.pt", "export.tolerance=0"], "export.tolerance must be > 0"),
         ("infer", ["ckpt_path=x.pt"], "input is required"),
         ("infer", ["ckpt_path=x.pt", "input=a.png", "infer.top_k=0"], "infer.top_k must be >= 1"),

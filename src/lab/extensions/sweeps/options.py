@@ -21,7 +21,7 @@ class OptunaPruningConfig(CallbackConfig):
     metric: str = "val/acc"
     pruner: Any = None  # an optuna pruner spec ({_target_: optuna.pruners.MedianPruner, ...})
 
-    def build(self) -> object:
+    def build(self, trainer: Any) -> object:
         import hydra.utils
 
         from lab.extensions.sweeps.pruning import OptunaPruning

@@ -169,7 +169,7 @@ def range_test(
     if not taken:
         raise UserError(
             f"the loss was not finite at the first step (lr {lrs[0]:.2e}): check the data and the model with "
-            "`python scripts/train.py debug=fast trainer.detect_anomaly=true`"
+            "`python scripts/train.py debug=[fast,anomaly]`"
         )
     lowest = int(np.argmin(smoothed))
     kind = type(optimizer).__name__

@@ -1,16 +1,26 @@
 """INT8 variants of an ONNX model: real onnxruntime quantization of a small CNN, the per-variant report, a
-quantizer failure recorded as skipped, and the recommendation rule."""
+quantizer failure recorded as skipped, the recommendation rule, the export step's additions to the export, and its
+settings (`export.int8.*`) checked with the export config.
+
+The page's benchmark, `python -m lab.extensions.int8.bench_int8`, takes minutes (it trains and exports two convnets):
+not run here; what it prints is `int8_report.table` of the report these tests check."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from lab.exporting import int8_report, manifest
+from lab.config import ConfigError, validate
+from lab.errors import UserError
+from lab.exporting import manifest
+from lab.exporting.steps import Export
 from lab.exporting.writers import write_onnx
+from lab.extensions.int8 import int8_report
+from lab.extensions.int8.options import Int8Config
 from lab.inference import OnnxBackend
 from lab.models.cnn import SmallCNN
 from lab.tasks import Classification
@@ -113,3 +123,50 @@ def test_worse_by_follows_the_metric_direction() -> None:
     assert int8_report.worse_by(2.2, 2.0, "min") == pytest.approx(0.1)  # a higher loss is worse
     assert int8_report.worse_by(1.8, 2.0, "min") < 0
     assert math.isnan(int8_report.worse_by(math.nan, 2.0, "min"))
+
+
+def _export(onnx_path, artifacts: dict) -> Export:
+    calibration = _loader(24, seed=2)
+    return Export(
+        onnx_path.parent, Classification(3), torch.randn(2, 1, 8, 8), _loader(40, 1), lambda: calibration, artifacts
+    )
+
+
+def test_the_export_step_adds_its_files_its_manifest_section_and_its_figures(onnx_model) -> None:
+    export = _export(onnx_model, {"onnx": {"file": "model.onnx"}})
+    Int8Config(quantize="dynamic", latency_runs=2).run(export)
+    report = export.sections["quantization"]
+    assert set(report["variants"]) == {"fp32", "dynamic"} and report["calibration_samples"] is None
+    assert export.artifacts["onnx_int8"]["file"] == "model.int8.onnx" == report["variants"]["dynamic"]["file"]
+    assert export.figures == int8_report.figures(report)
+    assert {"export/quantize/dynamic/val_acc", "export/quantize/fp32/batch32_speedup"} <= set(export.figures)
+    # off, or no model.onnx published (it failed its parity check): the section is null, nothing else is added
+    for settings, artifacts in ((Int8Config(), {"onnx": {}}), (Int8Config(quantize="both"), {"pt2": {}})):
+        export = _export(onnx_model, dict(artifacts))
+        settings.run(export)
+        assert export.sections == {"quantization": None} and export.artifacts == artifacts and not export.figures
+
+
+def test_the_settings_sit_in_the_export_config_and_are_checked_with_it(compose) -> None:
+    cfg = compose(["ckpt_path=x.pt", "export.int8.quantize=both"], config_name="export")
+    validate(cfg)
+    assert cfg.export.int8 == {"quantize": "both", "calibration_samples": 256, "tolerance": 0.01, "latency_runs": 50}
+    for overrides, message in (
+        (["export.formats=[pt2]", "export.int8.quantize=static"], "add onnx to export.formats"),
+        (["export.int8.quantize=int8"], "export.int8.quantize='int8' is not valid"),
+        (["export.int8.latency_runs=0"], "export.int8.latency_runs must be >= 1, got 0"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            validate(compose(["ckpt_path=x.pt", *overrides], config_name="export"))
+
+
+def test_a_model_of_several_outputs_is_refused_before_any_work() -> None:
+    from lab.exporting import steps
+    from lab.tasks import outputs as model_outputs
+
+    one, several = torch.randn(2, 3), (torch.randn(2, 3), torch.randn(2, 4))
+    assert Int8Config(quantize="static").refuse_model(one, model_outputs.check(one)) is None
+    assert Int8Config().refuse_model(several, model_outputs.check(several)) is None  # off: nothing to refuse
+    opts = SimpleNamespace(steps=lambda: [Int8Config(quantize="static")])  # the export node: its steps' settings
+    with pytest.raises(UserError, match=r"^export.int8.quantize takes one output tensor; this model returns a tuple"):
+        steps.check(opts, several, model_outputs.check(several))

@@ -1,5 +1,5 @@
-"""``trainer.log_stats_every_n_steps=N``: what each layer does, every N optimizer steps, and the layers that never
-learn named in the log.
+"""``callback=stats`` (``callbacks.stats.every_n_steps=N``): what each layer does, every N optimizer steps, and the
+layers that never learn named in the log.
 
 A *layer* is a module that owns parameters directly (``fc1``, ``blocks.0.attn.qkv``; the model's own parameters are
 ``(model)``). On each statistics step, rank 0 logs to every tracker (``metrics.jsonl`` included):

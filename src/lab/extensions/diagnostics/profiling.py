@@ -1,7 +1,7 @@
-"""``debug=profile``: torch.profiler over a few training steps, its operator tables, a Chrome trace, and the
-bottleneck named in one line.
+"""``callback=profile`` (``debug=profile``): torch.profiler over a few training steps, its operator tables, a Chrome
+trace, and the bottleneck named in one line.
 
-    with StepProfiler(cfg.trainer.profile, run_dir, tracker, device) as profiler:
+    with StepProfiler(ProfileConfig(), run_dir, tracker, device) as profiler:  # options.ProfileConfig
         for batch in batches:
             train_step(batch)
             profiler.step()          # after each optimizer step: one ProfilerStep#n range per step
@@ -149,11 +149,11 @@ def breakdown(events: Iterable[Any], on_device: bool, steps: int | None = None) 
 class StepProfiler(Callback):
     """torch.profiler with ``schedule(wait, warmup, active)``, entered around training and stepped after every
     optimizer step; it writes and logs its results when the active steps end (or the run ends during them). A
-    Trainer callback (``trainer.profile.enabled``, rank 0), or a context manager around a loop of your own."""
+    Trainer callback (``callback=profile``, rank 0), or a context manager around a loop of your own."""
 
     def __init__(
         self,
-        cfg: Any,  # trainer.profile: wait, warmup, active, row_limit
+        cfg: Any,  # callbacks.profile (options.ProfileConfig): wait, warmup, active, row_limit
         run_dir: str | Path,
         tracker: Any = None,  # lab.tracking.Tracker: the files are attached to the wandb run
         device: torch.device | None = None,
@@ -179,7 +179,7 @@ class StepProfiler(Callback):
         )
         self._profile.__enter__()
         log.info(
-            "profiling training steps %d-%d (trainer.profile: wait %d, warmup %d, active %d)",
+            "profiling training steps %d-%d (callbacks.profile: wait %d, warmup %d, active %d)",
             self.cfg.wait + self.cfg.warmup + 1,
             self.planned,
             self.cfg.wait,
@@ -209,7 +209,7 @@ class StepProfiler(Callback):
         if self.result is None and not recording and exc[0] is None:
             log.warning(
                 "profile: the run ended after %d training steps, before the recorded ones (steps %d-%d); raise "
-                "trainer.limit_train_batches / trainer.max_steps or lower trainer.profile.wait / warmup",
+                "trainer.limit_train_batches / trainer.max_steps or lower callbacks.profile.wait / warmup",
                 self.steps,
                 self.cfg.wait + self.cfg.warmup + 1,
                 self.planned,

@@ -17,9 +17,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from helpers import in_process_trainer
 from lab.config import options
-from lab.config.training import ProfileConfig
 from lab.data.batches import split, to_device
-from lab.training.profiling import CATEGORIES, TABLE_FILE, TRACE_FILE, StepProfiler, breakdown
+from lab.extensions.diagnostics.options import ProfileConfig
+from lab.extensions.diagnostics.profiling import CATEGORIES, TABLE_FILE, TRACE_FILE, StepProfiler, breakdown
 
 CPU = torch.device("cpu")
 
@@ -62,7 +62,7 @@ def train(loader, profiler: StepProfiler, steps: int) -> None:
 
 def test_a_slow_loader_is_named_the_bottleneck_and_the_results_are_written(tmp_path: Path) -> None:
     tracker = FakeTracker()
-    with StepProfiler(ProfileConfig(enabled=True), tmp_path, tracker, CPU) as profiler:
+    with StepProfiler(ProfileConfig(), tmp_path, tracker, CPU) as profiler:
         train(DataLoader(SlowSamples(), batch_size=2), profiler, steps=7)
     result = profiler.result
     assert result is not None and result.steps == 3  # wait 1, warmup 1, active 3: the rest is not recorded
@@ -116,14 +116,14 @@ def test_each_task_s_train_step_under_the_profiler(compose, tmp_path: Path, over
     loader = DataLoader(datamodule.train, batch_size=cfg.data.batch_size, shuffle=True, drop_last=True)
     trainer = in_process_trainer(cfg, model, task, loader, tmp_path)
     try:
-        with StepProfiler(cfg.trainer.profile, tmp_path, trainer.tracker, CPU) as profiler:
+        with StepProfiler(cfg.callbacks.profile, tmp_path, trainer.tracker, CPU) as profiler:
             for batch in itertools.islice(loader, 6):
                 trainer.train_step([to_device(split(batch), CPU)])
                 profiler.step()
     finally:
         trainer.tracker.finish()
     result = profiler.result
-    assert result is not None and result.steps == cfg.trainer.profile.active
+    assert result is not None and result.steps == cfg.callbacks.profile.active
     assert sum(result.share(c) for c in CATEGORIES) == pytest.approx(1.0)  # every microsecond in one category
     assert result.share("forward") > 0 and result.share("backward") > 0 and result.share("optimizer") > 0
     assert (tmp_path / TRACE_FILE).stat().st_size > 0 and "aten::" in (tmp_path / TABLE_FILE).read_text()

@@ -5,6 +5,8 @@ Every variant is scored with the task's own metric accumulator (accuracy, rmse, 
 whole validation split, and its decisions compared with fp32's (`task.agreement`, top-1 where a task has one).
 Latency is the median of interleaved calls at batch 1 and 32, so a load change on the machine hits all variants
 alike. A variant that cannot be quantized or run is recorded as skipped with the reason; the export goes on.
+:func:`run` is the export step (`export.int8`, options.py): the manifest's `quantization` section, the INT8 files'
+artifact entries and the `export/quantize/...` figures.
 """
 
 from __future__ import annotations
@@ -21,9 +23,13 @@ import torch
 from torch.utils.data import DataLoader
 
 from lab.data import batches as batching
-from lab.exporting import manifest, quantize
+from lab.exporting import manifest, take
 from lab.exporting.parity import Runner
+from lab.exporting.steps import Export
+from lab.extensions.int8 import quantize
+from lab.extensions.int8.options import Int8Config
 from lab.files import publish, staged
+from lab.inference import OnnxBackend
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +162,7 @@ def build(
     tolerance: float,
     open_runner: Callable[[Path], Runner],
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """Quantize `onnx_path` as export.quantize=`mode` says, next to it, and measure every variant against it.
+    """Quantize `onnx_path` as export.int8.quantize=`mode` says, next to it, and measure every variant against it.
     Returns (the manifest's quantization section, the artifact entries of the INT8 files written)."""
     fp32 = open_runner(onnx_path)
     fp32_metrics, reference, _ = score(fp32, val_loader, task)
@@ -204,3 +210,42 @@ def build(
     for line in table(report):
         log.info("%s", line)
     return report, artifacts
+
+
+def figures(report: dict[str, Any]) -> dict[str, float]:
+    """Flat metric names for wandb: export/quantize/<variant>/val_<metric>, .../batch1_ms, .../batch1_speedup, ..."""
+    out: dict[str, float] = {}
+    metric = report["metric"]
+    for name, v in report["variants"].items():
+        if v["status"] != "ok":
+            continue
+        out[f"export/quantize/{name}/val_{metric}"] = v["metric"]
+        for key in ("delta", "agreement"):
+            if v.get(key) is not None:
+                out[f"export/quantize/{name}/{key}"] = v[key]
+        for batch, ms in v["latency_ms"].items():
+            out[f"export/quantize/{name}/{batch}_ms"] = ms
+            out[f"export/quantize/{name}/{batch}_speedup"] = v["speedup"][batch]
+    return out
+
+
+def run(settings: Int8Config, export: Export) -> None:
+    """The export step: with `settings.quantize` set and model.onnx published, its INT8 variants written and measured
+    (`build`), their files added to the artifacts; the manifest's `quantization` is the report, or null."""
+    export.sections["quantization"] = None
+    if not settings.quantize or "onnx" not in export.artifacts:
+        return
+    report, quantized = build(
+        export.run_dir / "model.onnx",
+        settings.quantize,
+        task=export.task,
+        val_loader=export.val_loader,
+        calibration=take(export.train_loader(), settings.calibration_samples),
+        example=export.example,
+        runs=settings.latency_runs,
+        tolerance=settings.tolerance,
+        open_runner=OnnxBackend,
+    )
+    export.artifacts.update(quantized)
+    export.sections["quantization"] = report
+    export.figures.update(figures(report))

@@ -1,7 +1,7 @@
-"""INT8 vs fp32 ONNX models, through the real entry scripts: train, then `scripts/export.py export.quantize=both`.
+"""INT8 vs fp32 ONNX models, through the real entry scripts: train, then `scripts/export.py export.int8.quantize=both`.
 
-    python bench/int8.py                 # the default CNN on digits, and ResNet-18 on CIFAR-sized synthetic images
-    python bench/int8.py --models cnn    # one of them
+    python -m lab.extensions.int8.bench_int8                # the default CNN on digits, ResNet-18 on CIFAR-sized noise
+    python -m lab.extensions.int8.bench_int8 --models cnn   # one of them
 
 For each model it prints the export's table: the task's val metric of fp32, dynamic and static INT8, agreement with
 fp32, latency at batch 1 and 32 with onnxruntime on this machine and the speed-up, then the variant the manifest
@@ -18,9 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lab.exporting.int8_report import table
+from lab.extensions.int8.int8_report import table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[4]
 MODELS = {
     "cnn": ["trainer.max_epochs=3"],  # the default experiment: SmallCNN on digits
     "resnet18": ["model=resnet18", "data=synthetic", "data.num_samples=512", "trainer.max_steps=3"],
@@ -49,8 +49,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
                 export,
                 f"ckpt_path={train / 'checkpoints' / 'best.pt'}",
                 "export.formats=[onnx]",
-                "export.quantize=both",
-                f"export.latency_runs={args.runs}",
+                "export.int8.quantize=both",
+                f"export.int8.latency_runs={args.runs}",
             )
             report = json.loads((export / "export_manifest.json").read_text())["quantization"]
             reports[name] = report

@@ -1,5 +1,5 @@
-"""``debug=anomaly`` (``trainer.detect_anomaly=true``): stop at the first place a value turns NaN or inf, named in
-one line instead of a traceback wall.
+"""``debug=anomaly`` (``callback=anomaly``): stop at the first place a value turns NaN or inf, named in one line
+instead of a traceback wall.
 
 A Trainer callback (``lab.training.callbacks``), on for the length of ``fit()``.
 
@@ -66,7 +66,7 @@ def describe(value: Any) -> str:
 
 
 class NonFiniteDetector(Callback):
-    """trainer.detect_anomaly: forward hooks on every module of ``trainer.model`` plus a check of the batch and of
+    """callback=anomaly: forward hooks on every module of ``trainer.model`` plus a check of the batch and of
     the loss, and autograd's anomaly mode, for the length of ``fit()``. Any finding raises :class:`UserError`, so
     the run ends with one line and a non-zero exit."""
 

@@ -22,7 +22,7 @@ from lab.exporting.writers import INPUT_NAME, quiet_logs
 
 # variant -> (manifest artifact key, file name in the export run dir)
 VARIANTS = {"dynamic": ("onnx_int8", "model.int8.onnx"), "static": ("onnx_int8_static", "model.int8-static.onnx")}
-# export.quantize -> the variants it writes
+# export.int8.quantize -> the variants it writes
 MODES = {"dynamic": ("dynamic",), "static": ("static",), "both": ("dynamic", "static")}
 
 

@@ -1,0 +1,52 @@
+"""The export steps' seam: once the formats are written, checked and published, every export step (an option of the
+`export_step` kind, lab.config.tools.ExportStepConfig: an extension's INT8 quantization) runs on the export as it
+stands, with its own settings `export.<name>`, and adds its files, manifest sections and figures to it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader
+
+from lab.config.tools import ExportOptions
+from lab.errors import UserError
+from lab.tasks.outputs import Layout
+
+
+@dataclass
+class Export:
+    """What a step gets, and what it adds."""
+
+    run_dir: Path  # the published files are here (model.onnx, ...): a step writes its own beside them
+    task: Any  # the checkpoint's task (lab.tasks): its metrics, monitor and mode
+    example: torch.Tensor  # a batch of validation inputs, as the formats were written with
+    val_loader: DataLoader  # the validation split
+    train_loader: Callable[[], DataLoader]  # the training split without augmentation (made when a step asks)
+    artifacts: dict[str, dict[str, Any]]  # the manifest entries of the published files: a step adds its own
+    sections: dict[str, Any] = field(default_factory=dict)  # the manifest's entries a step adds at its top level
+    figures: dict[str, float] = field(default_factory=dict)  # export/... metrics a step adds (logged, in the summary)
+
+
+def check(opts: ExportOptions | DictConfig, outputs: Any, layout: Layout) -> None:
+    """Refuse the export (UserError) when an export step of `opts` (the `export` node) cannot take a model whose
+    eager outputs are `outputs` (`layout`: lab.tasks.outputs), before any work."""
+    for step in _options(opts).steps():
+        why = step.refuse_model(outputs, layout)
+        if why is not None:
+            raise UserError(why)
+
+
+def run(opts: ExportOptions | DictConfig, export: Export) -> Export:
+    """Run every export step of `opts` (the `export` node) on `export`."""
+    for step in _options(opts).steps():
+        step.run(export)
+    return export
+
+
+def _options(opts: ExportOptions | DictConfig) -> ExportOptions:
+    return cast(ExportOptions, OmegaConf.to_object(opts)) if isinstance(opts, DictConfig) else opts

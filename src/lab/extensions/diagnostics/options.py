@@ -1,0 +1,76 @@
+"""The diagnostics callbacks as options of the `callback` kind (lab.config.callbacks): `callback=<name>` turns one on,
+its keys are `callbacks.<name>.*`. No torch here: each ``build`` imports its callback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lab.config.callbacks import CallbackConfig
+from lab.config.checks import require as _require
+
+
+@dataclass
+class ProfileConfig(CallbackConfig):
+    """torch.profiler over a few training steps (`callback=profile`; `debug=profile` adds a short run): skip `wait`
+    steps, warm up for `warmup`, record `active`; the op table, a Chrome trace and the bottleneck go to the run dir
+    (profiling.py). Rank 0 profiles."""
+
+    wait: int = 1
+    warmup: int = 1
+    active: int = 3
+    row_limit: int = 15  # operators in the printed tables
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.wait >= 0, f"callbacks.profile.wait must be >= 0, got {self.wait}")
+        _require(self.warmup >= 0, f"callbacks.profile.warmup must be >= 0, got {self.warmup}")
+        _require(self.active >= 1, f"callbacks.profile.active must be >= 1, got {self.active}")
+        _require(self.row_limit >= 1, f"callbacks.profile.row_limit must be >= 1, got {self.row_limit}")
+
+    def build(self, trainer: Any) -> object | None:
+        if not trainer.parallel.is_main:
+            return None
+        from lab.extensions.diagnostics.profiling import StepProfiler
+
+        return StepProfiler(self, trainer.checkpoints.dir.parent, trainer.tracker, trainer.device)
+
+
+@dataclass
+class AnomalyConfig(CallbackConfig):
+    """Autograd's anomaly mode plus checks of every module's output, the batch and the loss: the run stops at the
+    first NaN/inf, named in one line (`callback=anomaly`, part of `debug=anomaly`; anomaly.py). Slow: a host sync
+    per module."""
+
+    def build(self, trainer: Any) -> object:
+        from lab.extensions.diagnostics.anomaly import NonFiniteDetector
+
+        return NonFiniteDetector()
+
+
+@dataclass
+class StatsConfig(CallbackConfig):
+    """Every `every_n_steps` optimizer steps, per-layer gradient and weight norms and activation mean/std (stats/*
+    metrics, wandb histograms), and a warning for layers whose gradients stay exactly zero (`callback=stats`;
+    stats.py). Rank 0 collects them: DDP's gradients are the same on every rank."""
+
+    every_n_steps: int = 50  # as often as the train metrics by default (trainer.log_every_n_steps)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.every_n_steps >= 1, f"callbacks.stats.every_n_steps must be >= 1, got {self.every_n_steps}")
+
+    def conflict(self, run: Any) -> str | None:
+        if getattr(run.dist, "strategy", None) == "fsdp":
+            return (
+                "callback=stats does not work with dist=fsdp (each rank holds only a shard of the weights and "
+                "gradients); collect the statistics with dist=ddp or dist=none"
+            )
+        return None
+
+    def build(self, trainer: Any) -> object | None:
+        if not trainer.parallel.is_main:
+            return None
+        from lab.extensions.diagnostics.stats import TrainingStats
+
+        return TrainingStats(trainer.model, self.every_n_steps)
