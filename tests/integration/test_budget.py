@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 TARGET = {"core lines": 9_000, "modules imported": 45, "files run": 30, "lines run": 5_000}
 # (modules imported and files run count the extensions' too: an extension with options has its package and options.py
 # imported at every start, and their classes' bodies count as run)
-REACHED = {"core lines": 15_600, "modules imported": 100, "files run": 75, "lines run": 11_900}
+REACHED = {"core lines": 15_200, "modules imported": 102, "files run": 76, "lines run": 11_700}
 
 
 def test_the_core_and_the_default_run_stay_within_what_was_reached(tmp_path):
