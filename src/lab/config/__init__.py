@@ -165,9 +165,10 @@ def register() -> None:
             cs.store(group=group, name=name, node=schema)
         for group, name in EMPTY_OPTIONS:
             cs.store(group=group, name=name, node={})
-    if new:  # (again:) a schema holds a node per option of some kinds (the logger's trackers, the export's steps)
-        for root, root_schema in SCHEMAS.items():
-            cs.store(name=root, node=root_schema)
+    # every call: a schema holds a node per option of some kinds (the logger's trackers, the export's steps), and
+    # the options may have changed since the last call (an extension's imported late, a test's fork option removed)
+    for root, root_schema in SCHEMAS.items():
+        cs.store(name=root, node=root_schema)
     for group, name, option in new:
         stored = option.stored_as(name)
         if stored is not None:
