@@ -6,6 +6,8 @@ launchers in its own folder (`plugins.py`), so each of them gets a subclass of t
 targets `hydra_plugins.lab_sweepers.extensions.<class>`.
 """
 
+import sys
+
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.plugin import Plugin
 from hydra.plugins.search_path_plugin import SearchPathPlugin
@@ -18,9 +20,11 @@ class ExtensionPresets(SearchPathPlugin):
     brings it, and a preset of the repository's conf/ of the same name wins."""
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        from lab import config
-
-        config.register()  # the options of a module imported before lab.config (see register), before composing
+        # the options of a module imported before lab.config (see register), before composing; only where this
+        # package's config is in use (another checkout's plugins on the path, a renamed fork's, must not store theirs)
+        config = sys.modules.get(f"{extensions.__name__.split('.')[0]}.config")
+        if config is not None:
+            config.register()
         for folder in extensions.conf_dirs():
             search_path.append(provider=f"lab-{folder.parent.name}", path=f"file://{folder}")
 
