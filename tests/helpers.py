@@ -50,6 +50,22 @@ def group_options(group: str) -> list[str]:
     return sorted(stored | {path.stem for conf in CONF_DIRS for path in (conf / group).glob("*.yaml")})
 
 
+def forget_option(option: type) -> None:
+    """Undo defining a fork's option class in a test: later compositions in this worker (and group_options) no
+    longer see it, as a subprocess never did."""
+    from hydra.core.config_store import ConfigStore
+
+    from lab.config import options
+
+    group = option.config_group
+    name = next(name for name, found in options._OPTIONS[group].items() if found is option)
+    del options._OPTIONS[group][name]
+    stored = option.stored_as(name)
+    if stored is not None:
+        ConfigStore.instance().repo.get(stored[0], {}).pop(f"{name}.yaml", None)
+    lab.config.register()
+
+
 def preset_file(group: str, option: str) -> Path | None:
     """The YAML of the preset `<group>=<option>` that Hydra composes (CONF_DIRS' order); None for an option class."""
     return next(

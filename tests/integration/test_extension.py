@@ -102,6 +102,7 @@ def test_a_new_option_takes_its_keys_without_plus_and_a_preset_yaml_holds_only_w
     )
 
     # a preset of the new option: its YAML holds only the value that differs
+    (fork / "conf/model").mkdir(exist_ok=True)  # every shipped model is a class: no conf/model/ until a preset
     (fork / "conf/model/gated_mlp_wide.yaml").write_text("defaults:\n  - gated_mlp\n\nhidden: 256\n")
     preset = _train(fork, env, *options[:2], "model=gated_mlp_wide", "--cfg", "job")
     assert preset.returncode == 0, preset.stderr

@@ -207,7 +207,9 @@ def _installed_fork(repo: Path, venv: Path) -> Path:
         text=True,
     ).stdout.strip()
     outer = sysconfig.get_paths()["purelib"]
-    Path(site, "_outer_site.pth").write_text(f"import site; site.addsitedir({outer!r})\n")
+    # a plain path line, not site.addsitedir: the outer .pth files are not run, so the template's own editable
+    # install (src/lab and src/hydra_plugins/lab_sweepers) stays out of the fork's path, as in a fork's own venv
+    Path(site, "_outer_site.pth").write_text(f"{outer}\n")
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-build-isolation"]
     installed = subprocess.run([*pip, "-e", str(repo)], capture_output=True, text=True, timeout=600)
     assert installed.returncode == 0, installed.stdout + installed.stderr

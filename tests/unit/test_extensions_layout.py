@@ -21,11 +21,16 @@ CORE_FILES = ("Makefile", "README.md", "pyproject.toml")
 TEXT = (".py", ".yaml", ".md", ".toml", ".txt", ".cfg")
 
 
+def _built(path: Path) -> bool:
+    """What an install or a run wrote (pip's file list in *.egg-info names every extension) is not source."""
+    return any(part == "__pycache__" or part.endswith(".egg-info") for part in path.parts)
+
+
 def outside(name: str) -> list[Path]:
     folder = EXTENSIONS / name
     found = [REPO / f for f in CORE_FILES]
     for top in CORE_FOLDERS:
-        found += [p for p in (REPO / top).rglob("*") if p.suffix in TEXT and "__pycache__" not in p.parts]
+        found += [p for p in (REPO / top).rglob("*") if p.suffix in TEXT and not _built(p)]
     return [path for path in found if path.is_file() and folder not in path.parents]
 
 

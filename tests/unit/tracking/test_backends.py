@@ -20,6 +20,7 @@ from lab.config.trackers import TrackerConfig, WandbConfig, logger_schema, track
 from lab.errors import ConfigError, UserError
 from lab.tracking import Tracker, backends, child_process, csv_backend
 from lab.tracking.csv_backend import CsvBackend
+from helpers import forget_option
 from tracker_runs import CONFIG, EVENTS, GIT, PROVENANCE, csv_rows, logger, record
 from wandb_reader import find_run_files, read_run
 
@@ -329,11 +330,7 @@ def fork_tracker():
 
     lab.config.register()  # what importing a module of lab/config/ does: the stored schemas now know it
     yield MemoryConfig
-    del options._OPTIONS["tracker"]["memory"]
-    from hydra.core.config_store import ConfigStore
-
-    ConfigStore.instance().repo["logger"].pop("memory.yaml", None)
-    lab.config.register()
+    forget_option(MemoryConfig)
 
 
 def test_a_fork_adds_a_tracker_with_one_class(compose, fork_tracker, tmp_path):
@@ -358,5 +355,5 @@ def test_a_tracker_may_not_take_a_name_the_logger_node_uses():
         with pytest.raises(ValueError, match="tracker 'child_process' is named like a key of logger"):
             logger_schema()
     finally:
-        del options._OPTIONS["tracker"]["child_process"]
+        forget_option(ChildProcessConfig)
     assert "child_process" not in trackers() and logger_schema()

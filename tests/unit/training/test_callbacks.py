@@ -14,7 +14,7 @@ from test_trainer import SquaredError, _data, _trainer
 from torch import nn
 from torch.utils.data import DataLoader
 
-from helpers import in_process_trainer
+from helpers import forget_option, in_process_trainer
 from lab import checkpointing
 from lab.config import CallbackConfig
 from lab.config import callbacks as callback_options
@@ -140,19 +140,26 @@ def test_a_callback_is_chosen_by_an_option_name_or_an_import_path() -> None:
         callback_options.chosen({"no_such": {"every": 1}})
 
 
-@dataclass
-class ParameterCount(CallbackConfig):
+@pytest.fixture
+def parameter_count():
     """A fork's callback option: its callback is made from the Trainer it hooks into, on rank 0 only if asked."""
 
-    rank0_only: bool = False
+    @dataclass
+    class ParameterCount(CallbackConfig):
+        rank0_only: bool = False
 
-    def build(self, trainer):
-        if self.rank0_only and not trainer.parallel.is_main:
-            return None
-        return SimpleNamespace(parameters=sum(p.numel() for p in trainer.model.parameters()))
+        def build(self, trainer):
+            if self.rank0_only and not trainer.parallel.is_main:
+                return None
+            return SimpleNamespace(parameters=sum(p.numel() for p in trainer.model.parameters()))
+
+    yield ParameterCount
+    forget_option(ParameterCount)  # defined at module level, every later --help comparison in this worker saw it
 
 
-def test_callback_options_are_built_for_their_trainer_after_its_own_and_the_workflow_s(compose, tmp_path) -> None:
+def test_callback_options_are_built_for_their_trainer_after_its_own_and_the_workflow_s(
+    compose, parameter_count, tmp_path
+) -> None:
     cfg = compose(
         ["trainer.ema.decay=0.9", "+callbacks.parameter_count={}", "+callbacks.mine._target_=builtins.object"]
     )
