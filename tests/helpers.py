@@ -17,7 +17,7 @@ from types import ModuleType
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-import lab.config  # noqa: F401  (registers the structured-config schemas every conf/<group>/*.yaml extends)
+import lab.config
 from lab import extensions
 from warm_python import run_python
 

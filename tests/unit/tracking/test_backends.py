@@ -15,12 +15,12 @@ import yaml
 from omegaconf import OmegaConf
 
 import lab.config
-from lab.config import options, validate
+from helpers import forget_option
+from lab.config import validate
 from lab.config.trackers import TrackerConfig, WandbConfig, logger_schema, trackers
 from lab.errors import ConfigError, UserError
 from lab.tracking import Tracker, backends, child_process, csv_backend
 from lab.tracking.csv_backend import CsvBackend
-from helpers import forget_option
 from tracker_runs import CONFIG, EVENTS, GIT, PROVENANCE, csv_rows, logger, record
 from wandb_reader import find_run_files, read_run
 
