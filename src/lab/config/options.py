@@ -24,9 +24,11 @@ This module imports no torch.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import re
+import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -176,6 +178,31 @@ def instantiate(group: str, node: Any, drop_unknown: bool = False) -> Any:
         raise
     except OmegaConfBaseException as err:
         raise ConfigError(f"{group}: {str(err).splitlines()[0]} (the {name} options)") from err
+
+
+_NODE_SCHEMAS: dict[tuple[type, tuple[tuple[str, type], ...]], type] = {}
+
+
+def node_per_option(base: type, group: str, node: str, schema_name: str, reserved: tuple[str, ...] = ()) -> type:
+    """`base` with a node per option of `group`, named and typed by it (``logger.wandb``, ``export.int8``): for the
+    kinds whose options are all present at once rather than one chosen. Made once per set of options (after every
+    option module is imported) and kept in `base`'s module as `schema_name`, so a pickled config finds its class."""
+    found = tuple(options(group).items())
+    if (base, found) not in _NODE_SCHEMAS:
+        taken = {f.name for f in dataclasses.fields(base)} | set(reserved)
+        clash = [name for name, _ in found if name in taken]
+        if clash:
+            what = group.replace("_", " ")
+            raise ValueError(f"{what} {clash[0]!r} is named like a key of {node}; name its option otherwise")
+        schema = dataclasses.make_dataclass(
+            schema_name, [(name, option, dataclasses.field(default_factory=option)) for name, option in found],
+            bases=(base,),
+        )  # fmt: skip
+        schema.__module__, schema.__doc__ = base.__module__, base.__doc__
+        _NODE_SCHEMAS[(base, found)] = schema
+    schema = _NODE_SCHEMAS[(base, found)]
+    setattr(sys.modules[base.__module__], schema_name, schema)
+    return schema
 
 
 def _qualified(cls: type) -> str:

@@ -4,7 +4,6 @@ quantization), each with its settings in `export.<name>`."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,29 +140,9 @@ class ExportStepConfig(Option, group="export_step", key=""):
         raise NotImplementedError(f"{type(self).__name__} needs a run(export)")
 
 
-_EXPORT_SCHEMAS: dict[tuple[tuple[str, type], ...], type[ExportOptions]] = {}
-
-
 def export_options() -> ExportOptions:
-    """The `export` node's defaults: ExportOptions with a node `export.<name>` per export step, typed by its option
-    (the schema is made once every module of lab/config/ and every extension's options are imported, when the entry
-    schemas are stored; kept as this module's `ExportStepsOptions`, so a pickled config finds it)."""
-    found = tuple(options.options("export_step").items())
-    if found not in _EXPORT_SCHEMAS:
-        taken = {f.name for f in dataclasses.fields(ExportOptions)}
-        clash = [name for name, _ in found if name in taken]
-        if clash:
-            raise ValueError(f"export step {clash[0]!r} is named like a key of export; name its option otherwise")
-        schema = dataclasses.make_dataclass(
-            "ExportStepsOptions",
-            [(name, step, field(default_factory=step)) for name, step in found],
-            bases=(ExportOptions,),
-        )
-        schema.__module__ = __name__
-        schema.__doc__ = ExportOptions.__doc__
-        _EXPORT_SCHEMAS[found] = schema
-    globals()["ExportStepsOptions"] = _EXPORT_SCHEMAS[found]
-    return _EXPORT_SCHEMAS[found]()
+    """The `export` node's defaults: a node `export.<name>` per export step, typed by its option."""
+    return options.node_per_option(ExportOptions, "export_step", "export", "ExportStepsOptions")()
 
 
 @dataclass

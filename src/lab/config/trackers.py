@@ -26,7 +26,6 @@ module imports no torch (and no tracker): an option's ``backend()`` imports its 
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -131,29 +130,10 @@ class LoggerConfig:
             (settings if isinstance(settings, TrackerConfig) else known[name]()).check_installed()
 
 
-_SCHEMAS: dict[tuple[tuple[str, type], ...], type[LoggerConfig]] = {}
-
-
 def logger_schema() -> type[LoggerConfig]:
     """LoggerConfig with a node `logger.<name>` per registered tracker, typed by its option: the type of every entry
-    config's `logger`. Built when the entry schemas are stored (lab.config.register, once every module of
-    lab/config/ is imported, a fork's too); kept as this module's `TrackingConfig`, so a pickled config finds it."""
-    found = tuple(trackers().items())
-    if found not in _SCHEMAS:
-        taken = {f.name for f in dataclasses.fields(LoggerConfig)} | {"none"}  # logger's keys, `logger=none`
-        clash = [name for name, _ in found if name in taken]
-        if clash:
-            raise ValueError(f"tracker {clash[0]!r} is named like a key of logger; name its TrackerConfig otherwise")
-        schema = dataclasses.make_dataclass(
-            "TrackingConfig",
-            [(name, option, field(default_factory=option)) for name, option in found],
-            bases=(LoggerConfig,),
-        )
-        schema.__module__ = __name__
-        schema.__doc__ = LoggerConfig.__doc__
-        _SCHEMAS[found] = schema
-    globals()["TrackingConfig"] = _SCHEMAS[found]
-    return _SCHEMAS[found]
+    config's `logger` (options.node_per_option; `none` is taken by `logger=none`)."""
+    return options.node_per_option(LoggerConfig, "tracker", "logger", "TrackingConfig", reserved=("none",))
 
 
 def logger_config(**values: Any) -> LoggerConfig:
