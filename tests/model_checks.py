@@ -4,10 +4,14 @@ trainable parameter, and an eval-mode forward that is deterministic."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
+
+from lab import models
 
 NUM_CLASSES = 5
 
@@ -51,3 +55,33 @@ def check_eval_is_deterministic(model: nn.Module, in_channels: int, image_size: 
     x = torch.randn(3, in_channels, image_size, image_size)
     with torch.no_grad():
         torch.testing.assert_close(model(x), model(x), rtol=0, atol=0)
+
+
+Cases = dict[str, tuple[Callable[[], Any], list[tuple[int, int]]]]
+
+
+def contract_tests(cases: Cases) -> tuple[Callable[..., None], ...]:
+    """The three checks as tests over `cases` (name -> (config factory, [(in_channels, image_size), ...]): two input
+    sizes and both channel counts per model). A test module binds them to its own `test_*` names."""
+
+    def build(name: str, in_channels: int, image_size: int) -> nn.Module:
+        torch.manual_seed(0)
+        return models.build(cases[name][0](), make_meta(in_channels, image_size))
+
+    shapes = [(name, c, s) for name, (_, sizes) in cases.items() for c, s in sizes]
+
+    @pytest.mark.parametrize(("name", "in_channels", "image_size"), shapes)
+    def logits(name: str, in_channels: int, image_size: int) -> None:
+        check_logits(build(name, in_channels, image_size), in_channels, image_size)
+
+    @pytest.mark.parametrize("name", list(cases))
+    def gradients(name: str) -> None:
+        in_channels, image_size = cases[name][1][0]  # 1 channel: a stem or a channel adapter is exercised
+        check_gradients(build(name, in_channels, image_size), in_channels, image_size)
+
+    @pytest.mark.parametrize("name", list(cases))
+    def deterministic(name: str) -> None:
+        in_channels, image_size = cases[name][1][1]
+        check_eval_is_deterministic(build(name, in_channels, image_size), in_channels, image_size)
+
+    return logits, gradients, deterministic

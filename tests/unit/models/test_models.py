@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from torch import nn
 
 from lab import models
 from lab.config import CNNConfig, ConfigError, MLPConfig, options
-from model_checks import NUM_CLASSES, check_eval_is_deterministic, check_gradients, check_logits, make_meta
+from model_checks import NUM_CLASSES, Cases, contract_tests, make_meta
 
 
 # Small widths keep every test fast on 2 CPU cores; the configs go through OmegaConf as in a real run.
@@ -25,38 +24,17 @@ def cnn_cfg(**kw: Any) -> Any:
     return OmegaConf.structured(CNNConfig(channels=[8, 16, 16], **kw))
 
 
-# (config factory, [(in_channels, image_size), ...]): two input sizes and both channel counts per model.
-CASES: dict[str, tuple[Callable[[], Any], list[tuple[int, int]]]] = {
+CASES: Cases = {
     "mlp": (mlp_cfg, [(1, 8), (3, 28)]),
     "cnn": (cnn_cfg, [(1, 8), (3, 28)]),
 }
-SHAPE_PARAMS = [(name, c, s) for name, (_, sizes) in CASES.items() for c, s in sizes]
+test_output_is_logits_of_shape_batch_by_classes, test_gradients_reach_every_trainable_parameter, \
+    test_eval_mode_is_deterministic = contract_tests(CASES)  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
-
-
-def build(name: str, in_channels: int, image_size: int) -> nn.Module:
-    return models.build(CASES[name][0](), make_meta(in_channels, image_size))
-
-
-@pytest.mark.parametrize(("name", "in_channels", "image_size"), SHAPE_PARAMS)
-def test_output_is_logits_of_shape_batch_by_classes(name: str, in_channels: int, image_size: int) -> None:
-    check_logits(build(name, in_channels, image_size), in_channels, image_size)
-
-
-@pytest.mark.parametrize("name", list(CASES))
-def test_gradients_reach_every_trainable_parameter(name: str) -> None:
-    in_channels, image_size = CASES[name][1][0]  # 1 channel
-    check_gradients(build(name, in_channels, image_size), in_channels, image_size)
-
-
-@pytest.mark.parametrize("name", list(CASES))
-def test_eval_mode_is_deterministic(name: str) -> None:
-    in_channels, image_size = CASES[name][1][1]
-    check_eval_is_deterministic(build(name, in_channels, image_size), in_channels, image_size)
 
 
 def test_mlp_is_batchnorm_free_so_samples_are_independent_of_their_batch() -> None:
