@@ -2,40 +2,18 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from helpers import REPO, script_env, write_tiny_cifar10
 from lab import extensions
+from sweep_runs import QUICK, assert_ok, run_sweep, summary_rows, sweep_job
 from wandb_reader import find_run_files, read_run
-from warm_python import run_python
 
 pytestmark = pytest.mark.slow
-
-QUICK = ["debug=fast", "model=mlp"]
-
-
-def _sweep(sweep_dir: Path, *overrides: str, env: dict | None = None, multirun: bool = True):
-    args = [str(REPO / "scripts/train.py"), *(["-m"] if multirun else []), f"hydra.sweep.dir={sweep_dir}", *overrides]
-    return run_python(args, cwd=REPO, env=env or script_env(), timeout=300)
-
-
-def _ok(proc: subprocess.CompletedProcess) -> None:
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-
-
-def _summary_rows(sweep_dir: Path) -> list[dict]:
-    with open(sweep_dir / "sweep_summary.csv", newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def _job(sweep_dir: Path, num: int, name: str = "summary.json") -> dict:
-    return json.loads((sweep_dir / str(num) / name).read_text())
 
 
 def test_grid_sweep_runs_every_job_in_one_wandb_group_and_ranks_them(tmp_path):
@@ -44,8 +22,8 @@ def test_grid_sweep_runs_every_job_in_one_wandb_group_and_ranks_them(tmp_path):
         env.pop(key, None)
     env["NETRC"] = str(tmp_path / "no-netrc")  # offline wandb runs, read back from their files
     sweep = tmp_path / "grid"
-    proc = _sweep(sweep, *QUICK, "optimizer.lr=1e-3,3e-3", "seed=1,2", "logger.log_checkpoints=best", env=env)
-    _ok(proc)
+    proc = run_sweep(sweep, *QUICK, "optimizer.lr=1e-3,3e-3", "seed=1,2", "logger.log_checkpoints=best", env=env)
+    assert_ok(proc)
 
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
     runs = [read_run(find_run_files(sweep / str(job) / "wandb")[0]) for job in range(4)]
@@ -59,12 +37,12 @@ def test_grid_sweep_runs_every_job_in_one_wandb_group_and_ranks_them(tmp_path):
         (0.003, 2),
     ]
 
-    rows = _summary_rows(sweep)
+    rows = summary_rows(sweep)
     assert len(rows) == 4 and {row["status"] for row in rows} == {"completed"}
     values = [float(row["val/acc_best"]) for row in rows]
     assert values == sorted(values, reverse=True)  # best first (val/acc_best: maximize)
     for row in rows:  # each row is its own job's result
-        summary = _job(sweep, int(row["job"]))
+        summary = sweep_job(sweep, int(row["job"]))
         assert float(row["val/acc_best"]) == summary["val/acc_best"]
         assert int(row["best_epoch"]) == summary["best_epoch"] and row["run_dir"] == str(sweep / row["job"])
     assert f"optimizer.lr=0.001 seed=1 | {sweep}/0" in (sweep / "sweep_summary.md").read_text()
@@ -72,35 +50,37 @@ def test_grid_sweep_runs_every_job_in_one_wandb_group_and_ranks_them(tmp_path):
 
     # a job later in the sweep (same process, data reused from the previous job) gets what a run of its own gets
     alone = tmp_path / "alone"
-    _ok(
-        _sweep(tmp_path, *QUICK, "optimizer.lr=3e-3", "seed=2", "logger=none", f"hydra.run.dir={alone}", multirun=False)
+    assert_ok(
+        run_sweep(
+            tmp_path, *QUICK, "optimizer.lr=3e-3", "seed=2", "logger=none", f"hydra.run.dir={alone}", multirun=False
+        )
     )
     for key in ("val/loss", "val/acc", "test/loss"):
-        assert _job(sweep, 3)[key] == json.loads((alone / "summary.json").read_text())[key], key
+        assert sweep_job(sweep, 3)[key] == json.loads((alone / "summary.json").read_text())[key], key
 
 
 def test_a_failing_job_does_not_stop_the_sweep_and_the_exit_code_says_so(tmp_path):
     sweep = tmp_path / "fail"
     # job 1 raises inside training (after its first validation): plateau watches a metric that does not exist
-    proc = _sweep(sweep, *QUICK, "logger=none", "scheduler=plateau", "scheduler.monitor=val/loss,val/bogus,val/acc")
+    proc = run_sweep(sweep, *QUICK, "logger=none", "scheduler=plateau", "scheduler.monitor=val/loss,val/bogus,val/acc")
     assert proc.returncode == 1
     assert "Traceback" not in proc.stdout + proc.stderr  # a user mistake: one line, in the summary and the exit
     assert "error: 1 of 3 sweep jobs failed (#1 UserError: scheduler.monitor='val/bogus'" in proc.stderr
 
-    rows = {row["job"]: row for row in _summary_rows(sweep)}
+    rows = {row["job"]: row for row in summary_rows(sweep)}
     assert [rows[j]["status"] for j in "012"] == ["completed", "failed", "completed"]
     assert "scheduler.monitor='val/bogus' is not a validation metric" in rows["1"]["error"]
     assert rows["1"]["val/acc_best"] == "" and float(rows["2"]["val/acc_best"]) > 0
-    assert _job(sweep, 1)["status"] == "failed" and _job(sweep, 2)["status"] == "completed"
+    assert sweep_job(sweep, 1)["status"] == "failed" and sweep_job(sweep, 2)["status"] == "completed"
     assert "job #1 failed: UserError" in (sweep / "1" / "train.log").read_text()
 
 
 def test_fail_fast_stops_launching_after_a_failure(tmp_path):
     sweep = tmp_path / "fast"
-    proc = _sweep(sweep, *QUICK, "logger=none", "sweep.fail_fast=true", "data.batch_size=0,64,32")
+    proc = run_sweep(sweep, *QUICK, "logger=none", "sweep.fail_fast=true", "data.batch_size=0,64,32")
     assert proc.returncode == 1 and "data.batch_size must be >= 1" in proc.stderr
     assert not (sweep / "1").exists() and not (sweep / "2").exists()
-    (row,) = _summary_rows(sweep)
+    (row,) = summary_rows(sweep)
     assert row["status"] == "failed" and row["error"].startswith("ConfigError: data.batch_size")
 
 
@@ -124,15 +104,15 @@ def test_a_stopped_sweep_job_names_the_command_that_resumes_its_sweep(tmp_path):
         "seed=1,2",
         "+callbacks.kill={_target_:kill_job.KillJob}",
     ]
-    proc = _sweep(sweep, *command, env=_killing_env(0, "TERM"))  # job 0 gets SIGTERM after its first validation
+    proc = run_sweep(sweep, *command, env=_killing_env(0, "TERM"))  # job 0 gets SIGTERM after its first validation
     assert proc.returncode == 143, proc.stderr[-3000:]
     hint = f"(resume the sweep: the same command with hydra.sweep.dir={sweep} resume=auto"
     assert hint in proc.stderr and "ckpt_path=" not in proc.stderr  # not job 0's weights for every job
     assert (sweep / "0" / "checkpoints" / "last.pt").is_file() and not (sweep / "1").exists()
     first_attempt = _files(sweep / "0" / ".hydra")
 
-    _ok(_sweep(sweep, *command, "resume=auto", env=_killing_env(-1, "TERM")))
-    rows = {row["job"]: row for row in _summary_rows(sweep)}
+    assert_ok(run_sweep(sweep, *command, "resume=auto", env=_killing_env(-1, "TERM")))
+    rows = {row["job"]: row for row in summary_rows(sweep)}
     assert sorted(rows) == ["0", "1"] and {row["status"] for row in rows.values()} == {"completed"}
     assert f"continuing the run in {sweep}/0" in (sweep / "0" / "train.log").read_text()  # in its own dir
     # the job's own record stays, as a single run's does: this attempt's config is in attempt-2/
@@ -147,7 +127,7 @@ def test_every_experiment_runs_in_one_sweep(tmp_path):
     sweep = tmp_path / "experiments"
     # an extension's experiments (its conf/experiment/) are run by its own tests, on the data they write or prepare
     run_elsewhere = [path.stem for conf in extensions.conf_dirs() for path in conf.glob("experiment/*.yaml")]
-    proc = _sweep(
+    proc = run_sweep(
         sweep,
         f"experiment=glob(*,exclude=[{','.join(run_elsewhere)}])",
         "debug=fast",
@@ -158,9 +138,9 @@ def test_every_experiment_runs_in_one_sweep(tmp_path):
         "data.batch_size=4",
         "data.num_workers=0",
     )
-    _ok(proc)
+    assert_ok(proc)
     experiments = sorted(p.stem for p in (REPO / "conf/experiment").glob("*.yaml") if p.stem not in run_elsewhere)
     assert {"cifar10_fast", "digits_mlp"} <= set(experiments)
-    rows = _summary_rows(sweep)
+    rows = summary_rows(sweep)
     assert sorted(row["overrides"].split("experiment=")[1].split()[0] for row in rows) == experiments
     assert {row["status"] for row in rows} == {"completed"}

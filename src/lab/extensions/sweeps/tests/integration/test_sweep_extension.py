@@ -4,7 +4,6 @@ the refusals of a core-only install."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shlex
@@ -19,11 +18,10 @@ from optuna.trial import TrialState
 
 from helpers import REPO, plugins_env, script_env
 from lab.extensions.sweeps.study_storage import open_storage
-from warm_python import run_python
+from sweep_runs import QUICK, assert_ok, run_sweep, summary_rows, sweep_job
 
 pytestmark = pytest.mark.slow
 
-QUICK = ["debug=fast", "model=mlp"]
 PAGE = Path(__file__).resolve().parents[2] / "README.md"
 PLUGINS = Path(__file__).resolve().parent / "plugins"  # this folder's test callbacks (kill_driver)
 
@@ -33,24 +31,6 @@ OWN_SPACE = "python scripts/train.py hparams_search=optuna model=mlp 'optimizer.
 JOBLIB = "python scripts/train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=2 seed=1,2"
 SLURM = "python scripts/train.py -m hydra/launcher=slurm hydra.launcher.partition=gpu optimizer.lr=1e-3,3e-3"
 SBATCH = "sbatch --array=0-3 --gres=gpu:1 --time=24:00:00 --wrap 'python scripts/train.py hparams_search=optuna hydra.sweeper.storage=journal:///outputs/train/optuna/shared.log hydra.sweeper.n_trials=40 hydra.sweeper.sampler.seed=$SLURM_ARRAY_TASK_ID hydra.sweep.dir=outputs/train/optuna/$SLURM_ARRAY_JOB_ID-$SLURM_ARRAY_TASK_ID'"  # noqa: E501
-
-
-def _sweep(sweep_dir: Path, *overrides: str, env: dict | None = None, multirun: bool = True):
-    args = [str(REPO / "scripts/train.py"), *(["-m"] if multirun else []), f"hydra.sweep.dir={sweep_dir}", *overrides]
-    return run_python(args, cwd=REPO, env=env or script_env(), timeout=300)
-
-
-def _ok(proc: subprocess.CompletedProcess) -> None:
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-
-
-def _summary_rows(sweep_dir: Path) -> list[dict]:
-    with open(sweep_dir / "sweep_summary.csv", newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def _job(sweep_dir: Path, num: int, name: str = "summary.json") -> dict:
-    return json.loads((sweep_dir / str(num) / name).read_text())
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -75,7 +55,7 @@ def test_the_pages_searches_run(command, tmp_path):
     """Shortened as test_readme shortens the README's commands, with a study of their own (not the one under
     outputs/) and two trials."""
     search = [f"hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db", "hydra.sweeper.n_trials=2"]
-    _ok(_sweep(tmp_path, *_page_args(command), "debug=fast", "logger=none", *search, multirun=False))
+    assert_ok(run_sweep(tmp_path, *_page_args(command), "debug=fast", "logger=none", *search, multirun=False))
     jobs = [json.loads(path.read_text()) for path in tmp_path.glob("[0-9]*/summary.json")]
     assert len(jobs) == 2 and {job["status"] for job in jobs} == {"completed"}, command
 
@@ -85,11 +65,11 @@ def test_joblib_runs_jobs_in_parallel_processes(tmp_path):
     multirun, *args = _page_args(JOBLIB)  # the page's command as written, shortened as test_readme shortens one
     assert multirun == "-m" and "seed=1,2" in args
     # with DataLoader workers: a loky process passes on its own start method, which once failed to start them
-    _ok(_sweep(sweep, *args, *QUICK, "logger=none", "data.num_workers=1"))
-    jobs = [_job(sweep, n, "sweep_job.json") for n in (0, 1)]
+    assert_ok(run_sweep(sweep, *args, *QUICK, "logger=none", "data.num_workers=1"))
+    jobs = [sweep_job(sweep, n, "sweep_job.json") for n in (0, 1)]
     assert jobs[0]["pid"] != jobs[1]["pid"]
     assert jobs[0]["start"] < jobs[1]["end"] and jobs[1]["start"] < jobs[0]["end"]  # they overlapped
-    assert [row["status"] for row in _summary_rows(sweep)] == ["completed"] * 2
+    assert [row["status"] for row in summary_rows(sweep)] == ["completed"] * 2
 
 
 def _python(*args: str) -> subprocess.CompletedProcess:
@@ -140,14 +120,14 @@ def test_optuna_study_resumes_to_n_trials_and_prunes_bad_trials(tmp_path):
         "optimizer.weight_decay=0.0",
         "data.batch_size=64",
     ]
-    first = _sweep(tmp_path / "first", *search, "hydra.sweeper.n_trials=4", multirun=False)
-    _ok(first)
+    first = run_sweep(tmp_path / "first", *search, "hydra.sweeper.n_trials=4", multirun=False)
+    assert_ok(first)
     study = optuna.load_study(study_name="resume-test", storage=storage)
     before = [(t.number, t.state, t.params) for t in study.trials]
     assert len(before) == 4
 
-    second = _sweep(tmp_path / "second", *search, "hydra.sweeper.n_trials=6", multirun=False)
-    _ok(second)
+    second = run_sweep(tmp_path / "second", *search, "hydra.sweeper.n_trials=6", multirun=False)
+    assert_ok(second)
     trials = optuna.load_study(study_name="resume-test", storage=storage).trials
     assert [(t.number, t.state, t.params) for t in trials[:4]] == before  # the same study, continued
     assert [t.number for t in trials] == list(range(6))
@@ -166,7 +146,7 @@ def test_optuna_study_resumes_to_n_trials_and_prunes_bad_trials(tmp_path):
                 trial.value
                 == json.loads((Path(trial.user_attrs["run_dir"]) / "summary.json").read_text())["val/acc_best"]
             )
-    rows = _summary_rows(tmp_path / "second")
+    rows = summary_rows(tmp_path / "second")
     assert {row["job"] for row in rows} == {"4", "5"}
 
 
@@ -224,20 +204,20 @@ def test_a_killed_joblib_worker_fails_its_own_job_and_resume_auto_runs_only_that
     sweep = tmp_path / "joblib"
     command = [*QUICK, "logger=none", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2,3"]
     command.append("+callbacks.kill={_target_:kill_job.KillJob}")  # job 1 SIGKILLs itself, as an OOM kill does
-    proc = _sweep(sweep, *command, env=_killing_env(1, "KILL"))
+    proc = run_sweep(sweep, *command, env=_killing_env(1, "KILL"))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == (
         f"error: 1 of 3 sweep jobs failed (#1 JobKilled: worker process killed by SIGKILL (out of memory?)); "
         f"overrides and logs: {sweep}/sweep_summary.md"
     )
-    rows = {row["job"]: row for row in _summary_rows(sweep)}
+    rows = {row["job"]: row for row in summary_rows(sweep)}
     assert [rows[j]["status"] for j in "012"] == ["completed", "failed", "completed"]  # the others went on
     assert rows["1"]["error"] == "JobKilled: worker process killed by SIGKILL (out of memory?)"
     finished = {job: _files(sweep / job) for job in "02"}
 
     # the same command again would write over the finished jobs: refused in one line, nothing written
     before = _files(sweep)
-    again = _sweep(sweep, *command, env=_killing_env(-1, "KILL"))
+    again = run_sweep(sweep, *command, env=_killing_env(-1, "KILL"))
     assert again.returncode == 1 and again.stderr.strip() == (
         f"error: {sweep} holds an earlier sweep (3 job dirs); a sweep never writes over another: leave "
         "hydra.sweep.dir unset (every sweep gets its own), pick another dir, or add resume=auto to continue that "
@@ -246,13 +226,13 @@ def test_a_killed_joblib_worker_fails_its_own_job_and_resume_auto_runs_only_that
     assert _files(sweep) == before
 
     # resume=auto runs the failed job again in its own dir; the completed ones are kept as they are
-    resumed = _sweep(sweep, *command, "resume=auto", env=_killing_env(-1, "KILL"))
-    _ok(resumed)
+    resumed = run_sweep(sweep, *command, "resume=auto", env=_killing_env(-1, "KILL"))
+    assert_ok(resumed)
     assert {job: _files(sweep / job) for job in "02"} == finished
-    rows = {row["job"]: row for row in _summary_rows(sweep)}
+    rows = {row["job"]: row for row in summary_rows(sweep)}
     assert sorted(rows) == ["0", "1", "2"] and {row["status"] for row in rows.values()} == {"completed"}
     assert rows["1"]["run_dir"] == str(sweep / "1") and "seed=2" in rows["1"]["overrides"]
-    assert _job(sweep, 1)["status"] == "completed" and not (sweep / ".lock").exists()
+    assert sweep_job(sweep, 1)["status"] == "completed" and not (sweep / ".lock").exists()
 
 
 # --------------------------------------------------------------------------- a core-only install
