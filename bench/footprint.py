@@ -1,7 +1,9 @@
 """What a forker has to read: the package's source lines, and what the default run imports and runs before its first
 `backward()`.
 
-    python bench/footprint.py [overrides ...]      (default overrides: debug=fast logger=none)
+    python bench/footprint.py [--list] [overrides ...]      (default overrides: debug=fast logger=none)
+
+`--list` prints the modules imported and the files run too, each with its lines: where to cut next.
 
 The run is `scripts/train.py` in this process, its run dir in a scratch folder. A profile hook records every package
 file one of whose functions is called (module bodies, which run once on import, are not counted); at the first
@@ -59,6 +61,7 @@ def footprint(overrides: list[str]) -> dict[str, int]:
                 Path(m.__file__) for m in list(sys.modules.values()) if str(getattr(m, "__file__", "")).startswith(src)
             }
             ran = {Path(f) for f in called}
+            taken["listing"] = [(p, p in ran) for p in sorted(modules | ran)]  # type: ignore[assignment]
             taken.update(
                 modules_imported=len(modules),
                 lines_imported=sum(lines(p) for p in modules),
@@ -88,7 +91,8 @@ def footprint(overrides: list[str]) -> dict[str, int]:
 
 
 def main() -> None:
-    overrides = sys.argv[1:] or ["debug=fast", "logger=none"]
+    listing = "--list" in sys.argv[1:]
+    overrides = [arg for arg in sys.argv[1:] if arg != "--list"] or ["debug=fast", "logger=none"]
     files = package_files()
     core = [p for p in files if not is_extension(p)]
     extensions = [p for p in files if is_extension(p)]
@@ -98,6 +102,9 @@ def main() -> None:
     print(f"before the first backward() of `scripts/train.py {' '.join(overrides)}`:")
     print(f"  package modules imported: {figures['modules_imported']} ({figures['lines_imported']:,} lines)")
     print(f"  package files whose functions ran: {figures['files_run']} ({figures['lines_run']:,} lines)")
+    if listing:
+        for path, ran in figures["listing"]:  # type: ignore[union-attr]
+            print(f"  {'ran ' if ran else '    '}{lines(path):5d}  {path.relative_to(SRC)}")
 
 
 if __name__ == "__main__":
