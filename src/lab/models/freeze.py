@@ -11,20 +11,26 @@ from __future__ import annotations
 
 import logging
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from torch import nn
 
 from lab.errors import ConfigError
 
-if TYPE_CHECKING:
-    from lab.config.models import ModelConfig
-
 log = logging.getLogger(__name__)
 BACKBONE = "backbone"  # model.freeze=[backbone]: all but the classifier
 
 
-def freeze(model: nn.Module, option: ModelConfig) -> list[str]:
+class ModelOption(Protocol):
+    """What freezing reads of a model's option (lab.config.models.ModelConfig): the config layer sits above the
+    models, so they name the two things they use rather than import it."""
+
+    freeze: list[str]
+
+    def head(self, model: nn.Module) -> nn.Module | None: ...
+
+
+def freeze(model: nn.Module, option: ModelOption) -> list[str]:
     """Freeze every parameter of `option`'s model whose name matches one of its ``freeze`` patterns (``backbone``:
     every parameter but the classifier's, :func:`head_parameters`); returns the frozen names. A pattern that
     matches nothing, or patterns that leave nothing to train, are a ConfigError naming the model's top-level
@@ -73,7 +79,7 @@ def train_mode(model: nn.Module) -> None:
                 module.eval()
 
 
-def head_parameters(model: nn.Module, option: ModelConfig, key: str) -> list[str]:
+def head_parameters(model: nn.Module, option: ModelOption, key: str) -> list[str]:
     """Names of the classifier's parameters: those of the layer `option` (the model's option) calls its head
     (``ModelConfig.head``: the last ``nn.Linear`` unless the option knows better)."""
     named = {id(p): n for n, p in model.named_parameters()}

@@ -27,7 +27,6 @@ from lab.exporting import manifest, take
 from lab.exporting.parity import Runner
 from lab.exporting.steps import Export
 from lab.extensions.int8 import quantize
-from lab.extensions.int8.options import Int8Config
 from lab.files import publish, staged
 from lab.inference import OnnxBackend
 
@@ -229,21 +228,22 @@ def figures(report: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def run(settings: Int8Config, export: Export) -> None:
-    """The export step: with `settings.quantize` set and model.onnx published, its INT8 variants written and measured
-    (`build`), their files added to the artifacts; the manifest's `quantization` is the report, or null."""
+def run(export: Export, quantize: str | None, calibration_samples: int, latency_runs: int, tolerance: float) -> None:
+    """The export step (export.int8.* are its arguments): with `quantize` set and model.onnx published, its INT8
+    variants written and measured (`build`), their files added to the artifacts; the manifest's `quantization` is
+    the report, or null."""
     export.sections["quantization"] = None
-    if not settings.quantize or "onnx" not in export.artifacts:
+    if not quantize or "onnx" not in export.artifacts:
         return
     report, quantized = build(
         export.run_dir / "model.onnx",
-        settings.quantize,
+        quantize,
         task=export.task,
         val_loader=export.val_loader,
-        calibration=take(export.train_loader(), settings.calibration_samples),
+        calibration=take(export.train_loader(), calibration_samples),
         example=export.example,
-        runs=settings.latency_runs,
-        tolerance=settings.tolerance,
+        runs=latency_runs,
+        tolerance=tolerance,
         open_runner=OnnxBackend,
     )
     export.artifacts.update(quantized)

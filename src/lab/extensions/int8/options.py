@@ -51,4 +51,4 @@ class Int8Config(ExportStepConfig):
     def run(self, export: Any) -> None:
         from lab.extensions.int8 import int8_report
 
-        int8_report.run(self, export)
+        int8_report.run(export, self.quantize, self.calibration_samples, self.latency_runs, self.tolerance)

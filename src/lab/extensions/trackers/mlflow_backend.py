@@ -39,7 +39,6 @@ from urllib.parse import unquote, urlparse
 import yaml
 
 from lab.errors import UserError
-from lab.extensions.trackers.options import mlflow_uri_problem
 from lab.files import write_json
 from lab.tracking.backends import Backend, RunInfo, number, plain, writing
 
@@ -55,6 +54,28 @@ _BAD_NAME = re.compile(r"[^/\w.\- :]")  # the characters MLflow refuses in a met
 
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# MLflow's tracking stores by URI scheme (mlflow.tracking._tracking_service.utils): a path or file: (the file
+# store), a database (sqlite: the local default; a driver may follow: postgresql+psycopg2), a server, Databricks
+MLFLOW_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+
+
+def mlflow_uri_problem(uri: str) -> str | None:
+    """Why `uri` is not an MLflow tracking URI this template can use (None: it is). A plain path is a file store."""
+    scheme = uri.partition(":")[0].partition("+")[0].lower() if re.match(r"^[A-Za-z][\w+.-]*:", uri) else ""
+    if len(scheme) == 1:  # a Windows drive letter (C:\\runs): a path
+        scheme = ""
+    if scheme and scheme not in MLFLOW_SCHEMES:
+        return (
+            f"{scheme}: is not a tracking URI scheme MLflow knows; use sqlite:///<path>/mlflow.db (a local store), "
+            "http(s)://<host>:<port> (an MLflow server), postgresql|mysql|mssql://... (a database) or databricks"
+        )
+    if scheme in ("http", "https") and not urlparse(uri).hostname:
+        return f"{uri} names no host; write it as {scheme}://<host>:<port>"
+    if scheme == "sqlite" and not uri.startswith("sqlite:///"):
+        return "a SQLite URI has three slashes before its path: sqlite:///relative/mlflow.db, sqlite:////absolute.db"
+    return None
 
 
 def tracking_uri(run: RunInfo) -> tuple[str, str]:

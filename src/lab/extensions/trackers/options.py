@@ -4,10 +4,8 @@ option, a ``TrackerConfig``). Imported at every start (lab.config.register): no 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
 
 from lab.config.checks import require as _require
 from lab.config.trackers import TrackerConfig
@@ -29,28 +27,6 @@ class TensorboardConfig(TrackerConfig):
         return TensorBoardBackend
 
 
-# MLflow's tracking stores by URI scheme (mlflow.tracking._tracking_service.utils): a path or file: (the file
-# store), a database (sqlite: the local default; a driver may follow: postgresql+psycopg2), a server, Databricks
-MLFLOW_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
-
-
-def mlflow_uri_problem(uri: str) -> str | None:
-    """Why `uri` is not an MLflow tracking URI this template can use (None: it is). A plain path is a file store."""
-    scheme = uri.partition(":")[0].partition("+")[0].lower() if re.match(r"^[A-Za-z][\w+.-]*:", uri) else ""
-    if len(scheme) == 1:  # a Windows drive letter (C:\\runs): a path
-        scheme = ""
-    if scheme and scheme not in MLFLOW_SCHEMES:
-        return (
-            f"{scheme}: is not a tracking URI scheme MLflow knows; use sqlite:///<path>/mlflow.db (a local store), "
-            "http(s)://<host>:<port> (an MLflow server), postgresql|mysql|mssql://... (a database) or databricks"
-        )
-    if scheme in ("http", "https") and not urlparse(uri).hostname:
-        return f"{uri} names no host; write it as {scheme}://<host>:<port>"
-    if scheme == "sqlite" and not uri.startswith("sqlite:///"):
-        return "a SQLite URI has three slashes before its path: sqlite:///relative/mlflow.db, sqlite:////absolute.db"
-    return None
-
-
 @dataclass
 class MlflowConfig(TrackerConfig):
     """MLflow (mlflow_backend here): one MLflow run per job in a store every run shares, by default a SQLite database
@@ -67,6 +43,8 @@ class MlflowConfig(TrackerConfig):
 
     def __post_init__(self) -> None:
         if self.tracking_uri:
+            from lab.extensions.trackers.mlflow_backend import mlflow_uri_problem  # imports no mlflow, no torch
+
             problem = mlflow_uri_problem(self.tracking_uri)
             _require(problem is None, f"{self.key_of('tracking_uri')}={self.tracking_uri!r}: {problem}")
         _require(self.experiment != "", f"{self.key_of('experiment')} is empty: name an experiment, or null")
