@@ -12,7 +12,8 @@ user, put there.
   may be continued by the same command run again. A run continued in place keeps its `.hydra/`: Hydra writes
   this attempt's config into `.hydra/attempt-<n>/`.
 - **While a run writes** (`claim`): an exclusive lock on `<run dir>/.lock`, removed when the run ends and released
-  by the OS when the process dies, so a killed run never leaves a lock that holds.
+  by the OS when the process dies, so a killed run never leaves a lock that holds. Training takes its dir through
+  `owned`: which run it is, a checkpoint that cannot go on refused, then the lock.
 - **When a start is refused after Hydra wrote** (`undone_on_refusal`): what Hydra wrote for this process
   (`.hydra/` files, the job's log) is removed again, a log it appended to is cut back to its old length, and a
   dir it created is removed once empty, but only while the dir holds nothing else new: a run that got as far as
@@ -39,7 +40,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -548,6 +549,116 @@ def _require_same_config(run_dir: Path, config: Mapping[str, Any]) -> None:
         "it only with the same config: rerun its own command (its .hydra/overrides.yaml), or leave hydra.run.dir "
         "unset for a new run"
     )
+
+
+# ---------------------------------------------------------------------------------------- training's run dir
+@contextlib.contextmanager
+def owned(cfg: Any, run_dir: Path, siblings: bool = True) -> Iterator[Path]:
+    """The dir a training run writes, held while the run trains: the run `resume=` continues (`continued_run`; its
+    last.pt becomes `cfg.ckpt_path`), else `run_dir`, this process's own. The process that writes the run dir
+    decides which run this is and holds the dir (a spawning parent, for its ranks; under torchrun/srun rank 0,
+    whose decision the other ranks receive when they join: lab.distributed.launch). A checkpoint that would train
+    nothing, or that does not fit the model, is refused before anything is written, in any dir."""
+    from omegaconf import OmegaConf
+
+    from lab.checkpointing.storage import require_file
+    from lab.distributed import env
+
+    writer = not env.launched_as_worker() or env.rank() == 0
+    continued = None
+    if writer:
+        config = cast("dict[str, Any]", OmegaConf.to_container(cfg, resolve=True))
+        continued = continued_run(cfg.resume, run_dir, config, siblings)
+    last = continued / "checkpoints" / "last.pt" if continued is not None else None
+    # one run across resumes: its own dir, checkpoints, metrics and wandb run (a torchrun restart whose failed
+    # attempt saved no last.pt yet starts again in that dir, from the start or the user's ckpt_path)
+    if last is not None and last.is_file():
+        cfg.ckpt_path = str(last)
+    require_file(cfg.ckpt_path)  # fail before starting processes
+    if writer and cfg.ckpt_path:
+        saved = _refuse_finished(Path(cfg.ckpt_path), cfg.trainer)
+        _refuse_another_model(Path(cfg.ckpt_path), saved, cfg.model)
+    here = continued is not None or inside(cfg.ckpt_path, run_dir)
+    target = continued or run_dir
+    with claim(target, resuming_here=here, overwrite=cfg.overwrite) if writer else contextlib.nullcontext():
+        if continued is not None and continued != run_dir:
+            move_logs(run_dir, continued)  # this start's log goes on in the run's own log file
+        if cfg.overwrite and not here:
+            forget_replaced(target)  # the replaced run's later configs and log lines: this is a new run
+        if writer:
+            record_torchrun_job(target)  # torchrun --max-restarts: its restarted workers continue here
+        if continued is not None:
+            restart = env.torchrun_restart()
+            how = f"torchrun restart {restart}: " if restart else ""
+            start = "" if last is not None and last.is_file() else " from its start (no last.pt was saved)"
+            log.info("%scontinuing the run in %s%s", how, continued, start)
+        yield target
+
+
+def inside(ckpt_path: str | None, run_dir: Path) -> bool:
+    """Whether `ckpt_path` is one of `run_dir`'s own checkpoints: the run goes on in its own dir and records."""
+    return ckpt_path is not None and Path(ckpt_path).resolve().parent == (run_dir / "checkpoints").resolve()
+
+
+def _refuse_finished(path: Path, trainer_cfg: Any) -> dict:
+    """A checkpoint whose training is over (or stopped early) would train nothing: refused in one line, before
+    any tracker or file is opened; so is one that holds the model alone (a dist=fsdp run's best.pt). Returns it
+    memory-mapped: only its progress is read here, not its weights."""
+    import torch
+
+    from lab.checkpointing.storage import read
+
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        progress = ckpt["progress"]
+    except Exception:
+        ckpt = read(path)  # its one-line reason why the file is unreadable
+        progress = ckpt["progress"]
+    if "optimizer" not in ckpt and "shards" not in ckpt:
+        raise UserError(
+            f"{path} holds the model weights alone (a dist=fsdp run's best.pt: the optimizer state stays in the "
+            "shards of its last.pt): resume from last.pt, or start a new run from these weights with "
+            f"model.init_from={path}"
+        )
+    if not training_left(progress, trainer_cfg.max_epochs, trainer_cfg.max_steps):
+        raise UserError(
+            f"{path} has finished training (epoch {progress['epoch']} of trainer.max_epochs="
+            f"{trainer_cfg.max_epochs}, step {progress['global_step']}): raise trainer.max_epochs (or max_steps) "
+            "to train further, or score it with scripts/eval.py"
+        )
+    stopping, stale = trainer_cfg.early_stopping, progress.get("stale_validations", 0)
+    if stopping.patience and stale >= stopping.patience:
+        raise UserError(
+            f"{path} stopped early at epoch {progress['epoch']} ({stale} validations without improvement, "
+            f"trainer.early_stopping.patience={stopping.patience}): raise the patience (or set it to 0) to train "
+            "further, or score it with scripts/eval.py"
+        )
+    return ckpt
+
+
+def _refuse_another_model(path: Path, ckpt: dict, model_cfg: Any) -> None:
+    """Weights that would fail to load into this run's model, refused before the run's records are touched: the
+    model is built on the meta device (no memory, no random draws) for the data the checkpoint was saved with."""
+    import torch
+
+    from lab import models
+    from lab.checkpointing.state_dicts import misfit, strip_wrapper_prefixes
+
+    if "model" not in ckpt:
+        return  # a sharded checkpoint: its shards are checked as they load
+    try:
+        with torch.device("meta"):
+            own = models.build(model_cfg, ckpt.get("data_meta") or {}).state_dict()
+    except Exception:
+        return  # a model that cannot be built this way is checked when its weights load
+    why = misfit(own, strip_wrapper_prefixes(ckpt["model"]))
+    if why is not None:
+        saved = (ckpt.get("config") or {}).get("model") or {}
+        raise UserError(
+            f"{path} does not fit this run's model ({why}); it was saved by a run of model.name="
+            f"{saved.get('name', '?')}: continue it with that run's own command, or start a new run from it with "
+            f"model.init_from={path}"
+        )
 
 
 def move_logs(fresh_dir: Path, run_dir: Path) -> None:

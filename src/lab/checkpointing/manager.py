@@ -77,6 +77,14 @@ class CheckpointManager:
     def path(self, which: str) -> Path:
         return self.dir / f"{which}.pt"
 
+    def adopt_best(self, resumed: Path) -> None:
+        """A run resumed from `resumed` takes the best.pt next to it along (the run it came from: its own dir or
+        another), so best tracking and the final test score the true best."""
+        best = resumed.with_name("best.pt")
+        if self.parallel.is_main and best.is_file() and not self.best.exists():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            storage.copy(best, self.best)
+
     def due(self, global_step: int) -> bool:
         """A mid-epoch checkpoint is due after this optimizer step."""
         return self.every_n_steps > 0 and global_step % self.every_n_steps == 0

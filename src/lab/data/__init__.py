@@ -1,9 +1,10 @@
 """Datasets, transforms and loaders: ``build(cfg)`` -> :class:`DataModule`, then ``make_loader`` per split."""
 
+from lab.data.batches import check_batch_fits
 from lab.data.common import DataModule
 from lab.data.datasets import build
 from lab.data.device import DeviceEvalLoader, DeviceLoader
-from lab.data.loaders import EpochLoader, check_batch_fits, make_loader, seed_worker
+from lab.data.loaders import EpochLoader, make_loader, seed_worker
 from lab.data.transforms import eval_transform
 
 __all__ = [

@@ -1,5 +1,6 @@
 """Batches as the loaders give them: ``(inputs, targets)`` tuples or dicts, whose parts are tensors or nested
-tuples/dicts of tensors. One place splits them, moves them to the device and slices them."""
+tuples/dicts of tensors. One place splits them, moves them to the device and slices them; what an epoch needs of
+them, and the augmentation seed of each (both kinds of loader: ``loaders``, ``device``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+
+from lab.errors import ConfigError
 
 TARGET_KEYS = ("targets", "labels")
 
@@ -57,3 +60,18 @@ def size(data: Any) -> int:
         return len(data)
     values = data.values() if isinstance(data, Mapping) else data
     return size(next(iter(values)))
+
+
+def check_batch_fits(samples: int, batch_size: int) -> None:
+    """Training drops the last partial batch: an epoch needs at least one full one."""
+    if samples < batch_size:
+        raise ConfigError(
+            f"data.batch_size={batch_size} is larger than the {samples} training samples, so an epoch "
+            f"would have no full batch; set data.batch_size <= {samples}"
+        )
+
+
+def stream_seed(epoch_seed: int, position: int) -> int:
+    """Augmentation seed of the batch that starts at sample `position` of an epoch: a function of the two alone, so
+    a resumed run that starts mid-epoch draws what an uninterrupted one drew there, whichever worker fetches it."""
+    return (epoch_seed * 1_000_003 + position) % 2**63

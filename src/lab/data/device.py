@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, Sampler, Subset
 
-from lab.data.loaders import check_batch_fits, stream_seed
+from lab.data.batches import check_batch_fits, stream_seed
 from lab.errors import UserError
 from lab.runtime import epoch_generator_seed
 

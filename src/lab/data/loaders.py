@@ -1,24 +1,39 @@
-"""DataLoader construction with reproducible shuffling and per-worker seeding."""
+"""The loaders a run reads: the training splits (`training_splits`), the kind of loader data.loader names
+(`training_batches`, `eval_loader`), and DataLoader construction with reproducible shuffling and per-worker seeding."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
+import math
 import multiprocessing
 import random
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, Subset
 
 from lab import upstream
-from lab.config import ConfigError
-from lab.data.common import DataCfg
+from lab.data.batches import check_batch_fits, stream_seed
+from lab.data.common import DataCfg, DataModule, dataset_len
+from lab.data.device import DeviceEvalLoader, DeviceLoader
 from lab.errors import UserError
 from lab.runtime import epoch_generator_seed
+
+
+class Ranks(Protocol):
+    """What the loaders need of the ranks (a lab.distributed.parallel.Parallel; data sits below it)."""
+
+    rank: int
+    world_size: int
+
+    def train_sampler(self, dataset: Any, seed: int) -> Sampler[int]: ...
+
+    def eval_sampler(self, dataset: Any) -> Sampler[int]: ...
 
 
 def seed_worker(worker_id: int) -> None:
@@ -38,12 +53,6 @@ def _reseed(seed: int) -> None:
     torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed % 2**32)
-
-
-def stream_seed(epoch_seed: int, position: int) -> int:
-    """Augmentation seed of the batch that starts at sample `position` of an epoch: a function of the two alone, so
-    a resumed run that starts mid-epoch draws what an uninterrupted one drew there, whichever worker fetches it."""
-    return (epoch_seed * 1_000_003 + position) % 2**63
 
 
 class EpochSampler(Sampler):
@@ -97,13 +106,57 @@ class EpochSeededDataset(Dataset):
         return fetch(indices) if fetch is not None else [self.dataset[i] for i in indices]
 
 
-def check_batch_fits(samples: int, batch_size: int) -> None:
-    """Training drops the last partial batch: an epoch needs at least one full one."""
-    if samples < batch_size:
-        raise ConfigError(
-            f"data.batch_size={batch_size} is larger than the {samples} training samples, so an epoch "
-            f"would have no full batch; set data.batch_size <= {samples}"
+def training_splits(datamodule: DataModule, cfg: Any, world_size: int) -> DataModule:
+    """The splits a run reads. trainer.overfit_batches: the same few samples for training and validation, a model
+    that cannot fit them is wired wrong; the global batch (per device x ranks) sizes them, so each rank's share is
+    its own fixed batches. Else the splits as they are, once the training split gives each rank a full batch: too
+    few samples are refused before the run's first record. `cfg`: the run's config."""
+    batch_size, batches = cfg.data.batch_size, cfg.trainer.overfit_batches
+    if not batches:
+        check_batch_fits(math.ceil(dataset_len(datamodule.train) / world_size), batch_size)
+        return datamodule
+    subset = Subset(datamodule.train, range(min(dataset_len(datamodule.train), batches * batch_size * world_size)))
+    return dataclasses.replace(datamodule, train=subset, val=subset)
+
+
+def training_batches(datamodule: DataModule, cfg: Any, parallel: Ranks, device: torch.device) -> tuple[Any, Any]:
+    """(what the Trainer walks each epoch, the loader the start-of-run report reads a first batch from), of the kind
+    data.loader names: `device` cuts and augments the batches of a split held on the device, else a DataLoader.
+    `cfg`: the run's config (its seed, data and trainer.limit_train_batches)."""
+    train_set, limit = datamodule.train, cfg.trainer.limit_train_batches
+    loader_seed = cfg.seed * 1000 + parallel.rank  # worker augmentation streams differ per rank
+    if cfg.data.loader == "device":
+        on_device = DeviceLoader(
+            train_set,
+            cfg.data,
+            device,
+            seed=cfg.seed,
+            augment_seed=loader_seed,
+            rank=parallel.rank,
+            world_size=parallel.world_size,
+            limit=limit,
         )
+        return on_device, on_device
+    generator = torch.Generator().manual_seed(loader_seed)
+    sampler = parallel.train_sampler(train_set, seed=epoch_generator_seed(cfg.seed, 0))
+    pin, collate = _pinned(cfg.data, device), datamodule.train_collate
+    loader = make_loader(
+        train_set, cfg.data, train=True, generator=generator, pin_memory=pin, sampler=sampler, collate=collate
+    )
+    return EpochLoader(loader, generator, loader_seed, limit), loader
+
+
+def eval_loader(dataset: Dataset, split: str, cfg: DataCfg, parallel: Ranks, device: torch.device) -> Any:
+    """Validation/test batches of this rank's shard, through the same kind of loader as training."""
+    sampler = parallel.eval_sampler(dataset)
+    if cfg.loader == "device":
+        return DeviceEvalLoader(dataset, cfg.eval_batch_size or cfg.batch_size, device, sampler, split)
+    return make_loader(dataset, cfg, train=False, generator=None, pin_memory=_pinned(cfg, device), sampler=sampler)
+
+
+def _pinned(cfg: DataCfg, device: torch.device) -> bool:
+    """data.pin_memory, else pinned on CUDA: pinned host memory only pays off with asynchronous copies to CUDA."""
+    return cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda"
 
 
 def make_loader(

@@ -7,6 +7,7 @@ import subprocess
 import tempfile
 
 _TORCHRUN_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+SCRATCH_PREFIX = "lab-rank"  # a non-zero rank's Hydra dir under torchrun/srun: removed once it joins rank 0's run
 
 
 def _slurm_head_node() -> str:
@@ -66,5 +67,5 @@ def keep_hydra_outputs_to_rank_zero(argv: list[str]) -> list[str]:
     directory, no .hydra/ and console-only logging; after start-up rank 0 tells them the real run dir."""
     if not launched_as_worker() or rank() == 0 or "-m" in argv or "--multirun" in argv:
         return argv
-    scratch = tempfile.mkdtemp(prefix=f"lab-rank{rank()}-")
+    scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{rank()}-")
     return [*argv, f"hydra.run.dir={scratch}", "hydra.output_subdir=null", "hydra/job_logging=stdout"]

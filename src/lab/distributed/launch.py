@@ -2,15 +2,17 @@
 
 `python scripts/train.py dist=ddp` spawns `dist.nproc` workers through `elastic_launch` (the engine behind
 torchrun) with a c10d rendezvous on a free local port; under torchrun/srun the processes already exist and only
-join the process group. Either way a failing rank ends the whole job with that rank's error.
+join the process group (`start` does either). Either way a failing rank ends the whole job with that rank's error.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import inspect
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -18,15 +20,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
 from torch.distributed.elastic.multiprocessing import SignalException
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
 
 from lab import runtime, stopping, upstream
-from lab.config import options
+from lab.config import TrainConfig, options
 from lab.distributed import env
 from lab.distributed.parallel import Parallel
 from lab.errors import ConfigError, Interrupted, UserError
@@ -56,6 +59,44 @@ def resolve_nproc(dist_cfg: Any) -> int:
             f"use dist.nproc<={cores} (or dist=none)"
         )
     return nproc
+
+
+def start(train: Callable[..., Any], cfg: Any, run_dir: Path, resume_hint: str, *args: Any) -> Any:
+    """Run `train(cfg, run_dir, parallel, *args)` in every rank, once it is in its process group: in `dist.nproc`
+    processes spawned here (a `dist` option that spawns its ranks, outside torchrun/srun), else in this process,
+    which torchrun or srun started as one of the ranks (or which is the only one). Returns rank 0's result."""
+    if options.instantiate("dist", cfg.dist).spawns_ranks and not env.launched_as_worker():
+        container = OmegaConf.to_container(cfg, resolve=True)
+        last = run_dir / "checkpoints" / "last.pt"
+        return spawn(_spawned, (train, container, str(run_dir), *args), cfg.dist, resume_hint, last)
+    return _joined(train, cfg, run_dir, *args)
+
+
+@record  # the failing rank's traceback reaches the launcher, which names it
+def _spawned(train: Callable[..., Any], container: dict, run_dir: str, *args: Any) -> Any:
+    # typed again, as Hydra gave it
+    cfg = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(TrainConfig), container))
+    configure_worker_logging(Path(run_dir) / f"{cfg.task_name}.log")
+    last = Path(run_dir) / "checkpoints" / "last.pt"
+    if restart_count() and last.is_file():  # dist.max_restarts: a restart continues the failed attempt
+        cfg.ckpt_path = str(last)
+    return _joined(train, cfg, Path(run_dir), *args)
+
+
+def _joined(train: Callable[..., Any], cfg: Any, run_dir: Path, *args: Any) -> Any:
+    parallel = init(cfg.dist, cfg.trainer.device)
+    try:
+        if not parallel.is_main:
+            logging.getLogger().setLevel(logging.WARNING)  # one rank speaks; the others only warn
+        # torchrun/srun: every rank adopts rank 0's run dir and the checkpoint it resumes from (resume=auto is
+        # resolved there only: the other ranks' scratch dirs hold no run, and each would start a run of its own)
+        shared, cfg.ckpt_path = parallel.broadcast((str(run_dir), cfg.ckpt_path))
+        shared_dir = Path(shared)
+        if shared_dir != run_dir and run_dir.name.startswith(env.SCRATCH_PREFIX):
+            shutil.rmtree(run_dir, ignore_errors=True)  # the scratch dir this non-zero rank made (keep_hydra_outputs)
+        return train(cfg, shared_dir, parallel, *args)
+    finally:
+        shutdown()
 
 
 def spawn(
@@ -154,8 +195,10 @@ def _launch(
     # of CPU apiece (2 ranks on 2 cores: a debug=fast DDP run 16.7 s -> 14.1 s, two at once 27.5 s -> 15.5 s). The
     # server imports no CUDA state, so the forks may use the GPU (spawn's safety, fork's start-up). It starts with
     # this process's environment at the first launch; torchelastic hands each rank its own variables,
-    # OMP_NUM_THREADS and CUDA_VISIBLE_DEVICES, and _attempt the restart count.
-    multiprocessing.set_forkserver_preload(["__main__", "torch", "torch._dynamo", worker.__module__])
+    # OMP_NUM_THREADS and CUDA_VISIBLE_DEVICES, and _attempt the restart count. A function among the worker's
+    # arguments (what `start`'s ranks train with) has its module imported there too.
+    modules = [worker.__module__, *(arg.__module__ for arg in args if inspect.isfunction(arg))]
+    multiprocessing.set_forkserver_preload(["__main__", "torch", "torch._dynamo", *modules])
     _start_forkserver()
     port = dist_cfg.master_port or free_port()
     config = LaunchConfig(

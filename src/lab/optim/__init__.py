@@ -1,6 +1,15 @@
 """Optimizers (``optimizers``: parameter groups, fused kernels, LR scaling) and LR schedules (``schedulers``)."""
 
-from lab.optim.optimizers import build_optimizer, lr_scale, parameter_groups
-from lab.optim.schedulers import PerStep, Schedule, WarmupPlateau, build_scheduler
+from lab.optim.optimizers import build_optimizer, parameter_groups, scaled_lr
+from lab.optim.schedulers import PerStep, Schedule, WarmupPlateau, build_scheduler, planned_steps
 
-__all__ = ["PerStep", "Schedule", "WarmupPlateau", "build_optimizer", "build_scheduler", "lr_scale", "parameter_groups"]
+__all__ = [
+    "PerStep",
+    "Schedule",
+    "WarmupPlateau",
+    "build_optimizer",
+    "build_scheduler",
+    "parameter_groups",
+    "planned_steps",
+    "scaled_lr",
+]

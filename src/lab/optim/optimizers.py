@@ -4,21 +4,22 @@ rates), and LR scaling for the effective batch."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from lab.config import ConfigError, options
 from lab.models.freeze import head_parameters
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig
-
-    from lab.config.distributed import DistConfig
     from lab.config.models import ModelConfig
+
+log = logging.getLogger(__name__)
 
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)
 
@@ -80,13 +81,28 @@ def _lr_scales(
     return scales
 
 
-def lr_scale(dist_cfg: DistConfig | DictConfig, batch_size: int, world_size: int, grad_accum_steps: int) -> float:
-    """LR multiplier for the effective batch (per device x devices x accumulation) against the batch the LR was
-    tuned for (dist.base_batch_size, default data.batch_size): linear (Goyal et al.) or square-root scaling."""
-    if dist_cfg.lr_scaling == "none":
-        return 1.0
-    ratio = batch_size * world_size * grad_accum_steps / (dist_cfg.base_batch_size or batch_size)
-    return ratio if dist_cfg.lr_scaling == "linear" else math.sqrt(ratio)
+def scaled_lr(cfg: Any, world_size: int) -> tuple[DictConfig, dict[str, float]]:
+    """The optimizer config with optimizer.lr scaled to the effective batch (per device x devices x accumulation)
+    against the batch the LR was tuned for (dist.base_batch_size, default data.batch_size), as dist.lr_scaling says:
+    linear (Goyal et al.), square-root, or none; logged either way. Also the figures the run's summary records.
+    `cfg`: the run's config."""
+    batch_size, accumulation, dist_cfg = cfg.data.batch_size, cfg.trainer.grad_accum_steps, cfg.dist
+    effective = batch_size * world_size * accumulation
+    ratio = effective / (dist_cfg.base_batch_size or batch_size)
+    scale = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[dist_cfg.lr_scaling]
+    lr = cfg.optimizer.lr * scale
+    log.info(
+        "effective batch %d (%d per device x %d devices x %d accumulation); lr %.4g (%s scaling x%.3g)",
+        effective,
+        batch_size,
+        world_size,
+        accumulation,
+        lr,
+        dist_cfg.lr_scaling,
+        scale,
+    )
+    optimizer_cfg = cast(DictConfig, OmegaConf.merge(cfg.optimizer, {"lr": lr}))
+    return optimizer_cfg, {"effective_batch_size": effective, "lr_scaled": lr}
 
 
 def build_optimizer(

@@ -7,6 +7,7 @@ each validation (only ReduceLROnPlateau acts on it), and a state dict for checkp
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from typing import Any, Literal, Protocol, cast
@@ -16,6 +17,8 @@ from torch.optim.lr_scheduler import LambdaLR, LRScheduler, OneCycleLR, ReduceLR
 
 from lab.config import options
 from lab.errors import UserError
+
+log = logging.getLogger(__name__)
 
 
 class Schedule(Protocol):
@@ -139,6 +142,15 @@ def one_cycle(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: 
     max_lrs = [group["lr"] for group in optimizer.param_groups]
     pct_start = min(0.99, max(1, warmup_steps) / max(total_steps, 1))
     return PerStep(OneCycleLR(optimizer, max_lr=max_lrs, total_steps=max(total_steps, 2), pct_start=pct_start))
+
+
+def planned_steps(trainer_cfg: Any, batches_per_epoch: int) -> int:
+    """The optimizer steps a run plans (what a schedule spans): trainer.max_epochs of them, or trainer.max_steps
+    when that is fewer."""
+    steps_per_epoch = math.ceil(batches_per_epoch / trainer_cfg.grad_accum_steps)
+    log.info("%d optimizer steps per epoch", steps_per_epoch)
+    total = trainer_cfg.max_epochs * steps_per_epoch
+    return min(total, trainer_cfg.max_steps) if trainer_cfg.max_steps > 0 else total
 
 
 def build_scheduler(scheduler_cfg: Any, optimizer: torch.optim.Optimizer, total_steps: int) -> Schedule:

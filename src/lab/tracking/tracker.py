@@ -316,18 +316,17 @@ def from_config(
     provenance: dict,
     rank: int = 0,
     identity: dict[str, Any] | None = None,
-    resume_id: str | None = None,
-    continuing: bool = False,
-    resumed_step: int | None = None,
+    continued: dict[str, Any] | None = None,
 ) -> Tracker:
     """A Tracker for a job: the resolved config plus the Hydra overrides, named and grouped by `job_identity`.
-    `continuing`: the job continues a run in that run's own dir (its files are appended to, else started afresh),
-    from the checkpoint at global step `resumed_step` (the records its previous attempt made after it are dropped:
-    they are logged again); `resume_id`: the wandb run id of the run it continues, else a new record."""
+    `continued`: the checkpoint of the run the job continues in that run's own dir, one run across resumes: its
+    files are appended to (else started afresh), less what its previous attempt recorded after the checkpoint's
+    step (those steps are logged again), and its wandb run goes on (else a new record)."""
     from omegaconf import OmegaConf
 
     identity = identity or job_identity(cfg, run_dir)
     config = {**cast(dict, OmegaConf.to_container(cfg, resolve=True)), "hydra_overrides": identity["overrides"]}
+    resume_id = (continued.get("provenance") or {}).get("wandb_id") if continued is not None else None
     return Tracker(
         run_dir,
         logger_cfg=cfg.logger,
@@ -339,6 +338,6 @@ def from_config(
         rank=rank,
         provenance=provenance,
         resume_id=resume_id,
-        continuing=continuing,
-        resumed_step=resumed_step,
+        continuing=continued is not None,
+        resumed_step=continued["progress"]["global_step"] if continued is not None else None,
     )

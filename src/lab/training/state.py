@@ -77,8 +77,9 @@ class TrainingState:
             "rng": {**rng[0], "per_rank": rng} if len(rng) > 1 else rng[0],
         }
 
-    def resume(self, ckpt: dict[str, Any]) -> None:
-        """Continue a run exactly: weights, optimizer moments, LR schedule, loss scale, position and RNG."""
+    def resume(self, ckpt: dict[str, Any], batch_size: int | None = None) -> None:
+        """Continue a run exactly: weights, optimizer moments, LR schedule, loss scale, position and RNG.
+        `batch_size`: this run's data.batch_size, when the checkpoint may come from another global batch."""
         if "shards" in ckpt:  # resharded to this run's ranks and strategy as they are read
             self.parallel.load_sharded_state(self.model, self.optimizer, ckpt["shards"])
         else:
@@ -90,6 +91,8 @@ class TrainingState:
         if ckpt.get("scaler"):
             self.scaler.load_state_dict(ckpt["scaler"])
         self.progress = Progress(**ckpt["progress"])
+        if batch_size is not None:
+            self.progress.batch_in_epoch = epoch_position(ckpt, batch_size, self.parallel.world_size)
         per_rank = ckpt["rng"].get("per_rank")
         same_world = per_rank is not None and len(per_rank) == self.parallel.world_size
         # on another number of ranks, rank 0's streams: dropout masks and augmentations differ from here on
@@ -100,3 +103,27 @@ class TrainingState:
             self.progress.global_step,
             self.progress.batch_in_epoch,
         )
+
+
+def epoch_position(ckpt: dict[str, Any], batch_size: int, world_size: int) -> int:
+    """Where this run's ranks go on in the epoch `ckpt` was saved in, in batches: its `batch_in_epoch`, unless it
+    was saved with another global batch (other ranks or data.batch_size). Every rank's loader takes a strided share
+    of the epoch's one permutation, so the samples the saved run had taken are the permutation's first
+    batch_in_epoch x its global batch; this run skips that many (rounded down to its own batches: a few samples
+    are seen twice rather than any missed)."""
+    position, per_rank = ckpt["progress"]["batch_in_epoch"], ckpt["rng"].get("per_rank")
+    saved = (ckpt["config"]["data"]["batch_size"], len(per_rank) if per_rank is not None else 1)
+    if saved[0] * saved[1] == batch_size * world_size:
+        return position
+    batches = position * saved[0] * saved[1] // (batch_size * world_size)
+    log.warning(
+        "resuming with %d ranks x batch %d from a checkpoint of %d x %d: the epoch goes on after %d batches (it had "
+        "taken %d); the effective batch (and, with dist.lr_scaling, the lr) is this run's",
+        world_size,
+        batch_size,
+        saved[1],
+        saved[0],
+        batches,
+        position,
+    )
+    return batches

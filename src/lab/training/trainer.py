@@ -16,6 +16,7 @@ import sys
 import time
 import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -23,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from tqdm import tqdm
 
-from lab.checkpointing import CheckpointManager
+from lab.checkpointing import CheckpointManager, read
 from lab.config import callbacks as callback_config
 from lab.config.training import TrainerConfig
 from lab.data import DeviceLoader, EpochLoader
@@ -223,6 +224,14 @@ class Trainer:
         args = (self.task, self.parallel, self.device, self.precision, self.cfg.channels_last)
         return score(self.model if model is None else model, forward, loader, *args, limit=limit)
 
+    def test(self, loader: Any) -> dict[str, float]:
+        """Score the best checkpoint on the held-out test split, once, after training."""
+        self.parallel.load_model_state(self.model, read(self.checkpoints.best)["model"])
+        metrics = {f"test/{k}": v for k, v in self.score(loader, self.cfg.limit_val_batches).items()}
+        self.tracker.log(metrics, step=self.progress.global_step)
+        log.info("test (best checkpoint): %s", "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        return metrics
+
     def _validate(self, epoch: int) -> bool:
         """Score the validation split, track the best, let the schedule react; True when the monitor improved."""
         with self.window.paused():
@@ -291,11 +300,15 @@ class Trainer:
             self._call("on_save_checkpoint", checkpoint)
             self.checkpoints.save(checkpoint, best, final=final, wait=wait)
 
-    def resume(self, checkpoint: dict[str, Any]) -> None:
-        """Continue a run exactly from `checkpoint`: the training state, then what the callbacks kept."""
-        self.state.resume(checkpoint)
+    def resume(self, checkpoint: dict[str, Any], path: Path | None = None, batch_size: int | None = None) -> None:
+        """Continue a run exactly from `checkpoint` (one that has training left: lab.run_dir refused the others):
+        the training state, then what the callbacks kept. `path`: where it was read, whose best.pt comes along;
+        `batch_size`: this run's data.batch_size, when the checkpoint may come from another global batch."""
+        self.state.resume(checkpoint, batch_size)
         self.resumed_window = checkpoint.get("log_window")  # absent in an older checkpoint: its lines start afresh
         self._call("on_load_checkpoint", checkpoint)
+        if path is not None:
+            self.checkpoints.adopt_best(path)
 
     def _save_and_stop(self, signum: int) -> None:
         """A stop signal reached some rank: every rank saves at this same step (a collective under FSDP), then

@@ -22,7 +22,8 @@ from lab.config import validate
 from lab.config.training import TrainerConfig
 from lab.distributed.parallel import Parallel
 from lab.errors import ConfigError, UserError
-from lab.workflows import train as train_workflow
+from lab.run_dir import _refuse_finished
+from lab.training.state import epoch_position
 
 
 def _model_and_optimizer(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -186,8 +187,8 @@ def test_resuming_from_a_model_only_best_pt_is_refused_naming_last_pt_and_init_f
     manager.save(_state(model, optimizer, 1, consolidate=True), best=True)
     trainer_cfg = OmegaConf.structured(TrainerConfig(max_epochs=5))
     with pytest.raises(UserError, match=r"holds the model weights alone .* resume from last.pt, .*model.init_from="):
-        train_workflow._refuse_finished(manager.best, trainer_cfg)
-    train_workflow._refuse_finished(manager.last, trainer_cfg)  # the sharded last.pt resumes
+        _refuse_finished(manager.best, trainer_cfg)
+    _refuse_finished(manager.last, trainer_cfg)  # the sharded last.pt resumes
 
 
 @pytest.mark.parametrize(
@@ -207,8 +208,7 @@ def test_a_mid_epoch_position_carries_over_in_samples_to_another_global_batch(sa
         "rng": rng,
         "config": {"data": {"batch_size": batch}},
     }
-    train_workflow._continue_epoch(ckpt, *now)
-    assert ckpt["progress"]["batch_in_epoch"] == expected
+    assert epoch_position(ckpt, *now) == expected
 
 
 def test_async_save_without_fsdp_is_refused_at_configuration_time(compose) -> None:

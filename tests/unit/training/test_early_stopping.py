@@ -14,9 +14,9 @@ from test_trainer import _trainer
 from lab import checkpointing
 from lab.config.training import EarlyStoppingConfig
 from lab.errors import UserError
+from lab.run_dir import _refuse_finished
 from lab.training.early_stopping import EarlyStopping
 from lab.training.state import Progress
-from lab.workflows import train
 
 # the toy run's validation loss falls every epoch, but never by 1e3: only the first validation is an improvement
 NEVER_ENOUGH = {"early_stopping": {"patience": 2, "min_delta": 1e3}}
@@ -80,7 +80,7 @@ def test_the_count_survives_a_resume_and_a_stopped_run_is_not_resumed(tmp_path: 
     saved = checkpointing.read(tmp_path / "first" / "checkpoints" / "last.pt")
     assert saved["progress"]["stale_validations"] == 1  # epoch 1 set the reference, epoch 2's did not beat it
     resumed = _stopping(tmp_path / "resumed", max_epochs=10, **NEVER_ENOUGH)
-    train._resume(resumed, saved, tmp_path / "first" / "checkpoints" / "last.pt")
+    resumed.resume(saved, tmp_path / "first" / "checkpoints" / "last.pt")
     summary = resumed.fit()
     for trainer in (straight, first, resumed):
         trainer.tracker.finish()
@@ -91,4 +91,4 @@ def test_the_count_survives_a_resume_and_a_stopped_run_is_not_resumed(tmp_path: 
     again = _stopping(tmp_path / "again", max_epochs=10, **NEVER_ENOUGH)
     again.tracker.finish()
     with pytest.raises(UserError, match=r"stopped early at epoch 3 .*raise the patience"):
-        train._refuse_finished(stopped, again.cfg)  # before any file is opened
+        _refuse_finished(stopped, again.cfg)  # before any file is opened
