@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from omegaconf import MISSING
 
@@ -21,6 +21,8 @@ from lab.errors import ConfigError
 
 if TYPE_CHECKING:
     from lab.data.common import DataModule
+
+DIGITS = tuple(str(i) for i in range(10))  # the class names of digits and MNIST
 
 
 @dataclass
@@ -88,6 +90,11 @@ class DataConfig(Option, group="data"):
         """``scripts/prepare_data.py --verify``: every prepared part against its checksum (see :meth:`prepare`)."""
         self.prepare()  # the datasets without prepared files refuse in the same words
 
+    def batch_mixing(self) -> tuple[float, float] | None:
+        """(MixUp alpha, CutMix alpha) when training batches are mixed (``lab.data.augment.MixBatch``: class
+        probabilities as targets, refused for other tasks); None, the default: batches as the loader makes them."""
+        return None
+
 
 @dataclass
 class ImageDataConfig(DataConfig, abstract=True):
@@ -131,10 +138,13 @@ class ImageDataConfig(DataConfig, abstract=True):
         for key in ("mixup_alpha", "cutmix_alpha"):
             _in_range(f"data.{key}", getattr(self, key), 0, math.inf, open_high=True, hint="0 = off")
         _require(
-            self.loader == "torch" or not (self.mixup_alpha or self.cutmix_alpha),
+            self.loader == "torch" or self.batch_mixing() is None,
             "data.mixup_alpha/cutmix_alpha mix batches in the DataLoader's collate, which data.loader=device does not "
             "use; set data.loader=torch, or data.mixup_alpha=0 data.cutmix_alpha=0",
         )
+
+    def batch_mixing(self) -> tuple[float, float] | None:
+        return (self.mixup_alpha, self.cutmix_alpha) if self.mixup_alpha or self.cutmix_alpha else None
 
 
 @dataclass
@@ -154,6 +164,12 @@ class DigitsConfig(ImageDataConfig):
 class MnistConfig(ImageDataConfig):
     """MNIST (torchvision's files under data.root). No network here: data.download=true on a machine with one."""
 
+    # what a member of the MNIST family changes (lab.data.builtin reads it): torchvision's dataset class, which
+    # also names its folder under data.root, the official training set's pixel mean and std, and the class names
+    torchvision_class: ClassVar[str] = "MNIST"
+    stats: ClassVar[tuple[float, float]] = (0.1307, 0.3081)
+    class_names: ClassVar[tuple[str, ...]] = DIGITS
+
     download: bool = False
     batch_size: int = 128
     num_workers: int = 2
@@ -170,6 +186,21 @@ class MnistConfig(ImageDataConfig):
 @dataclass
 class FashionMnistConfig(MnistConfig):
     """Fashion-MNIST (torchvision's files under data.root), read like MNIST."""
+
+    torchvision_class = "FashionMNIST"
+    stats = (0.2860, 0.3530)
+    class_names = (
+        "T-shirt/top",
+        "Trouser",
+        "Pullover",
+        "Dress",
+        "Coat",
+        "Sandal",
+        "Shirt",
+        "Sneaker",
+        "Bag",
+        "Ankle boot",
+    )
 
 
 @dataclass

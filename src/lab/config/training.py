@@ -230,19 +230,18 @@ class TrainConfig:
             self.resume is None or self.ckpt_path is None,
             "pass resume=... or ckpt_path=..., not both (resume continues a run in its own dir)",
         )
-        mixing = getattr(self.data, "mixup_alpha", 0) or getattr(self.data, "cutmix_alpha", 0)
         _require(
-            not mixing or getattr(self.task, "target_type", None) == "class",
+            self.data.batch_mixing() is None or self.task.target_type == "class",
             "data.mixup_alpha/cutmix_alpha mix class labels into class probabilities, which only a classification task "
-            f"trains on (task={getattr(self.task, 'name', '?')}); use task=classification, or set them to 0",
+            f"trains on (task={self.task.name}); use task=classification, or set them to 0",
         )
         _require(
-            self.trainer.unfreeze_at_epoch is None or bool(getattr(self.model, "freeze", None)),
+            self.trainer.unfreeze_at_epoch is None or bool(self.model.freeze),
             "trainer.unfreeze_at_epoch unfreezes what model.freeze names, and it names nothing; set "
             "model.freeze=[<backbone patterns>] (e.g. [conv1.*, layer*]) or drop trainer.unfreeze_at_epoch",
         )
         # the extras that need whole weights on every rank (the messages name the one strategy that shards them)
-        fsdp = getattr(self.dist, "shards_weights", False)
+        fsdp = self.dist.shards_weights
         _require(
             not (self.trainer.unfreeze_at_epoch is not None and fsdp),
             "trainer.unfreeze_at_epoch does not work with dist=fsdp yet (its shards are made for the trainable "
@@ -255,8 +254,7 @@ class TrainConfig:
         )
         # a model whose option knows it cannot be built on the meta device (lab.distributed.meta_init), refused before
         # any process starts; what only its module tree tells is refused once the data gives its shapes
-        blocker = getattr(self.model, "meta_init_blocker", None)
-        why = blocker() if getattr(self.dist, "meta_init", None) is True and blocker else None
+        why = self.model.meta_init_blocker() if getattr(self.dist, "meta_init", None) is True else None
         _require(why is None, meta_init_refused(str(why)))
         _require(
             not (self.trainer.async_save and not fsdp),

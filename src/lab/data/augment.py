@@ -21,13 +21,16 @@ Classes, not closures, so workers can pickle them under the spawn start method.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from PIL import Image
 from torch.utils.data import default_collate
 
 from lab.data.transforms import TrainImageTransform, to_mode
+
+if TYPE_CHECKING:
+    from lab.config.data import ImageFolderConfig
 
 AUTO_AUGMENT = ("randaugment", "trivialaugment")  # data.auto_augment's values (null = none)
 
@@ -65,7 +68,7 @@ class PolicyImageTransform:
 
 
 def train_transform(
-    cfg: Any,
+    cfg: ImageFolderConfig,
     in_channels: int,
     image_size: int,
     mean: Sequence[float],
@@ -75,7 +78,7 @@ def train_transform(
     """image_folder's training transform (with data.augment=true): crop + flip, plus what data.auto_augment and
     data.random_erasing add."""
     base = TrainImageTransform(in_channels, image_size, mean, std, interpolation)
-    auto_augment, erasing = getattr(cfg, "auto_augment", None), float(getattr(cfg, "random_erasing", 0.0))
+    auto_augment, erasing = cfg.auto_augment, float(cfg.random_erasing)
     if auto_augment is None and erasing == 0:
         return base
     return PolicyImageTransform(base, auto_augment, erasing)
@@ -98,9 +101,3 @@ class MixBatch:
     def __call__(self, samples: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
         images, labels = default_collate(samples)
         return self.mix(images, labels)
-
-
-def batch_mixer(cfg: Any, num_classes: int) -> MixBatch | None:
-    """The training batches' collate for ``data.mixup_alpha`` / ``data.cutmix_alpha``; None when both are 0."""
-    mixup, cutmix = float(getattr(cfg, "mixup_alpha", 0.0)), float(getattr(cfg, "cutmix_alpha", 0.0))
-    return MixBatch(num_classes, mixup, cutmix) if mixup > 0 or cutmix > 0 else None

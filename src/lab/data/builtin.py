@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lab.config.data import Cifar10Config, DigitsConfig, ImageDataConfig, MnistConfig, SyntheticConfig
+from lab.config.data import DIGITS, Cifar10Config, DigitsConfig, ImageDataConfig, MnistConfig, SyntheticConfig
 from lab.data import bundled
 from lab.data.common import (
     DataModule,
@@ -24,23 +24,8 @@ from lab.data.tensor_dataset import TensorImageDataset
 from lab.data.transforms import RandomShiftFlip
 from lab.errors import ConfigError
 
-# Usual per-channel statistics of the official training sets, over pixels scaled to [0,1].
-MNIST_STATS = ([0.1307], [0.3081])
-FASHION_MNIST_STATS = ([0.2860], [0.3530])
+# CIFAR-10's per-channel statistics over its official training set, pixels scaled to [0,1] (MNIST's: its option's)
 CIFAR10_STATS = ([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616])
-FASHION_MNIST_CLASSES = [
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-]
-DIGIT_CLASSES = [str(i) for i in range(10)]
 
 
 def _train_augment(cfg: ImageDataConfig, padding: int, flip: bool) -> RandomShiftFlip | None:
@@ -68,7 +53,7 @@ def build_digits(cfg: DigitsConfig) -> DataModule:
         train=full.subset(train_idx, _train_augment(cfg, padding=1, flip=False)),  # digits are not mirror-symmetric
         val=full.subset(val_idx),
         test=None if test_idx is None else full.subset(test_idx),
-        meta=make_meta(num_classes, 1, 8, mean, std, DIGIT_CLASSES, cfg.crop_pct, cfg.interpolation),
+        meta=make_meta(num_classes, 1, 8, mean, std, DIGITS, cfg.crop_pct, cfg.interpolation),
     )
 
 
@@ -78,11 +63,11 @@ def _mnist_files(raw: Path) -> list[Path]:
 
 
 def build_mnist(cfg: MnistConfig) -> DataModule:
-    """MNIST or Fashion-MNIST from the raw idx files; val carved from the official train set."""
+    """MNIST or Fashion-MNIST (the option's ``torchvision_class``) from the raw idx files; val carved from the
+    official train set."""
     from torchvision import datasets  # lazy: torchvision is slow to import
 
-    fashion = cfg.name == "fashion_mnist"
-    cls = datasets.FashionMNIST if fashion else datasets.MNIST
+    cls = getattr(datasets, cfg.torchvision_class)
     check_fixed_shape(cfg, cfg.name, 1, 28)
     num_classes = resolve_num_classes(cfg, cfg.name, 10)
     raw = Path(cfg.root).expanduser() / cls.__name__ / "raw"
@@ -95,18 +80,17 @@ def build_mnist(cfg: MnistConfig) -> DataModule:
 
     official_train = cls(str(Path(cfg.root).expanduser()), train=True, download=cfg.download)
     official_test = cls(str(Path(cfg.root).expanduser()), train=False, download=False)
-    mean, std = resolve_stats(cfg, 1, *(FASHION_MNIST_STATS if fashion else MNIST_STATS))
+    mean, std = resolve_stats(cfg, 1, [cfg.stats[0]], [cfg.stats[1]])
     train_full = TensorImageDataset(
         official_train.data.unsqueeze(1), official_train.targets, scale=255.0, mean=mean, std=std
     )
     test = TensorImageDataset(official_test.data.unsqueeze(1), official_test.targets, scale=255.0, mean=mean, std=std)
     train_idx, val_idx = split_indices(train_full.labels, cfg.val_fraction, cfg.split_seed)
-    class_names = FASHION_MNIST_CLASSES if fashion else DIGIT_CLASSES
     return DataModule(
         train=train_full.subset(train_idx, _train_augment(cfg, padding=2, flip=False)),
         val=train_full.subset(val_idx),
         test=test,
-        meta=make_meta(num_classes, 1, 28, mean, std, class_names, cfg.crop_pct, cfg.interpolation),
+        meta=make_meta(num_classes, 1, 28, mean, std, cfg.class_names, cfg.crop_pct, cfg.interpolation),
     )
 
 

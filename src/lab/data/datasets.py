@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from lab.config import options
+from lab.config.data import DataConfig
 from lab.data.common import DataModule
 
 _last_built: tuple[str, DataModule] | None = None  # (data config, what it built): see build(reuse=True)
@@ -34,10 +35,12 @@ def build(cfg: Any, reuse: bool = False) -> DataModule:
     return dataclasses.replace(module, meta=copy.deepcopy(module.meta))
 
 
-def _with_mixing(option: Any, module: DataModule) -> DataModule:
-    """data.mixup_alpha / cutmix_alpha: the training loader's collate mixes its batches (lab.data.augment)."""
-    if not (getattr(option, "mixup_alpha", 0) or getattr(option, "cutmix_alpha", 0)):
+def _with_mixing(option: DataConfig, module: DataModule) -> DataModule:
+    """The option's ``batch_mixing()`` (data.mixup_alpha / cutmix_alpha): the training loader's collate mixes its
+    batches (lab.data.augment)."""
+    mixing = option.batch_mixing()
+    if mixing is None:
         return module
-    from lab.data.augment import batch_mixer
+    from lab.data.augment import MixBatch
 
-    return dataclasses.replace(module, train_collate=batch_mixer(option, int(module.meta["num_classes"])))
+    return dataclasses.replace(module, train_collate=MixBatch(int(module.meta["num_classes"]), *mixing))
