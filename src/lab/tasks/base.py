@@ -137,18 +137,24 @@ class Predictions:
 
 
 class Task(Protocol[MetricsT]):
-    # outputs: what the model returns, as it returns it (a tensor, a tuple/list or a dict of them: lab.tasks.outputs,
-    # which reads the optional ``output_names`` a task gives a tuple's outputs)
+    # outputs: what the model returns, as it returns it (a tensor, a tuple/list or a dict of them: lab.tasks.outputs)
     name: str
     monitor: str  # the validation metric (without "val/") that best.pt, plateau scheduling and sweeps follow
     mode: str  # "max" or "min": the direction in which `monitor` improves
     normaliser: str  # what the summed loss averages over: "samples" | "elements" | "tokens" (see NORMALISERS)
+    # the names of a tuple's or list's outputs in the ONNX file, the manifest and predictions.csv (None: output_0,
+    # output_1...); a dict's keys name its own
+    output_names: tuple[str, ...] | None
 
     # input axes an exported model accepts at any size: (0,) the batch; (0, 1) + a token sequence; (0, 2, 3) + the
     # height and width of (N, C, H, W) images (a fully convolutional model). Infer resizes images to the training
     # size unless both H and W are dynamic. export.dynamic_dims overrides it for one export.
     @property
     def dynamic_dims(self) -> tuple[int, ...]: ...
+
+    def prepare(self, train_set: Any) -> None:
+        """Before training (``lab.tasks.build`` with the training split): take what the task needs from the data it
+        trains on (classification's balanced class weights count its labels). Eval, export and infer skip it."""
 
     def check_first_batch(self, inputs: Any, targets: Any) -> str:
         """Raise UserError when the data cannot fit the task (labels out of range, non-finite targets, tokens out
@@ -198,6 +204,9 @@ class BaseTask(Generic[MetricsT]):
     # a model returning a tuple or list: its outputs' names in the ONNX file, the manifest and predictions.csv
     # (None: output_0, output_1...); a dict's keys name its own (lab.tasks.outputs)
     output_names: tuple[str, ...] | None = None
+
+    def prepare(self, train_set: Any) -> None:
+        pass  # nothing taken from the training data
 
     def check_first_batch(self, inputs: Any, targets: Any) -> str:
         return ""  # nothing to check; the report gives the targets' shapes itself

@@ -11,10 +11,10 @@ from lab.config import options
 def build(cfg: Any, meta: Mapping[str, Any], train_set: Any = None) -> Any:
     """The task of the option ``cfg`` for the data ``meta`` describes (a class-label task needs ``num_classes``...).
     Its name, monitor and mode are the option's (``task.monitor=loss``), for every task alike. To train, pass the
-    training split: a task with a ``prepare(train_set)`` method takes what it needs from it (balanced class weights)."""
+    training split: the task's ``prepare(train_set)`` takes what it needs from it (balanced class weights)."""
     option = options.instantiate("task", cfg)
     task = option.build(meta)
     task.name, task.monitor, task.mode = option.name, option.monitor, option.mode
-    if train_set is not None and hasattr(task, "prepare"):
+    if train_set is not None:
         task.prepare(train_set)
     return task

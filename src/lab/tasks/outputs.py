@@ -78,7 +78,7 @@ def check(outputs: Any, task: Any = None) -> Layout:
                 f"the model's output [{key!r}] is {kind(value)}: {_RETURNS}, nothing nested; make its forward "
                 "return its tensors flat (one entry per tensor)"
             )
-    task_name, own = type(task).__name__, getattr(task, "output_names", None)
+    task_name, own = type(task).__name__, None if task is None else task.output_names
     if structure == "dict" or own is None:  # a dict's keys name its outputs, whatever a task names a tuple's
         names = tuple(keys) if structure == "dict" else tuple(f"output_{i}" for i in keys)
     elif len(own) != len(keys):
