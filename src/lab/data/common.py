@@ -36,6 +36,21 @@ class DataModule:
     train_collate: Callable[[list[Any]], Any] | None = None
 
 
+class InMemoryDataset(Dataset):
+    """A split held in memory as tensors, which data.loader=device batches on the training device
+    (lab.data.device): a dataset opts in by subclassing it and writing both methods (the shipped images, tables
+    and text do)."""
+
+    def fetch(self, index: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Items ``index`` as one batch ``(x, y)`` on the tensors' device, random augmentation drawn from
+        ``generator`` (the global RNG when None)."""
+        raise NotImplementedError(f"{type(self).__name__} has no fetch(index, generator)")
+
+    def to(self, device: torch.device) -> InMemoryDataset:
+        """This split with its tensors on ``device``."""
+        raise NotImplementedError(f"{type(self).__name__} has no to(device)")
+
+
 def dataset_len(dataset: Dataset) -> int:
     """``len()`` of a map-style dataset (every split a DataModule holds): torch's ``Dataset`` type declares no
     ``__len__`` (an ``IterableDataset`` need not have one), so a type checker refuses ``len()`` on it."""

@@ -2,9 +2,9 @@
 
 Each split is moved once; an epoch is one permutation, cut into batches by slicing and fetched with one gather, and
 augmented by batched tensor ops: no worker processes, no per-sample Python, no collate, no host-to-device copy per
-step. A dataset opts in with two methods: ``to(device)`` (the split with its tensors there) and
-``fetch(index, generator)`` (items ``index`` as one batch, random augmentation drawn from ``generator``); the
-shipped in-memory datasets (images, tables, text) have them.
+step. A dataset opts in by subclassing ``lab.data.common.InMemoryDataset``: ``to(device)`` (the split with its
+tensors there) and ``fetch(index, generator)`` (items ``index`` as one batch, random augmentation drawn from
+``generator``); the shipped in-memory datasets (images, tables, text) do.
 
 The order is the DataLoader path's: the permutation of ``epoch_generator_seed(seed, epoch)`` that DistributedSampler
 draws (padded the same way, rank r taking every r-th index), so without augmentation both loaders give the same
@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import Dataset, Sampler, Subset
 
 from lab.data.batches import check_batch_fits, stream_seed
+from lab.data.common import InMemoryDataset
 from lab.errors import UserError
 from lab.runtime import epoch_generator_seed
 
@@ -36,7 +37,7 @@ def resident(dataset: Dataset, device: torch.device, split: str) -> tuple[Any, t
     if isinstance(dataset, Subset):
         rows = torch.as_tensor(list(dataset.indices), dtype=torch.long, device=device)
         dataset = dataset.dataset
-    if not (hasattr(dataset, "to") and hasattr(dataset, "fetch")):
+    if not isinstance(dataset, InMemoryDataset):
         raise UserError(
             f"data.loader=device: the {split} split ({type(dataset).__name__}) is not held in memory as tensors "
             "(no to()/fetch()); use data.loader=torch"

@@ -15,15 +15,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
 from lab.data import bundled
-from lab.data.common import DataModule, train_val_test
+from lab.data.common import DataModule, InMemoryDataset, train_val_test
 from lab.data.text import ENCODING_FIX, read_text
 from lab.errors import ConfigError
 
 
-class TableDataset(Dataset):
+class TableDataset(InMemoryDataset):
     """Rows of one feature matrix with their targets; whole batches are fetched with one index operation."""
 
     def __init__(self, features: torch.Tensor, targets: torch.Tensor) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-from torch.utils.data import Dataset
 
+from lab.data.common import InMemoryDataset
 from lab.data.transforms import RandomShiftFlip, normalize_
 from lab.errors import UserError
 
 
-class TensorImageDataset(Dataset):
+class TensorImageDataset(InMemoryDataset):
     """Images held as one (N,C,H,W) tensor; items are ``(normalized float32 x, int y)``.
 
     Images stay in their compact source dtype (uint8 for MNIST/CIFAR: 4x less memory than float) and are

@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset
 
-from lab.data.common import DataModule
+from lab.data.common import DataModule, InMemoryDataset
 from lab.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
@@ -51,7 +50,7 @@ def warn_undecoded(source: Path, count: int, encoding: str, fix: str) -> None:
         log.warning("%s: %d bytes are not valid %s and were read as U+FFFD; %s", source, count, encoding, fix)
 
 
-class TokenWindows(Dataset):
+class TokenWindows(InMemoryDataset):
     """Non-overlapping windows of block_size + 1 ids; item i is (window[:-1], window[1:])."""
 
     def __init__(self, ids: torch.Tensor, block_size: int) -> None:
