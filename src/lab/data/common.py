@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 from omegaconf import DictConfig
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Sampler
 
 from lab.config import DataConfig, ImageDataConfig
 from lab.data import splits
@@ -49,6 +49,16 @@ class InMemoryDataset(Dataset):
     def to(self, device: torch.device) -> InMemoryDataset:
         """This split with its tensors on ``device``."""
         raise NotImplementedError(f"{type(self).__name__} has no to(device)")
+
+
+class OrderedDataset(Dataset):
+    """A split that brings its own training order (e.g. shard by shard, for locality: data=shards), which
+    ``lab.distributed.Parallel.train_sampler`` takes instead of its shuffle: a dataset opts in by subclassing it."""
+
+    def train_sampler(self, rank: int, world_size: int, seed: int) -> Sampler[int]:
+        """Rank ``rank``'s order of the samples, a function of (``seed``, epoch) alone (the sampler's
+        ``set_epoch``), so that a resumed epoch continues it by position; the ranks together see each sample once."""
+        raise NotImplementedError(f"{type(self).__name__} has no train_sampler(rank, world_size, seed)")
 
 
 def dataset_len(dataset: Dataset) -> int:

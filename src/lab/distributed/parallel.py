@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.data import DistributedSampler, Sampler
 
 from lab import checkpointing
+from lab.data.common import OrderedDataset
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +109,9 @@ class Parallel:
     def train_sampler(self, dataset: Any, seed: int) -> Sampler[int]:
         """The same shuffle for every strategy: a permutation of (seed + epoch), rank r takes every r-th index.
         So dist=none with batch 64 sees exactly the samples that 2 DDP ranks with batch 32 see together. A dataset
-        with its own order (e.g. shard by shard, for locality) gives it by its `train_sampler` method."""
-        own = getattr(dataset, "train_sampler", None)
-        if own is not None:
-            return own(self.rank, self.world_size, seed)
+        with its own order (e.g. shard by shard, for locality) is an `OrderedDataset` and gives it."""
+        if isinstance(dataset, OrderedDataset):
+            return dataset.train_sampler(self.rank, self.world_size, seed)
         return DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank, shuffle=True, seed=seed)
 
     def eval_sampler(self, dataset: Any) -> ShardSampler:

@@ -44,6 +44,7 @@ from torch.utils.data import DistributedSampler
 import lab.extensions.big_data.hf  # noqa: F401  (datasets and pyarrow imported once, in the parent the children fork from)
 from lab.config.data import CsvConfig
 from lab.data import make_loader
+from lab.data.common import OrderedDataset
 from lab.extensions.big_data.options import HfConfig
 
 FEATURES = 8
@@ -142,9 +143,9 @@ def epoch(cfg: Any, own_order: bool = True) -> dict[str, Any]:
     began = time.perf_counter()
     module = cfg.build()
     built, build_anon = time.perf_counter() - began, phase()
-    seed, own = 0, getattr(module.train, "train_sampler", None)
-    if own_order and own is not None:
-        sampler = own(0, 1, seed)
+    seed = 0
+    if own_order and isinstance(module.train, OrderedDataset):
+        sampler = module.train.train_sampler(0, 1, seed)
     else:
         sampler = DistributedSampler(module.train, num_replicas=1, rank=0, shuffle=True, seed=seed)
     generator = torch.Generator().manual_seed(0)

@@ -31,9 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import torch
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Sampler
 
-from lab.data.common import DataModule, split_indices, train_val_test
+from lab.data.common import DataModule, OrderedDataset, split_indices, train_val_test
 from lab.data.tabular import _natural
 from lab.errors import ConfigError, UserError
 from lab.extensions.big_data import prepared
@@ -306,7 +306,7 @@ class RankPermutation(Sampler[int]):
             yield from piece.tolist()
 
 
-class ArrowRows(Dataset):
+class ArrowRows(OrderedDataset):
     """One split of a memory-mapped table: ``rows`` picks its rows (None = all, in order). Items are (float32
     inputs (F,), target); ``__getitems__`` gathers a whole batch at once and standardises it in one operation."""
 
@@ -340,7 +340,7 @@ class ArrowRows(Dataset):
         return len(self.table) if self.rows is None else len(self.rows)
 
     def train_sampler(self, rank: int, world_size: int, seed: int) -> RankPermutation:
-        """The training order (lab.distributed.Parallel.train_sampler asks the dataset for it)."""
+        """The training order (lab.distributed.Parallel.train_sampler asks an OrderedDataset for it)."""
         return RankPermutation(len(self), rank, world_size, seed)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:

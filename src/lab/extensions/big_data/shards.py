@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Sampler
 
-from lab.data.common import DataModule, resolve_num_classes
+from lab.data.common import DataModule, OrderedDataset, resolve_num_classes
 from lab.data.folder import folder_splits, image_pipeline
 from lab.errors import ConfigError, UserError
 from lab.extensions.big_data import prepared
@@ -181,7 +181,7 @@ def _open(path: Path, nsamples: int) -> Any:
     return shard
 
 
-class ShardsDataset(Dataset):
+class ShardsDataset(OrderedDataset):
     """Samples of one split's shards by index. `decode` turns a sample's members (``{".png": file, ".cls": file}``)
     into what the model gets; an undecodable sample is skipped (the next takes its place, with a warning) up to
     `max_bad` times per process, as data=image_folder does."""
@@ -227,7 +227,7 @@ class ShardsDataset(Dataset):
             return self[(index + 1) % len(self)]
 
     def train_sampler(self, rank: int, world_size: int, seed: int) -> ShardShuffle:
-        """The training order (lab.distributed.Parallel.train_sampler asks the dataset for it)."""
+        """The training order (lab.distributed.Parallel.train_sampler asks an OrderedDataset for it)."""
         return ShardShuffle(self.lengths, rank, world_size, seed, self.window)
 
 
