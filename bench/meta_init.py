@@ -49,9 +49,9 @@ def _worker(rank: int, how: str, model_cfg: Any, data_meta: dict, port: int, res
     rng = torch.random.get_rng_state()
     model = meta_init.build(model_cfg, data_meta, fsdp) if how == "meta" else models.build(model_cfg, data_meta)
     assert model is not None, "this model cannot be built on the meta device"
-    model, _ = parallel.wrap(model, cpu, fp32)
+    model, _ = parallel.wrap(model, cpu, fp32, model_cfg)
     if how == "meta":
-        meta_init.materialise(model, cpu, rng)
+        meta_init.materialise(model, cpu, rng, model_cfg)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # since the process started: before <= peak
     shards = sum(p.to_local().numel() * p.element_size() for p in model.parameters())  # type: ignore[operator]

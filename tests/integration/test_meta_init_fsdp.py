@@ -35,8 +35,8 @@ def _shard_and_draw(dtype: torch.dtype | None) -> dict:
         torch.manual_seed(SEED)
         start = torch.random.get_rng_state()
         model = meta_init.build(model_cfg, data_meta, fsdp)
-        sharded, _ = parallel.wrap(model, torch.device("cpu"), SimpleNamespace(autocast_dtype=dtype))
-        meta_init.materialise(sharded, torch.device("cpu"), start)
+        sharded, _ = parallel.wrap(model, torch.device("cpu"), SimpleNamespace(autocast_dtype=dtype), model_cfg)
+        meta_init.materialise(sharded, torch.device("cpu"), start, model_cfg)
         rng_after = torch.random.get_rng_state()
         held = {name: (isinstance(p, DTensor), p.to_local().numel()) for name, p in sharded.named_parameters()}
         results[case] = (parallel.model_state(sharded), rng_after, parallel.gather(held))

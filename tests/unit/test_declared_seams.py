@@ -19,7 +19,6 @@ DUCK_TYPING = {
     ("config/trackers.py", "get"): "a logger node as an OmegaConf DictConfig or as its dataclass",
     ("tracking/tracker.py", "get"): "a logger node as an OmegaConf DictConfig or as its dataclass",
     ("training/trainer.py", "fitting"): "a callback's optional context (the callbacks' own lookup)",
-    ("distributed/parallel.py", "fsdp_units"): "a model's FSDP units: to move to ModelConfig with the train recipe",
 }
 
 

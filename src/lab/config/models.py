@@ -4,9 +4,10 @@ the data ``meta`` describes (``input_shape``, ``num_outputs``...); the network c
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from omegaconf import MISSING
 
@@ -75,6 +76,28 @@ class ModelConfig(Option, group="model"):
         """The parameter names of the model ``build`` made, in layer groups from the stem to the classifier:
         optimizer.layer_decay gives the earlier ones smaller learning rates (lab.optim). None: the model does
         not name its layers in order, and optimizer.layer_decay is refused."""
+        return None
+
+    def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
+        """The submodules of the model ``build`` made that dist=fsdp shards as units of their own (each one's
+        weights gathered only inside its own forward; the rest stay in the root unit, gathered for the whole
+        forward): every top-level child with parameters, a ModuleList's or ModuleDict's items each. A model whose
+        forward reads a child's weight directly (GPT's output projection is its token embedding) leaves it out."""
+        from torch import nn
+
+        children, units = list(model.children()), []
+        while children:
+            child = children.pop(0)
+            if isinstance(child, nn.ModuleList | nn.ModuleDict):  # containers have no forward: their items do
+                children[:0] = child.children()
+            elif any(True for _ in child.parameters()):
+                units.append(child)
+        return units
+
+    def init_module(self, model: nn.Module) -> Callable[[nn.Module], None] | None:
+        """The model's own init of one module's tensors, which its ``__init__`` ends with as
+        ``self.apply(<it>)``: dist=fsdp's meta-device init replays it module by module (lab.distributed.meta_init),
+        so it must touch that module's own tensors only. None: the modules' ``reset_parameters()`` draw them all."""
         return None
 
 
@@ -147,3 +170,13 @@ class GPTConfig(ModelConfig):
         from lab.models.gpt import build_gpt
 
         return build_gpt(self, meta)
+
+    def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
+        # each block; the embeddings and the final norm stay in the root unit: the output projection reads the token
+        # embedding's weight directly, outside its forward
+        return list(model.get_submodule("blocks").children())
+
+    def init_module(self, model: nn.Module) -> Callable[[nn.Module], None] | None:
+        from lab.models.gpt import GPT
+
+        return cast(GPT, model).init_module  # GPT-2's normal(0, 0.02)

@@ -8,8 +8,8 @@ again, in the order the ordinary build (on the CPU) drew them, one module at a t
    then its own ``reset_parameters()``; for a module that owns tensors and has no children owning any, this is the
    order its constructor ran in), its own parameters and buffers are made in full on the CPU and its
    ``reset_parameters()`` redraws them from the global generator;
-2. the model's own post-construction init, when it has one: ``init_module(module)``, which its ``__init__`` ends
-   with as ``self.apply(self.init_module)``, replayed in ``apply``'s order (children before their parent).
+2. the model's own post-construction init, when its option names one (``ModelConfig.init_module(model)``), which
+   its ``__init__`` ends with as ``self.apply(<it>)``, replayed in ``apply``'s order (children before their parent).
 
 Each module's full tensors exist only while its shard is cut from them (``distribute_tensor`` with
 ``src_data_rank=None``: every rank computed the same full tensor, so nothing is sent) and copied into the sharded
@@ -95,12 +95,13 @@ def blocker(model: nn.Module) -> str | None:
     return None
 
 
-def materialise(model: nn.Module, device: torch.device, rng_state: torch.Tensor) -> None:
+def materialise(model: nn.Module, device: torch.device, rng_state: torch.Tensor, model_cfg: Any) -> None:
     """Give the meta-device `model` (sharded by fully_shard, or not) its storage on `device` and the initial weights
-    the ordinary build draws from the global generator in `rng_state` (the state it would have started from).
-    Leaves the generator where that build leaves it."""
+    the ordinary build draws from the global generator in `rng_state` (the state it would have started from), with
+    the ``init_module`` of `model_cfg` (the ``model`` option that built it). Leaves the generator where that build
+    leaves it."""
     model.to_empty(device=device)
-    seam = getattr(model, "init_module", None)
+    seam = options.instantiate("model", model_cfg).init_module(model)
     torch.random.set_rng_state(rng_state)
     starts: dict[nn.Module, torch.Tensor] = {}
     for module in model.modules():  # 1. construction

@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.data import DistributedSampler, Sampler
 
 from lab import checkpointing
+from lab.config import options
 from lab.data.common import OrderedDataset
 
 log = logging.getLogger(__name__)
@@ -65,22 +66,6 @@ def _sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:
     return nn.SyncBatchNorm.convert_sync_batchnorm(model)
 
 
-def _shard_units(model: nn.Module) -> list[nn.Module]:
-    """The model's own `fsdp_units()` when it has one, else its top-level blocks with parameters (containers,
-    ModuleList/Dict, have no forward: they contribute their items). A unit's weights are gathered only inside its
-    own forward, so a model whose forward reads a child's weight directly (GPT's output projection is its token
-    embedding) names its units, leaving that child to the root."""
-    if hasattr(model, "fsdp_units"):
-        return list(cast(Any, model).fsdp_units())  # the model's own method (nn.Module types it as a Tensor)
-    units = []
-    for child in model.children():
-        if isinstance(child, (nn.ModuleList, nn.ModuleDict)):
-            units += _shard_units(child)
-        elif any(True for _ in child.parameters()):
-            units.append(child)
-    return units
-
-
 @dataclass
 class Parallel:
     """One process (dist=none), and what every strategy shares: samplers, reductions, votes, checkpoint state."""
@@ -118,15 +103,16 @@ class Parallel:
         return ShardSampler(len(dataset), self.rank, self.world_size)
 
     # ------------------------------------------------------------------ model
-    def wrap(self, model: nn.Module, device: torch.device, precision: Any) -> tuple[nn.Module, Any]:
-        """Returns (module, forward): the module checkpoints see, and the callable the training step runs."""
+    def wrap(self, model: nn.Module, device: torch.device, precision: Any, model_cfg: Any) -> tuple[nn.Module, Any]:
+        """Returns (module, forward): the module checkpoints see, and the callable the training step runs.
+        ``model_cfg``: the ``model`` option that built it (FSDP shards its ``fsdp_units(model)``)."""
         if not self.active:
             return model, model
         if self.sync_bn:
             model = _sync_batchnorm(model, device)
-        return self._wrapped(model, device, precision)
+        return self._wrapped(model, device, precision, model_cfg)
 
-    def _wrapped(self, model: nn.Module, device: torch.device, precision: Any) -> tuple[nn.Module, Any]:
+    def _wrapped(self, model: nn.Module, device: torch.device, precision: Any, model_cfg: Any) -> tuple[nn.Module, Any]:
         return model, model
 
     def rewrap(self, model: nn.Module, wrapped: Any) -> Any:
@@ -278,7 +264,7 @@ class DDP(ProcessGroup):
     name: ClassVar[str] = "ddp"
     find_unused_parameters: bool = False
 
-    def _wrapped(self, model: nn.Module, device: torch.device, precision: Any) -> tuple[nn.Module, Any]:
+    def _wrapped(self, model: nn.Module, device: torch.device, precision: Any, model_cfg: Any) -> tuple[nn.Module, Any]:
         return model, self._ddp(model, device.index if device.type == "cuda" else None)
 
     def _ddp(self, model: nn.Module, device_index: int | None) -> nn.Module:
@@ -309,8 +295,9 @@ class FSDP(ProcessGroup):
     shards_weights: ClassVar[bool] = True
     reshard_after_forward: bool = True
 
-    def _wrapped(self, model: nn.Module, device: torch.device, precision: Any) -> tuple[nn.Module, Any]:
-        """Shard every top-level block that owns parameters, then the root (gathers overlap per block).
+    def _wrapped(self, model: nn.Module, device: torch.device, precision: Any, model_cfg: Any) -> tuple[nn.Module, Any]:
+        """Shard each of the model option's ``fsdp_units`` (by default every top-level block that owns parameters),
+        then the root (gathers overlap per block).
 
         BatchNorm modules get their own fp32 unit first: under a bf16/fp16 param policy their weights would be
         cast while their running statistics stay fp32, which batch_norm rejects (and fp32 statistics are the
@@ -325,7 +312,7 @@ class FSDP(ProcessGroup):
         if dtype is not None:
             for norm in norms:
                 fully_shard(norm, reshard_after_forward=reshard, mp_policy=MixedPrecisionPolicy())
-        for unit in _shard_units(model):
+        for unit in options.instantiate("model", model_cfg).fsdp_units(model):
             if not (dtype is not None and unit in norms):  # a top-level BatchNorm is its own unit already
                 fully_shard(unit, reshard_after_forward=reshard, mp_policy=policy)
         # the module itself, its class made an FSDPModule subclass (torch types the return as the mixin alone)

@@ -65,8 +65,8 @@ class GPT(nn.Module):
 
     def init_module(self, module: nn.Module) -> None:
         """GPT-2's initialisation of one module's own weights (normal, std 0.02; zero biases), applied to every
-        module once all are built: the seam dist=fsdp's meta-device init replays module by module
-        (lab.distributed.meta_init), so it must touch `module`'s own tensors only."""
+        module once all are built, which dist=fsdp's meta-device init replays module by module (its option's
+        ``init_module``: lab.distributed.meta_init), so it must touch `module`'s own tensors only."""
         if isinstance(module, nn.Linear | nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
@@ -80,11 +80,6 @@ class GPT(nn.Module):
             x = checkpoint(block, x, use_reentrant=False) if recompute else block(x)
         # the output projection is the token embedding itself (weight tying: fewer parameters, better small LMs)
         return F.linear(self.ln_f(x), self.tok_emb.weight)
-
-    def fsdp_units(self) -> list[nn.Module]:
-        """dist=fsdp shards each block on its own; the embeddings and the final norm stay in the root unit, whose
-        weights are gathered for the whole forward: the output projection reads the token embedding directly."""
-        return list(self.blocks)
 
 
 def build_gpt(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:

@@ -95,9 +95,9 @@ def _trainer(
     model = runtime.apply_channels_last(model, cfg.trainer.channels_last, parallel.shards_weights)
     peak = flops.peak_flops(cfg.trainer.peak_flops, device, precision.autocast_dtype, cfg.trainer.tf32)
     utilization = log_start(model, task, train_loader, run_dir, device, precision, tracker, parallel, peak)
-    model, forward = parallel.wrap(model, device, precision)  # before the optimizer: FSDP swaps params
+    model, forward = parallel.wrap(model, device, precision, cfg.model)  # before the optimizer: FSDP swaps params
     if on_meta is not None:
-        meta_init.materialise(model, device, init_rng)
+        meta_init.materialise(model, device, init_rng, cfg.model)
     if parallel.world_size > 1:
         runtime.seed_everything((cfg.seed + parallel.rank) % 2**32)  # dropout etc. differ per rank from here on
 

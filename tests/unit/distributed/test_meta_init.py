@@ -56,7 +56,7 @@ def test_the_replay_draws_the_whole_builds_weights_bitwise(case: str) -> None:
     model = meta_init.build(model_cfg, data_meta, _fsdp())
     assert model is not None and all(t.is_meta for t in model.state_dict().values())
     assert torch.equal(torch.random.get_rng_state(), start)  # built on meta: nothing drawn
-    meta_init.materialise(model, CPU, start)
+    meta_init.materialise(model, CPU, start, model_cfg)
     _assert_bitwise(expected, model.state_dict())
     assert torch.equal(torch.random.get_rng_state(), rng_after)  # the run's random stream goes on as after the build
     # model.freeze was applied on the meta device and survives
@@ -84,8 +84,8 @@ def test_the_sharded_replay_draws_the_whole_builds_weights_bitwise(one_rank_grou
     start = torch.random.get_rng_state()
     model = meta_init.build(model_cfg, data_meta, _fsdp())
     precision = SimpleNamespace(autocast_dtype=dtype)
-    sharded, _ = one_rank_group.wrap(model, CPU, precision)
-    meta_init.materialise(sharded, CPU, start)
+    sharded, _ = one_rank_group.wrap(model, CPU, precision, model_cfg)
+    meta_init.materialise(sharded, CPU, start, model_cfg)
     assert all(isinstance(p, DTensor) for p in sharded.parameters())
     _assert_bitwise(expected, one_rank_group.model_state(sharded))
     assert torch.equal(torch.random.get_rng_state(), rng_after)
@@ -100,7 +100,7 @@ def test_sync_bn_converts_the_meta_model_and_the_replay_stays_exact() -> None:
     start = torch.random.get_rng_state()
     model = nn.SyncBatchNorm.convert_sync_batchnorm(meta_init.build(model_cfg, data_meta, _fsdp()))
     assert any(isinstance(m, nn.SyncBatchNorm) for m in model.modules()) and meta_init.blocker(model) is None
-    meta_init.materialise(model, CPU, start)
+    meta_init.materialise(model, CPU, start, model_cfg)
     _assert_bitwise(expected, model.state_dict())
 
 
@@ -165,7 +165,7 @@ def test_a_tree_that_passes_is_not_enough_so_options_opt_in() -> None:
         model = torchvision.models.resnet18(num_classes=3)
     assert meta_init.blocker(model) is None
     torch.manual_seed(SEED)
-    meta_init.materialise(model, CPU, torch.random.get_rng_state())
+    meta_init.materialise(model, CPU, torch.random.get_rng_state(), {"name": "mlp"})  # no init_module
     assert torch.equal(model.fc.weight, whole.fc.weight)  # drawn by reset_parameters() alone: replayed
     assert not torch.equal(model.conv1.weight, whole.conv1.weight)  # redrawn by the constructor's loop: not
 
@@ -218,7 +218,7 @@ def test_a_reset_parameters_that_leaves_a_tensor_unset_is_caught() -> None:
         model = nn.Sequential(HalfReset(2, 2))
     assert meta_init.blocker(model) is None  # the tree looks fine: the draw itself tells
     with pytest.raises(UserError, match=r"HalfReset.reset_parameters\(\) leaves bias unset"):
-        meta_init.materialise(model, CPU, torch.random.get_rng_state())
+        meta_init.materialise(model, CPU, torch.random.get_rng_state(), {"name": "mlp"})  # no init_module
 
 
 # --------------------------------------------------------------------------- config

@@ -102,3 +102,19 @@ def test_unknown_model_name_lists_available_models() -> None:
     ) as err:
         models.build(OmegaConf.create({"name": "transformer"}), make_meta(1, 8))
     assert "\n" not in str(err.value)
+
+
+def test_fsdp_units_are_the_top_level_blocks_and_gpts_blocks_alone() -> None:
+    """What dist=fsdp shards on its own (ModelConfig.fsdp_units): each top-level child with parameters, a
+    ModuleList's items each; GPT's option keeps its embeddings and final norm in the root unit (its output
+    projection reads the token embedding's weight outside that embedding's forward)."""
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 2)]))
+    assert options.instantiate("model", {"name": "mlp"}).fsdp_units(model) == [model[0], model[2][0], model[2][1]]
+    gpt_cfg = {"name": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 8}
+    gpt = models.build(gpt_cfg, {"vocab_size": 11, "block_size": 4, "input_shape": [4], "num_outputs": 11})
+    option = options.instantiate("model", gpt_cfg)
+    assert option.fsdp_units(gpt) == list(gpt.get_submodule("blocks").children())
+    assert (
+        option.init_module(gpt) == gpt.init_module
+        and options.instantiate("model", {"name": "cnn"}).init_module(gpt) is None
+    )
