@@ -191,8 +191,8 @@ def run_script(
 
 
 def plugins_env() -> dict[str, str]:
-    """script_env() with tests/integration/plugins importable: the tests' own callbacks, named in `+callbacks.<x>=`
-    overrides (spawned ranks inherit it)."""
+    """script_env() with tests/integration/plugins importable: the tests' own callback options, which its
+    sitecustomize.py registers in every process that starts there (spawned ranks inherit it)."""
     env = script_env()
     env["PYTHONPATH"] += os.pathsep + str(REPO / "tests" / "integration" / "plugins")
     return env
