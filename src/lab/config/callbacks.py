@@ -13,7 +13,8 @@ Several callbacks can be on at once, so an option lands in its own node, ``callb
 group's. ``+callbacks.<name>={key: value}`` turns one on too (a sweeper may, in its jobs' overrides). This is the
 one way to add to the Trainer: the core's callbacks below, an extension's (an option of its ``options.py``), a
 fork's (a module of src/lab/config), a test's or a notebook's (a subclass defined there) are all options. The
-Trainer builds them once it is set up, in the order they are named.
+Trainer builds them once it is set up, in the order they are named (``callback=[ema,mine]``: yours sees the
+EMA's weights back in the model and its val_raw/ metrics).
 """
 
 from __future__ import annotations
