@@ -191,8 +191,8 @@ def run_script(
 
 
 def plugins_env() -> dict[str, str]:
-    """script_env() with tests/integration/plugins importable: the tests' own callbacks, named in `+callbacks.<x>=`
-    overrides (spawned ranks inherit it)."""
+    """script_env() with tests/integration/plugins importable: the tests' own callback options, which its
+    sitecustomize.py registers in every process that starts there (spawned ranks inherit it)."""
     env = script_env()
     env["PYTHONPATH"] += os.pathsep + str(REPO / "tests" / "integration" / "plugins")
     return env
@@ -216,9 +216,7 @@ def max_abs_diff(a: dict, b: dict) -> float:
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in a if a[k].numel())
 
 
-def in_process_trainer(
-    cfg: DictConfig, model, task, loader, run_dir: Path, total_steps: int = 100, callbacks: Sequence = ()
-):
+def in_process_trainer(cfg: DictConfig, model, task, loader, run_dir: Path, total_steps: int = 100, utilization=None):
     """A Trainer on the CPU for unit tests: the config's optimizer, schedule, precision, trainer settings and
     callbacks; no validation loader; a local-only Tracker in `run_dir` (call `trainer.tracker.finish()` when done)."""
     import torch
@@ -245,8 +243,8 @@ def in_process_trainer(
         cfg=cfg.trainer,
         tracker=Tracker(run_dir).start(),
         checkpoints=CheckpointManager(run_dir, Parallel()),
-        callbacks=callbacks,
-        callback_options=cfg.callbacks,
+        callbacks=cfg.callbacks,
+        utilization=utilization,
     )
 
 

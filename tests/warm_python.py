@@ -3,9 +3,10 @@
 A cold start of an entry script spends about 5 s of its 8 on importing torch and torch._dynamo (which the first
 optimizer imports); the integration tier starts a few hundred scripts. Each xdist worker therefore keeps a server
 process that imported those libraries once, and each run is a fork of it: a process of its own (its own pid,
-session, cwd, environment, sys.argv, sys.path and file descriptors 0-2) that runs the script with runpy as
-`python <script>` would, and ends as the interpreter's shutdown ends it for what a run can observe: non-daemon
-threads joined, atexit handlers run, streams flushed, the exit status of `sys.exit` or of an uncaught exception.
+session, cwd, environment, sys.argv, sys.path, the sitecustomize module that path holds, and file descriptors 0-2)
+that runs the script with runpy as `python <script>` would, and ends as the interpreter's shutdown ends it for
+what a run can observe: non-daemon threads joined, atexit handlers run, streams flushed, the exit status of
+`sys.exit` or of an uncaught exception.
 It then skips the rest of that shutdown, the teardown of every module, which in a fork writes to every page the
 preloads filled (copy-on-write): about 2.5 s of CPU per run, more than the run of a `debug=fast` training itself.
 
@@ -55,7 +56,7 @@ with initialize_config_dir(config_dir={str(SRC.parent / "conf")!r}, version_base
 """
 
 _SERVER = r"""
-import atexit, json, os, runpy, sys
+import atexit, importlib.util, json, os, runpy, sys
 base_path = sys.path[1:]  # without this server's own sys.path[0]
 src, modules, warm_up = json.loads(sys.argv[1])
 sys.path[:0] = [src] if src else []
@@ -81,6 +82,9 @@ for line in requests:
         sys.path[:] = [os.path.dirname(script), *map(os.path.abspath, extra), *base_path]
         sys.argv = list(run["args"])
         try:
+            sys.modules.pop("sitecustomize", None)  # what `site` imports from the run's path as python starts
+            if importlib.util.find_spec("sitecustomize") is not None:
+                import sitecustomize
             runpy.run_path(script, run_name="__main__")
             code = 0
         except SystemExit as end:

@@ -576,7 +576,7 @@ def owned(cfg: Any, run_dir: Path, siblings: bool = True) -> Iterator[Path]:
         cfg.ckpt_path = str(last)
     require_file(cfg.ckpt_path)  # fail before starting processes
     if writer and cfg.ckpt_path:
-        saved = _refuse_finished(Path(cfg.ckpt_path), cfg.trainer)
+        saved = _refuse_finished(Path(cfg.ckpt_path), cfg.trainer, cfg.callbacks)
         _refuse_another_model(Path(cfg.ckpt_path), saved, cfg.model)
     here = continued is not None or inside(cfg.ckpt_path, run_dir)
     target = continued or run_dir
@@ -600,7 +600,7 @@ def inside(ckpt_path: str | None, run_dir: Path) -> bool:
     return ckpt_path is not None and Path(ckpt_path).resolve().parent == (run_dir / "checkpoints").resolve()
 
 
-def _refuse_finished(path: Path, trainer_cfg: Any) -> dict:
+def _refuse_finished(path: Path, trainer_cfg: Any, callbacks: Any) -> dict:
     """A checkpoint whose training is over (or stopped early) would train nothing: refused in one line, before
     any tracker or file is opened; so is one that holds the model alone (a dist=fsdp run's best.pt). Returns it
     memory-mapped: only its progress is read here, not its weights."""
@@ -626,12 +626,12 @@ def _refuse_finished(path: Path, trainer_cfg: Any) -> dict:
             f"{trainer_cfg.max_epochs}, step {progress['global_step']}): raise trainer.max_epochs (or max_steps) "
             "to train further, or score it with scripts/eval.py"
         )
-    stopping, stale = trainer_cfg.early_stopping, progress.get("stale_validations", 0)
-    if stopping.patience and stale >= stopping.patience:
+    stopping, stale = callbacks.get("early_stopping"), progress.get("stale_validations", 0)
+    if stopping is not None and stale >= stopping.patience:
         raise UserError(
             f"{path} stopped early at epoch {progress['epoch']} ({stale} validations without improvement, "
-            f"trainer.early_stopping.patience={stopping.patience}): raise the patience (or set it to 0) to train "
-            "further, or score it with scripts/eval.py"
+            f"callbacks.early_stopping.patience={stopping.patience}): raise the patience (or drop "
+            "callback=early_stopping) to train further, or score it with scripts/eval.py"
         )
     return ckpt
 

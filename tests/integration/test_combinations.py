@@ -98,7 +98,7 @@ def test_the_cells_cover_every_pair_of_settings():
 
 
 # the straight run copies last.pt as epoch 1 left it to checkpoints/epoch1.pt (tests/integration/plugins)
-KEEP_EPOCH_1 = "+callbacks.keep={_target_: keep_checkpoint.KeepCheckpoint, epoch: 1}"
+KEEP_EPOCH_1 = "+callbacks.keep_checkpoint={epoch: 1}"
 
 
 def _train(run_dir, *overrides):

@@ -116,7 +116,8 @@ def test_ddp_with_batchnorm_sync_bn_accumulation_and_lr_scaling(train):
         "trainer.max_epochs=2",
         "trainer.grad_accum_steps=2",
         "dist.lr_scaling=linear",
-        "trainer.ema.decay=0.5",  # the average of synced BatchNorm ranks, validated beside the raw weights
+        "callback=ema",  # the average of synced BatchNorm ranks, validated beside the raw weights
+        "callbacks.ema.decay=0.5",
         "logger=none",
     )
     assert (

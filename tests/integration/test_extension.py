@@ -128,7 +128,7 @@ def test_a_new_option_takes_its_keys_without_plus_and_a_preset_yaml_holds_only_w
         *options,
         "model.hidden=8,16",
         "++data.num_samples=300",
-        "+callbacks.noop={_target_:builtins.object}",
+        "+callbacks.early_stopping={patience: 3}",
         "logger=none",
         "trainer.max_epochs=1",
         f"hydra.sweep.dir={sweep}",

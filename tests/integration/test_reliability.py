@@ -150,7 +150,7 @@ def test_a_stop_signal_to_a_ddp_job_setting_up_stops_every_rank_at_once(tmp_path
     """Before training there is no step to finish and nothing to save: the job ends at once, saying so (the
     launcher said every rank had saved last.pt)."""
     run_dir = tmp_path / "ddp"
-    stop = "+callbacks.stop={_target_:stop_job.StopJob}"  # rank 0 signals the job while it builds its callbacks
+    stop = "+callbacks.stop_job={}"  # rank 0 signals the job while it builds its callbacks
     proc = _start(run_dir, "dist=ddp", "dist.nproc=2", stop, own_session=True, env=plugins_env())
     try:
         code, err = _finish(proc)
@@ -236,7 +236,7 @@ def test_max_restarts_restarts_the_workers_from_last_pt(tmp_path: Path) -> None:
     run_dir = tmp_path / "restart"
     env = script_env()
     env["PYTHONPATH"] += os.pathsep + str(REPO / "tests" / "integration" / "plugins")
-    crash = "+callbacks.crash={_target_: crash_once.CrashOnce}"  # the first attempt fails after its validation
+    crash = "+callbacks.crash_once={}"  # the first attempt fails after its validation
     args = [*SMALL, "dist=ddp", "dist.nproc=2", "dist.max_restarts=1", "trainer.max_epochs=2"]
     args += ["trainer.ckpt_every_n_steps=4", crash, f"hydra.run.dir={run_dir}"]
     proc = run_python([str(REPO / "scripts" / "train.py"), *args], cwd=REPO, env=env, timeout=300)
@@ -377,7 +377,7 @@ def test_the_loss_logged_after_a_resume_mid_window_is_the_uninterrupted_runs(tmp
     one_go = run_script("train.py", *recipe, f"hydra.run.dir={tmp_path / 'one-go'}")
     assert one_go.returncode == 0, one_go.stderr[-3000:]
     run_dir = tmp_path / "stopped"
-    stop = "+callbacks.stop={_target_:kill_at_step.KillAtStep,step:25,signal:SIGTERM}"
+    stop = "+callbacks.kill_at_step={step:25,signal:SIGTERM}"
     stopped = run_script("train.py", *recipe, stop, f"hydra.run.dir={run_dir}", env=plugins_env())
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     resumed = run_script("train.py", *recipe, f"resume={run_dir}")

@@ -113,7 +113,7 @@ def test_a_run_killed_while_saving_in_the_background_resumes_to_identical_weight
     recipe += ["trainer.async_save=true", "trainer.ckpt_every_n_steps=1"]
     uninterrupted = _train(tmp_path / "one-go", *recipe)
     killed = tmp_path / "killed"
-    kill = "+callbacks.kill={_target_:kill_at_step.KillAtStep,step:12}"
+    kill = "+callbacks.kill_at_step={step:12}"
     proc = run_script("train.py", f"hydra.run.dir={killed}", *RECIPE, *recipe, kill, env=plugins_env())
     assert proc.returncode != 0 and "SIGKILL" in proc.stderr, proc.stderr[-3000:]
     assert checkpointing.read(killed / "checkpoints" / "last.pt")["progress"]["global_step"] in (10, 11)

@@ -102,7 +102,7 @@ def test_a_stopped_sweep_job_names_the_command_that_resumes_its_sweep(tmp_path):
         "logger=none",
         "trainer.max_epochs=2",
         "seed=1,2",
-        "+callbacks.kill={_target_:kill_job.KillJob}",
+        "+callbacks.kill_job={}",
     ]
     proc = run_sweep(sweep, *command, env=_killing_env(0, "TERM"))  # job 0 gets SIGTERM after its first validation
     assert proc.returncode == 143, proc.stderr[-3000:]

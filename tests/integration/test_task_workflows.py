@@ -67,7 +67,7 @@ def _trained(task: str, shared_dir: Path) -> Trained:
 
     def make() -> None:
         overrides = [*TASKS[task], *COMMON]
-        keep = "+callbacks.keep={_target_: keep_checkpoint.KeepCheckpoint, epoch: 1}"
+        keep = "+callbacks.keep_checkpoint={epoch: 1}"
         _run("train.py", root / "straight", *overrides, "trainer.max_epochs=2", keep, env=plugins_env())
         epoch1 = root / "straight/checkpoints/epoch1.pt"
         assert torch.load(epoch1, weights_only=True)["progress"]["epoch"] == 1  # what a 1-epoch run leaves

@@ -30,7 +30,7 @@ RECIPE = [
 
 
 def _kill(step: int, rank: int) -> str:
-    return f"+callbacks.kill={{_target_: kill_rank_once.KillRankOnce, step: {step}, rank: {rank}}}"
+    return f"+callbacks.kill_rank_once={{step: {step}, rank: {rank}}}"
 
 
 def _torchrun(cwd: Path, *overrides: str, restarts: int = 0) -> Run:

@@ -10,11 +10,11 @@
             return PrintLr(self.every)
 
 Several callbacks can be on at once, so an option lands in its own node, ``callbacks.<name>``, rather than in the
-group's. ``+callbacks.<name>={key: value}`` turns one on too (a sweeper may, in its jobs' overrides), and a callback
-that lives outside this package (a test's, a notebook's) can be named by import path instead:
-``+callbacks.<any>={_target_: module.Class, ...}``. The Trainer builds them once it is set up, after the callbacks
-of its own ``trainer.*`` keys (the EMA, early stopping: lab.training.callbacks.configured); an extension's callback
-is an option of its ``options.py`` like any other (lab.extensions).
+group's. ``+callbacks.<name>={key: value}`` turns one on too (a sweeper may, in its jobs' overrides). This is the
+one way to add to the Trainer: the core's callbacks below, an extension's (an option of its ``options.py``), a
+fork's (a module of src/lab/config), a test's or a notebook's (a subclass defined there) are all options. The
+Trainer builds them once it is set up, in the order they are named (``callback=[ema,mine]``: yours sees the
+EMA's weights back in the model and its val_raw/ metrics).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from lab.config.checks import require
 from lab.config.options import Option, instantiate
 from lab.errors import ConfigError
 
@@ -33,10 +34,10 @@ from lab.errors import ConfigError
 class CallbackConfig(Option, group="callback", package="callbacks.{name}"):
     name: str = MISSING
 
-    def build(self, trainer: Any) -> object | None:
+    def build(self, trainer: Any) -> Any:
         """The callback for `trainer` (a ``lab.training.Trainer``, set up, not fitting yet): a
-        ``lab.training.callbacks.Callback``, or any object with some of its hooks (duck typing); None for none here
-        (a callback only rank 0 runs, on the other ranks). Import its code here: this module imports no torch."""
+        ``lab.training.callbacks.Callback``, or None for none here (a callback only rank 0 runs, on the other
+        ranks). Import its code here: this module imports no torch."""
         raise NotImplementedError(f"the {self.name} callback option needs a build(trainer) that returns the callback")
 
     def conflict(self, run: Any) -> str | None:
@@ -45,31 +46,79 @@ class CallbackConfig(Option, group="callback", package="callbacks.{name}"):
         return None
 
 
-def chosen(callbacks: Mapping[str, Any]) -> dict[str, Any]:
-    """Each entry of ``cfg.callbacks`` as its option (values checked), or as it is when it names a ``_target_``."""
-    return {key: _option(key, spec) for key, spec in callbacks.items()}
+@dataclass
+class EMAConfig(CallbackConfig):
+    """callback=ema: an exponential moving average of the weights (lab.training.ema): validation, best.pt and the
+    test score use the averaged weights; last.pt keeps both, so a resume is exact."""
+
+    decay: float = 0.999  # per update: ema = decay * ema + (1 - decay) * weights
+    every_n_steps: int = 1  # update after every n-th optimizer step (cheaper for large models)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(0 < self.decay < 1, f"callbacks.ema.decay must be in (0, 1), got {self.decay}")
+        require(self.every_n_steps >= 1, f"callbacks.ema.every_n_steps must be >= 1, got {self.every_n_steps}")
+
+    def build(self, trainer: Any) -> Any:
+        from lab.training.ema import EMA
+
+        return EMA(trainer.model, self.decay, self.every_n_steps)
+
+    def conflict(self, run: Any) -> str | None:
+        if getattr(run.dist, "shards_weights", False):
+            return (
+                "callback=ema does not work with dist=fsdp (each rank holds only a shard of the weights); "
+                "use dist=ddp with EMA, or drop callback=ema under FSDP"
+            )
+        return None
 
 
-def _option(key: str, spec: Any) -> Any:
-    if isinstance(spec, Option) or "_target_" in spec:
-        return spec
-    return instantiate("callback", {"name": key, **spec})
+@dataclass
+class EarlyStoppingConfig(CallbackConfig):
+    """callback=early_stopping: stop when the task's monitor has not improved by more than `min_delta` for
+    `patience` validations in a row (lab.training.early_stopping); the test split is still scored and the run
+    still counts as completed."""
+
+    patience: int = 5  # validations without improvement before stopping
+    min_delta: float = 0.0  # the smallest change of the monitor that counts as an improvement
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.patience >= 1, f"callbacks.early_stopping.patience must be >= 1, got {self.patience}")
+        require(self.min_delta >= 0, f"callbacks.early_stopping.min_delta must be >= 0, got {self.min_delta}")
+
+    def build(self, trainer: Any) -> Any:
+        from lab.training.early_stopping import EarlyStopping
+
+        return EarlyStopping(self.patience, self.min_delta, trainer.task)
+
+
+def chosen(callbacks: Mapping[str, Any]) -> dict[str, CallbackConfig]:
+    """Each entry of ``cfg.callbacks`` (a node, or an option object already) as its option, values checked."""
+    return {
+        key: instantiate("callback", spec if isinstance(spec, Option) else {"name": key, **spec})
+        for key, spec in callbacks.items()
+    }
 
 
 def check(callbacks: Mapping[str, Any], run: Any) -> None:
     """Refuse an unknown callback or key, a wrong value, or a callback that conflicts with the rest of `run`."""
     for option in chosen(callbacks).values():
-        why = option.conflict(run) if isinstance(option, CallbackConfig) else None
+        why = option.conflict(run)
         if why is not None:
             raise ConfigError(why)
 
 
 def build(callbacks: Mapping[str, Any], trainer: Any) -> list[Any]:
-    """The callbacks ``cfg.callbacks`` turns on, built for `trainer` (one named by ``_target_`` is instantiated)."""
-    import hydra.utils
+    """The callbacks ``cfg.callbacks`` turns on, built for `trainer`; each must be a ``Callback`` (the Trainer
+    calls every hook on every one of them)."""
+    from lab.training.callbacks import Callback
 
-    built = [
-        hydra.utils.instantiate(option) if isinstance(option, Mapping) else option.build(trainer)
-        for option in chosen(callbacks).values()
-    ]
-    return [callback for callback in built if callback is not None]
+    built = {name: option.build(trainer) for name, option in chosen(callbacks).items()}
+    for name, callback in built.items():
+        if callback is not None and not isinstance(callback, Callback):
+            raise TypeError(
+                f"the {name} callback option built a {type(callback).__name__}, not a lab.training.callbacks.Callback:"
+                " subclass Callback and override the hooks you need"
+            )
+    return [callback for callback in built.values() if callback is not None]

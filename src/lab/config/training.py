@@ -20,50 +20,6 @@ from lab.config.trackers import LoggerConfig, logger_config
 
 # --------------------------------------------------------------------------- trainer
 @dataclass
-class EMAConfig:
-    """An exponential moving average of the weights (lab.training.ema): validation, best.pt and the test score use
-    the averaged weights; last.pt keeps both, so a resume is exact."""
-
-    decay: float | None = None  # per update: ema = decay * ema + (1 - decay) * weights; null or 0 = off
-    every_n_steps: int = 1  # update after every n-th optimizer step (cheaper for large models)
-
-    def __post_init__(self) -> None:
-        _require(
-            self.decay is None or 0 <= self.decay < 1, f"trainer.ema.decay must be in [0, 1) or null, got {self.decay}"
-        )
-        _require(self.every_n_steps >= 1, f"trainer.ema.every_n_steps must be >= 1, got {self.every_n_steps}")
-
-    def build(self, trainer: Any) -> Any:
-        """The EMA callback of `trainer`'s model, or None (off)."""
-        if not self.decay:
-            return None
-        from lab.training.ema import EMA
-
-        return EMA(trainer.model, self.decay, self.every_n_steps)
-
-
-@dataclass
-class EarlyStoppingConfig:
-    """Stop when the task's monitor has not improved by more than `min_delta` for `patience` validations in a row
-    (lab.training.early_stopping); the test split is still scored and the run still counts as completed."""
-
-    patience: int = 0  # validations without improvement before stopping; 0 = off
-    min_delta: float = 0.0  # the smallest change of the monitor that counts as an improvement
-
-    def __post_init__(self) -> None:
-        _require(self.patience >= 0, f"trainer.early_stopping.patience must be >= 0, got {self.patience}")
-        _require(self.min_delta >= 0, f"trainer.early_stopping.min_delta must be >= 0, got {self.min_delta}")
-
-    def build(self, trainer: Any) -> Any:
-        """The early-stopping callback on `trainer`'s task monitor, or None (off)."""
-        if not self.patience:
-            return None
-        from lab.training.early_stopping import EarlyStopping
-
-        return EarlyStopping(self.patience, self.min_delta, trainer.task)
-
-
-@dataclass
 class TrainerConfig:
     max_epochs: int = 10
     max_steps: int = -1  # optimizer steps; -1 = limited by max_epochs only
@@ -87,8 +43,6 @@ class TrainerConfig:
     # dense peak FLOP/s of one device for train/mfu (e.g. 989e12: H100 bf16); null = lab.training.flops' table of
     # common GPUs, and no MFU on a CPU or an unlisted GPU
     peak_flops: float | None = None
-    ema: EMAConfig = field(default_factory=EMAConfig)  # trainer.ema.decay=0.999: validate and keep averaged weights
-    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)  # early_stopping.patience=N
     # fine-tuning: what model.freeze names trains from this epoch on (0-based: 2 = two epochs with the backbone
     # frozen, the head alone learning, then everything); null = frozen for the whole run
     unfreeze_at_epoch: int | None = None
@@ -217,7 +171,7 @@ class TrainConfig:
     dist: Any = MISSING  # typed by the chosen strategy's schema (conf/dist/*.yaml)
     logger: LoggerConfig = field(default_factory=logger_config)  # + logger.<tracker> per tracker (trackers.py)
     # the trainer callbacks a run turns on (lab.config.callbacks): callback=<name> puts that option's node here as
-    # callbacks.<name>; +callbacks.<key>={_target_: module.Class, ...} names one by import path
+    # callbacks.<name>
     callbacks: dict[str, Any] = field(default_factory=dict)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
@@ -246,11 +200,6 @@ class TrainConfig:
             not (self.trainer.unfreeze_at_epoch is not None and fsdp),
             "trainer.unfreeze_at_epoch does not work with dist=fsdp yet (its shards are made for the trainable "
             "parameters); use dist=ddp, or drop trainer.unfreeze_at_epoch",
-        )
-        _require(
-            not (self.trainer.ema.decay and fsdp),
-            "trainer.ema.decay does not work with dist=fsdp (each rank holds only a shard of the weights); "
-            "use dist=ddp with EMA, or trainer.ema.decay=null under FSDP",
         )
         # a model whose option knows it cannot be built on the meta device (lab.distributed.meta_init), refused before
         # any process starts; what only its module tree tells is refused once the data gives its shapes

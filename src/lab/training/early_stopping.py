@@ -1,4 +1,4 @@
-"""Early stopping on the task's monitor (trainer.early_stopping.patience / min_delta).
+"""Early stopping on the task's monitor (callback=early_stopping: callbacks.early_stopping.patience / min_delta).
 
 An improvement is a validation that beats the reference value by more than ``min_delta`` in the task's direction;
 the reference moves only then (as in Keras and Lightning), so a slow but steady climb keeps training. Its state

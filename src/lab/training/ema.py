@@ -1,4 +1,4 @@
-"""An exponential moving average of the model's weights (trainer.ema.decay), kept beside the model it follows.
+"""An exponential moving average of the model's weights (callback=ema: callbacks.ema.decay), beside the model.
 
 After every `every_n_steps`-th optimizer step: ``ema = decay * ema + (1 - decay) * weights`` for the trainable
 parameters, in one fused ``torch._foreach_lerp_`` on the device (no host sync), and the buffers (BatchNorm running
@@ -9,7 +9,7 @@ values in place, so the DDP / compiled views score it too): ``val/<metric>`` is 
 it and holds it as its ``model``, so eval, export and infer use it unchanged; the optimizer's own weights are scored
 after, as ``val_raw/<metric>``, to show what the average buys. Checkpoints keep those weights under ``raw_model``,
 which a resume loads (``lab.training.state``). Under DDP every rank holds the same parameters and so keeps the same
-average; FSDP shards them and is refused at configuration time (``TrainConfig``).
+average; FSDP shards them and is refused at configuration time (``EMAConfig.conflict``).
 """
 
 from __future__ import annotations

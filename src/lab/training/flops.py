@@ -19,8 +19,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from lab.training.callbacks import Callback
-
 log = logging.getLogger(__name__)
 
 _T = 1e12
@@ -98,9 +96,10 @@ def count_flops(model: nn.Module, task: Any, inputs: Any, targets: Any, device: 
     return int(counter.get_total_flops())
 
 
-class Utilization(Callback):
-    """Trainer callback: adds train/mfu to each logged window and train/flops_per_step to the summary, from the FLOPs
-    of one counted batch of `batch_size` samples."""
+class Utilization:
+    """The FLOPs of one counted batch of `batch_size` samples and the devices' `peak`: the Trainer logs train/mfu
+    with each window and train/flops_per_step in the summary. Counted by the workflow before the model is wrapped
+    (lab.training.start.log_start): under DDP/FSDP a forward on rank 0 alone would be a collective."""
 
     def __init__(self, batch_flops: int, batch_size: int, peak: float) -> None:
         self.flops_per_sample, self.batch_size, self.peak = batch_flops / batch_size, batch_size, peak
@@ -108,9 +107,5 @@ class Utilization(Callback):
     def mfu(self, samples_per_s: float, world_size: int) -> float:
         return samples_per_s * self.flops_per_sample / (self.peak * world_size)
 
-    def on_train_log(self, trainer: Any, metrics: dict[str, float]) -> None:
-        metrics["train/mfu"] = self.mfu(metrics["train/throughput"], trainer.parallel.world_size)
-
-    def on_fit_end(self, trainer: Any, summary: dict[str, Any]) -> None:
-        samples = self.batch_size * trainer.cfg.grad_accum_steps * trainer.parallel.world_size  # one optimizer step
-        summary["train/flops_per_step"] = self.flops_per_sample * samples
+    def flops_per_step(self, grad_accum_steps: int, world_size: int) -> float:
+        return self.flops_per_sample * self.batch_size * grad_accum_steps * world_size

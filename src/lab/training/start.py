@@ -105,8 +105,8 @@ def log_start(
     Runs on the plain model, before any DDP/FSDP wrapping (a sharded forward would be a collective); a model on
     the meta device (dist=fsdp's meta init: no weights yet) is summarised on meta copies of the batch and its FLOPs
     counted on a weightless stand-in on `device`.
-    With `peak_flops` (FLOP/s of one device) rank 0 also counts the FLOPs of the first batch and returns the
-    callback that logs train/mfu."""
+    With `peak_flops` (FLOP/s of one device) rank 0 also counts the FLOPs of the first batch and returns them, for
+    the Trainer's train/mfu."""
     inputs, targets = batches.split(next(iter(loader)))
     first_batch = check_first_batch(inputs, targets, task)
     if not parallel.is_main:

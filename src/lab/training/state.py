@@ -28,7 +28,7 @@ class Progress:
     batch_in_epoch: int = 0  # batches of `epoch` already trained on (mid-epoch checkpoints)
     best_metric: float | None = None
     best_epoch: int | None = None
-    # trainer.early_stopping: validations since the monitor last beat the reference by more than min_delta
+    # callback=early_stopping: validations since the monitor last beat the reference by more than min_delta
     stale_validations: int = 0
     early_stopping_reference: float | None = None
 

@@ -2,10 +2,12 @@
 
 It knows no task, schedule, strategy or extra by name: the task supplies the loss and the metrics, the schedule
 steps itself (`lab.optim.schedulers.Schedule`), `Parallel` says how ranks accumulate, reduce and evaluate, the
-`CheckpointManager` where and when checkpoints go, and callbacks (`lab.training.callbacks`: EMA, early stopping,
-the options `callback=<name>` turns on, a fork's own) hook in. `train_step` is the step, read top to bottom:
-forward, loss, backward per micro-batch, then clip, step, zero_grad and schedule. Host-device syncs happen only
-at logging, validation and checkpoint time, so the step itself runs as fast as a hand-written loop.
+`CheckpointManager` where and when checkpoints go, and callbacks (`lab.training.callbacks`: the options
+`callback=<name>` turns on, the EMA and early stopping among them) hook in. What a `trainer.*` key switches on is
+its own: a fine-tuning's unfreeze, train/mfu (from the FLOPs the workflow counted on a first batch). `train_step`
+is the step, read top to bottom: forward, loss, backward per micro-batch, then clip, step, zero_grad and schedule.
+Host-device syncs happen only at logging, validation and checkpoint time, so the step itself runs as fast as a
+hand-written loop.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 import sys
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -39,8 +41,9 @@ from lab.runtime import Precision, reset_peak_memory
 from lab.tasks.base import Task
 from lab.tracking import Tracker
 from lab.training.bad_steps import BadSteps
-from lab.training.callbacks import Callback, configured, hooks
+from lab.training.callbacks import hooks
 from lab.training.evaluation import score
+from lab.training.flops import Utilization
 from lab.training.preemption import StopSignals, interrupted
 from lab.training.state import Progress, TrainingState
 from lab.training.update import clip_grad_norm, scaled_step
@@ -69,9 +72,11 @@ class Trainer:
         checkpoints: CheckpointManager,
         parallel: Parallel | None = None,
         forward: nn.Module | None = None,
-        callbacks: Sequence[Callback] = (),
-        callback_options: Mapping[str, Any] | None = None,
+        callbacks: Mapping[str, Any] | None = None,
+        utilization: Utilization | None = None,
     ) -> None:
+        """`callbacks`: ``cfg.callbacks``, each entry an option's node (or the option), built here for this trainer;
+        `utilization`: the FLOPs of a first batch and the devices' peak, for train/mfu (lab.training.flops)."""
         # A plain dataclass, not a DictConfig: OmegaConf attribute access costs microseconds, several per step.
         self.cfg = cast(TrainerConfig, OmegaConf.to_object(cfg)) if isinstance(cfg, DictConfig) else cfg
         self.model = model  # the plain module: what checkpoints hold
@@ -80,7 +85,7 @@ class Trainer:
         self.forward = torch.compile(self.wrapped) if self.cfg.compile else self.wrapped
         self.optimizer, self.scheduler, self.task = optimizer, scheduler, task
         self.train_batches, self.val_loader = train_batches, val_loader
-        self.device, self.precision = device, precision
+        self.device, self.precision, self.utilization = device, precision, utilization
         self.tracker, self.checkpoints = tracker, checkpoints
         self.should_stop = False  # a callback's request to end the run after this epoch's checkpoint (early stopping)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.grad_scaler)
@@ -93,12 +98,10 @@ class Trainer:
         self.resumed_window: dict[str, list[float]] | None = None  # the unlogged steps' losses a checkpoint held
         self.stop = StopSignals()  # installed for the length of fit()
         self.show_bar = {"on": True, "off": False, "auto": sys.stderr.isatty()}[self.cfg.progress_bar]
-        # the ones trainer.* switches on, the workflow's, then those cfg.callbacks names (`callback_options`), built
-        # for this trainer
-        self.callbacks = [*configured(self), *callbacks, *callback_config.build(callback_options or {}, self)]
-        # the per-step hooks, found once rather than per step
-        self._step_hooks = hooks(self.callbacks, "on_train_step_end")
-        self._grad_hooks = hooks(self.callbacks, "on_before_optimizer_step")
+        self.callbacks = callback_config.build(callbacks or {}, self)
+        # the per-step hooks, found when fit() starts rather than per step
+        self._step_hooks: list[Any] = []
+        self._grad_hooks: list[Any] = []
         self._outputs_checked = False  # what the model returns is checked once, at the first step
 
     @property
@@ -110,12 +113,14 @@ class Trainer:
         cfg = self.cfg
         self.window, self.resumed_window = StepWindow(self.resumed_window), None
         reset_peak_memory(self.device)  # the peak of training alone: not the model summary, not a previous job
+        self._step_hooks = hooks(self.callbacks, "on_train_step_end")
+        self._grad_hooks = hooks(self.callbacks, "on_before_optimizer_step")
         with self.stop, contextlib.ExitStack() as callbacks:
             for callback in self.callbacks:  # a profiler, anomaly hooks: on until fit ends, however it ends
-                if hasattr(callback, "fitting"):
-                    callbacks.enter_context(callback.fitting(self))
+                callbacks.enter_context(callback.fitting(self))
             for epoch in range(self.progress.epoch, cfg.max_epochs):
                 self.progress.epoch = epoch
+                self._unfreeze(epoch)
                 self._call("on_train_epoch_start", epoch)
                 finished = self.train_epoch(epoch)
                 last = self._done() or epoch == cfg.max_epochs - 1
@@ -265,6 +270,10 @@ class Trainer:
         }
         if self.scaler.is_enabled():
             out["train/skipped_steps"] = int(self.skipped_steps)
+        if self.utilization is not None:
+            out["train/flops_per_step"] = self.utilization.flops_per_step(
+                self.cfg.grad_accum_steps, self.parallel.world_size
+            )
         return out
 
     # ------------------------------------------------------------------ records
@@ -280,7 +289,9 @@ class Trainer:
             metrics["train/skipped_steps"] = int(self.skipped_steps)
         if self.bad_steps is not None:
             metrics["train/bad_steps"] = self.bad_steps.total
-        self._call("on_train_log", metrics)  # callbacks may add figures derived from the window (train/mfu)
+        if self.utilization is not None:
+            metrics["train/mfu"] = self.utilization.mfu(metrics["train/throughput"], self.parallel.world_size)
+        self._call("on_train_log", metrics)  # callbacks may add figures derived from the window
         self.tracker.log(metrics, step=self.progress.global_step, epoch=epoch + 1)
         if bar is None:
             log.info("%s", log_line(epoch + 1, self.progress.global_step, metrics))
@@ -321,13 +332,24 @@ class Trainer:
             return tqdm(total=total, initial=position, desc=f"epoch {epoch + 1}/{self.cfg.max_epochs}", leave=False)
         return None
 
-    def rewrap(self) -> None:
-        """After parameters started to need gradients (trainer.unfreeze_at_epoch): the DDP view is built anew, as
-        its reducer covers only what needed gradients when it was made."""
+    def _unfreeze(self, epoch: int) -> None:
+        """trainer.unfreeze_at_epoch: from that epoch on, the parameters model.freeze froze train too (their
+        BatchNorm layers update their statistics again). The optimizer has held them from the start
+        (``build_optimizer(..., include_frozen=True)``: without gradients they were never updated), so its state has
+        one layout for the whole run and a resume on either side of the epoch is exact. DDP's reducer knows only the
+        parameters that needed gradients when it was built: the model is wrapped anew."""
+        if self.cfg.unfreeze_at_epoch is None or epoch < self.cfg.unfreeze_at_epoch:
+            return
+        frozen = [p for p in self.model.parameters() if not p.requires_grad]
+        if not frozen:
+            return
+        for param in frozen:
+            param.requires_grad_(True)
         wrapped = self.parallel.rewrap(self.model, self.wrapped)
         if wrapped is not self.wrapped:
             self.wrapped = wrapped
             self.forward = torch.compile(wrapped) if self.cfg.compile else wrapped
+        log.info("epoch %d: %d frozen parameter tensors unfrozen (trainer.unfreeze_at_epoch)", epoch + 1, len(frozen))
 
     def _call(self, hook: str, *args: Any) -> None:
         """Run a hook on every callback that has it (a callback may raise to stop the run, e.g. pruning)."""

@@ -94,6 +94,7 @@ def _trainer(
     model = on_meta if on_meta is not None else models.build(cfg.model, meta).to(device)
     model = runtime.apply_channels_last(model, cfg.trainer.channels_last, parallel.shards_weights)
     peak = flops.peak_flops(cfg.trainer.peak_flops, device, precision.autocast_dtype, cfg.trainer.tf32)
+    # the FLOPs of a first batch (train/mfu), counted before wrapping: a sharded forward would be a collective
     utilization = log_start(model, task, train_loader, run_dir, device, precision, tracker, parallel, peak)
     model, forward = parallel.wrap(model, device, precision, cfg.model)  # before the optimizer: FSDP swaps params
     if on_meta is not None:
@@ -103,7 +104,7 @@ def _trainer(
 
     optimizer_cfg, batch_figures = scaled_lr(cfg, parallel.world_size)
     tracker.summary(batch_figures)
-    # trainer.unfreeze_at_epoch: the frozen parameters are in the optimizer from the start (see Unfreeze)
+    # trainer.unfreeze_at_epoch: the frozen parameters are in the optimizer from the start (see Trainer._unfreeze)
     unfreezes = cfg.trainer.unfreeze_at_epoch is not None
     optimizer = build_optimizer(optimizer_cfg, model, cfg.model, device, include_frozen=unfreezes)
     scheduler = build_scheduler(cfg.scheduler, optimizer, planned_steps(cfg.trainer, len(train_batches)))
@@ -128,7 +129,6 @@ def _trainer(
         cfg=cfg.trainer,
         tracker=tracker,
         checkpoints=checkpoints,
-        # MFU; the Trainer adds those its own trainer.* keys switch on, and builds those cfg.callbacks names
-        callbacks=[*filter(None, [utilization])],
-        callback_options=cfg.callbacks,
+        callbacks=cfg.callbacks,
+        utilization=utilization,
     )

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 
+from lab.training.callbacks import Callback
 
-class CrashOnce:
+
+class CrashOnce(Callback):
     def on_validation_end(self, trainer, metrics, epoch) -> None:
         if int(os.environ.get("LAB_RESTART_COUNT", "0")) == 0:
             raise RuntimeError("injected failure of the first attempt")

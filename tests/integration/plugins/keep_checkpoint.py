@@ -12,8 +12,10 @@ import shutil
 
 import torch
 
+from lab.training.callbacks import Callback
 
-class KeepCheckpoint:
+
+class KeepCheckpoint(Callback):
     def __init__(self, epoch: int = 1) -> None:
         self.epoch = epoch
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import signal as signals
 
+from lab.training.callbacks import Callback
 
-class KillAtStep:
+
+class KillAtStep(Callback):
     def __init__(self, step: int, signal: str = "SIGKILL") -> None:
         self.step, self.signal = step, signals.Signals[signal]
 

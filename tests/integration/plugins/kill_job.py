@@ -9,8 +9,10 @@ import signal
 
 from hydra.core.hydra_config import HydraConfig
 
+from lab.training.callbacks import Callback
 
-class KillJob:
+
+class KillJob(Callback):
     def on_validation_end(self, trainer, metrics, epoch) -> None:
         if os.environ.get("KILL_JOB") == str(HydraConfig.get().job.num):
             os.kill(os.getpid(), signal.Signals[f"SIG{os.environ.get('KILL_SIGNAL', 'KILL')}"])

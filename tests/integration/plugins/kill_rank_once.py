@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import signal
 
+from lab.training.callbacks import Callback
 
-class KillRankOnce:
+
+class KillRankOnce(Callback):
     def __init__(self, step: int, rank: int = 0) -> None:
         self.step, self.rank = step, rank
 

@@ -7,8 +7,10 @@ import os
 import signal as signals
 import time
 
+from lab.training.callbacks import Callback
 
-class StopJob:
+
+class StopJob(Callback):
     def __init__(self, signal: str = "SIGTERM") -> None:
         if os.environ.get("RANK", "0") == "0":
             os.killpg(0, signals.Signals[signal])

@@ -187,8 +187,8 @@ def test_resuming_from_a_model_only_best_pt_is_refused_naming_last_pt_and_init_f
     manager.save(_state(model, optimizer, 1, consolidate=True), best=True)
     trainer_cfg = OmegaConf.structured(TrainerConfig(max_epochs=5))
     with pytest.raises(UserError, match=r"holds the model weights alone .* resume from last.pt, .*model.init_from="):
-        _refuse_finished(manager.best, trainer_cfg)
-    _refuse_finished(manager.last, trainer_cfg)  # the sharded last.pt resumes
+        _refuse_finished(manager.best, trainer_cfg, {})
+    _refuse_finished(manager.last, trainer_cfg, {})  # the sharded last.pt resumes
 
 
 @pytest.mark.parametrize(

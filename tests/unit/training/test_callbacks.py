@@ -1,6 +1,7 @@
 """The Callback seam: each hook is called in the order of a run with what it documents, only overridden hooks are
-called, a callback's checkpoint entries come back on resume, and the `callback` options are chosen and checked by
-name like every other option and built for the Trainer they hook into, after its own and the workflow's."""
+called, a callback's checkpoint entries come back on resume, and the `callback` options (the one way to turn a
+callback on) are chosen and checked by name like every other option and built for the Trainer they hook into, in
+the order named."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from helpers import forget_option, in_process_trainer
 from lab import checkpointing
 from lab.config import CallbackConfig
 from lab.config import callbacks as callback_options
+from lab.config.callbacks import EMAConfig
 from lab.errors import ConfigError
 from lab.training.callbacks import HOOKS, Callback, hooks
 from lab.training.ema import EMA
@@ -71,9 +73,7 @@ class Journal(Callback):
 def test_every_hook_is_called_in_the_order_of_a_run(tmp_path: Path) -> None:
     journal = Journal()
     trainer = _trainer(tmp_path, max_epochs=1, log_every_n_steps=2, limit_train_batches=4)  # 4 steps, 2 log lines
-    trainer.callbacks.append(journal)
-    trainer._step_hooks.append(journal.on_train_step_end)
-    trainer._grad_hooks.append(journal.on_before_optimizer_step)
+    trainer.callbacks.append(journal)  # before fit(): its step hooks are looked up when fit() starts
     summary = trainer.fit()
     trainer.tracker.finish()
     step = ["before_optimizer_step"]
@@ -118,26 +118,22 @@ def test_fitting_is_left_when_the_run_fails(tmp_path: Path) -> None:
     assert boom.calls[0] == "enter" and boom.calls[-1] == "exit"
 
 
-def test_only_overridden_hooks_are_called_and_duck_typed_callbacks_work() -> None:
+def test_only_overridden_hooks_are_called() -> None:
     class StepOnly(Callback):
         def on_train_step_end(self, trainer):
             pass
 
-    class Duck:
-        def on_fit_end(self, trainer, summary):
-            pass
-
-    step_only, duck = StepOnly(), Duck()
-    assert hooks([step_only, duck], "on_train_step_end") == [step_only.on_train_step_end]
-    assert hooks([step_only, duck], "on_fit_end") == [duck.on_fit_end]
-    assert all(hooks([Callback()], name) == [] for name in HOOKS)
+    step_only = StepOnly()
+    assert hooks([step_only, Callback()], "on_train_step_end") == [step_only.on_train_step_end]
+    assert all(hooks([step_only], name) == [] for name in HOOKS if name != "on_train_step_end")
 
 
-def test_a_callback_is_chosen_by_an_option_name_or_an_import_path() -> None:
-    target = {"_target_": "builtins.object"}  # a callback outside src/lab/config, by import path
-    assert callback_options.chosen({"mine": target}) == {"mine": target}
+def test_a_callback_is_chosen_by_its_option_name_only() -> None:
+    assert callback_options.chosen({"ema": {}}) == {"ema": EMAConfig()}  # its defaults: decay 0.999
     with pytest.raises(ConfigError, match=r"callback=no_such is not an option of callback"):
         callback_options.chosen({"no_such": {"every": 1}})
+    with pytest.raises(ConfigError, match=r"callback=mine is not an option of callback"):
+        callback_options.chosen({"mine": {"_target_": "builtins.object"}})  # an import path names nothing
 
 
 @pytest.fixture
@@ -147,27 +143,29 @@ def parameter_count():
     @dataclass
     class ParameterCount(CallbackConfig):
         rank0_only: bool = False
+        plain: bool = False  # builds an object that is no Callback: refused
 
         def build(self, trainer):
             if self.rank0_only and not trainer.parallel.is_main:
                 return None
-            return SimpleNamespace(parameters=sum(p.numel() for p in trainer.model.parameters()))
+            count = SimpleNamespace() if self.plain else Callback()
+            count.parameters = sum(p.numel() for p in trainer.model.parameters())
+            return count
 
     yield ParameterCount
     forget_option(ParameterCount)  # defined at module level, every later --help comparison in this worker saw it
 
 
-def test_callback_options_are_built_for_their_trainer_after_its_own_and_the_workflow_s(
+def test_callback_options_are_built_for_their_trainer_in_the_order_named_and_must_be_callbacks(
     compose, parameter_count, tmp_path
 ) -> None:
-    cfg = compose(
-        ["trainer.ema.decay=0.9", "+callbacks.parameter_count={}", "+callbacks.mine._target_=builtins.object"]
-    )
-    workflow_s = Journal()
+    cfg = compose(["callback=ema", "callbacks.ema.decay=0.9", "+callbacks.parameter_count={}"])
     loader = DataLoader(_data(), batch_size=8)
-    trainer = in_process_trainer(cfg, nn.Linear(3, 1), SquaredError(), loader, tmp_path, callbacks=[workflow_s])
+    trainer = in_process_trainer(cfg, nn.Linear(3, 1), SquaredError(), loader, tmp_path)
     trainer.tracker.finish()
-    ema, journal, count, mine = trainer.callbacks
-    assert isinstance(ema, EMA) and journal is workflow_s and count.parameters == 4 and type(mine) is object
+    ema, count = trainer.callbacks
+    assert isinstance(ema, EMA) and ema.decay == 0.9 and count.parameters == 4
     other_rank = SimpleNamespace(parallel=SimpleNamespace(is_main=False), model=trainer.model)
     assert callback_options.build({"parameter_count": {"rank0_only": True}}, other_rank) == []  # None: nothing added
+    with pytest.raises(TypeError, match=r"the parameter_count callback option built a SimpleNamespace, not a lab\.tr"):
+        callback_options.build({"parameter_count": {"plain": True}}, trainer)

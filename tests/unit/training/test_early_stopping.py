@@ -1,4 +1,4 @@
-"""trainer.early_stopping: stops after `patience` validations without an improvement larger than `min_delta`,
+"""callback=early_stopping: stops after `patience` validations without an improvement larger than `min_delta`,
 records it in the summary, and a resume continues the count exactly."""
 
 from __future__ import annotations
@@ -12,18 +12,19 @@ import torch
 from test_trainer import _trainer
 
 from lab import checkpointing
-from lab.config.training import EarlyStoppingConfig
-from lab.errors import UserError
+from lab.config import validate
+from lab.config.callbacks import EarlyStoppingConfig
+from lab.errors import ConfigError, UserError
 from lab.run_dir import _refuse_finished
 from lab.training.early_stopping import EarlyStopping
 from lab.training.state import Progress
 
 # the toy run's validation loss falls every epoch, but never by 1e3: only the first validation is an improvement
-NEVER_ENOUGH = {"early_stopping": {"patience": 2, "min_delta": 1e3}}
+NEVER_ENOUGH = {"early_stopping": EarlyStoppingConfig(patience=2, min_delta=1e3)}
 
 
 def _stopping(tmp_path: Path, **settings):
-    return _trainer(tmp_path, **{**settings, "early_stopping": EarlyStoppingConfig(**settings["early_stopping"])})
+    return _trainer(tmp_path, callbacks=NEVER_ENOUGH, **settings)
 
 
 def test_the_count_needs_an_improvement_larger_than_min_delta_and_nan_is_none() -> None:
@@ -52,7 +53,7 @@ def test_a_nan_first_validation_is_no_reference() -> None:
 
 
 def test_training_stops_after_patience_validations_and_says_so(tmp_path: Path, caplog) -> None:
-    trainer = _stopping(tmp_path, max_epochs=10, **NEVER_ENOUGH)
+    trainer = _stopping(tmp_path, max_epochs=10)
     with caplog.at_level(logging.INFO, logger="lab.training.early_stopping"):
         summary = trainer.fit()
     trainer.tracker.finish()
@@ -73,13 +74,13 @@ def test_without_early_stopping_the_run_goes_on(tmp_path: Path) -> None:
 
 
 def test_the_count_survives_a_resume_and_a_stopped_run_is_not_resumed(tmp_path: Path) -> None:
-    straight = _stopping(tmp_path / "straight", max_epochs=10, **NEVER_ENOUGH)
+    straight = _stopping(tmp_path / "straight", max_epochs=10)
     straight.fit()
-    first = _stopping(tmp_path / "first", max_epochs=2, **NEVER_ENOUGH)  # interrupted after epoch 2
+    first = _stopping(tmp_path / "first", max_epochs=2)  # interrupted after epoch 2
     first.fit()
     saved = checkpointing.read(tmp_path / "first" / "checkpoints" / "last.pt")
     assert saved["progress"]["stale_validations"] == 1  # epoch 1 set the reference, epoch 2's did not beat it
-    resumed = _stopping(tmp_path / "resumed", max_epochs=10, **NEVER_ENOUGH)
+    resumed = _stopping(tmp_path / "resumed", max_epochs=10)
     resumed.resume(saved, tmp_path / "first" / "checkpoints" / "last.pt")
     summary = resumed.fit()
     for trainer in (straight, first, resumed):
@@ -88,7 +89,16 @@ def test_the_count_survives_a_resume_and_a_stopped_run_is_not_resumed(tmp_path: 
     for a, b in zip(straight.model.parameters(), resumed.model.parameters()):
         assert torch.equal(a, b)
     stopped = tmp_path / "straight" / "checkpoints" / "last.pt"
-    again = _stopping(tmp_path / "again", max_epochs=10, **NEVER_ENOUGH)
+    again = _stopping(tmp_path / "again", max_epochs=10)
     again.tracker.finish()
     with pytest.raises(UserError, match=r"stopped early at epoch 3 .*raise the patience"):
-        _refuse_finished(stopped, again.cfg)  # before any file is opened
+        _refuse_finished(stopped, again.cfg, NEVER_ENOUGH)  # before any file is opened
+    _refuse_finished(stopped, again.cfg, {})  # without callback=early_stopping it trains further
+
+
+def test_callback_early_stopping_alone_waits_5_validations_and_a_bad_value_is_one_config_error(compose) -> None:
+    assert compose(["callback=early_stopping"]).callbacks.early_stopping.patience == 5
+    with pytest.raises(ConfigError, match=r"callbacks.early_stopping.patience must be >= 1, got 0"):
+        validate(compose(["callback=early_stopping", "callbacks.early_stopping.patience=0"]))
+    with pytest.raises(ConfigError, match=r"callbacks.early_stopping.min_delta must be >= 0, got -1.0"):
+        EarlyStoppingConfig(min_delta=-1.0)

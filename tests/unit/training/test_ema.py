@@ -1,4 +1,4 @@
-"""trainer.ema: the average follows the hand-computed formula, is what validation scores and best.pt holds, and a
+"""callback=ema: the average follows the hand-computed formula, is what validation scores and best.pt holds, and a
 resumed run continues it bit for bit."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from torch import nn
 
 from lab import checkpointing
 from lab.config import validate
-from lab.config.training import EMAConfig
+from lab.config.callbacks import EMAConfig
 from lab.errors import ConfigError
 from lab.training import trainer as trainer_module
+from lab.training.callbacks import Callback
 from lab.training.ema import EMA
 from lab.training.evaluation import score
 
@@ -26,8 +27,9 @@ def _model() -> nn.Module:
 
 
 def _with_ema(tmp_path: Path, decay: float = 0.8, every_n_steps: int = 1, **settings):
-    """A trainer with trainer.ema on: the EMA is a callback the Trainer adds itself."""
-    return _trainer(tmp_path, model=_model(), ema=EMAConfig(decay, every_n_steps), **settings)
+    """A trainer with callback=ema on: the Trainer builds the EMA from its option."""
+    ema = EMAConfig(decay=decay, every_n_steps=every_n_steps)
+    return _trainer(tmp_path, model=_model(), callbacks={"ema": ema}, **settings)
 
 
 def _ema(trainer) -> EMA:
@@ -35,7 +37,7 @@ def _ema(trainer) -> EMA:
     return ema
 
 
-class Recorder:
+class Recorder(Callback):
     """A step hook that keeps the trained weights and buffers after every optimizer step."""
 
     def __init__(self) -> None:
@@ -52,7 +54,7 @@ def test_the_average_is_the_hand_computed_one_updated_every_n_steps(tmp_path: Pa
     trainer = _with_ema(tmp_path, decay=decay, every_n_steps=every, max_epochs=2)
     initial = [p.detach().clone() for p in trainer.model.parameters()]
     recorder = Recorder()
-    trainer._step_hooks.insert(0, recorder.on_train_step_end)
+    trainer.callbacks.insert(0, recorder)  # before the EMA's update: the weights it averages
     trainer.fit()
     trainer.tracker.finish()
     expected = initial
@@ -144,12 +146,15 @@ def test_a_run_without_ema_resumes_with_the_average_starting_at_its_weights(tmp_
 
 
 def test_ema_under_fsdp_is_refused_at_configuration_time(compose) -> None:
-    cfg = compose(["dist=fsdp", "trainer.ema.decay=0.999"])
-    with pytest.raises(ConfigError, match=r"trainer.ema.decay does not work with dist=fsdp .* use dist=ddp"):
+    cfg = compose(["dist=fsdp", "callback=ema"])
+    with pytest.raises(ConfigError, match=r"callback=ema does not work with dist=fsdp .* use dist=ddp"):
         validate(cfg)
-    validate(compose(["dist=ddp", "trainer.ema.decay=0.999"]))  # DDP is fine
+    validate(compose(["dist=ddp", "callback=ema"]))  # DDP is fine
 
 
-def test_ema_decay_out_of_range_is_one_config_error() -> None:
-    with pytest.raises(ConfigError, match=r"trainer.ema.decay must be in \[0, 1\) or null, got 1.0"):
-        EMAConfig(decay=1.0)
+def test_callback_ema_alone_averages_with_decay_0_999_and_a_decay_out_of_range_is_one_config_error(compose) -> None:
+    assert compose(["callback=ema"]).callbacks.ema.decay == 0.999
+    with pytest.raises(ConfigError, match=r"callbacks.ema.decay must be in \(0, 1\), got 1.0"):
+        validate(compose(["callback=ema", "callbacks.ema.decay=1.0"]))
+    with pytest.raises(ConfigError, match=r"callbacks.ema.every_n_steps must be >= 1, got 0"):
+        EMAConfig(every_n_steps=0)

@@ -91,7 +91,7 @@ def test_trainer_logs_mfu_from_its_throughput_and_flops_per_step_in_the_summary(
     assert meter.flops_per_sample == MLP_FLOPS_PER_SAMPLE
     assert log_start(model, task, loader, tmp_path, CPU, FP32, tracker, Parallel()) is None  # no peak, no count
 
-    trainer = in_process_trainer(cfg, model, task, loader, tmp_path / "run", callbacks=[meter])
+    trainer = in_process_trainer(cfg, model, task, loader, tmp_path / "run", utilization=meter)
     summary = trainer.fit()
     trainer.tracker.finish("completed")
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -72,7 +72,14 @@ def _data(n: int = 64, seed: int = 0) -> TensorDataset:
     return TensorDataset(x, y)
 
 
-def _trainer(tmp_path: Path, batch_size: int = 8, model: nn.Module | None = None, lr: float = 0.05, **settings):
+def _trainer(
+    tmp_path: Path,
+    batch_size: int = 8,
+    model: nn.Module | None = None,
+    lr: float = 0.05,
+    callbacks: dict | None = None,
+    **settings,
+):
     cfg = TrainerConfig(**{"grad_clip": None, "progress_bar": "off", "log_every_n_steps": 4, **settings})
     torch.manual_seed(0)
     model = model if model is not None else nn.Linear(3, 1)
@@ -92,6 +99,7 @@ def _trainer(tmp_path: Path, batch_size: int = 8, model: nn.Module | None = None
         tracker=Tracker(tmp_path).start(),
         checkpoints=CheckpointManager(tmp_path, parallel, cfg.ckpt_every_n_steps, extras={"config": {"toy": 1}}),
         parallel=parallel,
+        callbacks=callbacks,
     )
 
 

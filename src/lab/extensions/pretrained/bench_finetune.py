@@ -41,16 +41,19 @@ import math
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import MISSING
 from PIL import Image, ImageDraw
 
-from lab.config import validate
+from lab.config import CallbackConfig, validate
 from lab.config.data import ImageFolderConfig
+from lab.training.callbacks import Callback
 from lab.workflows.train import run
 
 CONF = Path(__file__).resolve().parents[4] / "conf"  # the repository's (this folder's presets come with it)
@@ -114,7 +117,7 @@ def write_folder(root: Path, classes: tuple[str, ...], counts: dict[str, int], s
     return root
 
 
-class EpochClock:
+class EpochClock(Callback):
     """Trainer callback: the seconds of each training pass (`Trainer.train_epoch`: loading the batches and the steps;
     not validation, not the checkpoint write) after the first epoch's, appended to the JSON list in `path`. It wraps
     the run's `train_epoch` at the first validation's end, so the first epoch (one-off start-up) is not counted."""
@@ -137,6 +140,16 @@ class EpochClock:
         trainer.train_epoch = timed
 
 
+@dataclass
+class EpochClockConfig(CallbackConfig):
+    """`+callbacks.epoch_clock={path: ...}`: this benchmark's callback, an option only its own process defines."""
+
+    path: str = MISSING
+
+    def build(self, trainer: Any) -> EpochClock:
+        return EpochClock(self.path)
+
+
 def preprocessing(arch: str) -> dict[str, Any]:
     """What the data takes from `arch`'s pretrained weights: TimmConfig.preprocessing's reading of timm's config."""
     from lab.extensions.pretrained.options import TimmConfig
@@ -156,7 +169,7 @@ def train(run_dir: Path, overrides: list[str]) -> dict:
                 "logger=none",
                 "trainer.progress_bar=off",
                 "data.num_workers=0",
-                f"+callbacks.epoch_clock={{_target_: {__name__}.EpochClock, path: '{clock}'}}",
+                f"+callbacks.epoch_clock={{path: '{clock}'}}",
                 *overrides,
             ],
         )

@@ -14,7 +14,8 @@ from typing import Any
 import optuna
 
 from lab.errors import UserError
-from lab.extensions.sweeps.study_storage import open_storage
+from lab.extensions.sweeps.study_storage import open_trial
+from lab.training.callbacks import Callback
 
 log = logging.getLogger(__name__)
 
@@ -26,18 +27,8 @@ class TrialPruned(optuna.TrialPruned):
     run_status = "pruned"
 
 
-def open_trial(
-    storage: str | optuna.storages.BaseStorage, study_name: str, trial_number: int, pruner: Any = None
-) -> optuna.Trial:
-    """The live trial `trial_number` of a stored study, from any process (Optuna's ask/tell across processes)."""
-    opened = open_storage(storage) if isinstance(storage, str) else storage  # a URL: also journal:///<path>
-    study = optuna.load_study(study_name=study_name, storage=opened, pruner=pruner)
-    study_id = opened.get_study_id_from_name(study_name)
-    return optuna.Trial(study, opened.get_trial_id_from_study_id_trial_number(study_id, trial_number))
-
-
-class OptunaPruning:
-    """A trainer callback (duck-typed: the sweeper imports this module, which so stays free of torch)."""
+class OptunaPruning(Callback):
+    """The trainer callback of the `optuna_pruning` option."""
 
     def __init__(
         self, storage: str, study_name: str, trial_number: int, pruner: Any = None, metric: str = "val/acc"

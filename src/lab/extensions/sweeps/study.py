@@ -40,9 +40,15 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 
-from lab.extensions.sweeps.pruning import open_trial
 from lab.extensions.sweeps.search_space import Param, search_space
-from lab.extensions.sweeps.study_storage import JOURNAL, absolute_storage, check_storage, open_storage, study_lock
+from lab.extensions.sweeps.study_storage import (
+    JOURNAL,
+    absolute_storage,
+    check_storage,
+    open_storage,
+    open_trial,
+    study_lock,
+)
 from lab.sweeps.jobs import fail_fast, launch_numbered, outcome
 from lab.sweeps.ownership import claim
 

@@ -6,7 +6,7 @@ Optuna recommends for a file system several machines share (NFS), where sqlite's
 path is taken from the directory the sweep starts in, and made absolute: jobs may run elsewhere (joblib workers,
 SLURM nodes).
 
-No torch here: imported by the sweeper plugin and the pruning callback.
+No torch here: imported by the sweeper plugin and the pruning callback (`open_trial`, from any process).
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ import fcntl
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
 
 JOURNAL = "journal:///"
 SQLITE = "sqlite:///"
@@ -86,3 +89,15 @@ def study_lock(url: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def open_trial(
+    storage: str | optuna.storages.BaseStorage, study_name: str, trial_number: int, pruner: Any = None
+) -> optuna.Trial:
+    """The live trial `trial_number` of a stored study, from any process (Optuna's ask/tell across processes)."""
+    import optuna
+
+    opened = open_storage(storage) if isinstance(storage, str) else storage  # a URL: also journal:///<path>
+    study = optuna.load_study(study_name=study_name, storage=opened, pruner=pruner)
+    study_id = opened.get_study_id_from_name(study_name)
+    return optuna.Trial(study, opened.get_trial_id_from_study_id_trial_number(study_id, trial_number))

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from helpers import in_process_trainer
 from lab.extensions.diagnostics.stats import HISTOGRAM_BINS
 from lab.tasks import BaseTask
+from lab.training.callbacks import Callback
 
 SETTINGS = [
     "logger=none",
@@ -54,9 +55,9 @@ class Layers(nn.Module):
         return self.head(h + torch.relu(self.dead(h)))
 
 
-class Spy:
-    """Whether activation hooks were installed for each step's forward (read before TrainingStats, which the Trainer
-    builds after the callbacks passed to it, removes them) and, after each step, a copy of `used`'s parameters."""
+class Spy(Callback):
+    """Whether activation hooks were installed for each step's forward (read before TrainingStats removes them: put
+    first among the callbacks) and, after each step, a copy of `used`'s parameters."""
 
     def __init__(self, model: Layers) -> None:
         self.model, self.hooked = model, []
@@ -95,7 +96,8 @@ def _train(compose, tmp_path: Path, scale: float | None = None):
     data = TensorDataset(torch.randn(64, 3), torch.randn(64))
     cfg = compose(SETTINGS)
     # callback=stats: the Trainer builds the TrainingStats callback itself
-    trainer = in_process_trainer(cfg, model, SquaredError(), DataLoader(data, batch_size=8), tmp_path, callbacks=[spy])
+    trainer = in_process_trainer(cfg, model, SquaredError(), DataLoader(data, batch_size=8), tmp_path)
+    trainer.callbacks.insert(0, spy)
     if scale is not None:  # fp16-style loss scaling (fp32 compute): gradients arrive multiplied by `scale`
         trainer.scaler = torch.amp.GradScaler("cpu", init_scale=scale)
     histograms = HistogramBackend()

@@ -99,7 +99,7 @@ def test_a_run_killed_mid_epoch_resumes_to_identical_weights(streamed, tmp_path)
     straight = run_script("train.py", *train, f"hydra.run.dir={tmp_path / 'straight'}")
     assert straight.returncode == 0, straight.stderr[-3000:]
     killed = tmp_path / "killed"
-    kill = "+callbacks.kill={_target_:kill_at_step.KillAtStep,step:7}"
+    kill = "+callbacks.kill_at_step={step:7}"
     proc = run_script("train.py", *train, kill, f"hydra.run.dir={killed}", env=plugins_env())
     assert proc.returncode == -9, proc.stderr[-3000:]
     snapshot = torch.load(killed / "checkpoints/last.pt", weights_only=True)["progress"]

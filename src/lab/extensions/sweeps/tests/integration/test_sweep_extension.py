@@ -179,7 +179,7 @@ def test_two_optuna_drivers_share_a_study_and_a_killed_drivers_trial_is_run_agai
 
     # driver a completes one trial, then dies (SIGKILL) in its second, which it leaves RUNNING; b runs the rest.
     # b starts once a runs its first trial, so that a surely gets two (the creation race is test_optuna_drivers')
-    a = start("a", 1, "+callbacks.kill={_target_:kill_driver.KillDriver}", KILL_AFTER_TRIALS="1")
+    a = start("a", 1, "+callbacks.kill_driver={}", KILL_AFTER_TRIALS="1")
     while not (tmp_path / "a" / "0").is_dir() and a.poll() is None:
         time.sleep(0.1)
     b = start("b", 2)
@@ -203,7 +203,7 @@ def test_two_optuna_drivers_share_a_study_and_a_killed_drivers_trial_is_run_agai
 def test_a_killed_joblib_worker_fails_its_own_job_and_resume_auto_runs_only_that_one(tmp_path):
     sweep = tmp_path / "joblib"
     command = [*QUICK, "logger=none", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2,3"]
-    command.append("+callbacks.kill={_target_:kill_job.KillJob}")  # job 1 SIGKILLs itself, as an OOM kill does
+    command.append("+callbacks.kill_job={}")  # job 1 SIGKILLs itself, as an OOM kill does
     proc = run_sweep(sweep, *command, env=_killing_env(1, "KILL"))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == (

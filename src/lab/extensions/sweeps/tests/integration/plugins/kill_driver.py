@@ -9,10 +9,12 @@ import signal
 
 from hydra.core.hydra_config import HydraConfig
 
+from lab.training.callbacks import Callback
+
 _seen: set[int] = set()  # the trials this process ran: jobs of the basic launcher share it
 
 
-class KillDriver:
+class KillDriver(Callback):
     def on_validation_end(self, trainer, metrics, epoch) -> None:
         _seen.add(HydraConfig.get().job.num)
         if len(_seen) > int(os.environ.get("KILL_AFTER_TRIALS", "-1")) >= 0:
