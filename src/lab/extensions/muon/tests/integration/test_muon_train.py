@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import plugins_env, run_script
+from helpers import plugins_env, run_script, script_env
+from warm_python import run_python
 
 pytestmark = pytest.mark.slow
 
@@ -49,3 +50,14 @@ def test_fsdp_is_refused_in_one_line(train):
     assert run.proc.returncode != 0
     assert "optimizer=muon does not work with dist=fsdp" in run.output
     assert not (run.dir / "checkpoints").exists()
+
+
+def test_the_benchmark_races_both_and_prints_the_ratio(tmp_path):
+    """The page's `python -m lab.extensions.muon.bench_optimizers`, at its shortest: a target any first step beats."""
+    args = ["--target", "10", "--max-steps", "2", "--eval-every", "1", "--eval-batches", "1", "data.max_chars=20000"]
+    proc = run_python(
+        ["-m", "lab.extensions.muon.bench_optimizers", *args], cwd=tmp_path, env=script_env(), timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "adamw + cosine" in proc.stdout and "muon + wsd" in proc.stdout
+    assert "muon + wsd / adamw + cosine: 1.00x the steps" in proc.stdout
