@@ -82,7 +82,7 @@ def describe(model: nn.Module, optimizer: torch.optim.Optimizer) -> str:
     """The split in one line: how many tensors and values each algorithm updates, and which 2-D-or-more weights
     AdamW takes (the embeddings, the head, conv kernels: the exceptions worth seeing)."""
     names = {id(p): name for name, p in model.named_parameters()}
-    kinds = {True: [], False: []}
+    kinds: dict[bool, list[nn.Parameter]] = {True: [], False: []}
     for group in optimizer.param_groups:
         kinds[group["muon"]] += group["params"]
 
