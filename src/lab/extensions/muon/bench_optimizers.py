@@ -7,7 +7,7 @@ Both start from the same weights and see the same batches in the same order; eac
 --max-steps (its warmup from the experiment, 50 steps). The validation loss is the mean over the first
 --eval-batches validation batches, measured every --eval-every steps (each figure goes to stderr as it comes);
 its time is not counted. The default is tiny (a 2-layer, 64-wide GPT; batches of 16 x 32 characters out of
-200,000) so that it runs in a minute or two on 2 CPU cores; overrides make it larger (e.g. model.n_embd=128
+200,000) so that it runs in minutes on 2 CPU cores; overrides make it larger (e.g. model.n_embd=128
 data.batch_size=64 data.block_size=128 data.max_chars=1000000 --max-steps 2000 on a GPU).
 """
 
