@@ -18,7 +18,9 @@ from lab.config.options import Option
 
 if TYPE_CHECKING:
     import torch
+    from torch import nn
 
+    from lab.config.models import ModelConfig
     from lab.optim.schedulers import Schedule
 
 # --------------------------------------------------------------------------- optimizer
@@ -57,9 +59,29 @@ class OptimizerConfig(Option, group="optimizer"):
             "typical weight_decay: 0 to 0.1",
         )
 
+    def parameter_groups(
+        self, model: nn.Module, model_option: ModelConfig, scales: dict[str, float], include_frozen: bool
+    ) -> list[dict[str, Any]]:
+        """The groups ``build`` gets: ``lab.optim.parameter_groups`` (no decay on norms and biases; fine-tuning's
+        lr multipliers `scales`). An optimizer that updates some parameters its own way splits them further here,
+        with `model_option` naming the model's head."""
+        from lab.optim import parameter_groups
+
+        return parameter_groups(model, self.weight_decay, self.lr, scales, include_frozen)
+
     def build(self, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
         """The torch optimizer over ``groups`` (each with its own weight_decay: none on norms and biases)."""
         raise NotImplementedError(f"{type(self).__name__} has no build(groups)")
+
+    def describe(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> str | None:
+        """A line for the start of the run saying which parameters get what (an optimizer that splits them); None:
+        nothing to add to the lr line."""
+        return None
+
+    def conflict(self, run: Any) -> str | None:
+        """Why this optimizer cannot work with the rest of the run's config `run` (a ``TrainConfig``, its values
+        checked), or None: a reason refuses the run before any work starts."""
+        return None
 
 
 @dataclass

@@ -180,6 +180,8 @@ class TrainConfig:
         wandb_tags("tags", self.tags)
         # an unknown callback or key, or one that cannot work with the rest: refused here, before any work
         callback_options.check(self.callbacks, self)
+        why = self.optimizer.conflict(self)  # an optimizer that cannot work with the rest (lab.config.optim)
+        _require(why is None, str(why))
         _require(
             self.resume is None or self.ckpt_path is None,
             "pass resume=... or ckpt_path=..., not both (resume continues a run in its own dir)",

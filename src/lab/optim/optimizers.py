@@ -119,5 +119,6 @@ def build_optimizer(
     option = options.instantiate("optimizer", optimizer_cfg)
     if getattr(option, "fused", False) is None and device is not None and device.type == "cuda":
         option = dataclasses.replace(option, fused=True)
-    scales = _lr_scales(model, options.instantiate("model", model_cfg), option.head_lr_scale, option.layer_decay)
-    return option.build(parameter_groups(model, option.weight_decay, option.lr, scales, include_frozen))
+    model_option = options.instantiate("model", model_cfg)
+    scales = _lr_scales(model, model_option, option.head_lr_scale, option.layer_decay)
+    return option.build(option.parameter_groups(model, model_option, scales, include_frozen))

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lab import checkpointing, data, models, runtime, tasks, tracking
 from lab import run_dir as run_dirs
+from lab.config import options
 from lab.data import loaders
 from lab.distributed import env as dist_env
 from lab.distributed import launch, meta_init
@@ -107,6 +108,9 @@ def _trainer(
     # trainer.unfreeze_at_epoch: the frozen parameters are in the optimizer from the start (see Trainer._unfreeze)
     unfreezes = cfg.trainer.unfreeze_at_epoch is not None
     optimizer = build_optimizer(optimizer_cfg, model, cfg.model, device, include_frozen=unfreezes)
+    split = options.instantiate("optimizer", optimizer_cfg).describe(model, optimizer)  # which parameters get what
+    if split:
+        log.info("%s", split)
     scheduler = build_scheduler(cfg.scheduler, optimizer, planned_steps(cfg.trainer, len(train_batches)))
 
     prov = {key: tracker.provenance[key] for key in ("git_commit", "git_dirty", "versions")}

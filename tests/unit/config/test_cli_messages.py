@@ -99,15 +99,15 @@ def test_a_key_added_with_plus_to_a_typed_node_is_refused(tmp_path) -> None:
         (["model=cnnn"], "model=cnnn is not an option of model; did you mean model=cnn?", ", ".join(MODELS)),
         (["scheduler=cosin"], "scheduler=cosin is not an option of scheduler; did you mean scheduler=cosine?", "step"),
         (["experimnt=digits_mlp"], "experimnt is not a key of the config; did you mean experiment?", "debug"),
-        # each option has its own keys: min_lr_ratio is cosine's, num_samples synthetic's
+        # each option has its own keys: patience is plateau's, num_samples synthetic's
         (
             ["data.num_samples=5"],
             "data.num_samples is not a key of data=digits; did you mean data.num_classes? (data=synthetic has it)",
             "num_classes",
         ),
         (
-            ["scheduler=step", "scheduler.min_lr_ratio=0.1"],
-            "scheduler.min_lr_ratio is not a key of scheduler=step (scheduler=cosine has it)",
+            ["scheduler=step", "scheduler.patience=3"],
+            "scheduler.patience is not a key of scheduler=step (scheduler=plateau has it)",
             "gamma",
         ),
         (
