@@ -13,7 +13,7 @@ EXTRAS ?= $(if $(wildcard $(STAMP)),$(shell cat $(STAMP)),$(ALL_EXTRAS))
 TORCH ?=
 TORCH_INDEX := https://download.pytorch.org/whl/$(TORCH)
 
-.PHONY: install lock train test test-fast lint format clean
+.PHONY: install lock train test test-fast lint format clean docs
 
 # Exactly the lock's versions (requirements.txt as constraints: only what the chosen extras need is installed)
 $(STAMP): requirements.txt pyproject.toml
@@ -55,6 +55,10 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
+
+# mkdocs.yml: strict, so a broken link, page or anchor fails the build; site/index.html opens from file:// (search too)
+docs: $(STAMP)  ## build the documentation site into site/ (README, docs/, each extension's page, the API)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --quiet
 
 clean:  ## run outputs and caches (keeps .venv)
 	find outputs -mindepth 1 -not -name .gitkeep -delete

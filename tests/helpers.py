@@ -101,9 +101,19 @@ def write_tiny_cifar10(root: Path, per_batch: int) -> None:
     (folder / "batches.meta").write_bytes(pickle.dumps({b"label_names": names}, protocol=2))
 
 
+def core_pages() -> list[Path]:
+    """The README and the pages of docs/ (the site's pages, less each extension's)."""
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def extension_pages() -> list[Path]:
+    """Each present extension's page (src/lab/extensions/<name>/README.md)."""
+    return sorted((REPO / "src" / "lab" / "extensions").glob("*/README.md"))
+
+
 def doc_pages() -> list[Path]:
-    """The README and each present extension's page (src/lab/extensions/<name>/README.md)."""
-    return [REPO / "README.md", *sorted((REPO / "src" / "lab" / "extensions").glob("*/README.md"))]
+    """Every page of the documentation: the core's, then each extension's."""
+    return core_pages() + extension_pages()
 
 
 def readme_commands(page: Path = REPO / "README.md") -> list[str]:

@@ -405,7 +405,8 @@ def _torchrun_job_of(run_dir: Path) -> str | None:
 
 def _restarted_job() -> str | None:
     """The torchrun job this process restarts: torchrun's restart of its workers, or a requeued SLURM job that
-    runs torchrun again under the same rendezvous id (the README's sbatch script: `--rdzv-id=$SLURM_JOB_ID`)."""
+    runs torchrun again under the same rendezvous id
+    (docs/distributed.md's sbatch script: `--rdzv-id=$SLURM_JOB_ID`)."""
     from lab.distributed import env
 
     job = env.torchrun_job()

@@ -1,4 +1,4 @@
-"""The core's weight, measured by `bench/footprint.py` (README *Benchmarks*) and held: what a forker reads grows only
+"""The core's weight, measured by `bench/footprint.py` (docs/performance.md) and held: what a forker reads grows only
 on purpose. REACHED is where the code stands (lower it when a change shrinks the core, never raise it silently);
 TARGET is issue 38's budget it is on its way to."""
 

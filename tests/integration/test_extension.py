@@ -1,5 +1,5 @@
-"""README's "Add your own model, dataset or task", followed literally in a copy of the repository: its files are
-written as new files (nothing existing is edited), then its commands train, evaluate, export and infer."""
+"""docs/extending.md's "Add your own model, dataset or task", followed literally in a copy of the repository: its
+files are written as new files (nothing existing is edited), then its commands train, evaluate, export and infer."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ SECTION = "## Add your own model, dataset or task"
 
 
 def _section() -> str:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "extending.md").read_text()
     start = text.index(SECTION)
     end = text.index("\n## ", start + len(SECTION))
     return text[start:end]
@@ -41,7 +41,7 @@ def _commands(section: str) -> list[str]:
 
 
 def _fork(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """A copy of the repository with the README's new files written in (none of them may exist already)."""
+    """A copy of the repository with the page's new files written in (none of them may exist already)."""
     fork = tmp_path / "fork"
     for name in ("src", "conf", "scripts"):
         shutil.copytree(REPO / name, fork / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
@@ -49,7 +49,7 @@ def _fork(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     assert {Path(p).parts[0] for p in files} == {"src"} and len(files) == 5  # four options and the task's class
     for path, content in files.items():
         target = fork / path
-        assert not target.exists(), f"{path} exists already: the README must need new files only"
+        assert not target.exists(), f"{path} exists already: the page must need new files only"
         target.write_text(content)
     return fork, {**os.environ, "PYTHONPATH": str(fork / "src"), "WANDB_MODE": "offline"}
 

@@ -1,5 +1,5 @@
-"""Every command the README and the extensions' pages show must work as written (shortened with debug=fast where it
-trains; placeholders such as outputs/train/<run> point at runs the module makes)."""
+"""Every command the README, the pages of docs/ and the extensions' pages show must work as written (shortened with
+debug=fast where it trains; placeholders such as outputs/train/<run> point at runs the module makes)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, doc_pages, readme_commands, script_env, shell_block_commands
+from helpers import REPO, core_pages, doc_pages, extension_pages, readme_commands, script_env, shell_block_commands
 from warm_python import run_python
 
 pytestmark = pytest.mark.slow
@@ -39,12 +39,13 @@ QUICK_BENCH_ARGS = {
 RUN_BY_ANOTHER_TEST = ("bench/footprint.py",)
 
 
-def test_the_readme_starts_with_the_two_setup_commands():
-    assert (REPO / "README.md").read_text().startswith("```bash\nmake train\nmake test\n```\n")
+def test_the_readmes_quick_start_opens_with_the_two_setup_commands():
+    text = (REPO / "README.md").read_text()
+    assert text.startswith("# ") and "## Quick start\n\n```bash\nmake train\nmake test\n```\n" in text
 
 
-def test_readme_shows_the_commands_this_test_runs():
-    commands = readme_commands()
+def test_the_pages_show_the_commands_this_test_runs():
+    commands = [command for page in core_pages() for command in readme_commands(page)]
     assert any("-m " in c for c in commands) and any("ckpt_path=" in c for c in commands)
     assert any(c.startswith("python bench/") for c in commands)
 
@@ -81,10 +82,10 @@ PLACEHOLDERS = {
 }
 
 
+# a command shown on several pages (the README's quick start repeats some) runs once, under the first page's name
 PAGE_COMMANDS = [
-    pytest.param(command, id=f"{page.parent.name if page.parent != REPO else 'README'}: {command}")
-    for page in doc_pages()
-    for command in readme_commands(page)
+    pytest.param(command, id=f"{page.relative_to(REPO).as_posix()}: {command}")
+    for command, page in {c: p for p in reversed(doc_pages()) for c in readme_commands(p)}.items()
     if not any(k in command for k in RUN_BY_ANOTHER_TEST)
 ]
 
@@ -129,13 +130,17 @@ def test_readme_command_runs(command, tmp_path, request):
         assert len(jobs) >= 2 and {job["status"] for job in jobs} == {"completed"}, command
 
 
-# ```sh blocks hold what this test does not run as written. The sections below are run by their own tests; the
-# tab-completion lines run in bash here; every other line is listed with why and with the test that checks what it
-# does (that test must exist and mention it).
+# ```sh blocks hold what this test does not run as written. The sections below (a page's heading, or its title for
+# the lines before its first section) are run by their own tests, which name the page; the tab-completion lines run
+# in bash here; every other line is listed with why and with the test that checks what it does (that test must exist
+# and mention it).
 SECTIONS_RUN_ELSEWHERE = {
-    "## Install": "tests/unit/test_packaging.py",  # make install reinstalls .venv; docker and apptainer are not here
-    "## Add your own model, dataset or task": "tests/integration/test_extension.py",
-    "## Take the template's later fixes": "tests/integration/test_template_update.py",  # in a fork it makes
+    # make install reinstalls .venv; docker and apptainer are not here
+    "# Install and environments": ("tests/unit/test_packaging.py", "docs/install.md"),
+    "## Containers": ("tests/unit/test_packaging.py", "docs/distributed.md"),
+    "## Add your own model, dataset or task": ("tests/integration/test_extension.py", "docs/extending.md"),
+    # in a fork it makes
+    "## Take the template's later fixes": ("tests/integration/test_template_update.py", "docs/extending.md"),
 }
 NOT_RUN_AS_WRITTEN = {
     "git checkout <git_commit>": ("would change this work tree", "tests/integration/test_reproduce.py", "git_commit"),
@@ -156,21 +161,22 @@ NOT_RUN_AS_WRITTEN = {
         "experiment=glob(*,exclude=[",
     ),
     "make rename NAME=myproject": ("rewrites this repository", "tests/integration/test_rename.py", "rename.py"),
+    "make update": ("changes this repository", "tests/integration/test_template_update.py", '"make update"'),
+    "make drop EXT=report": ("removes an extension from this tree", "tests/integration/test_extensions.py", "drop"),
 }
 
 
-def test_every_shell_block_command_is_checked():
-    for section, command in shell_block_commands():
-        if section.startswith(tuple(SECTIONS_RUN_ELSEWHERE)) or command.startswith('eval "$(python scripts/'):
+@pytest.mark.parametrize("page", core_pages(), ids=lambda page: page.relative_to(REPO).as_posix())
+def test_every_shell_block_command_is_checked(page):
+    for section, command in shell_block_commands(page):
+        if section in SECTIONS_RUN_ELSEWHERE or command.startswith('eval "$(python scripts/'):
             continue
-        assert command in NOT_RUN_AS_WRITTEN, f"{command!r} ({section}) is run by no test: use a bash block"
-    for test_file, mention in [(f, "README") for f in SECTIONS_RUN_ELSEWHERE.values()] + [
-        (f, m) for _, f, m in NOT_RUN_AS_WRITTEN.values()
-    ]:
+        assert command in NOT_RUN_AS_WRITTEN, f"{page}: {command!r} ({section}) is run by no test: use a bash block"
+    for test_file, mention in [*SECTIONS_RUN_ELSEWHERE.values(), *((f, m) for _, f, m in NOT_RUN_AS_WRITTEN.values())]:
         assert mention in (REPO / test_file).read_text(), (test_file, mention)
 
 
-@pytest.mark.parametrize("page", doc_pages()[1:], ids=lambda page: page.parent.name)
+@pytest.mark.parametrize("page", extension_pages(), ids=lambda page: page.parent.name)
 def test_every_shell_block_command_of_an_extension_page_is_checked_by_its_tests(page):
     """An extension's page and the tests that check what it shows go together (dropping one drops both): each line
     of its ```sh blocks is quoted, as written, by a test in its own tests/ folder."""
@@ -180,7 +186,8 @@ def test_every_shell_block_command_of_an_extension_page_is_checked_by_its_tests(
 
 
 def test_tab_completion_installs_and_uninstalls():
-    install, uninstall = [c for _, c in shell_block_commands() if c.startswith('eval "$(python scripts/')]
+    lines = [c for page in core_pages() for _, c in shell_block_commands(page)]
+    install, uninstall = [c for c in lines if c.startswith('eval "$(python scripts/')]
     # installed: `python` completes through Hydra's function; uninstalled: the function is gone
     function = "declare -F hydra_bash_completion"
     script = f"{install}\ncomplete -p python\n{function}\n{uninstall}\n! {function}"

@@ -216,7 +216,7 @@ def _installed_fork(repo: Path, venv: Path) -> Path:
     return python
 
 
-README_SECTION = "## Add your own model, dataset or task"
+PAGE_SECTION = "## Add your own model, dataset or task"  # of docs/extending.md
 # a fork's first model option, named to sort before every shipped one: a test that spells the shipped list of
 # options fails on it
 FIRST_MODEL = """from dataclasses import dataclass
@@ -238,11 +238,11 @@ class Aardvark(ModelConfig):
 
 
 def _add_a_forks_options(repo: Path) -> list[str]:
-    """What a fork adds first: the files of the README's "Add your own" (as the renamed README spells them) and a
-    model named to sort first. Returns the paths written."""
-    text = (repo / "README.md").read_text()
-    start = text.index(README_SECTION)
-    section = text[start : text.index("\n## ", start + len(README_SECTION))]
+    """What a fork adds first: the files of docs/extending.md's "Add your own" (as the renamed page spells them) and
+    a model named to sort first. Returns the paths written."""
+    text = (repo / "docs" / "extending.md").read_text()
+    start = text.index(PAGE_SECTION)
+    section = text[start : text.index("\n## ", start + len(PAGE_SECTION))]
     files = {
         path: f"# {path}\n{body}"
         for path, body in re.findall(r"```(?:python|yaml)\n# (\S+)\n(.*?)```", section, flags=re.S)

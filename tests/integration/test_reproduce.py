@@ -1,4 +1,4 @@
-"""README *Reproduce a run from its run dir*: the overrides a run dir records give the same losses again."""
+"""docs/run-dirs.md *Reproduce a run from its run dir*: the overrides a run dir records give the same losses again."""
 
 from __future__ import annotations
 

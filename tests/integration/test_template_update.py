@@ -1,9 +1,9 @@
 """`make update` (scripts/update_template.py) in a fork made as a user makes one: the template (a copy of this
 repository, committed in a fresh git repository) is cloned, renamed with `make rename`, and changed by the fork;
 then the template commits fixes that mention its package (a module changed, a module added, the README), tags a
-release and commits more. The README's commands of *Take the template's later fixes* run as written in the fork
-(the template's URL is its path here): the newest release arrives renamed into src/<new>/, the fork's own changes
-stay, `.template.json` moves to the release, and REF= takes the branch. A change made on both sides is a normal
+release and commits more. The commands of docs/extending.md's *Take the template's later fixes* run as written in
+the fork (the template's URL is its path here): the newest release arrives renamed into src/<new>/, the fork's own
+changes stay, `.template.json` moves to the release, and REF= takes the branch. A change made on both sides is a normal
 cherry-pick conflict, with one line saying so; a fork made from the template's files without its history finds its
 base; a dirty tree, a missing remote and an unknown base are refused with one line, before anything is touched.
 
@@ -77,15 +77,16 @@ def _record(repo: Path) -> dict:
 
 
 def readme_section_commands() -> list[str]:
-    """The lines of the ```sh block of the README's section on taking the template's fixes."""
-    text = (REPO / "README.md").read_text()
+    """The lines of the ```sh block of docs/extending.md's section on taking the template's fixes (the README's
+    `make update` is its second line)."""
+    text = (REPO / "docs" / "extending.md").read_text()
     start = text.index(f"\n{SECTION}\n")
     block = re.search(r"```sh\n(.*?)```", text[start:], flags=re.S)
     return [line.split("  #")[0].strip() for line in block.group(1).splitlines() if line.strip()]
 
 
 def _as_run(command: str, upstream: Path) -> str:
-    """The README's command as the test runs it: the template's URL is its path; make runs the scripts with this
+    """The page's command as the test runs it: the template's URL is its path; make runs the scripts with this
     Python (its ruff formats the renamed template, as it formatted the fork's rename)."""
     command = command.replace(URL, shlex.quote(str(upstream)))
     if command.startswith("make "):

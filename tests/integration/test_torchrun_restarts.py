@@ -1,5 +1,5 @@
 """torchrun --max-restarts and SLURM: restarted workers continue the first attempt's run in its own run dir, and the
-README's 2-node sbatch script starts one torchrun per node that agree on the rendezvous."""
+docs/distributed.md's 2-node sbatch script starts one torchrun per node that agree on the rendezvous."""
 
 from __future__ import annotations
 
@@ -75,9 +75,9 @@ def test_a_torchrun_restart_resumes_in_place(tmp_path, uninterrupted, rank, step
     assert max_abs_diff(uninterrupted.weights(), run.weights()) == 0  # bit-identical to the uninterrupted job
 
 
-# what the README's sbatch script calls, faked: `scontrol show hostnames` lists two nodes; `srun` starts its command
-# once per node (in the background, as on two machines); `torchrun` records its arguments, then runs the real one
-# on this machine: a worker per node (not one per GPU), the rendezvous on a free local port instead of the first
+# what docs/distributed.md's sbatch script calls, faked: `scontrol show hostnames` lists two nodes; `srun` starts its
+# command once per node (in the background, as on two machines); `torchrun` records its arguments, then runs the real
+# one on this machine: a worker per node (not one per GPU), the rendezvous on a free local port instead of the first
 # node's, the script by its path in this repository, training shortened
 FAKE_SCONTROL = """#!/bin/bash
 [ "$1 $2" = "show hostnames" ] && [ "$3" = "gpu-a[01-02]" ] && printf 'gpu-a01\\ngpu-a02\\n'
@@ -104,11 +104,12 @@ exec "$PYTHON" -m torch.distributed.run "${args[@]}" model=mlp debug=fast logger
 
 
 def _sbatch_script() -> str:
-    (script,) = re.findall(r"```bash\n(#!/bin/bash\n#SBATCH .*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    page = (REPO / "docs" / "distributed.md").read_text()
+    (script,) = re.findall(r"```bash\n(#!/bin/bash\n#SBATCH .*?)```", page, flags=re.S)
     return script
 
 
-def test_the_readmes_two_node_sbatch_script_starts_one_torchrun_per_node_that_meet(tmp_path: Path) -> None:
+def test_the_two_node_sbatch_script_starts_one_torchrun_per_node_that_meet(tmp_path: Path) -> None:
     from lab.distributed import launch
 
     script = _sbatch_script()

@@ -1,7 +1,7 @@
 """Sharded checkpoints (dist=fsdp): every rank writes its own shards of the weights and optimizer moments with
 torch.distributed.checkpoint (DCP), in the foreground or in the background, and no rank gathers the whole model.
 
-A checkpoint is then two things (README, "What a run leaves behind"): the usual `last.pt`, holding everything but
+A checkpoint is then two things (docs/run-dirs.md): the usual `last.pt`, holding everything but
 the tensors that are sharded (progress, schedule, RNG, config, data_meta, provenance) and `shards`, the path of a
 DCP directory relative to the file's own directory (`shards/<name>`). DCP writes its `.metadata` last, renamed into
 place once every rank's shards are written: a directory without it is incomplete, never read, and removed at the

@@ -1,6 +1,6 @@
 """Checkpoint files: atomic writes and `weights_only` reads.
 
-Format (README, "What a run leaves behind"): {format_version, model, optimizer, scheduler, scaler, progress, rng,
+Format (docs/run-dirs.md): {format_version, model, optimizer, scheduler, scaler, progress, rng,
 config, data_meta, provenance}. Only tensors and plain containers, so `torch.load(path, weights_only=True)` reads
 it without running pickled code. A sharded checkpoint (dist=fsdp, lab.checkpointing.sharded) holds `shards`, the
 directory of its model and optimizer tensors, instead of `optimizer` and (but for best.pt and the final save) `model`.

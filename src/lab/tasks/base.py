@@ -137,7 +137,11 @@ class Predictions:
 
 
 class Task(Protocol[MetricsT]):
-    # outputs: what the model returns, as it returns it (a tensor, a tuple/list or a dict of them: lab.tasks.outputs)
+    """What training, eval, export and infer ask of a task. A new task subclasses BaseTask, which has a default for
+    each method but the loss. The task's option (a TaskConfig) builds it and sets its name, monitor and mode."""
+
+    # outputs: what the model returns, as it returns it (a tensor, a tuple/list or a dict of them: lab.tasks.outputs,
+    # which reads the optional ``output_names`` a task gives a tuple's outputs)
     name: str
     monitor: str  # the validation metric (without "val/") that best.pt, plateau scheduling and sweeps follow
     mode: str  # "max" or "min": the direction in which `monitor` improves

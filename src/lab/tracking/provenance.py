@@ -2,7 +2,7 @@
 module level.
 
 `collect()` (every rank, every start) asks git twice: the commit and branch, and whether anything differs from the
-commit, untracked files included (a model added as new files, the README's way, is a change of the code).
+commit, untracked files included (a model added as new files, docs/extending.md's way, is a change of the code).
 `record()` (rank 0) writes `<run dir>/provenance/`: `env.json` (the collected values, the versions, which untracked
 files were recorded, which were hashed and which were left out) and `git.diff`: `git diff HEAD` followed by the
 untracked, not-ignored files the run can import or compose (`.py` and `.yaml` under src/, conf/, scripts/) as

@@ -146,7 +146,8 @@ def test_run_report_links_the_export_and_marks_a_non_finite_loss(finished_run, f
 
 
 def test_the_reproduce_lines_of_a_run_are_its_commit_and_its_overrides(finished_run, browser):
-    """What the README's *Reproduce a run* runs (tests/integration/test_reproduce.py gets the same losses from it)."""
+    """What docs/run-dirs.md's *Reproduce a run* runs (tests/integration/test_reproduce.py gets the same losses from
+    it)."""
     assert report(str(finished_run)).returncode == 0
     browser.get((finished_run / "report.html").as_uri())
     *lines, command = browser.find_element("id", "reproduce").text.splitlines()
