@@ -43,7 +43,6 @@ def test_every_repository_path_a_page_names_exists():
     missing = [
         f"{page.name}: {path}"
         for page in core_pages()
-        if page.name != "architecture.md"  # names 3 moved files (bench/table_memory.py, ...): to fix there, then here
         for path in pattern.findall(page.read_text())
         if not any(part in path for part in NEW_FILES) and not (REPO / path).exists()
     ]
