@@ -18,7 +18,6 @@ DUCK_TYPING = {
     ("tracking/child_process.py", "item"): "a numpy or torch scalar",
     ("config/trackers.py", "get"): "a logger node as an OmegaConf DictConfig or as its dataclass",
     ("tracking/tracker.py", "get"): "a logger node as an OmegaConf DictConfig or as its dataclass",
-    ("training/trainer.py", "fitting"): "a callback's optional context (the callbacks' own lookup)",
 }
 
 

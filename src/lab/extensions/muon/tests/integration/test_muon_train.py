@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 MUON = ["optimizer=muon", "scheduler=wsd", "logger=none"]
 # the straight run copies last.pt as epoch 1 left it to checkpoints/epoch1.pt (tests/integration/plugins)
-KEEP_EPOCH_1 = "+callbacks.keep={_target_: keep_checkpoint.KeepCheckpoint, epoch: 1}"
+KEEP_EPOCH_1 = "+callbacks.keep_checkpoint={epoch: 1}"
 
 
 def test_the_character_gpt_trains_and_logs_the_split(train):
