@@ -1,7 +1,7 @@
-"""Model zoo: ``build(cfg.model, meta)`` returns the ``nn.Module`` for the data ``meta`` describes.
+"""Model zoo: `build(cfg.model, meta)` returns the `nn.Module` for the data `meta` describes.
 
-Each model is an option of the ``model`` group (``lab.config.models``): a dataclass whose ``build(meta)`` imports
-and makes the network from a module of this package.
+Each model is an option of the `model` group (`lab.config.models`). Its `build(meta)` makes the network from a
+module of this package.
 """
 
 from lab.models.common import build, image_channels, prepare

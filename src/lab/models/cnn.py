@@ -1,4 +1,4 @@
-"""Small BatchNorm convnet that works for any input size >= 1 px, with optional gradient checkpointing."""
+"""A small BatchNorm convnet for any input size >= 1 px, with optional gradient checkpointing."""
 
 from __future__ import annotations
 
@@ -20,16 +20,15 @@ def conv_block(in_channels: int, out_channels: int) -> nn.Sequential:
         nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=False),  # BatchNorm's shift makes a bias redundant
         nn.BatchNorm2d(out_channels),
         nn.ReLU(inplace=True),
-        # ceil_mode halves while the map is >= 2 px and keeps a 1x1 map 1x1, so 8 px and 224 px inputs both
-        # work with the same architecture (no dependence on meta["image_size"]).
+        # ceil_mode halves the map down to 1x1 and then keeps it there, so 8 px and 224 px inputs work with
+        # the same architecture.
         nn.MaxPool2d(2, ceil_mode=True),
     )
 
 
 @contextmanager
 def _preserved_buffers(module: nn.Module) -> Iterator[None]:
-    """Recomputation runs BatchNorm in train mode a second time, which would update its running statistics
-    twice; restoring them keeps checkpointing a pure memory/compute trade that leaves model state unchanged."""
+    """Undo the second update of BatchNorm's running statistics that recomputation in backward makes."""
     saved = [(buffer, buffer.clone()) for buffer in module.buffers()]
     try:
         yield
@@ -64,7 +63,7 @@ class SmallCNN(nn.Module):
 
 
 def _checkpoint_contexts(block: nn.Module) -> tuple[Any, Any]:
-    # (context for the first forward, context for the recomputation in backward)
+    # (first forward, recomputation in backward)
     return nullcontext(), _preserved_buffers(block)
 
 

@@ -1,4 +1,4 @@
-"""What every model shares: :func:`build` (the option's ``build`` plus ``model.freeze``) and the input checks."""
+"""What every model shares: `build` (the option's `build` plus `model.freeze`) and the input checks."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def image_channels(meta: Mapping[str, Any], model: str) -> int:
-    """Channels of (C, H, W) image inputs; a clear error when the dataset's samples are not images."""
+    """Return the channels of (C, H, W) image inputs, or raise ConfigError when the samples are not images."""
     shape = list(meta["input_shape"])
     if len(shape) != 3:
         raise ConfigError(
@@ -29,9 +29,9 @@ def image_channels(meta: Mapping[str, Any], model: str) -> int:
 
 
 def build(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
-    """The model of the ``model`` option ``cfg`` (a composed node, a checkpoint's saved dict or the option object)
-    for the data described by ``meta``, started from ``cfg.init_from``'s weights where they fit, with
-    ``cfg.freeze``'s parameters frozen."""
+    """Build option `cfg`'s model for the data `meta` describes, loading `cfg.init_from` and applying `cfg.freeze`.
+
+    `cfg` is a composed node, a checkpoint's saved dict or the option object."""
     option = options.instantiate("model", cfg)
     model = option.build(meta)
     if option.init_from is not None:
@@ -42,10 +42,10 @@ def build(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
 
 
 def prepare(model_cfg: Any, data_cfg: Any) -> Any:
-    """Before a run writes anything: the files the model starts from are found (or refused in one line); returns
-    the data config to build the data from, with the pretrained weights' preprocessing taken
-    (:func:`adopt_preprocessing`). The run's own config is left as composed (resume=auto matches it against the
-    checkpoint's); the data's ``meta`` records what was taken, and eval/export/infer read it there."""
+    """Check the files the model starts from and return the data config with the weights' preprocessing taken.
+
+    Runs before a run writes anything. The run's own config stays as composed, since resume=auto compares it with
+    the checkpoint's. The data's `meta` records what was taken, for eval/export/infer."""
     option = options.instantiate("model", model_cfg)
     option.locate_weights()
     if option.init_from is not None:
@@ -54,14 +54,13 @@ def prepare(model_cfg: Any, data_cfg: Any) -> Any:
 
 
 def adopt_preprocessing(data_cfg: Any, preprocessing: Mapping[str, Any] | None) -> Any:
-    """A copy of `data_cfg` with the pretrained weights' input size, crop, interpolation and mean/std in each of
-    those keys it leaves null (`data_cfg` itself when there is nothing to take)."""
+    """Return a copy of `data_cfg` whose null input size, crop, interpolation and mean/std come from the weights."""
     taken = {}
     for key, value in (preprocessing or {}).items():
         if key in data_cfg and data_cfg[key] is None:
             if key in ("mean", "std") and len(value) != data_cfg.get("in_channels", len(value)):
-                # grey images through RGB weights (whose first convolution sums the colour filters): the
-                # statistics of a grey pixel are those of its colours averaged
+                # Grey images through RGB weights: the first convolution sums the colour filters, so a grey
+                # pixel's statistics are its colours' averaged.
                 value = [sum(value) / len(value)] * int(data_cfg.in_channels)
             taken[key] = value
     if not taken:

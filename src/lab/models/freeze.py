@@ -1,10 +1,9 @@
-"""model.freeze: parameters whose names match fnmatch patterns (``backbone.*``) stop training.
+"""model.freeze: parameters whose names match fnmatch patterns (`backbone.*`) stop training.
 
-They get ``requires_grad=False``, so the optimizer leaves them out (``lab.optim.parameter_groups`` takes trainable
-parameters only), DDP does not reduce them and no gradient is ever computed for them; the start-of-run report
-counts them as frozen. A normalisation layer whose weights are all frozen keeps its running statistics too
-(:func:`train_mode` leaves it in eval mode): a frozen pretrained backbone would otherwise drift to the statistics of
-the new data's batches under weights that never adapt to them.
+They get `requires_grad=False`. The optimizer leaves them out (`lab.optim.parameter_groups` takes trainable
+parameters only), DDP does not reduce them, and no gradient is computed for them. A normalisation layer whose
+weights are all frozen also keeps its running statistics (`train_mode` leaves it in eval mode). Otherwise a frozen
+pretrained backbone would drift to the new data's batch statistics under weights that never adapt to them.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ BACKBONE = "backbone"  # model.freeze=[backbone]: all but the classifier
 
 
 class ModelOption(Protocol):
-    """What freezing reads of a model's option (lab.config.models.ModelConfig): the config layer sits above the
-    models, so they name the two things they use rather than import it."""
+    """What freezing reads of a model's option, named here because the config layer sits above the models."""
 
     freeze: list[str]
 
@@ -31,10 +29,10 @@ class ModelOption(Protocol):
 
 
 def freeze(model: nn.Module, option: ModelOption) -> list[str]:
-    """Freeze every parameter of `option`'s model whose name matches one of its ``freeze`` patterns (``backbone``:
-    every parameter but the classifier's, :func:`head_parameters`); returns the frozen names. A pattern that
-    matches nothing, or patterns that leave nothing to train, are a ConfigError naming the model's top-level
-    modules."""
+    """Freeze the parameters that match `option.freeze` and return their names.
+
+    The pattern `backbone` means every parameter but the classifier's (`head_parameters`). A pattern that matches
+    nothing, or patterns that leave nothing to train, raise ConfigError naming the model's top-level modules."""
     patterns, given = list(option.freeze), list(option.freeze)
     if not patterns:
         return []
@@ -63,14 +61,13 @@ def freeze(model: nn.Module, option: ModelOption) -> list[str]:
 
 
 def _top_level(model: nn.Module) -> list[str]:
-    """The names a pattern starts with: top-level submodules, and parameters held by the model itself."""
+    """Return the names a pattern can start with: top-level submodules and the model's own parameters."""
     names = [name for name, child in model.named_children() if any(True for _ in child.parameters())]
     return names + [name for name, _ in model.named_parameters(recurse=False)]
 
 
 def train_mode(model: nn.Module) -> None:
-    """``model.train()``, except for the normalisation layers whose parameters are all frozen: those stay in eval
-    mode, normalising with (and never updating) the running statistics their weights were trained with."""
+    """Call `model.train()` but keep fully frozen norm layers in eval mode, on their trained running statistics."""
     model.train()
     for module in model.modules():
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
@@ -80,8 +77,7 @@ def train_mode(model: nn.Module) -> None:
 
 
 def head_parameters(model: nn.Module, option: ModelOption, key: str) -> list[str]:
-    """Names of the classifier's parameters: those of the layer `option` (the model's option) calls its head
-    (``ModelConfig.head``: the last ``nn.Linear`` unless the option knows better)."""
+    """Return the names of the classifier's parameters, the layer `option.head` picks (by default the last Linear)."""
     named = {id(p): n for n, p in model.named_parameters()}
     head = option.head(model)
     if head is None or not any(True for _ in head.parameters()):

@@ -1,6 +1,7 @@
-"""A small decoder-only transformer (GPT): token + position embeddings, pre-norm blocks of causal self-attention
-(``scaled_dot_product_attention``, which picks flash/memory-efficient kernels where it can) and an MLP, and an
-output projection tied to the token embedding. Maps int64 tokens (B, T <= block_size) to logits (B, T, vocab)."""
+"""A small decoder-only transformer (GPT) that maps int64 tokens (B, T <= block_size) to logits (B, T, vocab).
+
+Token and position embeddings, pre-norm blocks of causal self-attention and an MLP, and an output projection tied
+to the token embedding. Attention uses `scaled_dot_product_attention`, which picks flash kernels where it can."""
 
 from __future__ import annotations
 
@@ -64,9 +65,9 @@ class GPT(nn.Module):
         self.apply(self.init_module)
 
     def init_module(self, module: nn.Module) -> None:
-        """GPT-2's initialisation of one module's own weights (normal, std 0.02; zero biases), applied to every
-        module once all are built, which dist=fsdp's meta-device init replays module by module (its option's
-        ``init_module``: lab.distributed.meta_init), so it must touch `module`'s own tensors only."""
+        """Initialise `module`'s own weights as GPT-2 does: normal with std 0.02, zero biases.
+
+        It touches `module`'s own tensors only: dist=fsdp's meta-device init replays it module by module."""
         if isinstance(module, nn.Linear | nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
@@ -78,7 +79,7 @@ class GPT(nn.Module):
         recompute = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         for block in self.blocks:
             x = checkpoint(block, x, use_reentrant=False) if recompute else block(x)
-        # the output projection is the token embedding itself (weight tying: fewer parameters, better small LMs)
+        # Weight tying: the output projection is the token embedding. Fewer parameters, better small LMs.
         return F.linear(self.ln_f(x), self.tok_emb.weight)
 
 

@@ -1,5 +1,6 @@
-"""Multi-layer perceptron on flattened inputs (pixels or table rows): the fastest baseline, and BatchNorm-free on
-purpose (so a sample's outputs never depend on the rest of its batch)."""
+"""A multi-layer perceptron on flattened inputs (pixels or table rows), the fastest baseline.
+
+No BatchNorm on purpose, so a sample's outputs never depend on the rest of its batch."""
 
 from __future__ import annotations
 
@@ -21,6 +22,6 @@ def make_mlp(in_features: int, hidden_dims: list[int], num_classes: int, dropout
 
 
 def build_mlp(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
-    # Sized from meta rather than with Lazy modules so parameter counts and torchinfo work before any forward.
+    # Sized from meta, not with Lazy modules, so parameter counts and torchinfo work before any forward.
     in_features = math.prod(int(d) for d in meta["input_shape"])
     return make_mlp(in_features, [int(h) for h in cfg.hidden_dims], int(meta["num_outputs"]), float(cfg.dropout))

@@ -1,10 +1,9 @@
-"""Weights from elsewhere: a pretrained file, or another run's checkpoint (``model.init_from``), loaded into a model
-whose head (and maybe stem) differs from theirs.
+"""Load weights from a pretrained file or another run's checkpoint (`model.init_from`) into a new model.
 
-Every tensor whose name and shape match is loaded; a first convolution made for 3 channels is adapted to the
-data's channels (RGB -> grey sums the filters, as converting a grey image to RGB repeats it); every other mismatch
-(the classifier of another class count) keeps the fresh initialisation it has. What was loaded, adapted and
-skipped is logged with counts, so a head that silently stayed random cannot pass unseen.
+The new model's head, and maybe its stem, can differ. Every tensor whose name and shape match is loaded. A first
+convolution made for 3 channels is adapted to the data's channels. Any other mismatch, such as a classifier for
+another class count, keeps its fresh initialisation. Counts of what was loaded, adapted and skipped are logged, so
+a head that silently stayed random gets noticed.
 """
 
 from __future__ import annotations
@@ -26,9 +25,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class Loaded:
     loaded: list[str] = field(default_factory=list)
-    adapted: list[str] = field(default_factory=list)  # input convolutions summed/repeated to the data's channels
-    skipped: dict[str, str] = field(default_factory=dict)  # name -> why (shape mismatch): left as initialised
-    not_in_file: list[str] = field(default_factory=list)  # the model's tensors the file lacks: left as initialised
+    adapted: list[str] = field(default_factory=list)  # input convolutions fitted to the data's channels
+    skipped: dict[str, str] = field(default_factory=dict)  # name -> shape mismatch; left as initialised
+    not_in_file: list[str] = field(default_factory=list)  # left as initialised
 
     def summary(self) -> str:
         parts = [f"{len(self.loaded) + len(self.adapted)} tensors loaded"]
@@ -43,8 +42,9 @@ class Loaded:
 
 
 def read_weights(path: str | Path, what: str) -> dict[str, torch.Tensor]:
-    """The model state of a file: this template's checkpoint (its ``model``), a plain state dict, or a dict that
-    nests one under ``state_dict`` / ``model`` (the usual layouts of published weights); .safetensors too."""
+    """Read a model state from a checkpoint, a state dict (maybe under `state_dict` or `model`) or .safetensors.
+
+    Raises UserError when the file is missing or holds no tensors."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise UserError(
@@ -71,8 +71,7 @@ def read_weights(path: str | Path, what: str) -> dict[str, torch.Tensor]:
 
 
 def check_shards(path: str | Path, what: str) -> None:
-    """Before a run writes anything: a sharded checkpoint's shard directory, checked as `read_weights` reads it
-    (where it lies, what its metadata names); only the file's header is read (memory-mapped)."""
+    """Check a sharded checkpoint's shards as `read_weights` will, reading only the file's header (memory-mapped)."""
     try:
         head = torch.load(Path(path).expanduser(), map_location="cpu", weights_only=True, mmap=True)
     except Exception:
@@ -85,12 +84,12 @@ def check_shards(path: str | Path, what: str) -> None:
 
 
 def _is_sharded(state: Any) -> bool:
-    """A sharded checkpoint (dist=fsdp) whose model is in its shards alone."""
+    """Whether `state` is a sharded checkpoint (dist=fsdp) whose model is in its shards alone."""
     return isinstance(state, dict) and "shards" in state and "model" not in state
 
 
 def load_matching(model: nn.Module, state: dict[str, torch.Tensor], what: str) -> Loaded:
-    """Load every tensor of `state` that fits `model` (see the module doc); refuses a file that fits nothing."""
+    """Load every tensor of `state` that fits `model` (see the module doc); raise UserError if none fits."""
     own = model.state_dict()
     result, fitting = Loaded(), {}
     for name, target in own.items():
@@ -116,7 +115,7 @@ def load_matching(model: nn.Module, state: dict[str, torch.Tensor], what: str) -
 
 
 def _is_input_conv(source: torch.Tensor, target: torch.Tensor) -> bool:
-    """A conv weight that differs only in its input channels, from or to the RGB the weights were trained on."""
+    """Whether `source` and `target` are conv weights that differ only in input channels, one side being RGB."""
     return (
         source.ndim == target.ndim == 4
         and source.shape[0] == target.shape[0]
@@ -126,8 +125,9 @@ def _is_input_conv(source: torch.Tensor, target: torch.Tensor) -> bool:
 
 
 def _adapt_channels(weight: torch.Tensor, channels: int) -> torch.Tensor:
-    """RGB filters for `channels` inputs: summed for grey (a grey image seen as RGB has three equal planes), else
-    repeated and rescaled so the response to a constant image keeps its size."""
+    """Adapt RGB filters to `channels` inputs: summed for grey, else repeated and rescaled.
+
+    A grey image seen as RGB has three equal planes. Rescaling keeps the response to a constant image the same."""
     rgb = weight.shape[1]
     if channels == 1:
         return weight.sum(dim=1, keepdim=True)
