@@ -1,4 +1,4 @@
-"""Optimizers (``optimizers``: parameter groups, fused kernels, LR scaling) and LR schedules (``schedulers``)."""
+"""Optimizers with their parameter groups and LR scaling (`optimizers`), and LR schedules (`schedulers`)."""
 
 from lab.optim.optimizers import build_optimizer, parameter_groups, scaled_lr
 from lab.optim.schedulers import PerStep, Schedule, WarmupPlateau, build_scheduler, planned_steps

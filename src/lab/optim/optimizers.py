@@ -1,5 +1,4 @@
-"""The optimizer over its parameter groups (no weight decay on norms and biases; fine-tuning's per-layer learning
-rates), and LR scaling for the effective batch."""
+"""Build optimizers over parameter groups (no decay on norms and biases, per-layer LRs) and scale LR to the batch."""
 
 from __future__ import annotations
 
@@ -31,11 +30,11 @@ def parameter_groups(
     scales: Mapping[str, float] | None = None,
     include_frozen: bool = False,
 ) -> list[dict]:
-    """Decayed weights apart from norm parameters and biases (decaying those only hurts); with fine-tuning's
-    learning-rate multipliers (`scales`, parameter name -> multiplier: :func:`_lr_scales`), each of those split
-    again by learning rate, every group with its own ``lr`` (`lr` times its scale), which the schedules then scale
-    as a whole. Frozen parameters are left out unless `include_frozen` (trainer.unfreeze_at_epoch: no gradient, no
-    update until they are unfrozen)."""
+    """Split `model`'s parameters into groups by weight decay and learning rate.
+
+    Norm parameters and biases get no weight decay, since decaying them only hurts. `scales` maps parameter names
+    to LR multipliers (`_lr_scales`); each scaled group gets its own `lr` (`lr` times its scale), which schedules
+    then scale as a whole. Frozen parameters are left out unless `include_frozen` (trainer.unfreeze_at_epoch)."""
     scales = scales or {}
     groups: dict[tuple[float, bool], list[nn.Parameter]] = {(1.0, True): [], (1.0, False): []}
     seen: set[int] = set()
@@ -61,9 +60,10 @@ def parameter_groups(
 def _lr_scales(
     model: nn.Module, option: ModelConfig, head_lr_scale: float, layer_decay: float | None
 ) -> dict[str, float]:
-    """Parameter name -> learning-rate multiplier (absent: 1). Layer-wise decay gives the i-th of the L layer groups
-    `option` (the model's option) names (stem first, classifier last: ``ModelConfig.layer_groups``)
-    layer_decay ** (L - 1 - i); the head's parameters (``ModelConfig.head``) are then scaled by head_lr_scale."""
+    """Map parameter names to learning-rate multipliers; a name left out gets 1.
+
+    Layer-wise decay gives the i-th of the L layer groups of `option.layer_groups` (stem first, classifier last)
+    layer_decay ** (L - 1 - i). The head's parameters (`option.head`) are then scaled by head_lr_scale."""
     scales: dict[str, float] = {}
     if layer_decay is not None and layer_decay != 1:
         layers = option.layer_groups(model)
@@ -82,10 +82,10 @@ def _lr_scales(
 
 
 def scaled_lr(cfg: Any, world_size: int) -> tuple[DictConfig, dict[str, float]]:
-    """The optimizer config with optimizer.lr scaled to the effective batch (per device x devices x accumulation)
-    against the batch the LR was tuned for (dist.base_batch_size, default data.batch_size), as dist.lr_scaling says:
-    linear (Goyal et al.), square-root, or none; logged either way. Also the figures the run's summary records.
-    `cfg`: the run's config."""
+    """Return the optimizer config with optimizer.lr scaled to the effective batch, and figures for the summary.
+
+    The effective batch (per device x devices x accumulation) is compared with the batch the LR was tuned for
+    (dist.base_batch_size, default data.batch_size). dist.lr_scaling is linear (Goyal et al.), sqrt or none."""
     batch_size, accumulation, dist_cfg = cfg.data.batch_size, cfg.trainer.grad_accum_steps, cfg.dist
     effective = batch_size * world_size * accumulation
     ratio = effective / (dist_cfg.base_batch_size or batch_size)
@@ -112,10 +112,10 @@ def build_optimizer(
     device: torch.device | None = None,
     include_frozen: bool = False,
 ) -> torch.optim.Optimizer:
-    """The configured optimizer (the option's ``build``) over `parameter_groups` of `model`, built by the model
-    option `model_cfg` (which names its head and layer groups: :func:`_lr_scales`). On CUDA, torch's fused
-    implementation when the option has a ``fused`` key left null: one kernel per step, and with a GradScaler it skips
-    overflowed steps on the device, where the unfused path reads `found_inf` back to the host every step."""
+    """Build the configured optimizer over `model`'s parameter groups.
+
+    `model_cfg` names the head and layer groups. On CUDA a null `fused` key turns on torch's fused kernel: one per
+    step, and with a GradScaler it skips overflowed steps without reading `found_inf` back to the host each step."""
     option = options.instantiate("optimizer", optimizer_cfg)
     if getattr(option, "fused", False) is None and device is not None and device.type == "cuda":
         option = dataclasses.replace(option, fused=True)

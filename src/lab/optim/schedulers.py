@@ -1,8 +1,8 @@
-"""LR schedules with linear warmup, behind one interface the trainer calls without knowing which one it has.
+"""LR schedules with linear warmup, behind one interface so the trainer need not know which one it has.
 
-A schedule is an option of the ``scheduler`` group (``lab.config.optim``) whose ``build`` returns a
-:class:`Schedule`: ``step()`` after each optimizer step, ``step_validation(metrics)`` after
-each validation (only ReduceLROnPlateau acts on it), and a state dict for checkpoints.
+A schedule is an option of the `scheduler` group (`lab.config.optim`) whose `build` returns a `Schedule`. The
+trainer calls `step()` after each optimizer step and `step_validation(metrics)` after each validation (only
+ReduceLROnPlateau acts on it), and saves its state dict in checkpoints.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ class Schedule(Protocol):
 
 
 def warmup_multiplier(warmup_steps: int, decay: Callable[[int], float]) -> Callable[[int], float]:
-    """LR multiplier per optimizer step: linear warmup over `warmup_steps`, then `decay(steps since warmup)`.
+    """Return the LR multiplier per optimizer step: linear warmup over `warmup_steps`, then `decay`.
 
-    Plain functions on purpose: LambdaLR checkpoints only its step counter then, so a resumed run follows the
+    Plain functions on purpose: LambdaLR then checkpoints only its step counter, so a resumed run follows the
     schedule of its *current* config (e.g. more epochs) from the step where it stopped.
     """
 
@@ -47,7 +47,7 @@ def warmup_multiplier(warmup_steps: int, decay: Callable[[int], float]) -> Calla
 
 
 def cosine_decay(steps: int, min_lr_ratio: float) -> Callable[[int], float]:
-    """From 1 to min_lr_ratio over `steps` (T_max = the steps after warmup: the last step lands on min_lr_ratio)."""
+    """Decay from 1 to min_lr_ratio over `steps`, the steps after warmup; the last step lands on min_lr_ratio."""
 
     def decay(done: int) -> float:
         progress = min(1.0, done / max(1, steps - 1))
@@ -61,18 +61,19 @@ def step_decay(step_size: int, gamma: float) -> Callable[[int], float]:
 
 
 class PerStep:
-    """A torch LR scheduler stepped once per optimizer step; validation does not move it. Its state dict is the
-    wrapped scheduler's own, so checkpoints hold exactly what torch saves."""
+    """A torch LR scheduler stepped once per optimizer step and never by validation.
+
+    Its state dict is the wrapped scheduler's own, so checkpoints hold exactly what torch saves."""
 
     def __init__(self, scheduler: LRScheduler) -> None:
         self.scheduler = scheduler
         self.step = scheduler.step  # bound once: called every optimizer step
 
     def step_validation(self, metrics: dict[str, float]) -> None:
-        """Nothing to do: the schedule depends on the step count only."""
+        """Do nothing: the schedule depends on the step count only."""
 
     def get_last_lr(self) -> list[float]:
-        # torch allows a Tensor lr (its capturable option); build_optimizer gives float ones
+        # torch allows a Tensor lr (capturable), but build_optimizer gives floats
         return cast(list[float], self.scheduler.get_last_lr())
 
     def state_dict(self) -> dict:
@@ -91,7 +92,7 @@ class WarmupPlateau:
         self.optimizer, self.warmup_steps, self.steps = optimizer, warmup_steps, 0
         self.monitor = monitor  # the validation metric it watches, e.g. val/loss
         self.base_lrs = [group["lr"] for group in optimizer.param_groups]
-        # mode: "min" or "max" (a config str: ReduceLROnPlateau refuses another)
+        # mode comes from the config; ReduceLROnPlateau refuses anything but "min" or "max"
         self.plateau = ReduceLROnPlateau(
             optimizer, mode=cast(Literal["min", "max"], mode), factor=factor, patience=patience
         )
@@ -114,7 +115,7 @@ class WarmupPlateau:
             self.plateau.step(value)
 
     def step_validation(self, metrics: dict[str, float]) -> None:
-        """Step on this epoch's validation metrics, by the one named in `monitor`."""
+        """Step on the validation metric named by `monitor`; raise UserError if it is missing."""
         if self.monitor not in metrics:
             raise UserError(
                 f"scheduler.monitor={self.monitor!r} is not a validation metric; choose one of {', '.join(metrics)}"
@@ -133,20 +134,19 @@ class WarmupPlateau:
 
 
 def warmup_lambda(optimizer: torch.optim.Optimizer, warmup_steps: int, decay: Callable[[int], float]) -> PerStep:
-    """A per-step multiplier schedule: linear warmup, then ``decay(steps since warmup)`` (cosine, step, constant)."""
+    """Build a per-step schedule: linear warmup, then `decay` (cosine, step or constant)."""
     return PerStep(LambdaLR(optimizer, warmup_multiplier(warmup_steps, decay)))
 
 
 def one_cycle(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int) -> PerStep:
-    """torch's OneCycleLR peaking at each group's lr after ``warmup_steps`` (at least one)."""
+    """Build torch's OneCycleLR, peaking at each group's lr after `warmup_steps` (at least one)."""
     max_lrs = [group["lr"] for group in optimizer.param_groups]
     pct_start = min(0.99, max(1, warmup_steps) / max(total_steps, 1))
     return PerStep(OneCycleLR(optimizer, max_lr=max_lrs, total_steps=max(total_steps, 2), pct_start=pct_start))
 
 
 def planned_steps(trainer_cfg: Any, batches_per_epoch: int) -> int:
-    """The optimizer steps a run plans (what a schedule spans): trainer.max_epochs of them, or trainer.max_steps
-    when that is fewer."""
+    """Return the optimizer steps a schedule spans: trainer.max_epochs' worth, or trainer.max_steps if fewer."""
     steps_per_epoch = math.ceil(batches_per_epoch / trainer_cfg.grad_accum_steps)
     log.info("%d optimizer steps per epoch", steps_per_epoch)
     total = trainer_cfg.max_epochs * steps_per_epoch
@@ -154,5 +154,5 @@ def planned_steps(trainer_cfg: Any, batches_per_epoch: int) -> int:
 
 
 def build_scheduler(scheduler_cfg: Any, optimizer: torch.optim.Optimizer, total_steps: int) -> Schedule:
-    """The configured schedule (the option's ``build``) over `total_steps` optimizer steps."""
+    """Build the configured schedule over `total_steps` optimizer steps."""
     return options.instantiate("scheduler", scheduler_cfg).build(optimizer, total_steps)
