@@ -1,20 +1,20 @@
-"""Every config schema, and every option a run can choose (lab.config.options): each default is written here, once.
+"""Every config schema and option a run can choose (`lab.config.options`), each default written here, once.
 
-Each option of the model, data, task, optimizer, scheduler and dist groups is a dataclass that subclasses its
-kind's base config and builds its component; :func:`register` stores it in Hydra's ConfigStore as
-``<group>/<name>``, so ``model=cnn`` needs no YAML, Hydra types the node by the option (unknown keys, wrong types
-and another option's keys fail while composing) and ``--help`` lists it. A tracker (trackers.py) is not one-of: it
-is stored as ``logger/<name>``, turning it on, and types its settings node ``logger.<name>``. A YAML in
-``conf/<group>/`` is a preset: ``defaults: [<option>]`` plus what differs (``conf/model/wide_cnn.yaml`` would hold
-``defaults: [cnn]`` and ``channels: [64, 128, 256]``). The entry configs (``conf/train.yaml``...) extend the root
-schemas in :data:`SCHEMAS`. Value checks (``lr > 0``...) live in ``__post_init__`` and run once, in
-:func:`validate`, before any work starts; tests/unit/config/test_defaults_once.py fails on a YAML value that repeats
-a default.
+An option of the model, data, task, optimizer, scheduler or dist group is a dataclass that subclasses its kind's
+base config and builds its component. `register` stores it in Hydra's ConfigStore as `<group>/<name>`. So
+`model=cnn` needs no YAML, `--help` lists it, and Hydra types the node by the option: unknown keys, wrong types and
+another option's keys fail while composing. Trackers (trackers.py) are not one-of: each is stored as
+`logger/<name>`, which turns it on, and types its settings node `logger.<name>`.
 
-A fork's options are modules in this package (``src/lab/config/<anything>.py``): :func:`register` imports every
-module here first. This package must not import torch: it is imported by every entry script, and ``--help`` /
-``--cfg job`` stay fast only if nothing heavy is loaded before Hydra prints and exits (an option's ``build``
-imports its component).
+A YAML in `conf/<group>/` is a preset: `defaults: [<option>]` plus what differs. For example
+`conf/model/wide_cnn.yaml` would hold `defaults: [cnn]` and `channels: [64, 128, 256]`. The entry configs
+(`conf/train.yaml`...) extend the root schemas in `SCHEMAS`. Value checks (`lr > 0`...) live in `__post_init__`
+and run once, in `validate`, before any work starts. tests/unit/config/test_defaults_once.py fails on a YAML value
+that repeats a default.
+
+A fork adds options as modules in this package; `register` imports every module here. This package must not import
+torch: every entry script imports it, and `--help` and `--cfg job` stay fast only if nothing heavy loads before
+Hydra prints and exits. An option's `build` imports its component.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ __all__ = [
     "validate",
 ]
 
-# ConfigStore name -> schema of the entry configs (conf/<entry>.yaml names its own in its defaults list). The logger
+# ConfigStore name -> schema of an entry config; conf/<entry>.yaml names its own in its defaults list. The logger
 # group's options extend nothing: the entry schemas type `logger`, and `logger=[wandb,csv]` merges them in turn.
 SCHEMAS: dict[str, type] = {
     "train_schema": TrainConfig,
@@ -135,25 +135,24 @@ SCHEMAS: dict[str, type] = {
     "export_schema": ExportConfig,
     "infer_schema": InferConfig,
 }
-# Group options that are a schema's defaults as they are (no YAML holding nothing); the presets extend the schema.
+# Group options that are just a schema's defaults, so no empty YAML is needed. The presets extend the schema.
 PLAIN_OPTIONS = {
     ("trainer", "default"): TrainerConfig,
 }
-# Group options that change nothing: `logger=none` keeps every tracker's switch off (the schema's default).
+# Group options that change nothing: `logger=none` keeps every tracker off, as the schema's default does.
 EMPTY_OPTIONS = (("logger", "none"),)
 
 
-_STORED: set[type] = set()  # the option classes register() has stored
+_STORED: set[type] = set()  # option classes register() has stored
 
 
 def register() -> None:
-    """Store the entry schemas at the root of Hydra's ConfigStore (a schema is not an option to choose) and every
-    option in its group, a fork's and the extensions' too: each module of this package, and each extension's
-    ``options`` module (lab.extensions), is imported first.
+    """Store the entry schemas at the root of Hydra's ConfigStore and every option in its group.
 
-    It runs when this package is imported, and again, for the options not stored yet, when Hydra builds its config
-    search path (hydra_plugins/lab_sweepers/extensions.py): an extension's options module imported first imports
-    this package halfway through its own body, so its classes exist only after this first call."""
+    Every module of this package and each extension's `options` module is imported first, so a fork's and the
+    extensions' options are stored too. It runs when this package is imported, and again for options not yet stored
+    when Hydra builds its search path (hydra_plugins/lab_sweepers/extensions.py). That second call is needed because
+    an extension's options module imported first imports this package halfway through its own body."""
     for module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{module.name}")
     extensions.modules("options")
@@ -165,8 +164,8 @@ def register() -> None:
             cs.store(group=group, name=name, node=schema)
         for group, name in EMPTY_OPTIONS:
             cs.store(group=group, name=name, node={})
-    # every call: a schema holds a node per option of some kinds (the logger's trackers, the export's steps), and
-    # the options may have changed since the last call (an extension's imported late, a test's fork option removed)
+    # On every call: some schemas hold a node per option (the logger's trackers, the export's steps), and the options
+    # may have changed since the last call (an extension imported late, a test's fork option removed).
     for root, root_schema in SCHEMAS.items():
         cs.store(name=root, node=root_schema)
     for group, name, option in new:
@@ -177,10 +176,10 @@ def register() -> None:
 
 
 def validate(cfg: DictConfig) -> None:
-    """Run every schema's value checks (``__post_init__``); raise ConfigError naming the bad key.
+    """Run every schema's value checks (`__post_init__`) and raise ConfigError naming the bad key.
 
-    Keys a schema does not declare are refused first: Hydra's ``+key=value`` / ``++key=value`` add them to a typed
-    node regardless of its schema, and ``OmegaConf.to_object`` would then drop them without a word."""
+    Undeclared keys are refused first. Hydra's `+key=value` adds them to a typed node regardless of its schema, and
+    `OmegaConf.to_object` would then drop them silently."""
     undeclared = next(undeclared_keys(cfg), None)
     if undeclared is not None:
         raise ConfigError(unknown_key_message(*undeclared))
@@ -188,18 +187,18 @@ def validate(cfg: DictConfig) -> None:
         OmegaConf.to_object(cfg)
     except ConfigError:
         raise
-    except Exception as err:  # interpolation errors, missing values: Hydra/OmegaConf explain them well
+    except Exception as err:  # interpolation errors, missing values: OmegaConf's message explains them well
         raise ConfigError(str(err).splitlines()[0]) from err
 
 
 def _direction(mode: str) -> str:
-    """${lab.direction:${task.mode}}: a task's max/min as the sweepers' maximize/minimize."""
+    """Resolve ${lab.direction:${task.mode}}: a task's max/min as the sweepers' maximize/minimize."""
     if mode not in ("max", "min"):
         raise ConfigError(f"task.mode={mode!r} is not valid; choose one of max, min")
     return "maximize" if mode == "max" else "minimize"
 
 
 register()
-upstream.hydra_config_repository_copied_shallowly()  # --help and every composition: 6 of 7 s were its deep copies
+upstream.hydra_config_repository_copied_shallowly()  # its deep copies took 6 of 7 s of --help and each composition
 if not OmegaConf.has_resolver("lab.direction"):
     OmegaConf.register_new_resolver("lab.direction", _direction)

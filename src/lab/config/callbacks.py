@@ -1,5 +1,4 @@
-"""The `callback` kind: trainer callbacks a run turns on by name, each an option (lab.config.options) whose
-``build(trainer)`` makes a ``lab.training.callbacks.Callback`` for the Trainer it hooks into.
+"""Trainer callbacks a run turns on by name, each an option whose `build(trainer)` makes a `Callback`.
 
     @dataclass
     class PrintLr(CallbackConfig):    # callback=print_lr   (several at once: callback=[print_lr,other])
@@ -9,12 +8,11 @@
             from lab.training.print_lr import PrintLr
             return PrintLr(self.every)
 
-Several callbacks can be on at once, so an option lands in its own node, ``callbacks.<name>``, rather than in the
-group's. ``+callbacks.<name>={key: value}`` turns one on too (a sweeper may, in its jobs' overrides). This is the
-one way to add to the Trainer: the core's callbacks below, an extension's (an option of its ``options.py``), a
-fork's (a module of src/lab/config), a test's or a notebook's (a subclass defined there) are all options. The
-Trainer builds them once it is set up, in the order they are named (``callback=[ema,mine]``: yours sees the
-EMA's weights back in the model and its val_raw/ metrics).
+Several callbacks can be on at once, so each option lands in its own node, `callbacks.<name>`.
+`+callbacks.<name>={key: value}` also turns one on, as a sweeper may in its jobs' overrides. This is the one way
+to add to the Trainer. The core's callbacks below and those of an extension (its `options.py`), a fork (a module
+of src/lab/config), a test or a notebook are all options. The Trainer builds them once it is set up, in the order
+they are named. With `callback=[ema,mine]`, yours sees the EMA's weights back in the model and its val_raw/ metrics.
 """
 
 from __future__ import annotations
@@ -35,21 +33,22 @@ class CallbackConfig(Option, group="callback", package="callbacks.{name}"):
     name: str = MISSING
 
     def build(self, trainer: Any) -> Any:
-        """The callback for `trainer` (a ``lab.training.Trainer``, set up, not fitting yet): a
-        ``lab.training.callbacks.Callback``, or None for none here (a callback only rank 0 runs, on the other
-        ranks). Import its code here: this module imports no torch."""
+        """Return the `lab.training.callbacks.Callback` for `trainer`, which is set up but not fitting yet.
+
+        Return None for no callback on this rank, e.g. on ranks other than 0 for a rank-0-only callback. Import
+        the code here, since this module imports no torch."""
         raise NotImplementedError(f"the {self.name} callback option needs a build(trainer) that returns the callback")
 
     def conflict(self, run: Any) -> str | None:
-        """Why this callback cannot work with the rest of the run's config `run` (a ``TrainConfig``, its values
-        checked), or None: a reason refuses the run before any work starts."""
+        """Return why this callback cannot work with the run's checked `TrainConfig` (refusing the run), or None."""
         return None
 
 
 @dataclass
 class EMAConfig(CallbackConfig):
-    """callback=ema: an exponential moving average of the weights (lab.training.ema): validation, best.pt and the
-    test score use the averaged weights; last.pt keeps both, so a resume is exact."""
+    """callback=ema: an exponential moving average of the weights (lab.training.ema).
+
+    Validation, best.pt and the test score use the averaged weights. last.pt keeps both, so a resume is exact."""
 
     decay: float = 0.999  # per update: ema = decay * ema + (1 - decay) * weights
     every_n_steps: int = 1  # update after every n-th optimizer step (cheaper for large models)
@@ -75,12 +74,12 @@ class EMAConfig(CallbackConfig):
 
 @dataclass
 class EarlyStoppingConfig(CallbackConfig):
-    """callback=early_stopping: stop when the task's monitor has not improved by more than `min_delta` for
-    `patience` validations in a row (lab.training.early_stopping); the test split is still scored and the run
-    still counts as completed."""
+    """callback=early_stopping: stop when the monitor has not improved by more than `min_delta` in `patience` checks.
+
+    The test split is still scored and the run still counts as completed (lab.training.early_stopping)."""
 
     patience: int = 5  # validations without improvement before stopping
-    min_delta: float = 0.0  # the smallest change of the monitor that counts as an improvement
+    min_delta: float = 0.0  # smallest change of the monitor that counts as an improvement
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -94,7 +93,7 @@ class EarlyStoppingConfig(CallbackConfig):
 
 
 def chosen(callbacks: Mapping[str, Any]) -> dict[str, CallbackConfig]:
-    """Each entry of ``cfg.callbacks`` (a node, or an option object already) as its option, values checked."""
+    """Return each entry of `cfg.callbacks` (a node or an option object) as its option, values checked."""
     return {
         key: instantiate("callback", spec if isinstance(spec, Option) else {"name": key, **spec})
         for key, spec in callbacks.items()
@@ -110,8 +109,7 @@ def check(callbacks: Mapping[str, Any], run: Any) -> None:
 
 
 def build(callbacks: Mapping[str, Any], trainer: Any) -> list[Any]:
-    """The callbacks ``cfg.callbacks`` turns on, built for `trainer`; each must be a ``Callback`` (the Trainer
-    calls every hook on every one of them)."""
+    """Build the callbacks `cfg.callbacks` turns on for `trainer`; raise TypeError for one that is not a `Callback`."""
     from lab.training.callbacks import Callback
 
     built = {name: option.build(trainer) for name, option in chosen(callbacks).items()}

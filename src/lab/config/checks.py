@@ -19,14 +19,14 @@ def one_of(key: str, value: object, options: tuple[str, ...]) -> None:
 def in_range(
     key: str, value: float, low: float, high: float, *, open_low: bool = False, open_high: bool = False, hint: str = ""
 ) -> None:
-    """`low <= value <= high` (either end open), which NaN never is: comparisons with NaN are False."""
+    """Require `low <= value <= high`, either end optionally open; NaN always fails, as its comparisons are False."""
     above = value > low if open_low else value >= low
     below = value < high if open_high else value <= high
     span = f"{'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
     require(above and below, f"{key} must be in {span}, got {value}{f' ({hint})' if hint else ''}")
 
 
-# numpy's RandomState (lab.runtime.seed_everything seeds it with `seed`) takes seeds 0 .. 2**32 - 1 only
+# numpy's RandomState, which lab.runtime.seed_everything seeds, takes seeds 0 .. 2**32 - 1 only
 SEED_MAX = 2**32 - 1
 
 
@@ -34,10 +34,10 @@ def seed(key: str, value: int) -> None:
     require(0 <= value <= SEED_MAX, f"{key} must be in [0, 2**32 - 1] (the seeds numpy takes), got {value}")
 
 
-# wandb refuses a run whose tag is empty or longer than this (wandb.sdk.wandb_settings.validate_run_tags); without this
-# check that happens only once the data and the model are built, after minutes of work
+# wandb refuses a run whose tag is empty or longer than this (validate_run_tags). Checking here fails in seconds
+# rather than after the data and model are built.
 WANDB_TAG_MAX = 64
-_WANDB_PROJECT_MAX = 128  # and these characters are not allowed in a project name (validate_project)
+_WANDB_PROJECT_MAX = 128  # also from wandb (validate_project), like the forbidden characters below
 _WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
 
 
@@ -53,7 +53,7 @@ def wandb_tags(key: str, tags: list[str]) -> None:
 
 def wandb_project(key: str, project: str | None) -> None:
     if not project:
-        return  # null or '': $WANDB_PROJECT, else the default (lab.tracking.wandb_backend)
+        return  # null or '' means $WANDB_PROJECT, else the default (lab.tracking.wandb_backend)
     forbidden = sorted({c for c in project if c in _WANDB_PROJECT_FORBIDDEN})
     require(
         len(project) <= _WANDB_PROJECT_MAX and not forbidden,

@@ -1,6 +1,6 @@
-"""The `data` group: the loader keys every dataset has (``DataConfig``), and one option per shipped dataset with its
-own keys (lab.config.options), so ``data=digits data.num_samples=5`` is refused: only synthetic has that key.
-``build()`` reads the files and returns a ``lab.data.DataModule``."""
+"""The `data` group: the keys every dataset has (`DataConfig`), and one option per shipped dataset with its own keys.
+
+So `data=digits data.num_samples=5` is refused (only synthetic has it). `build()` returns a `lab.data.DataModule`."""
 
 from __future__ import annotations
 
@@ -22,25 +22,25 @@ from lab.errors import ConfigError
 if TYPE_CHECKING:
     from lab.data.common import DataModule
 
-DIGITS = tuple(str(i) for i in range(10))  # the class names of digits and MNIST
+DIGITS = tuple(str(i) for i in range(10))  # class names of digits and MNIST
 
 
 @dataclass
 class DataConfig(Option, group="data"):
-    """Keys every dataset has: where its files are, how it is split and batched. Every dataset extends it."""
+    """Keys every dataset has: where its files are, and how it is split and batched."""
 
     name: str = MISSING
-    root: str = "${oc.select:paths.data,data}"  # paths.data (this machine's: conf/local/default.yaml), alone "data"
+    root: str = "${oc.select:paths.data,data}"  # this machine's paths.data (conf/local/default.yaml), else "data"
     batch_size: int = 64  # per device
     eval_batch_size: int | None = None  # null = batch_size
-    # torch: a DataLoader (workers, any dataset) | device: each split held as tensors on the training device, batches
-    # shuffled, cut and augmented there by tensor ops (in-memory datasets: images, tables, text)
+    # torch: a DataLoader with workers, for any dataset. device: each split held as tensors on the training device,
+    # where batches are shuffled, cut and augmented by tensor ops (in-memory datasets: images, tables, text).
     loader: str = "torch"
     num_workers: int = 0  # data.loader=torch only
     pin_memory: bool | None = None  # null = auto: only when training on CUDA
     persistent_workers: bool = True  # only meaningful with num_workers > 0
-    # how workers start: fork | spawn | forkserver; null = the platform's default (fork on Linux), also in processes a
-    # launcher spawned (dist=ddp's ranks, hydra/launcher=joblib's jobs), which would otherwise pass on their own
+    # How workers start: fork | spawn | forkserver. null = the platform's default (fork on Linux), also in processes
+    # a launcher spawned (dist=ddp's ranks, hydra/launcher=joblib's jobs), which would otherwise pass on their own.
     multiprocessing_context: str | None = None
     split_seed: int = 0  # fixes the train/val(/test) split, independent of the training seed
     val_fraction: float = 0.15
@@ -66,19 +66,19 @@ class DataConfig(Option, group="data"):
         )
 
     def build(self) -> DataModule:
-        """The train/val(/test) splits and their ``meta`` (a ``lab.data.DataModule``)."""
+        """Return the train/val(/test) splits and their `meta` as a `lab.data.DataModule`."""
         raise NotImplementedError(f"{type(self).__name__} has no build()")
 
     def prepare(self) -> None:
-        """``scripts/prepare_data.py``: write data.path from data.source once, for the datasets read from files
-        prepared for them (an option that has such files overrides this and :meth:`verify`). The others read their
-        files as they are."""
+        """Write data.path from data.source once, for `scripts/prepare_data.py`; by default raise ConfigError.
+
+        An option read from prepared files overrides this and `verify`. The others read their files as they are."""
         prepared = [
             n
             for n, o in options.options("data").items()
             if issubclass(o, DataConfig) and o.prepare is not DataConfig.prepare
         ]
-        # with no such option present (none ships in the core), say so rather than list nothing
+        # none ships in the core, so say so rather than list nothing
         which = (
             f"scripts/prepare_data.py prepares {', '.join(prepared)}"
             if prepared
@@ -87,12 +87,13 @@ class DataConfig(Option, group="data"):
         raise ConfigError(f"data={self.name} reads its files as they are: nothing to prepare; {which}")
 
     def verify(self) -> None:
-        """``scripts/prepare_data.py --verify``: every prepared part against its checksum (see :meth:`prepare`)."""
-        self.prepare()  # the datasets without prepared files refuse in the same words
+        """Check every prepared part against its checksum, for `scripts/prepare_data.py --verify`."""
+        self.prepare()  # datasets without prepared files refuse in the same words
 
     def batch_mixing(self) -> tuple[float, float] | None:
-        """(MixUp alpha, CutMix alpha) when training batches are mixed (``lab.data.augment.MixBatch``: class
-        probabilities as targets, refused for other tasks); None, the default: batches as the loader makes them."""
+        """Return (MixUp alpha, CutMix alpha) if training batches are mixed, or None (the default) if not.
+
+        Mixing (`lab.data.augment.MixBatch`) turns targets into class probabilities, so other tasks refuse it."""
         return None
 
 
@@ -107,13 +108,13 @@ class ImageDataConfig(DataConfig, abstract=True):
     # null = the pretrained model's (model.preprocessing()), else the dataset's own statistics
     mean: list[float] | None = None
     std: list[float] | None = None
-    # evaluation and inference on image files: the shorter side resized to image_size / crop_pct, the centre
-    # image_size square kept. null = the pretrained model's, else 1 (the whole shorter side)
+    # For evaluation and inference on image files: resize the shorter side to image_size / crop_pct, then keep the
+    # centre image_size square. null = the pretrained model's, else 1 (the whole shorter side).
     crop_pct: float | None = None
     interpolation: str | None = None  # bilinear | bicubic | nearest; null = the pretrained model's, else bilinear
-    # MixUp / CutMix on training batches (lab.data.augment): each batch mixed with itself rolled by one sample, by a
-    # share drawn from Beta(alpha, alpha); targets become class probabilities (N, K). 0 = off (0.2 and 1.0 are the
-    # usual values); both > 0: one of the two per batch. Needs a classification task and data.loader=torch.
+    # MixUp / CutMix on training batches (lab.data.augment). Each batch is mixed with itself rolled by one sample,
+    # by a share drawn from Beta(alpha, alpha), and targets become class probabilities (N, K). 0 = off; 0.2 and 1.0
+    # are usual. With both > 0, one of the two per batch. Needs a classification task and data.loader=torch.
     mixup_alpha: float = 0.0
     cutmix_alpha: float = 0.0
 
@@ -149,8 +150,9 @@ class ImageDataConfig(DataConfig, abstract=True):
 
 @dataclass
 class DigitsConfig(ImageDataConfig):
-    """scikit-learn's bundled 8x8 handwritten digits (1,797 images, offline). Split fixed by split_seed.
-    num_workers stays 0: an in-memory tensor set, where worker processes would only add IPC cost."""
+    """scikit-learn's bundled 8x8 handwritten digits (1,797 images, offline), split by split_seed.
+
+    num_workers stays 0: the set is in-memory tensors, where worker processes would only add IPC cost."""
 
     num_classes: int | None = 10
 
@@ -162,10 +164,10 @@ class DigitsConfig(ImageDataConfig):
 
 @dataclass
 class MnistConfig(ImageDataConfig):
-    """MNIST (torchvision's files under data.root). No network here: data.download=true on a machine with one."""
+    """MNIST (torchvision's files under data.root); data.download=true fetches them on a machine with a network."""
 
-    # what a member of the MNIST family changes (lab.data.builtin reads it): torchvision's dataset class, which
-    # also names its folder under data.root, the official training set's pixel mean and std, and the class names
+    # What a member of the MNIST family changes (lab.data.builtin reads it): torchvision's dataset class, which also
+    # names its folder under data.root; the official training set's pixel mean and std; and the class names.
     torchvision_class: ClassVar[str] = "MNIST"
     stats: ClassVar[tuple[float, float]] = (0.1307, 0.3081)
     class_names: ClassVar[tuple[str, ...]] = DIGITS
@@ -205,7 +207,7 @@ class FashionMnistConfig(MnistConfig):
 
 @dataclass
 class Cifar10Config(ImageDataConfig):
-    """CIFAR-10 (torchvision's files under data.root; data.download=true fetches them on a machine with a network)."""
+    """CIFAR-10 (torchvision's files under data.root); data.download=true fetches them on a machine with a network."""
 
     download: bool = False
     batch_size: int = 128
@@ -224,20 +226,21 @@ class Cifar10Config(ImageDataConfig):
 
 @dataclass
 class ImageFolderConfig(ImageDataConfig):
-    """Your own images: ${data.root}/{train,val}/<class_name>/*.png|jpg (optional test/); without val/, a stratified
-    data.val_fraction of train/ (split by data.split_seed). Classes = train's sub-folders (num_classes stays null:
-    counted from the folders). data.root=/path/to/images is required: the run stops with the expected layout if
-    root/train is missing."""
+    """Your own images in ${data.root}/{train,val}/<class_name>/*.png|jpg, with optional test/.
+
+    Without val/, a stratified data.val_fraction of train/ is split off by data.split_seed. The classes are
+    train/'s sub-folders, so num_classes stays null. data.root=/path/to/images is required; if root/train is
+    missing, the run stops and shows the expected layout."""
 
     num_workers: int = 4
     in_channels: int = 3
-    # null = the pretrained model's input size, else 64 (the fixed-size datasets' image_size is never null)
+    # null = the pretrained model's input size, else 64. Fixed-size datasets never leave image_size null.
     image_size: int | None = None  # type: ignore[assignment]
     augment: bool = True
     max_bad_samples: int = 0  # unreadable images skipped (with a warning) before the run stops
-    # added to data.augment's crop + flip, training images only (lab.data.augment): an automatic policy on the image,
-    # null | randaugment (2 ops, magnitude 9) | trivialaugment (TrivialAugmentWide), and the probability of erasing a
-    # random rectangle of each normalized image (0 = never; 0.25 is usual)
+    # Added to data.augment's crop + flip, on training images only (lab.data.augment). auto_augment is a policy:
+    # null | randaugment (2 ops, magnitude 9) | trivialaugment (TrivialAugmentWide). random_erasing is the
+    # probability of erasing a random rectangle of each normalized image (0 = never; 0.25 is usual).
     auto_augment: str | None = None
     random_erasing: float = 0.0
 
@@ -263,8 +266,9 @@ class ImageFolderConfig(ImageDataConfig):
 
 @dataclass
 class SyntheticConfig(ImageDataConfig):
-    """Random tensors of a configurable shape (num_samples of them): for benchmarks and smoke tests, not for
-    learning. data.augment=true adds CIFAR-10's augmentation (random crop after padding 4 + horizontal flip)."""
+    """num_samples random tensors of a configurable shape, for benchmarks and smoke tests, not for learning.
+
+    data.augment=true adds CIFAR-10's augmentation (random crop after padding 4 + horizontal flip)."""
 
     in_channels: int = 3
     image_size: int = 32
@@ -283,8 +287,9 @@ class SyntheticConfig(ImageDataConfig):
 
 @dataclass
 class DiabetesConfig(DataConfig):
-    """scikit-learn's bundled diabetes table (442 patients, 10 features, offline); for task=regression. Features and
-    target are standardised with the train split's statistics (kept in the checkpoint)."""
+    """scikit-learn's bundled diabetes table (442 patients, 10 features, offline), for task=regression.
+
+    Features and target are standardised with the train split's statistics, which the checkpoint keeps."""
 
     batch_size: int = 32  # 442 rows: small batches, several steps per epoch
 
@@ -295,8 +300,7 @@ class DiabetesConfig(DataConfig):
 
 
 def _encoding(value: str) -> None:
-    """data.encoding: a text encoding Python has (under any of its aliases: utf8, latin1, cp1252...); str.encode
-    refuses the codecs that are no text encodings too (base64, zlib)."""
+    """Raise ConfigError unless data.encoding is a text encoding Python knows (codecs like base64 are refused)."""
     try:
         "".encode(value)
     except LookupError:
@@ -307,15 +311,16 @@ def _encoding(value: str) -> None:
 
 @dataclass
 class CsvConfig(DataConfig):
-    """Your own table: python scripts/train.py data=csv data.path=my.csv data.target=price task=regression. Numeric
-    feature columns (all but the target unless data.features lists them), standardised with the train split's
-    statistics; the target is a class label (task=classification) or a value (task=regression)."""
+    """Your own table: `python scripts/train.py data=csv data.path=my.csv data.target=price task=regression`.
+
+    Feature columns are numeric, all but the target unless data.features lists them, and standardised with the train
+    split's statistics. The target is a class label (task=classification) or a value (task=regression)."""
 
     path: str = MISSING  # the .csv file (header row required)
-    target: str = MISSING  # the target column's name
+    target: str = MISSING  # target column's name
     features: list[str] | None = None  # null = every other column
     target_type: str = "${task.target_type}"  # class (labels) | value (regression); follows the task
-    encoding: str = "utf-8"  # of the file; bytes not valid in it are read as U+FFFD, with a warning counting them
+    encoding: str = "utf-8"  # invalid bytes are read as U+FFFD, and a warning counts them
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -330,14 +335,15 @@ class CsvConfig(DataConfig):
 
 @dataclass
 class TextConfig(DataConfig):
-    """A text corpus for character/byte-level language modelling, cut into windows of block_size tokens (train/val/
-    test: contiguous parts). data.path=null reads a sample of Python's own standard-library sources."""
+    """A text corpus for char- or byte-level language modelling, cut into windows of block_size tokens.
 
-    path: str | None = None  # a text file; null = Python's own standard-library sources (always there offline)
+    Train/val/test are contiguous parts. data.path=null reads a sample of Python's own standard-library sources."""
+
+    path: str | None = None  # a text file; null = Python's standard-library sources (always there offline)
     level: str = "char"  # char (vocabulary of the corpus' characters) | byte (256 symbols, any text)
     block_size: int = 64  # tokens per training window (the model's context)
     max_chars: int = 1_000_000  # cap on the corpus read (null-path corpus included)
-    encoding: str = "utf-8"  # of data.path; bytes not valid in it are read as U+FFFD, with a warning counting them
+    encoding: str = "utf-8"  # of data.path; invalid bytes are read as U+FFFD, and a warning counts them
     batch_size: int = 32
     val_fraction: float = 0.1  # train/val/test are contiguous parts of the corpus
     test_fraction: float = 0.1

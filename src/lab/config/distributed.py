@@ -1,8 +1,8 @@
-"""The `dist` group: the keys every strategy has, plus one option per strategy (lab.config.options; its name is
-under `strategy`), so a key of another strategy (`dist=none dist.nproc=4`, `dist=ddp
-dist.reshard_after_forward=false`) is refused while composing. Each option builds its strategy object
-(lab.distributed.parallel), and says what the rest of the run needs to know of it (`spawns_ranks`, `shards_weights`):
-no code compares a strategy's name."""
+"""The `dist` group: the keys every strategy has, plus one option per strategy, named under `strategy`.
+
+A key of another strategy (`dist=none dist.nproc=4`) is refused while composing. Each option builds its strategy
+object (lab.distributed.parallel) and says what the rest of the run needs to know (`spawns_ranks`,
+`shards_weights`), so no code compares a strategy's name."""
 
 from __future__ import annotations
 
@@ -21,17 +21,16 @@ if TYPE_CHECKING:
 
 @dataclass
 class DistConfig(Option, group="dist", key="strategy"):
-    """Keys of every strategy. The lr scaling applies to one process too: gradient accumulation also grows the
-    effective batch (per device x processes x trainer.grad_accum_steps)."""
+    """Keys of every strategy; LR scaling applies to one process too, as accumulation grows the effective batch."""
 
-    # one process per rank: scripts/train.py starts them (lab.distributed.launch), or torchrun/srun did
+    # One process per rank, started by scripts/train.py (lab.distributed.launch) or by torchrun/srun.
     spawns_ranks: ClassVar[bool] = False
-    # each rank holds a shard of the weights: what needs the whole model on every rank is refused with it
+    # Each rank holds a shard of the weights, so anything that needs the whole model on every rank is refused.
     shards_weights: ClassVar[bool] = False
 
-    strategy: str = MISSING  # fixed by the option's schema: choose with dist=none|ddp|fsdp
+    strategy: str = MISSING  # set by the option; choose with dist=none|ddp|fsdp
     lr_scaling: str = "none"  # none | linear | sqrt: lr *= (effective batch / base_batch_size)^(1 or 1/2)
-    base_batch_size: int | None = None  # the effective batch optimizer.lr was tuned for; null = data.batch_size
+    base_batch_size: int | None = None  # effective batch optimizer.lr was tuned for; null = data.batch_size
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -42,7 +41,7 @@ class DistConfig(Option, group="dist", key="strategy"):
         )
 
     def build(self, rank: int = 0, local_rank: int = 0, world_size: int = 1) -> Parallel:
-        """The strategy object of this rank (rank 0 of 1 alone), once it is in its process group."""
+        """Return this rank's strategy object, once the rank is in its process group."""
         from lab.distributed.parallel import Parallel
 
         return Parallel()
@@ -55,15 +54,15 @@ class NoDistConfig(DistConfig, name="none"):
 
 @dataclass
 class ProcessGroupConfig(DistConfig, abstract=True):
-    """Keys of the strategies that run one process per rank in a process group (lab.distributed.launch)."""
+    """Keys of strategies that run one process per rank in a process group (lab.distributed.launch)."""
 
     nproc: Any = "auto"  # processes on this node: auto = one per GPU, 2 on a CPU-only machine
     backend: str = "auto"  # auto (nccl on CUDA, gloo on CPU) | nccl | gloo
     sync_bn: bool = False  # SyncBatchNorm (CUDA only): batch statistics over all ranks, for small per-GPU batches
-    master_port: int | None = None  # spawned jobs: rendezvous port; null = a free one (each multirun job its own)
-    timeout_s: float = 600.0  # collective timeout: a stuck rank fails the job instead of hanging it
-    max_restarts: int = 0  # spawned jobs: start all workers again this often after a crash, resuming from last.pt
-    grace_s: int = 10  # spawned jobs: seconds ranks get to save and exit (a stop signal, another rank's failure)
+    master_port: int | None = None  # spawned jobs: rendezvous port; null = a free one per multirun job
+    timeout_s: float = 600.0  # collective timeout, so a stuck rank fails the job instead of hanging it
+    max_restarts: int = 0  # spawned jobs: restarts of all workers after a crash, each resuming from last.pt
+    grace_s: int = 10  # spawned jobs: seconds ranks get to save and exit on a stop signal or another rank's failure
 
     spawns_ranks: ClassVar[bool] = True
 
@@ -81,11 +80,11 @@ class ProcessGroupConfig(DistConfig, abstract=True):
 
 @dataclass
 class DDPConfig(ProcessGroupConfig):
-    """DistributedDataParallel, one process per GPU (2 gloo processes on a CPU-only machine): every rank holds the
-    whole model; gradients are all-reduced. `python scripts/train.py dist=ddp` spawns the processes itself; under
-    torchrun/srun it joins the existing ones. data.batch_size is per process: the effective batch is batch_size x
-    processes x trainer.grad_accum_steps; dist.lr_scaling=linear|sqrt scales optimizer.lr by effective batch /
-    dist.base_batch_size."""
+    """DistributedDataParallel: every rank holds the whole model, and gradients are all-reduced.
+
+    One process per GPU, or 2 gloo processes on a CPU-only machine. `python scripts/train.py dist=ddp` spawns the
+    processes itself; under torchrun/srun it joins the existing ones. data.batch_size is per process, so the
+    effective batch is batch_size x processes x trainer.grad_accum_steps."""
 
     find_unused_parameters: bool = False  # only for models whose forward skips parameters
 
@@ -103,7 +102,7 @@ class DDPConfig(ProcessGroupConfig):
 
 
 def meta_init_refused(why: str) -> str:
-    """The one-line refusal of dist.meta_init=true for a model the meta-device init cannot replay (`why`)."""
+    """Return the one-line refusal of dist.meta_init=true for a model the meta-device init cannot replay."""
     return (
         f"dist.meta_init=true cannot build this model on the meta device: {why}; set dist.meta_init=auto (or false) "
         "to build the whole model on every rank before sharding it"
@@ -112,14 +111,15 @@ def meta_init_refused(why: str) -> str:
 
 @dataclass
 class FSDPConfig(ProcessGroupConfig):
-    """FSDP2 (torch.distributed.fsdp.fully_shard): parameters, gradients and optimizer state sharded over ranks.
-    Mixed precision follows the precision group (params in its dtype, fp32 reductions). Checkpoints are sharded:
-    each rank writes its own part (lab.checkpointing.sharded), and they resume on any number of ranks."""
+    """FSDP2 (`fully_shard`): parameters, gradients and optimizer state sharded over ranks.
+
+    Mixed precision follows the precision group (params in its dtype, fp32 reductions). Each rank writes its own
+    part of a checkpoint (lab.checkpointing.sharded), and a run resumes from it on any number of ranks."""
 
     reshard_after_forward: bool = True  # free gathered parameters after forward (less memory, one more gather)
-    # build the model on the meta device and draw its initial weights shard by shard (the same weights, bitwise, as
-    # the whole build), so no rank holds the whole model (lab.distributed.meta_init). auto: when the model can be
-    # replayed, else the whole build on every rank, saying why; true: such a model is refused; false: never
+    # Build the model on the meta device and draw its initial weights shard by shard, so no rank holds the whole
+    # model (lab.distributed.meta_init). The weights are bitwise the same. auto: when the model can be replayed,
+    # else build it whole on every rank and say why. true: refuse a model that cannot be replayed. false: never.
     meta_init: Any = "auto"
 
     shards_weights: ClassVar[bool] = True

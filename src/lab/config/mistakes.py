@@ -1,8 +1,8 @@
 """Config mistakes in one or two lines: what is wrong, the nearest thing that is right, and what is allowed.
 
-Hydra reports a bad override in 5 to 12 lines (its own message, OmegaConf's, the config search path, a hint about
-HYDRA_FULL_ERROR). :func:`describe` turns the exceptions behind them into a short message; lab.cli prints it
-instead, unless HYDRA_FULL_ERROR=1 asks for Hydra's full report.
+Hydra reports a bad override in 5 to 12 lines: its own message, OmegaConf's, the config search path and a hint.
+`describe` turns the exceptions behind them into a short message. lab.cli prints that instead, unless
+HYDRA_FULL_ERROR=1 asks for Hydra's full report.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from lab.config import options
 from lab.errors import ConfigError
 
-_SEARCH_PATH = "Config search path"  # Hydra lists it at the end of a message: nothing after it is about the mistake
+_SEARCH_PATH = "Config search path"  # Hydra lists it last in a message; nothing after it is about the mistake
 _NOISE = ("See https://hydra.cc", "Set the environment variable HYDRA_FULL_ERROR")  # lines that only point elsewhere
 
 
@@ -29,9 +29,10 @@ def _nearest(word: str, candidates: Iterable[str]) -> str | None:
 
 
 def unknown_key_message(path: str, key: str, keys: Iterable[Any], option: type | None = None) -> str:
-    """`trainer.max_epoch is not a key of trainer; did you mean trainer.max_epochs?` and, on a second line, the
-    keys there are. `path` is the node's own ("trainer." or "" at the top); `option`, the option class that types
-    it: the message names the option, and the options that have the key (`data=digits data.num_samples=5`)."""
+    """Say `trainer.max_epoch is not a key of trainer; did you mean trainer.max_epochs?`, then list the keys.
+
+    `path` is the node's path ("trainer." or "" at the top). `option` is the option class that types the node; if
+    given, the message names it and the options that do have the key (`data=digits data.num_samples=5`)."""
     names = [str(k) for k in keys]
     close = _nearest(key, names) or _in_a_child(option, key)
     node = path[:-1] or "the config"
@@ -48,8 +49,7 @@ def unknown_key_message(path: str, key: str, keys: Iterable[Any], option: type |
 
 
 def _in_a_child(schema: type | None, key: str) -> str | None:
-    """`wandb.mode` for `logger.mode`: the key is one of a child node's, whose schema is its field's default (a
-    tracker's settings under `logger`)."""
+    """Find `key` in a child node of `schema` (`wandb.mode` for `logger.mode`); a child's schema is its default."""
     if schema is None or not dataclasses.is_dataclass(schema):
         return None
     for field in dataclasses.fields(schema):
@@ -60,7 +60,7 @@ def _in_a_child(schema: type | None, key: str) -> str | None:
 
 
 def unknown_option_message(group: str, option: str, options: Iterable[str]) -> str:
-    """`model=cnnn is not an option of model; did you mean model=cnn?` and, on a second line, the options."""
+    """Say `model=cnnn is not an option of model; did you mean model=cnn?`, then list the options."""
     names = sorted(options)
     close = _nearest(option, names)
     hint = f"; did you mean {group}={close}?" if close else ""
@@ -68,14 +68,15 @@ def unknown_option_message(group: str, option: str, options: Iterable[str]) -> s
 
 
 def undeclared_keys(node: DictConfig, path: str = "") -> Iterator[tuple[str, str, list[str], type | None]]:
-    """(path of the node, key, the keys its schema declares, the schema) for each key a typed node holds beyond it:
-    Hydra's `+key=value` adds one to any node, schema or not, and OmegaConf.to_object drops it without a word."""
+    """Yield (node path, key, declared keys, schema) for each key a typed node holds that its schema lacks.
+
+    Hydra's `+key=value` adds a key to any node, and OmegaConf.to_object would drop it silently."""
     schema = OmegaConf.get_type(node)
     fields = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
     for key in node:
         if fields is not None and key not in fields:
             yield path, str(key), fields, schema
-        # OmegaConf types a DictConfig's keys wider (bytes, Enum...) than is_interpolation's (str | int)
+        # OmegaConf types a DictConfig's keys wider (bytes, Enum...) than is_interpolation takes (str | int)
         elif not (OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key)):  # type: ignore[arg-type]
             child = node[key]
             if isinstance(child, DictConfig):
@@ -93,7 +94,7 @@ def _first_lines(text: str) -> list[str]:
 
 
 def _top_level_groups() -> list[str]:
-    """The config groups of the running app (e.g. `experiment`, which is no key of the config), when Hydra is up."""
+    """Return the running app's config groups when Hydra is up, including ones like `experiment` that are no key."""
     from hydra.core.global_hydra import GlobalHydra
 
     if not GlobalHydra.instance().is_initialized():
@@ -102,8 +103,7 @@ def _top_level_groups() -> list[str]:
 
 
 def describe(err: BaseException) -> str | None:
-    """One or two lines for a mistake Hydra or OmegaConf found in the config or the overrides; None for anything
-    else (a bug is not rewritten)."""
+    """Describe a mistake Hydra or OmegaConf found in one or two lines, or return None so a bug is never rewritten."""
     refusal: BaseException | None = err
     while refusal is not None and not isinstance(refusal, ConfigError):  # a plugin's own refusal, maybe wrapped
         refusal = refusal.__cause__ or refusal.__context__

@@ -1,5 +1,6 @@
-"""The `model` group: one option per shipped model (lab.config.options). ``build(meta)`` makes the ``nn.Module`` for
-the data ``meta`` describes (``input_shape``, ``num_outputs``...); the network code is imported only there."""
+"""The `model` group: one option per shipped model, whose `build(meta)` makes the `nn.Module` for the data.
+
+`meta` describes the data (`input_shape`, `num_outputs`...). The network code is imported only inside `build`."""
 
 from __future__ import annotations
 
@@ -22,38 +23,38 @@ if TYPE_CHECKING:
 @dataclass
 class ModelConfig(Option, group="model"):
     name: str = MISSING
-    # fnmatch patterns over parameter names (model.freeze=[layer1.*]), or [backbone]: all but the classifier. Those
-    # parameters keep their initial weights (and their BatchNorm statistics) and stay out of the optimizer, until
-    # trainer.unfreeze_at_epoch (lab.models.freeze)
+    # fnmatch patterns over parameter names (model.freeze=[layer1.*]), or [backbone] for all but the classifier.
+    # These keep their initial weights and BatchNorm statistics and stay out of the optimizer until
+    # trainer.unfreeze_at_epoch (lab.models.freeze).
     freeze: list[str] = field(default_factory=list)
-    # another run's checkpoint (or any weights file) to start from: every tensor that fits is loaded, a head of
-    # another shape stays freshly initialised, and the counts are logged (lab.models.pretrained)
+    # A checkpoint or weights file to start from. Every tensor that fits is loaded, a head of another shape stays
+    # freshly initialised, and the counts are logged (lab.models.pretrained).
     init_from: str | None = None
-    # whether build() draws its random initial weights only in each module's reset_parameters() and the model's
-    # init_module seam, in the order lab.distributed.meta_init replays them: then dist=fsdp builds it on the meta
-    # device and draws its weights shard by shard. An option opts in with a case in tests/helpers.py META_INIT_CASES,
-    # whose tests compare the replay with its build bitwise (docs/architecture.md: Meta-device init under FSDP)
+    # True if build() draws its random weights only in reset_parameters() and init_module, in the order
+    # lab.distributed.meta_init replays them. Then dist=fsdp builds the model on the meta device and draws its
+    # weights shard by shard. To opt in, add a case to META_INIT_CASES in tests/helpers.py; its tests compare the
+    # replay with the build bitwise (docs/architecture.md, "Meta-device init under FSDP").
     replayable_init: ClassVar[bool] = False
 
     def build(self, meta: dict[str, Any]) -> nn.Module:
-        """The model (an ``nn.Module``) for the data ``meta`` describes; ``lab.models.build`` applies ``init_from``
-        and ``freeze``."""
+        """Return the `nn.Module` for the data `meta` describes; `lab.models.build` applies init_from and freeze."""
         raise NotImplementedError(f"{type(self).__name__} has no build(meta)")
 
     def locate_weights(self) -> None:
-        """Before a run writes anything: find the files ``build`` will read, refusing in one line when one cannot
-        be had (a pretrained file neither cached nor downloadable, a moved init_from checkpoint)."""
+        """Find the files `build` will read before a run writes anything; raise UserError if one is missing."""
         if self.init_from is not None and not Path(self.init_from).expanduser().is_file():
             raise UserError(f"model.init_from={self.init_from}: no such file (pass <run dir>/checkpoints/best.pt)")
 
     def preprocessing(self) -> dict[str, Any] | None:
-        """What the pretrained weights expect of their inputs (image_size, interpolation, crop_pct, mean, std): an
-        image dataset takes it for each of those keys it leaves null. None: the data's own."""
+        """Return what the pretrained weights expect of their inputs, or None to keep the data's own.
+
+        Keys are image_size, interpolation, crop_pct, mean and std. An image dataset takes those it leaves null."""
         return None
 
     def meta_init_blocker(self) -> str | None:
-        """Why dist=fsdp cannot build this model on the meta device and replay its initialisation (None: it may, if
-        its module tree passes lab.distributed.meta_init.blocker too)."""
+        """Return why dist=fsdp cannot build this model on the meta device and replay its init, or None.
+
+        None still requires the module tree to pass lab.distributed.meta_init.blocker."""
         if self.init_from is not None:
             return "model.init_from loads weights while the model is built"
         if not self.replayable_init:
@@ -61,43 +62,43 @@ class ModelConfig(Option, group="model"):
         return None
 
     def for_checkpoint(self) -> ModelConfig:
-        """The architecture alone, without its sources of initial weights: what a checkpoint's weights are loaded
-        into, so eval/export/infer never read a pretrained file or another run's checkpoint again."""
+        """Return the architecture without init_from, so eval/export/infer never read those weights again."""
         return dataclasses.replace(self, init_from=None)
 
     def head(self, model: nn.Module) -> nn.Module | None:
-        """The classifier layer of the model ``build`` made: what model.freeze=[backbone] leaves training and
-        optimizer.head_lr_scale scales (lab.models.freeze.head_parameters). The last ``nn.Linear``; None: none."""
+        """Return `model`'s classifier (by default the last `nn.Linear`) for freeze=[backbone] and head_lr_scale."""
         from torch import nn
 
         return next((m for m in reversed(list(model.modules())) if isinstance(m, nn.Linear)), None)
 
     def layer_groups(self, model: nn.Module) -> list[list[str]] | None:
-        """The parameter names of the model ``build`` made, in layer groups from the stem to the classifier:
-        optimizer.layer_decay gives the earlier ones smaller learning rates (lab.optim). None: the model does
-        not name its layers in order, and optimizer.layer_decay is refused."""
+        """Return `model`'s parameter names in layer groups from stem to classifier, for optimizer.layer_decay.
+
+        None means the model does not name its layers in order, and optimizer.layer_decay is refused."""
         return None
 
     def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
-        """The submodules of the model ``build`` made that dist=fsdp shards as units of their own (each one's
-        weights gathered only inside its own forward; the rest stay in the root unit, gathered for the whole
-        forward): every top-level child with parameters, a ModuleList's or ModuleDict's items each. A model whose
-        forward reads a child's weight directly (GPT's output projection is its token embedding) leaves it out."""
+        """Return the submodules dist=fsdp shards as units of their own.
+
+        A unit's weights are gathered only inside its own forward; the rest stay in the root unit, gathered for the
+        whole forward. By default: every top-level child with parameters, and each item of a ModuleList or
+        ModuleDict. A model whose forward reads a child's weight directly (GPT's tied embedding) leaves it out."""
         from torch import nn
 
         children, units = list(model.children()), []
         while children:
             child = children.pop(0)
-            if isinstance(child, nn.ModuleList | nn.ModuleDict):  # containers have no forward: their items do
+            if isinstance(child, nn.ModuleList | nn.ModuleDict):  # containers have no forward; their items do
                 children[:0] = child.children()
             elif any(True for _ in child.parameters()):
                 units.append(child)
         return units
 
     def init_module(self, model: nn.Module) -> Callable[[nn.Module], None] | None:
-        """The model's own init of one module's tensors, which its ``__init__`` ends with as
-        ``self.apply(<it>)``: dist=fsdp's meta-device init replays it module by module (lab.distributed.meta_init),
-        so it must touch that module's own tensors only. None: the modules' ``reset_parameters()`` draw them all."""
+        """Return the model's own per-module init, which its `__init__` ends with as `self.apply(<it>)`.
+
+        dist=fsdp's meta-device init replays it module by module, so it must touch that module's own tensors only.
+        None means the modules' `reset_parameters()` draw all the weights."""
         return None
 
 
@@ -123,7 +124,7 @@ class MLPConfig(ModelConfig):
 
 @dataclass
 class CNNConfig(ModelConfig):
-    """Small convnet with BatchNorm; works for any input size >= 8 px (global average pooling)."""
+    """A small convnet with BatchNorm; global average pooling lets it take any input size >= 8 px."""
 
     replayable_init = True
 
@@ -147,8 +148,7 @@ class CNNConfig(ModelConfig):
 
 @dataclass
 class GPTConfig(ModelConfig):
-    """A small decoder-only transformer (causal scaled_dot_product_attention, tied embeddings). Its context is the
-    dataset's block_size (data_meta); grad_checkpointing recomputes blocks in backward."""
+    """A small decoder-only transformer with tied embeddings; its context is the dataset's block_size."""
 
     replayable_init = True
 
@@ -172,8 +172,8 @@ class GPTConfig(ModelConfig):
         return build_gpt(self, meta)
 
     def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
-        # each block; the embeddings and the final norm stay in the root unit: the output projection reads the token
-        # embedding's weight directly, outside its forward
+        # Each block. The embeddings and final norm stay in the root unit, since the output projection reads the
+        # token embedding's weight directly, outside its forward.
         return list(model.get_submodule("blocks").children())
 
     def init_module(self, model: nn.Module) -> Callable[[nn.Module], None] | None:

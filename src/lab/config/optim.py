@@ -1,7 +1,7 @@
-"""The `optimizer` and `scheduler` groups: one option per optimizer and per schedule (lab.config.options), holding
-its defaults, so a key of another option (`scheduler=step scheduler.min_lr_ratio=0.1`) is refused while composing.
-An optimizer's ``build(groups)`` makes the torch optimizer over ``lab.optim.parameter_groups``; a schedule's
-``build(optimizer, total_steps)`` makes a ``lab.optim.Schedule``."""
+"""The `optimizer` and `scheduler` groups: one option per optimizer and per schedule, holding its defaults.
+
+A key of another option (`scheduler=step scheduler.min_lr_ratio=0.1`) is refused while composing. An optimizer's
+`build(groups)` makes the torch optimizer; a schedule's `build(optimizer, total_steps)` makes a `lab.optim.Schedule`."""
 
 from __future__ import annotations
 
@@ -24,20 +24,19 @@ if TYPE_CHECKING:
     from lab.optim.schedulers import Schedule
 
 # --------------------------------------------------------------------------- optimizer
-# A bound no real run comes near (SGD on large batches uses up to ~10): above it, lr is a typo (1e308, 1e3 for 1e-3)
+# No real run comes near this (SGD on large batches uses up to ~10), so above it lr is a typo (1e3 for 1e-3)
 MAX_LR = 100.0
 
 
 @dataclass
 class OptimizerConfig(Option, group="optimizer"):
-    """Keys every optimizer has: lr scaling (dist.lr_scaling) and the parameter groups read them."""
+    """Keys every optimizer has, read by LR scaling (dist.lr_scaling) and the parameter groups."""
 
     name: str = MISSING
     lr: float = 1e-3
     weight_decay: float = 0.0
-    # fine-tuning: the classifier's learning rate is lr * head_lr_scale (e.g. 10: a new head learns fast on a
-    # pretrained backbone); layer_decay gives the i-th of the L layer groups a model's option names
-    # (ModelConfig.layer_groups) lr * layer_decay ** (L-1-i)
+    # Fine-tuning: the classifier's LR is lr * head_lr_scale (e.g. 10, so a new head learns fast on a pretrained
+    # backbone). layer_decay gives the i-th of L layer groups (ModelConfig.layer_groups) lr * layer_decay ** (L-1-i).
     head_lr_scale: float = 1.0
     layer_decay: float | None = None
 
@@ -46,12 +45,11 @@ class OptimizerConfig(Option, group="optimizer"):
         in_range("optimizer.head_lr_scale", self.head_lr_scale, 0, 1e4, open_low=True, hint="typical: 1 to 100")
         if self.layer_decay is not None:
             in_range("optimizer.layer_decay", self.layer_decay, 0, 1, open_low=True, hint="typical: 0.65 to 0.9")
-        # inf, nan or 1e308 would pass a plain `> 0` and turn the weights into NaN at the first step; no optimizer
-        # here trains with a learning rate above MAX_LR
+        # inf, nan or 1e308 would pass a plain `> 0` and turn the weights into NaN at the first step.
         in_range("optimizer.lr", self.lr, 0, MAX_LR, open_low=True, hint="typical: 1e-5 to 1")
         in_range("optimizer.weight_decay", self.weight_decay, 0, math.inf, open_high=True)
-        # both optimizers shrink every weight by lr * weight_decay per step (AdamW's decoupled decay, SGD's L2
-        # gradient): at 1 or more that sets each weight to zero or flips its sign, every step
+        # Both optimizers shrink every weight by lr * weight_decay per step. At 1 or more that zeroes each weight
+        # or flips its sign, every step.
         _require(
             self.lr * self.weight_decay < 1,
             f"optimizer.weight_decay={self.weight_decay:g} with optimizer.lr={self.lr:g} shrinks every weight by "
@@ -62,25 +60,23 @@ class OptimizerConfig(Option, group="optimizer"):
     def parameter_groups(
         self, model: nn.Module, model_option: ModelConfig, scales: dict[str, float], include_frozen: bool
     ) -> list[dict[str, Any]]:
-        """The groups ``build`` gets: ``lab.optim.parameter_groups`` (no decay on norms and biases; fine-tuning's
-        lr multipliers `scales`). An optimizer that updates some parameters its own way splits them further here,
-        with `model_option` naming the model's head."""
+        """Return the parameter groups `build` gets: `lab.optim.parameter_groups`, with LR multipliers `scales`.
+
+        An optimizer that updates some parameters its own way splits them further; `model_option` names the head."""
         from lab.optim import parameter_groups
 
         return parameter_groups(model, self.weight_decay, self.lr, scales, include_frozen)
 
     def build(self, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
-        """The torch optimizer over ``groups`` (each with its own weight_decay: none on norms and biases)."""
+        """Return the torch optimizer over `groups`, each with its own weight_decay."""
         raise NotImplementedError(f"{type(self).__name__} has no build(groups)")
 
     def describe(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> str | None:
-        """A line for the start of the run saying which parameters get what (an optimizer that splits them); None:
-        nothing to add to the lr line."""
+        """Return a start-of-run line saying which parameters get what, or None if the LR line says it all."""
         return None
 
     def conflict(self, run: Any) -> str | None:
-        """Why this optimizer cannot work with the rest of the run's config `run` (a ``TrainConfig``, its values
-        checked), or None: a reason refuses the run before any work starts."""
+        """Return why this optimizer cannot work with the run's checked `TrainConfig` (refusing the run), or None."""
         return None
 
 
@@ -92,7 +88,7 @@ class AdamwConfig(OptimizerConfig):
     weight_decay: float = 0.05
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
-    fused: bool | None = None  # null: torch's fused kernel on CUDA (no host sync with a GradScaler), default elsewhere
+    fused: bool | None = None  # null: fused kernel on CUDA (no host sync with a GradScaler), default elsewhere
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -100,7 +96,7 @@ class AdamwConfig(OptimizerConfig):
             len(self.betas) == 2,
             f"optimizer.betas must be two numbers [beta1, beta2], got {list(self.betas)}",
         )
-        for index, beta in enumerate(self.betas):  # 1 or more: the running averages never forget (or blow up)
+        for index, beta in enumerate(self.betas):  # at 1 or more the running averages never forget, or blow up
             in_range(f"optimizer.betas[{index}]", beta, 0, 1, open_high=True)
         in_range("optimizer.eps", self.eps, 0, math.inf, open_low=True, open_high=True)
 
@@ -136,9 +132,7 @@ class SGDConfig(OptimizerConfig):
 # --------------------------------------------------------------------------- scheduler
 @dataclass
 class SchedulerConfig(Option, group="scheduler"):
-    """Keys every schedule has. A schedule's ``build`` returns a ``lab.optim.Schedule``: ``step()`` per optimizer
-    step, ``step_validation(metrics)`` per validation; ``lab.optim.warmup_lambda`` and ``PerStep`` make a plain
-    per-step multiplier one."""
+    """Keys every schedule has; `build` returns a `lab.optim.Schedule`, such as `schedulers.warmup_lambda`'s."""
 
     name: str = MISSING
     warmup_steps: int = 0  # linear warmup, in optimizer steps
@@ -148,7 +142,7 @@ class SchedulerConfig(Option, group="scheduler"):
         _require(self.warmup_steps >= 0, f"scheduler.warmup_steps must be >= 0, got {self.warmup_steps}")
 
     def build(self, optimizer: torch.optim.Optimizer, total_steps: int) -> Schedule:
-        """The schedule of ``optimizer``'s lr over ``total_steps`` optimizer steps."""
+        """Return the schedule of `optimizer`'s LR over `total_steps` optimizer steps."""
         raise NotImplementedError(f"{type(self).__name__} has no build(optimizer, total_steps)")
 
 
@@ -191,7 +185,7 @@ class StepConfig(SchedulerConfig):
 
 @dataclass
 class OnecycleConfig(SchedulerConfig):
-    """torch's OneCycleLR; its rising phase lasts warmup_steps (at least one step)."""
+    """torch's OneCycleLR, rising for warmup_steps (at least one step)."""
 
     warmup_steps: int = 50
 
@@ -205,8 +199,8 @@ class OnecycleConfig(SchedulerConfig):
 class PlateauConfig(SchedulerConfig):
     """Linear warmup per optimizer step, then ReduceLROnPlateau stepped once per validation on `monitor`."""
 
-    monitor: str = "val/${task.monitor}"  # the metric it watches (default: the task's monitored metric)
-    mode: str = "${task.mode}"  # min | max (default: the task's direction)
+    monitor: str = "val/${task.monitor}"  # metric it watches; by default the task's
+    mode: str = "${task.mode}"  # min | max; by default the task's direction
     factor: float = 0.5  # lr *= factor when the metric stops improving
     patience: int = 2  # validations without improvement before decaying
 

@@ -1,5 +1,4 @@
-"""One pattern for everything a run chooses: an *option* is a dataclass that subclasses its kind's base config and
-builds its component.
+"""An *option* is a dataclass that subclasses its kind's base config and builds its component.
 
     @dataclass
     class Unet(ModelConfig):          # the option `model=unet`: its name is the class's, written once
@@ -9,17 +8,16 @@ builds its component.
             from lab.models.unet import UNet
             return UNet(self.width, meta["num_outputs"])
 
-Subclassing registers the option (``__init_subclass__``); :func:`lab.config.register` stores every option in
-Hydra's ConfigStore as ``<group>/<name>``, so Hydra types the group's node by it while composing: unknown keys,
-wrong types and another option's keys are refused, ``--help`` lists it, and no YAML is needed. A YAML in
-``conf/<group>/`` is a *preset*: ``defaults: [<option>]`` plus the values that differ.
+Subclassing registers the option (`__init_subclass__`). `lab.config.register` stores every option in Hydra's
+ConfigStore as `<group>/<name>`, so Hydra types the group's node by it while composing. Unknown keys, wrong types
+and another option's keys are refused, `--help` lists it, and no YAML is needed. A YAML in `conf/<group>/` is a
+*preset*: `defaults: [<option>]` plus the values that differ.
 
-The name is the class name in snake_case without a ``Config`` suffix (``ImageFolder`` -> ``image_folder``,
-``CNNConfig`` -> ``cnn``); ``name=`` in the class line says it otherwise (``none`` is a Python word).
-A kind's base says ``group=`` (the config group, e.g. ``model``); a shared intermediate class says
-``abstract=True``. A kind whose options are not one-of overrides :meth:`Option.stored_as` and says ``key=""``: a
-tracker (lab.config.trackers) is stored as the preset ``logger/<name>`` and its settings node does not name it.
-This module imports no torch.
+The name is the class name in snake_case without a `Config` suffix (`ImageFolder` -> `image_folder`, `CNNConfig`
+-> `cnn`). `name=` in the class line overrides it (`none` is a Python word). A kind's base says `group=`, e.g.
+`model`. A shared intermediate class says `abstract=True`. A kind whose options are not one-of overrides
+`Option.stored_as` and says `key=""`: a tracker is stored as the preset `logger/<name>`, and its settings node does
+not name it. This module imports no torch.
 """
 
 from __future__ import annotations
@@ -42,19 +40,19 @@ _OPTIONS: dict[str, dict[str, type[Option]]] = {}  # group -> option name -> cla
 
 
 class Option:
-    """Base of every kind's config (``ModelConfig``, ``DataConfig``, ...): see the module docstring."""
+    """Base of every kind's config (`ModelConfig`, `DataConfig`, ...); see the module docstring."""
 
-    # the kind's group: model | data | task | optimizer | scheduler | dist | tracker (not called `group`: an option
-    # may have a key of that name, wandb's does)
+    # model | data | task | optimizer | scheduler | dist | tracker. Not called `group` because an option may have a
+    # key of that name (wandb's does).
     config_group: ClassVar[str] = ""
-    # the node's key holding the option's name (dist calls it `strategy`); "" for a kind whose node never says which
-    # option it is (a tracker's settings sit under `logger.<its name>`)
+    # The node's key holding the option's name (dist calls it `strategy`). "" for a kind whose node never says which
+    # option it is: a tracker's settings sit under `logger.<its name>`.
     key: ClassVar[str] = "name"
-    # where a chosen option lands when not in its group's node: a kind of which several may be on at once gives
-    # each its own node ("callbacks.{name}")
+    # Where a chosen option lands if not in its group's node. A kind of which several may be on at once gives each
+    # its own node ("callbacks.{name}").
     package: ClassVar[str | None] = None
-    # the distributions it needs beyond the core (pyproject.toml's extras): choosing it without them is refused
-    # while the config is checked, naming the extra to install (lab.extras)
+    # Distributions it needs beyond the core (pyproject.toml's extras). Choosing it without them fails the config
+    # check, naming the extra to install (lab.extras).
     requires: ClassVar[tuple[str, ...]] = ()
     if TYPE_CHECKING:  # every option is a dataclass (its kind's base is one)
         __dataclass_fields__: ClassVar[dict[str, Any]]
@@ -69,7 +67,7 @@ class Option:
         **kw: Any,
     ) -> None:
         super().__init_subclass__(**kw)
-        if group:  # a kind's base: not an option itself
+        if group:  # a kind's base, not an option itself
             cls.config_group, cls.package = group, package or None
             if key is not None:
                 cls.key = key
@@ -79,13 +77,13 @@ class Option:
         if abstract:
             return
         name = name or snake_case(re.sub(r"Config$", "", cls.__name__))
-        # The option's name becomes the default of its name key: the dataclass decorator (which runs next) reads it
-        # from this class's own annotations, keeping the field where the kind's base declared it.
+        # The option's name becomes the default of its name key. The dataclass decorator, which runs next, reads it
+        # from this class's own annotations and keeps the field where the kind's base declared it.
         if cls.key:
             cls.__annotations__ = {**inspect.get_annotations(cls), cls.key: "str"}
             setattr(cls, cls.key, name)
         previous = _OPTIONS[cls.config_group].get(name)
-        # Re-importing the same module (reloads, notebooks) is harmless; two classes claiming one name is a bug
+        # Re-importing the same module (reloads, notebooks) is harmless. Two classes claiming one name is a bug
         # that would otherwise silently pick whichever module was imported last.
         if previous is not None and _qualified(previous) != _qualified(cls):
             raise ValueError(f"{cls.config_group} option {name!r} is already defined by {_qualified(previous)}")
@@ -93,20 +91,20 @@ class Option:
 
     @classmethod
     def stored_as(cls, name: str) -> tuple[str, Any] | None:
-        """Where :func:`lab.config.register` stores the option named `name` in Hydra's ConfigStore: (group, node).
-        An option is its group's choice `<group>=<name>`; a kind whose options are not one-of overrides this (None:
-        not stored, for a kind no one chooses by name: every export step is present, lab.config.tools)."""
+        """Return the (group, node) under which `lab.config.register` stores the option `name` in the ConfigStore.
+
+        A kind whose options are not one-of overrides this; None means not stored (every export step is present)."""
         return cls.config_group, cls
 
     def check_installed(self) -> None:
-        """Refuse this option, naming the extra to install, when a distribution of ``requires`` is missing."""
+        """Refuse this option, naming the extra to install, when a distribution of `requires` is missing."""
         if self.requires:
             name = option_name(type(self)) or type(self).__name__
             stored = self.stored_as(name)  # what the command line says: model=timm, logger=<name>
             extras.require(f"{stored[0] if stored else self.config_group}={name}", self.requires)
 
     def __post_init__(self) -> None:
-        if not self.key:  # a tracker: every one has its settings node, the logger checks those turned on
+        if not self.key:  # a tracker: each has a settings node, and the logger checks those turned on
             return
         self.check_installed()
         own = option_name(type(self))
@@ -120,12 +118,12 @@ class Option:
 
 
 def snake_case(name: str) -> str:
-    """``ImageFolder`` -> ``image_folder``, ``CNN`` -> ``cnn``, ``Cifar10`` -> ``cifar10``, ``MyCNN`` -> ``my_cnn``."""
+    """Convert `ImageFolder` -> `image_folder`, `CNN` -> `cnn`, `Cifar10` -> `cifar10`, `MyCNN` -> `my_cnn`."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
 def option_name(cls: type) -> str | None:
-    """The name a registered option class answers to; None for a kind's base or an abstract class."""
+    """Return a registered option class's name, or None for a kind's base or an abstract class."""
     for name, option in _OPTIONS.get(getattr(cls, "config_group", ""), {}).items():
         if option is cls:
             return name
@@ -133,7 +131,7 @@ def option_name(cls: type) -> str | None:
 
 
 def options(group: str) -> dict[str, type[Option]]:
-    """Every option of `group`, by name (what ``<group>=<name>`` chooses)."""
+    """Return every option of `group` by name, as `<group>=<name>` chooses it."""
     return dict(sorted(_OPTIONS.get(group, {}).items()))
 
 
@@ -142,7 +140,7 @@ def groups() -> list[str]:
 
 
 def package(group: str, name: str) -> str | None:
-    """Where the option `name` of `group` lands when chosen: None for the group's own node."""
+    """Return where the option `name` of `group` lands when chosen, or None for the group's own node."""
     pattern = _KINDS[group].package
     return pattern.format(name=name) if pattern else None
 
@@ -160,9 +158,10 @@ def option_class(group: str, name: str | None) -> type[Option]:
 
 
 def instantiate(group: str, node: Any, drop_unknown: bool = False) -> Any:
-    """The option object for a ``group`` config node (a composed node, or a checkpoint's saved dict), its values
-    checked by the option's ``__post_init__``. ``drop_unknown``: keys the option no longer declares are left out
-    (configs saved in checkpoints by an older version)."""
+    """Build the option object for a config node of `group`, checking its values.
+
+    The node is a composed config or the dict saved in a checkpoint. With `drop_unknown`, keys the option no longer
+    declares are dropped, so configs saved by an older version still load."""
     if isinstance(node, Option):
         return node
     values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
@@ -184,9 +183,10 @@ _NODE_SCHEMAS: dict[tuple[type, tuple[tuple[str, type], ...]], type] = {}
 
 
 def node_per_option(base: type, group: str, node: str, schema_name: str, reserved: tuple[str, ...] = ()) -> type:
-    """`base` with a node per option of `group`, named and typed by it (``logger.wandb``, ``export.int8``): for the
-    kinds whose options are all present at once rather than one chosen. Made once per set of options (after every
-    option module is imported) and kept in `base`'s module as `schema_name`, so a pickled config finds its class."""
+    """Extend `base` with a node per option of `group`, named and typed by it (`logger.wandb`, `export.int8`).
+
+    For kinds whose options are all present at once. Made once per set of options and kept in `base`'s module as
+    `schema_name`, so a pickled config finds its class."""
     found = tuple(options(group).items())
     if (base, found) not in _NODE_SCHEMAS:
         taken = {f.name for f in dataclasses.fields(base)} | set(reserved)

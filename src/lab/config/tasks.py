@@ -1,5 +1,4 @@
-"""The `task` group: what is learned, the metric best.pt and sweeps follow, and each task's keys (one option per
-task, lab.config.options). ``build(meta)`` makes the ``lab.tasks.Task``."""
+"""The `task` group: what is learned, with one option per task whose `build(meta)` makes the `lab.tasks.Task`."""
 
 from __future__ import annotations
 
@@ -15,18 +14,18 @@ from lab.config.options import Option
 if TYPE_CHECKING:
     from lab.tasks.base import Task
 
-# task.metrics of classification, beyond loss/acc/acc_top5 (lab.tasks.class_scores computes them with torchmetrics):
-# the first three are scalars (val/<name>, eval.json's metrics, a possible task.monitor), macro over the classes;
-# per_class is each class's precision, recall and F1, written by eval.py only (K x 3 values per validation would
-# bury the log line)
+# Classification's task.metrics beyond loss/acc/acc_top5, computed with torchmetrics (lab.tasks.class_scores).
+# The scalars are macro over the classes and can be task.monitor. per_class is each class's precision, recall and
+# F1, written by eval.py only, since K x 3 values per validation would bury the log line.
 CLASSIFICATION_SCALARS = ("f1", "auroc", "average_precision")
 CLASSIFICATION_METRICS = (*CLASSIFICATION_SCALARS, "per_class")
 
 
 @dataclass
 class TaskConfig(Option, group="task"):
-    """What is learned. `monitor` (a validation metric without "val/") and `mode` drive best.pt, the plateau
-    scheduler and sweeps; `target_type` tells table datasets how to read their target column."""
+    """What is learned; `monitor` and `mode` drive best.pt, the plateau scheduler and sweeps.
+
+    `monitor` is a validation metric without "val/"; `target_type` tells table datasets how to read their target."""
 
     name: str = MISSING
     monitor: str = MISSING
@@ -37,40 +36,41 @@ class TaskConfig(Option, group="task"):
         super().__post_init__()
         _one_of("task.mode", self.mode, ("max", "min"))
         names = self.metric_names()
-        _require(  # here, not after the first epoch's validation
+        _require(  # now, not after the first epoch's validation
             names is None or self.monitor in names,
             f"task.monitor={self.monitor!r} is not a validation metric of task={self.name}; "
             f"choose one of {', '.join(names or ())}",
         )
 
     def metric_names(self) -> tuple[str, ...] | None:
-        """The validation metrics the task reports (without "val/"), in its order, so that a `monitor` naming none
-        of them is refused before training; None: not said (a fork's task), found at the first validation."""
+        """Return the validation metrics the task reports (without "val/"), so a bad `monitor` fails before training.
+
+        None means unknown until the first validation, as for a fork's task."""
         return None
 
     def build(self, meta: dict[str, Any]) -> Task:
-        """The ``lab.tasks.Task`` for the data ``meta`` describes (``lab.tasks.build`` sets its monitor and mode)."""
+        """Return the `lab.tasks.Task` for the data `meta` describes; `lab.tasks.build` sets monitor and mode."""
         raise NotImplementedError(f"{type(self).__name__} has no build(meta)")
 
 
 @dataclass
 class ClassificationConfig(TaskConfig):
-    """Class labels: cross-entropy (optionally label-smoothed); accuracy and top-5 accuracy, best by accuracy."""
+    """Class labels: cross-entropy, optionally label-smoothed; reports accuracy and top-5 accuracy, best by accuracy."""
 
     monitor: str = "acc"
     mode: str = "max"
     target_type: str = "class"
-    label_smoothing: float = 0.0  # target mass spread evenly over the other classes (0 = plain cross-entropy)
-    # weight of each class in the training loss: null = equal; balanced = n / (K * count) from the training labels;
+    label_smoothing: float = 0.0  # target mass spread evenly over the other classes; 0 = plain cross-entropy
+    # Each class's weight in the training loss. null = equal; balanced = n / (K * count) from the training labels;
     # or a list of K non-negative floats. Validation metrics stay unweighted.
     class_weights: Any = None
-    # metrics beyond accuracy, through torchmetrics: f1 (macro F1), auroc (macro one-vs-rest ROC AUC),
-    # average_precision (macro), per_class (each class's precision, recall and F1 in eval.json). [] = none, and
-    # torchmetrics is not even imported
+    # Metrics beyond accuracy, through torchmetrics: f1 (macro F1), auroc (macro one-vs-rest ROC AUC),
+    # average_precision (macro), per_class (each class's precision, recall and F1 in eval.json). With [],
+    # torchmetrics is not even imported.
     metrics: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        # its own checks first: they say more about task.metrics than the generic monitor check would
+        # Own checks first: they say more about task.metrics than the generic monitor check would.
         unknown = [name for name in self.metrics if name not in CLASSIFICATION_METRICS]
         _require(
             not unknown,
@@ -80,7 +80,7 @@ class ClassificationConfig(TaskConfig):
         _require(
             len(set(self.metrics)) == len(self.metrics), f"task.metrics lists a metric twice: {list(self.metrics)}"
         )
-        # caught here, not after the first epoch's validation: the monitor must be a metric the run computes
+        # The monitor must be a metric the run computes; catch it now, not after the first validation.
         _require(self.monitor != "per_class", "task.monitor=per_class is not one number; monitor f1, auroc, acc...")
         _require(
             self.monitor not in CLASSIFICATION_SCALARS or self.monitor in self.metrics,
@@ -112,7 +112,7 @@ class ClassificationConfig(TaskConfig):
 
 @dataclass
 class RegressionConfig(TaskConfig):
-    """Real-valued targets, standardised by the train split: MSE; RMSE, MAE and R² in the target's units."""
+    """Real-valued targets, standardised by the train split; MSE loss, with RMSE, MAE and R² in the target's units."""
 
     monitor: str = "rmse"
     mode: str = "min"
@@ -129,7 +129,7 @@ class RegressionConfig(TaskConfig):
 
 @dataclass
 class LanguageModelConfig(TaskConfig):
-    """Next-token prediction: token cross-entropy; loss, perplexity and token accuracy, best by loss."""
+    """Next-token prediction with token cross-entropy; reports loss, perplexity and token accuracy, best by loss."""
 
     monitor: str = "loss"
     mode: str = "min"

@@ -1,6 +1,7 @@
-"""Schema of the checkpoint-consuming entry points: conf/eval.yaml, conf/export.yaml, conf/infer.yaml, and the
-`export_step` kind: what every export runs once its formats are written and checked (an extension's INT8
-quantization), each with its settings in `export.<name>`."""
+"""Schemas of the entry points that read a checkpoint (conf/eval.yaml, conf/export.yaml, conf/infer.yaml).
+
+Also the `export_step` kind: steps every export runs once its formats are written and checked, such as an
+extension's INT8 quantization, each with its settings in `export.<name>`."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ _CKPT_HINT = "e.g. ckpt_path=outputs/train/<run>/checkpoints/best.pt"
 
 @dataclass
 class CheckpointDataConfig:
-    """What eval/export may change in a checkpoint's own `data` config: where the files are and how they are
-    batched; null keeps the checkpoint's value. What the model sees (dataset, image size, normalization, split
-    seeds) stays as trained, so a split means the same samples it meant in training."""
+    """What eval/export may change in a checkpoint's `data` config: where the files are and how they are batched.
+
+    null keeps the checkpoint's value. What the model sees (dataset, image size, normalization, split seeds) stays
+    as trained, so a split means the same samples it meant in training."""
 
     root: str | None = None
     download: bool | None = None
@@ -44,7 +46,7 @@ class CheckpointDataConfig:
 
 @dataclass
 class EvalOptions:
-    split: str = "test"  # test | val: the split of the checkpoint's own dataset to score
+    split: str = "test"  # test | val: which split of the checkpoint's own dataset to score
 
     def __post_init__(self) -> None:
         _one_of("eval.split", self.split, ("test", "val"))
@@ -68,7 +70,7 @@ class EvalConfig:
 
 
 EXPORT_FORMATS = ("onnx", "pt2", "torchscript")
-ONNX = ("onnx", "onnxscript", "onnxruntime")  # export.formats=onnx: torch.onnx's exporter, and the parity run
+ONNX = ("onnx", "onnxscript", "onnxruntime")  # export.formats=onnx needs these for torch.onnx and the parity run
 
 
 @dataclass
@@ -79,8 +81,8 @@ class ExportOptions:
     tolerance: float = 1e-4
     opset: int | None = None  # ONNX opset; null = what torch.onnx recommends
     parity_samples: int = 256  # validation samples the parity check runs on
-    # input axes the exported model accepts at any size, e.g. [0, 2, 3] for batch, height and width of (N, C, H, W)
-    # images (a fully convolutional model); null = the task's dynamic_dims ([0]; [0, 1] for a language model).
+    # Input axes the exported model accepts at any size, e.g. [0, 2, 3] for batch, height and width of (N, C, H, W)
+    # images in a fully convolutional model. null = the task's dynamic_dims ([0]; [0, 1] for a language model).
     # Parity also runs a second size along each of them.
     dynamic_dims: list[int] | None = None
 
@@ -102,21 +104,22 @@ class ExportOptions:
             _require(why is None, str(why))
 
     def steps(self) -> list[ExportStepConfig]:
-        """The settings of every export step (`export.<name>`), in name order: :func:`export_options` adds them."""
+        """Return the settings of every export step (`export.<name>`) in name order; `export_options` adds them."""
         return [value for value in vars(self).values() if isinstance(value, ExportStepConfig)]
 
 
 @dataclass
 class ExportStepConfig(Option, group="export_step", key=""):
-    """A step every export runs once its formats are written and checked, in name order: an option (lab.config.
-    options) whose settings node is `export.<name>` (its keys and defaults; no YAML), which says itself whether they
-    turn it on. Nobody chooses it by name, so it is not stored as a group option.
+    """A step every export runs, in name order, once its formats are written and checked.
+
+    It is an option whose settings node is `export.<name>`, with no YAML, and its settings say whether it is on.
+    Nobody chooses it by name, so it is not stored as a group option.
 
         @dataclass
         class Int8Config(ExportStepConfig):    # export.int8.quantize=dynamic
             quantize: str | None = None
 
-            def run(self, export):             # export: lab.exporting.steps.Export (imported here: no torch above)
+            def run(self, export):             # export: lab.exporting.steps.Export (import torch code here)
                 ...
     """
 
@@ -125,23 +128,20 @@ class ExportStepConfig(Option, group="export_step", key=""):
         return None
 
     def conflict(self, export: ExportOptions) -> str | None:
-        """Why these settings cannot work with the rest of the `export` node (its values checked), or None: a reason
-        refuses the export before any work starts."""
+        """Return why these settings cannot work with the rest of the checked `export` node (refusing it), or None."""
         return None
 
     def refuse_model(self, outputs: Any, layout: Any) -> str | None:
-        """Why these settings cannot export a model whose eager outputs are `outputs` (their `layout`:
-        ``lab.tasks.outputs.Layout``), or None: a reason refuses the export before any work."""
+        """Return why these settings cannot export a model with eager `outputs` of `layout` (refusing it), or None."""
         return None
 
     def run(self, export: Any) -> None:
-        """Do the step on the export as it stands (a ``lab.exporting.steps.Export``: the run dir, the published
-        artifacts, the task and its data), adding its files, manifest sections and figures there."""
+        """Run the step on `export` (a `lab.exporting.steps.Export`), adding files, manifest sections and figures."""
         raise NotImplementedError(f"{type(self).__name__} needs a run(export)")
 
 
 def export_options() -> ExportOptions:
-    """The `export` node's defaults: a node `export.<name>` per export step, typed by its option."""
+    """Return the `export` node's defaults, with a node `export.<name>` per export step, typed by its option."""
     return options.node_per_option(ExportOptions, "export_step", "export", "ExportStepsOptions")()
 
 
@@ -170,12 +170,12 @@ class InferOptions:
     max_new_tokens: int = 200  # language models: tokens generated after the prompt
     temperature: float = 0.8  # language models: < 1 sharper, > 1 more random
     seed: int = 0  # language models: the sampling is reproducible by seed
-    # an exported model whose sha256 differs from the one export_manifest.json verified (swapped or edited after
-    # export), or that the manifest does not list, is refused; true: run it anyway, with a warning
+    # An exported model is refused if the manifest does not list it or its sha256 differs from the one
+    # export_manifest.json verified (swapped or edited after export). true: run it anyway, with a warning.
     allow_modified_artifact: bool = False
-    # images: true resizes every input to the training size (a model that needs it, e.g. a classifier with a
-    # flattening head); false keeps each input's own size (a fully convolutional model); null = false when the
-    # model's height and width axes are dynamic (the task's or the export's dynamic_dims), else true
+    # Images: true resizes every input to the training size, for a model that needs it (a classifier with a
+    # flattening head). false keeps each input's own size (a fully convolutional model). null = false when the
+    # model's height and width axes are dynamic (the task's or the export's dynamic_dims), else true.
     resize: bool | None = None
 
     def __post_init__(self) -> None:
@@ -189,11 +189,11 @@ class InferOptions:
 @dataclass
 class InferConfig:
     task_name: str = "infer"
-    # required: a checkpoint (.pt, eager), or an exported model.onnx / model.pt2 / model.torchscript.pt (or another
-    # file its export_manifest.json lists, e.g. an export step's) next to that manifest
+    # Required: a checkpoint (.pt, eager), or an exported model.onnx / model.pt2 / model.torchscript.pt next to its
+    # export_manifest.json (or another file that manifest lists, e.g. an export step's).
     ckpt_path: str | None = None
-    # images (a file, a folder searched recursively, a glob "imgs/*.png"), a .npy / .pt tensor, or table rows
-    # (.csv / .npy)
+    # Images (a file, a folder searched recursively, a glob "imgs/*.png"), a .npy / .pt tensor, or table rows
+    # (.csv / .npy).
     input: str | None = None
     prompt: str | None = None  # language models: the text to continue (instead of input)
     device: str = "auto"  # auto | cpu | cuda | mps (eager checkpoints and onnxruntime's CUDA provider)

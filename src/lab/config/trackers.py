@@ -1,13 +1,13 @@
-"""The `logger` node: which trackers record a run, and each tracker's settings. One option per tracker backend
-(lab.config.options), in the `tracker` kind, in a module of src/lab/config/ or an extension's options.py
-(lab.extensions); in short:
+"""The `logger` node: which trackers record a run, and each tracker's settings.
+
+Each tracker backend is an option of the `tracker` kind, in a module of src/lab/config/ or an extension's options.py:
 
     @dataclass
     class AimConfig(TrackerConfig):        # the tracker `aim`: its name is the class's, written once
         repo: str | None = None            # logger.aim.repo=... overrides without `+`
-        requires = ("aim",)                # its packages (an extra of pyproject.toml): refused by name when missing
+        requires = ("aim",)                # its packages (a pyproject.toml extra): refused by name when missing
 
-        def backend(self):                 # the lab.tracking.Backend class that records (imported only when chosen)
+        def backend(self):                 # the lab.tracking.Backend class that records, imported only when chosen
             from lab.tracking.aim_backend import AimBackend
             return AimBackend
 
@@ -16,12 +16,12 @@ no YAML and no table to edit:
 
 - a switch `logger.backends.<name>` (true: it records this run), in the order of their names;
 - a settings node `logger.<name>`, typed by its option (unknown keys and wrong types fail while composing);
-- a preset `logger=<name>` turning its switch on (stored by :func:`lab.config.register`): `logger=[wandb,csv]`
+- a preset `logger=<name>` turning its switch on (stored by `lab.config.register`): `logger=[wandb,csv]`
   merges several, `logger=none` turns every one off.
 
-The backend itself gets its settings object as ``RunInfo.settings`` (lab.tracking.backends). The keys of
-:class:`LoggerConfig` are about every tracker; a tracker may not be named like one of them, nor `none`. This
-module imports no torch (and no tracker): an option's ``backend()`` imports its class.
+The backend gets its settings object as `RunInfo.settings` (lab.tracking.backends). The keys of `LoggerConfig`
+apply to every tracker, so a tracker may not be named like one of them, nor `none`. This module imports no torch
+and no tracker: an option's `backend()` imports its class.
 """
 
 from __future__ import annotations
@@ -44,35 +44,36 @@ if TYPE_CHECKING:
 
 @dataclass
 class TrackerConfig(Option, group="tracker", key=""):
-    """Base of every tracker's settings (`logger.<name>`): a subclass is a tracker."""
+    """Base of every tracker's settings (`logger.<name>`); each subclass is a tracker."""
 
     def backend(self) -> type[Backend]:
-        """The ``lab.tracking.backends.Backend`` subclass that records for this tracker (imported now)."""
+        """Import and return the `lab.tracking.backends.Backend` subclass that records for this tracker."""
         raise NotImplementedError(f"{type(self).__name__} has no backend()")
 
     @classmethod
     def stored_as(cls, name: str) -> tuple[str, Any]:
-        """`logger=<name>`: a preset of the logger group turning this tracker on (a list merges several)."""
+        """Return the preset `logger=<name>` of the logger group, which turns this tracker on."""
         return "logger", {"backends": {name: True}}
 
     def key_of(self, key: str) -> str:
-        """The full name of one of its keys in messages: `logger.<name>.<key>`."""
+        """Return the full name of `key` for messages: `logger.<name>.<key>`."""
         return f"logger.{options.option_name(type(self))}.{key}"
 
 
 def trackers() -> dict[str, type[TrackerConfig]]:
-    """Every registered tracker, by name."""
+    """Return every registered tracker by name."""
     return options.options("tracker")  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------- the shipped trackers
 @dataclass
 class WandbConfig(TrackerConfig):
-    """Weights & Biases (lab.tracking.wandb_backend). Offline unless credentials exist (`wandb login` or
-    WANDB_API_KEY); sync later with `wandb sync`. WANDB_MODE / WANDB_PROJECT / WANDB_ENTITY / WANDB_DIR are honoured
-    when mode/project/entity are left at auto/null."""
+    """Weights & Biases (lab.tracking.wandb_backend), offline unless credentials exist.
 
-    mode: str = "auto"  # auto: online when credentials exist (WANDB_API_KEY or netrc), else offline | WANDB_MODE
+    Log in with `wandb login` or WANDB_API_KEY; sync offline runs later with `wandb sync`. WANDB_MODE, WANDB_PROJECT,
+    WANDB_ENTITY and WANDB_DIR are honoured when mode/project/entity are left at auto/null."""
+
+    mode: str = "auto"  # auto: $WANDB_MODE, else online when credentials exist (WANDB_API_KEY or netrc), else offline
     project: str | None = None  # null: $WANDB_PROJECT, else "lab"
     entity: str | None = None  # null: $WANDB_ENTITY or your default entity
     group: str | None = None  # null: the sweep's name for multirun jobs
@@ -93,8 +94,9 @@ class WandbConfig(TrackerConfig):
 
 @dataclass
 class CsvTrackerConfig(TrackerConfig, name="csv"):  # `CsvConfig` is the data option `data=csv`
-    """Plain files (lab.tracking.csv_backend): <run dir>/csv/metrics.csv (one row per event; a column per metric,
-    added as metrics appear) and csv/config.yaml (the resolved config with the git commit)."""
+    """Plain files (lab.tracking.csv_backend): <run dir>/csv/metrics.csv and csv/config.yaml.
+
+    metrics.csv has a row per event and a column per metric; config.yaml is the resolved config with the git commit."""
 
     def backend(self) -> type[Backend]:
         from lab.tracking.csv_backend import CsvBackend
@@ -105,15 +107,16 @@ class CsvTrackerConfig(TrackerConfig, name="csv"):  # `CsvConfig` is the data op
 # --------------------------------------------------------------------------- the logger node
 @dataclass
 class LoggerConfig:
-    """What every tracker shares. The run dir's metrics.jsonl / summary.json / provenance/ are written whatever is
-    chosen. The composed node is :func:`logger_schema`: this plus `logger.<name>` per tracker."""
+    """What every tracker shares; `logger_schema` adds a `logger.<name>` node per tracker.
 
-    # {tracker: on}, a key per registered tracker: logger=wandb (default) | csv | <another tracker> | none, a list
-    # of them (logger=[wandb,csv]), or logger.backends.<name>=true|false on top of what is chosen
+    The run dir's metrics.jsonl, summary.json and provenance/ are written whichever trackers are on."""
+
+    # {tracker: on}, a key per registered tracker. Set by logger=wandb (default) | csv | <another> | none, a list
+    # (logger=[wandb,csv]), or logger.backends.<name>=true|false on top of what is chosen.
     backends: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(trackers(), False))
     log_checkpoints: str = "none"  # none | best | last: keep that checkpoint with the run (wandb: a model artifact)
-    # a tracker that is slow to start (wandb: ~1 s of Python) runs in a child process, using another core. false: in
-    # this process (e.g. to call wandb.log or use wandb.run from your own code)
+    # A tracker that is slow to start (wandb: ~1 s of Python) runs in a child process, on another core. false runs it
+    # in this process, e.g. to call wandb.log or use wandb.run from your own code.
     child_process: bool = True
 
     def __post_init__(self) -> None:
@@ -126,31 +129,29 @@ class LoggerConfig:
             )
         _one_of("logger.log_checkpoints", self.log_checkpoints, ("none", "best", "last"))
         for name in chosen(self):
-            settings = getattr(self, name, None)  # LoggerConfig alone (no settings nodes): the defaults
+            settings = getattr(self, name, None)  # LoggerConfig alone has no settings nodes: use the defaults
             (settings if isinstance(settings, TrackerConfig) else known[name]()).check_installed()
 
 
 def logger_schema() -> type[LoggerConfig]:
-    """LoggerConfig with a node `logger.<name>` per registered tracker, typed by its option: the type of every entry
-    config's `logger` (options.node_per_option; `none` is taken by `logger=none`)."""
+    """Return LoggerConfig with a `logger.<name>` node per tracker (`none` is reserved for `logger=none`)."""
     return options.node_per_option(LoggerConfig, "tracker", "logger", "TrackingConfig", reserved=("none",))
 
 
 def logger_config(**values: Any) -> LoggerConfig:
-    """The `logger` node's defaults (the field default of every entry config), or those `values` set."""
+    """Return the `logger` node's defaults with `values` set; entry configs use it as their field default."""
     return logger_schema()(**values)
 
 
 def chosen(logger: Any) -> list[str]:
-    """The trackers a `logger` config node (a DictConfig, a dataclass or None) turns on, in its order."""
+    """Return the trackers a `logger` node (a DictConfig, a dataclass or None) turns on, in order."""
     return [str(name) for name, on in (_get(logger, "backends") or {}).items() if on]
 
 
 def tracker_settings(logger: Any, name: str) -> TrackerConfig:
-    """The settings object of the tracker `name` in a `logger` node: its `logger.<name>` values checked by its
-    option (a node without them, or none at all: the option's defaults)."""
+    """Return the checked settings of tracker `name` from a `logger` node, or the option's defaults if it has none."""
     cls = options.option_class("tracker", name)
-    assert issubclass(cls, TrackerConfig)  # the tracker group's options are
+    assert issubclass(cls, TrackerConfig)  # as every tracker option is
     node = _get(logger, name)
     if node is None:
         return cls()
@@ -166,15 +167,15 @@ def _get(node: Any, key: str) -> Any:
     return node.get(key) if hasattr(node, "get") else getattr(node, key, None)
 
 
-# wandb's settings sat at the top of `logger` before each tracker had its own node: a command line written then
-# (logger.mode=offline) still runs, moved to the new key with one warning line
+# wandb's settings sat at the top of `logger` before each tracker had its own node. An old command line
+# (logger.mode=offline) still runs, moved to the new key with one warning line.
 MOVED_KEYS = {
     f"logger.{key}": f"logger.wandb.{key}" for key in ("mode", "project", "entity", "group", "tags", "init_timeout")
 }
 
 
 def moved_keys(argv: list[str]) -> list[str]:
-    """The command line with the keys of MOVED_KEYS under their new names (`+`/`++`/`~` prefixes kept)."""
+    """Return `argv` with MOVED_KEYS renamed, keeping `+`/`++`/`~` prefixes, and warn on stderr for each."""
     renamed = []
     for arg in argv:
         rest = arg.lstrip("+~")

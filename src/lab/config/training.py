@@ -1,6 +1,4 @@
-"""Schema of training runs (conf/train.yaml) and of its groups trainer, precision and sweep. The data, task, model,
-optimizer/scheduler and dist groups have a module each (data.py, tasks.py, models.py, optim.py, distributed.py), and
-so do the trackers of `logger` (trackers.py)."""
+"""Schema of training runs (conf/train.yaml) and its trainer, precision and sweep groups."""
 
 from __future__ import annotations
 
@@ -28,7 +26,7 @@ class TrainerConfig:
     log_every_n_steps: int = 50
     val_every_n_epochs: int = 1
     ckpt_every_n_steps: int = 0  # 0 = only at epoch ends
-    async_save: bool = False  # dist=fsdp: write the shards in the background (training stalls only to copy them)
+    async_save: bool = False  # dist=fsdp: write shards in the background; training stalls only to copy them
     limit_train_batches: int = -1  # -1 = all; debug runs use a few
     limit_val_batches: int = -1
     overfit_batches: int = 0  # >0: train and validate on this many fixed batches (debug=overfit)
@@ -38,13 +36,13 @@ class TrainerConfig:
     deterministic: bool = False
     cudnn_benchmark: bool = False
     tf32: bool = True
-    max_bad_steps: int = 0  # >0: skip up to this many consecutive steps whose loss is not finite (a sync per step)
+    max_bad_steps: int = 0  # >0: skip up to this many consecutive non-finite-loss steps (costs a sync per step)
     progress_bar: str = "auto"  # auto (only on a TTY) | on | off
-    # dense peak FLOP/s of one device for train/mfu (e.g. 989e12: H100 bf16); null = lab.training.flops' table of
-    # common GPUs, and no MFU on a CPU or an unlisted GPU
+    # Dense peak FLOP/s of one device for train/mfu (e.g. 989e12 for H100 bf16). null = lab.training.flops' table
+    # of common GPUs, and no MFU on a CPU or an unlisted GPU.
     peak_flops: float | None = None
-    # fine-tuning: what model.freeze names trains from this epoch on (0-based: 2 = two epochs with the backbone
-    # frozen, the head alone learning, then everything); null = frozen for the whole run
+    # Fine-tuning: what model.freeze names trains from this 0-based epoch on. 2 = two epochs of the head alone,
+    # then everything. null = frozen for the whole run.
     unfreeze_at_epoch: int | None = None
 
     def __post_init__(self) -> None:
@@ -84,13 +82,12 @@ class TrainerConfig:
 # --------------------------------------------------------------------------- precision
 @dataclass
 class PrecisionConfig(Option, group="precision"):
-    """The `precision` group: one option per policy (lab.config.options); lab.runtime.resolve_precision turns the
-    chosen one into the device's autocast dtype and GradScaler."""
+    """The `precision` group; lab.runtime.resolve_precision turns the chosen policy into autocast and GradScaler."""
 
-    autocast: ClassVar[bool] = True  # computes under torch.autocast (fp32: no)
-    name: str = MISSING  # fixed by the option's schema: choose with precision=fp32|amp|bf16|fp16
+    autocast: ClassVar[bool] = True  # computes under torch.autocast (all but fp32)
+    name: str = MISSING  # set by the option; choose with precision=fp32|amp|bf16|fp16
     dtype: str | None = None  # autocast dtype: float16 | bfloat16; null = float16 on CUDA, bfloat16 elsewhere
-    grad_scaler: bool = False  # loss scaling, needed for float16 gradients (used only with float16)
+    grad_scaler: bool = False  # loss scaling, which float16 gradients need (used only with float16)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -107,8 +104,7 @@ class Fp32Config(PrecisionConfig):
 
 @dataclass
 class AmpConfig(PrecisionConfig):
-    """Mixed precision that suits the device: float16 + GradScaler on CUDA, bfloat16 autocast on CPU (float16 is slow
-    there); the GradScaler is used only with float16."""
+    """Mixed precision to suit the device: float16 + GradScaler on CUDA, bfloat16 elsewhere, where float16 is slow."""
 
     grad_scaler: bool = True
 
@@ -122,7 +118,7 @@ class Bf16Config(PrecisionConfig):
 
 @dataclass
 class Fp16Config(PrecisionConfig):
-    """float16 autocast; gradients underflow without loss scaling, so the GradScaler is on."""
+    """float16 autocast, with the GradScaler on since gradients underflow without loss scaling."""
 
     dtype: str | None = "float16"
     grad_scaler: bool = True
@@ -132,7 +128,7 @@ class Fp16Config(PrecisionConfig):
 @dataclass
 class SweepConfig:
     fail_fast: bool = False  # true: launch no further jobs after one fails; false: run them all, exit non-zero
-    # of optimized_metric: sorts the sweep summary; a search's sweeper follows it. Default: the task's mode
+    # Direction of optimized_metric: it sorts the sweep summary and guides a search. Defaults to the task's mode.
     direction: str = "${lab.direction:${task.mode}}"
 
     def __post_init__(self) -> None:
@@ -142,10 +138,11 @@ class SweepConfig:
 # --------------------------------------------------------------------------- paths
 @dataclass
 class PathsConfig:
-    """Where this machine keeps data and outputs. A fork's machines differ in conf/local/default.yaml (git-ignored,
-    composed last), not in a diff. Relative paths start at the directory a script is run from."""
+    """Where this machine keeps data and outputs; relative paths start at the directory a script is run from.
 
-    data: str = "data"  # data.root's default: where datasets' files are (or are downloaded to)
+    Set them per machine in conf/local/default.yaml (git-ignored, composed last), not in a diff."""
+
+    data: str = "data"  # data.root's default: where datasets' files are, or are downloaded to
     outputs: str = "outputs"  # run dirs: <outputs>/<task_name>/<stamp>; sweeps: <outputs>/<task_name>/multirun/<stamp>
 
 
@@ -154,7 +151,7 @@ class PathsConfig:
 class TrainConfig:
     task_name: str = "train"
     seed: int = 42
-    ckpt_path: str | None = None  # resume from this checkpoint (into this run's own new dir)
+    ckpt_path: str | None = None  # resume from this checkpoint, into this run's own new dir
     resume: str | None = None  # auto: continue the newest unfinished run of this config in its dir | <run dir>
     overwrite: bool = False  # true: start in a hydra.run.dir that holds another run's checkpoints, replacing them
     tags: list[str] = field(default_factory=list)
@@ -170,17 +167,16 @@ class TrainConfig:
     precision: Any = MISSING  # typed by the chosen option's schema (precision=fp32|amp|bf16|fp16)
     dist: Any = MISSING  # typed by the chosen strategy's schema (conf/dist/*.yaml)
     logger: LoggerConfig = field(default_factory=logger_config)  # + logger.<tracker> per tracker (trackers.py)
-    # the trainer callbacks a run turns on (lab.config.callbacks): callback=<name> puts that option's node here as
-    # callbacks.<name>
+    # Trainer callbacks turned on (lab.config.callbacks); callback=<name> puts that option's node here.
     callbacks: dict[str, Any] = field(default_factory=dict)
     sweep: SweepConfig = field(default_factory=SweepConfig)
 
     def __post_init__(self) -> None:
         seed("seed", self.seed)
         wandb_tags("tags", self.tags)
-        # an unknown callback or key, or one that cannot work with the rest: refused here, before any work
+        # Refuse an unknown callback or key, or one that cannot work with the rest, before any work.
         callback_options.check(self.callbacks, self)
-        why = self.optimizer.conflict(self)  # an optimizer that cannot work with the rest (lab.config.optim)
+        why = self.optimizer.conflict(self)  # an optimizer that cannot work with the rest
         _require(why is None, str(why))
         _require(
             self.resume is None or self.ckpt_path is None,
@@ -196,15 +192,15 @@ class TrainConfig:
             "trainer.unfreeze_at_epoch unfreezes what model.freeze names, and it names nothing; set "
             "model.freeze=[<backbone patterns>] (e.g. [conv1.*, layer*]) or drop trainer.unfreeze_at_epoch",
         )
-        # the extras that need whole weights on every rank (the messages name the one strategy that shards them)
+        # Features that need the whole weights on every rank; only dist=fsdp shards them.
         fsdp = self.dist.shards_weights
         _require(
             not (self.trainer.unfreeze_at_epoch is not None and fsdp),
             "trainer.unfreeze_at_epoch does not work with dist=fsdp yet (its shards are made for the trainable "
             "parameters); use dist=ddp, or drop trainer.unfreeze_at_epoch",
         )
-        # a model whose option knows it cannot be built on the meta device (lab.distributed.meta_init), refused before
-        # any process starts; what only its module tree tells is refused once the data gives its shapes
+        # Refuse a model whose option knows it cannot be built on the meta device before any process starts. What
+        # only its module tree tells is refused once the data gives its shapes (lab.distributed.meta_init).
         why = self.model.meta_init_blocker() if getattr(self.dist, "meta_init", None) is True else None
         _require(why is None, meta_init_refused(str(why)))
         _require(
