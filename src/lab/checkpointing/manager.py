@@ -91,7 +91,7 @@ class CheckpointManager:
         return self.every_n_steps > 0 and global_step % self.every_n_steps == 0
 
     def save(self, state: dict[str, Any], best: bool, final: bool = False, wait: bool = False) -> None:
-        """Save `state`; every rank calls this, as the state was gathered collectively. Rank 0 writes and the others
+        """Save `state`. Every rank calls this, as the state was gathered collectively. Rank 0 writes and the others
         wait, so no rank reads a half-written file or runs ahead of a checkpoint it may need. With trainer.async_save
         a sharded save returns once its tensors are in host memory, unless it is `final` (its last.pt also holds the
         consolidated model) or the caller asks to `wait` (a stop signal: the job ends next)."""

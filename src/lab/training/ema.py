@@ -28,7 +28,7 @@ class EMA(Callback):
         if not 0 < decay < 1:
             raise ValueError(f"EMA decay must be in (0, 1), got {decay}")
         self.decay, self.every_n_steps = decay, every_n_steps
-        # a copy of the plain module (no DDP, no torch.compile): evaluated as it is, in eval mode, without autograd
+        # a copy of the plain module (no DDP or torch.compile), evaluated as it is, in eval mode, without autograd
         self.module = copy.deepcopy(model).eval().requires_grad_(False)
         pairs = [(a, p) for a, p in zip(self.module.parameters(), model.parameters()) if p.requires_grad]
         self._averaged: list[torch.Tensor] = [a for a, _ in pairs]
