@@ -1,7 +1,6 @@
-"""Checkpoints: the files (``storage``: atomic save, safe read; ``sharded``: DCP shards under FSDP), wrapper-free
-model weights (``state_dicts``), the RNG streams (``rng``) and a run's checkpoint paths and cadence (``manager``).
-Rebuilding a trained model, its task and its data from a file (eval, export, infer) is workflow work:
-lab.workflows.restore."""
+"""Checkpoints: safe files (`storage`), DCP shards under FSDP (`sharded`), wrapper-free weights (`state_dicts`),
+RNG streams (`rng`) and a run's checkpoint paths and cadence (`manager`). Rebuilding a trained model, its task and
+its data from a file (eval, export, infer) lives in `lab.workflows.restore`."""
 
 from lab.checkpointing import sharded
 from lab.checkpointing.manager import CheckpointManager

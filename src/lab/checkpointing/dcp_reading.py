@@ -1,11 +1,10 @@
-"""Reading a DCP directory (lab.checkpointing.sharded) without running anything a file in it names.
+"""Read a DCP directory (`lab.checkpointing.sharded`) without running anything a file in it names.
 
-DCP's `.metadata` is a pickle, and plain unpickling calls whatever the file names: here it is read with an
-unpickler that allows only the classes DCP writes there (its metadata dataclasses, sizes, dtypes, a path) and the
-file is refused otherwise. An allow-list rather than a format of our own: the directory stays the standard DCP
-layout that torch's own tools read and reshard. The data files the metadata names must lie in the directory, and a
-value DCP stores as bytes (an optimizer's lr, betas), which DCP unpickles with weights_only=False, must first load
-with weights_only=True.
+DCP's `.metadata` is a pickle, and plain unpickling calls whatever the file names. So we read it with an unpickler
+that allows only the classes DCP writes there (its metadata dataclasses, sizes, dtypes, a path), and refuse the
+file otherwise. An allow-list, rather than a format of our own, keeps the standard DCP layout that torch's own tools
+read and reshard. The data files the metadata names must lie in the directory. A value DCP stores as bytes (an
+optimizer's lr, betas) is unpickled by DCP with weights_only=False, so it must first load with weights_only=True.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from lab.errors import UserError
 
-# every global DCP writes into `.metadata`, and nothing else: plain values and dataclasses, none runs code when made
+# every global DCP writes into `.metadata`, and nothing else; all are plain values or dataclasses that run no code
 _METADATA_GLOBALS = {
     *(
         ("torch.distributed.checkpoint.metadata", name)
@@ -59,8 +58,8 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 def read_metadata(directory: str | Path) -> Metadata:
-    """A DCP directory's `.metadata`, read without running anything it names, its data files checked to lie in
-    `directory`; a UserError in one line otherwise."""
+    """Read a DCP directory's `.metadata` without running anything it names, and check its data files lie in
+    `directory`. Raises a one-line `UserError` otherwise."""
     path = Path(directory) / ".metadata"
     fix = "use a checkpoint that scripts/train.py wrote (best.pt)"
     try:
@@ -83,7 +82,7 @@ def read_metadata(directory: str | Path) -> Metadata:
 
 
 class Reader(FileSystemReader):
-    """DCP's file reader, its metadata read by `read_metadata`. No `rank` argument: DCP then never falls back to
+    """DCP's file reader, reading metadata through `read_metadata`. It takes no `rank`, so DCP never falls back to
     a per-rank metadata file, which this template does not write."""
 
     def read_metadata(self) -> Metadata:
@@ -94,7 +93,7 @@ class Reader(FileSystemReader):
 
 
 class Planner(DefaultLoadPlanner):
-    """DCP's planner, but a value stored as bytes must be plain data: DCP unpickles it with weights_only=False."""
+    """DCP's planner, but a value stored as bytes must be plain data, since DCP unpickles it with weights_only=False."""
 
     def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
         try:
@@ -110,9 +109,9 @@ class Planner(DefaultLoadPlanner):
 
 @contextmanager
 def read_errors(directory: str | Path) -> Iterator[None]:
-    """A failed read of `directory` ends as one UserError line: DCP wraps what a rank raised in its
-    CheckpointException (a BaseException whose text holds tracebacks), and metadata that passed the allow-list
-    may still hold nonsense (a size that is not a shape) that fails deeper in."""
+    """Turn a failed read of `directory` into a one-line `UserError`. DCP wraps what a rank raised in a
+    CheckpointException, a BaseException whose text holds tracebacks. Metadata that passed the allow-list may still
+    hold nonsense (a size that is not a shape) that fails deeper in."""
     try:
         yield
     except UserError:
@@ -121,7 +120,7 @@ def read_errors(directory: str | Path) -> Iterator[None]:
         cause: BaseException = err
         if isinstance(err, CheckpointException):
             cause = next((exc for exc, _ in err.failures.values()), err)
-        if isinstance(cause, UserError):  # a refusal of this module, raised inside DCP
+        if isinstance(cause, UserError):  # this module's own refusal, raised inside DCP
             raise UserError(str(cause)) from err
         first = (str(cause).splitlines() or [""])[0][:200]
         raise UserError(

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 class Ranks(Protocol):
-    """What saving needs of the ranks (a lab.distributed.parallel.Parallel; checkpointing sits below it)."""
+    """What saving needs of the ranks: a `Parallel`, typed here because checkpointing sits below it."""
 
     @property
     def is_main(self) -> bool: ...
@@ -31,16 +31,17 @@ class Ranks(Protocol):
 
 
 class CheckpointManager:
-    """`<run dir>/checkpoints/last.pt` after every epoch (and every `every_n_steps` optimizer steps when > 0), copied
-    to `best.pt` when the monitored metric improved. `extras` (resolved config, data_meta, provenance) go into every
-    file: they are what eval, export and infer rebuild the model and its data from. `run_ref` (the trackers' names
-    for this run: run dir, wandb id) joins the provenance at the first save, not before: wandb may still be starting
-    in its child process while the first steps run.
+    """Write `<run dir>/checkpoints/last.pt` after every epoch (and every `every_n_steps` optimizer steps if > 0).
 
-    A state with `shards` (dist=fsdp) is written as a sharded checkpoint (lab.checkpointing.sharded): every rank
-    writes its shards to a new directory under `checkpoints/shards/`, in the background with `async_save`, and rank 0
-    switches `last.pt` to it once it is complete, then removes the directory it replaces. `best.pt` is then one
-    consolidated file of the model alone (the state's `model`): what eval, export and infer read."""
+    It is copied to `best.pt` when the monitored metric improved. `extras` (resolved config, data_meta, provenance)
+    go into every file, since eval, export and infer rebuild the model and its data from them. `run_ref` (the
+    trackers' names for the run: run dir, wandb id) joins the provenance at the first save, not before, because
+    wandb may still be starting in its child process while the first steps run.
+
+    A state with `shards` (dist=fsdp) becomes a sharded checkpoint (`lab.checkpointing.sharded`). Every rank writes
+    its shards to a new directory under `checkpoints/shards/`, in the background with `async_save`. Once it is
+    complete, rank 0 points `last.pt` at it and removes the directory it replaces. `best.pt` is then one
+    consolidated file of the model alone (the state's `model`), which eval, export and infer read."""
 
     def __init__(
         self,
@@ -55,13 +56,13 @@ class CheckpointManager:
         self.parallel, self.every_n_steps, self.async_save = parallel, every_n_steps, async_save
         self.extras = dict(extras or {})
         self._run_ref = run_ref
-        self._pending: Future | None = None  # the background save in flight (on rank 0: until last.pt names it)
+        self._pending: Future | None = None  # the background save in flight; on rank 0, until last.pt names it
         if parallel.is_main:
             for stale in remove_stale_temps(self.dir):
                 log.warning("removed %s: a save that never completed (the process was killed mid-write)", stale)
             try:
                 named = self._named_shards()
-            except Exception:  # an unreadable last.pt: its refusal comes when it is read; its shards are kept
+            except Exception:  # an unreadable last.pt is refused when read, so keep its shards
                 return
             for stale in self._prune(keep=named):
                 log.warning("removed %s: shards of a save that never completed (killed before last.pt named it)", stale)
@@ -78,22 +79,22 @@ class CheckpointManager:
         return self.dir / f"{which}.pt"
 
     def adopt_best(self, resumed: Path) -> None:
-        """A run resumed from `resumed` takes the best.pt next to it along (the run it came from: its own dir or
-        another), so best tracking and the final test score the true best."""
+        """Copy the best.pt next to `resumed` into this run, so best tracking and the final test score the true
+        best. `resumed` may lie in this run's dir or another's."""
         best = resumed.with_name("best.pt")
         if self.parallel.is_main and best.is_file() and not self.best.exists():
             self.dir.mkdir(parents=True, exist_ok=True)
             storage.copy(best, self.best)
 
     def due(self, global_step: int) -> bool:
-        """A mid-epoch checkpoint is due after this optimizer step."""
+        """Return whether a mid-epoch checkpoint is due after this optimizer step."""
         return self.every_n_steps > 0 and global_step % self.every_n_steps == 0
 
     def save(self, state: dict[str, Any], best: bool, final: bool = False, wait: bool = False) -> None:
-        """Every rank calls this (the state was gathered collectively); rank 0 writes and the others wait, so no
-        rank reads a half-written file and none runs ahead of a checkpoint it might need. A sharded save returns
-        once its tensors are copied to host memory when trainer.async_save is on, unless it is the `final` one
-        (whose last.pt also holds the consolidated model) or the caller `wait`s (a stop signal: the job ends next)."""
+        """Save `state`. Every rank calls this, as the state was gathered collectively. Rank 0 writes and the others
+        wait, so no rank reads a half-written file or runs ahead of a checkpoint it may need. With trainer.async_save
+        a sharded save returns once its tensors are in host memory, unless it is `final` (its last.pt also holds the
+        consolidated model) or the caller asks to `wait` (a stop signal: the job ends next)."""
         self.wait()  # one save at a time: the previous one is complete, and named by last.pt, before the next
         if self.parallel.is_main and self._run_ref is not None:
             self.extras["provenance"] = {**self.extras.get("provenance", {}), **self._run_ref()}
@@ -105,12 +106,12 @@ class CheckpointManager:
             storage.save(self.last, {**state, **self.extras})
             if best:
                 storage.copy(self.last, self.best)
-            self._prune(keep=None)  # an FSDP run continued in one file: the shards its last.pt named are replaced
+            self._prune(keep=None)  # an FSDP run continued in one file no longer needs the shards last.pt named
         self.parallel.barrier()
 
     def _save_sharded(self, state: dict[str, Any], best: bool, final: bool, background: bool) -> None:
         header = {key: value for key, value in state.items() if key not in ("shards", "model")}
-        # a new directory each time (rank 0 names it for all): the one last.pt names is never written over
+        # a new directory each time (rank 0 names it for all), so the one last.pt names is never written over
         name = self.parallel.broadcast(self._new_shards_name(state["progress"]["global_step"]))
         if self.parallel.is_main and best:
             storage.save(self.best, {**header, "model": state["model"], **self.extras})
@@ -132,7 +133,7 @@ class CheckpointManager:
             self._pending = writing
 
     def wait(self) -> None:
-        """Until the background save in flight (if any) is complete and named by last.pt; its error is raised."""
+        """Wait until any background save in flight is complete and named by last.pt. Raises its error."""
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()
@@ -147,14 +148,14 @@ class CheckpointManager:
         return name
 
     def _named_shards(self) -> str | None:
-        """The shard directory last.pt names (relative to checkpoints/), read without loading any tensor."""
+        """Return the shard directory last.pt names (relative to checkpoints/), without loading any tensor."""
         if not self.last.is_file():
             return None
         return torch.load(self.last, map_location="cpu", weights_only=True, mmap=True).get("shards")
 
     def _prune(self, keep: str | None) -> list[Path]:
         """Remove the shard directories other than `keep`: the one last.pt named before, or a killed save's. Only
-        the `step-*` directories saves make: anything else under shards/ is not this manager's to remove."""
+        `step-*` directories are touched; anything else under shards/ is not this manager's to remove."""
         root = self.dir / sharded.DIR
         ours = sorted(root.glob("step-*")) if root.is_dir() else []
         removed = [entry for entry in ours if entry.is_dir() and f"{sharded.DIR}/{entry.name}" != keep]
@@ -164,7 +165,7 @@ class CheckpointManager:
 
 
 def _after(future: Future, then: Callable[[], None]) -> Future:
-    """A future that completes once `future` has and `then` has run (a done-callback would run after waiters wake)."""
+    """Return a future done once `future` is and `then` has run (a done-callback would run after waiters wake)."""
     done: Future = Future()
 
     def finish(_: Future) -> None:
@@ -172,7 +173,7 @@ def _after(future: Future, then: Callable[[], None]) -> Future:
             future.result()
             then()
             done.set_result(None)
-        except BaseException as err:  # the waiter (the next save, the end of training) raises it
+        except BaseException as err:  # raised by the waiter: the next save, or the end of training
             done.set_exception(err)
 
     future.add_done_callback(finish)

@@ -10,8 +10,8 @@ import torch
 
 
 def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
-    """The host RNG streams, plus the CUDA generator of the run's own GPU (`cuda` is None off CUDA). One device's
-    state, not every visible GPU's: a resume in an allocation that sees fewer GPUs must still find its own."""
+    """Return the host RNG streams and the CUDA generator of the run's own GPU (`cuda` is None off CUDA). Only one
+    device's state is kept, so a resume in an allocation that sees fewer GPUs still finds its own."""
     state = np.random.get_state()
     assert isinstance(state, tuple)  # the global RandomState (MT19937) gives the legacy tuple
     kind, keys, pos, has_gauss, cached = state
@@ -31,7 +31,7 @@ def restore_rng(state: dict[str, Any], device: torch.device | None = None) -> No
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     cuda = state.get("cuda")
-    if isinstance(cuda, list):  # checkpoints of earlier versions: one state per GPU that was visible then
+    if isinstance(cuda, list):  # older checkpoints kept one state per GPU that was visible then
         index = (device.index or 0) if device is not None else 0
         cuda = cuda[index] if index < len(cuda) else None
     if cuda is not None and device is not None and device.type == "cuda":

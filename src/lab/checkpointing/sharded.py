@@ -1,18 +1,16 @@
-"""Sharded checkpoints (dist=fsdp): every rank writes its own shards of the weights and optimizer moments with
-torch.distributed.checkpoint (DCP), in the foreground or in the background, and no rank gathers the whole model.
+"""Sharded checkpoints (dist=fsdp), written with torch.distributed.checkpoint (DCP).
 
-A checkpoint is then two things (docs/run-dirs.md): the usual `last.pt`, holding everything but
-the tensors that are sharded (progress, schedule, RNG, config, data_meta, provenance) and `shards`, the path of a
-DCP directory relative to the file's own directory (`shards/<name>`). DCP writes its `.metadata` last, renamed into
-place once every rank's shards are written: a directory without it is incomplete, never read, and removed at the
-next start. `last.pt` is switched to a new directory only after that directory is complete, so a save killed midway
-leaves the previous checkpoint whole.
+Every rank writes its own shards of the weights and optimizer moments, in the foreground or the background, and no
+rank gathers the whole model. A checkpoint is then two things (docs/run-dirs.md). The usual `last.pt` holds all but
+the sharded tensors (progress, schedule, RNG, config, data_meta, provenance) plus `shards`, the path of a DCP
+directory relative to the file's own directory (`shards/<name>`). DCP renames its `.metadata` into place last, once
+every rank's shards are written. A directory without it is incomplete, never read, and removed at the next start.
+`last.pt` moves to a new directory only once that is complete, so a save killed midway leaves the previous
+checkpoint whole.
 
 DCP reads the tensors back resharded to whatever the reader holds: FSDP shards on any number of ranks, or whole
-tensors (DDP, one process, eval/export/infer).
-
-Nothing a shard directory holds can run code: it is read through lab.checkpointing.dcp_reading, imported when a
-shard directory is read (torch.distributed.checkpoint is slow to import).
+tensors (DDP, one process, eval/export/infer). Reads go through `lab.checkpointing.dcp_reading`, so nothing in a
+shard directory can run code. It is imported only then, as torch.distributed.checkpoint is slow to import.
 """
 
 from __future__ import annotations
@@ -26,21 +24,22 @@ import torch
 
 DIR = "shards"  # under <run dir>/checkpoints: one directory per sharded checkpoint
 
-# DCP warns on every save and load without a process group (one process, eval, a background save's thread) that
-# it assumes one process: that is the intent wherever this module gives it no group
+# without a process group (one process, eval, a background save's thread) DCP warns on every save and load that
+# it assumes one process. That is the intent wherever this module gives it no group.
 warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized")
 
 
 def is_complete(directory: str | Path) -> bool:
-    """DCP renames its metadata into place once every rank's shards are written."""
+    """Return whether `directory` holds a finished save. DCP renames its metadata into place last."""
     return (Path(directory) / ".metadata").is_file()
 
 
 def write(state: dict[str, Any], directory: Path, group: Any, background: bool) -> Future | None:
-    """Every rank writes its shards of `state` to `directory` (a collective over `group`, a gloo group that
-    nothing else uses: the background writer's collectives never interleave with training's). In the background,
-    the tensors are first copied to host memory (the stall), and the returned future completes once the
-    checkpoint's metadata is written; else the call returns then."""
+    """Write this rank's shards of `state` to `directory`, a collective over `group`.
+
+    `group` is a gloo group nothing else uses, so the background writer's collectives never interleave with
+    training's. In the background, the tensors are first copied to host memory (the stall) and the returned future
+    completes once the metadata is written. Otherwise the call returns then."""
     import torch.distributed.checkpoint as dcp
 
     if background:
@@ -50,7 +49,7 @@ def write(state: dict[str, Any], directory: Path, group: Any, background: bool) 
 
 
 def load(state: dict[str, Any], directory: str | Path, group: Any) -> None:
-    """Fill `state` (sharded or whole tensors, as this process holds them) in place from `directory`."""
+    """Fill `state` in place from `directory`, as sharded or whole tensors, however this process holds them."""
     import torch.distributed.checkpoint as dcp
 
     from lab.checkpointing.dcp_reading import Planner, Reader, read_errors
@@ -60,8 +59,8 @@ def load(state: dict[str, Any], directory: str | Path, group: Any) -> None:
 
 
 def read_model(directory: str | Path) -> dict[str, torch.Tensor]:
-    """The whole model weights of a sharded checkpoint, on the CPU, in this process alone (no process group, and
-    none of the optimizer's tensors are read): what eval, export, infer and model.init_from load."""
+    """Return the whole model weights of a sharded checkpoint, on the CPU, for eval, export, infer and
+    model.init_from. Reads in this process alone, with no process group, and skips the optimizer's tensors."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
@@ -81,8 +80,8 @@ def read_model(directory: str | Path) -> dict[str, torch.Tensor]:
 
 
 def model_weights(ckpt: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's whole model weights: its `model`, else read from its shards (lab.checkpointing.read gives
-    `shards` as an absolute path)."""
+    """Return a checkpoint's whole model weights: its `model`, else read from its `shards`, which
+    `lab.checkpointing.read` has made an absolute path."""
     if "model" in ckpt:
         return ckpt["model"]
     return read_model(ckpt["shards"])

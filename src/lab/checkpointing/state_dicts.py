@@ -1,5 +1,5 @@
-"""Model state dicts free of wrappers: what DDP (`module.`) and torch.compile (`_orig_mod.`) add is never saved,
-and is stripped when a checkpoint of a wrapped model is loaded."""
+"""Model state dicts free of wrappers. The prefixes DDP (`module.`) and torch.compile (`_orig_mod.`) add are
+never saved, and are stripped when a checkpoint of a wrapped model is loaded."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ _WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DistributedDataParallel, torch.
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    """The user's module under DDP / torch.compile wrappers."""
+    """Return the user's module from under DDP and torch.compile wrappers."""
     while True:
         if hasattr(model, "_orig_mod"):
             model = cast(nn.Module, model._orig_mod)  # torch.compile's wrapper of the module
@@ -28,7 +28,7 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def strip_wrapper_prefixes(state: dict[str, Any]) -> dict[str, Any]:
-    """Accept state dicts saved from wrapped models (keys like `module._orig_mod.fc.weight`)."""
+    """Strip wrapper prefixes from keys like `module._orig_mod.fc.weight`, so wrapped models' states load."""
     cleaned = {}
     for key, value in state.items():
         while key.startswith(_WRAPPER_PREFIXES):
@@ -38,8 +38,8 @@ def strip_wrapper_prefixes(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def misfit(own: dict[str, Any], state: dict[str, Any]) -> str | None:
-    """What keeps `state` (wrapper prefixes stripped) from loading into a model whose state dict is `own`: its
-    missing, unexpected and misshapen keys; None when it fits."""
+    """Describe what keeps `state` (prefixes stripped) from loading into a model whose state dict is `own`: its
+    missing, unexpected and misshapen keys. Return None when it fits."""
     mismatched = {
         key: (tuple(value.shape), tuple(own[key].shape))
         for key, value in state.items()
@@ -58,12 +58,12 @@ def misfit(own: dict[str, Any], state: dict[str, Any]) -> str | None:
 
 
 def load_model_state(model: nn.Module, state: dict[str, Any], strict: bool = True) -> None:
-    """Load weights, tolerating wrapper prefixes; name the missing/unexpected/misshapen keys instead of a bare error."""
+    """Load weights despite wrapper prefixes. A misfit raises a `UserError` naming the keys, or warns if not strict."""
     target = unwrap(model)
     state = strip_wrapper_prefixes(state)
     own = target.state_dict()
     detail = misfit(own, state)
-    # load_state_dict raises a bare RuntimeError on a shape mismatch even with strict=False: set those keys aside.
+    # load_state_dict raises a bare RuntimeError on a shape mismatch even with strict=False, so set those keys aside
     fitting = {
         k: v for k, v in state.items() if not isinstance(v, torch.Tensor) or k not in own or v.shape == own[k].shape
     }

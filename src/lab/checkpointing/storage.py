@@ -1,9 +1,9 @@
 """Checkpoint files: atomic writes and `weights_only` reads.
 
-Format (docs/run-dirs.md): {format_version, model, optimizer, scheduler, scaler, progress, rng,
-config, data_meta, provenance}. Only tensors and plain containers, so `torch.load(path, weights_only=True)` reads
-it without running pickled code. A sharded checkpoint (dist=fsdp, lab.checkpointing.sharded) holds `shards`, the
-directory of its model and optimizer tensors, instead of `optimizer` and (but for best.pt and the final save) `model`.
+The format (docs/run-dirs.md) is {format_version, model, optimizer, scheduler, scaler, progress, rng, config,
+data_meta, provenance}: only tensors and plain containers, so `torch.load(path, weights_only=True)` reads it
+without running pickled code. A sharded checkpoint (dist=fsdp, `lab.checkpointing.sharded`) holds `shards`, the
+directory of its model and optimizer tensors, instead of `optimizer` and (but in best.pt and the final save) `model`.
 """
 
 from __future__ import annotations
@@ -22,23 +22,23 @@ FORMAT_VERSION = 1
 
 
 def save(path: str | Path, payload: dict[str, Any]) -> None:
-    """Write to a temp file then rename: a crash mid-write never leaves a truncated checkpoint behind."""
+    """Write to a temp file, then rename, so a crash mid-write never leaves a truncated checkpoint behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # a file object, not a path: torch's C++ writer then fails through Python's write, whose OSError (disk full,
-    # ulimit -f) it keeps as the __context__ of its RuntimeError, so the message can name the cause
+    # a file object, not a path, so torch's C++ writer fails through Python's write. Its RuntimeError then keeps
+    # the OSError (disk full, ulimit -f) as __context__, and the message can name the cause.
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         torch.save({"format_version": FORMAT_VERSION, **payload}, f)
 
 
 def copy(src: str | Path, dst: str | Path) -> None:
-    """Atomic copy (e.g. last.pt -> best.pt)."""
+    """Copy atomically (e.g. last.pt -> best.pt)."""
     with atomic_path(dst) as tmp:
         shutil.copyfile(src, tmp)
 
 
 def require_file(path: str | Path | None) -> None:
-    """A checkpoint path the user gave must be a non-empty file: say what it is instead and what to pass."""
+    """Check a checkpoint path the user gave is a non-empty file. If not, raise a `UserError` saying what to pass."""
     if path is None:
         return
     path = Path(path)
@@ -54,7 +54,7 @@ def require_file(path: str | Path | None) -> None:
 
 
 def read(path: str | Path) -> dict[str, Any]:
-    """A checkpoint of this template, loaded with `weights_only=True` (nothing in the file can run code)."""
+    """Load a checkpoint of this template with `weights_only=True`, so nothing in the file can run code."""
     path = Path(path)
     require_file(path)
     try:
@@ -76,15 +76,15 @@ def read(path: str | Path) -> dict[str, Any]:
             )
         from lab.checkpointing import dcp_reading
 
-        dcp_reading.read_metadata(shards)  # refused here, before any run writes a file, if it is not DCP's own
+        dcp_reading.read_metadata(shards)  # refuse metadata that is not DCP's here, before any run writes a file
         ckpt["shards"] = str(shards)
     return ckpt
 
 
 def _shards_dir(path: Path, named: Any) -> Path:
-    """The shard directory a checkpoint names: relative to the file (a run dir stays whole when moved, a kept copy
-    of `checkpoints/` too) and inside the file's own folder once links are resolved. A checkpoint from elsewhere
-    cannot point the reader at another directory of the machine."""
+    """Return the shard directory a checkpoint names. It is relative to the file, so a moved run dir (or a kept copy
+    of `checkpoints/`) stays whole. It must lie inside the file's folder once links resolve, so a checkpoint from
+    elsewhere cannot point the reader at another directory of the machine."""
     root = path.parent.resolve()
     relative = isinstance(named, str) and named != "" and not Path(named).is_absolute()
     shards = (path.parent / named).resolve() if relative else root

@@ -1,4 +1,4 @@
-"""Distributed training: how processes are launched (launch), where they are (env), how they cooperate (parallel).
+"""Distributed training: how processes start (`launch`), where they are (`env`), how they cooperate (`parallel`).
 
-`env` imports no torch: entry scripts use it before Hydra starts.
+`env` imports no torch, because entry scripts use it before Hydra starts.
 """

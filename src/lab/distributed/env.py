@@ -1,4 +1,4 @@
-"""Which process am I? Reads torchrun's and SLURM's environment. No torch import (entry scripts use it early)."""
+"""Which process am I? Read torchrun's and SLURM's environment. No torch import, so entry scripts can use it early."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import subprocess
 import tempfile
 
 _TORCHRUN_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-SCRATCH_PREFIX = "lab-rank"  # a non-zero rank's Hydra dir under torchrun/srun: removed once it joins rank 0's run
+SCRATCH_PREFIX = "lab-rank"  # a non-zero rank's Hydra dir under torchrun/srun, removed once it joins rank 0's run
 
 
 def _slurm_head_node() -> str:
-    """First host of the allocation: where rank 0 runs and the rendezvous store listens."""
+    """Return the allocation's first host, where rank 0 runs and the rendezvous store listens."""
     if int(os.environ.get("SLURM_NNODES", "1")) == 1:
         return "127.0.0.1"
     nodelist = os.environ["SLURM_JOB_NODELIST"]
@@ -20,9 +20,10 @@ def _slurm_head_node() -> str:
 
 
 def adopt_slurm_ranks() -> None:
-    """One SLURM task per rank (`srun`, submitit with tasks_per_node=GPUs): expose it the way torchrun does. Called
-    once, at the entry of a training process (scripts/train.py, and lab.workflows.train.run for a job submitit
-    starts); it writes os.environ and may run `scontrol`, so the probes below never call it."""
+    """Set torchrun's variables from SLURM's when there is one task per rank (`srun`, submitit with
+    tasks_per_node=GPUs). Call it once, when a training process starts (scripts/train.py, and
+    lab.workflows.train.run for a submitit job). It writes os.environ and may run `scontrol`, so the probes below
+    never call it."""
     if any(key in os.environ for key in _TORCHRUN_KEYS):
         return
     if int(os.environ.get("SLURM_NTASKS", "1")) <= 1 or "SLURM_PROCID" not in os.environ:
@@ -33,14 +34,14 @@ def adopt_slurm_ranks() -> None:
         WORLD_SIZE=os.environ["SLURM_NTASKS"],
         LOCAL_WORLD_SIZE=os.environ.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0],
         MASTER_ADDR=_slurm_head_node(),
-        # every task derives the same port from the job id: no communication needed to agree on it
+        # every task derives the same port from the job id, so they agree without talking
         MASTER_PORT=str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000),
     )
 
 
 def launched_as_worker() -> bool:
-    """True when an external launcher (torchrun, or srun/submitit once adopt_slurm_ranks ran) already started one
-    process per rank."""
+    """Return True if an external launcher already started one process per rank: torchrun, or srun/submitit once
+    `adopt_slurm_ranks` ran."""
     return all(key in os.environ for key in _TORCHRUN_KEYS)
 
 
@@ -49,22 +50,22 @@ def rank() -> int:
 
 
 def torchrun_job() -> str | None:
-    """The id of the torchrun job this worker belongs to (`--rdzv-id`, or the one `--standalone` makes), when that
-    job may restart its workers (`--max-restarts` > 0): its restarted workers continue the first attempt's run.
-    None outside torchrun, and in the workers `dist=ddp` spawns itself (their restarts: `dist.max_restarts`)."""
+    """Return the id of this worker's torchrun job (`--rdzv-id`, or the one `--standalone` makes), if that job may
+    restart its workers (`--max-restarts` > 0). Restarted workers continue the first attempt's run. None outside
+    torchrun, and in workers `dist=ddp` spawns itself, whose restarts `dist.max_restarts` sets."""
     if not launched_as_worker() or int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) <= 0:
         return None
     return os.environ.get("TORCHELASTIC_RUN_ID") or None
 
 
 def torchrun_restart() -> int:
-    """How often torchrun restarted this job's workers (TORCHELASTIC_RESTART_COUNT): 0 on the first attempt."""
+    """Return how often torchrun restarted this job's workers (TORCHELASTIC_RESTART_COUNT), 0 on the first try."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) if torchrun_job() else 0
 
 
 def keep_hydra_outputs_to_rank_zero(argv: list[str]) -> list[str]:
-    """Every rank runs the Hydra entry point, but only rank 0 may write the run dir: the others get a scratch
-    directory, no .hydra/ and console-only logging; after start-up rank 0 tells them the real run dir."""
+    """Give non-zero ranks a scratch Hydra dir, no .hydra/ and console-only logging, so only rank 0 writes the run
+    dir. Every rank runs the Hydra entry point; after start-up rank 0 tells the others the real run dir."""
     if not launched_as_worker() or rank() == 0 or "-m" in argv or "--multirun" in argv:
         return argv
     scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{rank()}-")

@@ -1,8 +1,8 @@
-"""Starting the processes: spawn local workers with torch's elastic launcher, or join a torchrun/SLURM job.
+"""Start the processes: spawn local workers with torch's elastic launcher, or join a torchrun/SLURM job.
 
 `python scripts/train.py dist=ddp` spawns `dist.nproc` workers through `elastic_launch` (the engine behind
-torchrun) with a c10d rendezvous on a free local port; under torchrun/srun the processes already exist and only
-join the process group (`start` does either). Either way a failing rank ends the whole job with that rank's error.
+torchrun), with a c10d rendezvous on a free local port. Under torchrun/srun the processes already exist and only
+join the process group. `start` does either. Either way, a failing rank ends the whole job with that rank's error.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def free_port() -> int:
 
 
 def resolve_nproc(dist_cfg: Any) -> int:
-    """One process per GPU (two gloo processes on a CPU-only machine); an explicit count must fit the machine:
-    ranks sharing a GPU, or more ranks than cores, make no progress (they starve each other in collectives)."""
+    """Return one process per GPU, or two gloo processes on a CPU-only machine. An explicit count must fit the
+    machine: ranks sharing a GPU, or more ranks than cores, starve each other in collectives and make no progress."""
     gpus, cores = torch.cuda.device_count(), os.cpu_count() or 1
     if dist_cfg.nproc == "auto":
         return gpus or 2
@@ -62,9 +62,9 @@ def resolve_nproc(dist_cfg: Any) -> int:
 
 
 def start(train: Callable[..., Any], cfg: Any, run_dir: Path, resume_hint: str, *args: Any) -> Any:
-    """Run `train(cfg, run_dir, parallel, *args)` in every rank, once it is in its process group: in `dist.nproc`
-    processes spawned here (a `dist` option that spawns its ranks, outside torchrun/srun), else in this process,
-    which torchrun or srun started as one of the ranks (or which is the only one). Returns rank 0's result."""
+    """Run `train(cfg, run_dir, parallel, *args)` in every rank once it is in its process group. Returns rank 0's
+    result. If the `dist` option spawns its ranks and we are outside torchrun/srun, spawn `dist.nproc` processes
+    here. Otherwise run in this process, which is one of torchrun's or srun's ranks, or the only one."""
     if options.instantiate("dist", cfg.dist).spawns_ranks and not env.launched_as_worker():
         container = OmegaConf.to_container(cfg, resolve=True)
         last = run_dir / "checkpoints" / "last.pt"
@@ -74,11 +74,11 @@ def start(train: Callable[..., Any], cfg: Any, run_dir: Path, resume_hint: str, 
 
 @record  # the failing rank's traceback reaches the launcher, which names it
 def _spawned(train: Callable[..., Any], container: dict, run_dir: str, *args: Any) -> Any:
-    # typed again, as Hydra gave it
+    # make the config typed again, as Hydra gave it
     cfg = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(TrainConfig), container))
     configure_worker_logging(Path(run_dir) / f"{cfg.task_name}.log")
     last = Path(run_dir) / "checkpoints" / "last.pt"
-    if restart_count() and last.is_file():  # dist.max_restarts: a restart continues the failed attempt
+    if restart_count() and last.is_file():  # with dist.max_restarts, a restart continues the failed attempt
         cfg.ckpt_path = str(last)
     return _joined(train, cfg, Path(run_dir), *args)
 
@@ -88,8 +88,8 @@ def _joined(train: Callable[..., Any], cfg: Any, run_dir: Path, *args: Any) -> A
     try:
         if not parallel.is_main:
             logging.getLogger().setLevel(logging.WARNING)  # one rank speaks; the others only warn
-        # torchrun/srun: every rank adopts rank 0's run dir and the checkpoint it resumes from (resume=auto is
-        # resolved there only: the other ranks' scratch dirs hold no run, and each would start a run of its own)
+        # under torchrun/srun every rank adopts rank 0's run dir and the checkpoint it resumes from. resume=auto is
+        # resolved on rank 0 only: the other ranks' scratch dirs hold no run, so each would start a run of its own.
         shared, cfg.ckpt_path = parallel.broadcast((str(run_dir), cfg.ckpt_path))
         shared_dir = Path(shared)
         if shared_dir != run_dir and run_dir.name.startswith(env.SCRATCH_PREFIX):
@@ -106,15 +106,15 @@ def spawn(
     resume_hint: str = "continue with resume=<run dir>",
     last: Path | None = None,
 ) -> Any:
-    """Run `worker(*args)` in `dist.nproc` local processes; return rank 0's result or raise naming the failed rank.
-    `last`: the run's last.pt, which a stop signal says was saved only when the ranks wrote it.
+    """Run `worker(*args)` in `dist.nproc` local processes. Return rank 0's result, or raise naming the failed rank.
+    `last` is the run's last.pt. After a stop signal, the message says it was saved only if the ranks wrote it.
 
-    With dist.max_restarts=N a failed attempt (a crash, a lost rank: not a config/data error, not a stop signal)
-    starts all workers again, up to N times; they resume from the run's last.pt (`restart_count()`). Each attempt
-    is an elastic launch of its own, on a fresh rendezvous: restarted workers of one launch (the agent's own
-    max_restarts) intermittently failed to connect their gloo process group here ("connectFullMesh: Connection
-    refused") or hung in it: the agent's store keeps the failed attempt's keys, the dead rank 0's address among
-    them (under torchrun, whose restarts are the agent's, each restart joins under keys of its own: _restart_store)."""
+    With dist.max_restarts=N, a failed attempt (a crash or a lost rank, not a config/data error or a stop signal)
+    starts all workers again, up to N times, and they resume from last.pt (`restart_count()`). Each attempt is an
+    elastic launch of its own, on a fresh rendezvous. Restarting within one launch (the agent's own max_restarts)
+    intermittently failed to connect the gloo process group ("connectFullMesh: Connection refused") or hung in it,
+    because the agent's store keeps the failed attempt's keys, including the dead rank 0's address. Under torchrun,
+    whose restarts are the agent's, each restart joins under keys of its own (`_restart_store`)."""
     nproc = resolve_nproc(dist_cfg)
     threads = threads_per_rank(nproc)
     for attempt in range(dist_cfg.max_restarts + 1):
@@ -123,7 +123,7 @@ def spawn(
                 return _launch(worker, args, attempt, dist_cfg, nproc, threads, resume_hint, last)
         except ChildFailedError as err:
             reason, restartable = _describe_failure(err, nproc)
-            log.error("%s", reason)  # into the run's log file as well as the console
+            log.error("%s", reason)  # to the run's log file as well as the console
             if not restartable or attempt == dist_cfg.max_restarts:
                 raise UserError(reason) from None
             log.warning(
@@ -134,25 +134,25 @@ def spawn(
     raise AssertionError("unreachable")
 
 
-RESTART_COUNT = "LAB_RESTART_COUNT"  # the workers' attempt: 0, then 1.. after dist.max_restarts restarts
+RESTART_COUNT = "LAB_RESTART_COUNT"  # the workers' attempt: 0, then 1, 2, ... after dist.max_restarts restarts
 
 
 def restart_count() -> int:
-    """How many times this job's workers were restarted after a failure (dist.max_restarts)."""
+    """Return how many times this job's workers were restarted after a failure (dist.max_restarts)."""
     return int(os.environ.get(RESTART_COUNT, "0"))
 
 
 def _attempt(attempt: int, launcher: int, worker: Callable[..., Any], *args: Any) -> Any:
-    """A rank of attempt `attempt`: told through its own environment (restart_count()), since the forkserver's
-    children inherit the environment the server started with, the first attempt's. A stop signal it gets goes on
-    to the launcher (`launcher`, its pid), which stops every rank with it: the same as a signal to the launcher."""
+    """Run one rank of attempt `attempt`, telling it the attempt through its own environment (`restart_count()`),
+    since the forkserver's children inherit the environment of the first attempt. A stop signal the rank gets goes
+    on to the launcher (pid `launcher`), which stops every rank with it, as if it got it itself."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _forwarded_signals())  # blocked in the forkserver (_start_forkserver)
     stopping.tell_launcher(launcher)
     os.environ[RESTART_COUNT] = str(attempt)
     try:
         with stopping.raised_at_once():
             return worker(*args)
-    except KeyboardInterrupt as stop:  # stopped before training (or Ctrl-C again): the launcher says so
+    except KeyboardInterrupt as stop:  # stopped before training (or Ctrl-C again); the launcher reports it
         sys.exit(128 + stopping.signal_number(stop))
 
 
@@ -161,11 +161,11 @@ def _forwarded_signals() -> set[signal.Signals]:
 
 
 def _start_forkserver() -> None:
-    """Start multiprocessing's resource tracker and forkserver with the stop signals blocked, which they keep: a
-    signal to the whole job (Ctrl-C, `kill -- -<pgid>`, scancel) killed them beside the ranks (the tracker's
-    replacement then printed a KeyError traceback for each semaphore it had never seen). They end when the
-    launcher does; the ranks unblock the signals (_attempt). One at a time: starting the tracker unblocks SIGINT
-    and SIGTERM here again."""
+    """Start multiprocessing's resource tracker and forkserver with the stop signals blocked, which they keep.
+    Otherwise a signal to the whole job (Ctrl-C, `kill -- -<pgid>`, scancel) killed them beside the ranks, and the
+    tracker's replacement printed a KeyError traceback for each semaphore it had never seen. They end when the
+    launcher does, and the ranks unblock the signals (`_attempt`). Start them one at a time, because starting the
+    tracker unblocks SIGINT and SIGTERM here again."""
     from multiprocessing import forkserver, resource_tracker
 
     for start in (resource_tracker.ensure_running, forkserver.ensure_running):
@@ -188,15 +188,15 @@ def _launch(
 ) -> Any:
     import multiprocessing
 
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # the elastic agent: only to spawn
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # the elastic agent, only to spawn
 
     # The ranks are forks of one server process that imported torch (and torch._dynamo, which building an optimizer
-    # imports), the entry script and the worker's module once: each spawned rank would import them itself, seconds
-    # of CPU apiece (2 ranks on 2 cores: a debug=fast DDP run 16.7 s -> 14.1 s, two at once 27.5 s -> 15.5 s). The
-    # server imports no CUDA state, so the forks may use the GPU (spawn's safety, fork's start-up). It starts with
-    # this process's environment at the first launch; torchelastic hands each rank its own variables,
-    # OMP_NUM_THREADS and CUDA_VISIBLE_DEVICES, and _attempt the restart count. A function among the worker's
-    # arguments (what `start`'s ranks train with) has its module imported there too.
+    # imports), the entry script and the worker's module once. Spawned ranks would each import them, seconds of CPU
+    # apiece (2 ranks on 2 cores: a debug=fast DDP run 16.7 s -> 14.1 s, two at once 27.5 s -> 15.5 s). The server
+    # holds no CUDA state, so the forks may use the GPU: spawn's safety with fork's start-up. It starts with this
+    # process's environment at the first launch. torchelastic hands each rank its own variables (OMP_NUM_THREADS,
+    # CUDA_VISIBLE_DEVICES) and _attempt the restart count. A function among the worker's arguments (what `start`'s
+    # ranks train with) has its module imported there too.
     modules = [worker.__module__, *(arg.__module__ for arg in args if inspect.isfunction(arg))]
     multiprocessing.set_forkserver_preload(["__main__", "torch", "torch._dynamo", *modules])
     _start_forkserver()
@@ -210,12 +210,12 @@ def _launch(
         rdzv_endpoint=f"127.0.0.1:{port}",
         max_restarts=0,  # restarts are new launches (see spawn)
         monitor_interval=0.2,
-        # after a stop signal, the workers get this long to exit before SIGKILL (after a failed rank: see
+        # after a stop signal, the workers get this long to exit before SIGKILL (for a failed rank, see
         # _failure_handled_promptly)
         shutdown_timeout=dist_cfg.grace_s,
         start_method="forkserver",
         # the launcher forwards these to the workers, which finish their step, save last.pt and stop
-        # (lab.training.preemption); a signal left out (SIGUSR1 by default) would kill the launcher alone and
+        # (lab.training.preemption). A signal left out (SIGUSR1 by default) would kill the launcher alone and
         # orphan them. elastic_launch writes this to TORCHELASTIC_SIGNALS_TO_HANDLE, over any value set before.
         signals_to_handle=_FORWARDED_SIGNALS,
     )
@@ -224,8 +224,8 @@ def _launch(
     )
     started = time.time()
     try:
-        # elastic_launch leaves its TORCHELASTIC_SIGNALS_TO_HANDLE in os.environ: restored after (a multirun worker
-        # goes on to other jobs)
+        # elastic_launch leaves its TORCHELASTIC_SIGNALS_TO_HANDLE in os.environ; restore it, as a multirun worker
+        # goes on to other jobs
         with (
             _environment(TORCHELASTIC_SIGNALS_TO_HANDLE=_FORWARDED_SIGNALS),
             _first_signal_only(),
@@ -244,10 +244,10 @@ def _launch(
 
 @contextlib.contextmanager
 def _first_signal_only() -> Iterator[None]:
-    """While the workers run, the launcher acts on its first stop signal only: it stops the ranks with it and waits
-    for them to save. A later one (each rank passes on what it gets: _attempt) would raise torch's SignalException
-    again inside that wait and end the launcher before its ranks. torch's handler is patched for the length of the
-    launch; the handlers from before are back afterwards (torch's, left installed, would raise outside it)."""
+    """While the workers run, act on the launcher's first stop signal only: stop the ranks with it and wait for
+    them to save. Each rank passes on what it gets (`_attempt`), and a later signal would raise torch's
+    SignalException again inside that wait, ending the launcher before its ranks. torch's handler is patched for the
+    launch, and the previous handlers come back afterwards, since torch's, left installed, would raise outside it."""
     before = {sig: signal.getsignal(sig) for sig in _forwarded_signals()}
     got: list[int] = []
 
@@ -260,7 +260,7 @@ def _first_signal_only() -> Iterator[None]:
         return handler
 
     try:
-        with upstream.torch_elastic_signal_handler_wrapped(first_only):  # read when the launch installs its handlers
+        with upstream.torch_elastic_signal_handler_wrapped(first_only):  # used when the launch installs handlers
             yield
     finally:
         for sig, handler in before.items():
@@ -269,17 +269,16 @@ def _first_signal_only() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _failure_handled_promptly(grace_s: float) -> Iterator[None]:
-    """While the workers run: once a rank has failed, the others get grace_s to exit before SIGKILL, and the
-    failure is reported without a pause.
+    """Once a rank has failed, give the others grace_s to exit before SIGKILL, and report the failure at once.
 
-    The elastic agent hands a failed rank to torch.multiprocessing's ProcessContext.join, which it calls without a
-    grace period: that SIGTERMs the other ranks, then waits a fixed 30 s before SIGKILL (LaunchConfig's
-    shutdown_timeout bounds only the shutdown on a stop signal). A rank that cannot act on SIGTERM (stopped, or
-    blocked in C code) thus held the job 30 s past the dist.timeout_s after which its peers gave up: 60 s, not 30 s,
-    for dist.timeout_s=20 and grace_s=10. Every wait of that join is capped at grace_s here.
+    The elastic agent hands a failed rank to torch.multiprocessing's ProcessContext.join, called without a grace
+    period. That SIGTERMs the other ranks, then waits a fixed 30 s before SIGKILL (LaunchConfig's shutdown_timeout
+    bounds only the shutdown on a stop signal). So a rank that cannot act on SIGTERM (stopped, or blocked in C code)
+    held the job 30 s past the dist.timeout_s after which its peers gave up: 60 s, not 30 s, for dist.timeout_s=20
+    and grace_s=10. Here every wait of that join is capped at grace_s.
 
     The agent then logs the failed rank's traceback through torch's log formatter, which imports torch._dynamo to
-    format any exception (seconds, more on a loaded machine): the traceback is formatted as plain text first."""
+    format any exception (seconds, more on a loaded machine). So the traceback is formatted as plain text first."""
     agent_log = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
     agent_log.addFilter(_plain_traceback)
     try:
@@ -290,8 +289,8 @@ def _failure_handled_promptly(grace_s: float) -> Iterator[None]:
 
 
 def _plain_traceback(record: logging.LogRecord) -> bool:
-    """The record's exception as ready text (exc_text), the same text logging makes of it: torch's formatter prints
-    that as it is instead of importing torch._dynamo to format exc_info."""
+    """Turn the record's exception into ready text (exc_text), the same text logging makes of it. torch's formatter
+    prints that as it is, instead of importing torch._dynamo to format exc_info."""
     if record.exc_info:
         record.exc_text = logging.Formatter().formatException(record.exc_info)
         record.exc_info = None
@@ -299,14 +298,14 @@ def _plain_traceback(record: logging.LogRecord) -> bool:
 
 
 def threads_per_rank(nproc: int) -> str:
-    """OMP_NUM_THREADS for each spawned rank: the user's setting, else this machine's cores shared out. torchrun
-    sets it (to 1) but the elastic launcher does not, and N ranks each using every core oversubscribe the CPU."""
+    """Return OMP_NUM_THREADS for each spawned rank: the user's setting, else this machine's cores shared out.
+    torchrun sets it (to 1) but the elastic launcher does not, and N ranks each using every core oversubscribe it."""
     return os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
 
 
 @contextlib.contextmanager
 def _environment(**values: str) -> Iterator[None]:
-    """Set variables for the processes started inside (they inherit os.environ); restore them afterwards, since
+    """Set variables for the processes started inside, which inherit os.environ. Restore them afterwards, since
     a multirun worker goes on to other jobs."""
     saved = {key: os.environ.get(key) for key in values}
     os.environ.update(values)
@@ -320,7 +319,7 @@ def _environment(**values: str) -> Iterator[None]:
                 os.environ[key] = value
 
 
-# what a rank reports when *another* rank died: the collective it was in broke, which is not the cause
+# what a rank reports when *another* rank died: the collective it was in broke, but that is not the cause
 _SYMPTOMS = (
     "Connection closed by peer",
     "Connection reset",
@@ -337,10 +336,11 @@ _SYMPTOMS = (
 
 
 def _describe_failure(err: ChildFailedError, nproc: int) -> tuple[str, bool]:
-    """The root cause, and whether a restart may help (not for a config or data error the user must fix, nor a
-    stop signal). The cause: the failing rank whose error is its own (not a broken collective), earliest first,
-    with its exception type, message and where it was raised. When every failure is a broken collective, the ranks
-    that did not fail are the ones their peers waited for: hung, stopped or too slow."""
+    """Return the root cause, and whether a restart may help (not for a config or data error, nor a stop signal).
+
+    The cause is the earliest failing rank whose error is its own, not a broken collective, with its exception type,
+    message and where it was raised. If every failure is a broken collective, the ranks that did not fail are the
+    ones their peers waited for: hung, stopped or too slow."""
     failures = sorted(err.failures.items(), key=lambda item: (item[1].timestamp, item[0]))
     described = [(rank, *_exception(failure)) for rank, failure in failures]
     own = [d for d in described if not any(s in d[1] for s in _SYMPTOMS)]
@@ -355,8 +355,8 @@ def _describe_failure(err: ChildFailedError, nproc: int) -> tuple[str, bool]:
 
 
 def _exception(failure: Any) -> tuple[str, str, bool]:
-    """("<Type>: <message>" first line, "file:line" where it was raised, whether it is one of lab.errors: a
-    UserError/ConfigError or a stop signal's Interrupted) from what @record wrote."""
+    """Return the first line "<Type>: <message>", "file:line" where it was raised, and whether it is a lab.errors
+    one (a UserError, a ConfigError or a stop signal's Interrupted), from what @record wrote."""
     message = failure.message
     callstack = ""
     if isinstance(message, dict):  # written by @record: {"message": "<Type>: <text>", "extraInfo": {...}}
@@ -377,8 +377,8 @@ def _exception(failure: Any) -> tuple[str, str, bool]:
 
 
 def configure_worker_logging(log_file: Path) -> None:
-    """Spawned workers start with bare logging: rank 0 appends to the run's log file and prints like Hydra's job
-    logging; the other ranks print warnings only."""
+    """Set up logging in a spawned worker, which starts bare. Rank 0 appends to the run's log file and prints like
+    Hydra's job logging. The other ranks print warnings only."""
     rank = int(os.environ.get("RANK", "0"))
     root = logging.getLogger()
     root.setLevel(logging.INFO if rank == 0 else logging.WARNING)
@@ -392,8 +392,8 @@ def configure_worker_logging(log_file: Path) -> None:
 
 
 def init(dist_cfg: Any, device_name: str = "auto") -> Parallel:
-    """Join the process group described by the environment (spawned, torchrun or SLURM), and build the `dist`
-    option's strategy object for this rank; alone for a strategy of one process."""
+    """Join the process group the environment describes (spawned, torchrun or SLURM), and build the `dist` option's
+    strategy object for this rank. A strategy of one process joins nothing."""
     dist_cfg = options.instantiate("dist", dist_cfg)
     if not dist_cfg.spawns_ranks:
         world = int(os.environ.get("WORLD_SIZE", "1")) if env.launched_as_worker() else 1
@@ -413,7 +413,7 @@ def init(dist_cfg: Any, device_name: str = "auto") -> Parallel:
     backend = dist_cfg.backend if dist_cfg.backend != "auto" else ("nccl" if use_cuda else "gloo")
     gpu = runtime.cuda_index(local_rank) if use_cuda else None
     if gpu is not None:
-        torch.cuda.set_device(gpu)  # before the process group: NCCL binds each rank to its device
+        torch.cuda.set_device(gpu)  # before the process group, since NCCL binds each rank to its device
     timeout = datetime.timedelta(seconds=dist_cfg.timeout_s)
     dist.init_process_group(
         backend=backend,
@@ -425,9 +425,9 @@ def init(dist_cfg: Any, device_name: str = "auto") -> Parallel:
 
 
 def _restart_store(timeout: datetime.timedelta) -> dict[str, Any]:
-    """A torchrun restart (`--max-restarts`) joins through the elastic agent's store, the one the failed attempt
-    used: its keys are still there, and a restarted rank that read the dead rank 0's address from them failed to
-    connect ("connectFullMesh ... Connection refused"). Each restart gets keys of its own (a prefix)."""
+    """Give each torchrun restart (`--max-restarts`) keys of its own in the elastic agent's store, under a prefix.
+    The store is the one the failed attempt used, and its keys are still there. A restarted rank that read the dead
+    rank 0's address from them failed to connect ("connectFullMesh ... Connection refused")."""
     restart = env.torchrun_restart()
     if not restart:
         return {}

@@ -1,24 +1,23 @@
-"""dist=fsdp without the whole model on any rank: built on the meta device, sharded, then initialised shard by shard
-to exactly the weights the ordinary build draws for the same seed.
+"""Run dist=fsdp without the whole model on any rank: build on the meta device, shard, then init shard by shard.
 
-Building on the meta device allocates nothing and draws no random numbers. :func:`materialise` then draws them
-again, in the order the ordinary build (on the CPU) drew them, one module at a time:
+The weights come out exactly as the ordinary build draws them for the same seed. Building on the meta device
+allocates nothing and draws no random numbers, so `materialise` draws them in the order the ordinary build (on the
+CPU) did, one module at a time:
 
-1. construction: for each module in ``model.modules()`` order (a module's constructor runs its children's first,
-   then its own ``reset_parameters()``; for a module that owns tensors and has no children owning any, this is the
-   order its constructor ran in), its own parameters and buffers are made in full on the CPU and its
-   ``reset_parameters()`` redraws them from the global generator;
-2. the model's own post-construction init, when its option names one (``ModelConfig.init_module(model)``), which
-   its ``__init__`` ends with as ``self.apply(<it>)``, replayed in ``apply``'s order (children before their parent).
+1. Construction. For each module in `model.modules()` order, its own parameters and buffers are made in full on the
+   CPU, and its `reset_parameters()` redraws them from the global generator. A constructor runs its children's
+   first, then its own `reset_parameters()`, so for a module that owns tensors and whose children own none, this is
+   the order its constructor ran in.
+2. The model's own post-construction init, if its option names one (`ModelConfig.init_module(model)`). Its
+   `__init__` ends with it as `self.apply(<it>)`, so it is replayed in `apply`'s order, children before parent.
 
-Each module's full tensors exist only while its shard is cut from them (``distribute_tensor`` with
-``src_data_rank=None``: every rank computed the same full tensor, so nothing is sent) and copied into the sharded
-parameter: no rank ever holds more than one module's full tensors beyond its shards.
+A module's full tensors exist only while its shard is cut from them and copied into the sharded parameter, so no
+rank holds more than one module's full tensors beyond its shards. `distribute_tensor` gets `src_data_rank=None`:
+every rank computed the same full tensor, so nothing is sent.
 
-A model qualifies when its option says so (``ModelConfig.replayable_init``: its build draws nothing outside those
-two steps, which a test proves bitwise; ``init_from`` and pretrained weights never qualify) and :func:`blocker`
-finds nothing in its module tree the replay cannot redo. ``dist.meta_init`` chooses what happens otherwise
-(:func:`build`).
+A model qualifies when its option sets `ModelConfig.replayable_init` and `blocker` finds nothing in its module tree
+the replay cannot redo. The flag promises the build draws nothing outside those two steps, which a test proves
+bitwise. `init_from` and pretrained weights never qualify. Otherwise `dist.meta_init` decides (see `build`).
 """
 
 from __future__ import annotations
@@ -42,17 +41,18 @@ log = logging.getLogger(__name__)
 
 
 def build(model_cfg: Any, data_meta: Mapping[str, Any], dist_cfg: Any) -> nn.Module | None:
-    """Under dist=fsdp: the model built on the meta device when ``dist.meta_init`` allows it and its initialisation
-    can be replayed; None when it is to be built whole as before (auto: with one line saying why; true: a UserError
-    instead, though what the option itself knows was refused with the config). None for every other strategy.
-    Called before the run writes anything, so a refusal leaves no trace."""
-    mode = getattr(dist_cfg, "meta_init", False)  # a key of dist=fsdp's alone
+    """Under dist=fsdp, build the model on the meta device if `dist.meta_init` allows it and its init can be replayed.
+
+    Returns None if the model is to be built whole as before: with auto, after logging one line saying why; with
+    true it raises a `UserError` instead (what the option itself knows was already refused with the config).
+    Returns None for every other strategy. It runs before the run writes anything, so a refusal leaves no trace."""
+    mode = getattr(dist_cfg, "meta_init", False)  # only dist=fsdp has this key
     if mode is False:
         return None
     why = options.instantiate("model", model_cfg).meta_init_blocker()
     model = None
     if why is None:
-        with torch.device("meta"):  # no memory, no random draws: those come in materialise
+        with torch.device("meta"):  # no memory and no random draws; those come in materialise
             model = models.build(model_cfg, data_meta)
         why = blocker(model)
     if why is None:
@@ -64,19 +64,20 @@ def build(model_cfg: Any, data_meta: Mapping[str, Any], dist_cfg: Any) -> nn.Mod
 
 
 def _own_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
-    """The parameters and buffers a module holds itself (not its submodules')."""
+    """Return the parameters and buffers a module holds itself, not its submodules'."""
     own: dict[str, torch.Tensor] = {name: p for name, p in module._parameters.items() if p is not None}
     own.update((name, b) for name, b in module._buffers.items() if b is not None)
     return own
 
 
 def blocker(model: nn.Module) -> str | None:
-    """Why the replay could not redraw `model`'s initial weights exactly (None: it can): every module that owns
-    parameters or buffers must redraw them in its own ``reset_parameters()`` and have no submodule owning any (its
-    constructor would have drawn the submodule's first, the replay draws its own first), no module without tensors
-    may have a ``reset_parameters()`` (it would redraw its submodules' after their constructors did), and no
-    parameter may be shared by two modules."""
-    holds: dict[nn.Module, bool] = {}  # whether a module or one below it owns tensors (children first)
+    """Return why the replay could not redraw `model`'s initial weights exactly, or None if it can.
+
+    A module that owns parameters or buffers must redraw them in its own `reset_parameters()`, and no submodule of
+    it may own any: its constructor drew the submodule's first, but the replay draws its own first. A module without
+    tensors may have no `reset_parameters()`, which would redraw its submodules' after their constructors did. And
+    no parameter may be shared by two modules."""
+    holds: dict[nn.Module, bool] = {}  # whether a module or one below it owns tensors, filled children first
     for module in _apply_order(model):
         holds[module] = bool(_own_tensors(module)) or any(holds[child] for child in module.children())
     for name, module in model.named_modules():
@@ -96,10 +97,10 @@ def blocker(model: nn.Module) -> str | None:
 
 
 def materialise(model: nn.Module, device: torch.device, rng_state: torch.Tensor, model_cfg: Any) -> None:
-    """Give the meta-device `model` (sharded by fully_shard, or not) its storage on `device` and the initial weights
-    the ordinary build draws from the global generator in `rng_state` (the state it would have started from), with
-    the ``init_module`` of `model_cfg` (the ``model`` option that built it). Leaves the generator where that build
-    leaves it."""
+    """Give the meta-device `model` (sharded by fully_shard or not) storage on `device` and its initial weights.
+
+    The weights are those the ordinary build draws from the global generator, starting at `rng_state`, with the
+    `init_module` of `model_cfg` (the `model` option that built it). Leaves the generator where that build does."""
     model.to_empty(device=device)
     seam = options.instantiate("model", model_cfg).init_module(model)
     torch.random.set_rng_state(rng_state)
@@ -113,9 +114,9 @@ def materialise(model: nn.Module, device: torch.device, rng_state: torch.Tensor,
             _copy_into_shards(module, full)
     if seam is None:
         return
-    # 2. the model's init_module over every module: the module's full tensors are drawn again from its construction
-    # state (the first pass only advanced the generator past them), then init_module goes on from where the
-    # previous module's left the generator
+    # 2. the model's init_module over every module. The module's full tensors are drawn again from its construction
+    # state, since the first pass only moved the generator past them. Then init_module goes on from where the
+    # previous module's left the generator.
     state = torch.random.get_rng_state()
     for module in _apply_order(model):
         with _in_full(module):
@@ -130,13 +131,12 @@ def materialise(model: nn.Module, device: torch.device, rng_state: torch.Tensor,
 
 @contextlib.contextmanager
 def on_fake_device(model: nn.Module, device: torch.device) -> Iterator[nn.Module]:
-    """While inside (a FakeTensorMode): a copy of the meta-device `model` whose tensors are fake ones on `device`,
-    shapes and dtypes without memory, for what must run on `device`'s kernels without weights (the FLOP count: on
-    the meta device attention falls back to its math path, which counts otherwise). Real tensors given to it are
-    made fake on the way in."""
+    """Yield a copy of the meta-device `model` with fake tensors on `device` (shapes and dtypes, no memory), inside a
+    FakeTensorMode that makes real inputs fake too. Code that needs `device`'s kernels then runs without weights, as
+    the FLOP count must: on the meta device attention falls back to its math path, which counts differently."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    stand_in = copy.deepcopy(model)  # outside the mode: it would make the meta tensors' copies fake too, and fail
+    stand_in = copy.deepcopy(model)  # outside the mode, which would make the meta tensors' copies fake and fail
     with FakeTensorMode(allow_non_fake_inputs=True):
         for module in stand_in.modules():
             _replace_own(module, lambda tensor: torch.empty(tensor.shape, dtype=tensor.dtype, device=device))
@@ -144,7 +144,7 @@ def on_fake_device(model: nn.Module, device: torch.device) -> Iterator[nn.Module
 
 
 def _apply_order(module: nn.Module) -> Iterator[nn.Module]:
-    """The modules in the order ``module.apply(fn)`` calls fn on them: children first, then their parent."""
+    """Yield the modules in the order `module.apply(fn)` calls fn on them: children first, then their parent."""
     for child in module.children():
         yield from _apply_order(child)
     yield module
@@ -152,9 +152,8 @@ def _apply_order(module: nn.Module) -> Iterator[nn.Module]:
 
 @contextlib.contextmanager
 def _in_full(module: nn.Module) -> Iterator[None]:
-    """While inside, the module's own parameters and buffers are full, unsharded CPU tensors (floating ones filled
-    with NaN, so a reset_parameters() that leaves one undrawn is caught); its own (sharded) ones are put back on
-    leaving."""
+    """Swap the module's own parameters and buffers for full, unsharded CPU tensors while inside. Floating ones are
+    NaN, so a reset_parameters() that leaves one undrawn is caught. The (sharded) originals come back on leaving."""
     saved_parameters, saved_buffers = dict(module._parameters), dict(module._buffers)
     _replace_own(module, _undrawn)
     try:
@@ -165,13 +164,13 @@ def _in_full(module: nn.Module) -> Iterator[None]:
 
 
 def _undrawn(tensor: torch.Tensor) -> torch.Tensor:
-    """A full CPU tensor of `tensor`'s shape and dtype, NaN where it can be."""
+    """Return a full CPU tensor of `tensor`'s shape and dtype, filled with NaN where the dtype allows."""
     full = torch.empty(tensor.shape, dtype=tensor.dtype)
     return full.fill_(math.nan) if full.is_floating_point() else full
 
 
 def _replace_own(module: nn.Module, make: Callable[[torch.Tensor], torch.Tensor]) -> None:
-    """Each tensor the module owns replaced by `make(tensor)`; a parameter by a parameter, as trainable as it was."""
+    """Replace each tensor the module owns by `make(tensor)`; a parameter stays a parameter, as trainable as before."""
     for name, tensor in _own_tensors(module).items():
         if name in module._parameters:
             module._parameters[name] = nn.Parameter(make(tensor), requires_grad=tensor.requires_grad)
@@ -180,7 +179,7 @@ def _replace_own(module: nn.Module, make: Callable[[torch.Tensor], torch.Tensor]
 
 
 def _reset(module: nn.Module) -> None:
-    """The module's reset_parameters(), as its constructor ended with; refused when it leaves a tensor undrawn."""
+    """Run the module's reset_parameters(), as its constructor did. Raise a `UserError` if it leaves a tensor unset."""
     if not _own_tensors(module):
         return
     module.reset_parameters()  # type: ignore[operator]  # blocker() made sure it has one
@@ -196,7 +195,7 @@ def _reset(module: nn.Module) -> None:
 
 
 def _copy_into_shards(module: nn.Module, full: dict[str, torch.Tensor]) -> None:
-    """Each full tensor into the module's own tensor of that name: its local shard when sharded (a DTensor)."""
+    """Copy each full tensor into the module's tensor of that name, or into its local shard if it is a DTensor."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     with torch.no_grad():

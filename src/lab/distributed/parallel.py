@@ -1,9 +1,9 @@
-"""How the ranks cooperate: the strategy object a `dist` option builds (lab.config.distributed).
+"""How the ranks cooperate: the strategy object a `dist` option builds (`lab.config.distributed`).
 
-`Parallel` is one process, where every method is a cheap no-op; `DDP` and `FSDP` extend it with what differs: how the
+`Parallel` is one process, where every method is a cheap no-op. `DDP` and `FSDP` override what differs: how the
 model is wrapped, how gradient accumulation skips a reduction, what evaluation runs and how checkpoint state is
 gathered or sharded. The trainer and workflows call the same methods either way, so there is one code path and no
-compare of a strategy's name outside its own class.
+check of a strategy's name outside its own class.
 """
 
 from __future__ import annotations
@@ -27,20 +27,20 @@ from lab.data.common import OrderedDataset
 
 log = logging.getLogger(__name__)
 
-_NO_CONTEXT = contextlib.nullcontext()  # reusable: the step asks for one every micro-batch
+_NO_CONTEXT = contextlib.nullcontext()  # reused, since the step asks for one every micro-batch
 
 
 def _state_dict_api() -> tuple[Any, Any]:
-    """(torch.distributed.checkpoint.state_dict, its options for full state dicts on the CPU), imported when a
-    checkpoint is first written or read: it brings DTensor along, a second that would precede the first step."""
+    """Return torch.distributed.checkpoint.state_dict and its options for full state dicts on the CPU. Imported
+    only when a checkpoint is first written or read, as it brings DTensor along: a second before the first step."""
     from torch.distributed.checkpoint import state_dict
 
     return state_dict, state_dict.StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 class ShardSampler(Sampler[int]):
-    """Evaluation shard of one rank: every rank gets the same number of indices (collectives stay in step), the
-    shorter shards padded with a repeat that `num_valid` tells the evaluation loop to ignore: exact metrics."""
+    """One rank's evaluation shard. All ranks get equally many indices, so collectives stay in step; shorter shards
+    are padded with a repeat that `num_valid` tells the evaluation loop to ignore, so metrics stay exact."""
 
     def __init__(self, size: int, rank: int = 0, world_size: int = 1) -> None:
         self.indices = list(range(rank, size, world_size))
@@ -59,7 +59,7 @@ _BATCH_NORMS = (nn.modules.batchnorm._BatchNorm,)  # BatchNorm1d/2d/3d and SyncB
 
 
 def _sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:
-    """dist.sync_bn: batch statistics over all ranks (DDP and FSDP alike). SyncBatchNorm runs on CUDA only."""
+    """For dist.sync_bn, compute batch statistics over all ranks (DDP and FSDP alike). SyncBatchNorm needs CUDA."""
     if device.type != "cuda":
         log.warning("dist.sync_bn=true has no effect on %s: SyncBatchNorm needs CUDA", device.type)
         return model
@@ -68,22 +68,22 @@ def _sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:
 
 @dataclass
 class Parallel:
-    """One process (dist=none), and what every strategy shares: samplers, reductions, votes, checkpoint state."""
+    """One process (dist=none), and what all strategies share: samplers, reductions, votes, checkpoint state."""
 
-    name: ClassVar[str] = "none"  # the dist option that builds it (logged at the start)
-    shards_weights: ClassVar[bool] = False  # as the option says (lab.config.distributed)
+    name: ClassVar[str] = "none"  # the dist option that builds it, logged at the start
+    shards_weights: ClassVar[bool] = False  # matches the option in lab.config.distributed
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
-    timeout_s: float = 600.0  # dist.timeout_s: how long a collective waits for a missing rank
+    timeout_s: float = 600.0  # dist.timeout_s, how long a collective waits for a missing rank
     sync_bn: bool = False  # dist.sync_bn
     _control: Any = field(default=None, repr=False)  # a gloo group for host-side votes (largest_at_last_call)
-    _vote: Any = field(default=None, repr=False)  # the vote in flight: (work, its tensor)
+    _vote: Any = field(default=None, repr=False)  # the vote in flight, as (work, its tensor)
     _checkpoint_group: Any = field(default=None, repr=False)  # a gloo group for sharded checkpoints
 
     @property
     def active(self) -> bool:
-        """Whether the ranks are in a process group: never, alone."""
+        """Whether the ranks are in a process group; never for one process."""
         return False
 
     @property
@@ -92,9 +92,9 @@ class Parallel:
 
     # ------------------------------------------------------------------ data
     def train_sampler(self, dataset: Any, seed: int) -> Sampler[int]:
-        """The same shuffle for every strategy: a permutation of (seed + epoch), rank r takes every r-th index.
-        So dist=none with batch 64 sees exactly the samples that 2 DDP ranks with batch 32 see together. A dataset
-        with its own order (e.g. shard by shard, for locality) is an `OrderedDataset` and gives it."""
+        """Return the same shuffle for every strategy: a permutation of (seed + epoch), of which rank r takes every
+        r-th index. So dist=none with batch 64 sees exactly the samples 2 DDP ranks with batch 32 see together. A
+        dataset with its own order (e.g. shard by shard, for locality) is an `OrderedDataset` and supplies it."""
         if isinstance(dataset, OrderedDataset):
             return dataset.train_sampler(self.rank, self.world_size, seed)
         return DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank, shuffle=True, seed=seed)
@@ -104,8 +104,8 @@ class Parallel:
 
     # ------------------------------------------------------------------ model
     def wrap(self, model: nn.Module, device: torch.device, precision: Any, model_cfg: Any) -> tuple[nn.Module, Any]:
-        """Returns (module, forward): the module checkpoints see, and the callable the training step runs.
-        ``model_cfg``: the ``model`` option that built it (FSDP shards its ``fsdp_units(model)``)."""
+        """Return (module, forward): the module checkpoints see, and the callable the training step runs.
+        `model_cfg` is the `model` option that built it; FSDP shards its `fsdp_units(model)`."""
         if not self.active:
             return model, model
         if self.sync_bn:
@@ -116,12 +116,12 @@ class Parallel:
         return model, model
 
     def rewrap(self, model: nn.Module, wrapped: Any) -> Any:
-        """The training forward made anew for parameters that started to need gradients since `wrap` (DDP's reducer
-        would skip them); the same one otherwise."""
+        """Return the training forward, made anew if parameters started to need gradients since `wrap` (DDP's
+        reducer would skip them), else the same one."""
         return wrapped
 
     def accumulation(self, forward: Any, sync: bool) -> contextlib.AbstractContextManager:
-        """Skip the gradient all-reduce on non-final micro-steps: one reduction per optimizer step, not per batch."""
+        """Skip the gradient all-reduce on non-final micro-steps, so it runs once per optimizer step, not per batch."""
         return _NO_CONTEXT
 
     # ------------------------------------------------------------------ communication
@@ -131,11 +131,11 @@ class Parallel:
         return tensor
 
     def evaluation_forward(self, model: nn.Module, forward: Any) -> Any:
-        """What evaluation runs: the training forward (FSDP's sharded module is the model itself; it must gather)."""
+        """Return what evaluation runs: the training forward, since FSDP's sharded model must gather its weights."""
         return forward
 
     def mean_over_ranks(self, value: torch.Tensor) -> torch.Tensor:
-        """The mean of a device scalar over ranks (a copy; the value itself when alone)."""
+        """Return the mean of a device scalar over ranks, as a copy (the value itself for one process)."""
         if not self.active:
             return value
         total = value.detach().clone()
@@ -143,7 +143,7 @@ class Parallel:
         return total / self.world_size
 
     def reduce_metrics(self, metrics: Any) -> None:
-        """Task accumulators keep their running sums as tensor attributes: sum each across ranks."""
+        """Sum a task accumulator's tensor attributes, its running sums, across ranks."""
         if self.active:
             for value in vars(metrics).values():
                 if isinstance(value, torch.Tensor):
@@ -151,8 +151,8 @@ class Parallel:
 
     def sync_buffers(self, model: nn.Module) -> None:
         """Give every rank rank 0's buffers (BatchNorm running statistics). Each rank updates its own from its own
-        batches (DDP re-broadcasts only at the next training forward; FSDP2 never does), so without this the ranks
-        would validate with different statistics and checkpoints would hold statistics the metrics never saw."""
+        batches, and DDP re-broadcasts only at the next training forward (FSDP2 never). Without this, ranks would
+        validate with different statistics, and checkpoints would hold statistics the metrics never saw."""
         if self.active:
             for buffer in model.buffers():
                 dist.broadcast(buffer, src=0)
@@ -162,14 +162,14 @@ class Parallel:
             dist.barrier()
 
     def largest_at_last_call(self, value: int) -> int:
-        """The largest `value` of all ranks at the previous call (`value` itself when alone). The vote runs on a
-        gloo group in the background, so the step never waits on it nor syncs the GPU, and every rank gets the same
-        answer one call later: all of them take the same branch (e.g. stop and save) at the same step."""
+        """Return the largest `value` of all ranks at the previous call (`value` itself for one process). The vote
+        runs on a gloo group in the background, so the step never waits on it or syncs the GPU. Every rank gets the
+        same answer one call later, so all take the same branch (e.g. stop and save) at the same step."""
         if not self.active:
             return value
         if self._control is None:
-            # a collective (every rank makes its first call together), with the job's timeout: a new group would
-            # otherwise wait 30 minutes for a rank that stopped
+            # a collective, as every rank makes its first call together. Give it the job's timeout, or a new group
+            # would wait 30 minutes for a rank that stopped.
             timeout = datetime.timedelta(seconds=self.timeout_s)
             self._control = dist.new_group(backend="gloo", timeout=timeout)
         answer = 0
@@ -182,7 +182,7 @@ class Parallel:
         return answer
 
     def broadcast(self, obj: Any) -> Any:
-        """Rank 0's value, on every rank."""
+        """Return rank 0's value on every rank."""
         if not self.active:
             return obj
         box = [obj]
@@ -199,37 +199,37 @@ class Parallel:
     # ------------------------------------------------------------------ checkpoint state (collective for FSDP)
     @property
     def shards_checkpoints(self) -> bool:
-        """Whether each rank writes its own shards (lab.checkpointing.sharded): FSDP's, no full gather on rank 0."""
+        """Whether each rank writes its own shards (`lab.checkpointing.sharded`), as FSDP does, with no gather."""
         return False
 
     def checkpoint_group(self) -> Any:
-        """The group sharded checkpoints coordinate over (None alone): gloo, which a background save needs, and
-        its own, so a save's collectives in the background never interleave with training's. Made on first use,
-        a collective: every rank saves or loads together."""
+        """Return the group sharded checkpoints coordinate over, or None for one process. It is gloo, which a
+        background save needs, and its own, so a background save's collectives never interleave with training's.
+        It is made on first use, a collective, as every rank saves or loads together."""
         if self.active and self._checkpoint_group is None:
             self._checkpoint_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.timeout_s))
         return self._checkpoint_group
 
     def sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """{model, optimizer} as this rank holds them (FSDP shards, or whole tensors), keyed by parameter name for
-        every strategy: what lab.checkpointing.sharded writes and reads back, resharded to the reader."""
+        """Return {model, optimizer} as this rank holds them (FSDP shards, or whole tensors), keyed by parameter
+        name for every strategy. `lab.checkpointing.sharded` writes this and reads it back, resharded to the reader."""
         api, _ = _state_dict_api()
         weights, moments = api.get_state_dict(model, optimizer)
         return {"model": weights, "optimizer": moments}
 
     def load_sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, directory: str) -> None:
-        """Weights and optimizer moments from a sharded checkpoint, on any number of ranks and any strategy."""
+        """Load weights and optimizer moments from a sharded checkpoint, on any number of ranks and any strategy."""
         api, _ = _state_dict_api()
         state = self.sharded_state(model, optimizer)
         checkpointing.sharded.load(state, directory, self.checkpoint_group())
         api.set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
     def model_state(self, model: nn.Module) -> dict[str, Any]:
-        """Full, unsharded, wrapper-free weights (on rank 0 for FSDP)."""
+        """Return full, unsharded, wrapper-free weights (on rank 0 for FSDP)."""
         return model.state_dict()
 
     def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """Keyed by parameter name for every strategy, so a checkpoint resumes under any other strategy."""
+        """Return the optimizer state keyed by parameter name, so a checkpoint resumes under any other strategy."""
         api, full = _state_dict_api()
         return api.get_optimizer_state_dict(model, optimizer, options=full)
 
@@ -238,7 +238,7 @@ class Parallel:
 
     def load_optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         if not state.get("state"):
-            # No per-parameter state (SGD without momentum): torch's loader cannot tell which device an empty state
+            # No per-parameter state (SGD without momentum). torch's loader cannot tell which device an empty state
             # belongs on and fails, though only the group hyperparameters (lr, weight decay...) need restoring.
             for group, saved in zip(optimizer.param_groups, state["param_groups"]):
                 group.update({key: value for key, value in saved.items() if key != "params"})
@@ -249,17 +249,17 @@ class Parallel:
 
 @dataclass
 class ProcessGroup(Parallel):
-    """A strategy of one process per rank (lab.distributed.launch joins them into a process group)."""
+    """A strategy of one process per rank, joined into a process group by `lab.distributed.launch`."""
 
     @property
     def active(self) -> bool:
-        """In the process group: its methods reduce and wrap only then (a test may build one alone)."""
+        """Whether this process is in a process group. Methods reduce and wrap only then; a test may build one alone."""
         return dist.is_initialized()
 
 
 @dataclass
 class DDP(ProcessGroup):
-    """DistributedDataParallel: every rank holds the whole model; gradients are all-reduced (dist=ddp)."""
+    """DistributedDataParallel (dist=ddp): every rank holds the whole model, and gradients are all-reduced."""
 
     name: ClassVar[str] = "ddp"
     find_unused_parameters: bool = False
@@ -283,25 +283,25 @@ class DDP(ProcessGroup):
         return _NO_CONTEXT if sync or not self.active else forward.no_sync()
 
     def evaluation_forward(self, model: nn.Module, forward: Any) -> Any:
-        """The plain module: DDP's forward would broadcast buffers and expect a backward."""
+        """Return the plain module, since DDP's forward would broadcast buffers and expect a backward."""
         return model
 
 
 @dataclass
 class FSDP(ProcessGroup):
-    """FSDP2 (fully_shard): parameters, gradients and optimizer state sharded over ranks; sharded checkpoints."""
+    """FSDP2 (fully_shard): parameters, gradients and optimizer state are sharded over ranks, and so are checkpoints."""
 
     name: ClassVar[str] = "fsdp"
     shards_weights: ClassVar[bool] = True
     reshard_after_forward: bool = True
 
     def _wrapped(self, model: nn.Module, device: torch.device, precision: Any, model_cfg: Any) -> tuple[nn.Module, Any]:
-        """Shard each of the model option's ``fsdp_units`` (by default every top-level block that owns parameters),
-        then the root (gathers overlap per block).
+        """Shard each of the model option's `fsdp_units` (by default every top-level block that owns parameters),
+        then the root, so gathers overlap per block.
 
-        BatchNorm modules get their own fp32 unit first: under a bf16/fp16 param policy their weights would be
-        cast while their running statistics stay fp32, which batch_norm rejects (and fp32 statistics are the
-        numerically sound choice anyway, as under autocast in one process)."""
+        BatchNorm modules get their own fp32 unit first. Under a bf16/fp16 param policy their weights would be cast
+        while their running statistics stay fp32, which batch_norm rejects. fp32 statistics are the numerically
+        sound choice anyway, as under autocast in one process."""
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         dtype = precision.autocast_dtype
@@ -315,7 +315,7 @@ class FSDP(ProcessGroup):
         for unit in options.instantiate("model", model_cfg).fsdp_units(model):
             if not (dtype is not None and unit in norms):  # a top-level BatchNorm is its own unit already
                 fully_shard(unit, reshard_after_forward=reshard, mp_policy=policy)
-        # the module itself, its class made an FSDPModule subclass (torch types the return as the mixin alone)
+        # the module itself, its class now an FSDPModule subclass (torch types the return as the mixin alone)
         sharded = cast(nn.Module, fully_shard(model, reshard_after_forward=reshard, mp_policy=policy))
         return sharded, sharded
 

@@ -1,5 +1,5 @@
-"""Training: the Trainer and its step (``trainer``), what a resume restores (``state``), the metrics between two log
-lines (``window``), the evaluation loop (``evaluation``) and the report of what is about to train (``report``)."""
+"""Training: the `Trainer` and its step (`trainer`), what a resume restores (`state`), the metrics between two log
+lines (`window`), the evaluation loop (`evaluation`) and the report of what is about to train (`start`)."""
 
 from lab.training.trainer import Trainer
 

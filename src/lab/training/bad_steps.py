@@ -1,7 +1,7 @@
-"""trainer.max_bad_steps: steps whose loss is not finite are skipped instead of ending the run, up to a limit.
+"""Skip steps whose loss is not finite instead of ending the run, up to `trainer.max_bad_steps` in a row.
 
-Off by default: knowing a step's loss before its update costs one host sync per step. Without it a non-finite loss
-still stops the run, at the next log line or checkpoint, naming the step (lab.training.window).
+Off by default, because reading a step's loss before its update costs one host sync per step. Without it, a
+non-finite loss still stops the run at the next log line or checkpoint, naming the step (see `lab.training.window`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ class BadSteps:
         self.last_finite = math.nan
 
     def finite(self, losses: list[torch.Tensor], weight: torch.Tensor, progress: Progress) -> bool:
-        """Whether this step's loss is finite on every rank (so every rank skips the same steps); a non-finite
-        step is counted, and once `limit` of them came in a row the run stops naming the step and epoch."""
+        """Return whether this step's loss is finite on every rank, so all ranks skip the same steps. More than
+        `limit` non-finite steps in a row raise a `UserError` naming the step and epoch."""
         loss = float(self.parallel.mean_over_ranks(torch.stack(losses).detach().sum()) / weight)
         if math.isfinite(loss):
             self.in_a_row, self.last_finite = 0, loss

@@ -1,10 +1,9 @@
-"""Early stopping on the task's monitor (callback=early_stopping: callbacks.early_stopping.patience / min_delta).
+"""Stop training when the task's monitor stops improving (`callback=early_stopping`).
 
-An improvement is a validation that beats the reference value by more than ``min_delta`` in the task's direction;
-the reference moves only then (as in Keras and Lightning), so a slow but steady climb keeps training. Its state
-(the count of validations without improvement and the reference) lives in ``Progress``, so it is checkpointed and
-a resume continues the count exactly. A Trainer callback: it counts after each validation and, when patience runs
-out, asks the run to end after this epoch's checkpoint (`trainer.should_stop`).
+An improvement beats the reference value by more than `min_delta` in the task's direction. The reference moves
+only then, as in Keras and Lightning, so a slow but steady climb keeps training. The count and the reference live
+in `Progress`, so they are checkpointed and a resume continues the count exactly. After `patience` validations
+without improvement, the callback sets `trainer.should_stop` and the run ends after this epoch's checkpoint.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ class EarlyStopping(Callback):
         self.stopped_epoch: int | None = None
 
     def record(self, progress: Any, value: float) -> None:
-        """After a validation: reset the count on an improvement, count one more otherwise (NaN never improves)."""
+        """Reset the count after a validation that improves, else add one. NaN never improves."""
         reference = progress.early_stopping_reference
         if not math.isnan(value) and (reference is None or self.sign * (value - reference) > self.min_delta):
             progress.early_stopping_reference, progress.stale_validations = value, 0

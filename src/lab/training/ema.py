@@ -1,15 +1,14 @@
-"""An exponential moving average of the model's weights (callback=ema: callbacks.ema.decay), beside the model.
+"""Keep an exponential moving average of the model's weights in a copy of the model (`callback=ema`).
 
-After every `every_n_steps`-th optimizer step: ``ema = decay * ema + (1 - decay) * weights`` for the trainable
-parameters, in one fused ``torch._foreach_lerp_`` on the device (no host sync), and the buffers (BatchNorm running
-statistics) copied as they are. Frozen parameters never change, so their copy needs no update.
+Every `every_n_steps` optimizer steps, `ema = decay * ema + (1 - decay) * weights` for the trainable parameters,
+in one fused `torch._foreach_lerp_` on the device with no host sync. Buffers (BatchNorm running statistics) are
+copied as they are. Frozen parameters never change, so they need no update.
 
-A Trainer callback (``lab.training.callbacks``). For validation the average takes the model's place (the two swap
-values in place, so the DDP / compiled views score it too): ``val/<metric>`` is the average's, best.pt is chosen by
-it and holds it as its ``model``, so eval, export and infer use it unchanged; the optimizer's own weights are scored
-after, as ``val_raw/<metric>``, to show what the average buys. Checkpoints keep those weights under ``raw_model``,
-which a resume loads (``lab.training.state``). Under DDP every rank holds the same parameters and so keeps the same
-average; FSDP shards them and is refused at configuration time (``EMAConfig.conflict``).
+For validation the average swaps values with the model in place, so the DDP and compiled views score it too.
+`val/<metric>` is the average's score. best.pt is chosen by it and holds it as `model`, so eval, export and infer
+use it unchanged. The optimizer's own weights are scored after, as `val_raw/<metric>`, to show what the average
+buys. Checkpoints keep them as `raw_model`, which a resume loads. Under DDP every rank holds the same parameters and
+so the same average. FSDP shards them, so it is refused at config time (`EMAConfig.conflict`).
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ class EMA(Callback):
         if not 0 < decay < 1:
             raise ValueError(f"EMA decay must be in (0, 1), got {decay}")
         self.decay, self.every_n_steps = decay, every_n_steps
-        # a copy of the plain module (no DDP, no torch.compile): evaluated as it is, in eval mode, without autograd
+        # a copy of the plain module (no DDP or torch.compile), evaluated as it is, in eval mode, without autograd
         self.module = copy.deepcopy(model).eval().requires_grad_(False)
         pairs = [(a, p) for a, p in zip(self.module.parameters(), model.parameters()) if p.requires_grad]
         self._averaged: list[torch.Tensor] = [a for a, _ in pairs]
@@ -49,14 +48,14 @@ class EMA(Callback):
 
     @torch.no_grad()
     def swap(self) -> None:
-        """Exchange the values of the averaged and the followed tensors (parameters and buffers), in place."""
+        """Swap the values of the average and the model's tensors (parameters and buffers) in place."""
         averaged, followed = self._averaged + self._buffers, self._sources + self._source_buffers
         held = torch._foreach_mul(followed, 1)  # a copy: _foreach_copy_ reads and writes in one pass
         torch._foreach_copy_(followed, averaged)
         torch._foreach_copy_(averaged, held)
 
     def on_train_step_end(self, trainer: Any) -> None:
-        """A host-side integer test, then the update on the device."""
+        """Update the average every `every_n_steps` steps. The check reads a host integer, so it costs no sync."""
         if trainer.progress.global_step % self.every_n_steps == 0:
             self.update()
 
@@ -69,13 +68,13 @@ class EMA(Callback):
         metrics.update({f"val_raw/{name}": value for name, value in raw.items()})
 
     def on_save_checkpoint(self, trainer: Any, checkpoint: dict[str, Any]) -> None:
-        """`model` is what eval, export and infer load: the average, as validated; a resume loads `raw_model`."""
+        """Store the validated average as `model`, which eval, export and infer load. A resume loads `raw_model`."""
         trainer.parallel.sync_buffers(self.module)  # rank 0's BatchNorm statistics, as for the model
         checkpoint["raw_model"], checkpoint["model"] = checkpoint["model"], self.state_dict()
 
     def on_load_checkpoint(self, trainer: Any, checkpoint: dict[str, Any]) -> None:
-        """The average goes on from the checkpoint's `model`: an EMA run's average, or (from a run without EMA)
-        the weights the run resumes from (a sharded checkpoint's, loaded into the model already)."""
+        """Continue the average from the checkpoint's `model`: an EMA run's average, or the resumed weights of a
+        run without EMA. A sharded checkpoint has no `model`, so take the weights already loaded into the model."""
         self.load_state_dict(checkpoint["model"] if "model" in checkpoint else trainer.model.state_dict())
 
     def state_dict(self) -> dict[str, Any]:

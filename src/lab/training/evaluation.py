@@ -1,5 +1,4 @@
-"""The evaluation loop shared by training (validation, test) and the eval workflow: the model in eval mode without
-autograd, batches fed into the task's exact metric accumulator."""
+"""The evaluation loop, shared by training (validation, test) and the eval workflow."""
 
 from __future__ import annotations
 
@@ -12,9 +11,9 @@ from lab.data import batches
 from lab.runtime import Precision
 
 
-# no_grad, not inference_mode: tensors a module allocates in its first forward and keeps (FSDP's unsharded
-# parameter buffers, a model's cached rotary tables) would be inference tensors, which the next training step may
-# not update in place. A run resumed at the end of an epoch validates before it trains again.
+# no_grad, not inference_mode. Tensors a module allocates in its first forward and keeps (FSDP's unsharded
+# parameter buffers, cached rotary tables) would become inference tensors, which the next training step cannot
+# update in place. A run resumed at the end of an epoch validates before it trains again.
 @torch.no_grad()
 def accumulate_metrics(
     model: nn.Module,
@@ -27,16 +26,16 @@ def accumulate_metrics(
     limit: int = -1,
     channels_last: bool = False,
 ) -> Any:
-    """Feed the loader through the model in eval mode (no autograd) into `metrics`, a task accumulator.
+    """Feed the loader through the model in eval mode, without autograd, into the task accumulator `metrics`.
 
-    `forward` is the callable to run (a compiled or DDP-wrapped view of `model`); each module's train/eval mode
-    is restored afterwards (frozen BatchNorm layers stay in eval mode while the rest trains). Returns `metrics`
-    for the caller to `compute()`.
+    `forward` is the callable to run, such as a compiled or DDP-wrapped view of `model`. Each module's train/eval
+    mode is restored afterwards, so frozen BatchNorm layers stay in eval mode while the rest trains. Returns
+    `metrics` for the caller to `compute()`.
     """
     forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
     modes = [(module, module.training) for module in model.modules()]
     model.eval()
-    # a distributed shard may end in padding (equal batch counts keep ranks in step): count only real samples
+    # a distributed shard may end in padding, which keeps ranks in step; count only the real samples
     remaining = getattr(loader.sampler, "num_valid", None)
     for index, batch in enumerate(loader):
         if 0 <= limit <= index:
@@ -64,8 +63,8 @@ def score(
     channels_last: bool = False,
     limit: int = -1,
 ) -> dict[str, float]:
-    """The task's exact metrics over `loader`, reduced over ranks. Every rank first takes rank 0's buffers, so all
-    score with the BatchNorm statistics the checkpoint will hold."""
+    """Return the task's exact metrics over `loader`, reduced over ranks. Every rank first takes rank 0's buffers,
+    so all score with the BatchNorm statistics the checkpoint will hold."""
     metrics = task.metrics(device)
     parallel.sync_buffers(model)
     accumulate_metrics(

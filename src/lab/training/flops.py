@@ -1,13 +1,13 @@
-"""Model FLOPs utilization: the share of the devices' dense peak that training turns into model arithmetic.
+"""Model FLOPs utilization (MFU): the share of the devices' dense peak that training turns into model arithmetic.
 
-The FLOPs of a step are counted once, at the start, by ``torch.utils.flop_counter.FlopCounterMode`` over one forward
-and backward of a real batch (matmuls, convolutions, attention: what the peak figures measure). At each log line
-``train/mfu = flops_per_sample * samples/s / (peak * world_size)`` comes from the throughput the step window
-already measured, so the step itself pays nothing. Recomputation (gradient checkpointing) is not counted: MFU is
-the model's FLOPs, not the hardware's.
+A step's FLOPs are counted once, at the start, by `torch.utils.flop_counter.FlopCounterMode` over one forward and
+backward of a real batch. It counts matmuls, convolutions and attention, which is what the peak figures measure.
+Each log line computes `train/mfu = flops_per_sample * samples/s / (peak * world_size)` from the throughput the step
+window already measured, so the step itself pays nothing. Recomputation (gradient checkpointing) is not counted,
+because MFU measures the model's FLOPs, not the hardware's.
 
-The peak is ``trainer.peak_flops`` (FLOP/s of one device) when set, else the table below for the GPU's name and the
-precision's dtype; on a CPU or an unlisted GPU there is none, and no MFU (the count is then skipped too).
+The peak is `trainer.peak_flops` (FLOP/s of one device) when set, else the table below for the GPU's name and the
+precision's dtype. A CPU or an unlisted GPU has no peak, so no MFU, and the count is skipped too.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from torch import nn
 log = logging.getLogger(__name__)
 
 _T = 1e12
-# Dense (no 2:4 sparsity) peak FLOP/s of one GPU, from NVIDIA's datasheets; bf16/fp16 and tf32 on tensor cores
-# (fp16 with fp32 accumulation, what autocast uses), fp32 on CUDA cores. Matched against
-# torch.cuda.get_device_name() in order: the first pattern found wins, so variants come before their family.
+# Dense (no 2:4 sparsity) peak FLOP/s of one GPU, from NVIDIA's datasheets. bf16/fp16 and tf32 run on tensor
+# cores (fp16 with fp32 accumulation, as autocast uses), fp32 on CUDA cores. Patterns are matched against
+# torch.cuda.get_device_name() in order and the first match wins, so variants come before their family.
 #   H100 SXM / H200 SXM: H100 and H200 datasheets (989 bf16/fp16, 495 tf32, 67 fp32 TFLOPS; half the sparse figures)
 #   H100 PCIe: H100 datasheet (756 / 378 / 51); H200 NVL: H200 datasheet (836 / 418 / 60)
 #   A100 SXM and PCIe: A100 datasheet (312 / 156 / 19.5)
@@ -48,7 +48,7 @@ _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def table_peak(device_name: str, dtype: str) -> float | None:
-    """The table's peak for a GPU name and bf16 | fp16 | tf32 | fp32; tf32 falls back to fp32 on GPUs without it."""
+    """Return the table's peak for a GPU name and dtype, or None. tf32 falls back to fp32 on GPUs without it."""
     for pattern, peaks in PEAK_FLOPS:
         if re.search(pattern, device_name, flags=re.IGNORECASE):
             return peaks.get(dtype, peaks["fp32"] if dtype == "tf32" else None)
@@ -56,14 +56,14 @@ def table_peak(device_name: str, dtype: str) -> float | None:
 
 
 def compute_dtype(autocast_dtype: torch.dtype | None, tf32: bool) -> str:
-    """What the matmuls run in: the autocast dtype, else tf32 when allowed (trainer.tf32), else fp32."""
+    """Return the dtype matmuls run in: the autocast dtype, else tf32 if `trainer.tf32` allows it, else fp32."""
     return _DTYPE_NAMES.get(autocast_dtype, "fp16") if autocast_dtype is not None else ("tf32" if tf32 else "fp32")
 
 
 def peak_flops(
     override: float | None, device: torch.device, autocast_dtype: torch.dtype | None, tf32: bool
 ) -> float | None:
-    """Peak FLOP/s of one device: `override` (trainer.peak_flops), else the table's for the GPU and dtype, or None."""
+    """Return one device's peak FLOP/s: `override` (`trainer.peak_flops`), else the table's, else None."""
     if override is not None:
         return override
     if device.type != "cuda":
@@ -76,8 +76,8 @@ def peak_flops(
 
 
 def count_flops(model: nn.Module, task: Any, inputs: Any, targets: Any, device: torch.device, precision: Any) -> int:
-    """FLOPs of one forward and backward of (inputs, targets), as the training step runs them (autocast, the task's
-    loss). In eval mode, so BatchNorm statistics do not move and dropout draws no random numbers: the run goes on
+    """Count the FLOPs of one forward and backward, run as the training step runs them (autocast, task loss).
+    In eval mode, so BatchNorm statistics do not move and dropout draws no random numbers: the run then goes on
     exactly as without the count. Gradients are dropped afterwards."""
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -97,9 +97,9 @@ def count_flops(model: nn.Module, task: Any, inputs: Any, targets: Any, device: 
 
 
 class Utilization:
-    """The FLOPs of one counted batch of `batch_size` samples and the devices' `peak`: the Trainer logs train/mfu
-    with each window and train/flops_per_step in the summary. Counted by the workflow before the model is wrapped
-    (lab.training.start.log_start): under DDP/FSDP a forward on rank 0 alone would be a collective."""
+    """Turn one counted batch's FLOPs and the devices' peak into train/mfu and train/flops_per_step. The workflow
+    counts before the model is wrapped (`lab.training.start.log_start`), because under DDP or FSDP a forward on
+    rank 0 alone would be a collective."""
 
     def __init__(self, batch_flops: int, batch_size: int, peak: float) -> None:
         self.flops_per_sample, self.batch_size, self.peak = batch_flops / batch_size, batch_size, peak

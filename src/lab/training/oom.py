@@ -1,12 +1,12 @@
-"""A CUDA out-of-memory error explained: where memory went and what to change, instead of a traceback wall.
+"""Explain a CUDA out-of-memory error: where memory went and what to change, instead of a wall of traceback.
 
     with explained(cfg):          # lab.cli.run_workflow wraps every workflow (and spawned DDP ranks) in it
         run(cfg)
 
-On ``torch.OutOfMemoryError`` the log gets a report: where it happened (training step N or evaluation), memory
-allocated now vs at its peak, reserved by the caching allocator and free on the device, the usage rows of
-``torch.cuda.memory_summary()``, the largest live allocations (``torch.cuda.memory_snapshot()``), and the overrides to
-try, worked out from the run's config. The run then ends with one line (a UserError) and a non-zero exit.
+On `torch.OutOfMemoryError` the log gets a report. It says where it happened (training step N or evaluation), the
+memory allocated now and at peak, reserved by the caching allocator and free on the device. It adds the usage
+rows of `torch.cuda.memory_summary()`, the largest live allocations, and overrides to try, worked out from the
+run's config. The run then ends with a one-line `UserError` and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def explain(err: BaseException, cfg: Any) -> str:
 
 
 def _where(tb: TracebackType | None) -> tuple[str, bool]:
-    """(" in training step N (epoch E)", False) or (" while evaluating", True), from the frames the error passed
-    through (the innermost wins)."""
+    """Return (" in training step N (epoch E)", False) or (" while evaluating", True), from the frames the error
+    passed through. The innermost match wins."""
     where, evaluating = "", False
     while tb is not None:
         frame = tb.tb_frame
@@ -66,7 +66,7 @@ def _where(tb: TracebackType | None) -> tuple[str, bool]:
 
 
 def memory_report(device: int | None = None) -> list[str]:
-    """Current vs peak memory, the allocator's usage rows and the largest live allocations on a CUDA device."""
+    """Return report lines: current and peak memory, the allocator's usage rows and the largest live allocations."""
     if not torch.cuda.is_available():
         return ["(no CUDA device is visible to report on)"]
     device = torch.cuda.current_device() if device is None else device
@@ -88,7 +88,7 @@ def memory_report(device: int | None = None) -> list[str]:
 
 
 def largest_allocations(device: int, count: int = 8) -> list[int]:
-    """The sizes in bytes of the `count` largest allocated blocks of the caching allocator on `device`."""
+    """Return the sizes in bytes of the `count` largest blocks the caching allocator holds on `device`."""
     sizes = [
         block["size"]
         for segment in torch.cuda.memory_snapshot()
@@ -100,7 +100,7 @@ def largest_allocations(device: int, count: int = 8) -> list[int]:
 
 
 def next_steps(cfg: Any, evaluating: bool = False) -> list[str]:
-    """The overrides worth trying for this run's config, most effective first."""
+    """Return the overrides worth trying for this run's config, most effective first."""
 
     def get(key: str) -> Any:
         return OmegaConf.select(cfg, key, default=None)

@@ -1,11 +1,12 @@
-"""Stopping on a signal without losing work: SIGTERM (a cluster's preemption or `kill`), SIGUSR1 (SLURM's warning
-before the time limit, with `--signal=USR1@<seconds>`), SIGUSR2 (submitit's warning before a preemption or the time
-limit, `SUBMITIT_PREEMPT_SIGNAL`) and SIGINT (Ctrl-C).
+"""Stop training on a signal without losing work.
 
-The handler only records the signal; the trainer finishes the optimizer step in flight, all ranks agree to stop
-(`Parallel.largest_at_last_call`), last.pt is written, and the run ends with status "interrupted" and exit code
-128 + the signal number (143 SIGTERM, 138 SIGUSR1, 130 SIGINT), the code a shell gives a process the signal killed.
-A second Ctrl-C quits at once; outside training a stop signal stops at once (lab.stopping).
+SIGTERM is a cluster's preemption or `kill`. SIGUSR1 is SLURM's warning before the time limit (`--signal=USR1@<s>`).
+SIGUSR2 is submitit's before a preemption or the time limit (`SUBMITIT_PREEMPT_SIGNAL`). SIGINT is Ctrl-C.
+
+The handler only records the signal. The trainer finishes the optimizer step in flight, all ranks agree to stop
+(`Parallel.largest_at_last_call`) and last.pt is written. The run ends with status "interrupted" and exit code
+128 + the signal number (143 SIGTERM, 138 SIGUSR1, 130 SIGINT), as a shell reports a process the signal killed.
+A second Ctrl-C quits at once. Outside training a stop signal stops at once (`lab.stopping`).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ def interrupted(signum: int, step: int, checkpoint: str) -> Interrupted:
 
 
 def resume_hint(run_dir: Path) -> str:
-    """How to continue the run in `run_dir`. A sweep job is continued by its sweep: the same (sweep) command with
-    `ckpt_path=` or `resume=<run dir>` would start every job of the sweep from this one job's weights."""
+    """Return how to continue the run in `run_dir`. A sweep job is continued by its sweep, because `ckpt_path=` or
+    `resume=<run dir>` on the sweep command would start every job from this one job's weights."""
     sweep_dir = sweep_of(run_dir)
     if sweep_dir is None:
         return f"resume: the same command with resume={run_dir}"
@@ -47,9 +48,8 @@ def resume_hint(run_dir: Path) -> str:
 
 
 class StopSignals:
-    """`with StopSignals() as stop:` records the first stop signal in `stop.received` (None until then) and
-    restores the previous handlers on exit. Outside the main thread (where Python allows no handlers) it does
-    nothing."""
+    """Record the first stop signal in `stop.received` (None until then), in `with StopSignals() as stop:`.
+    Restores the previous handlers on exit. Does nothing outside the main thread, where Python allows no handlers."""
 
     def __init__(self) -> None:
         self.received: int | None = None
@@ -68,12 +68,12 @@ class StopSignals:
             signal.signal(sig, handler)
         handler = previous.get(signal.SIGUSR2)
         if self.received == signal.SIGUSR2 and callable(handler) and handler is not stopping.stop_at_once:
-            # submitit's own handler, now that last.pt is saved: it requeues the job (hydra/launcher=slurm adds
-            # ckpt_path=<run dir>/checkpoints/last.pt to the requeued job) and exits
+            # now that last.pt is saved, call submitit's own handler. It requeues the job and exits.
+            # hydra/launcher=slurm adds ckpt_path=<run dir>/checkpoints/last.pt to the requeued job.
             handler(signal.SIGUSR2, None)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if not stopping.is_first(signum):  # the same stop again (forwarded by the launcher): acted on once
+        if not stopping.is_first(signum):  # the launcher forwards the same stop again; act on it once
             return
         self.received = signum
         log.warning(

@@ -1,4 +1,4 @@
-"""The start of a run, logged: what is about to train, on what, and whether the first batch looks sane."""
+"""Log the start of a run: what is about to train, on what, and whether the first batch looks sane."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def parameter_counts(model: nn.Module) -> dict[str, int]:
 
 
 def warn_if_frozen(model: nn.Module) -> None:
-    """Frozen parameters never train; when that is a mistake (a backbone left frozen), nothing else tells you."""
+    """Warn about frozen parameters. If freezing was a mistake (a backbone left frozen), nothing else tells you."""
     frozen = [name for name, p in model.named_parameters() if not p.requires_grad]
     if frozen:
         shown = ", ".join(frozen[:8]) + (" ..." if len(frozen) > 8 else "")
@@ -41,7 +41,7 @@ def warn_if_frozen(model: nn.Module) -> None:
 
 
 def model_summary(model: nn.Module, example: Any, device: torch.device) -> str:
-    """torchinfo's layer table for one example batch; restores train/eval mode afterwards."""
+    """Return torchinfo's layer table for one example batch, restoring train/eval mode afterwards."""
     import torchinfo
 
     was_training = model.training
@@ -62,8 +62,8 @@ def model_summary(model: nn.Module, example: Any, device: torch.device) -> str:
 
 
 def check_first_batch(inputs: Any, targets: Any, task: Any) -> str:
-    """Catch broken data before it costs an epoch: non-finite inputs, then the task's own checks (label range,
-    finite targets, tokens in the vocabulary). Returns the report line."""
+    """Catch broken data before it costs an epoch, and return the report line. Non-finite inputs raise a
+    `UserError`, then the task runs its own checks (label range, finite targets, tokens in the vocabulary)."""
     described = []
     for name, tensor in _tensors(inputs, "inputs"):
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
@@ -101,12 +101,12 @@ def log_start(
     parallel: Parallel,
     peak_flops: float | None = None,
 ) -> Utilization | None:
-    """What is about to train, on what: checked on every rank, logged and kept in the run dir by rank 0.
-    Runs on the plain model, before any DDP/FSDP wrapping (a sharded forward would be a collective); a model on
-    the meta device (dist=fsdp's meta init: no weights yet) is summarised on meta copies of the batch and its FLOPs
-    counted on a weightless stand-in on `device`.
-    With `peak_flops` (FLOP/s of one device) rank 0 also counts the FLOPs of the first batch and returns them, for
-    the Trainer's train/mfu."""
+    """Log what is about to train, and on what. Every rank checks the first batch; rank 0 logs and saves the rest.
+
+    Runs on the plain model before any DDP/FSDP wrapping, because a sharded forward would be a collective. A model
+    on the meta device (dist=fsdp's meta init, no weights yet) is summarised on meta copies of the batch, and its
+    FLOPs are counted on a weightless stand-in on `device`. With `peak_flops` (FLOP/s of one device), rank 0 also
+    counts the first batch's FLOPs and returns them for the Trainer's train/mfu."""
     inputs, targets = batches.split(next(iter(loader)))
     first_batch = check_first_batch(inputs, targets, task)
     if not parallel.is_main:
@@ -138,7 +138,7 @@ def log_start(
         try:
             with meta_init.on_fake_device(model, device) as stand_in:
                 batch_flops = count_flops(stand_in, task, on_device_inputs, on_device_targets, device, precision)
-        except Exception as err:  # a loss that reads values (a label check): fake tensors have none
+        except Exception as err:  # a loss that reads values (a label check) fails, as fake tensors have none
             log.info("no FLOP count (so no train/mfu): the step cannot run without the model's weights (%s)", err)
             return None
     utilization = Utilization(batch_flops, batches.size(targets), peak_flops)

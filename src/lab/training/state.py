@@ -1,8 +1,8 @@
-"""Everything a resume needs, and how it becomes a checkpoint's state and back.
+"""Everything a resume needs, and how it turns into a checkpoint's state and back.
 
-The Trainer steps the model; this object owns what a checkpoint captures of training: weights, optimizer moments,
-the LR schedule, the loss scale, the position in training and the RNG streams of every rank. (What a checkpoint
-adds about the run, its config and data_meta, is the CheckpointManager's.)
+The Trainer steps the model. `TrainingState` owns what a checkpoint captures of training: weights, optimizer
+moments, the LR schedule, the loss scale, the position in training and every rank's RNG streams. The run's config
+and data_meta are added by the `CheckpointManager`.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ class Progress:
     batch_in_epoch: int = 0  # batches of `epoch` already trained on (mid-epoch checkpoints)
     best_metric: float | None = None
     best_epoch: int | None = None
-    # callback=early_stopping: validations since the monitor last beat the reference by more than min_delta
+    # for callback=early_stopping: validations since the monitor last beat the reference by more than min_delta
     stale_validations: int = 0
     early_stopping_reference: float | None = None
 
     def record(self, value: float, epoch: int, mode: str) -> bool:
-        """Keep the best monitored value (`mode` max or min); True when `value` is a new best (NaN never is)."""
-        if math.isnan(value):  # else a NaN first validation would stay best: every comparison with it is False
+        """Keep the best monitored value (`mode` is max or min). Return True if `value` is a new best; NaN never is."""
+        if math.isnan(value):  # a NaN best would stay best forever, since every comparison with it is False
             return False
         sign = 1 if mode == "max" else -1
         improved = self.best_metric is None or sign * (value - self.best_metric) > 0
@@ -45,7 +45,7 @@ class Progress:
 
 @dataclass
 class TrainingState:
-    model: nn.Module  # the plain module, never the DDP / FSDP / compiled view: checkpoints hold no `module.` prefix
+    model: nn.Module  # the plain module, never the DDP/FSDP/compiled view, so checkpoints hold no `module.` prefix
     optimizer: torch.optim.Optimizer
     scheduler: Any
     scaler: torch.amp.GradScaler
@@ -54,11 +54,11 @@ class TrainingState:
     progress: Progress = field(default_factory=Progress)
 
     def payload(self, consolidate: bool = True) -> dict[str, Any]:
-        """The training state to checkpoint; a collective, so every rank calls it. Under FSDP the weights and
-        optimizer moments are this rank's `shards` (lab.checkpointing.sharded), plus the whole `model` gathered on
-        rank 0 when asked to `consolidate` (best.pt, the final last.pt); elsewhere they are whole."""
+        """Return the training state to checkpoint. It is a collective, so every rank must call it. Under FSDP the
+        weights and optimizer moments are this rank's `shards` (`lab.checkpointing.sharded`), and with `consolidate`
+        (best.pt, the final last.pt) rank 0 also gets the whole `model`. Elsewhere they are whole."""
         rng = self.parallel.gather(capture_rng(self.device))
-        self.parallel.sync_buffers(self.model)  # rank 0 writes: its BatchNorm statistics are the ones validated
+        self.parallel.sync_buffers(self.model)  # rank 0 writes, and its BatchNorm statistics are the validated ones
         if self.parallel.shards_checkpoints:
             tensors = {"shards": self.parallel.sharded_state(self.model, self.optimizer)}
             if consolidate:
@@ -78,13 +78,12 @@ class TrainingState:
         }
 
     def resume(self, ckpt: dict[str, Any], batch_size: int | None = None) -> None:
-        """Continue a run exactly: weights, optimizer moments, LR schedule, loss scale, position and RNG.
-        `batch_size`: this run's data.batch_size, when the checkpoint may come from another global batch."""
+        """Continue a run exactly: weights, optimizer moments, LR schedule, loss scale, position and RNG. Pass
+        `batch_size` (this run's data.batch_size) when the checkpoint may come from another global batch."""
         if "shards" in ckpt:  # resharded to this run's ranks and strategy as they are read
             self.parallel.load_sharded_state(self.model, self.optimizer, ckpt["shards"])
         else:
-            # where a callback put other weights in `model` (the EMA's average), the ones training goes on from
-            # are kept as `raw_model`
+            # if a callback put other weights in `model` (the EMA's average), training goes on from `raw_model`
             self.parallel.load_model_state(self.model, ckpt.get("raw_model", ckpt["model"]))
             self.parallel.load_optimizer_state(self.model, self.optimizer, ckpt["optimizer"])
         self.scheduler.load_state_dict(ckpt["scheduler"])
@@ -95,7 +94,7 @@ class TrainingState:
             self.progress.batch_in_epoch = epoch_position(ckpt, batch_size, self.parallel.world_size)
         per_rank = ckpt["rng"].get("per_rank")
         same_world = per_rank is not None and len(per_rank) == self.parallel.world_size
-        # on another number of ranks, rank 0's streams: dropout masks and augmentations differ from here on
+        # on another number of ranks, use rank 0's streams; dropout masks and augmentations differ from here on
         restore_rng(per_rank[self.parallel.rank] if same_world else ckpt["rng"], self.device)
         log.info(
             "resumed at epoch %d, step %d (batch %d of the epoch)",
@@ -106,11 +105,11 @@ class TrainingState:
 
 
 def epoch_position(ckpt: dict[str, Any], batch_size: int, world_size: int) -> int:
-    """Where this run's ranks go on in the epoch `ckpt` was saved in, in batches: its `batch_in_epoch`, unless it
-    was saved with another global batch (other ranks or data.batch_size). Every rank's loader takes a strided share
-    of the epoch's one permutation, so the samples the saved run had taken are the permutation's first
-    batch_in_epoch x its global batch; this run skips that many (rounded down to its own batches: a few samples
-    are seen twice rather than any missed)."""
+    """Return the batch this run resumes from in the epoch `ckpt` was saved in. That is its `batch_in_epoch`,
+    unless it was saved with another global batch (other ranks or data.batch_size). Every rank's loader takes a
+    strided share of the epoch's one permutation, so the saved run had taken its first batch_in_epoch x global
+    batch samples. This run skips that many, rounded down to its own batches: a few samples are seen twice rather
+    than any missed."""
     position, per_rank = ckpt["progress"]["batch_in_epoch"], ckpt["rng"].get("per_rank")
     saved = (ckpt["config"]["data"]["batch_size"], len(per_rank) if per_rank is not None else 1)
     if saved[0] * saved[1] == batch_size * world_size:

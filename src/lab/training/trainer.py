@@ -1,13 +1,13 @@
 """The training loop: autocast, loss scaling, accumulation, clipping, validation, best tracking, checkpoints.
 
-It knows no task, schedule, strategy or extra by name: the task supplies the loss and the metrics, the schedule
-steps itself (`lab.optim.schedulers.Schedule`), `Parallel` says how ranks accumulate, reduce and evaluate, the
-`CheckpointManager` where and when checkpoints go, and callbacks (`lab.training.callbacks`: the options
-`callback=<name>` turns on, the EMA and early stopping among them) hook in. What a `trainer.*` key switches on is
-its own: a fine-tuning's unfreeze, train/mfu (from the FLOPs the workflow counted on a first batch). `train_step`
-is the step, read top to bottom: forward, loss, backward per micro-batch, then clip, step, zero_grad and schedule.
-Host-device syncs happen only at logging, validation and checkpoint time, so the step itself runs as fast as a
-hand-written loop.
+The Trainer knows no task, schedule, strategy or extra by name. The task supplies the loss and metrics, the
+schedule steps itself (`lab.optim.schedulers.Schedule`), `Parallel` says how ranks accumulate, reduce and evaluate,
+and the `CheckpointManager` says where and when checkpoints go. Callbacks (`lab.training.callbacks`) hook in.
+`trainer.*` keys switch on the Trainer's own features: a fine-tuning's unfreeze, and train/mfu.
+
+Read `train_step` top to bottom: forward, loss and backward per micro-batch, then clip, step, zero_grad and
+schedule. The host syncs with the device only at logging, validation and checkpoint time, so the step runs as fast
+as a hand-written loop.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ from lab.training.update import clip_grad_norm, scaled_step
 from lab.training.window import StepWindow, log_line
 
 log = logging.getLogger(__name__)
-# With fp16 the GradScaler skips the optimizer step when gradients overflowed (the first steps, typically) while the
-# schedule still advances one step: intended, so torch's warning about the order would only mislead.
+# With fp16 the GradScaler skips the optimizer step when gradients overflow (typically the first steps), while the
+# schedule still advances. That is intended, so torch's warning about the order would only mislead.
 warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
 
 
@@ -75,27 +75,27 @@ class Trainer:
         callbacks: Mapping[str, Any] | None = None,
         utilization: Utilization | None = None,
     ) -> None:
-        """`callbacks`: ``cfg.callbacks``, each entry an option's node (or the option), built here for this trainer;
-        `utilization`: the FLOPs of a first batch and the devices' peak, for train/mfu (lab.training.flops)."""
-        # A plain dataclass, not a DictConfig: OmegaConf attribute access costs microseconds, several per step.
+        """`callbacks` is `cfg.callbacks`, each entry an option's node or the option, built here. `utilization` holds
+        a first batch's FLOPs and the devices' peak, for train/mfu (`lab.training.flops`)."""
+        # a plain dataclass, not a DictConfig: OmegaConf attribute access costs microseconds, several times per step
         self.cfg = cast(TrainerConfig, OmegaConf.to_object(cfg)) if isinstance(cfg, DictConfig) else cfg
-        self.model = model  # the plain module: what checkpoints hold
+        self.model = model  # the plain module, which checkpoints hold
         self.parallel = parallel or Parallel()
-        self.wrapped = model if forward is None else forward  # the DDP / FSDP view (the model itself when alone)
+        self.wrapped = model if forward is None else forward  # the DDP/FSDP view, or the model itself when alone
         self.forward = torch.compile(self.wrapped) if self.cfg.compile else self.wrapped
         self.optimizer, self.scheduler, self.task = optimizer, scheduler, task
         self.train_batches, self.val_loader = train_batches, val_loader
         self.device, self.precision, self.utilization = device, precision, utilization
         self.tracker, self.checkpoints = tracker, checkpoints
-        self.should_stop = False  # a callback's request to end the run after this epoch's checkpoint (early stopping)
+        self.should_stop = False  # set by a callback (early stopping) to end the run after this epoch's checkpoint
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.grad_scaler)
         self.state = TrainingState(model, optimizer, scheduler, self.scaler, self.parallel, device)
-        # fp16 steps the GradScaler skipped, counted on the device: reading the scale every step would sync
+        # fp16 steps the GradScaler skipped, counted on the device, since reading the scale every step would sync
         self.skipped_steps = torch.zeros((), dtype=torch.int64, device=device)
         self.bad_steps = BadSteps(self.cfg.max_bad_steps, self.parallel) if self.cfg.max_bad_steps else None
         self.last_val: dict[str, float] = {}
         self.window = StepWindow()
-        self.resumed_window: dict[str, list[float]] | None = None  # the unlogged steps' losses a checkpoint held
+        self.resumed_window: dict[str, list[float]] | None = None  # losses of unlogged steps, from a checkpoint
         self.stop = StopSignals()  # installed for the length of fit()
         self.show_bar = {"on": True, "off": False, "auto": sys.stderr.isatty()}[self.cfg.progress_bar]
         self.callbacks = callback_config.build(callbacks or {}, self)
@@ -112,11 +112,11 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         cfg = self.cfg
         self.window, self.resumed_window = StepWindow(self.resumed_window), None
-        reset_peak_memory(self.device)  # the peak of training alone: not the model summary, not a previous job
+        reset_peak_memory(self.device)  # the peak of training alone, not of the model summary or a previous job
         self._step_hooks = hooks(self.callbacks, "on_train_step_end")
         self._grad_hooks = hooks(self.callbacks, "on_before_optimizer_step")
         with self.stop, contextlib.ExitStack() as callbacks:
-            for callback in self.callbacks:  # a profiler, anomaly hooks: on until fit ends, however it ends
+            for callback in self.callbacks:  # e.g. a profiler, on until fit ends, however it ends
                 callbacks.enter_context(callback.fitting(self))
             for epoch in range(self.progress.epoch, cfg.max_epochs):
                 self.progress.epoch = epoch
@@ -138,7 +138,7 @@ class Trainer:
         return summary
 
     def train_epoch(self, epoch: int) -> bool:
-        """One pass over the training batches (from a resumed position); False when max_steps ended it early."""
+        """Train one pass over the batches, from a resumed position. Return False if max_steps ended it early."""
         train_mode(self.model)  # frozen BatchNorm layers stay in eval mode
         cfg, progress = self.cfg, self.progress
         total, position = len(self.train_batches), progress.batch_in_epoch
@@ -160,7 +160,7 @@ class Trainer:
                 self._log(epoch, bar)
             if self.checkpoints.due(progress.global_step):
                 self._save(best=False)
-            # the stop signal any rank got (the largest number, should two differ), or 0
+            # the stop signal any rank got (the largest number if two differ), or 0
             signum = self.parallel.largest_at_last_call(self.stop.received or 0)
             if signum:
                 self._save_and_stop(signum)
@@ -171,12 +171,12 @@ class Trainer:
         return position == total
 
     def train_step(self, group: list[tuple[Any, Any]]) -> None:
-        """One optimizer step over the (inputs, targets) micro-batches of an accumulation group, as loaded:
-        each goes to the device in turn, so only one micro-batch's tensors and activations are there at a time.
+        """Take one optimizer step over the (inputs, targets) micro-batches of an accumulation group.
 
-        Each micro-batch's summed loss is divided by the weight (samples, tokens, pixels) of the whole group,
-        averaged over ranks, so the gradient equals that of one large batch even when micro-batches carry
-        different token counts; DDP/FSDP then average over ranks. No host sync: all of it stays on the device.
+        Micro-batches go to the device one at a time, so only one micro-batch's tensors and activations are there at
+        once. Each summed loss is divided by the weight (samples, tokens, pixels) of the whole group, averaged over
+        ranks. So the gradient equals one large batch's, even when micro-batches carry different token counts, and
+        DDP/FSDP then average over ranks. Everything stays on the device, with no host sync.
         """
         cfg, task, scaler, progress = self.cfg, self.task, self.scaler, self.progress
         weights = [task.weight(targets).to(self.device, non_blocking=True) for _, targets in group]
@@ -191,24 +191,24 @@ class Trainer:
                     outputs = self.forward(inputs)
                 if not self._outputs_checked:
                     self._outputs_checked = True
-                    if not isinstance(outputs, torch.Tensor):  # what export and infer cannot take: refused here
-                        from lab.tasks.outputs import check  # only then: every shipped model returns a tensor
+                    if not isinstance(outputs, torch.Tensor):  # refuse here what export and infer cannot take
+                        from lab.tasks.outputs import check  # imported late, as every shipped model returns a tensor
 
                         check(outputs, task)
                 loss = task.loss(outputs, targets)  # summed, fp32
-                # seeded with 1/total rather than differentiating loss / total: no extra autograd node
+                # seed backward with 1/total rather than differentiating loss / total, to save an autograd node
                 scaler.scale(loss).backward(inverse_total)
             losses.append(loss)
             self.window.add(loss, weights[index], step, progress.epoch, batch_size(targets))
         for hook in self._grad_hooks:  # the gradients are there until zero_grad
             hook(self)
-        # trainer.max_bad_steps: a non-finite step still counts, but leaves the weights as they were
+        # with trainer.max_bad_steps, a non-finite step still counts but leaves the weights as they were
         if self.bad_steps is None or self.bad_steps.finite(losses, total, progress):
-            measure = step % cfg.log_every_n_steps == 0  # the norm is logged: measured on log steps only
+            measure = step % cfg.log_every_n_steps == 0  # the norm is measured only on steps that log it
             if cfg.grad_clip is not None or measure:
                 scaler.unscale_(self.optimizer)  # clip (and measure) the true gradients, not the fp16-scaled ones
                 self.window.grad_norm = clip_grad_norm(self.model, cfg.grad_clip)
-            if scaler.is_enabled():  # it skips the update when fp16 gradients overflowed: counted on the device
+            if scaler.is_enabled():  # it skips the update when fp16 gradients overflow, counted on the device
                 self.skipped_steps += scaled_step(self.optimizer, scaler)
             else:
                 self.optimizer.step()
@@ -223,8 +223,8 @@ class Trainer:
     def score(
         self, loader: torch.utils.data.DataLoader, limit: int = -1, model: nn.Module | None = None
     ) -> dict[str, float]:
-        """The task's exact metrics over the loader, reduced over ranks (eval mode, no autograd); `model`: another
-        plain module to score instead of the trained one (the EMA copy)."""
+        """Return the task's exact metrics over `loader`, reduced over ranks. Pass `model` to score another plain
+        module instead of the trained one (the EMA copy)."""
         forward = self.parallel.evaluation_forward(self.model, self.forward) if model is None else model
         args = (self.task, self.parallel, self.device, self.precision, self.cfg.channels_last)
         return score(self.model if model is None else model, forward, loader, *args, limit=limit)
@@ -238,7 +238,7 @@ class Trainer:
         return metrics
 
     def _validate(self, epoch: int) -> bool:
-        """Score the validation split, track the best, let the schedule react; True when the monitor improved."""
+        """Score the validation split, track the best and let the schedule react. True if the monitor improved."""
         with self.window.paused():
             self._call("on_validation_start")
             assert self.val_loader is not None  # fit() validates only when there is a validation split
@@ -301,29 +301,29 @@ class Trainer:
         reset_peak_memory(self.device)  # each logged peak covers its own window
 
     def _save(self, best: bool, final: bool = False, wait: bool = False) -> None:
-        """A checkpoint (a collective: every rank calls it). Under FSDP the whole model is gathered only for best.pt
-        and the `final` last.pt; a background save (trainer.async_save) is waited for when `wait` or `final`."""
+        """Save a checkpoint. It is a collective, so every rank calls it. Under FSDP only best.pt and the `final`
+        last.pt gather the whole model. With `wait` or `final`, wait for a background save (trainer.async_save)."""
         with self.window.paused():
             losses, weights = self._losses()  # never write weights that went NaN over good ones
             checkpoint = self.state.payload(consolidate=best or final)
-            # the steps since the last log line: a run resumed from here logs its next line over all of them
+            # the steps since the last log line, so a run resumed from here logs its next line over all of them
             checkpoint["log_window"] = {"losses": losses, "weights": weights}
             self._call("on_save_checkpoint", checkpoint)
             self.checkpoints.save(checkpoint, best, final=final, wait=wait)
 
     def resume(self, checkpoint: dict[str, Any], path: Path | None = None, batch_size: int | None = None) -> None:
-        """Continue a run exactly from `checkpoint` (one that has training left: lab.run_dir refused the others):
-        the training state, then what the callbacks kept. `path`: where it was read, whose best.pt comes along;
-        `batch_size`: this run's data.batch_size, when the checkpoint may come from another global batch."""
+        """Continue a run exactly from `checkpoint` (`lab.run_dir` refused any with no training left). `path` is
+        where it was read, so its best.pt comes along. `batch_size` is this run's data.batch_size, in case the
+        checkpoint came from another global batch."""
         self.state.resume(checkpoint, batch_size)
-        self.resumed_window = checkpoint.get("log_window")  # absent in an older checkpoint: its lines start afresh
+        self.resumed_window = checkpoint.get("log_window")  # an older checkpoint has none, so its lines start afresh
         self._call("on_load_checkpoint", checkpoint)
         if path is not None:
             self.checkpoints.adopt_best(path)
 
     def _save_and_stop(self, signum: int) -> None:
-        """A stop signal reached some rank: every rank saves at this same step (a collective under FSDP), then
-        the run ends as "interrupted" with 128 + the signal as its exit code."""
+        """After a stop signal reached any rank, save on every rank at this step (a collective under FSDP). Then
+        end the run as "interrupted", with exit code 128 + the signal."""
         self._save(best=False, wait=True)
         raise interrupted(signum, self.progress.global_step, str(self.checkpoints.last))
 
@@ -333,11 +333,11 @@ class Trainer:
         return None
 
     def _unfreeze(self, epoch: int) -> None:
-        """trainer.unfreeze_at_epoch: from that epoch on, the parameters model.freeze froze train too (their
-        BatchNorm layers update their statistics again). The optimizer has held them from the start
-        (``build_optimizer(..., include_frozen=True)``: without gradients they were never updated), so its state has
-        one layout for the whole run and a resume on either side of the epoch is exact. DDP's reducer knows only the
-        parameters that needed gradients when it was built: the model is wrapped anew."""
+        """From epoch `trainer.unfreeze_at_epoch` on, train the parameters model.freeze froze, BatchNorm statistics
+        too. The optimizer has held them from the start (`build_optimizer(..., include_frozen=True)`) but, without
+        gradients, never updated them. So its state keeps one layout for the whole run, and a resume on either side
+        of the epoch is exact. DDP's reducer knows only the parameters that needed gradients when it was built, so
+        the model is wrapped anew."""
         if self.cfg.unfreeze_at_epoch is None or epoch < self.cfg.unfreeze_at_epoch:
             return
         frozen = [p for p in self.model.parameters() if not p.requires_grad]
@@ -352,6 +352,6 @@ class Trainer:
         log.info("epoch %d: %d frozen parameter tensors unfrozen (trainer.unfreeze_at_epoch)", epoch + 1, len(frozen))
 
     def _call(self, hook: str, *args: Any) -> None:
-        """Run a hook on every callback that has it (a callback may raise to stop the run, e.g. pruning)."""
+        """Run a hook on every callback that overrides it. A callback may raise to stop the run, e.g. pruning."""
         for method in hooks(self.callbacks, hook):
             method(self, *args)

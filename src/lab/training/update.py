@@ -1,6 +1,6 @@
-"""The two parts of an optimizer update that need more than one line: the gradient norm (clipped, or only measured)
-and the step through the GradScaler, telling whether fp16 overflow made it skip the update. No host sync: the norm
-and the skip stay on the device until a log line reads them."""
+"""The gradient norm and the GradScaler step, the two parts of an optimizer update that need more than a line.
+
+Neither syncs with the host. The norm and the skip flag stay on the device until a log line reads them."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ from torch import nn
 
 
 def clip_grad_norm(model: nn.Module, max_norm: float | None) -> torch.Tensor:
-    """The total gradient norm, after clipping to `max_norm`; with None, the norm alone (clipping to inf would
-    still multiply every gradient by 1)."""
+    """Return the total gradient norm, after clipping to `max_norm`. With None, only measure it: clipping to inf
+    would still multiply every gradient by 1."""
     if max_norm is not None:
         return nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     return nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
 
 
 def scaled_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> torch.Tensor:
-    """Step through the GradScaler and update its scale; whether it skipped the update, as a device bool."""
-    # the scale as a device tensor (get_scale() would copy it to the host): it drops only on a skipped step
+    """Step through the GradScaler and update its scale. Return whether fp16 overflow skipped the update."""
+    # read the scale as a device tensor, since get_scale() copies it to the host. It drops only on a skipped step.
     scale_before = _scale(scaler).clone()
     scaler.step(optimizer)  # skips the update when fp16 gradients overflowed
     scaler.update()

@@ -1,5 +1,5 @@
-"""The training metrics between two log lines, kept cheap: losses stay on the device until the line is written,
-so the step itself never waits for the GPU."""
+"""The training metrics between two log lines. Losses stay on the device until the line is written, so the step
+never waits for the GPU."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from lab.runtime import peak_memory_mb
 
 
 class StepWindow:
-    """`carried`: the losses and weights of the window's steps before a resume (what `checked_losses` gave when the
-    checkpoint was saved), so that the first line after it averages the same steps as an uninterrupted run's."""
+    """The losses, timing and sample count of the steps between two log lines. `carried` holds the window's
+    losses and weights from before a resume (what `checked_losses` gave at the save), so the first line after a
+    resume averages the same steps as an uninterrupted run."""
 
     def __init__(self, carried: dict[str, list[float]] | None = None) -> None:
         self.carried = carried or {"losses": [], "weights": []}
@@ -27,12 +28,11 @@ class StepWindow:
         self.loss_sums: list[torch.Tensor] = []  # one per micro-batch, on the device
         self.weights: list[torch.Tensor] = []  # what each sum is over (samples, tokens), on the device
         self.steps: list[int] = []  # the optimizer step each loss belongs to
-        self.epochs: list[int] = []  # and its epoch (0-based): a window can span two
+        self.epochs: list[int] = []  # and its epoch (0-based), as a window can span two
         self.grad_norm: torch.Tensor | None = None  # at the last optimizer step
 
     def add(self, loss_sum: torch.Tensor, weight: torch.Tensor, step: int, epoch: int, samples: int) -> None:
-        """One micro-batch: its summed loss and weight (kept on the device), the optimizer step and epoch it belongs
-        to, its sample count."""
+        """Add one micro-batch: its summed loss and weight (kept on the device), its step, epoch and sample count."""
         self.loss_sums.append(loss_sum.detach())
         self.weights.append(weight)
         self.steps.append(step)
@@ -40,9 +40,9 @@ class StepWindow:
         self.samples += samples
 
     def losses_over_ranks(self, parallel: Parallel) -> tuple[list[float], list[float]]:
-        """(each micro-batch's mean loss over all ranks, its total weight), on the host, after one all-reduce.
-        Host floats from one transfer: a window's few dozen values cost less as Python numbers than as a dozen
-        tensor ops (this runs once per log line and checkpoint, but on CPU each op is microseconds)."""
+        """Return each micro-batch's mean loss over all ranks and its total weight, as host floats after one
+        all-reduce. A window's few dozen values cost less as Python numbers than as a dozen tensor ops: this runs
+        once per log line and checkpoint, but on CPU each op costs microseconds."""
         if not self.loss_sums:
             return [], []
         sums = parallel.all_reduce_sum_(torch.stack([*self.loss_sums, *self.weights]).double()).tolist()
@@ -50,9 +50,9 @@ class StepWindow:
         return [total / weight for total, weight in zip(sums, weights)], weights
 
     def checked_losses(self, parallel: Parallel, skips_nonfinite: bool) -> tuple[list[float], list[float]]:
-        """`losses_over_ranks`, after the carried ones, stopping at the first non-finite loss unless such steps are
-        skipped (`skips_nonfinite`: a GradScaler, or trainer.max_bad_steps). Every rank sees the same values, so
-        every rank stops."""
+        """Return the carried losses and weights followed by `losses_over_ranks`. Raise a `UserError` at the first
+        non-finite loss unless such steps are skipped (`skips_nonfinite`: a GradScaler, or trainer.max_bad_steps).
+        Every rank sees the same values, so every rank stops."""
         losses, weights = self.losses_over_ranks(parallel)
         bad = next((index for index, loss in enumerate(losses) if not math.isfinite(loss)), None)
         if bad is not None and not skips_nonfinite:
@@ -65,7 +65,7 @@ class StepWindow:
 
     @staticmethod
     def mean_loss(losses: list[float], weights: list[float]) -> float:
-        """Weighted mean of the finite losses (fp16 steps the GradScaler skipped are left out)."""
+        """Return the weighted mean of the finite losses, leaving out fp16 steps the GradScaler skipped."""
         finite = [(loss, weight) for loss, weight in zip(losses, weights) if math.isfinite(loss)]
         if not finite:
             return math.nan
@@ -74,7 +74,7 @@ class StepWindow:
     def train_metrics(
         self, losses: list[float], weights: list[float], world_size: int, lr: float, device: torch.device
     ) -> dict[str, float]:
-        """The log line's figures for this window (`losses`, `weights`: from `checked_losses`)."""
+        """Return the log line's figures for this window, given `losses` and `weights` from `checked_losses`."""
         throughput, data_wait = self.rates(world_size)
         return {
             "train/loss": self.mean_loss(losses, weights),
@@ -86,7 +86,7 @@ class StepWindow:
         }
 
     def rates(self, world_size: int) -> tuple[float, float]:
-        """(samples/s over all ranks, fraction of the time spent waiting for data)."""
+        """Return samples/s over all ranks and the fraction of time spent waiting for data."""
         elapsed = max(time.perf_counter() - self.start, 1e-9)
         return self.samples * world_size / elapsed, min(1.0, self.data_time / elapsed)
 
@@ -94,18 +94,18 @@ class StepWindow:
         norm = self.grad_norm
         if norm is None:
             return math.nan
-        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # FSDP: a DTensor
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # a DTensor under FSDP
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """Validation and checkpoint time must not count against training throughput."""
+        """Pause the clock, so validation and checkpoint time don't count against training throughput."""
         start = time.perf_counter()
         yield
         self.start += time.perf_counter() - start
 
 
 def log_line(epoch: int, step: int, metrics: dict[str, float]) -> str:
-    """The console line of a logged window (without a progress bar)."""
+    """Return the console line of a logged window, used when there is no progress bar."""
     return (
         f"epoch {epoch} step {step}  loss {metrics['train/loss']:.4f}  lr {metrics['train/lr']:.3g}  "
         f"grad_norm {metrics['train/grad_norm']:.3g}  {metrics['train/throughput']:.0f} samples/s  "
