@@ -1,4 +1,4 @@
-"""Datasets, transforms and loaders: ``build(cfg)`` -> :class:`DataModule`, then ``make_loader`` per split."""
+"""Datasets, transforms and loaders. `build(cfg)` gives a `DataModule`, then `make_loader` makes each split's loader."""
 
 from lab.data.batches import check_batch_fits
 from lab.data.common import DataModule

@@ -1,21 +1,20 @@
-"""Training-only augmentation from torchvision's v2 transforms: an automatic policy (RandAugment, TrivialAugmentWide)
-and random erasing in image_folder's per-image pipeline, and MixUp/CutMix on whole training batches.
+"""Training-only augmentation from torchvision's v2 transforms.
 
-Where each runs, and why there:
+image_folder's per-image pipeline can add an automatic policy (RandAugment, TrivialAugmentWide) and random erasing.
+MixUp/CutMix act on whole training batches. Where each runs, and why:
 
-- ``data.auto_augment`` acts on the PIL image after the random resized crop and flip (the policies' ops are
-  defined on 8-bit images), ``data.random_erasing`` on the normalized tensor (an erased patch is then 0, the
-  dataset's mean colour), both in :class:`PolicyImageTransform`, per image, in the loader's workers.
-- ``data.mixup_alpha`` / ``data.cutmix_alpha`` mix each training batch with itself rolled by one sample
-  (:class:`MixBatch`, the training loader's ``collate_fn``): the batch leaves the loader as (mixed images, soft
-  targets (N, K)), so the trainer, the task's ``weight`` and ``loss`` see the targets they train on, and
-  validation, test and eval loaders (``collate_fn`` unset) never mix.
+- `data.auto_augment` acts on the PIL image after the random resized crop and flip, since the policies' ops are
+  defined on 8-bit images. `data.random_erasing` acts on the normalized tensor, so an erased patch is 0, the
+  dataset's mean colour. Both run per image in `PolicyImageTransform`, in the loader's workers.
+- `data.mixup_alpha` / `data.cutmix_alpha` mix each training batch with itself rolled by one sample, in `MixBatch`
+  (the training loader's `collate_fn`). The batch leaves the loader as (mixed images, soft targets (N, K)), so the
+  trainer and the task's `weight` and `loss` see the targets they train on. Validation, test and eval loaders
+  leave `collate_fn` unset and never mix.
 
-Randomness: every draw here comes from the global torch RNG of the process that runs it. In a worker that is
-reseeded for each batch from (loader seed, epoch, the batch's position) (``lab.data.loaders.EpochSeededDataset``)
-before the batch's images are read, and the collate runs right after them in the same worker; without workers it
-is the main process's RNG, which checkpoints save. Either way a resumed run draws what an uninterrupted one drew.
-Classes, not closures, so workers can pickle them under the spawn start method.
+Every random draw comes from the global torch RNG of the process that runs it. A worker reseeds it for each batch
+from the loader seed, epoch and batch position (`loaders.EpochSeededDataset`), and the collate runs in that same
+worker. Without workers it is the main process's RNG, which checkpoints save. Either way a resumed run draws what
+an uninterrupted one drew. These are classes, not closures, so workers can pickle them under spawn.
 """
 
 from __future__ import annotations
@@ -32,11 +31,11 @@ from lab.data.transforms import TrainImageTransform, to_mode
 if TYPE_CHECKING:
     from lab.config.data import ImageFolderConfig
 
-AUTO_AUGMENT = ("randaugment", "trivialaugment")  # data.auto_augment's values (null = none)
+AUTO_AUGMENT = ("randaugment", "trivialaugment")  # data.auto_augment's values (null means none)
 
 
 def policy(name: str | None) -> Any:
-    """The v2 transform of ``data.auto_augment`` (torchvision's default magnitudes), or None."""
+    """Return the v2 transform `data.auto_augment` names, at torchvision's default magnitudes, or None."""
     if name is None:
         return None
     from torchvision.transforms import v2  # imported lazily: torchvision is slow to import
@@ -49,8 +48,8 @@ def policy(name: str | None) -> Any:
 
 
 class PolicyImageTransform:
-    """:class:`lab.data.transforms.TrainImageTransform` (crop + flip) followed by an automatic augmentation policy on
-    the PIL image and random erasing on the normalized tensor."""
+    """Crop and flip (`TrainImageTransform`), then an augmentation policy on the PIL image and random erasing on
+    the normalized tensor."""
 
     def __init__(self, base: TrainImageTransform, auto_augment: str | None, erasing: float) -> None:
         from torchvision.transforms import v2
@@ -75,8 +74,8 @@ def train_transform(
     std: Sequence[float],
     interpolation: str = "bilinear",
 ) -> TrainImageTransform | PolicyImageTransform:
-    """image_folder's training transform (with data.augment=true): crop + flip, plus what data.auto_augment and
-    data.random_erasing add."""
+    """Build image_folder's training transform (data.augment=true): crop and flip, plus data.auto_augment and
+    data.random_erasing."""
     base = TrainImageTransform(in_channels, image_size, mean, std, interpolation)
     auto_augment, erasing = cfg.auto_augment, float(cfg.random_erasing)
     if auto_augment is None and erasing == 0:
@@ -85,9 +84,9 @@ def train_transform(
 
 
 class MixBatch:
-    """The training loader's ``collate_fn``: torch's default collate, then MixUp or CutMix on the batch (one of the
-    two, drawn per batch with equal odds, when both alphas are > 0). Returns (images, soft targets (N, K) float32):
-    each row sums to 1; its argmax is the label of the image that keeps the larger share."""
+    """Collate a training batch with torch's default, then apply MixUp or CutMix.
+    When both alphas are > 0, each batch picks one of the two with equal odds. Returns (images, soft targets (N, K)
+    float32). Each row sums to 1, and its argmax is the label of the image that keeps the larger share."""
 
     def __init__(self, num_classes: int, mixup_alpha: float, cutmix_alpha: float) -> None:
         from torchvision.transforms import v2

@@ -1,6 +1,5 @@
-"""Batches as the loaders give them: ``(inputs, targets)`` tuples or dicts, whose parts are tensors or nested
-tuples/dicts of tensors. One place splits them, moves them to the device and slices them; what an epoch needs of
-them, and the augmentation seed of each (both kinds of loader: ``loaders``, ``device``)."""
+"""Split, move and slice batches in one place, for both kinds of loader (`loaders`, `device`).
+A batch is an `(inputs, targets)` tuple or a dict. Its parts are tensors or nested tuples/dicts of tensors."""
 
 from __future__ import annotations
 
@@ -15,9 +14,10 @@ TARGET_KEYS = ("targets", "labels")
 
 
 def split(batch: Any) -> tuple[Any, Any]:
-    """(inputs, targets). A dict batch keeps its targets under "targets" (or "labels"); its other entries are the
-    inputs (the one tensor when a single entry is left, else the dict the model's forward takes)."""
-    # tuples are tested first: the common case, and Mapping is an ABC, slower to test against
+    """Split a batch into (inputs, targets).
+    A dict batch keeps its targets under "targets" or "labels". The other entries are the inputs: one tensor if
+    only one is left, else the dict the model's forward takes."""
+    # Test for tuples first: they are the common case, and Mapping is an ABC, slower to check
     if not isinstance(batch, tuple | list) and isinstance(batch, Mapping):
         key = next((k for k in TARGET_KEYS if k in batch), None)
         if key is None:
@@ -29,8 +29,8 @@ def split(batch: Any) -> tuple[Any, Any]:
 
 
 def to_device(data: Any, device: torch.device, channels_last: bool = False) -> Any:
-    """The one place batches move to the device, recursively. non_blocking overlaps the copy with compute when
-    the loader pinned the memory (pin_memory, on CUDA). channels_last applies to 4-d float tensors (images)."""
+    """Move a batch to the device, recursively. channels_last applies only to 4-d float tensors (images).
+    non_blocking overlaps the copy with compute when the loader pinned the memory (on CUDA)."""
     if isinstance(data, torch.Tensor):
         data = data.to(device, non_blocking=True)
         if channels_last and data.ndim == 4 and data.is_floating_point():
@@ -44,7 +44,7 @@ def to_device(data: Any, device: torch.device, channels_last: bool = False) -> A
 
 
 def head(data: Any, n: int) -> Any:
-    """The first ``n`` samples of every tensor (dim 0)."""
+    """Slice the first `n` samples (dim 0) of every tensor."""
     if isinstance(data, torch.Tensor):
         return data[:n]
     if isinstance(data, Mapping):
@@ -55,7 +55,7 @@ def head(data: Any, n: int) -> Any:
 
 
 def size(data: Any) -> int:
-    """Samples in a batch: the length of its first tensor."""
+    """Count the samples in a batch, the length of its first tensor."""
     if isinstance(data, torch.Tensor):
         return len(data)
     values = data.values() if isinstance(data, Mapping) else data
@@ -63,7 +63,7 @@ def size(data: Any) -> int:
 
 
 def check_batch_fits(samples: int, batch_size: int) -> None:
-    """Training drops the last partial batch: an epoch needs at least one full one."""
+    """Raise ConfigError unless an epoch has one full batch, since training drops the last partial one."""
     if samples < batch_size:
         raise ConfigError(
             f"data.batch_size={batch_size} is larger than the {samples} training samples, so an epoch "
@@ -72,6 +72,6 @@ def check_batch_fits(samples: int, batch_size: int) -> None:
 
 
 def stream_seed(epoch_seed: int, position: int) -> int:
-    """Augmentation seed of the batch that starts at sample `position` of an epoch: a function of the two alone, so
-    a resumed run that starts mid-epoch draws what an uninterrupted one drew there, whichever worker fetches it."""
+    """Seed the augmentation of the batch starting at sample `position`, from these two numbers alone, so a run
+    resumed mid-epoch draws what an uninterrupted run drew there, whichever worker fetches the batch."""
     return (epoch_seed * 1_000_003 + position) % 2**63

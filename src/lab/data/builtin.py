@@ -24,7 +24,7 @@ from lab.data.tensor_dataset import TensorImageDataset
 from lab.data.transforms import RandomShiftFlip
 from lab.errors import ConfigError
 
-# CIFAR-10's per-channel statistics over its official training set, pixels scaled to [0,1] (MNIST's: its option's)
+# CIFAR-10's per-channel statistics over its official training set, pixels in [0,1]. MNIST's are in its option
 CIFAR10_STATS = ([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616])
 
 
@@ -33,7 +33,7 @@ def _train_augment(cfg: ImageDataConfig, padding: int, flip: bool) -> RandomShif
 
 
 def build_digits(cfg: DigitsConfig) -> DataModule:
-    """sklearn's bundled 8x8 digits (1,797 images, values 0..16): train/val/test carved by split_seed."""
+    """Build sklearn's bundled 8x8 digits (1,797 images, values 0..16), split by split_seed."""
     check_fixed_shape(cfg, "digits", 1, 8)
     num_classes = resolve_num_classes(cfg, "digits", 10)
     pixels, targets = bundled.digits()
@@ -42,7 +42,7 @@ def build_digits(cfg: DigitsConfig) -> DataModule:
 
     train_idx, val_idx, test_idx = train_val_test(labels, cfg)
 
-    # own statistics from the train split only, so nothing about val/test leaks into the inputs
+    # Statistics from the train split only, so nothing about val/test leaks into the inputs
     train_pixels = images[train_idx].float() / 16.0
     own_mean = train_pixels.mean(dim=(0, 2, 3)).tolist()
     own_std = train_pixels.std(dim=(0, 2, 3), unbiased=False).tolist()
@@ -63,9 +63,9 @@ def _mnist_files(raw: Path) -> list[Path]:
 
 
 def build_mnist(cfg: MnistConfig) -> DataModule:
-    """MNIST or Fashion-MNIST (the option's ``torchvision_class``) from the raw idx files; val carved from the
-    official train set."""
-    from torchvision import datasets  # lazy: torchvision is slow to import
+    """Build MNIST or Fashion-MNIST (the option's `torchvision_class`) from the raw idx files.
+    Val is carved from the official train set."""
+    from torchvision import datasets  # lazy, as torchvision is slow to import
 
     cls = getattr(datasets, cfg.torchvision_class)
     check_fixed_shape(cfg, cfg.name, 1, 28)
@@ -95,8 +95,8 @@ def build_mnist(cfg: MnistConfig) -> DataModule:
 
 
 # The official CIFAR format is a pickle, and a plain unpickler calls whatever the file names. These files hold
-# dicts of bytes, lists and numpy arrays, so only what rebuilds an array is allowed (numpy 1 and 2 spell its module
-# differently); a file that names anything else is refused unread.
+# dicts of bytes, lists and numpy arrays, so only what rebuilds an array is allowed (numpy 1 and 2 name its module
+# differently). A file that names anything else is refused unread.
 _CIFAR_GLOBALS = {
     *((f"numpy.{core}.multiarray", "_reconstruct") for core in ("core", "_core")),
     *((f"numpy.{core}.numeric", "_frombuffer") for core in ("core", "_core")),  # pickle protocol 5
@@ -138,7 +138,7 @@ def _cifar_dir(cfg: Cifar10Config) -> Path:
     if missing and cfg.download:
         from torchvision import datasets
 
-        # torchvision fetches and md5-checks the archive; we then read the extracted pickles ourselves
+        # torchvision fetches and md5-checks the archive. We then read the extracted pickles ourselves
         datasets.CIFAR10(str(root), train=True, download=True)
         missing = [n for n in names if not (folder / n).is_file()]
     if missing:
@@ -150,7 +150,7 @@ def _cifar_dir(cfg: Cifar10Config) -> Path:
 
 
 def build_cifar10(cfg: Cifar10Config) -> DataModule:
-    """CIFAR-10 from the python-format batches; val carved from the 50k train images."""
+    """Build CIFAR-10 from the python-format batches, with val carved from the 50k train images."""
     check_fixed_shape(cfg, "cifar10", 3, 32)
     num_classes = resolve_num_classes(cfg, "cifar10", 10)
     folder = _cifar_dir(cfg)
@@ -172,19 +172,19 @@ def build_cifar10(cfg: Cifar10Config) -> DataModule:
 
 
 def build_synthetic(cfg: SyntheticConfig) -> DataModule:
-    """Gaussian noise images with random labels, for throughput benchmarks (nothing to learn)."""
+    """Build Gaussian noise images with random labels, for throughput benchmarks (nothing to learn)."""
     num_classes = cfg.num_classes or 10
     c, s = cfg.in_channels, cfg.image_size
     n_eval = max(1, round(cfg.num_samples * cfg.val_fraction))
     gen = torch.Generator().manual_seed(cfg.split_seed)
 
     def make(n: int, augment: RandomShiftFlip | None = None) -> TensorImageDataset:
-        # already ~N(0,1): meta mean 0 / std 1 makes normalization the identity
+        # Already ~N(0,1), so mean 0 and std 1 make normalization the identity
         x = torch.randn(n, c, s, s, generator=gen)
         y = torch.randint(0, num_classes, (n,), generator=gen)
         return TensorImageDataset(x, y, scale=1.0, mean=[0.0] * c, std=[1.0] * c, augment=augment)
 
-    # data.augment: CIFAR-10's recipe (pad 4, crop, flip), so augmentation's cost can be benchmarked too
+    # data.augment uses CIFAR-10's recipe (pad 4, crop, flip), so augmentation's cost can be benchmarked too
     train = make(cfg.num_samples, _train_augment(cfg, padding=4, flip=True))
     val, test = make(n_eval), make(n_eval)
     names = [f"class_{i}" for i in range(num_classes)]

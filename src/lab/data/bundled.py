@@ -1,8 +1,7 @@
-"""The small data sets scikit-learn ships (digits, diabetes), read straight from its package files.
+"""Read the small data sets scikit-learn ships (digits, diabetes) straight from its package files.
 
-``sklearn.datasets`` costs about a second to import (scipy and pandas come with it) for what is one gzipped CSV
-each: reading the file with numpy gives the same arrays (tests/unit/data/test_bundled.py compares them with
-load_digits / load_diabetes) without that start-up cost.
+Importing `sklearn.datasets` takes about a second (it pulls in scipy and pandas), yet each data set is one gzipped
+CSV. Reading it with numpy gives the same arrays without that cost. tests/unit/data/test_bundled.py checks this.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ def _table(name: str, delimiter: str | None = None) -> np.ndarray:
 
 
 def digits() -> tuple[np.ndarray, np.ndarray]:
-    """(images (1797, 8, 8) float64 in 0..16, labels (1797,) int64), as sklearn.datasets.load_digits gives them."""
+    """Return (images, labels) as `load_digits` does: (1797, 8, 8) float64 in 0..16 and (1797,) int64."""
     table = _table("digits.csv.gz", delimiter=",")
     return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(np.int64)
 
@@ -39,5 +38,5 @@ DIABETES_FEATURES = ["age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s
 
 
 def diabetes() -> tuple[np.ndarray, np.ndarray]:
-    """(features (442, 10), progression (442,)), as sklearn.datasets.load_diabetes(scaled=False) gives them."""
+    """Return (features (442, 10), progression (442,)) as `load_diabetes(scaled=False)` does."""
     return _table("diabetes_data_raw.csv.gz"), _table("diabetes_target.csv.gz")

@@ -1,4 +1,4 @@
-"""Pieces every dataset builder shares: the DataModule result, config checks, normalization stats, splits."""
+"""Pieces every dataset builder shares: the DataModule result, config checks, normalization stats and splits."""
 
 from __future__ import annotations
 
@@ -21,54 +21,52 @@ DataCfg = DataConfig | DictConfig
 
 @dataclass
 class DataModule:
-    """The splits of one dataset plus what a model and a checkpoint need to know about it.
+    """Hold the splits of one dataset and what a model and a checkpoint need to know about it.
 
-    ``meta`` holds plain python types only: it is saved in checkpoints that are loaded with
-    ``torch.load(weights_only=True)``.
+    `meta` holds plain Python types only, because checkpoints save it and load with `torch.load(weights_only=True)`.
     """
 
     train: Dataset
     val: Dataset
     test: Dataset | None
     meta: dict[str, Any]
-    # how the training loader puts a batch together (MixUp/CutMix: lab.data.augment.MixBatch); None = torch's
-    # default. Validation, test and evaluation loaders always use the default.
+    # How the training loader collates a batch (MixUp/CutMix use `augment.MixBatch`). None means torch's default,
+    # which validation, test and evaluation loaders always use.
     train_collate: Callable[[list[Any]], Any] | None = None
 
 
 class InMemoryDataset(Dataset):
-    """A split held in memory as tensors, which data.loader=device batches on the training device
-    (lab.data.device): a dataset opts in by subclassing it and writing both methods (the shipped images, tables
-    and text do)."""
+    """A split held in memory as tensors, so data.loader=device can batch it on the training device.
+    A dataset opts in by subclassing this and writing both methods, as the shipped images, tables and text do."""
 
     def fetch(self, index: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Items ``index`` as one batch ``(x, y)`` on the tensors' device, random augmentation drawn from
-        ``generator`` (the global RNG when None)."""
+        """Return items `index` as one batch `(x, y)` on the tensors' device.
+        Random augmentation draws from `generator`, or from the global RNG when it is None."""
         raise NotImplementedError(f"{type(self).__name__} has no fetch(index, generator)")
 
     def to(self, device: torch.device) -> InMemoryDataset:
-        """This split with its tensors on ``device``."""
+        """Return this split with its tensors on `device`."""
         raise NotImplementedError(f"{type(self).__name__} has no to(device)")
 
 
 class OrderedDataset(Dataset):
-    """A split that brings its own training order (e.g. shard by shard, for locality: data=shards), which
-    ``lab.distributed.Parallel.train_sampler`` takes instead of its shuffle: a dataset opts in by subclassing it."""
+    """A split with its own training order, such as shard by shard for locality (data=shards).
+    `lab.distributed.Parallel.train_sampler` uses it instead of its shuffle. A dataset opts in by subclassing this."""
 
     def train_sampler(self, rank: int, world_size: int, seed: int) -> Sampler[int]:
-        """Rank ``rank``'s order of the samples, a function of (``seed``, epoch) alone (the sampler's
-        ``set_epoch``), so that a resumed epoch continues it by position; the ranks together see each sample once."""
+        """Return rank `rank`'s order of the samples; together the ranks see each sample once.
+        It depends on `seed` and the epoch (`set_epoch`) alone, so a resumed epoch continues it by position."""
         raise NotImplementedError(f"{type(self).__name__} has no train_sampler(rank, world_size, seed)")
 
 
 def dataset_len(dataset: Dataset) -> int:
-    """``len()`` of a map-style dataset (every split a DataModule holds): torch's ``Dataset`` type declares no
-    ``__len__`` (an ``IterableDataset`` need not have one), so a type checker refuses ``len()`` on it."""
+    """Return `len()` of a map-style dataset, such as a DataModule's splits.
+    torch's `Dataset` declares no `__len__` (an `IterableDataset` may lack one), so type checkers refuse `len()`."""
     return len(dataset)  # type: ignore[arg-type]
 
 
 def check_fixed_shape(cfg: ImageDataConfig, dataset: str, in_channels: int, image_size: int) -> None:
-    """Datasets with a fixed image shape must agree with the config the model is built from."""
+    """Raise ConfigError unless a dataset's fixed image shape agrees with the config the model is built from."""
     if cfg.in_channels != in_channels:
         raise ConfigError(
             f"data.in_channels={cfg.in_channels} but {dataset} images have {in_channels} channel(s); "
@@ -93,7 +91,7 @@ def resolve_num_classes(cfg: ImageDataConfig, dataset: str, actual: int) -> int:
 def resolve_stats(
     cfg: ImageDataConfig, in_channels: int, default_mean: Sequence[float], default_std: Sequence[float]
 ) -> tuple[list[float], list[float]]:
-    """Config mean/std when given (one value is broadcast to every channel), else the dataset's defaults."""
+    """Return the config's mean/std when given (one value is broadcast to every channel), else the defaults."""
     if cfg.mean is None or cfg.std is None:
         return [float(m) for m in default_mean], [float(s) for s in default_std]
     mean, std = [float(m) for m in cfg.mean], [float(s) for s in cfg.std]
@@ -116,8 +114,9 @@ def make_meta(
     crop_pct: float | None = None,
     interpolation: str | None = None,
 ) -> dict[str, Any]:
-    """Meta of an image classification dataset: the generic keys every model reads (``input_shape`` of one
-    sample, ``num_outputs``) plus what preprocessing (``lab.data.eval_transform``) and class labels need."""
+    """Build the meta of an image classification dataset.
+    It has the keys every model reads (one sample's `input_shape`, `num_outputs`), plus what preprocessing
+    (`lab.data.eval_transform`) and class labels need."""
     return {
         "input_shape": [int(in_channels), int(image_size), int(image_size)],
         "num_outputs": int(num_classes),
@@ -133,9 +132,9 @@ def make_meta(
 
 
 def train_val_test(labels: torch.Tensor, cfg: DataCfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(train, val, test) indices by data.val_fraction / test_fraction / split_seed; test is None when
-    test_fraction is 0. Test is carved first, then val out of the rest, so the test split does not change when
-    val_fraction does."""
+    """Return (train, val, test) indices by data.val_fraction, test_fraction and split_seed.
+    Test is None when test_fraction is 0. Test is carved first and val from the rest, so changing val_fraction
+    leaves the test split as it was."""
     if cfg.test_fraction > 0:
         rest, test = split_indices(labels, cfg.test_fraction, cfg.split_seed)
     else:
@@ -145,10 +144,10 @@ def train_val_test(labels: torch.Tensor, cfg: DataCfg) -> tuple[torch.Tensor, to
 
 
 def split_indices(labels: torch.Tensor, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Split ``range(len(labels))`` into (kept, held_out) with ``fraction`` held out.
+    """Split `range(len(labels))` into (kept, held_out) with `fraction` held out.
 
-    Depends only on the labels, ``fraction`` and ``seed`` (never on the training seed), so a run and its
-    evaluation see the same split. Stratified by class when every class can appear on both sides.
+    The split depends only on the labels, `fraction` and `seed`, never on the training seed, so a run and its
+    evaluation see the same split. It is stratified by class when every class can appear on both sides.
     """
     y = labels.numpy()
     n_held = math.ceil(len(y) * fraction)
@@ -156,6 +155,6 @@ def split_indices(labels: torch.Tensor, fraction: float, seed: int) -> tuple[tor
     counts = counts[counts > 0]
     stratify = bool(counts.min() >= 2 and len(counts) <= min(n_held, len(y) - n_held))
     kept, held = splits.held_out(y, fraction, seed, stratify)
-    # sorted so item order follows the source data and does not depend on the shuffling (numpy's sort: torch's
-    # would also allocate the permutation, 8 more bytes a row, for a memory-mapped table of millions of rows)
+    # Sort so item order follows the source data, not the shuffle. numpy's sort, because torch's also allocates
+    # the permutation: 8 more bytes a row, for a memory-mapped table of millions of rows
     return torch.from_numpy(np.sort(kept)), torch.from_numpy(np.sort(held))

@@ -1,5 +1,4 @@
-"""``build(cfg)``: the one entry point that turns a ``data`` option (``lab.config.data``) into a
-:class:`DataModule`."""
+"""`build(cfg)`, the one entry point that turns a `data` option into a `DataModule`."""
 
 from __future__ import annotations
 
@@ -12,17 +11,19 @@ from lab.config import options
 from lab.config.data import DataConfig
 from lab.data.common import DataModule
 
-_last_built: tuple[str, DataModule] | None = None  # (data config, what it built): see build(reuse=True)
+_last_built: tuple[str, DataModule] | None = None  # (data config, what it built), for build(reuse=True)
 
 
 def build(cfg: Any, reuse: bool = False) -> DataModule:
-    """Train/val(/test) datasets and their ``meta`` (whatever the models and the task need: input_shape and
-    num_outputs always; class names, normalization, target statistics or a vocabulary as the data has them).
-    Raises ConfigError (naming the key and the fix) on a bad config or missing files.
+    """Build the train, val and (optional) test datasets and their `meta`.
 
-    ``reuse=True`` (the jobs of a sweep, run one after another in one process by Hydra's basic launcher): when the
-    data config is the one built last, its splits are returned again instead of read, decoded and split anew
-    (datasets are read-only; `meta` is copied, so a job cannot change the next one's)."""
+    `meta` holds what the models and the task need: always input_shape and num_outputs, plus class names,
+    normalization, target statistics or a vocabulary when the data has them. Raises ConfigError, naming the key
+    and the fix, on a bad config or missing files.
+
+    `reuse=True` is for a sweep's jobs, run one after another in one process by Hydra's basic launcher. If the data
+    config is the one built last, its splits are returned again, not read anew. `meta` is copied (datasets are
+    read-only), so one job cannot change the next one's."""
     global _last_built
     option = options.instantiate("data", cfg)
     if not reuse:
@@ -36,8 +37,7 @@ def build(cfg: Any, reuse: bool = False) -> DataModule:
 
 
 def _with_mixing(option: DataConfig, module: DataModule) -> DataModule:
-    """The option's ``batch_mixing()`` (data.mixup_alpha / cutmix_alpha): the training loader's collate mixes its
-    batches (lab.data.augment)."""
+    """Make the training loader's collate mix batches when the option asks (data.mixup_alpha / cutmix_alpha)."""
     mixing = option.batch_mixing()
     if mixing is None:
         return module

@@ -1,15 +1,14 @@
-"""data.loader=device: splits held as tensors on the training device, batched there without a DataLoader.
+"""data.loader=device: keep splits as tensors on the training device and batch them there, without a DataLoader.
 
-Each split is moved once; an epoch is one permutation, cut into batches by slicing and fetched with one gather, and
-augmented by batched tensor ops: no worker processes, no per-sample Python, no collate, no host-to-device copy per
-step. A dataset opts in by subclassing ``lab.data.common.InMemoryDataset``: ``to(device)`` (the split with its
-tensors there) and ``fetch(index, generator)`` (items ``index`` as one batch, random augmentation drawn from
-``generator``); the shipped in-memory datasets (images, tables, text) do.
+Each split moves once. An epoch is one permutation, sliced into batches, each fetched with one gather and augmented
+by batched tensor ops. So there are no worker processes, no per-sample Python, no collate and no host-to-device copy
+per step. A dataset opts in by subclassing `common.InMemoryDataset` (`to` and `fetch`), as the shipped in-memory
+datasets (images, tables, text) do.
 
-The order is the DataLoader path's: the permutation of ``epoch_generator_seed(seed, epoch)`` that DistributedSampler
-draws (padded the same way, rank r taking every r-th index), so without augmentation both loaders give the same
-batches. Augmentation is seeded per batch from (rank's seed, epoch, position): a resumed run starts at its batch
-without drawing anything before it, and the result does not depend on what ran before.
+The order is the DataLoader path's: DistributedSampler's permutation of `epoch_generator_seed(seed, epoch)`, padded
+the same way, rank r taking every r-th index. So without augmentation both loaders give the same batches.
+Augmentation is seeded per batch from the rank's seed, epoch and position, so a resumed run starts at its batch
+without drawing anything before it.
 """
 
 from __future__ import annotations
@@ -26,13 +25,14 @@ from lab.data.common import InMemoryDataset
 from lab.errors import UserError
 from lab.runtime import epoch_generator_seed
 
-# the share of free device memory a split may take: the model, optimizer state and activations need the rest
+# Share of free device memory a split may take; the model, optimizer state and activations need the rest
 MEMORY_SHARE = 0.5
 
 
 def resident(dataset: Dataset, device: torch.device, split: str) -> tuple[Any, torch.Tensor | None]:
-    """(`dataset` on `device`, the rows it stands for or None): a Subset (trainer.overfit_batches) moves its parent
-    and keeps its indices. Refused in one line when the dataset cannot live there or would not fit."""
+    """Return (`dataset` on `device`, the rows it stands for or None).
+    A Subset (trainer.overfit_batches) moves its parent and keeps its indices. Raises UserError when the dataset
+    cannot live on the device or would not fit."""
     rows = None
     if isinstance(dataset, Subset):
         rows = torch.as_tensor(list(dataset.indices), dtype=torch.long, device=device)
@@ -54,8 +54,8 @@ def resident(dataset: Dataset, device: torch.device, split: str) -> tuple[Any, t
 
 
 class DeviceLoader:
-    """The training batches of a split on the device, with :class:`lab.data.EpochLoader`'s interface: ``len()``
-    batches per epoch (after `limit`, -1 = all) and ``epoch(e, start)``; iterating it gives epoch 0."""
+    """Give the training batches of a split on the device, with `EpochLoader`'s interface.
+    `len()` is the batches per epoch after `limit` (-1 means all). Iterating gives epoch 0; `epoch(e, start)` others."""
 
     def __init__(
         self,
@@ -75,19 +75,19 @@ class DeviceLoader:
         self.dataset, self.rows = resident(dataset, device, "train")
         self.batch_size, self.device = cfg.batch_size, device
         self.seed, self.augment_seed, self.rank, self.world_size = seed, augment_seed, rank, world_size
-        full = self.per_rank // self.batch_size  # the last partial batch is dropped, as in training's DataLoader
+        full = self.per_rank // self.batch_size  # drop the last partial batch, as training's DataLoader does
         self.batches = full if limit < 0 else min(limit, full)
-        self.generator = torch.Generator(device=device)  # augmentation; reseeded for every batch
+        self.generator = torch.Generator(device=device)  # for augmentation, reseeded for every batch
 
     def __len__(self) -> int:
         return self.batches
 
     def order(self, epoch: int) -> torch.Tensor:
-        """This rank's samples of `epoch`, in order, as rows of the resident split (on the device)."""
+        """Return this rank's samples of `epoch` in order, as rows of the resident split (on the device)."""
         shuffle = torch.Generator().manual_seed(epoch_generator_seed(self.seed, epoch))
         order = torch.randperm(self.size, generator=shuffle)
         total = self.per_rank * self.world_size
-        if total > self.size:  # padded with the permutation's head, so every rank has as many batches
+        if total > self.size:  # pad with the permutation's head, so every rank has as many batches
             order = order.repeat(math.ceil(total / self.size))[:total]
         order = order[self.rank :: self.world_size].to(self.device)
         return order if self.rows is None else self.rows[order]
@@ -104,13 +104,13 @@ class DeviceLoader:
 
 
 class DeviceEvalLoader:
-    """An evaluation split on the device, in `sampler`'s order (a rank's shard), in batches of `batch_size`, every
-    sample kept. ``sampler`` stays readable: the evaluation loop takes its ``num_valid`` (padding excluded)."""
+    """Give an evaluation split on the device in `sampler`'s order (a rank's shard), keeping every sample.
+    `sampler` stays an attribute because the evaluation loop reads its `num_valid` (padding excluded)."""
 
     def __init__(self, dataset: Dataset, batch_size: int, device: torch.device, sampler: Sampler, split: str) -> None:
         self.dataset, rows = resident(dataset, device, split)
         self.sampler, self.batch_size = sampler, batch_size
-        order = torch.as_tensor(list(sampler), dtype=torch.long, device=device)  # once: evaluation order is fixed
+        order = torch.as_tensor(list(sampler), dtype=torch.long, device=device)  # once, as eval order is fixed
         self.order = order if rows is None else rows[order]
 
     def __len__(self) -> int:

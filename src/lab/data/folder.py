@@ -1,5 +1,5 @@
-"""User image folders: ``root/train/<class>/*.png|jpg|jpeg``, ``root/val`` (else a stratified ``data.val_fraction``
-of train) and an optional ``root/test``."""
+"""Read user image folders: `root/train/<class>/*.png|jpg|jpeg`, optional `root/val` and `root/test`.
+Without `root/val`, a stratified `data.val_fraction` of train is held out."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 LAYOUT = "<root>/train/<class>/*.png|jpg|jpeg, optional <root>/val/<class>/... and <root>/test/<class>/..."
-DEFAULT_SIZE = 64  # data.image_size when neither the config nor a pretrained model says
+DEFAULT_SIZE = 64  # data.image_size when neither the config nor a pretrained model sets it
 
 
 class ImageFolderDataset(Dataset):
-    """Images read from disk on every access; ``samples`` is a list of (path, class index).
+    """Images read from disk on every access. `samples` is a list of (path, class index).
 
-    An image that cannot be read is skipped (the next one takes its place, with a warning naming it) up to
-    `max_bad` times per process; beyond that, or with the default 0, the run stops naming the file."""
+    An unreadable image is skipped with a warning, and the next one takes its place, up to `max_bad` times per
+    process. Beyond that, or with the default 0, it raises UserError naming the file."""
 
     def __init__(
         self, samples: list[tuple[str, int]], transform: Callable[[Image.Image], torch.Tensor], max_bad: int = 0
@@ -45,7 +45,7 @@ class ImageFolderDataset(Dataset):
         try:
             with Image.open(path) as img:
                 return self.transform(img), label
-        except (OSError, ValueError, SyntaxError) as err:  # what PIL raises for truncated / non-image files
+        except (OSError, ValueError, SyntaxError) as err:  # what PIL raises for truncated or non-image files
             self.bad += 1
             if self.bad > self.max_bad:
                 raise UserError(
@@ -57,7 +57,7 @@ class ImageFolderDataset(Dataset):
 
 
 def _class_dirs(split_dir: Path) -> list[str]:
-    # hidden folders (.ipynb_checkpoints, .DS_Store-like clutter) are never classes
+    # Hidden folders (.ipynb_checkpoints and similar clutter) are never classes
     return sorted(p.name for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
@@ -78,7 +78,7 @@ def _scan(split_dir: Path, class_names: list[str], every_class: bool = False) ->
 
 
 def _split_samples(root: Path, split: str, class_names: list[str]) -> list[tuple[str, int]]:
-    """Samples of val/test, whose class folders must match train's so label indices mean the same thing."""
+    """Return the samples of val or test. Their class folders must match train's, so label indices agree."""
     split_dir = root / split
     names = _class_dirs(split_dir)
     if names != class_names:
@@ -90,8 +90,9 @@ def _split_samples(root: Path, split: str, class_names: list[str]) -> list[tuple
 
 
 def folder_splits(cfg: ImageFolderConfig, root: Path) -> tuple[list[str], dict[str, list[tuple[str, int]] | None]]:
-    """(class names, {"train"/"val"/"test": [(path, class index)], test None without root/test}) of the image folder
-    `root`: what data=image_folder reads, and what a prepare that converts such a folder reads, split alike."""
+    """Return (class names, {"train"/"val"/"test": [(path, class index)]}) of the image folder `root`.
+    Test is None without root/test. data=image_folder and a prepare that converts such a folder both read this,
+    so they split alike."""
     if not (root / "train").is_dir():
         raise ConfigError(f"{root / 'train'} does not exist; expected layout {LAYOUT}")
     pil_mode(cfg.in_channels)  # fail on e.g. in_channels=2 before scanning anything
@@ -103,7 +104,7 @@ def folder_splits(cfg: ImageFolderConfig, root: Path) -> tuple[list[str], dict[s
     train_samples = _scan(root / "train", class_names, every_class=True)
     if (root / "val").is_dir():
         val_samples = _split_samples(root, "val", class_names)
-    else:  # held out of train/, stratified: the same files for every run and its eval (data.split_seed)
+    else:  # stratified hold-out of train/, the same files for every run and its eval (data.split_seed)
         labels = torch.tensor([label for _, label in train_samples])
         kept, held = split_indices(labels, cfg.val_fraction, cfg.split_seed)
         train_samples, val_samples = [train_samples[i] for i in kept], [train_samples[i] for i in held]
@@ -114,7 +115,7 @@ def folder_splits(cfg: ImageFolderConfig, root: Path) -> tuple[list[str], dict[s
 def image_pipeline(
     cfg: ImageFolderConfig, class_names: list[str]
 ) -> tuple[dict, Callable[[Image.Image], torch.Tensor], Callable[[Image.Image], torch.Tensor]]:
-    """(meta, training transform, evaluation transform) of image files of `class_names` read as cfg says."""
+    """Return (meta, training transform, evaluation transform) for image files of `class_names`, as cfg says."""
     c, s = cfg.in_channels, cfg.image_size or DEFAULT_SIZE
     mean, std = resolve_stats(cfg, c, [0.5] * c, [0.5] * c)
     meta = make_meta(len(class_names), c, s, mean, std, class_names, cfg.crop_pct, cfg.interpolation)

@@ -1,5 +1,4 @@
-"""The loaders a run reads: the training splits (`training_splits`), the kind of loader data.loader names
-(`training_batches`, `eval_loader`), and DataLoader construction with reproducible shuffling and per-worker seeding."""
+"""Build the loaders a run reads, of the kind data.loader names, with reproducible shuffling and worker seeding."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from lab.runtime import epoch_generator_seed
 
 
 class Ranks(Protocol):
-    """What the loaders need of the ranks (a lab.distributed.parallel.Parallel; data sits below it)."""
+    """What the loaders need of the ranks: a `lab.distributed.parallel.Parallel`, typed here as data sits below it."""
 
     rank: int
     world_size: int
@@ -37,12 +36,12 @@ class Ranks(Protocol):
 
 
 def seed_worker(worker_id: int) -> None:
-    """``worker_init_fn``: seed ``random`` and ``numpy`` from this worker's torch seed.
+    """Seed `random` and `numpy` from this worker's torch seed (the loader's `worker_init_fn`).
 
-    torch seeds each worker with ``base_seed + worker_id`` (base_seed drawn from the loader's generator).
-    Recent torch versions also reseed ``random``/``numpy`` per worker, but that is an implementation detail;
-    doing it here keeps numpy-based augmentation distinct per worker and reproducible per loader seed
-    whatever the torch version (older ones left forked workers sharing the parent's numpy state).
+    torch seeds each worker with `base_seed + worker_id`, base_seed drawn from the loader's generator. Recent torch
+    also reseeds `random`/`numpy` per worker, but only as an implementation detail; older versions left forked
+    workers sharing the parent's numpy state. Doing it here keeps numpy augmentation distinct per worker and
+    reproducible per loader seed, whatever the torch version.
     """
     seed = torch.initial_seed() % 2**32  # numpy seeds must fit in 32 bits
     random.seed(seed)
@@ -56,12 +55,12 @@ def _reseed(seed: int) -> None:
 
 
 class EpochSampler(Sampler):
-    """The training sampler: one epoch of the wrapped shuffle from sample ``start`` on.
+    """Sample one epoch of the wrapped shuffle, from sample `start` on.
 
-    ``start`` lets a resumed run begin mid-epoch without loading (and augmenting) the batches it already trained
-    on. With workers (``tagged``) each index travels as ``(tag, position, index)``: persistent workers are seeded
-    once, when the first iterator starts them, so their own streams would run on across epochs and depend on which
-    worker got which batch; :class:`EpochSeededDataset` instead reseeds every batch from (epoch tag, position).
+    `start` lets a resumed run begin mid-epoch without loading the batches it already trained on. With workers
+    (`tagged`), each index travels as `(tag, position, index)`. Persistent workers are seeded only once, so their
+    own streams would run on across epochs and depend on which worker got which batch. Instead,
+    `EpochSeededDataset` reseeds every batch from the epoch tag and position.
     """
 
     def __init__(self, sampler: Sampler, seed: int, tagged: bool) -> None:
@@ -81,13 +80,12 @@ class EpochSampler(Sampler):
         return ((tag, position, index) for position, index in enumerate(indices, self.start))
 
     def __len__(self) -> int:
-        return len(self.sampler)  # type: ignore[arg-type]  # the whole epoch: batches per epoch do not change
+        return len(self.sampler)  # type: ignore[arg-type]  # the whole epoch, so batches per epoch stay fixed
 
 
 class EpochSeededDataset(Dataset):
-    """Reads ``(tag, position, index)`` keys from :class:`EpochSampler`; each batch reseeds torch, numpy and
-    random from (tag, position of its first sample) before fetching, so its augmentation depends on where it sits
-    in the epoch, not on the worker, the number of workers or what that worker fetched before."""
+    """Reseed torch, numpy and random before each batch, from the `(tag, position, index)` keys of `EpochSampler`.
+    So augmentation depends on where the batch sits in the epoch, not on the worker or what it fetched before."""
 
     def __init__(self, dataset: Dataset) -> None:
         self.dataset = dataset
@@ -107,10 +105,10 @@ class EpochSeededDataset(Dataset):
 
 
 def training_splits(datamodule: DataModule, cfg: Any, world_size: int) -> DataModule:
-    """The splits a run reads. trainer.overfit_batches: the same few samples for training and validation, a model
-    that cannot fit them is wired wrong; the global batch (per device x ranks) sizes them, so each rank's share is
-    its own fixed batches. Else the splits as they are, once the training split gives each rank a full batch: too
-    few samples are refused before the run's first record. `cfg`: the run's config."""
+    """Return the splits a run reads (`cfg` is the run's config), raising ConfigError if a rank gets no full batch.
+
+    With trainer.overfit_batches, training and validation share a few samples: a model that cannot fit them is
+    wired wrong. The global batch (per device x ranks) sizes them, so each rank has its own fixed batches."""
     batch_size, batches = cfg.data.batch_size, cfg.trainer.overfit_batches
     if not batches:
         check_batch_fits(math.ceil(dataset_len(datamodule.train) / world_size), batch_size)
@@ -120,9 +118,9 @@ def training_splits(datamodule: DataModule, cfg: Any, world_size: int) -> DataMo
 
 
 def training_batches(datamodule: DataModule, cfg: Any, parallel: Ranks, device: torch.device) -> tuple[Any, Any]:
-    """(what the Trainer walks each epoch, the loader the start-of-run report reads a first batch from), of the kind
-    data.loader names: `device` cuts and augments the batches of a split held on the device, else a DataLoader.
-    `cfg`: the run's config (its seed, data and trainer.limit_train_batches)."""
+    """Return (what the Trainer walks each epoch, the loader the start-of-run report reads a first batch from).
+    data.loader=device cuts and augments batches of a split held on the device, otherwise a DataLoader does.
+    `cfg` is the run's config (its seed, data and trainer.limit_train_batches)."""
     train_set, limit = datamodule.train, cfg.trainer.limit_train_batches
     loader_seed = cfg.seed * 1000 + parallel.rank  # worker augmentation streams differ per rank
     if cfg.data.loader == "device":
@@ -147,7 +145,7 @@ def training_batches(datamodule: DataModule, cfg: Any, parallel: Ranks, device: 
 
 
 def eval_loader(dataset: Dataset, split: str, cfg: DataCfg, parallel: Ranks, device: torch.device) -> Any:
-    """Validation/test batches of this rank's shard, through the same kind of loader as training."""
+    """Load validation/test batches of this rank's shard, with the same kind of loader as training."""
     sampler = parallel.eval_sampler(dataset)
     if cfg.loader == "device":
         return DeviceEvalLoader(dataset, cfg.eval_batch_size or cfg.batch_size, device, sampler, split)
@@ -155,7 +153,7 @@ def eval_loader(dataset: Dataset, split: str, cfg: DataCfg, parallel: Ranks, dev
 
 
 def _pinned(cfg: DataCfg, device: torch.device) -> bool:
-    """data.pin_memory, else pinned on CUDA: pinned host memory only pays off with asynchronous copies to CUDA."""
+    """Return data.pin_memory, else pin on CUDA, where pinned memory speeds up asynchronous copies."""
     return cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda"
 
 
@@ -169,24 +167,25 @@ def make_loader(
     sampler: Sampler | None = None,
     collate: Callable[[list[Any]], Any] | None = None,
 ) -> DataLoader:
-    """Train loaders shuffle (unless a sampler is given) and drop the last partial batch, whose size could be
-    1 and break BatchNorm; eval loaders keep every sample in order. A train loader's sampler is an
-    :class:`EpochSampler` (a resume starts it mid-epoch); with workers, augmentation is reseeded per batch from the
-    loader's seed (``generator``'s initial seed), the epoch and the batch's position. ``collate`` (a train loader's
-    only: ``DataModule.train_collate``, MixUp/CutMix) runs in the worker right after that batch's items, so it draws
-    from the same reseeded stream."""
+    """Build a DataLoader. Eval loaders keep every sample in order.
+
+    Train loaders shuffle (unless a sampler is given) and drop the last partial batch, since a batch of 1 breaks
+    BatchNorm. Their sampler is an `EpochSampler`, so a resume can start mid-epoch. With workers, augmentation is
+    reseeded per batch from the loader's seed (`generator`'s initial seed), the epoch and the batch's position.
+    `collate` (train only, e.g. MixUp/CutMix) runs in the worker right after the batch's items, so it draws from
+    the same reseeded stream."""
     batch_size = cfg.batch_size if train else (cfg.eval_batch_size or cfg.batch_size)
     seed = generator.initial_seed() if generator is not None else torch.initial_seed()
     if generator is None:
-        # every new iterator draws its workers' base seed from this generator, or from the global RNG when there
-        # is none: an evaluation loader would then shift the training stream (dropout) at every validation
+        # Each new iterator draws its workers' base seed from this generator. Without one it would use the global
+        # RNG, and every validation would shift the training stream (dropout)
         generator = torch.Generator().manual_seed(0)
     if train:
         check_batch_fits(len(sampler) if sampler is not None else len(dataset), batch_size)  # type: ignore[arg-type]
         sampler = EpochSampler(
             sampler if sampler is not None else RandomSampler(dataset, generator=generator),  # type: ignore[arg-type]
             seed=seed,
-            tagged=cfg.num_workers > 0,  # without workers, augmentation draws from the global RNG (checkpointed)
+            tagged=cfg.num_workers > 0,  # without workers, augmentation uses the global RNG (checkpointed)
         )
         if cfg.num_workers > 0:
             dataset = EpochSeededDataset(dataset)
@@ -209,25 +208,25 @@ def make_loader(
 
 
 def worker_start_method(cfg: DataCfg) -> str:
-    """data.multiprocessing_context, else the platform's default start method (the first listed). Not the
-    process's current default: a process started by spawn (dist=ddp's ranks) or by loky (hydra/launcher=joblib's
-    jobs) inherits its own, and workers would then each start a fresh interpreter importing torch (seconds per
-    loader) or, under loky, fail to start at all."""
+    """Return data.multiprocessing_context, else the platform's default start method (the first listed).
+    Not the process's current default: a process started by spawn (dist=ddp's ranks) or loky (joblib's jobs)
+    inherits that. Workers would then each start a fresh interpreter importing torch (seconds per loader), or,
+    under loky, fail to start at all."""
     return cfg.multiprocessing_context or multiprocessing.get_all_start_methods()[0]
 
 
-# How torch's DataLoader reports, in the main process, a worker process that died (the check after a read that got
-# nothing): "DataLoader worker (pid(s) 123) exited unexpectedly" and the like
+# How torch's DataLoader reports a dead worker in the main process, e.g.
+# "DataLoader worker (pid(s) 123) exited unexpectedly"
 WORKER_DIED = "DataLoader worker (pid"
-# what reading from a worker that is dying raises before the loader notices (the batch's shared-memory handle)
+# What reading a batch's shared memory from a dying worker raises before the loader notices
 _BROKEN_PIPES = (ConnectionResetError, BrokenPipeError, EOFError)
 
 
 def report_worker_deaths_where_batches_are_read() -> None:
-    """Keep torch's SIGCHLD handler from being installed. It raises a dead worker's RuntimeError at whatever line
-    the main process is on (inside an `except`, a context manager's exit, the write of summary.json), where no
-    handler can be sure to catch it. The loader finds a dead worker itself where it waits for a batch (every 5 s at
-    the latest), and `worker_deaths` reports it there. A private flag of torch's (lab.upstream)."""
+    """Keep torch's SIGCHLD handler from being installed, through a private torch flag (`lab.upstream`).
+    That handler raises a dead worker's RuntimeError at whatever line the main process is on (inside an `except`,
+    a context manager's exit, the write of summary.json), where no handler can be sure to catch it. The loader
+    notices a dead worker itself while waiting for a batch (within 5 s), and `worker_deaths` reports it there."""
     upstream.torch_loader_sigchld_handler_kept_out()
 
 
@@ -238,8 +237,8 @@ def _from_the_loader(err: BaseException) -> bool:
 
 @contextlib.contextmanager
 def worker_deaths(next_step: str) -> Iterator[None]:
-    """A loader worker that died (killed by the kernel's OOM killer or kill -9, or crashed) ends the run with one
-    line that says so and what to do next (`next_step`), not a traceback of whatever the main process was doing."""
+    """End the run with one UserError line when a loader worker died (OOM killer, kill -9 or a crash).
+    The line says what to do next (`next_step`), instead of a traceback of whatever the main process was doing."""
     try:
         yield
     except (RuntimeError, *_BROKEN_PIPES) as err:
@@ -254,11 +253,12 @@ def worker_deaths(next_step: str) -> Iterator[None]:
 
 
 class EpochLoader:
-    """The training loader as the trainer walks it: ``epoch(e, start)`` yields epoch e's batches from batch
-    `start` on, in an order that depends on (seed, e) alone, so a resumed run sees exactly what an uninterrupted
-    one would have seen. ``len()`` is the batches per epoch after `limit` (trainer.limit_train_batches, -1 = all).
-    A loader from :func:`make_loader` starts its sampler at `start` (nothing before it is loaded); any other
-    loader's first `start` batches are drawn and dropped."""
+    """Wrap the training loader as the trainer walks it.
+
+    `epoch(e, start)` yields epoch e's batches from batch `start` on, in an order that depends on seed and e alone.
+    So a resumed run sees exactly what an uninterrupted one would have. `len()` is the batches per epoch after
+    `limit` (trainer.limit_train_batches, -1 means all). A `make_loader` loader starts its sampler at `start`, so
+    nothing before it is loaded. Any other loader draws and drops its first `start` batches."""
 
     def __init__(self, loader: DataLoader, generator: torch.Generator | None, seed: int, limit: int = -1) -> None:
         self.loader, self.generator, self.seed = loader, generator, seed
@@ -271,11 +271,11 @@ class EpochLoader:
 
     def epoch(self, epoch: int, start: int = 0) -> Iterator[Any]:
         if self.generator is not None:
-            self.generator.manual_seed(epoch_generator_seed(self.seed, epoch))  # the shuffle of this epoch
+            self.generator.manual_seed(epoch_generator_seed(self.seed, epoch))  # this epoch's shuffle
         sampler: Any = getattr(self.loader, "sampler", None)  # a DataLoader's; another loader may have none
         if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(epoch)  # DistributedSampler: a new shuffle every epoch, the same on every rank
-        skip = start  # resumed mid-epoch: what the checkpoint already trained on
+            sampler.set_epoch(epoch)  # DistributedSampler: a new shuffle each epoch, the same on every rank
+        skip = start  # when resumed mid-epoch, the batches the checkpoint already trained on
         if isinstance(sampler, EpochSampler):
             sampler.start, skip = start * self.loader.batch_size, 0  # type: ignore[operator]
         batches = iter(self.loader)

@@ -1,11 +1,11 @@
-"""Held-out splits, the same index sets scikit-learn's ``train_test_split(..., shuffle=True, random_state=seed)``
-gives (stratified or not), computed with numpy alone.
+"""Held-out splits computed with numpy alone.
 
-Importing ``sklearn.model_selection`` costs about a second (scipy comes with it), paid by every training run before
-its first step and by every eval/export run. The algorithm is short: a stratified split draws each class's share
-of the held-out set (the approximate mode of the multivariate hypergeometric, ties broken by the random state),
-then a permutation within each class. Matching scikit-learn's draws keeps every split a run has used the same as
-before; tests/unit/data/test_splits.py compares both on many (size, fraction, seed, classes) cases.
+They are the same index sets as scikit-learn's `train_test_split(..., shuffle=True, random_state=seed)`, stratified
+or not. Importing `sklearn.model_selection` takes about a second (scipy comes with it), and every training, eval
+and export run would pay it. The algorithm is short. A stratified split draws each class's share of the held-out
+set (the approximate mode of the multivariate hypergeometric, ties broken by the random state), then permutes
+within each class. Matching scikit-learn's draws keeps every split a run used the same as before.
+tests/unit/data/test_splits.py compares the two on many cases.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from lab.errors import UserError
 
 
 def held_out(labels: np.ndarray, fraction: float, seed: int, stratify: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(kept, held) index arrays (unsorted) of ``range(len(labels))`` with ceil(fraction * n) held out."""
+    """Split `range(len(labels))` into unsorted (kept, held) index arrays, holding out ceil(fraction * n)."""
     n = len(labels)
     n_held = math.ceil(fraction * n)
     n_kept = n - n_held
@@ -32,9 +32,8 @@ def held_out(labels: np.ndarray, fraction: float, seed: int, stratify: bool) -> 
         permutation = rng.permutation(n)
         return permutation[n_held:], permutation[:n_held]
     if n and labels[0] == labels[-1] and (labels == labels[0]).all():
-        # one class (a regression's strata): what the general path computes below, without its sort of the labels
-        # and per-class index arrays (a memory-mapped table may have hundreds of millions of rows). The class's members
-        # are 0..n-1 in order, all of its draws go to it (no random tie-break), and its one permutation orders them
+        # One class (a regression's strata). Same result as the general path below, but without sorting the labels
+        # or building per-class index arrays: a memory-mapped table may have hundreds of millions of rows.
         shuffled = rng.permutation(n)
         return shuffled[:n_kept].astype(np.int64), shuffled[n_kept:].astype(np.int64)
     _, class_of, class_counts = np.unique(labels, return_inverse=True, return_counts=True)
@@ -44,16 +43,16 @@ def held_out(labels: np.ndarray, fraction: float, seed: int, stratify: bool) -> 
     kept, held = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
     for members, n_k, n_h in zip(class_members, kept_per_class, held_per_class):
         shuffled = members.take(rng.permutation(len(members)), mode="clip")
-        # array pieces, not Python ints: a list of one int object per sample takes ~40 bytes each (a memory-mapped
-        # table may have hundreds of millions of rows)
+        # Keep array pieces, not Python ints: an int object costs ~40 bytes per sample, and a table may have
+        # hundreds of millions of rows
         kept.append(shuffled[:n_k])
         held.append(shuffled[n_k : n_k + n_h])
     return np.concatenate(kept).astype(np.int64), np.concatenate(held).astype(np.int64)
 
 
 def _approximate_mode(class_counts: np.ndarray, n_draws: int, rng: np.random.RandomState) -> np.ndarray:
-    """Samples per class in the most likely draw of `n_draws`: the floors of the proportional shares, then one
-    more for the classes with the largest remainders (ties broken at random), until the total is `n_draws`."""
+    """Return the samples per class in the most likely draw of `n_draws`: the floors of the proportional shares,
+    plus one for the classes with the largest remainders (ties broken at random) until the total is `n_draws`."""
     continuous = class_counts / class_counts.sum() * n_draws
     floored = np.floor(continuous)
     need_to_add = int(n_draws - floored.sum())

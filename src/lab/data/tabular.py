@@ -1,8 +1,8 @@
 """Tables: scikit-learn's bundled diabetes data and a user's own CSV file.
 
-Features are standardised with the train split's mean and std; a value target too (its statistics go into meta
-so that metrics and predictions are reported in the target's own units). A class target becomes label indices
-with the class names in meta. Items are ``(float32 features (F,), target)``.
+Features are standardised with the train split's mean and std. So is a numeric target, and its statistics go into
+meta so metrics and predictions are reported in the target's own units. A class target becomes label indices, with
+the class names in meta. Items are `(float32 features (F,), target)`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from lab.errors import ConfigError
 
 
 class TableDataset(InMemoryDataset):
-    """Rows of one feature matrix with their targets; whole batches are fetched with one index operation."""
+    """Rows of one feature matrix with their targets. A whole batch is fetched with one index operation."""
 
     def __init__(self, features: torch.Tensor, targets: torch.Tensor) -> None:
         self.features, self.targets = features, targets
@@ -39,11 +39,11 @@ class TableDataset(InMemoryDataset):
         return list(zip(x.unbind(0), y.unbind(0)))
 
     def fetch(self, index: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows ``index`` as one batch (no augmentation: `generator` is unused)."""
+        """Return rows `index` as one batch. There is no augmentation, so `generator` is unused."""
         return self.features[index], self.targets[index]
 
     def to(self, device: torch.device) -> TableDataset:
-        """This split on `device`, for data.loader=device."""
+        """Return this split on `device`, for data.loader=device."""
         return TableDataset(self.features.to(device), self.targets.to(device))
 
 
@@ -56,11 +56,11 @@ def table_module(
     class_names: Sequence[str] | None,
     cfg: Any,
 ) -> DataModule:
-    """Split (by data.split_seed), standardise with the train split's statistics, and describe it in meta."""
+    """Split a table by data.split_seed, standardise it with the train split's statistics, and describe it in meta."""
     x = torch.from_numpy(np.asarray(features, dtype=np.float64))
     classes = class_names is not None
     y = torch.from_numpy(np.asarray(targets)).long() if classes else torch.from_numpy(np.asarray(targets, np.float64))
-    strata = y if classes else torch.zeros(len(y), dtype=torch.long)  # stratified by class when there are classes
+    strata = y if classes else torch.zeros(len(y), dtype=torch.long)  # stratify by class when there are classes
     train_idx, val_idx, test_idx = train_val_test(strata, cfg)
 
     mean, std = x[train_idx].mean(0), x[train_idx].std(0, unbiased=False).clamp_min(1e-12)
@@ -87,8 +87,8 @@ def table_module(
 
 
 def build_diabetes(cfg: Any) -> DataModule:
-    """442 patients, 10 baseline features (age, sex, BMI, blood pressure, six serum measurements); the target is
-    a measure of disease progression one year later (25..346)."""
+    """Build the diabetes table: 442 patients, 10 baseline features (age, sex, BMI, blood pressure, six serum
+    measurements). The target measures disease progression one year later (25..346)."""
     features, progression = bundled.diabetes()
     return table_module(
         features,
@@ -124,20 +124,20 @@ def build_csv(cfg: Any) -> DataModule:
     )
 
 
-INPUT_ENCODING_FIX = "save the file as UTF-8"  # infer's input= tables: read as UTF-8
+INPUT_ENCODING_FIX = "save the file as UTF-8"  # infer's input= tables are read as UTF-8
 
 
 def read_csv(path: Path, encoding: str = "utf-8", fix: str = ENCODING_FIX) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of a CSV file with a header row; a ConfigError names what is wrong with it. Bytes not valid in
-    `encoding`: read as U+FFFD and counted in a warning that says `fix` (lab.data.text.read_text)."""
+    """Read (header, rows) of a CSV file with a header row. Raises ConfigError saying what is wrong with it.
+    Bytes not valid in `encoding` are read as U+FFFD and counted in a warning that suggests `fix` (`text.read_text`)."""
     if not path.is_file():
         raise ConfigError(f"data.path={path} does not exist; give a .csv file with a header row")
-    text = read_text(path, encoding, fix, newline="")  # csv's own line ends: quoted fields keep theirs
+    text = read_text(path, encoding, fix, newline="")  # csv handles line ends, so quoted fields keep theirs
     table = [row for row in csv.reader(io.StringIO(text, newline="")) if row]
     if len(table) < 2:
         raise ConfigError(f"data.path={path} has no data rows under its header")
     header, rows = [h.strip() for h in table[0]], table[1:]
-    # csv gives no error for a repeated name, and header.index() would then read the first column twice
+    # csv allows a repeated name, and header.index() would then read the first column twice
     duplicated = sorted({h for h in header if header.count(h) > 1})
     if duplicated:
         raise ConfigError(
@@ -151,7 +151,7 @@ def read_csv(path: Path, encoding: str = "utf-8", fix: str = ENCODING_FIX) -> tu
 
 
 def numeric_columns(rows: list[list[str]], header: list[str], columns: list[str], path: Any) -> np.ndarray:
-    """The columns as a float matrix; names the first cell that is not a number."""
+    """Return the columns as a float matrix. Raises ConfigError naming the first cell that is not a number."""
     index = [header.index(c) for c in columns]
     out = np.empty((len(rows), len(index)))
     for r, row in enumerate(rows):
@@ -178,12 +178,13 @@ def numeric_columns(rows: list[list[str]], header: list[str], columns: list[str]
 
 
 def _check_labels(raw: list[str], cfg: Any) -> None:
-    """Class labels may be names or integers ("3", "3.0"); a numeric column with a fractional value is a measured
-    quantity, whose every distinct value would otherwise become a class of its own (and accuracy stay near 0)."""
+    """Raise ConfigError if a class column holds fractional numbers. Labels may be names or integers ("3", "3.0").
+    A fractional value means a measured quantity. Each distinct value would become its own class, and accuracy
+    would stay near 0."""
     try:
         values = [float(v) for v in raw]
     except ValueError:
-        return  # names (or names mixed with numbers): labels
+        return  # names, or names mixed with numbers, are labels
     fractional = next((v for v, x in zip(raw, values) if not x.is_integer()), None)
     if fractional is not None:
         raise ConfigError(
@@ -194,7 +195,7 @@ def _check_labels(raw: list[str], cfg: Any) -> None:
 
 
 def _natural(value: str) -> tuple:
-    """Class names in numeric order when they are numbers ("2" before "10"), else alphabetical."""
+    """Sort class names in numeric order when they are numbers ("2" before "10"), else alphabetically."""
     try:
         return (0, float(value), value)
     except ValueError:

@@ -12,11 +12,11 @@ from lab.errors import UserError
 
 
 class TensorImageDataset(InMemoryDataset):
-    """Images held as one (N,C,H,W) tensor; items are ``(normalized float32 x, int y)``.
+    """Images held as one (N,C,H,W) tensor. Items are `(normalized float32 x, int y)`.
 
-    Images stay in their compact source dtype (uint8 for MNIST/CIFAR: 4x less memory than float) and are
-    scaled by ``1/scale`` to [0,1], augmented, then normalized when fetched. ``__getitems__`` does this for
-    a whole batch in a few tensor ops, which the DataLoader uses instead of one ``__getitem__`` per sample.
+    Images stay in their compact source dtype (uint8 for MNIST/CIFAR uses 4x less memory than float). On fetch
+    they are scaled by `1/scale` to [0,1], augmented, then normalized. `__getitems__` does this for a whole batch
+    in a few tensor ops, and the DataLoader uses it instead of one `__getitem__` per sample.
     """
 
     def __init__(
@@ -38,17 +38,17 @@ class TensorImageDataset(InMemoryDataset):
         self.mean = torch.tensor(list(mean), dtype=torch.float32, device=images.device)
         self.std = torch.tensor(list(std), dtype=torch.float32, device=images.device)
         self.augment = augment
-        # row of each item in the source data (e.g. load_digits order): lets tests and audits check splits
+        # Row of each item in the source data (e.g. load_digits order), so tests and audits can check splits
         self.source_indices = torch.arange(len(labels)) if source_indices is None else source_indices
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def fetch(self, index: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Items ``index`` as one batch ``(x, y)`` on the images' device; augmentation draws from `generator` (the
-        global RNG when None, which only the DataLoader path uses)."""
-        # index_select, not images[index]: the same rows, 5-20x faster on CPU than advanced indexing. The gather is
-        # this batch's own copy, so scaling and normalization run in place (no new tensor per op)
+        """Return items `index` as one batch `(x, y)` on the images' device.
+        Augmentation draws from `generator`. None means the global RNG, which only the DataLoader path uses."""
+        # index_select gives the same rows as images[index], 5-20x faster on CPU. The gather is this batch's own
+        # copy, so scaling and normalization can run in place
         x = self.images.index_select(0, index).float()
         if self.scale != 1.0:
             x.div_(self.scale)
@@ -65,8 +65,8 @@ class TensorImageDataset(InMemoryDataset):
         return list(zip(xs.unbind(0), ys.tolist()))
 
     def to(self, device: torch.device) -> TensorImageDataset:
-        """This split on `device`, for data.loader=device; only augmentation that runs there as batched tensor ops
-        (:class:`RandomShiftFlip`) can come along."""
+        """Return this split on `device`, for data.loader=device.
+        Raises UserError if the augmentation cannot run there as batched tensor ops (only `RandomShiftFlip` can)."""
         if self.augment is not None and not isinstance(self.augment, RandomShiftFlip):
             raise UserError(
                 f"data.loader=device cannot run this dataset's augmentation ({type(self.augment).__name__}) as "
@@ -87,7 +87,7 @@ class TensorImageDataset(InMemoryDataset):
         index: torch.Tensor,
         augment: Callable[..., torch.Tensor] | None = None,  # (x) or (x, generator)
     ) -> TensorImageDataset:
-        """A new dataset holding rows ``index`` (copied, so the parent can be freed) with its own augment."""
+        """Return a new dataset of rows `index` with its own augment. Rows are copied, so the parent can be freed."""
         return TensorImageDataset(
             self.images[index],
             self.labels[index],

@@ -1,11 +1,12 @@
 """Text for language modelling: a corpus as token ids (characters or bytes), cut into windows of block_size.
-(``encode``/``decode`` also read ids of a byte-level BPE, meta level ``bpe``: a dataset of BPE tokens puts its
-tokenizer's JSON in ``meta``, so a checkpoint encodes prompts without the dataset's files.)
 
-``data.path`` names any text file; with none, the corpus is Python's own standard-library sources, read in a fixed
-order (real text that every machine has offline). Splits are contiguous parts of the corpus (train first, then val,
-then test) so that no window of validation text was trained on. Items are ``(ids[:-1], ids[1:])``: inputs and
-next-token targets, int64 of length block_size. The vocabulary goes into meta; ``encode``/``decode`` use it.
+`data.path` names any text file. Without one, the corpus is Python's own standard-library sources in a fixed order:
+real text that every machine has offline. Splits are contiguous parts of the corpus (train, then val, then test),
+so no validation window was trained on. Items are `(ids[:-1], ids[1:])`, the inputs and next-token targets, int64
+of length block_size. The vocabulary goes into meta, where `encode`/`decode` read it.
+
+`encode`/`decode` also handle byte-level BPE (meta level `bpe`). A BPE dataset puts its tokenizer's JSON in `meta`,
+so a checkpoint encodes prompts without the dataset's files.
 """
 
 from __future__ import annotations
@@ -25,20 +26,20 @@ from lab.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
 
-IGNORE_INDEX = -100  # targets at padded positions: no loss, no weight, no metric
-# read with errors="surrogateescape", each byte the encoding cannot decode is one lone surrogate of this range
+IGNORE_INDEX = -100  # target at padded positions: no loss, no weight, no metric
+# With errors="surrogateescape", each byte the encoding cannot decode becomes one lone surrogate in this range
 UNDECODED = re.compile("[\udc80-\udcff]")
 ENCODING_FIX = "give the file's encoding with data.encoding=<name> (e.g. latin-1)"
 
 
 def read_text(path: Path, encoding: str, fix: str = ENCODING_FIX, newline: str | None = None) -> str:
-    """The text of `path` in `encoding` (`newline` as `open` takes it). Bytes that are not valid there are read as
-    U+FFFD, but not silently: one warning counts them and says `fix` (a file in another encoding would train on
-    garbled characters)."""
+    """Read the text of `path` in `encoding` (`newline` as `open` takes it).
+    Invalid bytes are read as U+FFFD, but not silently: one warning counts them and suggests `fix`. A file in
+    another encoding would otherwise train on garbled characters."""
     try:
         with open(path, encoding=encoding, errors="surrogateescape", newline=newline) as f:
             text = f.read()
-    except UnicodeDecodeError as err:  # only bytes >= 0x80 escape: this is another encoding altogether (UTF-16...)
+    except UnicodeDecodeError as err:  # only bytes >= 0x80 escape, so this is another encoding (UTF-16...)
         raise ConfigError(f"{path} is not {encoding} text ({err.reason} at byte {err.start}); {fix}") from None
     text, undecoded = UNDECODED.subn("\ufffd", text)
     warn_undecoded(path, undecoded, encoding, fix)
@@ -51,7 +52,7 @@ def warn_undecoded(source: Path, count: int, encoding: str, fix: str) -> None:
 
 
 class TokenWindows(InMemoryDataset):
-    """Non-overlapping windows of block_size + 1 ids; item i is (window[:-1], window[1:])."""
+    """Non-overlapping windows of block_size + 1 ids. Item i is (window[:-1], window[1:])."""
 
     def __init__(self, ids: torch.Tensor, block_size: int) -> None:
         self.ids, self.block_size = ids, block_size
@@ -66,9 +67,9 @@ class TokenWindows(InMemoryDataset):
         return window[:-1], window[1:]
 
     def fetch(self, index: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Windows ``index`` as one batch. With a `generator` (data.loader=device training) each starts at a random
-        offset inside its block instead of on the block boundary: an epoch still covers the corpus once, in windows
-        that differ from epoch to epoch."""
+        """Return windows `index` as one batch.
+        With a `generator` (data.loader=device training), each window starts at a random offset inside its block.
+        An epoch still covers the corpus once, but the windows differ from epoch to epoch."""
         starts = index * self.block_size
         if generator is not None:
             offsets = torch.randint(0, self.block_size, starts.shape, generator=generator, device=starts.device)
@@ -77,12 +78,12 @@ class TokenWindows(InMemoryDataset):
         return windows[:, :-1], windows[:, 1:]
 
     def to(self, device: torch.device) -> TokenWindows:
-        """This split on `device`, for data.loader=device."""
+        """Return this split on `device`, for data.loader=device."""
         return TokenWindows(self.ids.to(device), self.block_size)
 
 
 def stdlib_corpus(max_chars: int) -> str:
-    """Python's standard-library sources in sorted path order, up to max_chars characters."""
+    """Return Python's standard-library sources in sorted path order, up to max_chars characters."""
     root = Path(sysconfig.get_paths()["stdlib"])
     parts, size = [], 0
     for path in sorted(root.glob("*.py")):
@@ -110,15 +111,15 @@ def read_corpus(cfg: Any) -> str:
 
 @functools.lru_cache(maxsize=4)
 def tokenizer_of(json: str) -> Any:
-    """The tokenizer a meta's ``tokenizer`` JSON describes (the `tokenizers` library's), built once per JSON."""
+    """Build the `tokenizers` tokenizer a meta's `tokenizer` JSON describes, once per JSON."""
     from tokenizers import Tokenizer
 
     return Tokenizer.from_str(json)
 
 
 def encode(text: str, meta: Mapping[str, Any]) -> list[int]:
-    """Token ids of `text`; a UserError names the characters the vocabulary lacks. level bpe: the byte-level BPE of
-    meta's ``tokenizer`` JSON, which spells any text."""
+    """Return the token ids of `text`. Raises UserError naming the characters the vocabulary lacks.
+    Level bpe uses the byte-level BPE of meta's `tokenizer` JSON, which spells any text."""
     if meta["level"] == "bpe":
         return tokenizer_of(meta["tokenizer"]).encode(text, add_special_tokens=False).ids
     if meta["level"] == "byte":
@@ -134,7 +135,7 @@ def encode(text: str, meta: Mapping[str, Any]) -> list[int]:
 
 
 def decode(ids: Sequence[int], meta: Mapping[str, Any]) -> str:
-    if meta["level"] == "bpe":  # a cut UTF-8 sequence (ids that end mid-character) decodes as U+FFFD
+    if meta["level"] == "bpe":  # ids that end mid-character decode as U+FFFD
         return tokenizer_of(meta["tokenizer"]).decode(list(ids))
     if meta["level"] == "byte":
         return bytes(ids).decode("utf-8", errors="replace")

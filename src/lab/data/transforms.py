@@ -1,8 +1,8 @@
-"""Image -> normalized tensor transforms, and cheap batched augmentation for in-memory tensors.
+"""Image to normalized tensor transforms, and cheap batched augmentation for in-memory tensors.
 
-:func:`eval_transform` is the single definition of "what the model expects": image_folder val/test items
-are produced by it, and inference on user images calls it with the ``meta`` saved in the checkpoint.
-Transforms are classes (not closures) so DataLoader workers can pickle them under the spawn start method.
+`eval_transform` is the single definition of what the model expects. It makes image_folder's val/test items, and
+inference on user images calls it with the `meta` saved in the checkpoint. Transforms are classes, not closures,
+so DataLoader workers can pickle them under spawn.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ def normalize(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.T
 
 
 def normalize_(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """:func:`normalize` in place, for a batch the caller owns: no new tensor per op (on CPU, each one is fresh
-    memory to fault in)."""
+    """Normalize in place, for a batch the caller owns. On CPU each new tensor is fresh memory to fault in."""
     return x.sub_(mean.view(-1, 1, 1)).div_(std.view(-1, 1, 1))
 
 
@@ -39,7 +38,7 @@ def pil_mode(in_channels: int) -> str:
 
 
 def pil_to_unit_tensor(img: Image.Image) -> torch.Tensor:
-    """8-bit PIL image (L or RGB) -> float32 (C,H,W) in [0,1]."""
+    """Convert an 8-bit PIL image (L or RGB) to a float32 (C,H,W) tensor in [0,1]."""
     array = np.asarray(img, dtype=np.uint8)
     if array.ndim == 2:
         array = array[:, :, None]
@@ -47,14 +46,14 @@ def pil_to_unit_tensor(img: Image.Image) -> torch.Tensor:
 
 
 def to_mode(img: Image.Image, mode: str) -> Image.Image:
-    """Convert to L/RGB; 16-bit grayscale is rescaled first, since PIL's own conversion clips it at 255."""
+    """Convert to L or RGB. 16-bit grayscale is rescaled first, since PIL's own conversion clips it at 255."""
     if img.mode.startswith("I;16"):
         img = Image.fromarray((np.asarray(img).astype(np.float32) / 257.0).round().astype(np.uint8), mode="L")
     return img.convert(mode)
 
 
 class ToNormalizedTensor:
-    """PIL image already in the right mode and size -> normalized float32 tensor."""
+    """Turn a PIL image already in the right mode and size into a normalized float32 tensor."""
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         self.mean = torch.tensor(list(mean), dtype=torch.float32)
@@ -64,7 +63,7 @@ class ToNormalizedTensor:
         return normalize(pil_to_unit_tensor(img), self.mean, self.std)
 
 
-INTERPOLATIONS = ("bilinear", "bicubic", "nearest")  # data.interpolation: PIL's resampling filters of those names
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest")  # data.interpolation, PIL's resampling filters
 
 
 def resample(interpolation: str) -> Image.Resampling:
@@ -72,11 +71,12 @@ def resample(interpolation: str) -> Image.Resampling:
 
 
 class EvalTransform:
-    """Any PIL image -> the normalized float32 (C, image_size, image_size) tensor the model expects: the shorter
-    side resized to image_size / crop_pct, then the centre image_size square (no distortion of non-square images;
-    crop_pct < 1 keeps a margin, as pretrained models were evaluated). ``crop_pct=None`` is the squash to a square
-    of checkpoints from before crop_pct, kept so they see what they were trained on; ``image_size=None`` keeps the
-    image's own size (a fully convolutional model)."""
+    """Turn any PIL image into the normalized float32 (C, image_size, image_size) tensor the model expects.
+
+    The shorter side is resized to image_size / crop_pct, then the centre square is cut, so non-square images are
+    not distorted. crop_pct < 1 keeps a margin, as pretrained models were evaluated. `crop_pct=None` squashes to a
+    square, as checkpoints from before crop_pct were trained. `image_size=None` keeps the image's own size, for a
+    fully convolutional model."""
 
     def __init__(
         self,
@@ -112,20 +112,20 @@ class EvalTransform:
 
 
 def eval_transform(meta: Mapping[str, Any], resize: bool = True) -> EvalTransform:
-    """The deterministic PIL -> tensor transform for a dataset's ``meta`` (see :class:`lab.data.DataModule`);
-    ``resize=False`` keeps each image's size (inference with a fully convolutional model)."""
+    """Build the deterministic PIL-to-tensor transform for a dataset's `meta`.
+    `resize=False` keeps each image's size, for inference with a fully convolutional model."""
     return EvalTransform(
         meta["in_channels"],
         int(meta["image_size"]) if resize else None,
         meta["mean"],
         meta["std"],
-        meta.get("crop_pct"),  # absent: a checkpoint from before crop_pct, trained on squashed images
+        meta.get("crop_pct"),  # absent in checkpoints from before crop_pct, trained on squashed images
         meta.get("interpolation", "bilinear"),
     )
 
 
 class TrainImageTransform:
-    """Light augmentation for user image folders: random resized crop (mild) + horizontal flip."""
+    """Lightly augment user image folders: a mild random resized crop and a horizontal flip."""
 
     def __init__(
         self,
@@ -135,11 +135,11 @@ class TrainImageTransform:
         std: Sequence[float],
         interpolation: str = "bilinear",
     ) -> None:
-        from torchvision.transforms import v2  # imported lazily: torchvision is slow to import
+        from torchvision.transforms import v2  # imported lazily, as torchvision is slow to import
 
         self.mode = pil_mode(in_channels)
         mode = v2.InterpolationMode(interpolation)
-        # scale >= 0.7 keeps most of the object in view; the usual ImageNet 0.08 is too harsh for small data
+        # scale >= 0.7 keeps most of the object in view. The usual ImageNet 0.08 is too harsh for small data
         self.augment = v2.Compose(
             [
                 v2.RandomResizedCrop(image_size, scale=(0.7, 1.0), interpolation=mode, antialias=True),
@@ -153,12 +153,11 @@ class TrainImageTransform:
 
 
 class RandomShiftFlip:
-    """Per-sample random crop after zero padding (= random shift), optionally + horizontal flip, on a batch.
+    """Randomly shift each sample of a batch (crop after zero padding), optionally with a horizontal flip.
 
-    Works on (N,C,H,W) images in [0,1] before normalization, so padding is black as in the usual CIFAR
-    recipe (RandomCrop(32, padding=4) + RandomHorizontalFlip), but draws every sample's offsets in one go
-    instead of looping over the batch, on the batch's device: data.loader=device runs it there with its own
-    ``generator`` (None = the global RNG, as in DataLoader workers).
+    It works on (N,C,H,W) images in [0,1] before normalization, so padding is black, as in the usual CIFAR recipe
+    (RandomCrop(32, padding=4) + RandomHorizontalFlip). It draws every sample's offsets at once on the batch's
+    device. data.loader=device passes its own `generator`; None means the global RNG, as in DataLoader workers.
     """
 
     def __init__(self, padding: int, flip: bool) -> None:
@@ -177,9 +176,9 @@ class RandomShiftFlip:
             x = F.pad(x, (p, p, p, p))
             rows = rows + torch.randint(0, 2 * p + 1, (n, 1), generator=generator, **on)
             cols = cols + torch.randint(0, 2 * p + 1, (n, 1), generator=generator, **on)
-        if self.flip:  # a mirrored crop reads its columns right to left: no separate flip pass
+        if self.flip:  # a mirrored crop reads its columns right to left, so no separate flip pass
             flipped = torch.rand(n, generator=generator, **on) < 0.5
             cols = torch.where(flipped.view(n, 1), cols.flip(-1), cols)
-        # one gather over flattened pixels (several times faster than indexing with four broadcast index tensors)
+        # One gather over flattened pixels, several times faster than indexing with four broadcast index tensors
         pixels = (rows.view(n, 1, h, 1) * (w + 2 * p) + cols.view(n, 1, 1, w)).view(n, 1, h * w)
         return x.reshape(n, c, -1).gather(2, pixels.expand(n, c, h * w)).view(n, c, h, w)
