@@ -1,5 +1,6 @@
-"""Tasks: what is learned, how it is scored and what eval and infer write (``lab.tasks.base.Task``). The trainer and
-the workflows call only that interface; ``build(cfg.task, meta)`` returns the configured one."""
+"""Tasks: what is learned, how it is scored and what eval and infer write.
+
+The trainer and workflows call only the `base.Task` interface. `build(cfg.task, meta)` returns the configured one."""
 
 from lab.tasks.base import NORMALISERS, BaseTask, EvalContext, InferContext, Metrics, Predictions, Task
 from lab.tasks.classification import Classification

@@ -1,8 +1,8 @@
 """The Task interface: everything the trainer and the four workflows need to know about *what* is learned.
 
-The trainer and the workflows call only these methods; classification, regression and language modelling (and a
-fork's own task) differ here and nowhere else. A task is built per run from its config node and the dataset's
-``meta`` by ``lab.tasks.build``: a ``task`` option's ``build(meta)`` (``lab.config.tasks``) makes it.
+The trainer and the workflows call only these methods. Classification, regression, language modelling and a fork's
+own task differ here and nowhere else. `lab.tasks.build` makes a task per run from its config node and the
+dataset's `meta`.
 """
 
 from __future__ import annotations
@@ -18,17 +18,16 @@ from lab.errors import UserError
 
 _COUNTS: dict[tuple[float, torch.device], torch.Tensor] = {}
 
-# What a task's summed loss averages over (``Task.normaliser``), i.e. what ``BaseTask.weight(targets)`` counts:
+# What a task's summed loss averages over (`Task.normaliser`), i.e. what `BaseTask.weight(targets)` counts:
 #   "samples":  the batch's samples (the targets' first axis): one image, one table row, one sequence each
 #   "elements": every target value (targets.numel()): per-pixel losses of a dense task, per-output regression
-#   "tokens":   the target values other than ``ignore_index`` (padding tokens, unlabelled pixels weigh nothing)
+#   "tokens":   target values other than `ignore_index`, so padding tokens and unlabelled pixels weigh nothing
 NORMALISERS = ("samples", "elements", "tokens")
 
 
 def count(n: float, device: torch.device) -> torch.Tensor:
-    """``n`` as a scalar tensor for ``Task.weight``, made once per (n, device): the batch size repeats every step,
-    and a fill per step is an allocation (on a GPU, a kernel launch) the step does not need. Read-only: the trainer
-    never changes it."""
+    """Return `n` as a scalar tensor for `Task.weight`, made once per (n, device). Callers must not modify it.
+    The batch size repeats every step, and a fill per step is an allocation (on a GPU, a kernel launch)."""
     key = (float(n), device)
     if key not in _COUNTS:
         _COUNTS[key] = torch.full((), float(n), device=device)
@@ -36,10 +35,10 @@ def count(n: float, device: torch.device) -> torch.Tensor:
 
 
 def normalised_weight(normaliser: str, targets: Any, ignore_index: int = -100) -> torch.Tensor:
-    """The weight of one batch under ``normaliser`` (see ``NORMALISERS``), a float32 scalar on the targets' own
-    device: the trainer calls ``Task.weight`` on the targets as the loader gives them (CPU tensors, or device
-    tensors when the data lives there) and moves the result itself. Counts of samples and elements are the cached
-    ``count`` tensors; "tokens" counts on the targets (one small reduction)."""
+    """Return the weight of one batch under `normaliser`, a float32 scalar on the targets' own device.
+    The trainer passes the targets as the loader gives them (on CPU, or on the device when the data lives there)
+    and moves the result itself. Samples and elements use the cached `count` tensors; "tokens" counts on the
+    targets with one small reduction."""
     tensor = _first_tensor(targets)
     device = tensor.device if tensor is not None else torch.device("cpu")
     if normaliser == "samples":
@@ -56,7 +55,7 @@ def normalised_weight(normaliser: str, targets: Any, ignore_index: int = -100) -
 
 
 def _first_tensor(data: Any) -> torch.Tensor | None:
-    """The targets themselves, or the first tensor of a tuple/dict of them."""
+    """Return the targets themselves, or the first tensor of a tuple/dict of them."""
     if isinstance(data, torch.Tensor) or data is None:
         return data
     values = list(data.values()) if isinstance(data, dict) else list(data) if isinstance(data, tuple | list) else []
@@ -64,24 +63,24 @@ def _first_tensor(data: Any) -> torch.Tensor | None:
 
 
 class Metrics(Protocol):
-    """An exact metric accumulator. Running *sums* live in tensor attributes on the device (no host sync per
-    batch); ``Parallel.reduce_metrics`` sums every tensor attribute across ranks once; ``compute`` divides once.
-    A torchmetrics object it holds (not a tensor attribute, so not summed there) syncs itself in ``compute``, which
-    every rank calls (``lab.tasks.class_scores``)."""
+    """An exact metric accumulator.
+    Running *sums* live in tensor attributes on the device, so there is no host sync per batch.
+    `Parallel.reduce_metrics` sums every tensor attribute across ranks once, then `compute` divides once. A
+    torchmetrics object it holds is not summed there; it syncs itself in `compute`, which every rank calls."""
 
     def update(self, outputs: Any, targets: Any) -> None: ...
 
     def compute(self) -> dict[str, float]: ...
 
 
-# The accumulator a task's `metrics` makes, which its `write_eval_artifacts` gets back: a task with its own writes
+# The accumulator a task's `metrics` makes and its `write_eval_artifacts` gets back. A task with its own writes
 # `class MyTask(BaseTask[MyMetrics])`; a bare `BaseTask` / `Task` leaves it unchecked (Any).
 MetricsT = TypeVar("MetricsT", bound=Metrics)
 
 
 class MeanLoss:
-    """``BaseTask``'s accumulator: the task's own summed ``loss`` and ``weight`` per batch, so ``val/loss`` is the
-    training objective's average, written once (in ``loss``). A task with more metrics writes its own."""
+    """`BaseTask`'s accumulator: sums the task's own `loss` and `weight` per batch, so `val/loss` averages the
+    training objective, defined once in `loss`. A task with more metrics writes its own."""
 
     def __init__(self, task: Any, device: torch.device) -> None:
         self.task = task
@@ -98,7 +97,7 @@ class MeanLoss:
 
 @dataclass
 class EvalContext:
-    """What a task may use to write its eval artifacts (plots, sample generations) into ``run_dir``."""
+    """What a task may use to write its eval artifacts (plots, sample generations) into `run_dir`."""
 
     run_dir: Path
     title: str  # checkpoint, split and sample count, for figure titles
@@ -109,9 +108,9 @@ class EvalContext:
 
 @dataclass
 class InferContext:
-    """What ``Task.predict`` gets besides the runner: the infer config (``input``, ``prompt``, ``infer.*``), the
-    checkpoint's data ``meta``, where the run writes (``run_dir``: masks, generated files) and whether image inputs
-    are resized to the training size (``resize``; ``inputs`` reads them accordingly)."""
+    """What `Task.predict` gets besides the runner.
+    That is the infer config (`input`, `prompt`, `infer.*`), the checkpoint's data `meta`, where the run writes
+    (`run_dir`, for masks and generated files) and whether `inputs` resizes images to the training size."""
 
     cfg: Any
     meta: dict[str, Any]
@@ -119,8 +118,9 @@ class InferContext:
     resize: bool = True
 
     def inputs(self) -> Any:
-        """The files ``input=`` names, read by suffix (``lab.inference.inputs``): an iterable of (name, model-ready
-        tensor) with ``sizes[name]`` (each input's original spatial size) and ``skipped``."""
+        """Read the files `input=` names, by suffix (`lab.inference.inputs`). Raises UserError without `input=`.
+        Returns an iterable of (name, model-ready tensor), with `sizes[name]` (each input's original spatial size)
+        and `skipped`."""
         from lab.inference.inputs import Inputs
 
         if not self.cfg.input:
@@ -137,76 +137,77 @@ class Predictions:
 
 
 class Task(Protocol[MetricsT]):
-    """What training, eval, export and infer ask of a task. A new task subclasses BaseTask, which has a default for
-    each method but the loss. The task's option (a TaskConfig) builds it and sets its name, monitor and mode."""
+    """What training, eval, export and infer ask of a task.
+    A new task subclasses BaseTask, which has a default for each method but the loss. The task's option (a
+    TaskConfig) builds it and sets its name, monitor and mode."""
 
-    # outputs: what the model returns, as it returns it (a tensor, a tuple/list or a dict of them: lab.tasks.outputs,
-    # which reads the optional ``output_names`` a task gives a tuple's outputs)
+    # `outputs` below is what the model returns, as it returns it: a tensor, or a tuple/list/dict of them
+    # (`lab.tasks.outputs`)
     name: str
     monitor: str  # the validation metric (without "val/") that best.pt, plateau scheduling and sweeps follow
-    mode: str  # "max" or "min": the direction in which `monitor` improves
+    mode: str  # "max" or "min", the direction in which `monitor` improves
     normaliser: str  # what the summed loss averages over: "samples" | "elements" | "tokens" (see NORMALISERS)
-    # the names of a tuple's or list's outputs in the ONNX file, the manifest and predictions.csv (None: output_0,
-    # output_1...); a dict's keys name its own
+    # Names of a tuple's or list's outputs in the ONNX file, the manifest and predictions.csv (None means output_0,
+    # output_1...). A dict's keys name its own
     output_names: tuple[str, ...] | None
 
-    # input axes an exported model accepts at any size: (0,) the batch; (0, 1) + a token sequence; (0, 2, 3) + the
-    # height and width of (N, C, H, W) images (a fully convolutional model). Infer resizes images to the training
-    # size unless both H and W are dynamic. export.dynamic_dims overrides it for one export.
+    # Input axes an exported model accepts at any size: (0,) the batch; (0, 1) also a token sequence; (0, 2, 3) also
+    # the height and width of (N, C, H, W) images (a fully convolutional model). Infer resizes images to the
+    # training size unless both H and W are dynamic. export.dynamic_dims overrides it for one export.
     @property
     def dynamic_dims(self) -> tuple[int, ...]: ...
 
     def prepare(self, train_set: Any) -> None:
-        """Before training (``lab.tasks.build`` with the training split): take what the task needs from the data it
-        trains on (classification's balanced class weights count its labels). Eval, export and infer skip it."""
+        """Take what the task needs from its training data, before training (e.g. balanced class weights).
+        `lab.tasks.build` calls it when given the training split; eval, export and infer skip it."""
 
     def check_first_batch(self, inputs: Any, targets: Any) -> str:
-        """Raise UserError when the data cannot fit the task (labels out of range, non-finite targets, tokens out
-        of the vocabulary); return a one-line description for the start-of-run report, beyond the targets' shapes
-        it already gives ("" for nothing more)."""
+        """Raise UserError when the data cannot fit the task (labels out of range, non-finite targets, unknown
+        tokens). Return a line for the start-of-run report beyond the targets' shapes, or "" for nothing more."""
 
     def weight(self, targets: Any) -> torch.Tensor:
-        """What one batch's loss averages over, a float scalar on the targets' device (CPU for a CPU loader: the
-        trainer moves it): ``normaliser`` counted on ``targets``. The trainer divides each micro-batch's summed loss
-        by the weight of the whole accumulation group (over all ranks)."""
+        """Return what one batch's loss averages over: `normaliser` counted on `targets`, a float scalar on their
+        device (the trainer moves it). Each micro-batch's summed loss is divided by the weight of the whole
+        accumulation group, over all ranks."""
 
     def loss(self, outputs: Any, targets: Any) -> torch.Tensor:
-        """The batch's loss *summed* over its weighted items, computed in fp32 (outputs may be bf16/fp16)."""
+        """Return the batch's loss *summed* over its weighted items, computed in fp32 (outputs may be bf16/fp16)."""
 
     def metrics(self, device: torch.device, full: bool = False) -> MetricsT:
-        """A fresh accumulator; ``full`` adds what only an evaluation run reports (e.g. a confusion matrix). Its
-        loss comes from the formula ``loss`` uses (one function both call), never a second copy of it."""
+        """Return a fresh accumulator. `full` adds what only an evaluation run reports (e.g. a confusion matrix).
+        Its loss must call the same function as `loss`, never a second copy of the formula."""
 
     def write_eval_artifacts(self, metrics: MetricsT, context: EvalContext) -> tuple[dict[str, Any], list[Path]]:
-        """eval.py: the extra eval.json entries and the artifact files written into ``context.run_dir``."""
+        """Return the extra eval.json entries and the artifact files written into `context.run_dir` (eval.py)."""
 
     def agreement(self, reference: Any, outputs: Any) -> float | None:
-        """Export parity beyond max |diff|: the share of samples whose decision agrees (top-1), or None. Both are
-        outputs as the model returns them (a tensor; the tuple or dict of a model of several: lab.tasks.outputs)."""
+        """Return the share of samples whose top-1 decision agrees, or None: export parity beyond max |diff|.
+        Both arguments are outputs as the model returns them (`lab.tasks.outputs`)."""
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
-        """infer.py: read the inputs (``context.inputs()``, or a prompt), run ``backend`` and turn outputs into
-        records; files beyond predictions.csv/.json (masks...) go into ``context.run_dir``."""
+        """Read the inputs (`context.inputs()` or a prompt), run `backend` and turn outputs into records (infer.py).
+        Files beyond predictions.csv/.json, such as masks, go into `context.run_dir`."""
 
 
 class BaseTask(Generic[MetricsT]):
-    """Defaults for a new task: subclass it and write ``loss`` (and ``metrics`` for more than the mean loss;
-    ``lab.tasks.build`` sets ``name``, ``monitor`` and ``mode`` from the task's option). The loss averages over
-    samples (``normaliser``: one word to change it); the metric is the mean loss; eval writes eval.json only; export
-    parity is max |diff| alone; infer runs the model on each input ``input=`` names and records the outputs (one
-    column group per output of a model of several, named as ``output_names`` or the model's dict names them)."""
+    """Defaults for a new task: subclass it and write `loss`, and `metrics` for more than the mean loss.
+
+    `lab.tasks.build` sets `name`, `monitor` and `mode` from the task's option. By default the loss averages over
+    samples (change the `normaliser` word), the metric is the mean loss, eval writes eval.json only, and export
+    parity is max |diff| alone. Infer runs the model on each input and records the outputs, one column group per
+    output, named by `output_names` or the model's dict keys."""
 
     name = "task"
     monitor = "loss"
     mode = "min"
     normaliser = "samples"
-    ignore_index = -100  # normaliser="tokens": the target value that carries no weight
+    ignore_index = -100  # the target value that carries no weight with normaliser="tokens"
     dynamic_dims: tuple[int, ...] = (0,)
-    # outputs of at most this many values go into predictions.csv as output_0, output_1...; bigger ones (a mask, a
-    # feature map) into <run dir>/outputs/<n>.npy, named in the record's output_file
+    # Outputs of at most this many values go into predictions.csv as output_0, output_1... Bigger ones (a mask, a
+    # feature map) go to <run dir>/outputs/<n>.npy, named in the record's output_file
     max_csv_outputs = 32
-    # a model returning a tuple or list: its outputs' names in the ONNX file, the manifest and predictions.csv
-    # (None: output_0, output_1...); a dict's keys name its own (lab.tasks.outputs)
+    # Names of a tuple's or list's outputs in the ONNX file, the manifest and predictions.csv (None means output_0,
+    # output_1...). A dict's keys name its own
     output_names: tuple[str, ...] | None = None
 
     def prepare(self, train_set: Any) -> None:
@@ -222,7 +223,7 @@ class BaseTask(Generic[MetricsT]):
         raise NotImplementedError(f"{type(self).__name__} has no loss(outputs, targets)")
 
     def metrics(self, device: torch.device, full: bool = False) -> MetricsT:
-        # the mean loss: a task that names its own accumulator (BaseTask[MyMetrics]) overrides this
+        # The mean loss. A task that names its own accumulator (BaseTask[MyMetrics]) overrides this
         return cast(MetricsT, MeanLoss(self, device))
 
     def write_eval_artifacts(self, metrics: MetricsT, context: EvalContext) -> tuple[dict[str, Any], list[Path]]:

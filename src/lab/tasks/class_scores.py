@@ -1,16 +1,16 @@
-"""Classification metrics beyond accuracy (``task.metrics``), computed by torchmetrics: macro F1, macro one-vs-rest
-ROC AUC, macro average precision, and each class's precision, recall and F1 (eval only).
+"""Classification metrics beyond accuracy (`task.metrics`), computed by torchmetrics.
 
-Exact, and reduced once under DDP. ``ClassificationMetrics`` keeps its own running sums as tensor attributes, which
-``Parallel.reduce_metrics`` all-reduces once; the torchmetrics states live inside ``ClassScores.collection`` (a
-``MetricCollection``, not a tensor), so that reduction never touches them. torchmetrics reduces them itself, once, in
-``compute()``, when a process group is initialised (``sync_on_compute``: sums of the stat scores, all-gathered
-predictions for AUROC/AP, uneven shards included). Every rank calls ``compute`` (``lab.training.evaluation.score``),
-as that collective needs; the evaluation shards hold no padded duplicates (``ShardSampler.num_valid``, cut by
-``accumulate_metrics`` before ``update``), so each sample is counted once.
+They are macro F1, macro one-vs-rest ROC AUC, macro average precision, and (eval only) each class's precision,
+recall and F1. All are exact.
 
-AUROC and average precision keep every sample's probabilities until ``compute`` (``thresholds=None``: exact, as
-scikit-learn computes them): N x K float32 on the device, 200 MB for ImageNet's 50k x 1000 validation split.
+Under DDP each is reduced once. `Parallel.reduce_metrics` all-reduces the tensor attributes of
+`ClassificationMetrics`. The torchmetrics states live inside `ClassScores.collection`, which is not a tensor, so
+that reduction skips them. torchmetrics reduces them itself in `compute()` (`sync_on_compute`), uneven shards
+included. That is a collective, so every rank calls `compute` (`lab.training.evaluation.score`). The evaluation
+shards hold no padded duplicates (cut to `ShardSampler.num_valid` before `update`), so each sample counts once.
+
+AUROC and average precision keep every sample's probabilities until `compute` (`thresholds=None`, exact as in
+scikit-learn). That is N x K float32 on the device: 200 MB for ImageNet's 50k x 1000 validation split.
 """
 
 from __future__ import annotations
@@ -21,16 +21,15 @@ from typing import Any
 import torch
 
 SCALARS = ("f1", "auroc", "average_precision")  # lab.config.tasks.CLASSIFICATION_SCALARS
-PER_CLASS = ("precision", "recall", "f1")  # per_class: eval.json's per_class_<name>, keyed by class name
+PER_CLASS = ("precision", "recall", "f1")  # eval.json's per_class_<name>, keyed by class name
 
 
 class ClassScores:
-    """The torchmetrics of ``names`` (``task.metrics``) for ``num_classes`` classes, on ``device``; ``per_class``
-    adds each class's precision, recall and F1 (an evaluation run's, ``Task.metrics(full=True)``)."""
+    """The torchmetrics `names` lists (`task.metrics`) for `num_classes` classes, on `device`.
+    `per_class` adds each class's precision, recall and F1, for an evaluation run (`Task.metrics(full=True)`)."""
 
     def __init__(self, names: Sequence[str], num_classes: int, device: torch.device, per_class: bool) -> None:
-        # imported here: torchmetrics imports torchvision and its own modules (about 2 s), which a run without
-        # task.metrics skips
+        # Imported here: torchmetrics takes about 2 s to import, which a run without task.metrics skips
         from torchmetrics import Metric, MetricCollection
         from torchmetrics.classification import (
             MulticlassAUROC,
@@ -40,8 +39,8 @@ class ClassScores:
             MulticlassRecall,
         )
 
-        # validate_args=False: the task checked the labels on the first batch; torchmetrics' per-batch checks
-        # read values back to the host, a sync per batch that the rest of the evaluation loop avoids
+        # validate_args=False: the task checked the labels on the first batch. torchmetrics' per-batch checks
+        # read values back to the host, a sync per batch the rest of the evaluation loop avoids
         common: dict[str, Any] = {"num_classes": num_classes, "validate_args": False}
         makers = {
             "f1": lambda: MulticlassF1Score(average="macro", **common),
@@ -55,13 +54,13 @@ class ClassScores:
                 "class_recall": MulticlassRecall(average=None, **common),
                 "class_f1": MulticlassF1Score(average=None, **common),
             }
-        # compute groups: metrics with equal states share one copy (the stat scores of F1, precision and recall;
-        # the stored probabilities of AUROC and average precision), updated once per batch
+        # Compute groups: metrics with equal states (F1, precision and recall; AUROC and average precision) share
+        # one copy, updated once per batch
         self.collection = MetricCollection(metrics, compute_groups=True).to(device)
         self.names = [name for name in names if name in SCALARS]
-        # AUROC's and AP's stored batches (list states "preds" (N, K), "target" (N,)) start with an empty batch of
-        # those shapes: a rank whose shard held no sample (a split smaller than the world) would otherwise offer
-        # torchmetrics' all-gather a 1-d float placeholder for both, which the other ranks' shapes do not match
+        # Start AUROC's and AP's list states ("preds" (N, K), "target" (N,)) with an empty batch of those shapes.
+        # Otherwise a rank with an empty shard (a split smaller than the world) would offer torchmetrics' all-gather
+        # a 1-d float placeholder, which does not match the other ranks' shapes
         for metric in self.collection.values(copy_state=False):
             for state, empty in (("preds", (0, num_classes)), ("target", (0,))):
                 if isinstance(getattr(metric, state, None), list):
@@ -70,32 +69,32 @@ class ClassScores:
         self._result: dict[str, torch.Tensor] | None = None
 
     def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
-        # probabilities, not logits: torchmetrics softmaxes only inputs outside [0, 1], a rule a batch of logits
-        # could pass by chance; the argmax (F1's prediction) is the logits' own
-        if targets.numel() == 0:  # a padded batch cut to nothing (ShardSampler.num_valid): torchmetrics takes none
+        # Pass probabilities, not logits: torchmetrics softmaxes only inputs outside [0, 1], which a batch of logits
+        # could pass by chance. The argmax (F1's prediction) is the same
+        if targets.numel() == 0:  # a padded batch cut to nothing, which torchmetrics refuses
             return
         self.collection.update(logits.float().softmax(dim=1), targets)
         self._result = None
 
     def _computed(self) -> dict[str, torch.Tensor]:
-        """Every metric, once (a collective under DDP: each rank gets here together)."""
+        """Compute every metric once. Under DDP this is a collective, so every rank must call it."""
         if self._result is None:
             self._result = self.collection.compute()
         return self._result
 
     def compute(self) -> dict[str, float]:
-        """The scalars, under their ``task.metrics`` names."""
+        """Return the scalars under their `task.metrics` names."""
         result = self._computed()
         return {name: float(result[name]) for name in self.names}
 
     def per_class(self, class_names: Sequence[str]) -> dict[str, dict[str, float]]:
-        """``{"per_class_precision": {class name: value}, ...recall, ...f1}`` (needs ``per_class=True``)."""
+        """Return `{"per_class_precision": {class name: value}, ...recall, ...f1}` (needs `per_class=True`)."""
         result = self._computed()
         return {f"per_class_{name}": dict(zip(class_names, result[f"class_{name}"].tolist())) for name in PER_CLASS}
 
 
 def scores(names: Sequence[str], num_classes: int, device: torch.device, per_class: bool) -> ClassScores | None:
-    """A ``ClassScores`` when there is anything to compute, else None."""
+    """Return a `ClassScores` when there is anything to compute, else None."""
     per_class = per_class and "per_class" in names
     if not per_class and not any(name in SCALARS for name in names):
         return None

@@ -1,6 +1,6 @@
-"""Classification: cross-entropy, top-1/top-5 accuracy summed exactly over a split, and (for evaluation runs)
-the confusion matrix and per-class accuracy; with ``task.metrics``, F1, AUROC, average precision and per-class
-scores through torchmetrics (``lab.tasks.class_scores``)."""
+"""Classification: cross-entropy, and top-1/top-5 accuracy summed exactly over a split.
+Evaluation runs add the confusion matrix and per-class accuracy. `task.metrics` adds F1, AUROC, average precision
+and per-class scores through torchmetrics (`class_scores`)."""
 
 from __future__ import annotations
 
@@ -19,26 +19,27 @@ from lab.tasks.base import BaseTask, EvalContext, InferContext, Predictions
 def cross_entropy(
     logits: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None = None, label_smoothing: float = 0.0
 ) -> torch.Tensor:
-    """The classification loss, written once: cross-entropy summed over the batch, in fp32 (under autocast the
-    logits may be fp16/bf16, and log-softmax loses precision there). The training loss passes the task's class
-    weights and label smoothing; the metrics score the plain loss (validation stays unweighted).
+    """Return the cross-entropy summed over the batch, in fp32: the one definition of the classification loss.
 
-    ``targets`` are class indices (N,) or class probabilities (N, K) (MixUp/CutMix batches: ``lab.data.augment``),
-    for which sample i adds -sum_c w_c p'_ic log softmax(logits_i)_c with p' = (1 - eps) p + eps / K: label
-    smoothing applies to the mixed distribution, and a one-hot p gives exactly the index case."""
+    Under autocast the logits may be fp16/bf16, where log-softmax loses precision. Training passes the task's class
+    weights and label smoothing; the metrics score the plain loss, so validation stays unweighted.
+
+    `targets` are class indices (N,) or class probabilities (N, K) from MixUp/CutMix. Sample i then adds
+    -sum_c w_c p'_ic log softmax(logits_i)_c with p' = (1 - eps) p + eps / K, so label smoothing applies to the
+    mixed distribution and a one-hot p gives exactly the index case."""
     return F.cross_entropy(logits.float(), targets, weight=weight, label_smoothing=label_smoothing, reduction="sum")
 
 
 class ClassificationMetrics:
-    """Running sums on the device (no host sync per batch); `compute` divides once by the true sample count,
-    so a short last batch weighs what its samples weigh, not what a full batch would.
+    """Accumulate classification metrics as running sums on the device, with no host sync per batch.
+    `compute` divides once by the true sample count, so a short last batch weighs what its samples weigh.
 
-    ``confusion=True`` also counts (true, predicted) pairs. Off by default: training validates every epoch and
+    `confusion=True` also counts (true, predicted) pairs. It is off by default: training validates every epoch and
     only needs the scalars, while a K x K matrix for K = 1000 classes is a megabyte-sized add per batch.
 
-    ``extra`` names ``task.metrics`` (f1, auroc, average_precision, per_class): ``scores`` computes them with
-    torchmetrics, whose states sync themselves in ``compute`` (a ``ClassScores``, not a tensor attribute, so
-    ``Parallel.reduce_metrics`` leaves them alone: one reduction each). per_class only with ``confusion=True``.
+    `extra` names `task.metrics` (f1, auroc, average_precision, per_class). `scores` computes them with
+    torchmetrics, whose states sync themselves in `compute`; `Parallel.reduce_metrics` leaves them alone, as they
+    are not tensor attributes. per_class needs `confusion=True`.
     """
 
     def __init__(
@@ -47,14 +48,14 @@ class ClassificationMetrics:
         self.num_classes = num_classes
         self.top_k = min(5, num_classes)
         self.totals = torch.zeros(4, dtype=torch.float64, device=device)  # loss_sum, correct1, correctk, count
-        # rows = true class, columns = predicted class
+        # rows are the true class, columns the predicted class
         self.confusion = torch.zeros(num_classes, num_classes, dtype=torch.int64, device=device) if confusion else None
         self.scores = class_scores.scores(extra, num_classes, device, per_class=confusion) if extra else None
 
     def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
         logits = logits.float()  # fp32 loss/softmax even under autocast
         loss_sum = cross_entropy(logits, targets)
-        if targets.ndim == 2:  # class probabilities (MixUp/CutMix): accuracy against the class with the larger share
+        if targets.ndim == 2:  # class probabilities (MixUp/CutMix): score against the class with the larger share
             targets = targets.argmax(1)
         topk = logits.topk(self.top_k, dim=1).indices
         hits = topk == targets.unsqueeze(1)
@@ -79,17 +80,17 @@ class ClassificationMetrics:
         if count == 0:
             return {}
         out = {"loss": loss_sum / count, "acc": correct1 / count, "acc_top5": correctk / count}
-        # count is the all-ranks total, so every rank (or none) gets here: the torchmetrics sync is a collective
+        # count is the all-ranks total, so every rank (or none) gets here, as the torchmetrics collective needs
         return (out | self.scores.compute()) if self.scores is not None else out
 
     def confusion_matrix(self) -> list[list[int]]:
-        """counts[true][predicted] over everything seen (needs ``confusion=True``)."""
+        """Return counts[true][predicted] over everything seen (needs `confusion=True`)."""
         if self.confusion is None:
             raise RuntimeError("ClassificationMetrics(confusion=True) is needed for the confusion matrix")
         return self.confusion.cpu().tolist()
 
     def per_class_accuracy(self) -> list[float | None]:
-        """Recall of each class: correct / samples of that class; None for a class absent from the split."""
+        """Return each class's recall (correct / samples of that class), or None for a class absent from the split."""
         matrix = self.confusion_matrix()
         return [row[i] / sum(row) if sum(row) else None for i, row in enumerate(matrix)]
 
@@ -101,22 +102,22 @@ def build_classification(cfg: Any, meta: Mapping[str, Any]) -> Classification:
             "pick the task that fits the data (task=regression for values, task=language_model for text)"
         )
     num_classes, weights = int(meta["num_classes"]), cfg.class_weights
-    extra = list(getattr(cfg, "metrics", ()))  # task.metrics; a checkpoint's config from before it has none
+    extra = list(getattr(cfg, "metrics", ()))  # task.metrics, absent from configs saved before it existed
     task = Classification(num_classes, float(cfg.label_smoothing), meta.get("class_names"), extra)
     if weights == "balanced":
-        task.balanced = True  # from the training labels: `prepare` sets them
+        task.balanced = True  # `prepare` sets them from the training labels
     elif weights is not None:
         task.class_weights = class_weights.given(list(weights), num_classes)
     return task
 
 
 class Classification(BaseTask[ClassificationMetrics]):
-    """Cross-entropy over class logits (N, K); accuracy (top-1, top-5) as the monitor."""
+    """Cross-entropy over class logits (N, K), monitoring top-1 accuracy."""
 
     name = "classification"
     monitor = "acc"  # higher is better; best.pt tracks val/acc
     mode = "max"
-    normaliser = "samples"  # with task.class_weights: the summed weights of the batch's labels (`weight`)
+    normaliser = "samples"  # with task.class_weights, the summed weights of the batch's labels (`weight`)
     dynamic_dims = (0,)
 
     def __init__(
@@ -130,12 +131,12 @@ class Classification(BaseTask[ClassificationMetrics]):
         self.extra_metrics = tuple(extra_metrics)  # task.metrics: f1, auroc, average_precision, per_class
         self.label_smoothing = label_smoothing
         self.class_names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
-        self.class_weights: torch.Tensor | None = None  # task.class_weights, resolved (on the CPU)
-        self.balanced = False  # task.class_weights=balanced: `prepare` computes them from the training labels
+        self.class_weights: torch.Tensor | None = None  # task.class_weights, resolved, on the CPU
+        self.balanced = False  # task.class_weights=balanced, which `prepare` computes from the training labels
         self._weights_on: dict[torch.device, torch.Tensor] = {}  # class_weights per device, copied once
 
     def prepare(self, train_set: torch.utils.data.Dataset) -> None:
-        """Before training: what the task learns from the training split (balanced class weights)."""
+        """Compute balanced class weights from the training split, if asked, before training."""
         if self.balanced:
             self.class_weights, self._weights_on = class_weights.balanced(train_set, self.num_classes), {}
 
@@ -166,7 +167,7 @@ class Classification(BaseTask[ClassificationMetrics]):
         return f"class labels in [{low}, {high}] of {self.num_classes}"
 
     def _check_probabilities(self, targets: torch.Tensor) -> str:
-        """Soft targets (MixUp/CutMix): one probability per class, rows summing to 1."""
+        """Check soft targets (MixUp/CutMix): one probability per class, rows summing to 1."""
         sums = targets.double().sum(1)
         if (
             targets.shape[1] != self.num_classes
@@ -185,8 +186,8 @@ class Classification(BaseTask[ClassificationMetrics]):
         weights = self._class_weights(targets.device)
         if weights is None:
             return super().weight(targets)
-        # summed weighted loss / summed target weights = torch's weighted-mean cross-entropy, over any grouping;
-        # class probabilities weigh sum_c w_c p_ic per sample, as their loss does (one-hot: the label's weight)
+        # Summed weighted loss / summed target weights = torch's weighted-mean cross-entropy, over any grouping.
+        # Class probabilities weigh sum_c w_c p_ic per sample, as their loss does (one-hot gives the label's weight)
         return (targets.float() @ weights).sum() if targets.ndim == 2 else weights[targets].sum()
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -204,7 +205,7 @@ class Classification(BaseTask[ClassificationMetrics]):
         title = f"{context.title}, acc {metrics.compute()['acc']:.4f}"
         figures.confusion_matrix_png(matrix, self.class_names, figure, title)
         extra: dict[str, Any] = {"per_class_acc": per_class}
-        if "per_class" in self.extra_metrics:  # task.metrics: per_class_{precision,recall,f1}, by class name
+        if "per_class" in self.extra_metrics:  # per_class_{precision,recall,f1}, by class name
             assert metrics.scores is not None  # made whenever task.metrics names anything
             extra |= metrics.scores.per_class(self.class_names)
         extra |= {"class_names": self.class_names, "confusion_matrix": matrix}
@@ -214,8 +215,8 @@ class Classification(BaseTask[ClassificationMetrics]):
         return float((reference.argmax(-1) == outputs.argmax(-1)).float().mean())
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
-        """Images (a file, a folder, a glob), image tensors (.npy/.pt), or table rows (.csv/.npy) for a model
-        trained on a table -> top-k labels with probabilities."""
+        """Predict the top-k labels with probabilities for images (a file, folder or glob), image tensors
+        (.npy/.pt), or table rows (.csv/.npy) for a model trained on a table."""
         from lab.inference.predict import top_k_records
 
         inputs, options = context.inputs(), context.cfg.infer

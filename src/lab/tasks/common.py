@@ -1,4 +1,4 @@
-"""``build``: the task of a ``task`` option (``lab.config.tasks``), with the settings every task shares applied."""
+"""`build`: make the task of a `task` option, with the settings every task shares."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from lab.config import options
 
 
 def build(cfg: Any, meta: Mapping[str, Any], train_set: Any = None) -> Any:
-    """The task of the option ``cfg`` for the data ``meta`` describes (a class-label task needs ``num_classes``...).
-    Its name, monitor and mode are the option's (``task.monitor=loss``), for every task alike. To train, pass the
-    training split: the task's ``prepare(train_set)`` takes what it needs from it (balanced class weights)."""
+    """Build the task of option `cfg` for the data `meta` describes (a class-label task needs `num_classes`).
+    The task takes its name, monitor and mode from the option (e.g. `task.monitor=loss`). To train, pass the
+    training split: `prepare(train_set)` takes what the task needs from it, such as balanced class weights."""
     option = options.instantiate("task", cfg)
     task = option.build(meta)
     task.name, task.monitor, task.mode = option.name, option.monitor, option.mode

@@ -1,4 +1,4 @@
-"""Report figures drawn with Pillow (already a dependency; matplotlib would add ~40 MB for one heat map)."""
+"""Draw report figures with Pillow, already a dependency. matplotlib would add ~40 MB for one heat map."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 _MARGIN_TOP = 40
 _LABEL_CHARS = 14  # class names are cut to this many characters on the axes
-Font = ImageFont.ImageFont | ImageFont.FreeTypeFont  # load_font's: a scalable one when Pillow has FreeType
+Font = ImageFont.ImageFont | ImageFont.FreeTypeFont  # what load_font returns, scalable when Pillow has FreeType
 
 
 def load_font(size: int) -> Font:
@@ -27,8 +27,8 @@ def draw_text(
     fill: str | tuple[int, int, int],
     align: str,
 ) -> None:
-    """Text placed by its bounding box (anchors need FreeType; the bitmap fallback font has none).
-    align: "center" centers on xy; "right" ends at x and centers vertically; "left" starts at x."""
+    """Place text by its bounding box, since anchors need FreeType and the bitmap fallback font has none.
+    align "center" centers on xy, "right" ends at x and centers vertically, "left" starts at x."""
     x0, y0, x1, y1 = draw.textbbox((0, 0), text, font=font)
     w, h = x1 - x0, y1 - y0
     x = {"center": xy[0] - w / 2, "right": xy[0] - w, "left": xy[0]}[align]
@@ -36,7 +36,7 @@ def draw_text(
 
 
 def paste_vertical(image: Image.Image, text: str, font: Font, center: tuple[float, float]) -> None:
-    """Text rotated 90 degrees (reads bottom to top), centered on `center`."""
+    """Paste text rotated 90 degrees (reading bottom to top), centered on `center`."""
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     width = int(measure.textbbox((0, 0), text, font=font)[2]) + 4
     strip = Image.new("RGB", (width, 16), "white")
@@ -48,8 +48,8 @@ def paste_vertical(image: Image.Image, text: str, font: Font, center: tuple[floa
 def confusion_matrix_png(
     matrix: Sequence[Sequence[int]], class_names: Sequence[str], path: str | Path, title: str = ""
 ) -> Path:
-    """Rows = true class, columns = predicted class; each cell shaded by its share of the row (the class's
-    recall on the diagonal), with its count printed while cells are big enough to read."""
+    """Draw a confusion matrix: rows are the true class, columns the predicted class.
+    Each cell is shaded by its share of the row (the diagonal is recall) and shows its count if big enough."""
     k = len(matrix)
     cell = max(8, min(48, 720 // max(k, 1)))
     font, label_font = load_font(max(8, cell // 3)), load_font(12)
@@ -78,7 +78,7 @@ def confusion_matrix_png(
     for index, name in enumerate(names):
         center = index * cell + cell / 2
         draw_text(draw, (left - 6, top + center), name, label_font, "black", "right")
-        # column labels read bottom to top, ending just above their column
+        # Column labels read bottom to top, ending just above their column
         strip = Image.new("RGB", (label_w, 16), "white")
         draw_text(ImageDraw.Draw(strip), (label_w - 2, 8), name, label_font, "black", "right")
         image.paste(strip.rotate(90, expand=True), (int(left + center - 8), top - label_w - 4))
@@ -91,8 +91,7 @@ def confusion_matrix_png(
 def predicted_vs_true_png(
     predicted: Sequence[float], true: Sequence[float], path: str | Path, title: str = "", unit: str = ""
 ) -> Path:
-    """Regression: each sample a dot at (true, predicted) on equal axes, with the y = x diagonal a perfect model
-    would lie on."""
+    """Plot each sample as a dot at (true, predicted) on equal axes, with the y = x line of a perfect model."""
     size, left, top, pad = 480, 64, _MARGIN_TOP + 8, 24
     values = [*predicted, *true] or [0.0, 1.0]
     low, high = min(values), max(values)

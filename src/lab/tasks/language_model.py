@@ -1,5 +1,6 @@
-"""Language modelling: next-token cross-entropy weighted by tokens (padding, target -100, carries no weight),
-perplexity and token accuracy; eval writes sample generations, infer continues a prompt."""
+"""Language modelling: next-token cross-entropy weighted by tokens, perplexity and token accuracy.
+
+Padding (target -100) carries no weight. Eval writes sample generations, and infer continues a prompt."""
 
 from __future__ import annotations
 
@@ -15,18 +16,18 @@ from lab.data.text import IGNORE_INDEX, decode, encode
 from lab.errors import UserError
 from lab.tasks.base import BaseTask, EvalContext, InferContext, Predictions
 
-EVAL_PROMPTS = ("def ", "import ", "\n", "The ", " ")  # the first `samples` the vocabulary can spell
+EVAL_PROMPTS = ("def ", "import ", "\n", "The ", " ")  # eval uses the first `samples` the vocabulary can spell
 
 
 def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The language-model loss, written once: next-token cross-entropy summed over the tokens whose target is not
-    IGNORE_INDEX, in fp32 (a softmax over the vocabulary under autocast). The loss and the metrics both call it."""
+    """Return the next-token cross-entropy summed over tokens whose target is not IGNORE_INDEX, in fp32.
+    It is the one definition of the loss, for training and metrics; fp32 keeps the softmax exact under autocast."""
     flat = logits.float().reshape(-1, logits.shape[-1])
     return F.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum")
 
 
 class TokenMetrics:
-    """Summed token loss, correct next-token guesses and token count (float64, on the device)."""
+    """Accumulate the token loss, correct next-token guesses and token count (float64, on the device)."""
 
     def __init__(self, device: torch.device) -> None:
         self.totals = torch.zeros(3, dtype=torch.float64, device=device)
@@ -55,7 +56,7 @@ class LanguageModel(BaseTask[TokenMetrics]):
     name = "language_model"
     monitor = "loss"
     mode = "min"
-    normaliser = "tokens"  # not sequences: padding (target IGNORE_INDEX) weighs nothing
+    normaliser = "tokens"  # not sequences, so padding (target IGNORE_INDEX) weighs nothing
     ignore_index = IGNORE_INDEX
     dynamic_dims = (0, 1)  # batch and sequence
 
@@ -102,7 +103,7 @@ class LanguageModel(BaseTask[TokenMetrics]):
         return float((reference.argmax(-1) == outputs.argmax(-1)).float().mean())
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
-        """prompt= -> its continuation of infer.max_new_tokens tokens, sampled reproducibly by infer.seed."""
+        """Continue prompt= by infer.max_new_tokens tokens, sampled reproducibly from infer.seed."""
         cfg = context.cfg
         if cfg.prompt is None:
             raise UserError("prompt= is required for a language model: the text to continue, e.g. prompt='def '")
@@ -122,7 +123,7 @@ class LanguageModel(BaseTask[TokenMetrics]):
         top_k: int,
         generator: torch.Generator,
     ) -> str:
-        """Sample a continuation token by token; the context is cropped to the model's block_size."""
+        """Sample a continuation token by token, cropping the context to the model's block_size."""
         ids = encode(prompt, self.meta)
         if not ids:
             raise UserError("prompt='' is empty: give at least one character to continue")

@@ -1,11 +1,11 @@
 """What a model may return: one tensor (every shipped model), a tuple or list of tensors, or a dict of tensors keyed
-by name (a class head and a box head).
+by name (e.g. a class head and a box head).
 
-The task's ``loss``, ``metrics``, ``agreement`` and own ``predict`` get the outputs as the model returns them. Export
-names each output (a dict's keys; a tuple's the task's ``output_names``, else output_0, output_1...) in the ONNX file
-and the manifest's ``outputs``, compares each with eager's, and every runner returns the model's structure;
-``BaseTask.predict`` writes one column group per output. Anything else (a nested tuple, a None, a dict keyed by
-numbers) could be neither exported nor written: ``check`` refuses it at the first training step, in one line.
+The task's `loss`, `metrics`, `agreement` and own `predict` get the outputs as the model returns them. Export names
+each output in the ONNX file and the manifest: a dict by its keys, a tuple by the task's `output_names`, else
+output_0, output_1... It compares each with eager's, and every runner returns the model's structure.
+`BaseTask.predict` writes one column group per output. Anything else (a nested tuple, a None, a dict keyed by
+numbers) can be neither exported nor written, so `check` refuses it at the first training step.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ import torch
 from lab.errors import UserError
 
 INPUT_NAME, OUTPUT_NAME = "input", "output"  # the exported graph's input, and its output when it has one
-# a name becomes an ONNX output, predictions.csv columns (<name>_0...) and a file name (outputs/<index>_<name>.npy)
+# A name becomes an ONNX output, predictions.csv columns (<name>_0...) and a file name (outputs/<index>_<name>.npy)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
-_RESERVED = (INPUT_NAME, "path")  # the graph's input; the input's column in predictions.csv
+_RESERVED = (INPUT_NAME, "path")  # the graph's input, and the input's column in predictions.csv
 _RETURNS = "a model may return a tensor, a tuple or list of tensors, or a dict of tensors keyed by name"
 
 
 @dataclass(frozen=True)
 class Layout:
-    """What a model returns, as export and infer see it: its structure and a name per tensor, in its order."""
+    """What a model returns, as export and infer see it: its structure and a name per tensor, in order."""
 
     structure: str  # "tensor", "tuple", "list" or "dict"
     names: tuple[str, ...]
@@ -38,7 +38,7 @@ class Layout:
         return self.structure == "tensor"
 
     def pack(self, tensors: Sequence[torch.Tensor]) -> Any:
-        """The model's structure again from its tensors in order (onnxruntime gives a flat list)."""
+        """Rebuild the model's structure from its tensors in order (onnxruntime gives a flat list)."""
         if self.single:
             return tensors[0]
         if self.structure == "dict":
@@ -47,14 +47,14 @@ class Layout:
 
 
 def tensors(outputs: Any) -> list[torch.Tensor]:
-    """The tensors of a model's outputs, in its order."""
+    """Return the tensors of a model's outputs, in order."""
     if isinstance(outputs, torch.Tensor):
         return [outputs]
     return list(outputs.values() if isinstance(outputs, dict) else outputs)
 
 
 def apply(fn: Callable[[torch.Tensor], torch.Tensor], outputs: Any) -> Any:
-    """`fn` on each tensor of the outputs, keeping their structure (a runner's fp32 copies on the CPU)."""
+    """Apply `fn` to each tensor of the outputs, keeping their structure (e.g. a runner's fp32 copies on CPU)."""
     if isinstance(outputs, torch.Tensor):
         return fn(outputs)
     if isinstance(outputs, dict):
@@ -64,8 +64,8 @@ def apply(fn: Callable[[torch.Tensor], torch.Tensor], outputs: Any) -> Any:
 
 
 def check(outputs: Any, task: Any = None) -> Layout:
-    """The layout of a model's outputs, named as `task` names them; a UserError in one line, naming the fix, for
-    outputs that export and infer could not take."""
+    """Return the layout of a model's outputs, named as `task` names them.
+    Raises UserError, naming the fix, for outputs that export and infer cannot take."""
     if isinstance(outputs, torch.Tensor):
         return Layout("tensor", (OUTPUT_NAME,))
     if not isinstance(outputs, tuple | list | dict) or not outputs:
@@ -79,7 +79,7 @@ def check(outputs: Any, task: Any = None) -> Layout:
                 "return its tensors flat (one entry per tensor)"
             )
     task_name, own = type(task).__name__, None if task is None else task.output_names
-    if structure == "dict" or own is None:  # a dict's keys name its outputs, whatever a task names a tuple's
+    if structure == "dict" or own is None:  # a dict's keys name its outputs, whatever the task says
         names = tuple(keys) if structure == "dict" else tuple(f"output_{i}" for i in keys)
     elif len(own) != len(keys):
         raise UserError(
@@ -101,7 +101,7 @@ def check(outputs: Any, task: Any = None) -> Layout:
 
 
 def kind(value: Any) -> str:
-    """What a model or runner returned, in words: "a tensor", "a tuple of 2", "a dict of cls, box", "None"."""
+    """Describe what a model or runner returned: "a tensor", "a tuple of 2", "a dict of cls, box", "None"."""
     if isinstance(value, dict):
         return f"a dict of {', '.join(map(str, value))}" if value else "an empty dict"
     if isinstance(value, tuple | list):

@@ -15,25 +15,25 @@ from lab.tasks.base import BaseTask, EvalContext, InferContext, Predictions
 
 
 def residuals(outputs: torch.Tensor, targets: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """outputs - targets per target value, in ``dtype``: the one definition of the error. The loss sums its
-    squares in fp32 (the MSE objective); the metrics sum its squares and magnitudes in float64 (loss, RMSE, MAE)."""
+    """Return outputs - targets per target value, in `dtype`: the one definition of the error.
+    The loss sums its squares in fp32 (the MSE objective). The metrics sum its squares and magnitudes in float64."""
     return outputs.to(dtype).reshape(targets.shape) - targets.to(dtype)
 
 
 class RegressionMetrics:
-    """Running float64 sums on the device; the errors are taken back to the target's units (x std) once, in
-    `compute`. ``keep=True`` also keeps every (predicted, true) pair for eval's plot."""
+    """Accumulate float64 sums on the device. `compute` converts errors back to the target's units (x std) once.
+    `keep=True` also keeps every (predicted, true) pair for eval's plot."""
 
     def __init__(self, mean: float, std: float, device: torch.device, keep: bool = False) -> None:
         self.mean, self.std = mean, std
-        # squared error (standardised), |error| (standardised), true, true^2 (standardised), count
+        # squared error, |error|, true, true^2 (all standardised), count
         self.totals = torch.zeros(5, dtype=torch.float64, device=device)
         self.pairs: list[torch.Tensor] | None = [] if keep else None
 
     def update(self, outputs: torch.Tensor, targets: torch.Tensor) -> None:
         error = residuals(outputs.float(), targets, torch.float64)
         true = targets.double()
-        # the count as a fill on the device: new_tensor would copy a host value, which waits for the GPU's queue
+        # Fill the count on the device: new_tensor would copy a host value, which waits for the GPU's queue
         samples = true.new_full((), true.numel())
         self.totals += torch.stack([error.square().sum(), error.abs().sum(), true.sum(), true.square().sum(), samples])
         if self.pairs is not None:
@@ -44,16 +44,16 @@ class RegressionMetrics:
         squared, absolute, total, total_sq, count = self.totals.tolist()
         if count == 0:
             return {}
-        variance = total_sq / count - (total / count) ** 2  # of the true values: R^2's baseline
+        variance = total_sq / count - (total / count) ** 2  # of the true values, R^2's baseline
         return {
-            "loss": squared / count,  # the training objective: MSE of the standardised target
+            "loss": squared / count,  # the training objective, MSE of the standardised target
             "rmse": math.sqrt(squared / count) * self.std,
             "mae": absolute / count * self.std,
             "r2": 1 - (squared / count) / variance if variance > 0 else math.nan,
         }
 
     def predicted_and_true(self) -> tuple[list[float], list[float]]:
-        """Every (predicted, true) pair seen, in the target's units (needs ``keep=True``)."""
+        """Return every (predicted, true) pair seen, in the target's units (needs `keep=True`)."""
         pairs = torch.cat(self.pairs) * self.std + self.mean if self.pairs else torch.zeros(0, 2)
         return pairs[:, 0].tolist(), pairs[:, 1].tolist()
 
@@ -106,10 +106,10 @@ class Regression(BaseTask[RegressionMetrics]):
         return extra, [figure]
 
     def agreement(self, reference: torch.Tensor, outputs: torch.Tensor) -> float | None:
-        return None  # no decision to agree on: parity is the max |difference| alone
+        return None  # no decision to agree on, so parity is the max |difference| alone
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
-        """Table rows (.csv with the feature columns, or .npy / .pt (N, F)) -> values in the target's units."""
+        """Predict values in the target's units for table rows (.csv with the feature columns, or .npy/.pt (N, F))."""
         from lab.inference.predict import batched_outputs
 
         inputs = context.inputs()
