@@ -1,4 +1,4 @@
-"""Inference on user inputs: a reader per kind of input file, model runners per format, predictions files."""
+"""Inference on user inputs: a reader per kind of input file, a model runner per format, and predictions files."""
 
 from lab.inference.backends import (
     Backend,

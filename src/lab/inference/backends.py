@@ -1,9 +1,8 @@
-"""Runners that map a batch of model inputs (normalized images, table rows, int64 tokens) to outputs, one per
-model format.
+"""Runners, one per model format, that map a batch of model inputs to outputs.
 
-Export's parity check and scripts/infer.py use the same runners, so what was verified at export time is what
-runs at inference time. Artifacts run as their users run them: onnxruntime's InferenceSession,
-`torch.export.load(...).module()`, `torch.jit.load`.
+Inputs are normalized images, table rows or int64 tokens. Export's parity check and scripts/infer.py use the same
+runners, so what was verified at export time is what runs at inference time. Artifacts run as their users run
+them: onnxruntime's InferenceSession, `torch.export.load(...).module()`, `torch.jit.load`.
 """
 
 from __future__ import annotations
@@ -31,11 +30,11 @@ class Backend(Protocol):
     name: str
 
     def __call__(self, inputs: torch.Tensor) -> Any:
-        """The outputs as the model returns them (a tensor, or its tuple/dict: lab.tasks.outputs), fp32 on the CPU."""
+        """Return the outputs as the model returns them (`lab.tasks.outputs`), fp32 on the CPU."""
 
 
 # An exported model's input shape as the file declares it: an int per fixed axis, a name per dynamic one (batch,
-# sequence, height, width). A batch of another shape is refused in one line naming both, before the runtime fails on it.
+# sequence, height, width). A batch of another shape is refused with a clear error before the runtime fails on it.
 InputShape = list[int | str]
 
 
@@ -44,7 +43,7 @@ def shape_text(shape: InputShape | tuple[int, ...]) -> str:
 
 
 def fits(inputs_shape: tuple[int, ...] | list, declared: InputShape) -> bool:
-    """Whether a shape fits the declared one: the same number of axes, equal sizes on the fixed ones."""
+    """Check whether a shape fits the declared one: the same number of axes, equal sizes on the fixed ones."""
     return len(inputs_shape) == len(declared) and all(
         not isinstance(d, int) or d == size for d, size in zip(declared, inputs_shape)
     )
@@ -58,7 +57,7 @@ def check_shape(path: Path, inputs: torch.Tensor, declared: InputShape | None) -
 
 
 class ModuleBackend:
-    """What the torch runners share: `module` on `device`, run without autograd; outputs come back fp32 on the CPU."""
+    """Run `module` on `device` without autograd, returning fp32 outputs on the CPU. The torch runners share this."""
 
     module: Any
     device: torch.device
@@ -69,7 +68,7 @@ class ModuleBackend:
 
 
 class EagerBackend(ModuleBackend):
-    """The PyTorch module itself (eval mode)."""
+    """Run the PyTorch module itself, in eval mode."""
 
     name = "eager"
     input_shape: InputShape | None = None  # a module declares none
@@ -80,9 +79,9 @@ class EagerBackend(ModuleBackend):
 
 
 class OnnxBackend:
-    """An .onnx file through onnxruntime; CUDA's execution provider when asked for and installed. onnxruntime gives
-    a flat list of outputs: `layout` (the export manifest's) puts them back into the tuple or dict the model
-    returns; without one, a file of several outputs gives a tuple."""
+    """Run an .onnx file through onnxruntime, with CUDA's execution provider when asked for and installed.
+    onnxruntime gives a flat list of outputs. `layout` (from the export manifest) puts them back into the model's
+    tuple or dict; without one, a file of several outputs gives a tuple."""
 
     name = "onnx"
 
@@ -93,7 +92,7 @@ class OnnxBackend:
         wanted = ["CUDAExecutionProvider"] if device is not None and device.type == "cuda" else []
         providers = [p for p in wanted if p in available] + ["CPUExecutionProvider"]
         options = ort.SessionOptions()
-        options.log_severity_level = 3  # errors only: ORT's warnings about unused initializers are noise here
+        options.log_severity_level = 3  # errors only; ORT's warnings about unused initializers are noise here
         try:
             self.session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
         except Exception as err:  # onnxruntime raises its own Fail / InvalidGraph / NoSuchFile types
@@ -115,7 +114,7 @@ class OnnxBackend:
         array = np.ascontiguousarray((tensor.float() if tensor.is_floating_point() else tensor).numpy())  # int64 tokens
         try:
             results = self.session.run(None, {self.input_name: array})
-        except Exception as err:  # onnxruntime's InvalidArgument, Fail...: a multi-line report with no traceback use
+        except Exception as err:  # onnxruntime's InvalidArgument, Fail...: a multi-line report, traceback useless
             first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
             raise UserError(
                 f"onnxruntime cannot run {self.path.name} on inputs of shape {shape_text(array.shape)} "
@@ -125,7 +124,7 @@ class OnnxBackend:
 
 
 class ExportedProgramBackend(ModuleBackend):
-    """A .pt2 file from `torch.export.save`, run as the GraphModule `torch.export.load(...).module()` gives."""
+    """Run a .pt2 file from `torch.export.save`, as the GraphModule `torch.export.load(...).module()` gives."""
 
     name = "pt2"
 
@@ -146,7 +145,7 @@ class ExportedProgramBackend(ModuleBackend):
         if self.device.type != "cpu":
             from torch.export.passes import move_to_device_pass
 
-            # rewrites the graph's device constants too, which moving the module's parameters alone would miss
+            # This also rewrites the graph's device constants, which moving the parameters alone would miss
             program = move_to_device_pass(program, self.device)
         self.module = program.module()
 
@@ -157,9 +156,10 @@ class ExportedProgramBackend(ModuleBackend):
 
 @contextlib.contextmanager
 def _weights_only_loads() -> Iterator[None]:
-    """torch.export.load reads a pickled part again with weights_only=False when the weights-only read fails, which
-    runs whatever a crafted .pt2 names. Forced weights-only (torch reads the variable at each load), such a file
-    fails to load instead. torch's own warning with the traceback is kept quiet: the error says it in one line."""
+    """Force torch.export.load to read weights-only, so a crafted .pt2 fails to load instead of running code.
+    When the weights-only read fails, torch.export.load retries with weights_only=False, which runs whatever the
+    file names. torch reads the forcing variable at each load. Its own warning and traceback are silenced, since
+    our error says it in one line."""
     names = ("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
     saved = {name: os.environ.pop(name, None) for name in names}
     os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
@@ -167,7 +167,7 @@ def _weights_only_loads() -> Iterator[None]:
     level = export_log.level
     export_log.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings():  # the weights-only unpickler's note on protocol 4, which torch writes itself
+        with warnings.catch_warnings():  # the weights-only unpickler's note on protocol 4, which torch itself writes
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
             yield
     finally:
@@ -179,7 +179,7 @@ def _weights_only_loads() -> Iterator[None]:
 
 
 def _program_input_shape(program: Any) -> InputShape | None:
-    """The first user input's shape as the exported graph holds it: ints, and symbols for the dynamic axes."""
+    """Return the first user input's shape as the exported graph holds it: ints, and names for dynamic axes."""
     names = program.graph_signature.user_inputs
     node = next((n for n in program.graph.nodes if n.op == "placeholder" and names and n.name == names[0]), None)
     value = node.meta.get("val") if node is not None else None
@@ -190,7 +190,7 @@ def _program_input_shape(program: Any) -> InputShape | None:
 
 
 class TorchScriptBackend(ModuleBackend):
-    """A TorchScript archive (`torch.jit.load`); TorchScript is deprecated in torch, kept for old deployments."""
+    """Run a TorchScript archive (`torch.jit.load`). TorchScript is deprecated, and kept for old deployments."""
 
     name = "torchscript"
     input_shape: InputShape | None = None  # a traced module keeps no declared input shape
@@ -206,8 +206,8 @@ class TorchScriptBackend(ModuleBackend):
 
 
 def artifact_backend(path: str | Path, device: torch.device | None = None, layout: Layout | None = None) -> Backend:
-    """The runner for an exported file, by its suffix. `layout`: what the model returns, for an .onnx file (a .pt2 or
-    TorchScript graph returns the model's structure itself)."""
+    """Return the runner for an exported file, by its suffix.
+    `layout` is what the model returns, needed for .onnx only (.pt2 and TorchScript keep the model's structure)."""
     path = Path(path)
     if path.suffix == ".onnx":
         return OnnxBackend(path, device, layout)

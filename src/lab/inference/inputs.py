@@ -1,4 +1,4 @@
-"""What `input=` names, read into model-ready tensors: one reader per kind of file, chosen by its suffix.
+"""Read what `input=` names into model-ready tensors, with one reader per kind of file, chosen by its suffix.
 
 | suffix | reader | one input per |
 |---|---|---|
@@ -7,19 +7,19 @@
 | `.pt` | `read_pt` | row of the tensor (`torch.save`d, read with `weights_only=True`) |
 | `.csv` | `read_csv` | row: a table model's feature columns by name, else every column, numeric |
 
-An array (`.npy`/`.pt`) means, for an image model (data_meta has `mean`/`std`): uint8 (N, C, H, W) raw pixels,
-preprocessed exactly like image files; any other dtype already-normalised inputs, taken as float32. For a table model:
-(N, features) rows, standardised like the CSV. For any other model: (N, *input_shape) model inputs, float32 whatever
-the stored dtype (uint8, int, float16...), int64 for token ids (data_meta has `vocab_size`). One sample without the
-N axis is fine too.
+What an array (`.npy`/`.pt`) means depends on the model. For an image model (data_meta has `mean`/`std`), uint8
+(N, C, H, W) is raw pixels, preprocessed exactly like image files; any other dtype is already-normalised inputs,
+taken as float32. For a table model it is (N, features) rows, standardised like the CSV. For any other model it is
+(N, *input_shape) inputs: float32 whatever the stored dtype, or int64 for token ids (data_meta has `vocab_size`).
+One sample without the N axis is fine too.
 
-`resize` is the one choice about image sizes: True (a model that needs the training size, e.g. a classifier with a
-flattening head) resizes every image to data_meta's `image_size` and refuses float arrays of another size; False (a
-fully convolutional model: the task's export `dynamic_dims` hold H and W) keeps each input's own size. Either way
-`Inputs.sizes[name]` is the input's original (H, W), so a dense task can write its mask at that size.
+`resize` is the one choice about image sizes. True, for a model that needs the training size (e.g. a classifier
+with a flattening head), resizes every image to data_meta's `image_size` and refuses float arrays of another size.
+False, for a fully convolutional model (the task's `dynamic_dims` hold H and W), keeps each input's own size.
+Either way `Inputs.sizes[name]` is the input's original (H, W), so a dense task can write its mask at that size.
 
-A folder is searched recursively for images, a glob matches images; an image that cannot be read is reported and
-skipped (`Inputs.skipped`), the others are still predicted.
+A folder is searched recursively for images, and a glob matches images. An unreadable image is reported and
+skipped (`Inputs.skipped`); the others are still predicted.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ Reader = Callable[[Path, Mapping[str, Any], bool], Iterator[Item]]
 
 
 def keeps_size(meta: Mapping[str, Any], dynamic_dims: Any) -> bool:
-    """Whether the model takes image inputs at any size: every axis after the channels of its (N, C, H, W) input
-    is dynamic (a fully convolutional model). Then infer keeps each image's own size instead of resizing it."""
+    """Check whether the model takes images at any size: every axis after the channels of its input is dynamic.
+    Then infer keeps each image's own size instead of resizing it."""
     spatial = range(2, 1 + len(meta.get("input_shape", ())))
     return len(spatial) > 0 and all(d in dynamic_dims for d in spatial)
 
@@ -65,14 +65,14 @@ def _is_image(path: Path) -> bool:
 
 
 def discover(spec: str) -> list[Path]:
-    """The files `input=` names, sorted; a UserError when it names nothing usable."""
+    """Return the files `input=` names, sorted. Raises UserError when it names nothing usable."""
     path = Path(spec).expanduser()
     if path.is_file():
         if path.suffix.lower() in READERS:
             return [path]
         raise UserError(f"input={spec} is not {_ACCEPTED}")
     if path.is_dir():
-        # hidden folders (.ipynb_checkpoints, ...) hold copies, not inputs
+        # Hidden folders (.ipynb_checkpoints, ...) hold copies, not inputs
         files = sorted(
             p for p in path.rglob("*") if _is_image(p) and not any(s.startswith(".") for s in p.relative_to(path).parts)
         )
@@ -88,16 +88,16 @@ def discover(spec: str) -> list[Path]:
 
 
 def image_transform(meta: Mapping[str, Any], resize: bool) -> Callable[[Image.Image], torch.Tensor]:
-    """PIL image -> normalised float32 (C, H, W): validation's own transform (`lab.data.eval_transform`: data_meta's
-    channels, size, crop, interpolation, mean and std); with `resize=False` the image keeps its size."""
+    """Return validation's own PIL-to-tensor transform (`lab.data.eval_transform`), set by data_meta.
+    It gives normalised float32 (C, H, W). With `resize=False` the image keeps its size."""
     if "mean" not in meta or "in_channels" not in meta:
         raise UserError("this model was not trained on images (no mean/in_channels in its data_meta)")
     return eval_transform(meta, resize=resize and "image_size" in meta)
 
 
 def read_image(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
-    """One image file (decoded here: a truncated file fails now, as an OSError the caller turns into a skip)."""
-    if "feature_names" in meta:  # a table model: its reader names the files it takes
+    """Read one image file. It is decoded here, so a truncated file raises OSError now, which the caller skips."""
+    if "feature_names" in meta:  # a table model, whose reader names the files it takes
         yield from _table_rows(path, meta)
         return
     with Image.open(path) as image:
@@ -116,7 +116,7 @@ def _load(path: Path) -> Any:
 
 
 def _table_rows(path: Path, meta: Mapping[str, Any]) -> Iterator[Item]:
-    """A table model's rows (lab.inference.rows: the training features, standardised)."""
+    """Read a table model's rows: the training features, standardised (`rows`)."""
     from lab.inference.rows import read_rows
 
     for name, row in read_rows(str(path), meta):
@@ -124,7 +124,7 @@ def _table_rows(path: Path, meta: Mapping[str, Any]) -> Iterator[Item]:
 
 
 def read_npy(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
-    """A .npy array of inputs (any numeric dtype; see the module's table for what it means per model)."""
+    """Read a .npy array of inputs, of any numeric dtype. The module docstring says what it means per model."""
     if "feature_names" in meta:
         yield from _table_rows(path, meta)
     else:
@@ -132,7 +132,7 @@ def read_npy(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item
 
 
 def read_pt(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
-    """A `torch.save`d tensor of inputs, read with weights_only=True."""
+    """Read a `torch.save`d tensor of inputs, with weights_only=True."""
     if "feature_names" in meta:
         yield from _table_rows(path, meta)
     else:
@@ -140,7 +140,7 @@ def read_pt(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]
 
 
 def read_csv(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
-    """CSV rows: a table model's feature columns by name (standardised), else every column as one flat input."""
+    """Read CSV rows: a table model's feature columns by name (standardised), else every column as one input."""
     if "feature_names" in meta:
         yield from _table_rows(path, meta)
         return
@@ -156,7 +156,7 @@ def read_csv(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item
     yield from _array_items(path, matrix, meta, resize)
 
 
-# suffix -> reader: the one place that decides how a file becomes inputs
+# suffix -> reader, the one place that decides how a file becomes inputs
 READERS: dict[str, Reader] = {
     **dict.fromkeys(IMAGE_SUFFIXES, read_image),
     ".npy": read_npy,
@@ -184,7 +184,7 @@ def _array_items(path: Path, data: Any, meta: Mapping[str, Any], resize: bool) -
 
 
 def _image_array(path: Path, data: torch.Tensor, meta: Mapping[str, Any], resize: bool) -> torch.Tensor:
-    """(N, C, H, W) inputs of an image model: uint8 pixels preprocessed like image files, else normalised floats."""
+    """Return (N, C, H, W) inputs of an image model: uint8 pixels preprocessed like image files, else floats."""
     data = data.unsqueeze(0) if data.ndim == 3 else data
     c, size = int(meta["in_channels"]), int(meta.get("image_size", 0))
     if data.ndim != 4 or data.shape[1] != c:
@@ -192,7 +192,7 @@ def _image_array(path: Path, data: torch.Tensor, meta: Mapping[str, Any], resize
             f"input={path} has shape {tuple(data.shape)}; expected (N, {c}, H, W) images for this model "
             f"({c} channel(s))"
         )
-    if data.dtype == torch.uint8:  # raw pixels: exactly the image files' preprocessing
+    if data.dtype == torch.uint8:  # raw pixels get exactly the image files' preprocessing
         transform = image_transform(meta, resize)
         pages = data.permute(0, 2, 3, 1).numpy()  # (H, W) uint8 -> mode L, (H, W, 3) -> RGB
         return torch.stack([transform(Image.fromarray(p[..., 0] if c == 1 else p)) for p in pages])
@@ -205,8 +205,8 @@ def _image_array(path: Path, data: torch.Tensor, meta: Mapping[str, Any], resize
 
 
 def _model_array(path: Path, data: torch.Tensor, meta: Mapping[str, Any], resize: bool) -> torch.Tensor:
-    """(N, *input_shape) model inputs: float32 whatever the stored dtype, int64 for token ids. With `resize` off,
-    only the number of axes and the first (channel) axis must match: the model takes any size on the others."""
+    """Return (N, *input_shape) model inputs: float32 whatever the stored dtype, int64 for token ids.
+    With `resize` off, only the number of axes and the channel axis must match; other axes take any size."""
     shape = [int(d) for d in meta["input_shape"]]
     wanted = f"(N, {', '.join(map(str, shape))})"
     data = data.unsqueeze(0) if data.ndim == len(shape) else data
@@ -224,9 +224,9 @@ def _model_array(path: Path, data: torch.Tensor, meta: Mapping[str, Any], resize
 
 @dataclass
 class Inputs:
-    """Iterates (name, model-ready tensor) over the inputs of `files`, each file read by its suffix's reader;
-    `sizes[name]` is each input's original spatial size (H, W) when it has one; unreadable images land in
-    `skipped`, the others are still read."""
+    """Iterate (name, model-ready tensor) over the inputs of `files`, each read by its suffix's reader.
+    `sizes[name]` is an input's original spatial size (H, W), when it has one. Unreadable images land in `skipped`,
+    and the others are still read."""
 
     files: list[Path]
     meta: Mapping[str, Any]
@@ -248,7 +248,7 @@ class Inputs:
                     if size is not None:
                         self.sizes[name] = size
                     yield name, tensor
-            # OSError covers unidentified and truncated images; some PIL decoders raise SyntaxError on bad chunks
+            # OSError covers unidentified and truncated images. Some PIL decoders raise SyntaxError on bad chunks
             except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
                 if reader is not read_image:
                     raise

@@ -1,4 +1,4 @@
-"""Batched prediction and the predictions.csv / predictions.json files every task's records go into."""
+"""Batched prediction, and the predictions.csv / predictions.json files every task's records go into."""
 
 from __future__ import annotations
 
@@ -24,10 +24,9 @@ def batched_outputs(
     batch_size: int,
     skipped: list[dict[str, str]] | None = None,
 ) -> Iterator[tuple[list[str], Any]]:
-    """(names, fp32 outputs as the model returns them) per batch of at most `batch_size` samples stacked together; a
-    sample of another shape than the batch's (images kept at their own size) starts a new batch. A sample with NaN
-    or inf values gets no prediction (a model answers it as confidently as any other): it goes into `skipped` with
-    the reason."""
+    """Yield (names, fp32 outputs as the model returns them) per stacked batch of at most `batch_size` samples.
+    A sample of another shape (images kept at their own size) starts a new batch. A sample with NaN or inf gets no
+    prediction, since a model would answer it as confidently as any other; it goes into `skipped`."""
     names: list[str] = []
     tensors: list[torch.Tensor] = []
     for name, tensor in samples:
@@ -53,8 +52,8 @@ def _fp32(outputs: Any) -> Any:
 
 
 def per_input(outputs: Any, count: int, task: Any) -> Iterable[Any]:
-    """Each of a batch's `count` inputs' outputs, for `output_record`: a row of one tensor; for a model of several,
-    its row of each by output name (lab.tasks.outputs). An output without a row per input is refused."""
+    """Split a batch's outputs into one item per input, for `output_record`: a row, or a dict of rows by output
+    name for a model of several outputs. Raises UserError for an output without a row per input."""
     if isinstance(outputs, torch.Tensor):
         return outputs
     named = list(zip(model_outputs.check(outputs, task).names, model_outputs.tensors(outputs)))
@@ -68,10 +67,12 @@ def per_input(outputs: Any, count: int, task: Any) -> Iterable[Any]:
 
 
 def output_record(output: torch.Tensor | dict[str, torch.Tensor], run_dir: Path, index: int, max_csv: int) -> dict:
-    """One input's raw outputs as record fields: up to `max_csv` values as the list "output" (flattened; its
-    "output_shape" when not 1-d), which predictions.csv spreads over output_0, output_1...; a bigger output (a mask,
-    a feature map) as <run_dir>/outputs/<index>.npy, float32, named in "output_file" with its shape. A dict (a model
-    of several outputs, `per_input`) gives these fields per output, under its name: cls, cls_shape, cls_file..."""
+    """Turn one input's raw outputs into record fields.
+
+    Up to `max_csv` values go into the flat list "output" (with "output_shape" when not 1-d), which predictions.csv
+    spreads over output_0, output_1... A bigger output (a mask, a feature map) goes to
+    <run_dir>/outputs/<index>.npy as float32, named in "output_file" with its shape. A dict (a model of several
+    outputs) gives these fields per output, under its name: cls, cls_shape, cls_file..."""
     if isinstance(output, dict):
         return {
             key: value
@@ -103,7 +104,7 @@ def top_k_records(
     labels: Sequence[str],
     skipped: list[dict[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Class predictions: the top-k labels with softmax probabilities, most likely first."""
+    """Predict classes: the top-k labels with softmax probabilities, most likely first."""
     records = []
     for names, logits in batched_outputs(backend, samples, batch_size, skipped):
         probs, indices = logits.softmax(dim=1).topk(min(top_k, logits.shape[1]), dim=1)
@@ -114,8 +115,8 @@ def top_k_records(
 
 
 def _csv_row(record: dict[str, Any]) -> dict[str, Any]:
-    """A record's scalar fields; a list of numbers `key` becomes key_0, key_1, ... (raw outputs); a ranked "top_k"
-    list becomes top1_label, top1_prob, top2_label, ..."""
+    """Flatten a record into its scalar fields for the CSV.
+    A list of numbers `key` becomes key_0, key_1, ... A ranked "top_k" list becomes top1_label, top1_prob, ..."""
     ranked = "top_k" in record  # its first label is top1_label
     row: dict[str, Any] = {}
     for key, value in record.items():
@@ -131,8 +132,8 @@ def _csv_row(record: dict[str, Any]) -> dict[str, Any]:
 def write_predictions(
     records: Sequence[dict[str, Any]], run_dir: Path, skipped: Sequence[dict[str, str]], header: dict[str, Any]
 ) -> tuple[Path, Path]:
-    """predictions.csv (one row per input, scalar fields only) and predictions.json (the full records plus what
-    was skipped and why, and which model made them)."""
+    """Write predictions.csv (one row per input, scalar fields only) and predictions.json.
+    The JSON holds the full records, what was skipped and why, and which model made them."""
     rows = [_csv_row(record) for record in records]
     columns = list(dict.fromkeys(key for row in rows for key in row))
     csv_path = run_dir / "predictions.csv"

@@ -1,5 +1,5 @@
-"""Table rows for inference: a .csv file with the training features as named columns, or a .npy / .pt array of
-shape (N, F) in the training column order; standardised with the statistics in the checkpoint's data_meta."""
+"""Read table rows for inference: a .csv file with the training features as named columns, or a .npy/.pt array of
+shape (N, F) in the training column order. Rows are standardised with the checkpoint's data_meta statistics."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from lab.errors import UserError
 
 
 def read_rows(spec: str, meta: Mapping[str, Any]) -> list[tuple[str, torch.Tensor]]:
-    """(name, standardised feature row) for every row of the file `input=` names."""
+    """Return (name, standardised feature row) for every row of the file `input=` names."""
     path = Path(spec).expanduser()
     names = list(meta["feature_names"])
     if not path.is_file():
