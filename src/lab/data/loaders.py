@@ -25,7 +25,7 @@ from lab.runtime import epoch_generator_seed
 
 
 class Ranks(Protocol):
-    """What the loaders need of the ranks: a `lab.distributed.parallel.Parallel`, typed here as data sits below it."""
+    """What the loaders need of a `lab.distributed.parallel.Parallel`, which data sits below and cannot import."""
 
     rank: int
     world_size: int

@@ -24,9 +24,9 @@ def cross_entropy(
     Under autocast the logits may be fp16/bf16, where log-softmax loses precision. Training passes the task's class
     weights and label smoothing; the metrics score the plain loss, so validation stays unweighted.
 
-    `targets` are class indices (N,) or class probabilities (N, K) from MixUp/CutMix. Sample i then adds
-    -sum_c w_c p'_ic log softmax(logits_i)_c with p' = (1 - eps) p + eps / K, so label smoothing applies to the
-    mixed distribution and a one-hot p gives exactly the index case."""
+    `targets` are class indices (N,) or class probabilities (N, K) from MixUp/CutMix. With probabilities, sample i
+    adds -sum_c w_c p'_ic log softmax(logits_i)_c with p' = (1 - eps) p + eps / K, so label smoothing applies to
+    the mixed distribution and a one-hot p gives exactly the index case."""
     return F.cross_entropy(logits.float(), targets, weight=weight, label_smoothing=label_smoothing, reduction="sum")
 
 
