@@ -14,9 +14,8 @@ TARGET_KEYS = ("targets", "labels")
 
 
 def split(batch: Any) -> tuple[Any, Any]:
-    """Split a batch into (inputs, targets).
-    A dict batch keeps its targets under "targets" or "labels". The other entries are the inputs: one tensor if
-    only one is left, else the dict the model's forward takes."""
+    """Split a batch into (inputs, targets). A dict batch keeps its targets under "targets" or "labels"; the other
+    entries are the inputs: one tensor if only one is left, else the dict the model's forward takes."""
     # Test for tuples first: they are the common case, and Mapping is an ABC, slower to check
     if not isinstance(batch, tuple | list) and isinstance(batch, Mapping):
         key = next((k for k in TARGET_KEYS if k in batch), None)

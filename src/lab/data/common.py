@@ -114,9 +114,8 @@ def make_meta(
     crop_pct: float | None = None,
     interpolation: str | None = None,
 ) -> dict[str, Any]:
-    """Build the meta of an image classification dataset.
-    It has the keys every model reads (one sample's `input_shape`, `num_outputs`), plus what preprocessing
-    (`lab.data.eval_transform`) and class labels need."""
+    """Build an image classification dataset's meta: the keys every model reads (one sample's `input_shape`,
+    `num_outputs`), plus what preprocessing (`eval_transform`) and class labels need."""
     return {
         "input_shape": [int(in_channels), int(image_size), int(image_size)],
         "num_outputs": int(num_classes),

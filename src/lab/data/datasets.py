@@ -16,7 +16,6 @@ _last_built: tuple[str, DataModule] | None = None  # (data config, what it built
 
 def build(cfg: Any, reuse: bool = False) -> DataModule:
     """Build the train, val and (optional) test datasets and their `meta`.
-
     `meta` holds what the models and the task need: always input_shape and num_outputs, plus class names,
     normalization, target statistics or a vocabulary when the data has them. Raises ConfigError, naming the key
     and the fix, on a bad config or missing files.

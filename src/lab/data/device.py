@@ -54,9 +54,8 @@ def resident(dataset: Dataset, device: torch.device, split: str) -> tuple[Any, t
 
 
 class DeviceLoader:
-    """Give the training batches of a split on the device, with `EpochLoader`'s interface.
-    `len()` is the batches per epoch after `limit` (-1 means all). `epoch(e, start)` yields epoch e from batch
-    `start`, and iterating gives epoch 0."""
+    """Give the training batches of a split on the device, with `EpochLoader`'s interface: `epoch(e, start)` and
+    `len()`, the batches per epoch after `limit` (-1 means all). Iterating gives epoch 0."""
 
     def __init__(
         self,

@@ -90,9 +90,8 @@ def _split_samples(root: Path, split: str, class_names: list[str]) -> list[tuple
 
 
 def folder_splits(cfg: ImageFolderConfig, root: Path) -> tuple[list[str], dict[str, list[tuple[str, int]] | None]]:
-    """Return (class names, {"train"/"val"/"test": [(path, class index)]}) of the image folder `root`.
-    Test is None without root/test. data=image_folder and a prepare that converts such a folder both read this,
-    so they split alike."""
+    """Return (class names, {split: [(path, class index)]}) of the image folder `root`; test is None if absent.
+    data=image_folder and a prepare that converts such a folder both read this, so they split alike."""
     if not (root / "train").is_dir():
         raise ConfigError(f"{root / 'train'} does not exist; expected layout {LAYOUT}")
     pil_mode(cfg.in_channels)  # fail on e.g. in_channels=2 before scanning anything

@@ -106,7 +106,6 @@ class EpochSeededDataset(Dataset):
 
 def training_splits(datamodule: DataModule, cfg: Any, world_size: int) -> DataModule:
     """Return the splits a run reads (`cfg` is the run's config), raising ConfigError if a rank gets no full batch.
-
     With trainer.overfit_batches, training and validation share a few samples: a model that cannot fit them is
     wired wrong. The global batch (per device x ranks) sizes them, so each rank has its own fixed batches."""
     batch_size, batches = cfg.data.batch_size, cfg.trainer.overfit_batches
@@ -167,13 +166,11 @@ def make_loader(
     sampler: Sampler | None = None,
     collate: Callable[[list[Any]], Any] | None = None,
 ) -> DataLoader:
-    """Build a DataLoader. Eval loaders keep every sample in order.
-
+    """Build a train or eval DataLoader; eval loaders keep every sample in order.
     Train loaders shuffle (unless a sampler is given) and drop the last partial batch, since a batch of 1 breaks
-    BatchNorm. Their sampler is an `EpochSampler`, so a resume can start mid-epoch. With workers, augmentation is
-    reseeded per batch from the loader's seed (`generator`'s initial seed), the epoch and the batch's position.
-    `collate` (train only, e.g. MixUp/CutMix) runs in the worker right after the batch's items, so it draws from
-    the same reseeded stream."""
+    BatchNorm. Their `EpochSampler` lets a resume start mid-epoch. With workers, augmentation is reseeded per batch
+    from the loader's seed (`generator`'s initial seed), the epoch and the batch's position. `collate` (train only,
+    e.g. MixUp/CutMix) runs in the worker right after the batch's items, so it draws from the same reseeded stream."""
     batch_size = cfg.batch_size if train else (cfg.eval_batch_size or cfg.batch_size)
     seed = generator.initial_seed() if generator is not None else torch.initial_seed()
     if generator is None:
@@ -254,7 +251,6 @@ def worker_deaths(next_step: str) -> Iterator[None]:
 
 class EpochLoader:
     """Wrap the training loader as the trainer walks it.
-
     `epoch(e, start)` yields epoch e's batches from batch `start` on, in an order that depends on seed and e alone.
     So a resumed run sees exactly what an uninterrupted one would have. `len()` is the batches per epoch after
     `limit` (trainer.limit_train_batches, -1 means all). A `make_loader` loader starts its sampler at `start`, so

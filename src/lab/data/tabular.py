@@ -178,9 +178,8 @@ def numeric_columns(rows: list[list[str]], header: list[str], columns: list[str]
 
 
 def _check_labels(raw: list[str], cfg: Any) -> None:
-    """Raise ConfigError if a class column holds fractional numbers. Labels may be names or integers ("3", "3.0").
-    A fractional value means a measured quantity. Each distinct value would become its own class, and accuracy
-    would stay near 0."""
+    """Raise ConfigError if class labels hold fractional numbers; labels are names or integers ("3", "3.0").
+    A fractional value is a measured quantity: each distinct value would become a class, and accuracy stay near 0."""
     try:
         values = [float(v) for v in raw]
     except ValueError:

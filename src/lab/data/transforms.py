@@ -72,7 +72,6 @@ def resample(interpolation: str) -> Image.Resampling:
 
 class EvalTransform:
     """Turn any PIL image into the normalized float32 (C, image_size, image_size) tensor the model expects.
-
     The shorter side is resized to image_size / crop_pct, then the centre square is cut, so non-square images are
     not distorted. crop_pct < 1 keeps a margin, as pretrained models were evaluated. `crop_pct=None` squashes to a
     square, as checkpoints from before crop_pct were trained. `image_size=None` keeps the image's own size, for a

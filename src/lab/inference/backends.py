@@ -157,9 +157,8 @@ class ExportedProgramBackend(ModuleBackend):
 @contextlib.contextmanager
 def _weights_only_loads() -> Iterator[None]:
     """Force torch.export.load to read weights-only, so a crafted .pt2 fails to load instead of running code.
-    When the weights-only read fails, torch.export.load retries with weights_only=False, which runs whatever the
-    file names. torch reads the forcing variable at each load. Its own warning and traceback are silenced, since
-    our error says it in one line."""
+    When the weights-only read fails, torch.export.load retries with weights_only=False, running whatever the file
+    names. torch reads the forcing variable at each load. Its warning and traceback are silenced; our error says it."""
     names = ("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
     saved = {name: os.environ.pop(name, None) for name in names}
     os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"

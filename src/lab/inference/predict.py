@@ -68,11 +68,10 @@ def per_input(outputs: Any, count: int, task: Any) -> Iterable[Any]:
 
 def output_record(output: torch.Tensor | dict[str, torch.Tensor], run_dir: Path, index: int, max_csv: int) -> dict:
     """Turn one input's raw outputs into record fields.
-
-    Up to `max_csv` values go into the flat list "output" (with "output_shape" when not 1-d), which predictions.csv
-    spreads over output_0, output_1... A bigger output (a mask, a feature map) goes to
-    <run_dir>/outputs/<index>.npy as float32, named in "output_file" with its shape. A dict (a model of several
-    outputs) gives these fields per output, under its name: cls, cls_shape, cls_file..."""
+    Up to `max_csv` values go in the flat list "output" (plus "output_shape" when not 1-d), which predictions.csv
+    spreads over output_0, output_1... A bigger output (a mask, a feature map) goes to <run_dir>/outputs/<index>.npy
+    as float32, named in "output_file" with its shape. A dict of outputs gives these fields per output name: cls,
+    cls_shape, cls_file..."""
     if isinstance(output, dict):
         return {
             key: value

@@ -118,9 +118,8 @@ class InferContext:
     resize: bool = True
 
     def inputs(self) -> Any:
-        """Read the files `input=` names, by suffix (`lab.inference.inputs`). Raises UserError without `input=`.
-        Returns an iterable of (name, model-ready tensor), with `sizes[name]` (each input's original spatial size)
-        and `skipped`."""
+        """Read the files `input=` names (`lab.inference.inputs`), raising UserError if none are named.
+        Returns an iterable of (name, model-ready tensor) with `sizes[name]` (original spatial size) and `skipped`."""
         from lab.inference.inputs import Inputs
 
         if not self.cfg.input:
@@ -191,7 +190,6 @@ class Task(Protocol[MetricsT]):
 
 class BaseTask(Generic[MetricsT]):
     """Defaults for a new task: subclass it and write `loss`, and `metrics` for more than the mean loss.
-
     `lab.tasks.build` sets `name`, `monitor` and `mode` from the task's option. By default the loss averages over
     samples (change the `normaliser` word), the metric is the mean loss, eval writes eval.json only, and export
     parity is max |diff| alone. Infer runs the model on each input and records the outputs, one column group per

@@ -27,9 +27,8 @@ def given(weights: Sequence[float], num_classes: int) -> torch.Tensor:
 
 
 def balanced(train_set: Dataset, num_classes: int) -> torch.Tensor:
-    """Return n / (K * count_k) per class, from the training split's labels.
-    Each class then weighs as much in the loss as in a balanced data set. A class absent from the training split
-    gets weight 1, since it is never a target."""
+    """Return n / (K * count_k) per class from the training labels, so each class weighs as in a balanced data set.
+    A class absent from the training split gets weight 1 (it is never a target)."""
     counts = torch.bincount(training_labels(train_set), minlength=num_classes)[:num_classes].double()
     weights = torch.where(counts > 0, counts.sum() / (num_classes * counts.clamp_min(1)), torch.ones_like(counts))
     log.info(

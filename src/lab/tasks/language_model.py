@@ -1,5 +1,4 @@
 """Language modelling: next-token cross-entropy weighted by tokens, perplexity and token accuracy.
-
 Padding (target -100) carries no weight. Eval writes sample generations, and infer continues a prompt."""
 
 from __future__ import annotations
