@@ -72,9 +72,7 @@ def ctrl_c_in_one_line() -> Iterator[None]:
 
 
 def one_line(err: BaseException) -> str:
-    """Return the error's message, unwrapped from a DataLoader worker's traceback text when it has one.
-
-    The last line of that text is the original `<Type>: <message>`."""
+    """Return the error's message, from the last line of a DataLoader worker's traceback text if it is wrapped."""
     text = str(err)
     if "Original Traceback" not in text:
         return text

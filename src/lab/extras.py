@@ -65,9 +65,7 @@ def extras() -> dict[str, tuple[str, ...]]:
 
 
 def chosen(is_installed: Callable[[str], bool] = installed) -> list[str]:
-    """Return the extras installed here.
-
-    Those are the ones `make install` recorded in .venv/.extras, else those whose distributions are all installed."""
+    """Return the extras `make install` recorded in .venv/.extras, else those whose distributions are installed."""
     record = Path(sys.prefix) / ".extras"
     if record.is_file():
         return [extra for extra in record.read_text().strip().split(",") if extra]
@@ -93,9 +91,7 @@ def install_hint(dists: Iterable[str]) -> str:
 
 
 def require(what: str, dists: Iterable[str], instead: str = "") -> None:
-    """Refuse `what` (e.g. "model=timm") unless every distribution it needs is installed.
-
-    `instead` names a choice that needs none of them."""
+    """Refuse `what` (e.g. "model=timm") unless every distribution it needs is installed; suggest `instead`."""
     missing = [dist for dist in dists if not installed(dist)]
     if missing:
         verb = "is" if len(missing) == 1 else "are"

@@ -41,9 +41,7 @@ def temp_path(path: Path) -> Path:
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temp path next to `path`; it is synced and renamed over `path` only if the block succeeds.
-
-    Until then the previous file stays complete."""
+    """Yield a temp path next to `path`; it is synced and renamed over `path` only if the block succeeds."""
     path = Path(path)
     tmp = temp_path(path)
     in_flight = sys.exc_info()[1]  # a failure we write on the way out of (summary.json) is not this write's

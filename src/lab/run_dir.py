@@ -265,9 +265,7 @@ def register_hydra_dir(run_dir: Path) -> None:
 
 @contextlib.contextmanager
 def undone_on_refusal() -> Iterator[None]:
-    """Wrap an entry script's Hydra main and remove what Hydra wrote if the script exits non-zero.
-
-    A refusal, a config mistake or Ctrl-C before the run wrote anything of its own leaves the dir as it was."""
+    """Remove what Hydra wrote if the script exits non-zero (a refusal, Ctrl-C) before the run wrote records."""
     try:
         yield
     except SystemExit as stop:
@@ -384,9 +382,7 @@ def config_hash(config: Mapping[str, Any]) -> str:
 
 
 def record_torchrun_job(run_dir: Path) -> None:
-    """Note the torchrun job's id in the run dir, so its restarted workers find the run to continue.
-
-    Called on rank 0, which holds the dir."""
+    """On rank 0, note the torchrun job's id in the run dir, so its restarted workers find the run to continue."""
     from lab.distributed import env
 
     job = env.torchrun_job()
@@ -672,9 +668,7 @@ def _refuse_another_model(path: Path, ckpt: dict, model_cfg: Any) -> None:
 
 
 def move_logs(fresh_dir: Path, run_dir: Path) -> None:
-    """Append this start's log to the one in `run_dir`, and remove what Hydra wrote in `fresh_dir`.
-
-    One run keeps one dir."""
+    """Append this start's log to the one in `run_dir`, and remove what Hydra wrote in `fresh_dir`."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == fresh_dir:

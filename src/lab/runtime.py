@@ -61,9 +61,7 @@ def epoch_generator_seed(seed: int, epoch: int) -> int:
 
 
 def configure_backends(trainer_cfg: TrainerConfig | DictConfig, device: torch.device) -> None:
-    """Set determinism, cuDNN autotuning and TF32, on or off.
-
-    These are process-wide flags, and a joblib worker or an eval after training must not inherit the last job's."""
+    """Set determinism, cuDNN autotuning and TF32 both ways, so these process-wide flags never leak between jobs."""
     deterministic = bool(trainer_cfg.deterministic)
     if deterministic:
         # cuBLAS needs this before its first call to be deterministic; harmless elsewhere.

@@ -30,9 +30,7 @@ _launcher: int | None = None  # the launcher's pid, in a rank it spawned
 
 
 class StopRequested(KeyboardInterrupt):
-    """A stop signal with no optimizer step in flight.
-
-    It is a KeyboardInterrupt so that `except Exception` blocks on the way out do not swallow it."""
+    """A stop signal with no optimizer step in flight; a KeyboardInterrupt, so `except Exception` won't catch it."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -76,9 +74,7 @@ def stop_at_once(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def raised_at_once() -> Iterator[None]:
-    """Make the first stop signal raise StopRequested inside the block.
-
-    Outside the main thread nothing changes, as Python allows no signal handlers there."""
+    """Make the first stop signal raise StopRequested in the block; in the main thread only, as Python requires."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

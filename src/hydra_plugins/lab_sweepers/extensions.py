@@ -16,9 +16,7 @@ from lab import extensions
 
 
 class ExtensionPresets(SearchPathPlugin):
-    """Add each extension's conf/ after the repository's own, so a repository preset of the same name wins.
-
-    So `hparams_search=optuna` is found in the extension that brings it."""
+    """Add each extension's conf/ after the repository's own, so a repository preset of the same name wins."""
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
         # Store the options of modules imported before lab.config, before composing. Only do so where this package's

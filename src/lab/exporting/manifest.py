@@ -36,9 +36,7 @@ def _version(package: str) -> str | None:
 
 
 def preprocessing(meta: dict[str, Any]) -> dict[str, Any]:
-    """Describe how raw inputs become the input tensor, in words a non-Python runtime can follow.
-
-    data_meta has the numbers: image normalization, feature and target statistics, the vocabulary."""
+    """Describe how raw inputs become the input tensor, for a non-Python runtime; data_meta has the numbers."""
     if "image_size" in meta:
         c, size = meta["in_channels"], meta["image_size"]
         return {

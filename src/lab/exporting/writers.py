@@ -63,10 +63,8 @@ _IMAGE_AXES = ("batch", "channels", "height", "width")
 
 
 def axis_name(dim: int, ndim: int) -> str:
-    """Name input axis `dim` of an `ndim`-d input, for the files and the manifest.
-
-    The names are batch; sequence for token ids (N, L); channels, height, width for (N, C, H, W) images; else
-    dim<d>."""
+    """Name input axis `dim` of an `ndim`-d input: batch; sequence for token ids (N, L); channels, height, width
+    for (N, C, H, W) images; else dim<d>."""
     if dim == 0:
         return "batch"
     if ndim == 2 and dim == 1:
@@ -77,8 +75,7 @@ def axis_name(dim: int, ndim: int) -> str:
 def axis_limit(example: torch.Tensor, dim: int) -> int | None:
     """Return the largest size dynamic axis `dim` may take, or None if unbounded.
 
-    A token sequence is bounded by the example's length, the context the model was built for (its position
-    embeddings, say)."""
+    A token sequence is bounded by the example's length, the context the model was built for."""
     return int(example.shape[dim]) if example.ndim == 2 and dim == 1 else None
 
 
@@ -111,9 +108,7 @@ def dynamic_shapes(example: torch.Tensor, dims: tuple[int, ...]) -> tuple[dict[i
 def write_onnx(
     model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None, dims: Dims = (0,), names: Names = ()
 ) -> Written:
-    """Export to ONNX with the dynamo exporter (torch.export graph, then onnxscript).
-
-    `names` has a name per output of a model with several, in its order (a dict's key order)."""
+    """Export to ONNX with the dynamo exporter. `names` names each of several outputs, in order (a dict's keys)."""
     import onnx
 
     model.eval()
@@ -140,9 +135,7 @@ def write_onnx(
 def write_pt2(
     model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None, dims: Dims = (0,), names: Names = ()
 ) -> Written:
-    """Export with torch.export to a graph that runs without the model's Python code.
-
-    It returns the model's own tuple or dict, so `names` is not needed."""
+    """Export a torch.export graph that runs without the model's Python code and returns its own tuple or dict."""
     model.eval()
     program = torch.export.export(model, (example,), dynamic_shapes=dynamic_shapes(example, dims))
     torch.export.save(program, str(path))
@@ -184,9 +177,7 @@ def write(
     dims: tuple = (0,),
     names: Names = (),
 ) -> Written:
-    """Write one format into `folder`, with input axes `dims` dynamic and `names` for several outputs.
-
-    An exporter failure becomes one line; its traceback goes to the log."""
+    """Write one format into `folder`. An exporter failure becomes one line; its traceback goes to the log."""
     name, writer = WRITERS[fmt]
     named = (tuple(names),) if names else ()
     try:

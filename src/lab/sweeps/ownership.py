@@ -87,9 +87,7 @@ def job_dirs(sweep_dir: Path) -> Iterator[Path]:
 
 
 def read_jobs(sweep_dir: Path) -> list[RecordedJob]:
-    """Return the jobs the sweep in `sweep_dir` started, by job number.
-
-    A job whose process died before Hydra recorded it left nothing to read."""
+    """Return the jobs the sweep in `sweep_dir` started, by number; one killed before Hydra recorded it is lost."""
     jobs = (_read_job(folder) for folder in job_dirs(sweep_dir))
     return sorted((job for job in jobs if job is not None), key=lambda job: job.num)
 
@@ -109,9 +107,7 @@ def _parser() -> Any:
 
 # ---------------------------------------------------------------------------------------------- refusals
 def check(sweep_dir: Path, resuming: bool) -> None:
-    """Refuse a sweep dir a running sweep holds, or one with an earlier sweep's jobs unless `resuming` it.
-
-    It only reads; nothing is created."""
+    """Refuse a sweep dir a running sweep holds, or one with an earlier sweep's jobs unless `resuming`. Read-only."""
     lock = sweep_dir / LOCK
     if lock.is_file():
         with open(lock) as handle:
@@ -186,9 +182,7 @@ def _listed(overrides: list[str]) -> str:
 
 # ---------------------------------------------------------------------------------------------- the lock
 def _lock(sweep_dir: Path) -> IO:
-    """Take an exclusive lock on `<sweep dir>/.lock` and write this process's pid into it.
-
-    If another sweep removed the file at its end between our open and our lock, we retry on the new file."""
+    """Lock `<sweep dir>/.lock` with our pid in it, retrying if a sweep that ended removed the file meanwhile."""
     path = sweep_dir / LOCK
     while True:
         handle = open(path, "a+")  # noqa: SIM115 (held open, as the lock lives as long as it)

@@ -66,8 +66,7 @@ def _last_logged(metrics_file: Path, key: str) -> float | None:
 def collect(sweep_dir: Path, metric: str, exclude_keys: Collection[str] = ()) -> list[Row]:
     """Return one row per job dir of the sweep.
 
-    A job whose process was killed (no sweep_job.json) is a failed row, with overrides from Hydra's record of the
-    job, less `exclude_keys`."""
+    A killed job (no sweep_job.json) is a failed row, with Hydra's record of its overrides less `exclude_keys`."""
     rows = []
     for job in read_jobs(sweep_dir):
         record = job.record or {

@@ -202,9 +202,7 @@ def drop_records_after(path: Path, step: int, step_of: Callable[[str], int | Non
 
 
 def drop_partial_line(path: Path) -> None:
-    """Truncate `path` after its last newline.
-
-    A process killed mid-write leaves a line without one, and the next record would be glued onto it."""
+    """Truncate `path` after its last newline, so the next record is not glued onto a line a kill cut short."""
     try:
         handle = open(path, "rb+")  # noqa: SIM115 (closed below)
     except FileNotFoundError:
@@ -237,9 +235,7 @@ def writing(path: Path) -> Iterator[None]:
 
 
 def check_writable(folder: Path) -> None:
-    """Refuse an existing run-dir folder that cannot be written, such as on a resume into a read-only dir.
-
-    Otherwise the tracker would fail at its first write, after the run began."""
+    """Refuse an existing run-dir folder that cannot be written (say, on a resume) now, not at a write mid-run."""
     if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
         read_only_mount = os.statvfs(folder).f_flag & os.ST_RDONLY
         fix = _FIXES[errno.EROFS if read_only_mount else errno.EACCES]

@@ -181,9 +181,7 @@ def _child() -> _Child:
 
 
 def close() -> None:
-    """End the child process, if any, once what it was sent is done.
-
-    Called at exit. Tests call it to read the finished wandb files."""
+    """End the child process, if any, once what it was sent is done. Called at exit, and by tests."""
     global _CHILD
     child, _CHILD = _CHILD, None
     if child is not None:

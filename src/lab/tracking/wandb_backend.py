@@ -72,9 +72,7 @@ class WandbBackend(Backend):
         self.wandb_run.summary.update(dict(values))
 
     def save_file(self, path: Path) -> None:
-        """Copy a run-dir file into the wandb run's files folder, to upload at finish or by `wandb sync`.
-
-        A copy, because a symlink would keep following a log that is still being written."""
+        """Copy a run-dir file into wandb's files folder to upload; a symlink would follow a log still being written."""
         target = Path(self.wandb_run.dir) / Path(path).resolve().relative_to(self.run.run_dir.resolve())
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)

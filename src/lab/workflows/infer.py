@@ -101,9 +101,7 @@ def _check_verified(path: Path, found: dict[str, Any], allow_modified: bool) -> 
 
 
 def _check_input_shape(path: Path, backend: Any, meta: dict[str, Any]) -> None:
-    """Refuse a manifest whose data_meta.input_shape is not what the model file takes.
-
-    Otherwise an edited manifest would fail inside the runtime, on the first batch."""
+    """Refuse a manifest whose data_meta.input_shape the model file does not take, before the runtime fails."""
     declared = getattr(backend, "input_shape", None)
     expected = meta.get("input_shape")
     if declared is None or expected is None or fits(list(expected), declared[1:]):  # [0] is the batch axis

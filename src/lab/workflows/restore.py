@@ -92,9 +92,7 @@ def data_config(restored: Restored, overrides: Mapping[str, Any] | DictConfig | 
 
 
 def rebuild_data(restored: Restored, overrides: Mapping[str, Any] | DictConfig | None = None) -> data.DataModule:
-    """Rebuild the training run's dataset, refusing data whose meta differs from what the model was trained on.
-
-    The meta covers classes, shape, normalization and vocabulary; say, an image_folder root with other classes."""
+    """Rebuild the training run's dataset, refusing data whose classes, shape, normalization or vocabulary differ."""
     cfg = data_config(restored, overrides)
     datamodule = data.build(cfg)
     rebuilt_meta = upgrade_meta(datamodule.meta)
