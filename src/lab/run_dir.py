@@ -80,9 +80,8 @@ _hydra_dirs: list[Path] = []  # the run dirs Hydra made or used for this process
 def check(run_dir: Path, script: str, config: Mapping[str, Any]) -> str | None:
     """Refuse a run dir that `script` may not write, before Hydra writes `.hydra/` into it.
 
-    `run_dir` is the dir as Hydra resolved it, whatever the spelling. `config` is the composed config; its
-    `resume`, `overwrite` and `ckpt_path` are read. Returns the subdir for this attempt's Hydra config when
-    training continues a run in place, else None."""
+    `run_dir` is the dir as Hydra resolved it, whatever the spelling, and `config` the composed config. Returns the
+    subdir for this attempt's Hydra config when training continues a run in place, else None."""
     _require_writable(run_dir)
     _before[run_dir.resolve()] = _snapshot(run_dir)
     if is_held(run_dir):
@@ -116,10 +115,8 @@ class CommandLine:
 
 
 def read_command_line(argv: list[str]) -> CommandLine | None:
-    """Parse an entry script's command line with Hydra's own parser and override grammar.
-
-    So `'quoted'` values and `+`/`++` prefixes name the same key. Returns None when Hydra will refuse the line
-    (Hydra then says why)."""
+    """Parse an entry script's command line as Hydra will, so `'quoted'` values and `+`/`++` prefixes name the same
+    key; None when Hydra will refuse it (it says why)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -180,10 +177,8 @@ def attempt_subdir(run_dir: Path) -> str:
 
 
 def forget_replaced(run_dir: Path) -> None:
-    """Drop what Hydra kept of a run that `overwrite=true` replaces.
-
-    That is its `.hydra/attempt-<n>/` configs (Hydra just wrote the new run's into `.hydra/`) and its lines at the
-    head of a log that existed before this process."""
+    """Drop what Hydra kept of a run that `overwrite=true` replaces: its `.hydra/attempt-<n>/` configs, and its
+    lines at the head of a log that existed before this process."""
     for attempt in (run_dir / HYDRA_DIR).glob("attempt-*"):
         for file in attempt.iterdir():
             file.unlink()
@@ -314,10 +309,8 @@ def is_held(run_dir: Path) -> bool:
 
 @contextlib.contextmanager
 def claim(run_dir: Path, resuming_here: bool, overwrite: bool) -> Iterator[None]:
-    """Hold `run_dir` for this process.
-
-    Refuse it when another process holds it, or when it holds checkpoints of another run that this run neither
-    resumes nor overwrites. A refused claim leaves no lock file."""
+    """Hold `run_dir` for this process, refusing it if another process holds it or it holds another run's
+    checkpoints that this run neither resumes nor overwrites. A refused claim leaves no lock file."""
     _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
     lock_path = run_dir / LOCK
@@ -443,10 +436,8 @@ def requeued() -> bool:
 
 
 def unfinished(run_dir: Path) -> bool:
-    """Whether `run_dir` has a `last.pt` whose training did not complete.
-
-    The run was interrupted, failed (say, a killed tracker or DataLoader worker; its last.pt is good), or was
-    killed before it wrote summary.json."""
+    """Whether `run_dir` has a `last.pt` whose training did not complete: interrupted, failed (its last.pt is
+    good), or killed before it wrote summary.json."""
     if not (run_dir / "checkpoints" / "last.pt").is_file():
         return False
     return _status(run_dir) in (None, "interrupted", "failed")
@@ -641,10 +632,8 @@ def _refuse_finished(path: Path, trainer_cfg: Any, callbacks: Any) -> dict:
 
 
 def _refuse_another_model(path: Path, ckpt: dict, model_cfg: Any) -> None:
-    """Refuse weights that would not load into this run's model, before the run's records are touched.
-
-    The model is built on the meta device (no memory, no random draws) for the data the checkpoint was saved
-    with."""
+    """Refuse weights that would not load into this run's model, before the run's records are touched. The model
+    is built on the meta device (no memory, no random draws) for the checkpoint's data."""
     import torch
 
     from lab import models

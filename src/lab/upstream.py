@@ -31,10 +31,9 @@ def hydra_run_job_wrapped(wrap: Callable[[Callable[..., Any]], Callable[..., Any
 
 @contextlib.contextmanager
 def hydra_report_wrapped(wrap: Callable[[Callable[[], Any]], Any]) -> Iterator[None]:
-    """Make `hydra._internal.utils.run_and_report(func)` call `wrap(func)` for the duration.
+    """Make `hydra._internal.utils.run_and_report(func)`, which reports composing errors and exits, call `wrap(func)`.
 
-    `hydra.main` reports composing errors through it, then exits, so nothing reaches the caller. The wrap reports a
-    config mistake in one line before Hydra's 5-12 line report (lab.cli.concise_config_errors)."""
+    So a config mistake is reported in one line before Hydra's 5-12 line report (lab.cli.concise_config_errors)."""
     from hydra._internal import utils as hydra_utils
 
     original = hydra_utils.run_and_report
@@ -90,10 +89,9 @@ def hydra_config_repository_copied_shallowly() -> None:
 
 @contextlib.contextmanager
 def torch_elastic_signal_handler_wrapped(wrap: Callable[[Callable[[int, Any], None]], Any]) -> Iterator[None]:
-    """Replace torch elastic's stop-signal handler with `wrap(handler)` for the duration.
+    """Replace torch elastic's stop-signal handler (`api._terminate_process_handler`) with `wrap(handler)`.
 
-    The launcher installs `api._terminate_process_handler` (it raises SignalException) when it starts its workers.
-    The wrap makes it act on the first stop signal only (lab.distributed.launch)."""
+    So the launcher acts on its first stop signal only (lab.distributed.launch)."""
     from torch.distributed.elastic.multiprocessing import api
 
     original = api._terminate_process_handler
@@ -106,10 +104,9 @@ def torch_elastic_signal_handler_wrapped(wrap: Callable[[Callable[[int, Any], No
 
 @contextlib.contextmanager
 def torch_spawn_waits_capped(seconds: float) -> Iterator[None]:
-    """Cap at `seconds` the wait between SIGTERM and SIGKILL of the other ranks once one has failed.
+    """Cap at `seconds` torch.multiprocessing's fixed 30 s wait between SIGTERM and SIGKILL of the other ranks.
 
-    torch.multiprocessing waits a fixed 30 s (`ProcessContext._join_procs_with_timeout`), whatever LaunchConfig
-    says. Used by lab.distributed.launch."""
+    The wait comes once a rank has failed, whatever LaunchConfig says (`ProcessContext._join_procs_with_timeout`)."""
     from torch.multiprocessing.spawn import ProcessContext
 
     join = ProcessContext._join_procs_with_timeout
@@ -123,8 +120,7 @@ def torch_spawn_waits_capped(seconds: float) -> Iterator[None]:
 def torch_loader_sigchld_handler_kept_out() -> None:
     """Keep out the DataLoader's SIGCHLD handler by setting its once-per-process guard flag first.
 
-    That handler raises a dead worker's RuntimeError at whatever line the main process is on. Without it, the
-    loader finds a dead worker where it waits for a batch (lab.data.loaders)."""
+    It would raise a dead worker's error at any line; without it the loader finds the death as it waits for a batch."""
     from torch.utils.data._utils import signal_handling
 
     signal_handling._SIGCHLD_handler_set = True

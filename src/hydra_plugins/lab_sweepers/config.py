@@ -1,6 +1,4 @@
-"""Register the grid sweeper's config as `hydra/sweeper=lab_grid`, the default in conf/hydra/default.yaml.
-
-The extensions' sweepers and launchers store their own (extensions.py)."""
+"""Register the grid sweeper's config as `hydra/sweeper=lab_grid`, the default in conf/hydra/default.yaml."""
 
 # No `from __future__ import annotations`: Hydra executes plugin modules before putting them in sys.modules, and
 # dataclasses cannot resolve string annotations of a module that is not there yet.

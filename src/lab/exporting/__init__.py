@@ -1,6 +1,4 @@
-"""Write deployable model files: a writer per format, parity checks against eager PyTorch, and the manifest.
-
-`steps` is where export steps, such as an extension's INT8 quantization, run."""
+"""Write deployable model files: per-format writers, parity checks, the manifest, and export steps (`steps`)."""
 
 from lab.exporting.parity import Parity, compare, other_size, sample_batches, take
 from lab.exporting.writers import EXAMPLE_BATCH, WRITERS, Written, axis_name, check_dims, write

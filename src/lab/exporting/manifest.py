@@ -86,10 +86,7 @@ def build(
     sections: dict[str, Any],
     layout: model_outputs.Layout | None = None,
 ) -> dict[str, Any]:
-    """Build the manifest.
-
-    `output` is eager's output on the first parity batch, named by `layout`. `sections` are the entries the export
-    steps add (lab.exporting.steps), placed after the shipped ones."""
+    """Build the manifest from eager's `output` on the first parity batch, named by `layout`, and steps' `sections`."""
     return {
         "format_version": FORMAT_VERSION,
         "created_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -118,9 +115,7 @@ def build(
 
 
 def _output_specs(output: Any, layout: model_outputs.Layout, dims: tuple[int, ...], ndim: int) -> dict[str, Any]:
-    """Return one tensor's spec as "output", or several as "outputs" in the ONNX file's order.
-
-    Several outputs also get "output_structure" (tuple, list or dict), which is what the runners give back."""
+    """Return one tensor's spec as "output", or several as "outputs" (ONNX order) with their "output_structure"."""
     if layout.single:
         return {"output": _tensor_spec(OUTPUT_NAME, output, dims, ndim)}
     tensors = model_outputs.tensors(output)

@@ -68,10 +68,8 @@ def joblib_width(n_jobs: int) -> int:
 
 
 def launcher_width(config: DictConfig) -> int:
-    """Return how many jobs the configured launcher runs at once.
-
-    As the batch size, it keeps fail_fast from waiting for jobs that need not start, without making a parallel
-    launcher run one job at a time."""
+    """Return how many jobs the launcher runs at once: the batch size that lets fail_fast stop early, yet keeps a
+    parallel launcher busy."""
     launcher = config.hydra.launcher
     n_jobs = OmegaConf.select(launcher, "n_jobs", default=None)  # joblib
     if n_jobs is not None:

@@ -1,8 +1,7 @@
 """Record a run: metrics and summary to the chosen trackers and the run dir, and where the run came from.
 
-`tracker` sends records to wandb (offline without credentials), CSV files or an extension's tracker, and mirrors
-them to metrics.jsonl and summary.json. `backends` holds one class per tracker. `provenance` records the git
-commit, diff and versions."""
+`tracker` feeds wandb (offline without credentials), CSV or an extension's tracker (one class each in `backends`),
+and mirrors them to metrics.jsonl and summary.json. `provenance` records the git commit, diff and versions."""
 
 from lab.tracking.backends import Backend, RunInfo
 from lab.tracking.tracker import Tracker, from_config, job_identity

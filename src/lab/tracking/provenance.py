@@ -218,9 +218,7 @@ def _new_file_patch(name: str, data: bytes, path: Path) -> str | None:
 
 
 def record(run_dir: Path, provenance: dict, continuing: bool, root: Path = REPO_ROOT) -> list[Path]:
-    """Write this start's provenance into `<run dir>/provenance/` and return the files written.
-
-    A later start of a continuing run writes into `provenance/attempt-<n>/`."""
+    """Write this start's provenance into `<run dir>/provenance/`, or `attempt-<n>/` in it for a later start."""
     folder = _attempt_folder(run_dir / "provenance", continuing)
     folder.mkdir(parents=True, exist_ok=True)
     env, written = dict(provenance), []
@@ -244,9 +242,7 @@ def record(run_dir: Path, provenance: dict, continuing: bool, root: Path = REPO_
 
 
 def _attempt_folder(base: Path, continuing: bool) -> Path:
-    """Return `base` for a run's first start, and `base/attempt-<n>` for its n-th in its own dir.
-
-    A new run in the dir replaces the record of the run before it, attempts included."""
+    """Return `base` for a run's first start and `base/attempt-<n>` for its n-th; a new run drops old attempts."""
     attempts = {int(m.group(1)): p for p in (base.iterdir() if base.is_dir() else ()) if (m := _ATTEMPT.match(p.name))}
     if not continuing:
         for replaced in attempts.values():

@@ -292,10 +292,7 @@ def _json_value(value: Any) -> Any:
 
 
 def job_identity(cfg: Any, run_dir: str | Path) -> dict[str, Any]:
-    """Return the name, sweep group and overrides of the current Hydra job.
-
-    The name comes from the overrides, and multirun jobs are grouped by sweep. Spawned workers get this ready-made
-    from the process where Hydra runs."""
+    """Return the name, sweep group and overrides of the current Hydra job; spawned workers get it ready-made."""
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
