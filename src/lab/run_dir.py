@@ -475,8 +475,7 @@ def training_left(progress: Mapping[str, Any], max_epochs: int, max_steps: int) 
 
 
 def newest_unfinished(runs_root: Path, config: Mapping[str, Any], exclude: Path) -> Path | None:
-    """Return the newest unfinished run under `runs_root` (outputs/<task_name>/) with the same config and training
-    left."""
+    """Return the newest unfinished run under `runs_root` (outputs/<task_name>/) of this config, with training left."""
     from lab.checkpointing.storage import read  # torch: only when a resume is asked for
 
     wanted = config_hash(config)

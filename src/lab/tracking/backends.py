@@ -63,7 +63,7 @@ class Backend:
 
     name = ""
     folder: str | None = None  # the run-dir folder it writes, checked writable before the run starts
-    keeps_histograms = False  # histograms cost to compute, so they are made only for a tracker that keeps them
+    keeps_histograms = False  # True if log_histograms records them; only then are they computed, as that costs
     # A slow tracker runs in a child process unless logger.child_process=false, and starts before the others so
     # its child works while they start.
     slow_to_start = False
