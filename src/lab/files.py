@@ -44,7 +44,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temp path next to `path`; it is synced and renamed over `path` only if the block succeeds."""
     path = Path(path)
     tmp = temp_path(path)
-    in_flight = sys.exc_info()[1]  # a failure we write on the way out of (summary.json) is not this write's
+    in_flight = sys.exc_info()[1]  # a failure being handled as we write (summary.json) is not this write's
     try:
         yield tmp
         with open(tmp, "rb+") as written:
@@ -107,10 +107,9 @@ def publish(files: list[Path], folder: Path) -> list[Path]:
 def write_error(err: BaseException, folder: Path, in_flight: BaseException | None = None) -> OSError | None:
     """Return the OSError behind a failed write, or None if `err` is no I/O failure (a bug, Ctrl-C).
 
-    That is `err` itself, or the OSError behind torch's RuntimeError. If torch kept no errno, it is what `folder`
-    and this process's limits show (read-only, not writable, full, a file size limit). `in_flight` is the exception
-    being handled when the write began. The search stops there, since (say) a dead worker's broken pipe is not the
-    write's fault."""
+    That is `err`, the OSError behind torch's RuntimeError, or, if torch kept no errno, what `folder` and this
+    process's limits show (read-only, full, a file size limit). The search stops at `in_flight`, the exception
+    handled when the write began, since (say) a dead worker's broken pipe is not the write's fault."""
     if isinstance(err, UserError) or not isinstance(err, (OSError, RuntimeError)):
         return None  # a UserError already says what went wrong
     seen: BaseException | None = err
