@@ -26,7 +26,7 @@ from lab.sweeps.ownership import check_sweep_dir_before_hydra
 
 
 def full_errors() -> bool:
-    """HYDRA_FULL_ERROR=1 (Hydra's switch, read the way Hydra reads it): every error with its whole traceback."""
+    """Whether HYDRA_FULL_ERROR=1 asks for every error with its whole traceback, as Hydra reads it."""
     return os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
@@ -34,15 +34,14 @@ def full_errors() -> bool:
 def user_errors() -> Iterator[None]:
     """Turn user mistakes into one clear line and a non-zero exit instead of a traceback.
 
-    Inside a sweep the error is re-raised instead: Hydra records an exception as that job's failure and goes on
-    with the next job, while SystemExit (not an Exception) would escape Hydra and end the whole sweep. The sweep
-    summary reports the job's error and the sweep's exit code (lab/sweeps/summary.py). With HYDRA_FULL_ERROR=1 it
-    is re-raised too, so Hydra shows where it came from.
+    Inside a sweep the error is re-raised instead. Hydra records an exception as that job's failure and goes on,
+    but a SystemExit would end the whole sweep. The sweep summary reports the job's error (lab/sweeps/summary.py).
+    With HYDRA_FULL_ERROR=1 it is re-raised too, so Hydra shows where it came from.
     """
     try:
         with ctrl_c_in_one_line():
             yield
-    except Interrupted as err:  # a stop signal: the run saved and asks to end with 128 + the signal (even a sweep)
+    except Interrupted as err:  # the run saved on a stop signal; exit 128 + the signal, even in a sweep
         print(err, file=sys.stderr)
         sys.exit(err.exit_code)
     except (ConfigError, UserError) as err:
@@ -51,17 +50,17 @@ def user_errors() -> Iterator[None]:
         sys.exit(f"error: {one_line(err)}")
 
 
-# Training saves last.pt on a stop signal itself (an Interrupted, above); wherever else one arrives nothing is saved
-# on the way out, and files are written atomically or staged (lab.files): nothing partial is left under a final name
+# Training saves last.pt on a stop signal itself (the Interrupted above). Elsewhere nothing is saved on the way out,
+# and since files are written atomically or staged (lab.files), nothing partial is left under a final name.
 CTRL_C = stopping.stopped_at_once(signal.SIGINT)
 
 
 @contextlib.contextmanager
 def ctrl_c_in_one_line() -> Iterator[None]:
-    """A stop signal where no handler of ours catches it (imports, composing the config, building data and model, an
-    eval or export: only training saves first, lab.training.preemption) ends with one line and 128 + the signal
-    (130 for Ctrl-C), not a KeyboardInterrupt traceback: lab.stopping raises it as one. It still ends a whole
-    sweep. HYDRA_FULL_ERROR=1 shows where it arrived."""
+    """End on a stop signal with one line and exit code 128 + the signal (130 for Ctrl-C), not a traceback.
+
+    This covers signals no handler of ours catches: imports, composing, building, an eval or export. Only training
+    saves first (lab.training.preemption). It still ends a whole sweep. HYDRA_FULL_ERROR=1 shows where it arrived."""
     try:
         yield
     except KeyboardInterrupt as stop:
@@ -73,8 +72,7 @@ def ctrl_c_in_one_line() -> Iterator[None]:
 
 
 def one_line(err: BaseException) -> str:
-    """The message itself: an error raised in a DataLoader worker arrives wrapped in the worker's traceback text,
-    whose last line is the original `<Type>: <message>`."""
+    """Return the error's message, from the last line of a DataLoader worker's traceback text if it is wrapped."""
     text = str(err)
     if "Original Traceback" not in text:
         return text
@@ -83,36 +81,37 @@ def one_line(err: BaseException) -> str:
         f"{UserError.__module__}.",
         "UserError",
         "ConfigError",
-    )  # the package's own name, not spelt: forks rename it
+    )  # the package's name is not spelt out, since forks rename it
     return last.split(": ", 1)[1] if last.startswith(ours) else last
 
 
 def run_workflow(cfg: Any, workflow: str) -> Any:
-    """What every entry script does: validate the config, then import (torch-heavy) and run lab.workflows.<x>."""
+    """Validate the config, then import (torch-heavy) and run lab.workflows.<workflow>."""
     from hydra.core.hydra_config import HydraConfig
 
-    if HydraConfig.initialized() and in_multirun():  # noted first: a refusal or Ctrl-C leaves it as it was found
-        run_dirs.register_hydra_dir(Path(HydraConfig.get().runtime.output_dir))  # (a single run's: run_dir_checked)
+    if HydraConfig.initialized() and in_multirun():  # first, so a refusal or Ctrl-C can undo it
+        run_dirs.register_hydra_dir(Path(HydraConfig.get().runtime.output_dir))  # a single run's: run_dir_checked
     with user_errors():
         validate(cfg)
         run = importlib.import_module(f"lab.workflows.{workflow}").run
-        from lab.data.loaders import worker_deaths  # torch is imported by now (the workflow's own imports)
+        from lab.data.loaders import worker_deaths  # the workflow has imported torch by now
         from lab.training import oom
 
-        # a CUDA out-of-memory error: a memory report and what to try, then one line; a dead loader worker: one
-        # line (training names its resume itself)
+        # CUDA out of memory gets a memory report and what to try; a dead loader worker gets one line (training
+        # names its resume itself)
         with oom.explained(cfg), worker_deaths("run the command again"):
             return run(cfg)
 
 
 def main(hydra_main: Callable[[], Any], script: str) -> Any:
-    """Run an entry script's `@hydra.main` function with config mistakes reported in one or two lines. A run dir
-    that `script` may not write is refused before Hydra writes into it, and a start refused after Hydra wrote
+    """Run an entry script's `@hydra.main` function, reporting config mistakes in one or two lines.
+
+    A run dir that `script` may not write is refused before Hydra writes into it. A start refused after Hydra wrote
     leaves the run dir as it found it (lab.run_dir)."""
-    # SIGTERM/SIGUSR1/SIGUSR2 stop the set-up (and an eval or export) as Ctrl-C does: through every `with` on the
-    # way out (the run-dir lock released, a started tracker's summary "interrupted"), not killed in place
+    # SIGTERM/SIGUSR1/SIGUSR2 stop the set-up, an eval or an export as Ctrl-C does: through every `with` on the way
+    # out, so the run-dir lock is released and a started tracker's summary says "interrupted"
     with stopping.raised_at_once():
-        load_dotenv()  # credentials from .env (never over variables already set), before Hydra reads the environment
+        load_dotenv()  # credentials from .env, before Hydra reads the environment; set variables win
         with user_errors():
             sys.argv = moved_keys(sys.argv)
             check_sweep_dir_before_hydra(sys.argv)
@@ -122,12 +121,11 @@ def main(hydra_main: Callable[[], Any], script: str) -> Any:
 
 @contextlib.contextmanager
 def run_dir_checked(script: str) -> Iterator[None]:
-    """A single run's dir is checked (lab.run_dir.check) where Hydra has composed the config and resolved
-    `hydra.run.dir`, just before its `run_job` makes the dir and writes `.hydra/` and the log: so every spelling of
-    the dir (`${paths.outputs}/...`, `${oc.env:...}`, a config file's) is checked as the dir Hydra will write. The
-    dir checked is pinned in the config, so a `${now:...}` in it cannot name another dir when Hydra resolves it
-    again. What Hydra fails to write there (a full disk, no permission) ends in one line, and the refusal removes
-    what it wrote (`run_dirs.undone_on_refusal`)."""
+    """Check a single run's dir with `lab.run_dir.check` just before Hydra's `run_job` creates it.
+
+    By then Hydra has resolved `hydra.run.dir`, so every spelling of the dir is checked as the dir Hydra will
+    write. The checked dir is pinned in the config, so a `${now:...}` in it cannot name another dir later. If Hydra
+    then fails to write there (a full disk, no permission), the run ends in one line and what it wrote is removed."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict, read_write
 
@@ -135,7 +133,7 @@ def run_dir_checked(script: str) -> Iterator[None]:
         return functools.partial(run_job, hydra_run_job)
 
     def run_job(hydra_run_job: Callable[..., Any], *, config: Any, **kwargs: Any) -> Any:
-        HydraConfig.instance().set_config(config)  # as run_job does first: `${hydra:...}` in the dir resolves
+        HydraConfig.instance().set_config(config)  # as run_job does first, so `${hydra:...}` in the dir resolves
         with user_errors():
             run_dir = _resolved_run_dir(config)
             starts = {key: OmegaConf.select(config, key) for key in ("resume", "overwrite", "ckpt_path")}
@@ -148,7 +146,7 @@ def run_dir_checked(script: str) -> Iterator[None]:
         run_dirs.register_hydra_dir(run_dir)
         try:
             return hydra_run_job(config=config, **kwargs)
-        except OSError as err:  # the task's own errors never get here: run_job keeps them in its JobReturn
+        except OSError as err:  # the task's own errors never get here; run_job keeps them in its JobReturn
             where = err.filename or run_dir
             sys.exit(f"error: hydra.run.dir={run_dir}: Hydra could not write {where} ({err.strerror}); {_fix(err)}")
 
@@ -162,7 +160,7 @@ def _resolved_run_dir(config: Any) -> Path:
 
     try:
         return Path(str(OmegaConf.select(config, "hydra.run.dir"))).expanduser().absolute()
-    except OmegaConfBaseException as err:  # an unset ${oc.env:...}, a key that is not there
+    except OmegaConfBaseException as err:  # an unset ${oc.env:...}, or a missing key
         why = str(err).splitlines()[0]
         raise UserError(f"hydra.run.dir cannot be resolved ({why}): set what it names, or name the dir") from None
 
@@ -175,13 +173,13 @@ def _fix(err: OSError) -> str:
 
 @contextlib.contextmanager
 def concise_config_errors() -> Iterator[None]:
-    """A mistake in the config or the overrides (an unknown key or option, a wrong type, an unparsable override)
-    ends with `error: <what, the nearest valid name, what is allowed>` (lab.config.mistakes) and exit code 1,
-    instead of Hydra's 5-12 line report. HYDRA_FULL_ERROR=1 still gets Hydra's full report.
+    """Report a mistake in the config or overrides in one line and exit 1, instead of Hydra's 5-12 line report.
 
-    Hydra composes inside `hydra.main` and reports what fails there itself, through one function (it prints and
-    exits: nothing reaches the caller), wrapped for the duration of the call (lab.upstream.hydra_report_wrapped): a
-    config mistake is printed short before Hydra would report it, anything else goes to Hydra's own report
+    The line names the mistake, the nearest valid name and what is allowed (lab.config.mistakes). Mistakes are an
+    unknown key or option, a wrong type, or an unparsable override. HYDRA_FULL_ERROR=1 still gets Hydra's report.
+
+    Hydra reports composing errors itself through one function that prints and exits, so nothing reaches us. We
+    wrap that function during the call (lab.upstream.hydra_report_wrapped); other errors go to Hydra's report
     unchanged. What `--help` composes is not wrapped by Hydra and arrives here.
     """
     try:
@@ -202,14 +200,14 @@ def _report_config_mistakes(func: Callable[[], Any]) -> Any:
 
 def _exit_if_config_mistake(err: Exception) -> None:
     if full_errors() or _raised_by_the_job(err.__traceback__):
-        return  # an error of the run itself (a bug, a failed job) is not a config mistake: Hydra reports it
+        return  # an error of the run itself (a bug, a failed job) is not a config mistake; Hydra reports it
     message = describe(err)
     if message is not None:
         sys.exit(f"error: {message}")
 
 
 def _raised_by_the_job(tb: TracebackType | None) -> bool:
-    """Whether the exception passed through Hydra's run_job, i.e. came from the task function, not from composing."""
+    """Whether the exception came from the task function (through Hydra's run_job), not from composing."""
     while tb is not None:
         if tb.tb_frame.f_code.co_name == "run_job" and tb.tb_frame.f_globals.get("__name__") == "hydra.core.utils":
             return True

@@ -1,14 +1,14 @@
-"""Tracker credentials and settings from a `.env` file (see `.env.example`), loaded at the start of every entry
-script: `KEY=value` lines, `export KEY=value` too, `#` comments, values optionally in single or double quotes. A
-variable already set in the environment is never overridden, so `WANDB_API_KEY=... python ...` and CI secrets win
-over the file. The files read, first one wins per variable: `.env` in the current directory, then `.env` at the root
-of the checkout the code runs from. `NO_DOTENV=1` skips both (tests that need an environment of their own). `.env`
-is git-ignored: credentials stay out of commits. No torch import (start-up speed).
+"""Load tracker credentials and settings from a `.env` file (see `.env.example`) at the start of every entry script.
 
-Only the trackers' variables are loaded: `WANDB_*` (wandb's own; CSV takes none), never wandb's
-internal `WANDB_X_*`/`WANDB__*` settings. A `.env` lies in whatever directory the command runs from, and any other
-variable could change what runs: `PYTHONPATH` or `LD_PRELOAD` would load code into this process and the tracker's
-child process. Other keys are ignored with one line naming them; set those in the shell.
+It reads `KEY=value` lines, `export KEY=value` too, `#` comments, and values in optional single or double quotes.
+A variable already set is never overridden, so `WANDB_API_KEY=... python ...` and CI secrets win. `.env` in the
+current directory is read first, then `.env` at the checkout's root; the first wins per variable. `NO_DOTENV=1`
+skips both, for tests that need their own environment. `.env` is git-ignored, so credentials stay out of commits.
+No torch import, for start-up speed.
+
+Only `WANDB_*` is loaded (CSV takes no variables), never wandb's internal `WANDB_X_*`/`WANDB__*` settings. A `.env`
+lies wherever the command runs from, and other variables could change what runs: `PYTHONPATH` or `LD_PRELOAD`
+would load code into this process and the tracker's child. Other keys are ignored with one line naming them.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]  # src/lab/dotenv.py -> repository root
 
 ALLOWED = ("WANDB_*",)  # what .env may set (.env.example documents them)
-NOT_ALLOWED = ("WANDB_X_*", "WANDB__*")  # wandb's internal settings (its executable, its service's transport)
+NOT_ALLOWED = ("WANDB_X_*", "WANDB__*")  # wandb's internal settings, such as its executable
 _LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 
 
 def parse(text: str, source: str = ".env") -> dict[str, str]:
-    """The variables a .env text sets; a line that is no assignment is skipped with a warning naming it."""
+    """Return the variables a .env text sets. A line that is no assignment is skipped with a warning."""
     values: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
@@ -45,10 +45,10 @@ def parse(text: str, source: str = ".env") -> dict[str, str]:
 
 def _unquote(value: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] == "'":
-        return value[1:-1]  # single quotes: literal
+        return value[1:-1]  # single quotes are literal
     if len(value) >= 2 and value[0] == value[-1] == '"':
         return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(0)), value[1:-1])
-    return re.split(r"\s+#", value, maxsplit=1)[0]  # unquoted: a ` #` starts a comment
+    return re.split(r"\s+#", value, maxsplit=1)[0]  # unquoted, a ` #` starts a comment
 
 
 def default_files() -> list[Path]:
@@ -56,7 +56,7 @@ def default_files() -> list[Path]:
 
 
 def load_dotenv(files: Iterable[str | Path] | None = None) -> dict[str, str]:
-    """Set the variables of the first existing files that the environment does not have yet; returns those set."""
+    """Set the files' variables the environment lacks, the first file winning; return those set."""
     if os.environ.get("NO_DOTENV", "") not in ("", "0"):
         return {}
     loaded: dict[str, str] = {}

@@ -1,5 +1,4 @@
-"""Errors that mean "the user can fix this", and stops the user asked for: entry scripts print them as one line
-and exit non-zero."""
+"""Errors the user can fix, and stops the user asked for. Entry scripts print them as one line and exit non-zero."""
 
 
 class ConfigError(ValueError):
@@ -11,8 +10,9 @@ class UserError(RuntimeError):
 
 
 class Interrupted(Exception):
-    """The run stopped on a signal (SIGTERM, SIGUSR1, SIGINT) after saving last.pt; `exit_code` is 128 + the signal
-    number, `run_status` what summary.json and wandb record."""
+    """The run stopped on a signal (SIGTERM, SIGUSR1, SIGINT) after saving last.pt.
+
+    `exit_code` is 128 + the signal number. `run_status` is what summary.json and wandb record."""
 
     run_status = "interrupted"
 

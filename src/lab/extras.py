@@ -1,15 +1,15 @@
-"""The optional packages: which extra of pyproject.toml brings a distribution, and the refusal when one is missing.
+"""Find which extra of pyproject.toml brings a distribution, and refuse an option whose packages are missing.
 
 pyproject.toml declares the dependencies once: the core, and an extra per concern (`pretrained`, `data`, `export`,
-`sweeps`, `slurm`, `trackers`, `dev`). An option that needs a package outside the core names its distributions in
-``requires`` (lab.config.options.Option); choosing it without them installed is refused while the config is
-checked, before anything is written, with the extra that brings them:
+`sweeps`, `slurm`, `trackers`, `dev`). An option that needs packages outside the core names them in `requires`
+(lab.config.options.Option). Choosing it without them is refused while the config is checked, before anything is
+written, naming the extra:
 
     model=timm needs timm, which is not installed: make install EXTRAS=pretrained (or pip install -c
     requirements.txt -e '.[pretrained]')
 
-The extras are read from the installed project's metadata (its Requires-Dist lines), so this module holds no copy
-of pyproject.toml's lists. Standard library only: imported while composing, before torch.
+The extras are read from the installed project's Requires-Dist metadata, so no copy of the lists lives here.
+Standard library only, since this is imported while composing, before torch.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from pathlib import Path
 
 from lab.errors import ConfigError
 
-PROJECT = __name__.split(".")[0]  # the distribution is named like the package (`make rename` renames both)
+PROJECT = __name__.split(".")[0]  # the distribution is named like the package; `make rename` renames both
 _EXTRA_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 
 
 def normalise(dist: str) -> str:
-    """A distribution's canonical name (PEP 503): `Hydra_Core` and `hydra-core` are one."""
+    """Return a distribution's canonical name (PEP 503), so `Hydra_Core` and `hydra-core` are one."""
     return re.sub(r"[-_.]+", "-", dist).lower()
 
 
@@ -42,8 +42,9 @@ def installed(dist: str) -> bool:
 
 @functools.cache
 def declared() -> dict[str, tuple[str, ...]]:
-    """{"": the core's distributions, extra: its distributions} (canonical names), from the installed project's
-    metadata ({} when it is not installed, e.g. run from a source tree on PYTHONPATH alone)."""
+    """Map each extra ("" for the core) to its canonical distribution names, from the installed metadata.
+
+    Returns {} when the project is not installed, say when run from a source tree on PYTHONPATH alone."""
     try:
         lines = importlib.metadata.requires(PROJECT) or []
     except importlib.metadata.PackageNotFoundError:
@@ -59,13 +60,12 @@ def declared() -> dict[str, tuple[str, ...]]:
 
 
 def extras() -> dict[str, tuple[str, ...]]:
-    """{extra: its distributions}: pyproject.toml's optional dependencies."""
+    """Map each extra of pyproject.toml to its distributions."""
     return {extra: dists for extra, dists in declared().items() if extra}
 
 
 def chosen(is_installed: Callable[[str], bool] = installed) -> list[str]:
-    """The extras installed here: those `make install` was asked for (it records them in the environment:
-    .venv/.extras), else those whose distributions are all installed."""
+    """Return the extras `make install` recorded in .venv/.extras, else those whose distributions are installed."""
     record = Path(sys.prefix) / ".extras"
     if record.is_file():
         return [extra for extra in record.read_text().strip().split(",") if extra]
@@ -73,16 +73,16 @@ def chosen(is_installed: Callable[[str], bool] = installed) -> list[str]:
 
 
 def extra_of(dist: str) -> str | None:
-    """The extra that brings `dist` (None: in the core, or in none)."""
+    """Return the extra that brings `dist`, or None if it is in the core or in none."""
     return next((extra for extra, dists in extras().items() if normalise(dist) in dists), None)
 
 
 def install_hint(dists: Iterable[str]) -> str:
-    """The command that installs `dists`: the extras bringing them, or the packages themselves."""
+    """Return the command that installs `dists`: through their extras, or as plain packages."""
     dists = list(dists)
     needed = {extra for extra in map(extra_of, dists) if extra}
     if needed and all(extra_of(dist) for dist in dists):
-        # `make install EXTRAS=` is the whole choice, so it keeps the extras already there
+        # `make install EXTRAS=` replaces the whole choice, so keep the extras already there
         return (
             f"make install EXTRAS={','.join(sorted(set(chosen()) | needed))} "
             f"(or pip install -c requirements.txt -e '.[{','.join(sorted(needed))}]')"
@@ -91,8 +91,7 @@ def install_hint(dists: Iterable[str]) -> str:
 
 
 def require(what: str, dists: Iterable[str], instead: str = "") -> None:
-    """Refuse `what` (e.g. "model=timm") unless every distribution it needs is installed; `instead`: a
-    choice that needs none of them."""
+    """Refuse `what` (e.g. "model=timm") unless every distribution it needs is installed; suggest `instead`."""
     missing = [dist for dist in dists if not installed(dist)]
     if missing:
         verb = "is" if len(missing) == 1 else "are"

@@ -1,10 +1,9 @@
-"""Atomic file writes: a crash, a kill or a full disk mid-write never leaves a truncated file where a good one was.
+"""Write files atomically, so a crash, kill or full disk never leaves a truncated file where a good one was.
 
-The new content goes to a temp file next to the target, is flushed to disk (fsync), and only then renamed over the
-target (`os.replace`, atomic on POSIX); the directory entry is synced too, so a power loss after the rename keeps
-the new file rather than neither. A failed write (disk full, no permission, a read-only mount, `ulimit -f`) becomes
-one UserError naming the path, the cause and the fix, however the writer reported it: an OSError, or torch's
-RuntimeError from its C++ writer, which wraps the OSError or keeps no errno at all.
+New content goes to a temp file next to the target, is fsynced, and only then renamed over the target (atomic on
+POSIX). The directory is synced too, so a power loss after the rename keeps the new file. A failed write (disk full,
+no permission, read-only, `ulimit -f`) becomes one UserError naming the path, the cause and the fix. That holds
+whether the writer raised an OSError or torch's C++ writer raised a RuntimeError, which may keep no errno at all.
 """
 
 from __future__ import annotations
@@ -30,10 +29,10 @@ _FIXES = {
     errno.EROFS: "read-only file system: choose a writable output dir (hydra.run.dir=...)",
     errno.EFBIG: "file too large for this process's file size limit (ulimit -f) or the file system: raise the limit",
 }
-# torch's C++ writer (torch.save, torch.export.save) raises RuntimeError with one of these; the OSError, if any, is
-# in its __context__ (a Python file object) or gone (a path: the C++ stream keeps no errno)
+# torch's C++ writer (torch.save, torch.export.save) raises RuntimeError with one of these. The OSError, if any, is
+# in its __context__ (for a Python file object) or gone (for a path, as the C++ stream keeps no errno).
 _TORCH_WRITE_FAILED = re.compile(r"PytorchStreamWriter|inline_container|cannot be opened|iostream error")
-_LOW_SPACE = 1 << 20  # bytes: a disk this close to full is why a write failed
+_LOW_SPACE = 1 << 20  # bytes; a disk this close to full explains a failed write
 
 
 def temp_path(path: Path) -> Path:
@@ -42,11 +41,10 @@ def temp_path(path: Path) -> Path:
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """A temp path next to `path` to write to; synced and renamed over `path` only when the block succeeds.
-    Until then the previous file stays where it was, complete."""
+    """Yield a temp path next to `path`; it is synced and renamed over `path` only if the block succeeds."""
     path = Path(path)
     tmp = temp_path(path)
-    in_flight = sys.exc_info()[1]  # written on the way out of a failure (summary.json): that failure is not ours
+    in_flight = sys.exc_info()[1]  # a failure being handled as we write (summary.json) is not this write's
     try:
         yield tmp
         with open(tmp, "rb+") as written:
@@ -54,12 +52,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.replace(tmp, path)
         _sync_dir(path.parent)
     except BaseException as err:
-        # before the clean-up: a full disk is full while the temp file is there
+        # before the clean-up, since the disk is full only while the temp file is there
         cause = write_error(err, path.parent, in_flight)
         try:
-            tmp.unlink(missing_ok=True)  # a partial file would only take space; the old one is intact
+            tmp.unlink(missing_ok=True)  # a partial file only takes space; the old one is intact
             left = ""
-        except OSError:  # the folder became unwritable or vanished mid-write: the refusal still comes first
+        except OSError:  # the folder became unwritable or vanished mid-write; still report the cause first
             left = f"; remove the partial {tmp}"
         if cause is None:
             raise
@@ -69,16 +67,16 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def staged(folder: str | Path, name: str) -> Iterator[Path]:
-    """A fresh, empty staging folder `<folder>/.<name>.tmp/` for a writer that makes several files which name each
-    other (an ONNX model and its external weights file): they are written there under their final names, checked,
-    and only then moved into `folder` with :func:`publish`. Whatever is still staged when the block ends (a failed
-    check, an error, Ctrl-C) is removed with the staging folder; after a kill, :func:`remove_stale_temps` removes it.
-    A writer's failure to write (disk full, read-only) is one UserError naming the path, as in :func:`atomic_path`."""
+    """Yield a fresh staging folder `<folder>/.<name>.tmp/` for a writer of several files that name each other.
+
+    An example is an ONNX model and its external weights. They are written there under their final names, checked,
+    and then moved into `folder` with `publish`. Whatever is still staged when the block ends is removed; after a
+    kill, `remove_stale_temps` removes it. A failed write is one UserError naming the path, as in `atomic_path`."""
     folder = Path(folder)
     stage = temp_path(folder / name)
     in_flight = sys.exc_info()[1]
     try:
-        _remove(stage)  # a killed run's leftovers under the same name: never verified
+        _remove(stage)  # a killed run's leftovers, never verified
         stage.mkdir(parents=True)
         yield stage
     except BaseException as err:
@@ -87,13 +85,14 @@ def staged(folder: str | Path, name: str) -> Iterator[Path]:
             raise
         raise UserError(f"cannot write {folder / name}: {_fix(cause)}") from err
     finally:
-        with contextlib.suppress(OSError):  # an unremovable leftover is removed by the next run's clean-up
+        with contextlib.suppress(OSError):  # the next run's clean-up removes what is left
             _remove(stage)
 
 
 def publish(files: list[Path], folder: Path) -> list[Path]:
-    """Move staged `files` (the main file first, then its companions) into `folder` under their own names, synced:
-    the companions first and the main file last, so the final name appears only once all it needs is in place."""
+    """Move staged `files` (main file first in the list) into `folder`, synced.
+
+    The companions move first and the main file last, so its final name appears only once all it needs is there."""
     try:
         for staged_file in [*files[1:], files[0]]:
             with open(staged_file, "rb+") as written:
@@ -106,10 +105,11 @@ def publish(files: list[Path], folder: Path) -> list[Path]:
 
 
 def write_error(err: BaseException, folder: Path, in_flight: BaseException | None = None) -> OSError | None:
-    """The OSError behind a failed write, or None when `err` is no I/O failure (a bug, Ctrl-C): `err` itself, the
-    OSError torch's RuntimeError was raised from or during, or, when torch kept no errno, what `folder` and this
-    process's limits say (read-only, not writable, full, a file size limit). `in_flight`: the exception being
-    handled when the write began; the chain stops there (a dead loader worker's broken pipe is not the write's)."""
+    """Return the OSError behind a failed write, or None if `err` is no I/O failure (a bug, Ctrl-C).
+
+    That is `err`, the OSError behind torch's RuntimeError, or, if torch kept no errno, what `folder` and this
+    process's limits show (read-only, full, a file size limit). The search stops at `in_flight`, the exception
+    handled when the write began, since (say) a dead worker's broken pipe is not the write's fault."""
     if isinstance(err, UserError) or not isinstance(err, (OSError, RuntimeError)):
         return None  # a UserError already says what went wrong
     seen: BaseException | None = err
@@ -126,7 +126,7 @@ def write_error(err: BaseException, folder: Path, in_flight: BaseException | Non
 def _probe(folder: Path) -> OSError | None:
     try:
         fs = os.statvfs(folder)
-    except OSError as err:  # the folder itself is gone or unreadable
+    except OSError as err:  # the folder is gone or unreadable
         return err
     if fs.f_flag & os.ST_RDONLY:
         return OSError(errno.EROFS, "read-only file system")
@@ -146,8 +146,7 @@ def _fix(err: OSError) -> str:
 
 
 def remove_stale_temps(folder: Path) -> list[Path]:
-    """Temp files and staging folders a killed writer left behind (`.<name>.tmp`): never complete or never
-    verified, safe to delete at start."""
+    """Remove the temp files and staging folders (`.<name>.tmp`) a killed writer left; they were never verified."""
     stale = sorted(folder.glob(".*.tmp")) if folder.is_dir() else []
     for tmp in stale:
         _remove(tmp)
@@ -155,7 +154,7 @@ def remove_stale_temps(folder: Path) -> list[Path]:
 
 
 def _remove(tmp: Path) -> None:
-    """A temp file, or a staging folder with the files a writer put in it (nothing else is ever there)."""
+    """Remove a temp file, or a staging folder and the files a writer put in it."""
     if tmp.is_dir() and not tmp.is_symlink():
         shutil.rmtree(tmp)
     else:

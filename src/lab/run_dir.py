@@ -1,32 +1,26 @@
-"""Who may write a run dir, which run `resume=` continues, and how a refused start leaves the dir as it found it.
+"""Decide who may write a run dir, which run `resume=` continues, and undo a refused start.
 
-A run dir is the user's record of a run: nothing this module does deletes or rewrites what another run, or the
-user, put there.
+A run dir is the user's record of a run. Nothing here deletes or rewrites what another run, or the user, put there.
 
-- **Before Hydra writes** (`check`, from every entry script through `lab.cli.run_dir_checked`): the run dir as
-  Hydra resolved it (any spelling) that cannot be written (under a regular file, read-only, a name too long),
-  that a running job holds, or that holds another run's records or a sweep is refused in one line. Only
-  training may write into a run dir that holds a run, and only to continue that run in place (`resume=auto` on
-  an unfinished run there or on one killed before its first checkpoint, `resume=<that dir>`, a `ckpt_path`
-  inside it, a SLURM requeue) or, with `overwrite=true`, to replace it; and an export killed before it finished
-  may be continued by the same command run again. A run continued in place keeps its `.hydra/`: Hydra writes
-  this attempt's config into `.hydra/attempt-<n>/`.
-- **While a run writes** (`claim`): an exclusive lock on `<run dir>/.lock`, removed when the run ends and released
-  by the OS when the process dies, so a killed run never leaves a lock that holds. Training takes its dir through
-  `owned`: which run it is, a checkpoint that cannot go on refused, then the lock.
-- **When a start is refused after Hydra wrote** (`undone_on_refusal`): what Hydra wrote for this process
-  (`.hydra/` files, the job's log) is removed again, a log it appended to is cut back to its old length, and a
-  dir it created is removed once empty, but only while the dir holds nothing else new: a run that got as far as
-  writing its own records keeps them. Nothing is removed with rmtree.
+- Before Hydra writes, `check` refuses a run dir that cannot be written (under a file, read-only, a name too long),
+  that a running job holds, or that holds another run or a sweep. Only training may write into a dir that holds a
+  run: to continue it in place (`resume=auto`, `resume=<that dir>`, a `ckpt_path` inside it, a SLURM requeue) or
+  to replace it with `overwrite=true`. An export killed before it finished may be continued by the same command.
+  A run continued in place keeps its `.hydra/`; Hydra writes the new attempt's config into `.hydra/attempt-<n>/`.
+- While a run writes, `claim` holds an exclusive lock on `<run dir>/.lock`. The OS releases it when the process
+  dies, so a killed run never leaves a lock that holds. Training takes its dir through `owned`.
+- When a start is refused after Hydra wrote, `undone_on_refusal` removes what Hydra wrote for this process and cuts
+  appended logs back. It does so only while the dir holds nothing else new, so a run's own records are kept.
+  Nothing is removed with rmtree.
 
-`resume=auto` continues, in order: the unfinished run in this process's own run dir (an explicit `hydra.run.dir`
-of an interrupted run: the sbatch pattern; a sweep job's dir), else the newest unfinished run of the same task and
-config next to it. Unfinished: a `checkpoints/last.pt` whose training did not complete (interrupted by a signal,
-failed, or killed before it wrote summary.json). A requeued SLURM job (`SLURM_RESTART_COUNT` > 0) continues in its
-own dir the same way. A torchrun job that may restart its workers (`--max-restarts`) records its id in its run dir
-(`torchrun.json`, rank 0); a restarted worker (`TORCHELASTIC_RESTART_COUNT` > 0) continues the run dir of its own
-job: from its `last.pt`, or from the start when the failed attempt saved none. No torch import at module level: the
-entry scripts call this before Hydra starts.
+`resume=auto` continues the unfinished run in this process's own run dir (an explicit `hydra.run.dir`, as in the
+sbatch pattern, or a sweep job's dir), else the newest unfinished run of the same task and config next to it.
+Unfinished means a `checkpoints/last.pt` whose training did not complete: interrupted, failed, or killed before it
+wrote summary.json. A requeued SLURM job (`SLURM_RESTART_COUNT` > 0) continues in its own dir the same way. A
+torchrun job that may restart its workers records its id in `torchrun.json`. A restarted worker
+(`TORCHELASTIC_RESTART_COUNT` > 0) continues its job's run dir, from `last.pt` or from the start if none was saved.
+
+No torch import at module level: the entry scripts call this before Hydra starts.
 """
 
 from __future__ import annotations
@@ -53,7 +47,7 @@ LOCK = ".lock"
 HYDRA_DIR = ".hydra"
 TORCHRUN_RECORD = "torchrun.json"  # the torchrun job (its rendezvous id) that runs in this dir: restarts continue it
 SWEEP_CONFIG = "multirun.yaml"  # a sweep dir's record of its sweep, written by the sweeper before the first job
-# what marks a dir as holding a run: its composed config, checkpoints, records, a sweep job's result, or a sweep
+# any of these marks a dir as holding a run (or a sweep)
 RUN_RECORDS = (
     HYDRA_DIR,
     "checkpoints",
@@ -70,8 +64,7 @@ _NOT_IDENTITY = ("ckpt_path", "resume", "overwrite", "tags", "logger", "callback
 # ---------------------------------------------------------------------------------------------- before Hydra
 @dataclass(frozen=True)
 class _Before:
-    """What a run dir held before Hydra wrote into it for this process: its top-level entries, and the size of
-    every file Hydra may write (the `.hydra/` files and top-level logs)."""
+    """What a run dir held before Hydra wrote into it: its entries and the size of each file Hydra may write."""
 
     existed: bool
     entries: frozenset[str] = frozenset()
@@ -85,10 +78,10 @@ _hydra_dirs: list[Path] = []  # the run dirs Hydra made or used for this process
 
 
 def check(run_dir: Path, script: str, config: Mapping[str, Any]) -> str | None:
-    """Refuse a run dir that `script` may not write, before Hydra writes `.hydra/` into it. `run_dir` is the dir
-    as Hydra resolved it (any spelling: quoted, `++`, `${paths.outputs}/...`, `${oc.env:...}`), `config` the run's
-    composed config (its `resume`, `overwrite`, `ckpt_path`). Returns the subdir for this attempt's Hydra config
-    when training continues a run in place (its `.hydra/` stays), else None."""
+    """Refuse a run dir that `script` may not write, before Hydra writes `.hydra/` into it.
+
+    `run_dir` is the dir as Hydra resolved it, whatever the spelling, and `config` the composed config. Returns the
+    subdir for this attempt's Hydra config when training continues a run in place, else None."""
     _require_writable(run_dir)
     _before[run_dir.resolve()] = _snapshot(run_dir)
     if is_held(run_dir):
@@ -122,8 +115,8 @@ class CommandLine:
 
 
 def read_command_line(argv: list[str]) -> CommandLine | None:
-    """An entry script's command line read the way Hydra reads it (its argument parser and override grammar), so
-    `'quoted'` values and `+`/`++` prefixes name the same key; None when Hydra will refuse it (it says why)."""
+    """Parse an entry script's command line as Hydra will, so `'quoted'` values and `+`/`++` prefixes name the same
+    key; None when Hydra will refuse it (it says why)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -144,7 +137,7 @@ def _flag(value: Any) -> bool:
 def _continues_in_place(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
     resume, ckpt_path = overrides.get("resume"), overrides.get("ckpt_path")
     if restart_of(run_dir):
-        return True  # a torchrun restart of the job that runs there: with or without a last.pt
+        return True  # a torchrun restart of the job there, with or without a last.pt
     if resume == "auto" or requeued():
         return unfinished(run_dir) or never_saved(run_dir)
     if resume is not None:
@@ -153,10 +146,10 @@ def _continues_in_place(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
 
 
 def _killed_export(run_dir: Path, overrides: Sequence[str]) -> bool:
-    """Whether `run_dir` holds an export of this same command that was stopped before it finished (no manifest; no
-    summary.json, or one that says `interrupted`: a finished or failed export's says otherwise): running the
-    command again continues it there, and removes the staging folders a kill left (lab.workflows.export). Another
-    export or any other run: refused."""
+    """Whether `run_dir` holds an export by this same command that was stopped before it finished.
+
+    Such a dir has no manifest, and no summary.json or one that says `interrupted`. Running the command again
+    continues it there (`lab.workflows.export` removes the staging folders). Any other run is refused."""
     held = {name for name in RUN_RECORDS if (run_dir / name).exists()}
     if not held <= {HYDRA_DIR, "metrics.jsonl", "summary.json"} or (run_dir / "export_manifest.json").exists():
         return False
@@ -167,7 +160,7 @@ def _killed_export(run_dir: Path, overrides: Sequence[str]) -> bool:
 
         entry = OmegaConf.load(run_dir / HYDRA_DIR / "hydra.yaml").hydra.job.config_name
         earlier = read_command_line(["export.py", *OmegaConf.load(run_dir / HYDRA_DIR / "overrides.yaml")])
-    except Exception:  # no readable record of what ran there: not known to be this export
+    except Exception:  # no readable record of what ran there, so not known to be this export
         return False
     ours = read_command_line(["export.py", *overrides])  # this run's task overrides, as Hydra records them
     return entry == "export" and earlier is not None and ours is not None and earlier.values == ours.values
@@ -178,15 +171,14 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def attempt_subdir(run_dir: Path) -> str:
-    """Where Hydra writes the config of this attempt at a run: `.hydra/` holds the first attempt's."""
+    """Return where Hydra writes this attempt's config; `.hydra/` holds the first attempt's."""
     earlier = list((run_dir / HYDRA_DIR).glob("attempt-*"))
     return f"{HYDRA_DIR}/attempt-{len(earlier) + 2}"
 
 
 def forget_replaced(run_dir: Path) -> None:
-    """`overwrite=true`: what Hydra keeps of the run being replaced goes with it: its `.hydra/attempt-<n>/` configs
-    (Hydra has just written the new run's own into `.hydra/`) and its lines at the head of the log this run
-    appends to (a log that was there before this process)."""
+    """Drop what Hydra kept of a run that `overwrite=true` replaces: its `.hydra/attempt-<n>/` configs, and its
+    lines at the head of a log that existed before this process."""
     for attempt in (run_dir / HYDRA_DIR).glob("attempt-*"):
         for file in attempt.iterdir():
             file.unlink()
@@ -194,7 +186,7 @@ def forget_replaced(run_dir: Path) -> None:
     before = _before.get(run_dir.resolve(), _Before(existed=False))
     for name, size in before.sizes.items():
         if name.endswith(".log") and "/" not in name:
-            with open(run_dir / name, "r+b") as log_file:  # in place: the log handler keeps appending to this file
+            with open(run_dir / name, "r+b") as log_file:  # in place, as the log handler keeps appending to it
                 log_file.seek(size)
                 ours = log_file.read()
                 log_file.seek(0)
@@ -218,7 +210,7 @@ def _foreign_run(run_dir: Path, held: list[str], resume: Any) -> str:
 
 
 def _require_writable(run_dir: Path) -> None:
-    """A run dir Hydra can create and write: one line naming what is wrong instead of Hydra's traceback."""
+    """Refuse a run dir Hydra cannot create or write, in one line instead of Hydra's traceback."""
     path = run_dir.absolute()
     existing = next(p for p in (path, *path.parents) if os.path.lexists(p))  # lexists: False on a name too long
     if not existing.is_dir():
@@ -241,7 +233,7 @@ def _snapshot(run_dir: Path) -> _Before:
     return _Before(True, frozenset(p.name for p in run_dir.iterdir()), sizes, dirs, _records(run_dir))
 
 
-# files a run writes itself (not Hydra): one that changed means the run got as far as writing its own records
+# files a run writes itself, not Hydra: if one changed, the run got as far as writing its own records
 _OWN_RECORDS = ("summary.json", "metrics.jsonl", "sweep_job.json", "checkpoints/last.pt", "checkpoints/best.pt")
 
 
@@ -251,7 +243,7 @@ def _records(run_dir: Path) -> dict[str, tuple[int, int]]:
 
 
 def _hydra_files(run_dir: Path) -> tuple[dict[str, int], frozenset[str]]:
-    """(size of each file Hydra writes for a job: `.hydra/**` and top-level logs, the dirs under `.hydra/`)."""
+    """Return the size of each file Hydra writes (`.hydra/**`, top-level logs) and the dirs under `.hydra/`."""
     hydra = run_dir / HYDRA_DIR
     inside = sorted(hydra.rglob("*")) if hydra.is_dir() else []
     files = [p for p in inside if p.is_file()] + [p for p in run_dir.glob("*.log") if p.is_file()]
@@ -262,14 +254,13 @@ def _hydra_files(run_dir: Path) -> tuple[dict[str, int], frozenset[str]]:
 
 # ------------------------------------------------------------------------------------- a refused start, undone
 def register_hydra_dir(run_dir: Path) -> None:
-    """Note the run dir Hydra made or used for this process (what `undone_on_refusal` may clean)."""
+    """Note the run dir Hydra made or used for this process, for `undone_on_refusal` to clean."""
     _hydra_dirs.append(run_dir)
 
 
 @contextlib.contextmanager
 def undone_on_refusal() -> Iterator[None]:
-    """Around an entry script's Hydra main: when it exits non-zero (a refusal, a config mistake, Ctrl-C) before the
-    run wrote anything of its own, what Hydra wrote for it is removed again."""
+    """Remove what Hydra wrote if the script exits non-zero (a refusal, Ctrl-C) before the run wrote records."""
     try:
         yield
     except SystemExit as stop:
@@ -287,25 +278,25 @@ def discard_hydra_files(run_dir: Path) -> bool:
     sizes, dirs = _hydra_files(run_dir)
     new_entries = {p.name for p in run_dir.iterdir()} - before.entries - {HYDRA_DIR, LOCK}
     if any(not name.endswith(".log") for name in new_entries) or _records(run_dir) != before.records:
-        return False  # the run wrote records of its own (a run continued in place: into its files): they are kept
+        return False  # the run wrote records of its own (perhaps into a continued run's files), so keep them
     for name, size in sizes.items():
         path = run_dir / name
         if name not in before.sizes:
             path.unlink(missing_ok=True)
         elif size > before.sizes[name]:
-            os.truncate(path, before.sizes[name])  # lines appended to a log that was there
+            os.truncate(path, before.sizes[name])  # cut the lines appended to a log that was there
     for name in sorted(dirs - before.dirs, key=len, reverse=True):
         with contextlib.suppress(OSError):
             (run_dir / name).rmdir()
     if not before.existed:
-        with contextlib.suppress(OSError):  # never rmtree: a dir that is not empty stays
+        with contextlib.suppress(OSError):  # never rmtree, so a dir that is not empty stays
             run_dir.rmdir()
     return True
 
 
 # -------------------------------------------------------------------------------------------- while a run writes
 def is_held(run_dir: Path) -> bool:
-    """Whether a running process holds `run_dir` (its lock); a lock file a dead process left does not hold."""
+    """Whether a running process holds the lock of `run_dir`. A lock file left by a dead process does not hold."""
     if not (run_dir / LOCK).is_file():
         return False
     with open(run_dir / LOCK) as lock:
@@ -318,8 +309,8 @@ def is_held(run_dir: Path) -> bool:
 
 @contextlib.contextmanager
 def claim(run_dir: Path, resuming_here: bool, overwrite: bool) -> Iterator[None]:
-    """Hold `run_dir` for this process; refuse it when another process holds it, or when it holds another run's
-    checkpoints that this run neither resumes nor was told to overwrite. A refused claim leaves no lock file."""
+    """Hold `run_dir` for this process, refusing it if another process holds it or it holds another run's
+    checkpoints that this run neither resumes nor overwrites. A refused claim leaves no lock file."""
     _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
     lock_path = run_dir / LOCK
@@ -327,30 +318,30 @@ def claim(run_dir: Path, resuming_here: bool, overwrite: bool) -> Iterator[None]
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UserError(_in_use(run_dir)) from None  # the holder's lock file: not ours to remove
+            raise UserError(_in_use(run_dir)) from None  # the lock file is the holder's, not ours to remove
         try:
             lock.seek(0)
             lock.truncate()
             lock.write(f"pid {os.getpid()}\n")
             lock.flush()
             _held.append(lock)
-            _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)  # again, now that no one else writes
+            _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)  # again, now no one else writes
             yield
         finally:
             if lock in _held:
                 _held.remove(lock)
-            lock_path.unlink(missing_ok=True)  # the run dir holds the run's files only; the lock ends here
+            lock_path.unlink(missing_ok=True)  # the run dir keeps only the run's files
 
 
 # The run-dir locks this process holds. A forked child (a DataLoader worker) shares the lock's open file, and flock
-# holds while any process has it open: after a SIGKILL of the run (the OOM killer's), its workers, which notice
-# their parent's death only at their next status check (5 s), would keep the dir "in use" and refuse the resume.
+# holds while any process has it open. After a SIGKILL (say, by the OOM killer) the workers notice only at their
+# next status check (5 s), and until then they would keep the dir "in use" and refuse the resume.
 _held: list[Any] = []
 
 
 def _release_in_child() -> None:
     for lock in _held:
-        lock.close()  # the child's copy only: the parent's file, and so its lock, stay open
+        lock.close()  # the child's copy only; the parent's file and lock stay open
     _held.clear()
 
 
@@ -378,14 +369,13 @@ def _refuse_foreign_checkpoints(run_dir: Path, resuming_here: bool, overwrite: b
 
 # ----------------------------------------------------------------------------------------- which run continues
 def config_hash(config: Mapping[str, Any]) -> str:
-    """What a run trains, as a short hash of its resolved config without the keys that only start or record it."""
+    """Hash what a run trains: its resolved config without the keys that only start or record it."""
     kept = {key: value for key, value in config.items() if key not in _NOT_IDENTITY}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def record_torchrun_job(run_dir: Path) -> None:
-    """Under a torchrun job that may restart its workers, note its id in the run dir (rank 0, holding the dir), so
-    that its restarted workers find the run to continue (`restart_of`)."""
+    """On rank 0, note the torchrun job's id in the run dir, so its restarted workers find the run to continue."""
     from lab.distributed import env
 
     job = env.torchrun_job()
@@ -404,9 +394,10 @@ def _torchrun_job_of(run_dir: Path) -> str | None:
 
 
 def _restarted_job() -> str | None:
-    """The torchrun job this process restarts: torchrun's restart of its workers, or a requeued SLURM job that
-    runs torchrun again under the same rendezvous id
-    (docs/distributed.md's sbatch script: `--rdzv-id=$SLURM_JOB_ID`)."""
+    """Return the torchrun job this process restarts, or None.
+
+    Either torchrun restarted its workers, or a requeued SLURM job runs torchrun again under the same rendezvous
+    id (`--rdzv-id=$SLURM_JOB_ID` in docs/distributed.md's sbatch script)."""
     from lab.distributed import env
 
     job = env.torchrun_job()
@@ -414,17 +405,17 @@ def _restarted_job() -> str | None:
 
 
 def restart_of(run_dir: Path) -> bool:
-    """Whether this process restarts the torchrun job that runs in `run_dir`: it continues that run, and only that
-    one (the same rendezvous id)."""
+    """Whether this process restarts the torchrun job (same rendezvous id) that runs in `run_dir`."""
     job = _restarted_job()
     return job is not None and _torchrun_job_of(run_dir) == job
 
 
 def restarted_run(run_dir: Path, siblings: bool = True) -> Path | None:
-    """The run dir of the torchrun job this process restarts (a worker torchrun restarted, or a requeued job): its
-    own (an explicit hydra.run.dir), else the newest dir next to it (Hydra made a new timestamped one for this
-    attempt) that records the same job; None when no dir does (the first attempt failed before it recorded the
-    job) and for every other process."""
+    """Return the run dir of the torchrun job this process restarts.
+
+    That is `run_dir` itself (an explicit hydra.run.dir), else the newest dir next to it that records the same
+    job, since Hydra made a new timestamped dir for this attempt. Returns None when no dir records the job (the
+    first attempt failed before writing it) and for any process that is not a restart."""
     from lab.distributed import env
 
     if _restarted_job() is None:
@@ -440,37 +431,38 @@ def restarted_run(run_dir: Path, siblings: bool = True) -> Path | None:
 
 
 def requeued() -> bool:
-    """A SLURM job started again after a preemption or a time limit: it continues the run in its own dir."""
+    """Whether this is a SLURM job started again after a preemption or time limit. It continues in its own dir."""
     return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
 
 
 def unfinished(run_dir: Path) -> bool:
-    """A run with a `last.pt` whose training did not complete: interrupted by a signal, failed (a killed tracker
-    or DataLoader worker: its last.pt is good), or killed before it wrote summary.json."""
+    """Whether `run_dir` has a `last.pt` whose training did not complete: interrupted, failed (its last.pt is
+    good), or killed before it wrote summary.json."""
     if not (run_dir / "checkpoints" / "last.pt").is_file():
         return False
     return _status(run_dir) in (None, "interrupted", "failed")
 
 
 def never_saved(run_dir: Path) -> bool:
-    """A training run of its own that this process found in `run_dir`, killed (or stopped) before it saved a
-    checkpoint and before it finished: nothing of it can be continued, so `resume=auto` (or a requeue) starts it
-    again there, as the same run: its first attempt's `.hydra/` and log are kept."""
+    """Whether `run_dir` held a training run that was stopped before it saved a checkpoint or finished.
+
+    Nothing of it can be continued, so `resume=auto` or a requeue starts it again there as the same run. Its first
+    attempt's `.hydra/` and log are kept."""
     before = _before.get(run_dir.resolve())
     if before is None or HYDRA_DIR not in before.entries:
-        return False  # a dir Hydra made for this process, or one no run of the command line wrote
+        return False  # Hydra made this dir for this process, or no run of the command line wrote it
     if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
         return False
     try:
         hydra = yaml.safe_load((run_dir / HYDRA_DIR / "hydra.yaml").read_text())["hydra"]
         a_training_run = hydra["job"]["config_name"] == "train" and hydra["mode"] == "RUN"  # not a sweep job's
     except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return False  # not a record of a run we can read: not ours to start again
+        return False  # no record we can read, so not ours to start again
     return a_training_run and _status(run_dir) in (None, "interrupted", "failed")
 
 
 def _status(run_dir: Path) -> str | None:
-    """The status in a run's summary.json; None when it has none, or one cut short (it died writing it)."""
+    """Return the status in a run's summary.json, or None if it is missing or cut short."""
     try:
         return json.loads((run_dir / "summary.json").read_text()).get("status")
     except (OSError, ValueError, AttributeError):
@@ -478,13 +470,12 @@ def _status(run_dir: Path) -> str | None:
 
 
 def training_left(progress: Mapping[str, Any], max_epochs: int, max_steps: int) -> bool:
-    """Whether a checkpoint at `progress` has epochs (and steps: `max_steps` <= 0 sets no limit) left."""
+    """Whether a checkpoint at `progress` has epochs and steps left. `max_steps` <= 0 sets no step limit."""
     return progress["epoch"] < max_epochs and (max_steps <= 0 or progress["global_step"] < max_steps)
 
 
 def newest_unfinished(runs_root: Path, config: Mapping[str, Any], exclude: Path) -> Path | None:
-    """The newest unfinished run dir under `runs_root` (outputs/<task_name>/) that trains the same config and has
-    training left under it."""
+    """Return the newest unfinished run under `runs_root` (outputs/<task_name>/) of this config, with training left."""
     from lab.checkpointing.storage import read  # torch: only when a resume is asked for
 
     wanted = config_hash(config)
@@ -506,12 +497,12 @@ def newest_unfinished(runs_root: Path, config: Mapping[str, Any], exclude: Path)
 
 
 def continued_run(resume: str | None, run_dir: Path, config: Mapping[str, Any], siblings: bool = True) -> Path | None:
-    """The run dir this run continues in, or None for a new run. `run_dir` is this process's own (Hydra's).
+    """Return the run dir this run continues in, or None for a new run. `run_dir` is the one Hydra made.
 
-    A restarted torchrun worker (`--max-restarts`): the run dir of its own torchrun job (`restarted_run`), which
-    may hold no last.pt yet (the run starts again from the start there). `resume=auto` (and a requeued SLURM job):
-    the unfinished run in `run_dir` itself, else (auto and `siblings` only) the newest unfinished run of the same
-    task and config next to it (None when there is none); `resume=<run dir>`: that run.
+    A restarted torchrun worker continues its own job's dir (`restarted_run`); with no last.pt there yet, it starts
+    over in that dir. `resume=auto` and a requeued SLURM job continue the unfinished run in `run_dir`. Failing that,
+    `resume=auto` with `siblings` looks for the newest unfinished run of the same task and config next to it.
+    `resume=<run dir>` continues that run.
     """
     restarted = restarted_run(run_dir, siblings)
     if restarted is not None:
@@ -522,7 +513,7 @@ def continued_run(resume: str | None, run_dir: Path, config: Mapping[str, Any], 
         _require_same_config(run_dir, config)
         return run_dir
     if (resume == "auto" or requeued()) and never_saved(run_dir):
-        return run_dir  # killed before its first last.pt: it starts again from the start, in its own dir
+        return run_dir  # killed before its first last.pt, so it starts over in its own dir
     if resume is None:
         return None
     if resume == "auto":
@@ -538,7 +529,7 @@ def continued_run(resume: str | None, run_dir: Path, config: Mapping[str, Any], 
 
 
 def _require_same_config(run_dir: Path, config: Mapping[str, Any]) -> None:
-    """Continuing in place trains what that run trained: another config there is refused, naming what differs."""
+    """Refuse to continue a run in place with another config, naming the keys that differ."""
     from lab.checkpointing.storage import read
 
     saved = read(run_dir / "checkpoints" / "last.pt").get("config") or {}
@@ -555,11 +546,12 @@ def _require_same_config(run_dir: Path, config: Mapping[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------- training's run dir
 @contextlib.contextmanager
 def owned(cfg: Any, run_dir: Path, siblings: bool = True) -> Iterator[Path]:
-    """The dir a training run writes, held while the run trains: the run `resume=` continues (`continued_run`; its
-    last.pt becomes `cfg.ckpt_path`), else `run_dir`, this process's own. The process that writes the run dir
-    decides which run this is and holds the dir (a spawning parent, for its ranks; under torchrun/srun rank 0,
-    whose decision the other ranks receive when they join: lab.distributed.launch). A checkpoint that would train
-    nothing, or that does not fit the model, is refused before anything is written, in any dir."""
+    """Yield the dir a training run writes, and hold it while the run trains.
+
+    That is the run `resume=` continues (its last.pt becomes `cfg.ckpt_path`), else `run_dir`. Only the writing
+    process decides this and holds the dir: a spawning parent, or rank 0 under torchrun/srun, which passes its
+    decision to the other ranks (`lab.distributed.launch`). A checkpoint that would train nothing, or does not
+    fit the model, is refused before anything is written."""
     from omegaconf import OmegaConf
 
     from lab.checkpointing.storage import require_file
@@ -571,8 +563,8 @@ def owned(cfg: Any, run_dir: Path, siblings: bool = True) -> Iterator[Path]:
         config = cast("dict[str, Any]", OmegaConf.to_container(cfg, resolve=True))
         continued = continued_run(cfg.resume, run_dir, config, siblings)
     last = continued / "checkpoints" / "last.pt" if continued is not None else None
-    # one run across resumes: its own dir, checkpoints, metrics and wandb run (a torchrun restart whose failed
-    # attempt saved no last.pt yet starts again in that dir, from the start or the user's ckpt_path)
+    # One run across resumes keeps one dir, checkpoints, metrics and wandb run. A torchrun restart with no last.pt
+    # yet starts again in that dir, from the start or from the user's ckpt_path.
     if last is not None and last.is_file():
         cfg.ckpt_path = str(last)
     require_file(cfg.ckpt_path)  # fail before starting processes
@@ -583,11 +575,11 @@ def owned(cfg: Any, run_dir: Path, siblings: bool = True) -> Iterator[Path]:
     target = continued or run_dir
     with claim(target, resuming_here=here, overwrite=cfg.overwrite) if writer else contextlib.nullcontext():
         if continued is not None and continued != run_dir:
-            move_logs(run_dir, continued)  # this start's log goes on in the run's own log file
+            move_logs(run_dir, continued)  # this start logs into the run's own log file
         if cfg.overwrite and not here:
-            forget_replaced(target)  # the replaced run's later configs and log lines: this is a new run
+            forget_replaced(target)  # this is a new run, so drop the replaced run's configs and log lines
         if writer:
-            record_torchrun_job(target)  # torchrun --max-restarts: its restarted workers continue here
+            record_torchrun_job(target)  # so workers restarted by torchrun --max-restarts continue here
         if continued is not None:
             restart = env.torchrun_restart()
             how = f"torchrun restart {restart}: " if restart else ""
@@ -597,14 +589,15 @@ def owned(cfg: Any, run_dir: Path, siblings: bool = True) -> Iterator[Path]:
 
 
 def inside(ckpt_path: str | None, run_dir: Path) -> bool:
-    """Whether `ckpt_path` is one of `run_dir`'s own checkpoints: the run goes on in its own dir and records."""
+    """Whether `ckpt_path` is one of `run_dir`'s own checkpoints, so the run goes on in its own dir."""
     return ckpt_path is not None and Path(ckpt_path).resolve().parent == (run_dir / "checkpoints").resolve()
 
 
 def _refuse_finished(path: Path, trainer_cfg: Any, callbacks: Any) -> dict:
-    """A checkpoint whose training is over (or stopped early) would train nothing: refused in one line, before
-    any tracker or file is opened; so is one that holds the model alone (a dist=fsdp run's best.pt). Returns it
-    memory-mapped: only its progress is read here, not its weights."""
+    """Refuse a checkpoint that would train nothing, before any tracker or file is opened.
+
+    That is one whose training is over or stopped early, or one that holds the model alone (a dist=fsdp run's
+    best.pt). Returns the checkpoint memory-mapped, since only its progress is read here."""
     import torch
 
     from lab.checkpointing.storage import read
@@ -613,7 +606,7 @@ def _refuse_finished(path: Path, trainer_cfg: Any, callbacks: Any) -> dict:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         progress = ckpt["progress"]
     except Exception:
-        ckpt = read(path)  # its one-line reason why the file is unreadable
+        ckpt = read(path)  # raises a one-line reason why the file is unreadable
         progress = ckpt["progress"]
     if "optimizer" not in ckpt and "shards" not in ckpt:
         raise UserError(
@@ -638,15 +631,15 @@ def _refuse_finished(path: Path, trainer_cfg: Any, callbacks: Any) -> dict:
 
 
 def _refuse_another_model(path: Path, ckpt: dict, model_cfg: Any) -> None:
-    """Weights that would fail to load into this run's model, refused before the run's records are touched: the
-    model is built on the meta device (no memory, no random draws) for the data the checkpoint was saved with."""
+    """Refuse weights that would not load into this run's model, before the run's records are touched. The model
+    is built on the meta device (no memory, no random draws) for the checkpoint's data."""
     import torch
 
     from lab import models
     from lab.checkpointing.state_dicts import misfit, strip_wrapper_prefixes
 
     if "model" not in ckpt:
-        return  # a sharded checkpoint: its shards are checked as they load
+        return  # a sharded checkpoint; its shards are checked as they load
     try:
         with torch.device("meta"):
             own = models.build(model_cfg, ckpt.get("data_meta") or {}).state_dict()
@@ -663,8 +656,7 @@ def _refuse_another_model(path: Path, ckpt: dict, model_cfg: Any) -> None:
 
 
 def move_logs(fresh_dir: Path, run_dir: Path) -> None:
-    """Continue the log file in `run_dir` (appending) instead of the dir Hydra made for this start, then remove
-    what Hydra wrote in that dir (and the dir, if it made it): one run, one dir."""
+    """Append this start's log to the one in `run_dir`, and remove what Hydra wrote in `fresh_dir`."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == fresh_dir:

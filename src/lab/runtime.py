@@ -23,9 +23,10 @@ log = logging.getLogger(__name__)
 
 
 def cuda_index(local_rank: int) -> int:
-    """The GPU of local rank r among the GPUs this process can see. A launcher that gives each rank its own GPU
-    (`srun --gpus-per-task=1`, a joblib worker with CUDA_VISIBLE_DEVICES) leaves one visible device, index 0,
-    whatever the rank: `cuda:LOCAL_RANK` would be an invalid ordinal there."""
+    """Return the index of local rank r's GPU among the GPUs this process can see.
+
+    A launcher that gives each rank its own GPU (`srun --gpus-per-task=1`, CUDA_VISIBLE_DEVICES) leaves one visible
+    device, index 0, so `cuda:LOCAL_RANK` would be an invalid ordinal there."""
     visible = torch.cuda.device_count()
     if visible == 0:
         raise ConfigError("no CUDA device is visible (CUDA_VISIBLE_DEVICES?); use trainer.device=cpu")
@@ -33,7 +34,7 @@ def cuda_index(local_rank: int) -> int:
 
 
 def select_device(name: str, local_rank: int = 0) -> torch.device:
-    """One device, decided once; every tensor move in the run goes through it. Rank r of a node gets its GPU."""
+    """Pick the run's one device; every tensor move goes through it. Rank r of a node gets its own GPU."""
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", cuda_index(local_rank))
@@ -48,29 +49,28 @@ def select_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (all CUDA devices too). DataLoader workers: lab.data.seed_worker."""
+    """Seed python, numpy and torch, all CUDA devices too. DataLoader workers are seeded by lab.data.seed_worker."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
 
 
 def epoch_generator_seed(seed: int, epoch: int) -> int:
-    """Shuffle seed of one epoch: a function of (seed, epoch) only, so a resumed run replays the same order."""
+    """Return an epoch's shuffle seed. It depends on (seed, epoch) only, so a resumed run replays the same order."""
     return seed * 1_000_003 + epoch
 
 
 def configure_backends(trainer_cfg: TrainerConfig | DictConfig, device: torch.device) -> None:
-    """Determinism, cuDNN autotuning and TF32, each set both ways: these are process-wide flags, and a joblib
-    worker or an eval after training in the same process must not inherit the previous job's."""
+    """Set determinism, cuDNN autotuning and TF32 both ways, so these process-wide flags never leak between jobs."""
     deterministic = bool(trainer_cfg.deterministic)
     if deterministic:
         # cuBLAS needs this before its first call to be deterministic; harmless elsewhere.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if torch.are_deterministic_algorithms_enabled() != deterministic:
-        # only on a change: torch's setter also imports torch._inductor (about a second) to set its flag
+        # only on a change, since torch's setter imports torch._inductor (about a second)
         torch.use_deterministic_algorithms(deterministic, warn_only=True)
     torch.backends.cudnn.deterministic = deterministic
-    # benchmark autotunes conv algorithms per input shape: faster for fixed shapes, slower when shapes vary.
+    # benchmark autotunes conv algorithms per input shape. Faster for fixed shapes, slower when shapes vary.
     torch.backends.cudnn.benchmark = bool(trainer_cfg.cudnn_benchmark) and not deterministic
     torch.backends.cuda.matmul.allow_tf32 = bool(trainer_cfg.tf32)
     torch.backends.cudnn.allow_tf32 = bool(trainer_cfg.tf32)
@@ -78,7 +78,7 @@ def configure_backends(trainer_cfg: TrainerConfig | DictConfig, device: torch.de
         log.info("trainer.cudnn_benchmark has no effect on %s (cuDNN is CUDA-only)", device.type)
 
 
-_NO_CONTEXT = contextlib.nullcontext()  # reusable; one per step would be a needless allocation in the hot loop
+_NO_CONTEXT = contextlib.nullcontext()  # reused, to save an allocation per step in the hot loop
 
 
 @dataclass(frozen=True)
@@ -103,8 +103,9 @@ _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def resolve_precision(precision_cfg: PrecisionConfig | DictConfig, device: torch.device) -> Precision:
-    """The chosen option on this device (a checkpoint's saved node too): its dtype null means float16 + GradScaler on
-    CUDA and bfloat16 elsewhere (float16 matmuls are slow on CPUs)."""
+    """Resolve the precision option (or a checkpoint's saved node) for this device.
+
+    A null dtype means float16 with GradScaler on CUDA, and bfloat16 elsewhere, as float16 matmuls are slow on CPUs."""
     from lab.config.options import instantiate
 
     precision_cfg = instantiate("precision", precision_cfg, drop_unknown=True)
@@ -125,24 +126,24 @@ def resolve_precision(precision_cfg: PrecisionConfig | DictConfig, device: torch
 
 
 def apply_channels_last(model: torch.nn.Module, enabled: bool, shards_weights: bool) -> torch.nn.Module:
-    """trainer.channels_last: NHWC weights, so convolutions run in the layout tensor cores prefer (the inputs are
-    made NHWC where batches reach the device). Under FSDP only the inputs: FSDP2 shards parameters as flat
-    contiguous views and refuses NHWC-strided ones, and a convolution follows its input's memory format anyway.
-    Eval applies the same rule with the training run's strategy, so it computes what validation computed."""
+    """Make the weights NHWC for trainer.channels_last, the layout tensor cores prefer.
+
+    Inputs are made NHWC where batches reach the device. Under FSDP only the inputs are: FSDP2 refuses NHWC-strided
+    parameters, and a convolution follows its input's format anyway. Eval applies the same rule with the training
+    run's strategy, so it computes what validation computed."""
     if enabled and not shards_weights:
         return model.to(memory_format=torch.channels_last)
     return model
 
 
 def reset_peak_memory(device: torch.device) -> None:
-    """Start a new peak-memory measurement (CUDA); the CPU's peak RSS cannot be reset."""
+    """Start a new peak-memory measurement on CUDA. The CPU's peak RSS cannot be reset."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
 
 def peak_memory_mb(device: torch.device) -> float:
-    """Peak allocated accelerator memory since the last reset_peak_memory, or the process's peak resident memory
-    on CPU."""
+    """Return peak accelerator memory in MiB since `reset_peak_memory`, or the process's peak RSS on CPU."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     import resource

@@ -1,13 +1,14 @@
-"""Stop signals for the whole life of a process: SIGTERM (a cluster's preemption, `kill`), SIGUSR1 (SLURM's warning
-before the time limit), SIGUSR2 (submitit's warning) and SIGINT (Ctrl-C). No torch import (entry scripts use it).
+"""Handle stop signals for the whole life of a process. No torch import, since entry scripts use it.
 
-Training finishes its optimizer step and saves last.pt first (lab.training.preemption). Anywhere else (start-up,
-building data and model, evaluation, export) there is no step to finish: the first stop signal raises StopRequested
-at once, as Ctrl-C raises KeyboardInterrupt, so every `with` and `finally` on the way out runs (the run-dir lock is
-released, a started tracker records "interrupted") and the entry script ends with one line and 128 + the signal.
-Either way the process acts on its first stop signal only: a spawned rank gets a signal to its whole job twice
-(directly, then forwarded by the launcher), and the second must not cut short the records the first one is
-finishing. Only a second Ctrl-C, a moment after the first, quits at once.
+The signals are SIGTERM (preemption, `kill`), SIGUSR1 (SLURM's warning before the time limit), SIGUSR2 (submitit's
+warning) and SIGINT (Ctrl-C). Training finishes its optimizer step and saves last.pt first
+(lab.training.preemption). Anywhere else there is no step to finish, so the first stop signal raises StopRequested
+at once, as Ctrl-C raises KeyboardInterrupt. Every `with` and `finally` on the way out runs, and the entry script
+ends with one line and exit code 128 + the signal.
+
+The process acts on its first stop signal only. A spawned rank gets a signal to its job twice (directly, then from
+the launcher), and the second must not cut short the records the first is finishing. Only a second Ctrl-C, a moment
+after the first, quits at once.
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ _SAME_PRESS_S = 1.0
 
 _first: int | None = None  # this process's first stop signal, once it got one
 _first_at = 0.0
-_launcher: int | None = None  # in a rank the job's launcher spawned: the launcher's pid
+_launcher: int | None = None  # the launcher's pid, in a rank it spawned
 
 
 class StopRequested(KeyboardInterrupt):
-    """A stop signal where no optimizer step is in flight; a KeyboardInterrupt, so that `except Exception` blocks
-    on the way out do not swallow it."""
+    """A stop signal with no optimizer step in flight; a KeyboardInterrupt, so `except Exception` won't catch it."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -38,12 +38,13 @@ class StopRequested(KeyboardInterrupt):
 
 
 def is_first(signum: int) -> bool:
-    """Note the stop signal `signum`; whether it is this process's first. A second Ctrl-C more than a moment after
-    the first ends the process at once (SystemExit 130)."""
+    """Note the stop signal `signum` and return whether it is this process's first.
+
+    A second Ctrl-C more than a moment after the first ends the process at once (SystemExit 130)."""
     global _first, _first_at
     if _first is None:
         _first, _first_at = signum, time.monotonic()
-        if _launcher is not None:  # a signal to this rank alone stops the whole job, as one to the launcher does
+        if _launcher is not None:  # a signal to this rank alone stops the whole job, like one to the launcher
             with contextlib.suppress(ProcessLookupError):
                 os.kill(_launcher, signum)
         return True
@@ -53,14 +54,15 @@ def is_first(signum: int) -> bool:
 
 
 def tell_launcher(pid: int) -> None:
-    """This process is a rank spawned by the launcher `pid` (lab.distributed.launch): it passes its stop on."""
+    """Note that the launcher `pid` spawned this rank (lab.distributed.launch), so a stop is passed on to it."""
     global _launcher
-    _launcher = pid if pid != os.getpid() else None  # (a launcher faked in-process: nothing to pass on)
+    _launcher = pid if pid != os.getpid() else None  # a launcher faked in-process has nothing to pass on
 
 
 def forget() -> None:
-    """A new stretch of training starts (lab.training.preemption): no stop is pending (one would have ended the
-    process before it)."""
+    """Clear the pending stop when a new stretch of training starts (lab.training.preemption).
+
+    A real pending stop would have ended the process before it."""
     global _first
     _first = None
 
@@ -72,8 +74,7 @@ def stop_at_once(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def raised_at_once() -> Iterator[None]:
-    """For the block, the first stop signal raises StopRequested (outside the main thread, where Python allows no
-    handlers: nothing changes)."""
+    """Make the first stop signal raise StopRequested in the block; in the main thread only, as Python requires."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -86,11 +87,11 @@ def raised_at_once() -> Iterator[None]:
 
 
 def signal_number(interrupt: KeyboardInterrupt) -> int:
-    """The stop signal behind a KeyboardInterrupt: Ctrl-C's own, or StopRequested's."""
+    """Return the stop signal behind a KeyboardInterrupt: Ctrl-C's own, or StopRequested's."""
     return getattr(interrupt, "signum", signal.SIGINT)
 
 
 def stopped_at_once(signum: int) -> str:
-    """The one line of a stop where no optimizer step was in flight: nothing (more) was saved."""
+    """Return the one line for a stop with no optimizer step in flight, where nothing more was saved."""
     name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
     return f"interrupted by {name}; stopped at once, nothing more was saved"

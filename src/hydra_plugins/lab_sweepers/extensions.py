@@ -1,9 +1,9 @@
-"""The extensions' part in Hydra (lab.extensions): their presets on the config search path, their plugins registered.
+"""Put the extensions' presets on Hydra's config search path and register their plugins.
 
-Hydra's plugin scan imports every public module under hydra_plugins and registers the Plugin classes it finds in
-each as `<module>.<class>`; a plugin's `_target_` must name one of those. An extension keeps its sweepers and
-launchers in its own folder (`plugins.py`), so each of them gets a subclass of the same name here, and its config
-targets `hydra_plugins.lab_sweepers.extensions.<class>`.
+Hydra's plugin scan imports every public module under hydra_plugins and registers each Plugin class it finds as
+`<module>.<class>`, which a plugin's `_target_` must name. An extension keeps its sweepers and launchers in its own
+`plugins.py`, so each gets a subclass of the same name here, and its config targets
+`hydra_plugins.lab_sweepers.extensions.<class>`.
 """
 
 import sys
@@ -16,12 +16,11 @@ from lab import extensions
 
 
 class ExtensionPresets(SearchPathPlugin):
-    """Each extension's conf/ after the repository's own: `hparams_search=optuna` is found in the extension that
-    brings it, and a preset of the repository's conf/ of the same name wins."""
+    """Add each extension's conf/ after the repository's own, so a repository preset of the same name wins."""
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        # the options of a module imported before lab.config (see register), before composing; only where this
-        # package's config is in use (another checkout's plugins on the path, a renamed fork's, must not store theirs)
+        # Store the options of modules imported before lab.config, before composing. Only do so where this package's
+        # config is in use: another checkout's or a renamed fork's plugins on the path must not store theirs.
         config = sys.modules.get(f"{extensions.__name__.split('.')[0]}.config")
         if config is not None:
             config.register()
@@ -30,7 +29,7 @@ class ExtensionPresets(SearchPathPlugin):
 
 
 def _reexport() -> None:
-    """In a function: a loop variable left in this module would be scanned too (the last plugin seen, found twice)."""
+    """Re-export the extensions' plugins here. A function, so no loop variable is left for the scan to find twice."""
     for module in extensions.modules("plugins"):
         for name, plugin in vars(module).items():
             if isinstance(plugin, type) and issubclass(plugin, Plugin) and plugin.__module__ == module.__name__:

@@ -1,17 +1,16 @@
-"""`hydra/sweeper=lab_grid` (the template's default): Hydra's basic grid sweeper, except that a failed job does
-not end the sweep. Hydra's BasicSweeper re-raises the first failed job's exception after each batch, which
-skips `on_multirun_end` (no sweep summary) and discards the jobs of later batches. Here every job runs, the sweep
-returns normally, and the summary callback reports the failures and sets the exit code. With
-`sweep.fail_fast=true` no batch starts after one that had a failed job.
+"""Run a grid sweep (`hydra/sweeper=lab_grid`, the default) in which a failed job does not end the sweep.
 
-Before a batch runs, every job's overrides are checked (Hydra composes each job's config for that, and again when
-the job runs: 0.3 s a time). Here a batch composes once per distinct choice of config groups; the other jobs'
-plain values (`seed=3`, `optimizer.lr=0.01`) are applied to that composed config the way Hydra applies them while
-composing, so an unknown key or a wrong type still stops the sweep before any job starts.
+Hydra's BasicSweeper re-raises the first failed job's exception after each batch. That skips `on_multirun_end`, so
+there is no sweep summary, and drops later batches. Here every job runs, the sweep returns normally, and the summary
+callback reports failures and sets the exit code. With `sweep.fail_fast=true` no batch starts after a failed job.
 
-The sweep dir is this sweep's alone (lab.sweeps.ownership): a dir holding an earlier sweep is refused, unless the
-command adds `resume=auto` to continue that sweep: its completed jobs are kept and not run again (Hydra would
-rewrite their `.hydra/`), the others run again in their own dirs under their own numbers.
+Before a batch runs, every job's overrides are checked. Hydra composes each job's config for that, at 0.3 s a time.
+Here a batch composes once per distinct choice of config groups, and applies the other jobs' plain values (`seed=3`)
+to a copy as Hydra would. So an unknown key or a wrong type still stops the sweep before any job starts.
+
+The sweep dir is this sweep's alone (lab.sweeps.ownership). A dir holding an earlier sweep is refused, unless
+`resume=auto` continues it. Then completed jobs are kept and not run again, since Hydra would rewrite their
+`.hydra/`. The others run again in their own dirs under their own numbers.
 """
 
 from __future__ import annotations
@@ -53,8 +52,8 @@ class GridSweeper(upstream.hydra_basic_sweeper()):  # type: ignore[misc]  # Hydr
             completed = {num: job for num, job in started.items() if job.status == "completed"}
             for num, job in sorted(completed.items()):
                 log.info("resume=auto: job #%d completed earlier (%s): kept, not run again", num, job.dir)
-            for num, job in started.items():  # run again in its dir, whose .hydra/ keeps the first attempt's record
-                if num not in completed:  # (jobs[num] is the list the batches in self.overrides launch)
+            for num, job in started.items():  # run again in its dir; its .hydra/ keeps the first attempt's record
+                if num not in completed:  # jobs[num] is the list the batches in self.overrides launch
                     jobs[num].append(f"hydra.output_subdir={attempt_subdir(job.dir)}")
             return self._run(completed, stop_on_failure)
 
@@ -68,7 +67,7 @@ class GridSweeper(upstream.hydra_basic_sweeper()):  # type: ignore[misc]  # Hydr
             first_job += len(batch)
             if not numbered:
                 continue
-            self.validate_batch_is_legal([job for _, job in numbered])  # composition errors: before any job runs
+            self.validate_batch_is_legal([job for _, job in numbered])  # composition errors, before any job runs
             results = launch_numbered(self.launcher, numbered)
             returns.append(results)
             failed = [num for (num, _), r in zip(numbered, results) if outcome(r).failed]
@@ -82,16 +81,16 @@ class GridSweeper(upstream.hydra_basic_sweeper()):  # type: ignore[misc]  # Hydr
         assert self.hydra_context is not None and self.config is not None  # set by setup()
         loader = self.hydra_context.config_loader
         parser = OverridesParser.create(config_loader=loader)
-        groups: set[str] | None = None  # the config groups: known once a first job is composed
-        composed: dict[tuple[str | None, ...], DictConfig] = {}  # a job's group choices -> the config composed for them
+        groups: set[str] | None = None  # the config groups, known once a first job is composed
+        composed: dict[tuple[str | None, ...], DictConfig] = {}  # a job's group choices -> their composed config
         for overrides in batch:
             parsed = parser.parse_overrides(list(overrides))
             if groups is not None and _group_choices(parsed, groups) in composed:
-                # `+key=v` was applied to this copy by the job it was composed for: add-or-replace it here (the
-                # first job's composition already checked that the key could be added)
+                # The job this was composed for already applied `+key=v` and checked the key could be added, so
+                # add-or-replace it here.
                 plain = [_adding_again(o) for o in parsed if not _chooses_group(o, groups)]
                 config = copy.deepcopy(composed[_group_choices(parsed, groups)])
-                upstream.hydra_apply_overrides(plain, config)  # what composing does with them
+                upstream.hydra_apply_overrides(plain, config)  # as composing does
                 continue
             config = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
             groups = set(config.hydra.runtime.choices)

@@ -1,5 +1,4 @@
-"""Deployable model files: writers per format, parity checks against eager PyTorch, manifest, and the seam the export
-steps (an extension's INT8 quantization) run at (steps)."""
+"""Write deployable model files: per-format writers, parity checks, the manifest, and export steps (`steps`)."""
 
 from lab.exporting.parity import Parity, compare, other_size, sample_batches, take
 from lab.exporting.writers import EXAMPLE_BATCH, WRITERS, Written, axis_name, check_dims, write

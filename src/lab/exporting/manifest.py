@@ -1,4 +1,4 @@
-"""export_manifest.json: everything a deployment needs next to the model files, and how they were checked."""
+"""Write export_manifest.json: all a deployment needs next to the model files, and how they were checked."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from lab.files import write_json
 from lab.tasks import outputs as model_outputs
 
 FORMAT_VERSION = 1
-MANIFEST = "export_manifest.json"  # next to the model files in the export run dir
+MANIFEST = "export_manifest.json"  # lies next to the model files in the export run dir
 
 
 def sha256(path: Path) -> str:
@@ -36,8 +36,7 @@ def _version(package: str) -> str | None:
 
 
 def preprocessing(meta: dict[str, Any]) -> dict[str, Any]:
-    """How raw inputs become the input tensor, in words a non-Python runtime can follow (data_meta has the
-    numbers: image normalization, feature and target statistics, the vocabulary)."""
+    """Describe how raw inputs become the input tensor, for a non-Python runtime; data_meta has the numbers."""
     if "image_size" in meta:
         c, size = meta["in_channels"], meta["image_size"]
         return {
@@ -64,7 +63,7 @@ def preprocessing(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tensor_spec(name: str, tensor: torch.Tensor, dynamic_dims: tuple[int, ...], names_ndim: int) -> dict[str, Any]:
-    """Shape with a name for each dynamic axis (named as the input's axes of that index: `names_ndim` dims)."""
+    """Return a tensor's spec, naming each dynamic axis as the input's axis of that index (`names_ndim` dims)."""
     shape = [axis_name(d, names_ndim) if d in dynamic_dims else int(n) for d, n in enumerate(tensor.shape)]
     spec = {"name": name, "shape": shape, "dtype": str(tensor.dtype).removeprefix("torch.")}
     return {**spec, "layout": "NCHW"} if name == INPUT_NAME and tensor.ndim == 4 else spec
@@ -87,8 +86,7 @@ def build(
     sections: dict[str, Any],
     layout: model_outputs.Layout | None = None,
 ) -> dict[str, Any]:
-    """`output`: eager's outputs on the first parity batch, as the model returns them, named by `layout`;
-    `sections`: the entries the export steps add (lab.exporting.steps), after the shipped ones."""
+    """Build the manifest from eager's `output` on the first parity batch, named by `layout`, and steps' `sections`."""
     return {
         "format_version": FORMAT_VERSION,
         "created_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -100,7 +98,7 @@ def build(
         "model": model_config,
         "input": _tensor_spec(INPUT_NAME, example, dynamic_dims, example.ndim),
         **_output_specs(output, layout or model_outputs.check(output), dynamic_dims, example.ndim),
-        "dynamic_dims": list(dynamic_dims),  # input axes of any size; infer keeps image sizes when H and W are
+        "dynamic_dims": list(dynamic_dims),  # input axes of any size; infer keeps image sizes if H and W are
         "dynamic_axes": {
             axis_name(d, example.ndim): f"dim {d} of the input (and of the output where it has it), any size"
             for d in dynamic_dims
@@ -111,14 +109,13 @@ def build(
         "opset": opset,
         "tolerance": tolerance,
         "artifacts": artifacts,  # only files that passed their check, each with its sha256
-        "failed": failed,  # formats whose file failed the parity check: its figures; no file was written
+        "failed": failed,  # figures of formats that failed the parity check; no file was written
         **sections,
     }
 
 
 def _output_specs(output: Any, layout: model_outputs.Layout, dims: tuple[int, ...], ndim: int) -> dict[str, Any]:
-    """The one tensor's spec as "output"; a model of several outputs' as "outputs", in the ONNX file's order, with
-    "output_structure" (tuple, list or dict: what the runners give back, `output_layout`)."""
+    """Return one tensor's spec as "output", or several as "outputs" (ONNX order) with their "output_structure"."""
     if layout.single:
         return {"output": _tensor_spec(OUTPUT_NAME, output, dims, ndim)}
     tensors = model_outputs.tensors(output)
@@ -129,7 +126,7 @@ def _output_specs(output: Any, layout: model_outputs.Layout, dims: tuple[int, ..
 
 
 def output_layout(manifest: dict[str, Any]) -> model_outputs.Layout | None:
-    """What the exported model returns, from its manifest; None for one tensor."""
+    """Return what the exported model returns, from its manifest, or None for one tensor."""
     if "outputs" not in manifest:
         return None
     return model_outputs.Layout(manifest["output_structure"], tuple(spec["name"] for spec in manifest["outputs"]))
@@ -142,7 +139,7 @@ def write(folder: Path, manifest: dict[str, Any]) -> Path:
 
 
 def read(artifact: str | Path) -> dict[str, Any]:
-    """The export_manifest.json next to an exported artifact: the task, data_meta and preprocessing for inference."""
+    """Read the manifest next to an exported artifact, which gives inference the task, data_meta and preprocessing."""
     path = Path(artifact).with_name(MANIFEST)
     if not path.is_file():
         raise UserError(

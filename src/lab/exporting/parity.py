@@ -1,4 +1,4 @@
-"""Does an exported model compute what the eager model computes? Outputs compared on real validation samples."""
+"""Check that an exported model computes what the eager model computes, on real validation samples."""
 
 from __future__ import annotations
 
@@ -14,21 +14,20 @@ from lab.data import batches as batching
 from lab.exporting.writers import axis_limit, check_dims
 from lab.tasks import outputs as model_outputs
 
-# what parity compares against the eager model: an inference backend (lab.inference), batch in, outputs out (a
-# tensor, or the tuple/dict the model returns)
+# an inference backend (lab.inference) to compare with the eager model: a batch in, the model's outputs out
 Runner = Callable[[torch.Tensor], Any]
 
 
 @dataclass
 class Parity:
     samples: int
-    batch_sizes: list[int]  # distinct batch sizes run: the traced one is not among them, so a fixed axis shows
+    batch_sizes: list[int]  # distinct batch sizes run; one differs from the traced size, so a fixed axis shows
     max_abs_diff: float  # max |outputs - eager outputs| over every sample and output
-    top1_agreement: float | None  # share of decisions (argmax) that match eager's; None for tasks without one
+    top1_agreement: float | None  # share of argmax decisions that match eager's; None for tasks without one
     tolerance: float
     input_shapes: list[list[int]] = field(default_factory=list)  # distinct per-sample input shapes run
-    error: str | None = None  # the runner refused or failed an input (a size baked in at export): its first line
-    # a model of several outputs: max |diff| of each, by output name (max_abs_diff is the largest); None for one
+    error: str | None = None  # first line of the runner's error on an input, say a size baked in at export
+    # for a model with several outputs, max |diff| of each by name (max_abs_diff is the largest); else None
     max_abs_diff_per_output: dict[str, float] | None = None
 
     @property
@@ -37,13 +36,13 @@ class Parity:
 
     def as_dict(self) -> dict:
         figures = asdict(self)
-        if self.max_abs_diff_per_output is None:  # a one-tensor model's entry keeps the keys it always had
+        if self.max_abs_diff_per_output is None:  # a one-tensor model's entry keeps its old keys
             del figures["max_abs_diff_per_output"]
         return {**figures, "passed": self.passed}
 
 
 def take(loader: DataLoader, samples: int) -> list[torch.Tensor]:
-    """The first `samples` inputs of the loader (on the CPU) in its own batches, the last one possibly short."""
+    """Return the loader's first `samples` inputs on the CPU, in its own batches; the last may be short."""
     batches, taken = [], 0
     for batch in loader:
         inputs, _ = batching.split(batch)
@@ -56,9 +55,10 @@ def take(loader: DataLoader, samples: int) -> list[torch.Tensor]:
 
 
 def sample_batches(loader: DataLoader, samples: int, dynamic_dims: Sequence[int] = (0,)) -> list[torch.Tensor]:
-    """The first `samples` inputs of the loader in its own batches (the last one possibly short), plus a second
-    shape along every dynamic axis: a batch of one, and per other dynamic axis a batch of 3 whose size there differs
-    from the traced one (`other_size`). A size baked in at export then fails parity instead of passing silently."""
+    """Return the loader's first `samples` inputs, plus batches of another size along each dynamic axis.
+
+    The extra batches are a batch of one, and per other dynamic axis a batch of 3 resized there (`other_size`). So
+    a size baked in at export fails parity instead of passing silently."""
     batches = take(loader, samples)
     if not batches:
         raise ValueError("the validation loader is empty: no samples to check parity on")
@@ -73,9 +73,10 @@ def sample_batches(loader: DataLoader, samples: int, dynamic_dims: Sequence[int]
 
 
 def other_size(inputs: torch.Tensor, dim: int) -> torch.Tensor | None:
-    """`inputs` at another size along `dim`: a token sequence (bounded by the traced length) cut to half; any other
-    axis (height, width) doubled by repeating each entry (nearest-neighbour upsampling: sizes a strided model
-    divided evenly still divide). None when a sequence of one cannot be shortened."""
+    """Return `inputs` at another size along `dim`, or None for a sequence of one.
+
+    A token sequence, bounded by the traced length, is cut to half. Other axes (height, width) are doubled by
+    nearest-neighbour upsampling, so sizes a strided model divided evenly still divide."""
     if axis_limit(inputs, dim) is not None:
         return inputs.narrow(dim, 0, inputs.shape[dim] // 2) if inputs.shape[dim] > 1 else None
     return inputs.repeat_interleave(2, dim=dim)
@@ -89,11 +90,11 @@ def compare(
     agreement: Callable[[Any, Any], float | None] = lambda ref, out: None,
     layout: model_outputs.Layout | None = None,
 ) -> Parity:
-    """Run `candidate` on `batches` and compare with the eager outputs `reference` (same order). `agreement` is
-    the task's share of matching decisions in one batch (top-1 for classes and tokens), or None. An input the
-    candidate refuses or fails on, or outputs of another shape (or structure) than eager's, fail parity (max |diff|
-    = inf) with the reason in `error`. A model of several outputs is compared output by output, each under its name
-    in `layout` (the task's, lab.tasks.outputs; without one, output_0, output_1... or the dict's keys)."""
+    """Run `candidate` on `batches` and compare with the eager outputs `reference`, in the same order.
+
+    `agreement` gives the task's share of matching decisions in a batch (top-1 for classes and tokens), or None. An
+    input the candidate fails on, or outputs of another shape or structure, fail parity (max |diff| = inf) with the
+    reason in `error`. Several outputs are compared one by one, each under its name in `layout`."""
     count = 0
     agree: float | None = 0.0  # None once a batch has no agreement
     sizes, shapes = _sizes(batches), _shapes(batches)
@@ -102,7 +103,7 @@ def compare(
     for inputs, expected in zip(batches, reference):
         try:
             got = model_outputs.apply(torch.Tensor.float, candidate(inputs))
-        except Exception as err:  # onnxruntime / torch.export guards / a traced constant: the model cannot run it
+        except Exception as err:  # onnxruntime, torch.export guards, a traced constant: it cannot run this input
             problem = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
         else:
             problem = _mismatch(got, expected, layout)
@@ -112,7 +113,7 @@ def compare(
             return Parity(count, sizes, math.inf, 0.0, tolerance, shapes, error, failed)
         for name, out, ref in zip(layout.names, model_outputs.tensors(got), model_outputs.tensors(expected)):
             diff = float((out - ref).abs().max()) if out.numel() else 0.0
-            each[name] = diff if math.isnan(diff) else max(each[name], diff)  # a NaN stays: it fails the check
+            each[name] = diff if math.isnan(diff) else max(each[name], diff)  # a NaN stays, so the check fails
         share = agreement(expected, got)
         agree = None if share is None or agree is None else agree + share * len(inputs)
         count += len(inputs)
@@ -122,7 +123,7 @@ def compare(
 
 
 def _mismatch(got: Any, expected: Any, layout: model_outputs.Layout) -> str:
-    """Why `got` cannot be compared with eager's `expected` (another structure, another shape), or ""."""
+    """Return why `got` cannot be compared with eager's `expected` (another structure or shape), or ""."""
     if model_outputs.kind(got) != model_outputs.kind(expected):
         return f"outputs {model_outputs.kind(got)}, eager's {model_outputs.kind(expected)}"
     for name, out, ref in zip(layout.names, model_outputs.tensors(got), model_outputs.tensors(expected)):

@@ -1,6 +1,7 @@
-"""The export steps' seam: once the formats are written, checked and published, every export step (an option of the
-`export_step` kind, lab.config.tools.ExportStepConfig: an extension's INT8 quantization) runs on the export as it
-stands, with its own settings `export.<name>`, and adds its files, manifest sections and figures to it."""
+"""Run the export steps once the formats are written, checked and published.
+
+An export step is an `export_step` option (lab.config.tools.ExportStepConfig), such as an extension's INT8
+quantization. It runs with its settings `export.<name>` and adds its files, manifest sections and figures."""
 
 from __future__ import annotations
 
@@ -22,19 +23,18 @@ from lab.tasks.outputs import Layout
 class Export:
     """What a step gets, and what it adds."""
 
-    run_dir: Path  # the published files are here (model.onnx, ...): a step writes its own beside them
-    task: Any  # the checkpoint's task (lab.tasks): its metrics, monitor and mode
+    run_dir: Path  # holds the published files (model.onnx, ...); a step writes its own beside them
+    task: Any  # the checkpoint's task (lab.tasks), with its metrics, monitor and mode
     example: torch.Tensor  # a batch of validation inputs, as the formats were written with
     val_loader: DataLoader  # the validation split
-    train_loader: Callable[[], DataLoader]  # the training split without augmentation (made when a step asks)
-    artifacts: dict[str, dict[str, Any]]  # the manifest entries of the published files: a step adds its own
-    sections: dict[str, Any] = field(default_factory=dict)  # the manifest's entries a step adds at its top level
-    figures: dict[str, float] = field(default_factory=dict)  # export/... metrics a step adds (logged, in the summary)
+    train_loader: Callable[[], DataLoader]  # the training split without augmentation, made when a step asks
+    artifacts: dict[str, dict[str, Any]]  # the manifest entries of the published files; a step adds its own
+    sections: dict[str, Any] = field(default_factory=dict)  # top-level manifest entries a step adds
+    figures: dict[str, float] = field(default_factory=dict)  # export/... metrics a step adds, logged and summarised
 
 
 def check(opts: ExportOptions | DictConfig, outputs: Any, layout: Layout) -> None:
-    """Refuse the export (UserError) when an export step of `opts` (the `export` node) cannot take a model whose
-    eager outputs are `outputs` (`layout`: lab.tasks.outputs), before any work."""
+    """Raise a UserError, before any work, if a step of the `export` node cannot take a model with these outputs."""
     for step in _options(opts).steps():
         why = step.refuse_model(outputs, layout)
         if why is not None:
@@ -42,7 +42,7 @@ def check(opts: ExportOptions | DictConfig, outputs: Any, layout: Layout) -> Non
 
 
 def run(opts: ExportOptions | DictConfig, export: Export) -> Export:
-    """Run every export step of `opts` (the `export` node) on `export`."""
+    """Run every export step of the `export` node `opts` on `export`."""
     for step in _options(opts).steps():
         step.run(export)
     return export

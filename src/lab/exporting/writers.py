@@ -1,11 +1,10 @@
-"""Model files from a plain eval-mode module: ONNX (dynamo exporter), torch.export (.pt2), TorchScript.
+"""Write model files from a plain eval-mode module: ONNX (dynamo exporter), torch.export (.pt2), TorchScript.
 
-Every writer gets the module `lab.workflows.restore` built (never a DDP / torch.compile wrapper, never
-channels_last) and puts it in eval mode itself, so dropout is off and BatchNorm uses its running statistics in every
-artifact. The axes the task's `dynamic_dims` (or `export.dynamic_dims`) name accept any size in ONNX and torch.export
-(the batch always; a token sequence; the height and width of a fully convolutional model's images); the parity check
-then runs sizes other than the traced ones along each of them. A model of several outputs (a tuple or dict:
-lab.tasks.outputs) keeps them: named ONNX outputs, the same structure from pt2 and TorchScript.
+Every writer gets the module `lab.workflows.restore` built, never a DDP or torch.compile wrapper, never
+channels_last. It puts it in eval mode itself, so dropout is off and BatchNorm uses its running statistics. The axes
+named by the task's `dynamic_dims` (or `export.dynamic_dims`) accept any size in ONNX and torch.export: always the
+batch, and perhaps a token sequence or a fully convolutional model's height and width. The parity check then runs
+other sizes along each. A model with several outputs keeps them: named ONNX outputs, the same structure elsewhere.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ log = logging.getLogger(__name__)
 
 # Not 1: torch.export specializes sizes 0 and 1, so a batch-1 example would pin the batch axis to 1.
 EXAMPLE_BATCH = 2
-_PROTOBUF_LIMIT = 2**31 - 2**26  # ONNX files are protobufs (2 GiB max); bigger weights go to a .data file
+_PROTOBUF_LIMIT = 2**31 - 2**26  # ONNX files are protobufs (2 GiB max), so bigger weights go to a .data file
 
 
 @dataclass
@@ -41,8 +40,9 @@ class Written:
 
 @contextlib.contextmanager
 def quiet_logs(*names: str) -> Iterator[None]:
-    """Raise these loggers (the root logger when none is named) to WARNING for the duration: the ONNX
-    toolchain reports every optimization pass at INFO, dozens of lines that would bury the parity figures."""
+    """Raise these loggers (or the root logger) to WARNING for the duration.
+
+    The ONNX toolchain logs every optimization pass at INFO, dozens of lines that would bury the parity figures."""
     loggers = [logging.getLogger(name) for name in names] or [logging.getLogger()]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
@@ -54,8 +54,8 @@ def quiet_logs(*names: str) -> Iterator[None]:
             logger.setLevel(level)
 
 
-# (model, example, path, opset, dims[, names]): the output names come only for a model of several outputs, so a
-# writer a fork wrapped with the first five keeps working for one-tensor models
+# (model, example, path, opset, dims[, names]). Names are passed only for a model with several outputs, so a
+# fork's writer that takes the first five keeps working for one-tensor models.
 Writer = Callable[..., Written]
 Dims = tuple[int, ...]
 Names = Sequence[str]  # an output name each, in the model's order
@@ -63,8 +63,8 @@ _IMAGE_AXES = ("batch", "channels", "height", "width")
 
 
 def axis_name(dim: int, ndim: int) -> str:
-    """The name of input axis `dim` of an `ndim`-d input, in the files and the manifest: batch; sequence (token ids
-    (N, L)); channels, height, width ((N, C, H, W) images); dim<d> otherwise."""
+    """Name input axis `dim` of an `ndim`-d input: batch; sequence for token ids (N, L); channels, height, width
+    for (N, C, H, W) images; else dim<d>."""
     if dim == 0:
         return "batch"
     if ndim == 2 and dim == 1:
@@ -73,13 +73,14 @@ def axis_name(dim: int, ndim: int) -> str:
 
 
 def axis_limit(example: torch.Tensor, dim: int) -> int | None:
-    """The largest size dynamic axis `dim` may take: a token sequence up to the example's length (the context the
-    model was built for, e.g. its position embeddings); any other axis is unbounded."""
+    """Return the largest size dynamic axis `dim` may take, or None if unbounded.
+
+    A token sequence is bounded by the example's length, the context the model was built for."""
     return int(example.shape[dim]) if example.ndim == 2 and dim == 1 else None
 
 
 def check_dims(example: torch.Tensor, dims: tuple[int, ...]) -> None:
-    """A UserError when `dims` names an axis the input does not have."""
+    """Raise a UserError if `dims` names an axis the input does not have, or leaves out the batch."""
     wrong = [d for d in dims if not 0 <= d < example.ndim]
     if wrong or 0 not in dims:
         raise UserError(
@@ -89,10 +90,11 @@ def check_dims(example: torch.Tensor, dims: tuple[int, ...]) -> None:
 
 
 def dynamic_shapes(example: torch.Tensor, dims: tuple[int, ...]) -> tuple[dict[int, Any]]:
-    """The input axes that accept any size (torch.export's dynamic shapes; the ONNX exporter turns them into dynamic
-    axes): the batch from 1, a token sequence from 1 up to the example's length, named `Dim`s as before; any other
-    axis (height, width) `Dim.DYNAMIC`, whose range torch.export derives from the model (a stride-2 layer needs
-    a height of at least 3, say) instead of refusing a range the user could not know."""
+    """Return torch.export's dynamic shapes for the input axes that accept any size.
+
+    The batch takes sizes from 1, and a token sequence from 1 up to the example's length, as named `Dim`s. Other
+    axes (height, width) get `Dim.DYNAMIC`, so torch.export derives their range from the model instead of refusing
+    a range the user could not know (a stride-2 layer needs a height of at least 3, say)."""
     axes: dict[int, Any] = {}
     for dim in dims:
         name, limit = axis_name(dim, example.ndim), axis_limit(example, dim)
@@ -106,8 +108,7 @@ def dynamic_shapes(example: torch.Tensor, dims: tuple[int, ...]) -> tuple[dict[i
 def write_onnx(
     model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None, dims: Dims = (0,), names: Names = ()
 ) -> Written:
-    """torch.onnx.export with the dynamo exporter (torch.export graph -> ONNX via onnxscript). `names`: a name per
-    output of a model of several, in its order (a dict's keys' order, as the exporter flattens it)."""
+    """Export to ONNX with the dynamo exporter. `names` names each of several outputs, in order (a dict's keys)."""
     import onnx
 
     model.eval()
@@ -134,8 +135,7 @@ def write_onnx(
 def write_pt2(
     model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None, dims: Dims = (0,), names: Names = ()
 ) -> Written:
-    """torch.export.export + torch.export.save: a graph that runs without the model's Python code (and returns the
-    model's tuple or dict: no `names` needed)."""
+    """Export a torch.export graph that runs without the model's Python code and returns its own tuple or dict."""
     model.eval()
     program = torch.export.export(model, (example,), dynamic_shapes=dynamic_shapes(example, dims))
     torch.export.save(program, str(path))
@@ -145,7 +145,7 @@ def write_pt2(
 def write_torchscript(
     model: nn.Module, example: torch.Tensor, path: Path, opset: int | None = None, dims: Dims = (0,), names: Names = ()
 ) -> Written:
-    """torch.jit.trace: TorchScript is deprecated in PyTorch; kept for runtimes that still load it (C++ libtorch)."""
+    """Trace to TorchScript, which PyTorch deprecated; kept for runtimes that still load it (C++ libtorch)."""
     note = "TorchScript is deprecated in PyTorch; exported for existing deployments only, prefer pt2 or onnx"
     log.warning("%s", note)
     model.eval()
@@ -153,8 +153,8 @@ def write_torchscript(
         # the line above says it once; torch repeats it for every traced method
         warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=FutureWarning)
         warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=DeprecationWarning)
-        # trace rather than script: forward may hold any Python; parity then checks the trace generalizes.
-        # strict=False lets a model return a dict or list (a tensor or tuple traces the same either way)
+        # Trace rather than script, since forward may hold any Python; parity checks the trace generalizes.
+        # strict=False lets a model return a dict or list.
         traced = torch.jit.trace(model, example, strict=False)
         traced.save(str(path))
     return Written([path], notes=[note])
@@ -177,15 +177,14 @@ def write(
     dims: tuple = (0,),
     names: Names = (),
 ) -> Written:
-    """Write one format into `folder` with `dims` of the input dynamic (and `names` for the outputs of a model of
-    several); an exporter failure becomes one line (its traceback goes to the log)."""
+    """Write one format into `folder`. An exporter failure becomes one line; its traceback goes to the log."""
     name, writer = WRITERS[fmt]
     named = (tuple(names),) if names else ()
     try:
         return writer(model, example, folder / name, opset, tuple(dims), *named)
     except Exception as err:
         if write_error(err, folder) is not None:
-            raise  # the disk, not the exporter: lab.files.staged names the file and the fix
+            raise  # the disk failed, not the exporter; lab.files.staged names the file and the fix
         log.exception("%s export failed", fmt)
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(

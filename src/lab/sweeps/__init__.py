@@ -1,3 +1,4 @@
-"""Hydra multirun support shared by every sweeper (the grid sweeper in ``hydra_plugins/lab_sweepers``, an
-extension's): job outcomes and fail-fast (``jobs``), the sweep summary table (``summary``), who owns a sweep dir and
-what ``resume=auto`` continues in it (``ownership``)."""
+"""Support Hydra multiruns for every sweeper: our grid sweeper (`hydra_plugins/lab_sweepers`) or an extension's.
+
+`jobs` covers job outcomes and fail-fast, `summary` the sweep table, and `ownership` who owns a sweep dir and what
+`resume=auto` continues in it."""

@@ -1,6 +1,6 @@
-"""What became of one sweep job, and when a sweep stops launching: shared by the sweepers and the sweep summary.
+"""Read what became of a sweep job, and decide when a sweep stops launching.
 
-No torch, no optuna: imported by Hydra plugins at start-up and by the summary callback in every job.
+No torch and no optuna, since Hydra plugins import this at start-up and the summary callback in every job.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 @dataclass(frozen=True)
 class Outcome:
     status: str  # completed | failed | pruned (a stopping exception's `run_status`)
-    value: float | None  # what the job returned (the optimized metric); None if it has none
+    value: float | None  # the optimized metric the job returned, or None
     error: str | None  # "<ExceptionType>: <message>" for a job that did not complete
 
     @property
@@ -44,13 +44,13 @@ def _number(value: Any) -> float | None:
 def outcome(ret: JobReturn) -> Outcome:
     if ret.status == JobStatus.COMPLETED:
         return Outcome("completed", _number(ret._return_value), None)
-    # JobReturn.return_value re-raises a failed job's exception (and prints to stderr): read the stored one.
+    # JobReturn.return_value re-raises a failed job's exception and prints to stderr, so read the stored one.
     err = ret._return_value
     return Outcome(getattr(err, "run_status", "failed"), None, describe(err))
 
 
 def in_multirun() -> bool:
-    """True inside a job of a Hydra sweep (`-m`, or a config that sets hydra.mode=MULTIRUN)."""
+    """Whether this runs inside a job of a Hydra sweep (`-m`, or hydra.mode=MULTIRUN)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -58,41 +58,42 @@ def in_multirun() -> bool:
 
 
 def fail_fast(config: DictConfig) -> bool:
-    """`sweep.fail_fast` of the sweep's config: stop launching after a batch that had a failed job."""
+    """Whether `sweep.fail_fast` asks to stop launching after a batch with a failed job."""
     return bool(OmegaConf.select(config, "sweep.fail_fast", default=False))
 
 
 def joblib_width(n_jobs: int) -> int:
-    """Processes for joblib's `n_jobs`: -1 = one per CPU, -2 = all but one, ..."""
+    """Return the process count for joblib's `n_jobs`: -1 is one per CPU, -2 all but one, ..."""
     return max(1, (os.cpu_count() or 1) + 1 + n_jobs if n_jobs < 0 else n_jobs)
 
 
 def launcher_width(config: DictConfig) -> int:
-    """How many jobs the configured launcher runs at once: the batch size that keeps fail_fast from waiting for
-    jobs that never had to start, without making a parallel launcher run one job at a time."""
+    """Return how many jobs the launcher runs at once: the batch size that lets fail_fast stop early, yet keeps a
+    parallel launcher busy."""
     launcher = config.hydra.launcher
     n_jobs = OmegaConf.select(launcher, "n_jobs", default=None)  # joblib
     if n_jobs is not None:
         return joblib_width(n_jobs)
-    return max(1, OmegaConf.select(launcher, "array_parallelism", default=1))  # submitit; basic launcher: 1
+    return max(1, OmegaConf.select(launcher, "array_parallelism", default=1))  # submitit; the basic launcher is 1
 
 
 class NumberedLauncher(Launcher):
-    """A launcher that runs jobs numbered as the sweeper says, all at once (see launch_numbered below)."""
+    """A launcher that runs jobs numbered as the sweeper says, all at once (see `launch_numbered`)."""
 
     @abstractmethod
     def launch_numbered(self, jobs: Sequence[tuple[int, Sequence[str]]]) -> list[JobReturn]:
-        """Run `(job number, overrides)` pairs; the results in the same order."""
+        """Run `(job number, overrides)` pairs and return the results in the same order."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         return self.launch_numbered(list(enumerate(job_overrides, initial_job_idx)))
 
 
 def launch_numbered(launcher: Launcher, jobs: Sequence[tuple[int, Sequence[str]]]) -> list[JobReturn]:
-    """Run `(job number, overrides)` pairs whose numbers need not follow each other (a resumed sweep skips the jobs
-    it completed; a search's job number may be its trial's). Hydra's launchers number a batch's jobs from one first
-    number, so each run of consecutive numbers is one launch; a NumberedLauncher gets them all at once and keeps its
-    parallelism."""
+    """Run `(job number, overrides)` pairs whose numbers may have gaps.
+
+    A resumed sweep skips the jobs it completed, and a search's job number may be its trial's. Hydra's launchers
+    number a batch from one first number, so each run of consecutive numbers is one launch. A NumberedLauncher gets
+    them all at once and keeps its parallelism."""
     if isinstance(launcher, NumberedLauncher):
         return launcher.launch_numbered(jobs)
     results: list[JobReturn] = []

@@ -1,13 +1,12 @@
-"""Who may write a sweep dir, and what `resume=auto` continues in it: a sweep dir is owned like a run dir.
+"""Decide who may write a sweep dir, and what `resume=auto` continues in it, as for a run dir.
 
-One sweep writes a sweep dir at a time: an exclusive lock on `<sweep dir>/.lock`, removed when the sweep ends and
-released by the OS when its process dies. A new sweep refuses a dir that holds an earlier sweep's jobs (their
-`.hydra/`, `sweep_job.json`, metrics and checkpoints would be rewritten or appended to, and the summary would mix
-both sweeps) unless it continues that sweep with `resume=auto`: then the jobs it completed are kept and skipped,
-the others run again in their own dirs, and a job list that is not the recorded one is refused. A job is its
-overrides (Hydra's `.hydra/overrides.yaml`), less the keys that only say how it starts (`resume`, `ckpt_path`).
+One sweep writes a sweep dir at a time, holding an exclusive lock on `<sweep dir>/.lock`. The OS releases it when
+the process dies. A new sweep refuses a dir that holds an earlier sweep's jobs, whose records it would overwrite or
+mix into its summary. With `resume=auto` it continues that sweep instead: completed jobs are kept and skipped, the
+others run again in their own dirs, and a job list that differs from the recorded one is refused. A job is its
+overrides (`.hydra/overrides.yaml`), less the keys that only say how it starts (`resume`, `ckpt_path`).
 
-Every refusal comes before the sweep writes anything. No torch here: the entry scripts call
+Every refusal comes before the sweep writes anything. No torch here, since the entry scripts call
 `check_sweep_dir_before_hydra` before Hydra starts.
 """
 
@@ -33,7 +32,7 @@ from lab.run_dir import RUN_RECORDS, SWEEP_CONFIG, read_command_line
 log = logging.getLogger(__name__)
 
 LOCK = ".lock"
-JOB_RECORD = "sweep_job.json"  # what became of a job, written into its run dir when it ends (lab.sweeps.summary)
+JOB_RECORD = "sweep_job.json"  # what became of a job, written to its run dir when it ends (lab.sweeps.summary)
 HYDRA_SUBDIR = ".hydra"  # where Hydra records a job's config and overrides when the job starts
 RESUME_KEYS = ("resume", "ckpt_path")  # how a job starts, not which job it is
 
@@ -44,7 +43,7 @@ class RecordedJob:
     num: int
     dir: Path
     overrides: tuple[str, ...]  # the job's task overrides, as Hydra recorded them
-    record: dict[str, Any] | None  # its sweep_job.json; None when its process ended without writing one (killed)
+    record: dict[str, Any] | None  # its sweep_job.json, or None if its process was killed before writing it
 
     @property
     def status(self) -> str | None:
@@ -54,7 +53,7 @@ class RecordedJob:
 def _read_record(job_dir: Path) -> dict[str, Any] | None:
     try:
         return json.loads((job_dir / JOB_RECORD).read_text())
-    except (OSError, ValueError):  # none, or cut short by a kill
+    except (OSError, ValueError):  # missing, or cut short by a kill
         return None
 
 
@@ -66,17 +65,18 @@ def _read_job(job_dir: Path) -> RecordedJob | None:
     except (OSError, yaml.YAMLError):
         overrides = record["overrides"] if record else None
     num = record["job"] if record else None
-    if num is None:  # killed before it recorded its end: Hydra's record of its start says which job it was
+    if num is None:  # killed before it recorded its end; Hydra's record of its start says which job it was
         with contextlib.suppress(OSError, yaml.YAMLError, KeyError, TypeError):
             hydra = yaml.safe_load((hydra_dir / "hydra.yaml").read_text())["hydra"]
-            num = hydra["job"]["num"] if hydra["mode"] == "MULTIRUN" else None  # not a run of its own put here
+            num = hydra["job"]["num"] if hydra["mode"] == "MULTIRUN" else None  # not a single run put here
     if num is None or overrides is None:
         return None
     return RecordedJob(int(num), job_dir, tuple(str(o) for o in overrides), record)
 
 
 def job_dirs(sweep_dir: Path) -> Iterator[Path]:
-    """The job dirs under `sweep_dir` (any `hydra.sweep.subdir`): dirs with Hydra's `.hydra/` or a sweep_job.json.
+    """Yield the job dirs under `sweep_dir`: dirs with a `.hydra/` or a sweep_job.json, for any `hydra.sweep.subdir`.
+
     A job dir's own subtree (checkpoints, wandb, ...) is not searched."""
     for folder, subdirs, files in os.walk(sweep_dir):
         if folder != str(sweep_dir) and (HYDRA_SUBDIR in subdirs or JOB_RECORD in files):
@@ -87,14 +87,13 @@ def job_dirs(sweep_dir: Path) -> Iterator[Path]:
 
 
 def read_jobs(sweep_dir: Path) -> list[RecordedJob]:
-    """The jobs in `sweep_dir`, in job number order: each dir a job of the sweep started (a job whose process died
-    before Hydra recorded it has left nothing to read)."""
+    """Return the jobs the sweep in `sweep_dir` started, by number; one killed before Hydra recorded it is lost."""
     jobs = (_read_job(folder) for folder in job_dirs(sweep_dir))
     return sorted((job for job in jobs if job is not None), key=lambda job: job.num)
 
 
 def identity(overrides: Sequence[str]) -> tuple[str, ...]:
-    """What makes a job this job: its overrides in Hydra's own parse, without the keys that only say how it starts."""
+    """Return what makes a job this job: its overrides as Hydra parses them, less the keys that say how it starts."""
     parsed = _parser().parse_overrides(list(overrides))
     return tuple(sorted(o.input_line for o in parsed if o.key_or_group not in RESUME_KEYS))
 
@@ -108,8 +107,7 @@ def _parser() -> Any:
 
 # ---------------------------------------------------------------------------------------------- refusals
 def check(sweep_dir: Path, resuming: bool) -> None:
-    """Refuse a sweep dir that a running sweep holds, or that holds an earlier sweep's jobs unless `resuming` it.
-    Reads only: nothing is created."""
+    """Refuse a sweep dir a running sweep holds, or one with an earlier sweep's jobs unless `resuming`. Read-only."""
     lock = sweep_dir / LOCK
     if lock.is_file():
         with open(lock) as handle:
@@ -122,7 +120,7 @@ def check(sweep_dir: Path, resuming: bool) -> None:
 
 def _refuse_earlier_sweep(sweep_dir: Path, resuming: bool) -> None:
     runs = [name for name in RUN_RECORDS if name != SWEEP_CONFIG and (sweep_dir / name).exists()]
-    if runs:  # a single run's dir, resumed or not: a sweep's job dirs and records never mix with its
+    if runs:  # a single run's dir, resumed or not; a sweep's job dirs and records never mix with it
         raise UserError(
             f"hydra.sweep.dir={sweep_dir} holds a single run ({', '.join(runs)}); a sweep never writes into a "
             "run's dir: leave hydra.sweep.dir unset (every sweep gets its own), or pick another dir"
@@ -155,8 +153,10 @@ def _in_use(sweep_dir: Path) -> str:
 
 
 def check_resumable(sweep_dir: Path, jobs: Sequence[Sequence[str]]) -> dict[int, RecordedJob]:
-    """For `resume=auto`: the jobs of `jobs` (this sweep's list, job n = jobs[n]) that an earlier run in `sweep_dir`
-    started, by number (`.status` says which completed). Refuses a dir whose recorded jobs are not this sweep's."""
+    """Return, by number, the jobs an earlier run of this sweep started in `sweep_dir`, for `resume=auto`.
+
+    `jobs` is this sweep's list (job n is jobs[n]); `.status` says which completed. A dir whose recorded jobs are
+    not this sweep's is refused."""
     recorded = {job.num: job for job in read_jobs(sweep_dir)}
     if not recorded:
         hint = "to continue an earlier sweep, pass its hydra.sweep.dir"
@@ -182,11 +182,10 @@ def _listed(overrides: list[str]) -> str:
 
 # ---------------------------------------------------------------------------------------------- the lock
 def _lock(sweep_dir: Path) -> IO:
-    """An exclusive lock on `<sweep dir>/.lock`, the file holding this process's pid. A lock file another sweep
-    removed (at its end) between our open and our lock is not the lock: take the new one."""
+    """Lock `<sweep dir>/.lock` with our pid in it, retrying if a sweep that ended removed the file meanwhile."""
     path = sweep_dir / LOCK
     while True:
-        handle = open(path, "a+")  # noqa: SIM115 (held open: the lock lives as long as it)
+        handle = open(path, "a+")  # noqa: SIM115 (held open, as the lock lives as long as it)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -209,11 +208,11 @@ def _lock(sweep_dir: Path) -> IO:
 def claim(
     sweep_dir: Path, resuming: bool, jobs: Sequence[Sequence[str]] | None = None
 ) -> Iterator[dict[int, RecordedJob]]:
-    """Hold `sweep_dir` for this sweep while the block runs; yields the jobs (by number) that an earlier run of this
-    sweep started, when `resuming` with the job list `jobs` known (the grid sweeper), else nothing.
+    """Hold `sweep_dir` for this sweep while the block runs.
 
-    A refusal ends the sweep with one line (`error: ...`, exit 1) before anything is written: a sweeper runs inside
-    Hydra, whose report of an exception is many lines. A refused claim leaves no lock file behind."""
+    When `resuming` with a known job list `jobs` (the grid sweeper), yields the jobs an earlier run of this sweep
+    started, by number; else an empty dict. A refusal ends the sweep with one line and exit code 1 before anything
+    is written, since a sweeper runs inside Hydra, whose report is many lines. A refused claim leaves no lock file."""
     try:
         check(sweep_dir, resuming)
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -227,21 +226,22 @@ def claim(
         )
     try:
         try:
-            _refuse_earlier_sweep(sweep_dir, resuming)  # again under the lock: a sweep may have ended here since
+            _refuse_earlier_sweep(sweep_dir, resuming)  # again under the lock, as a sweep may have ended here since
             started = check_resumable(sweep_dir, jobs) if resuming and jobs is not None else {}
         except UserError as err:
             sys.exit(f"error: {err}")
         yield started
     finally:
-        (sweep_dir / LOCK).unlink(missing_ok=True)  # ours: we hold it
+        (sweep_dir / LOCK).unlink(missing_ok=True)  # ours, since we hold it
         handle.close()
 
 
 # ---------------------------------------------------------------------------------------------- resuming
 def sweep_of(run_dir: Path) -> Path | None:
-    """The sweep dir `run_dir` is a job of, or None for a run of its own. Read from Hydra's config where this
-    process runs the job, else from the files (a spawned DDP rank has no Hydra): a sweep dir holds the sweep's
-    multirun.yaml."""
+    """Return the sweep dir `run_dir` is a job of, or None for a single run.
+
+    It is read from Hydra's config, or else from the files, since a spawned DDP rank has no Hydra. A sweep dir holds
+    the sweep's multirun.yaml."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -261,15 +261,15 @@ def sweep_resume_hint(sweep_dir: Path) -> str:
 
 # ---------------------------------------------------------------------------------------------- before Hydra
 def check_sweep_dir_before_hydra(argv: list[str]) -> None:
-    """The refusals of `claim` for an explicit `hydra.sweep.dir=` of a multirun, before Hydra or the sweeper write
-    anything: the command line is read the way Hydra reads it (its argument parser and override grammar), so a
-    quoted value or a `+`/`++` prefix is the same dir. The sweeper's claim still checks every sweep dir (a
-    default one, one set in a config) and holds the lock."""
+    """Apply `claim`'s refusals to an explicit `hydra.sweep.dir=` of a multirun, before Hydra writes anything.
+
+    The command line is read as Hydra reads it, so a quoted value or a `+`/`++` prefix names the same dir. The
+    sweeper's claim still checks every sweep dir, default or set in a config, and holds the lock."""
     if not any("hydra.sweep.dir" in arg for arg in argv[1:]):
         return  # the common case, without loading Hydra's parsers
     command = read_command_line(argv)
     if command is None:
-        return  # not a valid command line: Hydra reports it
+        return  # not a valid command line; Hydra reports it
     values = command.values
     if command.multirun and isinstance(values.get("hydra.sweep.dir"), str):
         check(Path(values["hydra.sweep.dir"]).expanduser(), resuming=values.get("resume") == "auto")

@@ -1,9 +1,9 @@
-"""Hydra callback: the table of a multirun, written to `<sweep dir>/sweep_summary.{csv,md}` and printed.
+"""Write a multirun's table to `<sweep dir>/sweep_summary.{csv,md}` and print it, as a Hydra callback.
 
-Each job writes `sweep_job.json` into its own run dir when it ends (in the job's process: the same code works
-under the basic, joblib and submitit launchers); at the end of the multirun the records are gathered, joined with
-each run's `summary.json`, sorted by the optimized metric and written out. A sweep with failed jobs then exits
-non-zero naming them, after every job ran and the summary was written (`sweep.fail_fast=true` stops earlier).
+Each job writes `sweep_job.json` into its own run dir when it ends. That runs in the job's process, so it works
+under the basic, joblib and submitit launchers. At the end of the multirun the records are joined with each run's
+`summary.json`, sorted by the optimized metric and written out. A sweep with failed jobs then exits non-zero naming
+them, after every job ran (`sweep.fail_fast=true` stops earlier).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from lab.sweeps.ownership import JOB_RECORD, read_jobs
 log = logging.getLogger(__name__)
 
 _STATUS_ORDER = {"completed": 0, "pruned": 1, "interrupted": 2, "failed": 3}
-_NOT_SHOWN = ("resume",)  # a resumed sweep's relaunched jobs carry resume=auto: not what they train
+_NOT_SHOWN = ("resume",)  # a resumed sweep's relaunched jobs carry resume=auto, which is not what they train
 
 
 @dataclass
@@ -52,7 +52,7 @@ def _excluded(override: str, exclude_keys: set[str]) -> bool:
 
 
 def _last_logged(metrics_file: Path, key: str) -> float | None:
-    """The last value of `key` in a run's metrics.jsonl: what a pruned run had reached when it stopped."""
+    """Return the last value of `key` in metrics.jsonl, which is what a pruned run reached when it stopped."""
     if not metrics_file.is_file():
         return None
     value = None
@@ -64,8 +64,9 @@ def _last_logged(metrics_file: Path, key: str) -> float | None:
 
 
 def collect(sweep_dir: Path, metric: str, exclude_keys: Collection[str] = ()) -> list[Row]:
-    """One row per job dir of the sweep. A job whose process died before it ended (killed: no sweep_job.json)
-    is a failed row, its overrides from Hydra's record of the job (less `exclude_keys`)."""
+    """Return one row per job dir of the sweep.
+
+    A killed job (no sweep_job.json) is a failed row, with Hydra's record of its overrides less `exclude_keys`."""
     rows = []
     for job in read_jobs(sweep_dir):
         record = job.record or {
@@ -106,10 +107,10 @@ def job_record(
     wall_s: float,
     pid: int | None,
 ) -> dict[str, Any]:
-    """What sweep_job.json holds: written by the job when it ends, or by the launcher for a job whose process died."""
+    """Build sweep_job.json, written by the job when it ends or by the launcher for a job whose process died."""
     return {
         "job": job,
-        "pid": pid,  # which process ran it (the sweep's own, a joblib worker, a SLURM task)
+        "pid": pid,  # the process that ran it: the sweep's own, a joblib worker, a SLURM task
         "start": start,
         "status": status,
         "value": value,
@@ -122,11 +123,11 @@ def job_record(
 
 def write_record(run_dir: Path, record: dict[str, Any]) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    files.write_json(run_dir / JOB_RECORD, record)  # whole or not at all: a kill mid-write leaves no half record
+    files.write_json(run_dir / JOB_RECORD, record)  # atomic, so a kill mid-write leaves no half record
 
 
 def sort_rows(rows: list[Row], direction: str) -> list[Row]:
-    """Completed jobs first, best metric first; then pruned, then failed; ties by job number."""
+    """Sort completed jobs first, best metric first, then pruned, then failed; ties by job number."""
     sign = -1 if direction == "maximize" else 1
 
     def key(row: Row) -> tuple:
@@ -137,7 +138,7 @@ def sort_rows(rows: list[Row], direction: str) -> list[Row]:
 
 
 def _varying(rows: list[Row]) -> set[str]:
-    """The overrides that differ between jobs: the table shows those, the rest is common to all."""
+    """Return the overrides that differ between jobs. The table shows those; the rest are common to all."""
     counts: dict[str, int] = {}
     for row in rows:
         for override in row.overrides:
@@ -195,7 +196,7 @@ class SweepSummary(Callback):
         job = config.hydra.job.num
         if result.failed:
             err = job_return._return_value
-            # a user mistake is one line; anything else keeps its traceback in the job's log for debugging
+            # a user mistake is one line; anything else keeps its traceback in the job's log
             trace = None if isinstance(err, (ConfigError, UserError)) else (type(err), err, err.__traceback__)
             log.error("job #%d failed: %s", job, result.error, exc_info=trace)
         elif result.status != "completed":
@@ -232,6 +233,6 @@ class SweepSummary(Callback):
             print(f"best: job #{best.job} {metric}={_fmt(best.value)}  {' '.join(best.overrides)}")
         failed = [row for row in rows if row.status == "failed"]
         if failed:
-            # SystemExit, not an exception: Hydra turns a callback's exception into a warning and exits 0
+            # SystemExit, since Hydra turns a callback's exception into a warning and exits 0
             names = "; ".join(f"#{row.job} {row.error}" for row in failed)
             sys.exit(f"error: {len(failed)} of {len(rows)} sweep jobs failed ({names}); overrides and logs: {md}")

@@ -1,6 +1,7 @@
-"""What a run records: the chosen trackers (wandb, offline without credentials; CSV files; an extension's) mirrored
-to metrics.jsonl / summary.json in the run dir (``tracker``, one class per tracker in ``backends`` and its
-modules), and where the run came from: git commit, diff, versions (``provenance``)."""
+"""Record a run: metrics and summary to the chosen trackers and the run dir, and where the run came from.
+
+`tracker` feeds wandb (offline without credentials), CSV or an extension's tracker (one class each in `backends`),
+and mirrors them to metrics.jsonl and summary.json. `provenance` records the git commit, diff and versions."""
 
 from lab.tracking.backends import Backend, RunInfo
 from lab.tracking.tracker import Tracker, from_config, job_identity

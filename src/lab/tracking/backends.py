@@ -1,12 +1,12 @@
-"""The trackers a run can write to (`logger.backends`), each a small class behind one interface.
+"""Define the interface of the trackers a run can write to (`logger.backends`), one small class each.
 
-A :class:`Backend` is created and started by the Tracker on rank 0 only, with the run's :class:`RunInfo`: the
-resolved config, the git provenance, names, the run dir and the tracker's own settings. It then receives every
-metric event, the summary, files to attach and checkpoints, and is finished once with the run's status. Only `start`
-and `log` must do something; the rest are optional (`check`, a classmethod, refuses bad settings before the run
-writes anything). Each backend lives in its own module, imported only when chosen (wandb's is a slow import). A
-tracker is its option (a ``TrackerConfig`` subclass in a module of src/lab/config/ or in an extension's options.py,
-whose ``backend()`` returns the class) plus that class: nothing else names it (lab.config.trackers).
+The Tracker creates and starts a `Backend` on rank 0 only, with the run's `RunInfo`: the resolved config, git
+provenance, names, run dir and the tracker's own settings. The backend then gets every metric event, the summary,
+files to attach and checkpoints, and is finished once with the run's status. Only `start` and `log` must do
+something. The classmethod `check` may refuse bad settings before the run writes anything.
+
+Each backend lives in its own module, imported only when chosen, since wandb's import is slow. A tracker is its
+option (a `TrackerConfig` subclass whose `backend()` returns the class) plus that class; nothing else names it.
 """
 
 from __future__ import annotations
@@ -38,81 +38,84 @@ class RunInfo:
 
     run_dir: Path
     job_type: str = "train"
-    config: dict[str, Any] = field(default_factory=dict)  # the resolved config (+ hydra_overrides)
+    config: dict[str, Any] = field(default_factory=dict)  # the resolved config, plus hydra_overrides
     provenance: dict[str, Any] = field(default_factory=dict)  # git_commit, git_branch, git_dirty, versions, ...
-    settings: Any = None  # this tracker's own settings: its option of lab.config.trackers (`logger.<name>`)
+    settings: Any = None  # this tracker's option of lab.config.trackers (`logger.<name>`)
     name: str | None = None
     group: str | None = None
     tags: list[str] = field(default_factory=list)
-    resume_id: str | None = None  # continue this run (wandb: its run id) instead of starting a new one
-    continuing: bool = False  # the run continues in its own run dir: its files are appended to, not started afresh
-    resumed_step: int | None = None  # continuing: the global step of the checkpoint it resumed from
+    resume_id: str | None = None  # the record to continue (a wandb run id) instead of starting a new one
+    continuing: bool = False  # the run continues in its own dir, so its files are appended to
+    resumed_step: int | None = None  # when continuing, the global step of the checkpoint resumed from
 
     @property
     def git(self) -> dict[str, Any]:
-        """Commit, branch and dirty flag of the code that runs."""
+        """Return the commit, branch and dirty flag of the code that runs."""
         return {key: self.provenance.get(key) for key in GIT_KEYS}
 
 
 class TrackerStopped(RuntimeError):
-    """A tracker that can record no more (its child process died): the run goes on without it."""
+    """A tracker can record no more because its child process died. The run goes on without it."""
 
 
 class Backend:
-    """One tracker. Subclasses set `name` and implement `start` and `log`; the other hooks default to nothing."""
+    """One tracker. Subclasses set `name` and implement `start` and `log`; the other hooks do nothing by default."""
 
     name = ""
-    folder: str | None = None  # the folder of the run dir it writes (checked writable before the run starts)
-    keeps_histograms = False  # True: log_histograms records them (computing them costs: asked only then)
-    slow_to_start = False  # True: runs in a child process unless logger.child_process=false (see child_process)
-    # and started before the others: its child works while they start
+    folder: str | None = None  # the run-dir folder it writes, checked writable before the run starts
+    keeps_histograms = False  # True if log_histograms records them; only then are they computed, as that costs
+    # A slow tracker runs in a child process unless logger.child_process=false, and starts before the others so
+    # its child works while they start.
+    slow_to_start = False
 
     def __init__(self, run: RunInfo) -> None:
         self.run = run
 
     @classmethod
     def check(cls, run: RunInfo) -> None:
-        """Refuse what cannot work (`run.settings`: its settings) before anything is written, as a UserError naming
-        the problem and the fix (a bad tracking URI, a server that does not answer). Called by the Tracker
-        in the training process: no slow imports here."""
+        """Raise a UserError naming the problem and fix if `run.settings` cannot work, before anything is written.
+
+        Say, a bad tracking URI or a server that does not answer. It runs in the training process, so no slow
+        imports here."""
 
     def start(self) -> None:
         raise NotImplementedError
 
     def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
-        """One event: `step` = global optimizer step, `epoch` = the 1-based epoch it belongs to (None outside one)."""
+        """Log one event at global optimizer `step` and 1-based `epoch` (None outside an epoch)."""
         raise NotImplementedError
 
     def log_histograms(self, histograms: Mapping[str, tuple[list[float], list[float]]], step: int) -> None:
-        """Distributions at a step, each as (counts, bin edges): only when `keeps_histograms` says so."""
+        """Log distributions at a step as (counts, bin edges). Called only if `keeps_histograms` is set."""
 
     def summary(self, values: Mapping[str, Any]) -> None:
-        """Best and final values (called several times; later values win)."""
+        """Record best and final values. It may be called several times; later values win."""
 
     def save_file(self, path: Path) -> None:
-        """Attach a file of the run dir (model summary, log, git diff); backends that live in the run dir skip it."""
+        """Attach a run-dir file (model summary, log, git diff). Backends that live in the run dir skip it."""
 
     def log_checkpoint(self, path: Path, alias: str) -> None:
-        """Keep a checkpoint with the run (wandb: a `model` artifact)."""
+        """Keep a checkpoint with the run, as wandb does with a `model` artifact."""
 
     def finish(self, status: str) -> dict[str, Any]:
-        """Close the record with the run's status; returns entries for summary.json (e.g. wandb's run id)."""
+        """Close the record with the run's status. Return entries for summary.json, such as wandb's run id."""
         return {}
 
     def ref(self) -> dict[str, Any]:
-        """How other runs refer to this record (wandb: id and path); {} when the run dir says it all."""
+        """Return how other runs refer to this record (wandb's id and path), or {} if the run dir says it all."""
         return {}
 
 
 def create(name: str, run: RunInfo, child_process: bool = True) -> Backend:
-    """The tracker `name` for `run` (`run.settings`: its settings; None: its option's defaults). One that is slow to
-    start runs in a child process unless `child_process` is false (`logger.child_process`)."""
+    """Create the tracker `name` for `run`, with its option's defaults if `run.settings` is None.
+
+    A tracker slow to start runs in a child process unless `child_process` (`logger.child_process`) is false."""
     if name not in trackers():
         raise ValueError(f"unknown tracker {name!r}; choose among {', '.join(trackers())}")
     if run.settings is None:
         run = dataclasses.replace(run, settings=tracker_settings(None, name))
     backend_class = run.settings.backend()
-    # the child's pipes are passed as POSIX file descriptors (Linux, macOS)
+    # the child's pipes are passed as POSIX file descriptors, so Linux and macOS only
     if backend_class.slow_to_start and child_process and os.name == "posix":
         from lab.tracking.child_process import ChildProcessBackend
 
@@ -121,24 +124,25 @@ def create(name: str, run: RunInfo, child_process: bool = True) -> Backend:
 
 
 def backend(name: str, logger: Any = None) -> type[Backend]:
-    """The Backend class of the tracker `name` (its module imported now), as a `logger` config node sets it up."""
+    """Import and return the Backend class of the tracker `name`, as the `logger` config node sets it up."""
     return tracker_settings(logger, name).backend()
 
 
 def folder(name: str, logger: Any = None) -> str | None:
-    """The run-dir folder the tracker `name` writes into, if any (None for an unknown name: `create` refuses it)."""
+    """Return the run-dir folder the tracker `name` writes, or None. An unknown name gets None; `create` refuses it."""
     return backend(name, logger).folder if name in trackers() else None
 
 
 def in_start_order(logger: Any) -> list[str]:
-    """The trackers a `logger` config turns on (``lab.config.trackers.chosen``), those slow to start first."""
+    """Return the trackers a `logger` config turns on, those slow to start first."""
     names = chosen(logger)
     return sorted(names, key=lambda name: not (name in trackers() and backend(name, logger).slow_to_start))
 
 
 def plain(value: Any) -> Any:
-    """Config and summary values as YAML/CSV/JSON can hold them: containers as dicts and lists, paths and other
-    objects as strings, non-finite floats as strings (JSON has no NaN)."""
+    """Convert config and summary values to what YAML, CSV and JSON can hold.
+
+    Containers become dicts and lists. Paths, other objects and non-finite floats become strings (JSON has no NaN)."""
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set)):
@@ -147,13 +151,13 @@ def plain(value: Any) -> Any:
         return str(value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a numpy / torch scalar
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a numpy or torch scalar
         return plain(value.item())
     return str(value)
 
 
 def number(value: Any) -> float | None:
-    """A metric value as a float, or None for what is not a number (strings, tensors with more than one value)."""
+    """Return a metric value as a float, or None for strings and tensors with more than one value."""
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, (int, float)):
@@ -170,11 +174,11 @@ def open_record(
     step_of: Callable[[str], int | None] | None = None,
     **kwargs: Any,
 ) -> IO:
-    """A run's own record file (metrics.jsonl, csv/metrics.csv), line-buffered so each event is on disk as it happens.
-    One run per file: a new run starts it afresh (the run it replaces in this dir does not stay above it); a
-    continuing run appends, after dropping a last line cut short by its previous attempt's end and, given the step
-    it resumed from (`resumed_step`; `step_of(line)` reads a line's step), the records after it: its previous attempt
-    got further than its last checkpoint, and those steps are logged again."""
+    """Open a run's record file (metrics.jsonl, csv/metrics.csv), line-buffered so each event reaches disk at once.
+
+    A new run starts the file afresh, so a replaced run does not stay above it. A continuing run appends. First it
+    drops a last line cut short by the last attempt, and the records after `resumed_step` (`step_of(line)` reads a
+    line's step): the last attempt got past its last checkpoint, and those steps are logged again."""
     if continuing:
         drop_partial_line(path)
         if resumed_step is not None and step_of is not None:
@@ -183,9 +187,9 @@ def open_record(
 
 
 def drop_records_after(path: Path, step: int, step_of: Callable[[str], int | None]) -> None:
-    """Rewrite `path` without the lines whose step is after `step` (lines with no step, a header, are kept)."""
+    """Rewrite `path` without the lines after `step`. Lines with no step, such as a header, are kept."""
     try:
-        with open(path, newline="") as handle:  # newline="": line ends kept as written (csv's \r\n)
+        with open(path, newline="") as handle:  # keep line ends as written (csv's \r\n)
             lines = handle.read().splitlines(keepends=True)
     except FileNotFoundError:
         return
@@ -198,8 +202,7 @@ def drop_records_after(path: Path, step: int, step_of: Callable[[str], int | Non
 
 
 def drop_partial_line(path: Path) -> None:
-    """Truncate `path` after its last newline: a process killed mid-write leaves a line without one, and the next
-    record appended would be glued onto it (one unreadable line instead of two records)."""
+    """Truncate `path` after its last newline, so the next record is not glued onto a line a kill cut short."""
     try:
         handle = open(path, "rb+")  # noqa: SIM115 (closed below)
     except FileNotFoundError:
@@ -207,7 +210,7 @@ def drop_partial_line(path: Path) -> None:
     with handle:
         end = handle.seek(0, os.SEEK_END)
         keep = end
-        while keep > 0:  # backwards, a block at a time: only the tail of a long file is read
+        while keep > 0:  # backwards a block at a time, so only the tail of a long file is read
             start = max(0, keep - 65536)
             handle.seek(start)
             newline = handle.read(keep - start).rfind(b"\n")
@@ -222,8 +225,7 @@ def drop_partial_line(path: Path) -> None:
 
 @contextlib.contextmanager
 def writing(path: Path) -> Iterator[None]:
-    """Disk-full and permission errors while writing `path` (a file or the folder written into) as one line naming
-    it and the fix (lab.files' table)."""
+    """Turn disk-full and permission errors while writing `path` into one line naming it and the fix."""
     try:
         yield
     except OSError as err:
@@ -233,8 +235,7 @@ def writing(path: Path) -> Iterator[None]:
 
 
 def check_writable(folder: Path) -> None:
-    """Refuse, before anything is written, a folder of the run dir that exists but cannot be written (a resume into
-    a dir made read-only): otherwise the tracker fails at its first write, after the run began."""
+    """Refuse an existing run-dir folder that cannot be written (say, on a resume) now, not at a write mid-run."""
     if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
         read_only_mount = os.statvfs(folder).f_flag & os.ST_RDONLY
         fix = _FIXES[errno.EROFS if read_only_mount else errno.EACCES]
@@ -242,7 +243,7 @@ def check_writable(folder: Path) -> None:
 
 
 def _make_writable(path: Path) -> str:
-    """The other fix for an existing path made read-only: make it writable again."""
+    """Return the other fix for an existing read-only path: make it writable again."""
     if path.exists() and not os.access(path, os.W_OK):
         return f"; or make it writable again: chmod u+w {path}"
     return ""

@@ -1,22 +1,19 @@
-"""Trackers slow to start (wandb) run in a child Python process, so that their start and per-event work use another
-core.
+"""Run trackers slow to start (wandb) in a child Python process, so their work uses another core.
 
-wandb's import and `wandb.init` are about 1 s of Python that holds the GIL: started in a thread, they slow the data
-and model set-up beside them by as much; in a child process they run beside it, and the first optimizer step comes
-about as soon as without a tracker (bench/startup.py). Each event then costs this process one pickle and one pipe
-write instead of wandb's own Python.
+wandb's import and `wandb.init` are about 1 s of Python that holds the GIL. In a thread they would slow the data
+and model set-up by as much. In a child process the first optimizer step comes about as soon as without a tracker
+(bench/startup.py). Each event then costs this process one pickle and one pipe write.
 
-One child serves the whole process and every tracker slow to start (each call names its tracker): started by the
-first tracker that asks for it, kept for the next (a sweep's jobs: wandb stays imported), ended when this process
-ends (it then finishes wandb's writing; this process waits for it, so the run files are complete when the command
-returns). Calls arrive in order; only those that return something
-(`finish`, `ref`) wait for the answer. What the child logs is logged here; an error in the child is raised here by
-the call it answers, or by the next call that does not wait (a call that waits, `finish`, logs an earlier call's
-error as a warning and still happens). The child ignores SIGINT and SIGTERM and has a process group of its own (a
-terminal's Ctrl-C and a signal to the job's group do not reach it): the run that handles the signal still finishes
-its tracker through it, and the child ends when this process closes the pipe (or dies). A child that died
-(killed: an OOM kill, `kill -9`) is named at the next call as a TrackerStopped: the Tracker then goes on without
-this tracker (one warning) and never calls it again, finish included; a new child serves the next record.
+One child serves the whole process and every slow tracker; each call names its tracker. The first tracker that asks
+starts it, and it is kept for the next, so a sweep's jobs keep wandb imported. It ends when this process ends, which
+waits for wandb's last writes, so the run files are complete when the command returns.
+
+Calls arrive in order. Only `finish` and `ref` wait for an answer. What the child logs is logged here. An error in
+the child is raised by the call it answers, or by the next call that does not wait; `finish` logs an earlier error
+as a warning and still happens. The child ignores SIGINT and SIGTERM and has its own process group, so the run that
+handles a signal can still finish its tracker through it. A child that died (an OOM kill, `kill -9`) raises
+TrackerStopped at the next call. The Tracker then goes on without that tracker and never calls it again; a new
+child serves the next record.
 """
 
 from __future__ import annotations
@@ -40,23 +37,23 @@ log = logging.getLogger(__name__)
 
 SRC = Path(__file__).resolve().parents[2]  # the folder holding `lab`, for the child's import path
 
-# The child starts in the tracker-start thread while the main thread may fork DataLoader workers (Linux's start
-# method). A fork in the middle of Popen copies Popen's exec-status pipe into the worker, and Popen then waits for
-# that pipe to close, i.e. for the worker to exit: the run hung at its first log line. A fork (os.fork, and so
-# multiprocessing's) waits until the child is started and this process has closed the child's ends of its pipes.
+# The child starts in the tracker-start thread while the main thread may fork DataLoader workers. A fork in the
+# middle of Popen copies Popen's exec-status pipe into the worker, and Popen then waits for the worker to exit, so
+# the run hung at its first log line. So a fork (os.fork, and multiprocessing's) waits until the child is started
+# and this process has closed the child's ends of its pipes.
 _STARTING = threading.Lock()
 os.register_at_fork(before=_STARTING.acquire, after_in_parent=_STARTING.release, after_in_child=_STARTING.release)
 
 
 class ChildProcessBackend(Backend):
-    """The tracker `name` (a lab.config.trackers option), its backend run in the child process."""
+    """The tracker `name` (a lab.config.trackers option), with its backend run in the child process."""
 
     def __init__(self, name: str, run: RunInfo, keeps_histograms: bool) -> None:
         super().__init__(run)
         self.name, self.keeps_histograms = name, keeps_histograms
 
     def start(self) -> None:
-        self.child = _child()  # this record's child, to the end: one that died is an error, not replaced
+        self.child = _child()  # kept to the end; if it dies that is an error, not a reason to replace it
         self.child.send(self.name, "start", self.run)
 
     def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
@@ -82,32 +79,32 @@ class ChildProcessBackend(Backend):
 
 
 def _plain_scalar(value: Any) -> Any:
-    """A torch/numpy scalar as a Python number: the child never imports torch to unpickle one."""
+    """Return a torch or numpy scalar as a Python number, so the child never imports torch to unpickle one."""
     return value.item() if hasattr(value, "item") and getattr(value, "ndim", None) == 0 else value
 
 
 class _Child:
-    """This process's end of the child: requests out, answers (results, log records, errors) back."""
+    """This process's end of the child: requests go out, and results, log records and errors come back."""
 
     def __init__(self) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
-        with _STARTING:  # no fork while the pipes' child ends are open here (Popen runs no Python fork hooks)
+        with _STARTING:  # no fork while the child's pipe ends are open here; Popen runs no Python fork hooks
             request_read, request_write = os.pipe()
             answer_read, answer_write = os.pipe()
             self.process = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(request_read), str(answer_write)],
                 pass_fds=(request_read, answer_write),
                 env=env,
-                # a process group of its own: a terminal's Ctrl-C (sent to its whole group) met the child still
-                # importing, before it ignores SIGINT, and it printed a KeyboardInterrupt traceback; this process
-                # handles the signal and then finishes the tracker through the child
+                # Its own process group: a terminal's Ctrl-C goes to the whole group, and a child still importing
+                # (not yet ignoring SIGINT) printed a traceback. This process handles the signal and then finishes
+                # the tracker through the child.
                 process_group=0,
             )
             os.close(request_read)
             os.close(answer_write)
         self.requests = Connection(request_write, readable=False)
         self.answers = Connection(answer_read, writable=False)
-        self.late_error: Exception | None = None  # of a call that did not wait: raised at the next one
+        self.late_error: Exception | None = None  # from a call that did not wait; raised at the next one
 
     def send(self, name: str, method: str, *args: Any) -> None:
         """Call `method` of the tracker `name` in the child, without waiting for it."""
@@ -121,16 +118,16 @@ class _Child:
         """Call `method` of the tracker `name` in the child and wait for its result."""
         self._write((name, method, args, True))
         result = self._take_answers(block=True)
-        if self.late_error is not None:  # an earlier call's error: said, while this call (finish) still happened
+        if self.late_error is not None:  # an earlier call's error; report it, as this call (finish) still happened
             log.warning("the tracker process: %s", self.late_error)
             self.late_error = None
         return result
 
     def close(self) -> None:
-        """End the child after what it was sent, and wait for it (wandb's last writes)."""
+        """End the child after what it was sent, and wait for wandb's last writes."""
         self.requests.close()
         with contextlib.suppress(EOFError, OSError):
-            while True:  # what it logs until it ends (reading also keeps it from blocking on a full pipe)
+            while True:  # log what it sends until it ends; reading also keeps it from blocking on a full pipe
                 self._take_answers(block=True)
         if self.late_error is not None:
             log.warning("the tracker process: %s", self.late_error)
@@ -144,12 +141,12 @@ class _Child:
             raise TrackerStopped(self._ended_message()) from err
 
     def _take_answers(self, block: bool) -> Any:
-        """Handle the answers waiting (log records; an error is raised); `block`: up to and including a result."""
+        """Handle waiting answers: log records are logged, errors raised. With `block`, wait for a result."""
         while block or self.answers.poll():
             try:
                 kind, payload = self.answers.recv()
             except EOFError:
-                if self.requests.closed:  # closing: the child's end
+                if self.requests.closed:  # we are closing, so this is the child's end
                     raise
                 raise TrackerStopped(self._ended_message()) from None
             if kind == "result":
@@ -184,8 +181,7 @@ def _child() -> _Child:
 
 
 def close() -> None:
-    """End the child process, if any, once what it was sent is done (called at exit; tests call it to read the
-    finished wandb files)."""
+    """End the child process, if any, once what it was sent is done. Called at exit, and by tests."""
     global _CHILD
     child, _CHILD = _CHILD, None
     if child is not None:
@@ -204,14 +200,14 @@ class _ForwardLogs(logging.Handler):
 
 
 def _answer(answers: Connection, kind: str, payload: Any) -> None:
-    with contextlib.suppress(OSError):  # the parent is gone (killed): the record is still finished, unheard
+    with contextlib.suppress(OSError):  # the parent was killed; the record is still finished, unheard
         answers.send((kind, payload))
 
 
 def serve(requests: Connection, answers: Connection) -> None:
-    """Run the calls that arrive until the parent closes the pipe: one backend per tracker name (two slow ones
-    chosen: two), each the latest started under its name. A record the parent did not finish (it was killed, or crashed
-    hard) is finished as failed, with all it got."""
+    """Run the calls that arrive until the parent closes the pipe, with one backend per tracker name.
+
+    A record the parent did not finish (it was killed, or crashed hard) is finished as failed, with all it got."""
     from lab.tracking import backends
 
     root = logging.getLogger()
@@ -235,7 +231,7 @@ def serve(requests: Connection, answers: Connection) -> None:
                 backend.start()
                 started[name] = backend
                 result = None
-            else:  # after a failed start there is nothing to record: calls do nothing ({} for finish/ref)
+            else:  # after a failed start there is nothing to record; calls do nothing ({} for finish and ref)
                 backend = started.get(name)
                 result = getattr(backend, method)(*args) if backend is not None else ({} if wait else None)
                 if method == "finish":
@@ -248,7 +244,7 @@ def serve(requests: Connection, answers: Connection) -> None:
 
 
 def _picklable(err: Exception) -> Exception:
-    """The error itself when it can travel back, else a RuntimeError with its type and message."""
+    """Return the error if it can be pickled back, else a RuntimeError with its type and message."""
     import pickle
 
     try:
@@ -259,7 +255,7 @@ def _picklable(err: Exception) -> Exception:
 
 
 def main() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles stop signals and then finishes through us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles stop signals, then finishes through us
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     request_fd, answer_fd = (int(arg) for arg in sys.argv[1:3])
     serve(Connection(request_fd, writable=False), Connection(answer_fd, readable=False))

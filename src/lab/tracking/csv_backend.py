@@ -1,10 +1,9 @@
-"""Plain files in `<run dir>/csv/`, readable by anything: `metrics.csv` and `config.yaml`.
+"""Write plain files anything can read to `<run dir>/csv/`: `metrics.csv` and `config.yaml`.
 
-`metrics.csv` has a row per event (`step`, `epoch`, then one column per metric) and a header that grows as new
-metrics appear (validation after the first training lines, `test/*` at the end): the file is rewritten once with
-the wider header, earlier rows getting empty cells. `config.yaml` is the resolved config with the git commit,
-branch and dirty flag under `provenance`. A run continuing in its own dir appends to its `metrics.csv` (after
-dropping a last line its killed previous attempt cut short); a new run starts the file afresh.
+`metrics.csv` has a row per event: `step`, `epoch`, then one column per metric. When a new metric appears (say,
+validation or `test/*`), the file is rewritten once with the wider header and earlier rows get empty cells.
+`config.yaml` is the resolved config with the git commit, branch and dirty flag under `provenance`. A run continuing
+in its own dir appends to `metrics.csv`, after dropping a last line a killed attempt cut short.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from lab.tracking.backends import Backend, open_record, plain, writing
 
 
 def _row_step(line: str) -> int | None:
-    """The step of a row: its first cell (an integer; the header's is `step`)."""
+    """Return a row's step, its first cell, or None for the header."""
     first = line.split(",", 1)[0]
     return int(first) if first.isdigit() else None
 
@@ -40,7 +39,7 @@ class CsvBackend(Backend):
             self._file = open_record(
                 self.path, self.run.continuing, self.run.resumed_step, step_of=_row_step, newline=""
             )
-        if self.run.continuing and self.path.stat().st_size:  # keep its rows and columns
+        if self.run.continuing and self.path.stat().st_size:  # keep the rows and columns
             with open(self.path, newline="") as handle:
                 self.columns = next(csv.reader(handle), []) or self.columns
         self._start_writer()
@@ -62,7 +61,7 @@ class CsvBackend(Backend):
             self._writer.writeheader()
 
     def _widen(self, new: list[str]) -> None:
-        """Rewrite the file with the new columns added to the header (rare: once per new metric name)."""
+        """Rewrite the file with the new columns in the header. This is rare: once per new metric name."""
         self._file.close()
         with open(self.path, newline="") as handle:
             rows = list(csv.DictReader(handle))

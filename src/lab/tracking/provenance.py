@@ -1,17 +1,17 @@
-"""Where a run came from: git commit, dirty flag and the code's changes, package versions, host. No torch import at
-module level.
+"""Record where a run came from: git commit, dirty flag, the code's changes, package versions, host.
 
-`collect()` (every rank, every start) asks git twice: the commit and branch, and whether anything differs from the
-commit, untracked files included (a model added as new files, docs/extending.md's way, is a change of the code).
-`record()` (rank 0) writes `<run dir>/provenance/`: `env.json` (the collected values, the versions, which untracked
-files were recorded, which were hashed and which were left out) and `git.diff`: `git diff HEAD` followed by the
-untracked, not-ignored files the run can import or compose (`.py` and `.yaml` under src/, conf/, scripts/) as
-new-file patches, so `git checkout <commit> && git apply git.diff` makes the code the run ran. git.diff is uploaded
-with the run (wandb), so nothing that looks like a credential goes in: a file with a credential's name or
-content (private keys, provider tokens, `password = ...`) is named only, and so is a tracked file's change that
-adds one. Any other untracked file is named with its SHA-256; recorded files are capped (each and in total);
-links, larger files and other runs' files are named. A run continued in its own dir records each further start in
-`provenance/attempt-<n>/` (the first start's files stay where readers look for them).
+`collect()` runs on every rank at every start. It asks git for the commit and branch, and whether anything differs
+from the commit, untracked files included, since a model added as new files is a change of the code.
+
+`record()` runs on rank 0 and writes `<run dir>/provenance/`. `env.json` holds the collected values and says which
+untracked files were recorded, hashed or left out. `git.diff` is `git diff HEAD` plus the untracked, not-ignored
+`.py` and `.yaml` files under src/, conf/ and scripts/ as new-file patches. So `git checkout <commit> && git apply
+git.diff` gives the code the run ran.
+
+git.diff is uploaded to wandb, so nothing that looks like a credential goes in. A file with a credential's name or
+content (private keys, provider tokens, `password = ...`) is only named, as is a tracked file's change that adds
+one. Other untracked files are named with their SHA-256. Recorded files are capped, each and in total. A run
+continued in its own dir records each later start in `provenance/attempt-<n>/`. No torch import at module level.
 """
 
 from __future__ import annotations
@@ -33,20 +33,20 @@ from lab.files import write_json
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]  # src/lab/tracking/provenance.py -> repository root
-MAX_FILE_BYTES = 256 * 1024  # an untracked file larger than this is named, not recorded (data, weights, logs)
-MAX_TOTAL_BYTES = 2 * 1024 * 1024  # all untracked files together: git.diff is attached to every wandb run
-# untracked files whose contents are recorded: what the run imports and the configs it composes
+MAX_FILE_BYTES = 256 * 1024  # a larger untracked file (data, weights, logs) is named, not recorded
+MAX_TOTAL_BYTES = 2 * 1024 * 1024  # for all untracked files, as git.diff is attached to every wandb run
+# untracked files whose contents are recorded: code the run imports and configs it composes
 CODE_FOLDERS = ("src/", "conf/", "scripts/")
 CODE_SUFFIXES = (".py", ".yaml", ".yml")
-# names that may hold credentials: never copied into a record that is uploaded (wandb keeps git.diff), nor hashed
+# names that may hold credentials: never copied into git.diff (wandb uploads it), nor hashed
 SECRET_NAMES = (
     *(".env", ".env.*", "*.env", ".netrc", ".pypirc", ".npmrc", ".git-credentials", ".dockercfg", "kaggle.json"),
     *("*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*"),
     *("*secret*", "*credential*", "*service?account*", "*password*", "*passwd*", "*api?key*", "*apikey*"),
     *("token", "token.*", "*[-_.]token", "*[-_.]token[-_.]*", "token[-_.]*"),  # not tokens.py, tokenizer.py
 )
-# what credentials look like inside a file: private keys, the token formats of the common providers, and a
-# key, secret, token or password set to a literal with a digit in it (an .ini, .env or YAML line, a Python string)
+# credentials inside a file: private keys, common providers' token formats, and a key, secret, token or password
+# set to a literal with a digit in it (in an .ini, .env or YAML line, or a Python string)
 SECRET_CONTENT = re.compile(
     "|".join(
         (
@@ -67,8 +67,8 @@ SECRET_CONTENT = re.compile(
 CREDENTIALS = "may hold credentials"
 _PLAIN_PATH = re.compile(r"^[\w./ +@=,-]+$", re.ASCII)  # a path git writes unquoted in a patch header
 _ATTEMPT = re.compile(r"^attempt-(\d+)$")
-RUN_FILES = ("this run's own file", "a run dir's file")  # left out as outputs, not code: named in env.json only
-RUN_DIR_MARKERS = (".hydra", "metrics.jsonl", "summary.json", "multirun.yaml")  # what a run or sweep dir holds
+RUN_FILES = ("this run's own file", "a run dir's file")  # outputs, not code; only named in env.json
+RUN_DIR_MARKERS = (".hydra", "metrics.jsonl", "summary.json", "multirun.yaml")  # found in a run or sweep dir
 
 
 def _git(*args: str, cwd: Path) -> str | None:
@@ -80,9 +80,10 @@ def _git(*args: str, cwd: Path) -> str | None:
 
 
 def git_info(root: Path = REPO_ROOT) -> dict:
-    """Commit, branch and dirty flag of the checkout the code runs from (not the current directory's). Dirty:
-    a tracked file differs from the commit, or an untracked file that .gitignore does not exclude exists (run dirs'
-    files aside: a `hydra.run.dir` inside the checkout does not make its own run dirty)."""
+    """Return the commit, branch and dirty flag of the checkout the code runs from, not the current directory's.
+
+    Dirty means a tracked file differs from the commit, or an untracked, not-ignored file exists. Files in run dirs
+    do not count, so a `hydra.run.dir` inside the checkout does not make its own run dirty."""
     head = _git("rev-parse", "HEAD", "--abbrev-ref", "HEAD", cwd=root)
     if head is None:
         return {"git_commit": None, "git_branch": None, "git_dirty": None, "git_note": f"{root} is not a git checkout"}
@@ -102,10 +103,11 @@ def git_info(root: Path = REPO_ROOT) -> dict:
 
 
 def git_diff(root: Path = REPO_ROOT, skip: Path | None = None) -> tuple[str, dict]:
-    """`git diff HEAD` and the untracked, not-ignored code and config files as new-file patches (one text `git
-    apply` takes), and what was done with each untracked file: {"recorded": [paths], "hashed": {path: sha256},
-    "skipped": {path: why}}, a tracked file whose change may hold credentials in "skipped" too. `skip`: a folder
-    whose files are left out (the run dir itself, when it lies inside the checkout)."""
+    """Return `git diff HEAD` plus untracked code and config files as new-file patches, and what was done with each.
+
+    The second value is {"recorded": [paths], "hashed": {path: sha256}, "skipped": {path: why}}. A tracked file
+    whose change may hold credentials is in "skipped" too. Files under `skip` (the run dir, when it lies inside the
+    checkout) are left out."""
     diff, skipped = _without_credentials(_git("diff", "HEAD", cwd=root) or "")
     listed = _git("ls-files", "--others", "--exclude-standard", "-z", cwd=root) or ""
     patches, recorded, hashed = [], [], {}
@@ -114,7 +116,7 @@ def git_diff(root: Path = REPO_ROOT, skip: Path | None = None) -> tuple[str, dic
     for name in filter(None, listed.split("\0")):
         path = root / name
         reason = _not_recordable(name, path, root, skip, run_dirs)
-        if reason is None and path.lstat().st_size > MAX_FILE_BYTES:  # never read whole: data, weights, logs
+        if reason is None and path.lstat().st_size > MAX_FILE_BYTES:  # data, weights, logs: never read whole
             reason = f"over {_size(MAX_FILE_BYTES)}"
         data = b""
         if reason is None:
@@ -125,7 +127,7 @@ def git_diff(root: Path = REPO_ROOT, skip: Path | None = None) -> tuple[str, dic
         if reason is None and SECRET_CONTENT.search(data.decode(errors="replace")):
             reason = CREDENTIALS
         if reason is None and not (name.startswith(CODE_FOLDERS) and name.endswith(CODE_SUFFIXES)):
-            hashed[name] = hashlib.sha256(data).hexdigest()  # not code the run imports: named, its content not kept
+            hashed[name] = hashlib.sha256(data).hexdigest()  # not code the run imports, so its content is not kept
             continue
         if reason is None and total + len(data) > MAX_TOTAL_BYTES:
             reason = f"over the {_size(MAX_TOTAL_BYTES)} for all untracked files"
@@ -142,7 +144,7 @@ def git_diff(root: Path = REPO_ROOT, skip: Path | None = None) -> tuple[str, dic
 
 
 def _without_credentials(diff: str) -> tuple[str, dict[str, str]]:
-    """`git diff` less each file whose added lines may hold credentials, and those files' names."""
+    """Drop from `git diff` each file whose added lines may hold credentials, and return their names."""
     kept, left_out = [], {}
     for section in re.split(r"(?m)^(?=diff --git )", diff):
         added = "\n".join(line[1:] for line in section.splitlines() if line.startswith("+") and line[:4] != "+++ ")
@@ -162,12 +164,12 @@ def _size(count: int) -> str:
 
 
 def _not_recordable(name: str, path: Path, root: Path, skip: Path | None, run_dirs: dict[Path, bool]) -> str | None:
-    """Why an untracked file is left out of the record by its name or kind, or None."""
-    if name.endswith("/"):  # a nested git repository: its own history, not ours to copy
+    """Return why an untracked file is left out by its name or kind, or None."""
+    if name.endswith("/"):  # a nested git repository has its own history, not ours to copy
         return "a nested git repository"
     if skip is not None and path.is_relative_to(skip):
         return RUN_FILES[0]
-    if _in_run_dir(path, root, run_dirs):  # another run's files (a run dir inside the checkout .gitignore misses)
+    if _in_run_dir(path, root, run_dirs):  # another run's files, in a run dir .gitignore misses
         return RUN_FILES[1]
     if any(fnmatch.fnmatch(path.name.lower(), pattern) for pattern in SECRET_NAMES):
         return CREDENTIALS
@@ -183,7 +185,7 @@ def _not_recordable(name: str, path: Path, root: Path, skip: Path | None, run_di
 
 
 def _in_run_dir(path: Path, root: Path, run_dirs: dict[Path, bool]) -> bool:
-    """Whether `path` lies in a run or sweep dir under `root` (`run_dirs`: what is known of each folder)."""
+    """Whether `path` lies in a run or sweep dir under `root`. `run_dirs` caches the answer per folder."""
     for parent in path.parents:
         if parent == root or parent == parent.parent:
             return False
@@ -195,8 +197,7 @@ def _in_run_dir(path: Path, root: Path, run_dirs: dict[Path, bool]) -> bool:
 
 
 def _new_file_patch(name: str, data: bytes, path: Path) -> str | None:
-    """The patch `git diff` would show for `name` (whose content is `data`) as a new file; None for a binary (a NUL
-    byte, or not UTF-8)."""
+    """Return the patch `git diff` would show for `name` as a new file, or None for a binary (NUL byte, not UTF-8)."""
     try:
         text = data.decode()
     except UnicodeDecodeError:
@@ -217,8 +218,7 @@ def _new_file_patch(name: str, data: bytes, path: Path) -> str | None:
 
 
 def record(run_dir: Path, provenance: dict, continuing: bool, root: Path = REPO_ROOT) -> list[Path]:
-    """Write this start's provenance into `<run dir>/provenance/` (a further start of a continuing run: into
-    `provenance/attempt-<n>/`); returns the files written."""
+    """Write this start's provenance into `<run dir>/provenance/`, or `attempt-<n>/` in it for a later start."""
     folder = _attempt_folder(run_dir / "provenance", continuing)
     folder.mkdir(parents=True, exist_ok=True)
     env, written = dict(provenance), []
@@ -242,14 +242,13 @@ def record(run_dir: Path, provenance: dict, continuing: bool, root: Path = REPO_
 
 
 def _attempt_folder(base: Path, continuing: bool) -> Path:
-    """`base` for a run's first start; `base/attempt-<n>` for its n-th, when it continues in its own dir. A new run
-    in the dir replaces the record of the run before it, attempts included."""
+    """Return `base` for a run's first start and `base/attempt-<n>` for its n-th; a new run drops old attempts."""
     attempts = {int(m.group(1)): p for p in (base.iterdir() if base.is_dir() else ()) if (m := _ATTEMPT.match(p.name))}
     if not continuing:
         for replaced in attempts.values():
             shutil.rmtree(replaced)
         return base
-    if not (base / "env.json").is_file():  # the first start died before it wrote its record
+    if not (base / "env.json").is_file():  # the first start died before writing its record
         return base
     return base / f"attempt-{max(attempts, default=1) + 1}"
 

@@ -1,16 +1,14 @@
-"""Run records: the chosen trackers (wandb, CSV, an extension's: `logger.backends`) plus a local mirror in the
-run directory, behind one small interface.
+"""Send a run's records to the chosen trackers (`logger.backends`) and mirror them in the run dir.
 
-Every workflow (train, eval, export, infer) does `start()`, `log(metrics, step)`, `summary(values)`, `finish()`
-(or `with tracker.session():`). Whatever the logger, the run dir gets `metrics.jsonl` (one JSON object per event),
-`summary.json` and `provenance/` (git diff, versions). Each tracker is a small class of its own
-(:mod:`lab.tracking.backends`), imported only when chosen, getting the resolved config, the git commit and every
-metric. One run per file: a run that continues in its own run dir (a resume) passes `continuing=True` and its
-files are appended to (a last line cut short by a killed attempt dropped first), and `resume_id` (the wandb run id
-it had) so that wandb continues that run (a tracker may keep its record's id in the run dir); any other run starts
-its files afresh. A tracker's bad settings (a tracking server that does not answer) are refused before anything is
-written. A tracker that stops mid-run (its child process was killed) is named in one warning and the run goes on with
-the others and metrics.jsonl.
+Every workflow calls `start()`, `log(metrics, step)`, `summary(values)` and `finish()`, or uses `with
+tracker.session():`. Whatever the logger, the run dir gets `metrics.jsonl` (one JSON object per event),
+`summary.json` and `provenance/`. Each tracker is a small class in `lab.tracking.backends`, imported only when
+chosen. It gets the resolved config, the git commit and every metric.
+
+One run keeps one set of files. A resume in the run's own dir passes `continuing=True`, so its files are appended
+to after dropping a last line a killed attempt cut short. It also passes `resume_id`, so wandb continues the same
+run. Any other run starts its files afresh. A tracker's bad settings (say, a server that does not answer) are
+refused before anything is written. A tracker that stops mid-run gets one warning, and the run goes on without it.
 """
 
 from __future__ import annotations
@@ -57,7 +55,7 @@ class Tracker:
         self.provenance = provenance or {}
         self.resume_id, self.continuing, self.resumed_step = resume_id, continuing, resumed_step
         self._backends: list[trackers.Backend] = []
-        self._starting: threading.Thread | None = None  # start(background=True) until the backends are up
+        self._starting: threading.Thread | None = None  # set by start(background=True) until the backends are up
         self._start_error: BaseException | None = None
         self._deferred: list[Callable[[trackers.Backend], None]] = []  # calls that waited for the background start
         self._summary: dict[str, Any] = {}
@@ -66,12 +64,12 @@ class Tracker:
 
     @property
     def is_writer(self) -> bool:
-        """Only rank 0 writes records: one run dir, one record per tracker, however many processes."""
+        """Whether this process writes records. Only rank 0 does, so each tracker keeps one record per run."""
         return self.rank == 0
 
     @property
     def backends(self) -> list[trackers.Backend]:
-        """The started trackers; a start in the background is waited for (and its error raised) on first use."""
+        """Return the started trackers, first waiting for a background start and raising its error."""
         self._join_start()
         if self._start_error is not None:
             err, self._start_error = self._start_error, None
@@ -83,8 +81,7 @@ class Tracker:
         return self._backends
 
     def _call(self, backend: trackers.Backend, call: Callable[[trackers.Backend], Any]) -> Any:
-        """`call(backend)`; a tracker that stopped (its child process died) is dropped with one warning: the run
-        goes on with the others."""
+        """Return `call(backend)`. A tracker whose child process died is dropped with one warning."""
         try:
             return call(backend)
         except trackers.TrackerStopped as err:
@@ -97,7 +94,7 @@ class Tracker:
 
     def _stopped(self, backend: trackers.Backend, err: Exception) -> None:
         if backend in self._backends:
-            self._backends.remove(backend)  # never called again, at finish neither: nothing there to answer
+            self._backends.remove(backend)  # never called again, not even at finish: nothing would answer
         log.warning(
             "tracker %s stopped: %s. The run goes on without it: its metrics are still in %s",
             backend.name,
@@ -106,17 +103,19 @@ class Tracker:
         )
 
     def _on_backends(self, call: Callable[[trackers.Backend], None]) -> None:
-        """`call(backend)` for every tracker: now, or once a background start is done (summary values and file
-        snapshots can wait; metrics are logged in order, so `log` waits for the start instead)."""
+        """Run `call(backend)` for every tracker, now or once a background start is done.
+
+        Summary values and file snapshots can wait. Metrics must be logged in order, so `log` waits instead."""
         if self._starting is not None and self._starting.is_alive():
             self._deferred.append(call)
         else:
             self._each(call)
 
     def start(self, background: bool = False) -> Tracker:
-        """Open the run's records and start the chosen trackers. `background=True` starts them in a thread
-        (a slow import; wandb's start when it runs in this process, logger.child_process=false, else its child
-        does it) while the caller goes on building the data and the model; the first use of the trackers waits."""
+        """Open the run's records and start the chosen trackers.
+
+        `background=True` starts them in a thread, since imports and wandb's start are slow, while the caller builds
+        the data and model. The first use of the trackers waits for it."""
         self._started = time.monotonic()
         if not self.is_writer:
             return self
@@ -132,10 +131,10 @@ class Tracker:
             continuing=self.continuing,
             resumed_step=self.resumed_step,
         )
-        for name in filter(trackers.trackers().__contains__, trackers.chosen(self.logger_cfg)):  # before any write
+        for name in filter(trackers.trackers().__contains__, trackers.chosen(self.logger_cfg)):  # before writing
             settings = trackers.tracker_settings(self.logger_cfg, name)
             trackers.backend(name, self.logger_cfg).check(dataclasses.replace(run, settings=settings))
-        for folder in self._folders():  # a dir made read-only is refused before anything is written
+        for folder in self._folders():  # refuse a read-only dir before anything is written
             check_writable(folder)
         with writing(self.run_dir):
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -144,7 +143,7 @@ class Tracker:
                 self.run_dir / "metrics.jsonl", self.continuing, self.resumed_step, step_of=_jsonl_step
             )
             written = prov.record(self.run_dir, self.provenance, self.continuing)
-        # the trackers that keep files get this start's provenance, once started
+        # trackers that keep files get this start's provenance once they start
         self._deferred += [operator.methodcaller("save_file", path) for path in written]
         if background:
             self._starting = threading.Thread(target=self._start_backends, args=(run,), name="tracker-start")
@@ -153,13 +152,13 @@ class Tracker:
         self._start_backends(run)
         if self._start_error is not None:
             err, self._start_error = self._start_error, None
-            self.finish("failed")  # leave nothing open behind (wandb's service, file handles)
+            self.finish("failed")  # leave nothing open (wandb's service, file handles)
             raise err
         self.backends  # noqa: B018 (attaches the provenance files now)
         return self
 
     def _folders(self) -> list[Path]:
-        """The run dir and the folders of it this run writes into."""
+        """Return the run dir and the folders in it this run writes to."""
         chosen = [trackers.folder(name, self.logger_cfg) for name in trackers.chosen(self.logger_cfg)]
         return [self.run_dir, self.run_dir / "provenance", *(self.run_dir / name for name in chosen if name)]
 
@@ -171,11 +170,11 @@ class Tracker:
                 backend = trackers.create(name, dataclasses.replace(run, settings=settings), child_process)
                 try:
                     backend.start()
-                except trackers.TrackerStopped as err:  # its child process died as it started: the others go on
+                except trackers.TrackerStopped as err:  # its child died as it started; the others go on
                     self._stopped(backend, err)
                     continue
                 self._backends.append(backend)
-        except BaseException as err:  # raised where the trackers are next used (start, or the first log)
+        except BaseException as err:  # raised where the trackers are next used
             self._start_error = err
 
     def _join_start(self) -> None:
@@ -184,7 +183,7 @@ class Tracker:
             self._starting = None
 
     def run_ref(self) -> dict[str, str | None]:
-        """How other runs refer to this one: its run dir and wandb id/path (None without wandb)."""
+        """Return how other runs refer to this one: its run dir and wandb id and path (None without wandb)."""
         ref: dict[str, Any] = {"run_dir": str(self.run_dir), "wandb_id": None, "wandb_path": None}
         for backend in list(self.backends):
             ref.update(self._call(backend, lambda backend: backend.ref()) or {})
@@ -192,9 +191,10 @@ class Tracker:
 
     @contextlib.contextmanager
     def session(self, background: bool = False) -> Iterator[Tracker]:
-        """start(background) ... finish(status): "completed", or the stopping exception's `run_status` ("failed"
-        by default, "interrupted" for Ctrl-C, "pruned" for a pruned sweep trial), so a crashed run is still recorded
-        as such."""
+        """Wrap a run in start() and finish(status), so a crashed run is still recorded as such.
+
+        The status is "completed", or the exception's `run_status`: "failed" by default, "interrupted" for Ctrl-C,
+        "pruned" for a pruned sweep trial."""
         self.start(background)
         status, error = "failed", None
         try:
@@ -202,14 +202,14 @@ class Tracker:
             status = "completed"
         except BaseException as err:
             status = getattr(err, "run_status", "interrupted" if isinstance(err, KeyboardInterrupt) else "failed")
-            if status == "failed":  # what failed, kept with the run (the terminal that showed it may be gone)
+            if status == "failed":  # keep what failed with the run; the terminal that showed it may be gone
                 error = f"{type(err).__name__}: {next(iter(str(err).splitlines()), '')}"
             raise
         finally:
             self.finish(status, error)
 
     def log(self, metrics: dict[str, Any], step: int, epoch: int | None = None) -> None:
-        """One event: `step` = global optimizer step, `epoch` = 1-based epoch it belongs to."""
+        """Log one event at global optimizer `step` and 1-based `epoch`."""
         if not self.is_writer:
             return
         record = {"step": step, "epoch": epoch, **{k: _json_value(v) for k, v in metrics.items()}}
@@ -219,11 +219,11 @@ class Tracker:
 
     @property
     def keeps_histograms(self) -> bool:
-        """Whether a chosen tracker records histograms (wandb): worth computing them only then."""
+        """Whether a chosen tracker records histograms (wandb). Only then are they worth computing."""
         return any(backend.keeps_histograms for backend in self.backends)
 
     def log_histograms(self, histograms: dict[str, tuple[list[float], list[float]]], step: int) -> None:
-        """Distributions (counts, bin edges) at `step`, to the trackers that keep histograms."""
+        """Log distributions (counts, bin edges) at `step` to the trackers that keep histograms."""
         self._each(lambda backend: backend.log_histograms(histograms, step) if backend.keeps_histograms else None)
 
     def summary(self, values: dict[str, Any]) -> None:
@@ -236,7 +236,7 @@ class Tracker:
         self._on_backends(lambda backend: backend.save_file(Path(path)))
 
     def log_checkpoint(self, path: str | Path, alias: str) -> None:
-        """Keep a checkpoint with the run (wandb: a `model` artifact; offline runs keep it for `wandb sync`)."""
+        """Keep a checkpoint with the run: in wandb a `model` artifact, which offline runs keep for `wandb sync`."""
         if not Path(path).is_file():
             return
         self._each(lambda backend: backend.log_checkpoint(Path(path), alias))
@@ -253,13 +253,13 @@ class Tracker:
             "git_dirty": self.provenance.get("git_dirty"),
         }
         try:
-            backends = self.backends  # waits for a background start and catches up on what waited for it
-        except Exception as err:  # a failed start: the run failed before it mattered, or raised it already
+            backends = self.backends  # waits for a background start and runs the calls that waited
+        except Exception as err:  # a failed start; the run already raised it, or failed before it mattered
             log.warning("a tracker could not start: %s", err)
             backends = self._backends
         self._backends = []
         for backend in backends:
-            try:  # one tracker failing to close must not cost the others, nor summary.json
+            try:  # one tracker failing to close must not cost the others or summary.json
                 summary.update(backend.finish(status))
             except trackers.TrackerStopped as err:
                 self._stopped(backend, err)
@@ -272,7 +272,7 @@ class Tracker:
 
 
 def _setting(logger: Any, key: str, default: Any) -> Any:
-    """A key of the `logger` config node (a DictConfig, a dataclass or None)."""
+    """Read `key` of the `logger` config node, which may be a DictConfig, a dataclass or None."""
     if logger is None:
         return default
     return logger.get(key, default) if hasattr(logger, "get") else getattr(logger, key, default)
@@ -287,13 +287,12 @@ def _jsonl_step(line: str) -> int | None:
 
 
 def _json_value(value: Any) -> Any:
-    """JSON has no NaN/inf: write them as strings so the file stays valid and the problem stays visible."""
+    """Write NaN and inf as strings, since JSON has none. The file stays valid and the problem visible."""
     return plain(value) if isinstance(value, float) else value
 
 
 def job_identity(cfg: Any, run_dir: str | Path) -> dict[str, Any]:
-    """Name, sweep group and overrides of the current Hydra job (computed where Hydra runs; spawned workers
-    receive it ready-made): the name comes from the overrides, multirun jobs are grouped by sweep."""
+    """Return the name, sweep group and overrides of the current Hydra job; spawned workers get it ready-made."""
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
@@ -318,10 +317,11 @@ def from_config(
     identity: dict[str, Any] | None = None,
     continued: dict[str, Any] | None = None,
 ) -> Tracker:
-    """A Tracker for a job: the resolved config plus the Hydra overrides, named and grouped by `job_identity`.
-    `continued`: the checkpoint of the run the job continues in that run's own dir, one run across resumes: its
-    files are appended to (else started afresh), less what its previous attempt recorded after the checkpoint's
-    step (those steps are logged again), and its wandb run goes on (else a new record)."""
+    """Build a Tracker for a job, with the resolved config and Hydra overrides, named by `job_identity`.
+
+    `continued` is the checkpoint of a run the job continues in its own dir. Its files are then appended to, less
+    what the last attempt recorded after the checkpoint's step (those steps are logged again), and its wandb run
+    goes on."""
     from omegaconf import OmegaConf
 
     identity = identity or job_identity(cfg, run_dir)

@@ -1,9 +1,10 @@
-"""Weights & Biases: one wandb run per job, holding the resolved config, the git commit, branch and dirty flag, the
-metrics (step = global optimizer step), the summary, attached run-dir files and checkpoint artifacts.
+"""Record each job as one Weights & Biases run.
 
-wandb is imported only when this backend starts, and never blocks a run: without credentials it writes offline
-(sync later with `wandb sync`), and a server that does not answer within `logger.wandb.init_timeout` falls back to
-offline with one warning. A resumed run (`resume_id`) continues the wandb run of that id.
+The run holds the resolved config, the git commit, branch and dirty flag, the metrics (step = global optimizer
+step), the summary, attached run-dir files and checkpoint artifacts. wandb is imported only when this backend
+starts, and never blocks a run. Without credentials it writes offline (sync later with `wandb sync`). A server that
+does not answer within `logger.wandb.init_timeout` falls back to offline with one warning. A resumed run
+(`resume_id`) continues the wandb run of that id.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from lab.tracking.backends import Backend
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PROJECT = "lab"  # when neither logger.wandb.project nor $WANDB_PROJECT says otherwise
+DEFAULT_PROJECT = "lab"  # unless logger.wandb.project or $WANDB_PROJECT says otherwise
 
 
 def has_wandb_credentials() -> bool:
-    """WANDB_API_KEY, or a netrc entry for the configured host (what `wandb login` writes)."""
+    """Whether WANDB_API_KEY is set, or netrc has an entry for the host (as `wandb login` writes)."""
     if os.environ.get("WANDB_API_KEY"):
         return True
     host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
@@ -37,7 +38,7 @@ def has_wandb_credentials() -> bool:
 
 
 def resolve_mode(mode: str) -> str:
-    """`auto` defers to WANDB_MODE, then to whether credentials exist; an explicit mode wins over both."""
+    """Resolve `auto` from WANDB_MODE, then from whether credentials exist. An explicit mode wins over both."""
     if mode != "auto":
         return mode
     env = os.environ.get("WANDB_MODE", "").lower()
@@ -51,11 +52,11 @@ def resolve_mode(mode: str) -> str:
 class WandbBackend(Backend):
     name = "wandb"
     keeps_histograms = True
-    slow_to_start = True  # import + init: about 1 s of Python
+    slow_to_start = True  # import and init take about 1 s of Python
     wandb_run: Any = None
 
     def start(self) -> None:
-        self.wandb_run = self._init()  # the Tracker then attaches this start's provenance files (save_file)
+        self.wandb_run = self._init()  # the Tracker then attaches the provenance files (save_file)
 
     def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
         self.wandb_run.log({**metrics, **({"epoch": epoch} if epoch is not None else {})}, step=step)
@@ -63,7 +64,7 @@ class WandbBackend(Backend):
     def log_histograms(self, histograms: Mapping[str, tuple[list[float], list[float]]], step: int) -> None:
         import wandb
 
-        # wandb types np_histogram as arrays, and takes lists too (it calls tolist() only on what has it)
+        # wandb types np_histogram as arrays but takes lists too; it calls tolist() only on what has it
         histogram = {key: wandb.Histogram(np_histogram=hist) for key, hist in histograms.items()}  # type: ignore[arg-type]
         self.wandb_run.log(histogram, step=step)
 
@@ -71,14 +72,13 @@ class WandbBackend(Backend):
         self.wandb_run.summary.update(dict(values))
 
     def save_file(self, path: Path) -> None:
-        """A snapshot of a run-dir file in the wandb run's files folder, uploaded at finish (or by `wandb sync`);
-        a symlink would keep following a log that is still being written."""
+        """Copy a run-dir file into wandb's files folder to upload; a symlink would follow a log still being written."""
         target = Path(self.wandb_run.dir) / Path(path).resolve().relative_to(self.run.run_dir.resolve())
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
 
     def log_checkpoint(self, path: Path, alias: str) -> None:
-        """Upload a checkpoint as a `model` artifact (offline runs keep it for `wandb sync`)."""
+        """Upload a checkpoint as a `model` artifact. Offline runs keep it for `wandb sync`."""
         import wandb
 
         artifact = wandb.Artifact(f"model-{self.wandb_run.id}", type="model", metadata={"file": Path(path).name})
@@ -118,18 +118,18 @@ class WandbBackend(Backend):
             "group": cfg.group or run.group,
             "job_type": run.job_type,
             "tags": [*run.tags, *cfg.tags],
-            # git info in the config too, so it is a column of the runs table
+            # git info in the config too, so it is a column in the runs table
             "config": {**run.config, "provenance": git},
-            "reinit": "finish_previous",  # multirun: one run per job, never the previous job's
+            "reinit": "finish_previous",  # in a multirun, one run per job, never the previous job's
         }
         if run.resume_id:
-            kwargs.update(id=run.resume_id, resume="allow")  # the same wandb run, continued (or made if unknown)
+            kwargs.update(id=run.resume_id, resume="allow")  # continue the same wandb run, or make it if unknown
         runs_root = Path(kwargs["dir"]) / "wandb"
         before = set(runs_root.glob("run-*"))
         try:
-            # mode: a checked config value (wandb types it as a Literal)
+            # mode is a checked config value; wandb types it as a Literal
             wandb_run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **kwargs)  # type: ignore[arg-type]
-        except Exception as err:  # no credentials, server unreachable within init_timeout, ...
+        except Exception as err:  # no credentials, no answer within init_timeout, ...
             if mode != "online":
                 raise
             for stale in set(runs_root.glob("run-*")) - before:  # the failed attempt's half-written run

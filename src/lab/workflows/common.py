@@ -1,5 +1,5 @@
-"""Pieces the workflows share: the Hydra run dir, and (eval, export, infer) the wandb run linked to training. The
-model, task and data those three rebuild from a checkpoint: lab.workflows.restore."""
+"""Share pieces among the workflows: the Hydra run dir, and the tracker that links eval, export and infer to
+training. Rebuilding from a checkpoint lives in lab.workflows.restore."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ def hydra_run_dir() -> Path:
 def linked_tracker(
     cfg: DictConfig, run_dir: Path, job_type: str, source: dict[str, Any], model: dict[str, Any], **config: Any
 ) -> tuple[tracking.Tracker, dict]:
-    """A Tracker to run as `with tracker.session():`, and the provenance it records. Its config is this job's
-    resolved config (as in .hydra/config.yaml) plus the model config it ran and `source_run` (checkpoint path,
-    training run dir, wandb id/path, training commit): the link back to the training run, as columns of the
-    wandb runs table. `config` adds further top-level entries (e.g. `data_effective`: the checkpoint's data config
-    with this job's overrides applied; the job's own `data` node keeps only those overrides)."""
+    """Build a Tracker linked to the training run, and return it with the provenance it records.
+
+    Its config is this job's resolved config plus the model config and `source_run` (checkpoint path, training run
+    dir, wandb id and path, training commit), which appear as columns in the wandb runs table. `config` adds more
+    top-level entries, such as `data_effective`: the checkpoint's data config with this job's overrides applied."""
     prov = provenance.collect()
     tracker = tracking.from_config(cfg, run_dir, job_type, prov)
     tracker.config.update({"model": model, "source_run": source, **config})

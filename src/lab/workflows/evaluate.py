@@ -1,9 +1,8 @@
-"""Orchestration of one evaluation: checkpoint -> its own model, data and task -> one split -> eval.json + the
-task's artifacts (confusion matrix, predicted-vs-true plot, sample generations).
+"""Evaluate a checkpoint on one split, writing eval.json and the task's artifacts (confusion matrix, plots, samples).
 
-The numbers come from the same code training validates with (`lab.training.evaluation` + the task's metrics), on the
-checkpoint's data config, precision, channels_last and backend switches, so scoring best.pt on `val` reproduces the
-validation metrics training logged for it. Returns `<split>/<the task's monitor>`.
+It uses the code training validates with (`lab.training.evaluation` and the task's metrics), with the checkpoint's
+data config, precision, channels_last and backend switches. So scoring best.pt on `val` reproduces the validation
+metrics training logged for it. Returns `<split>/<the task's monitor>`.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
 
     device = runtime.select_device(cfg.device)
     trained = OmegaConf.create(restored.config)
-    runtime.configure_backends(trained.trainer, device)  # TF32 / cuDNN as in training: the same numbers on GPU
+    runtime.configure_backends(trained.trainer, device)  # TF32 and cuDNN as in training, for the same numbers
     precision = runtime.resolve_precision(trained.precision, device)
     channels_last = bool(trained.trainer.channels_last)
     shards_weights = options.instantiate("dist", trained.dist, drop_unknown=True).shards_weights
@@ -78,8 +77,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
 
 
 def _flat(split: str, extra: dict) -> dict[str, float | None]:
-    """Per-group scalars of the task's eval.json entries (per-class accuracy...) as summary keys:
-    <split>/<entry>/<name>."""
+    """Flatten the task's grouped eval.json entries (say, per-class accuracy) to keys `<split>/<entry>/<name>`."""
     return {
         f"{split}/{key}/{name}": value
         for key, group in extra.items()

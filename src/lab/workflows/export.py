@@ -1,12 +1,11 @@
-"""Orchestration of one export: checkpoint -> plain eval-mode model -> each format -> parity -> manifest.
+"""Export a checkpoint to each format, check each against the eager model, and write the manifest.
 
-Each artifact is written into a staging folder (`.model.onnx.tmp/`, lab.files.staged), run there by the runner
-inference uses (onnxruntime, torch.export.load, torch.jit.load) on real validation samples and compared with the
-eager model; only an artifact that passed is moved to its final name. So a killed export (SIGTERM, Ctrl-C) leaves no
-final-named file that is partial or unchecked, and export_manifest.json lists under `artifacts` only files that
-passed. One above `export.tolerance` is never published: its figures go under the manifest's `failed`, and the run
-exits non-zero. A model of several outputs (a tuple or dict, lab.tasks.outputs) is exported with each output named
-and compared on its own. Returns the worst max |output difference|.
+Each artifact is written into a staging folder (lab.files.staged) and run there by the runner inference uses, on
+real validation samples. Only an artifact that matches the eager model is moved to its final name. So a killed
+export leaves no partial or unchecked file under a final name, and the manifest's `artifacts` lists only files that
+passed. One above `export.tolerance` is never published; its figures go under `failed` and the run exits non-zero.
+A model with several outputs (lab.tasks.outputs) is exported with each output named and compared on its own.
+Returns the worst max |output difference|.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     opts = cfg.export
     restored = restore.rebuild(cfg.ckpt_path)
     data_cfg = restore.data_config(restored, cfg.data)
-    # an export step that reads training samples (INT8 calibration) sees them as inference will: unaugmented
+    # an export step that reads training samples (INT8 calibration) sees them unaugmented, as inference will
     plain = {"augment": False} if "augment" in restored.config["data"] else {}
     datamodule = restore.rebuild_data(restored, {**cast(dict, OmegaConf.to_container(cfg.data)), **plain})
     val_loader = data.make_loader(datamodule.val, data_cfg, train=False, generator=None, pin_memory=False)
@@ -43,10 +42,10 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     dims = tuple(opts.dynamic_dims) if opts.dynamic_dims is not None else tuple(task.dynamic_dims)
     batches = exporting.sample_batches(val_loader, opts.parity_samples, dims)
     example = batches[0][: exporting.EXAMPLE_BATCH]
-    eager = EagerBackend(restored.model)  # CPU, fp32, eval mode: the reference every artifact must match
+    eager = EagerBackend(restored.model)  # CPU, fp32, eval mode; every artifact must match it
     reference = [eager(b) for b in batches]
     layout = model_outputs.check(reference[0], task)
-    steps.check(opts, reference[0], layout)  # an export step that cannot take this model's outputs: before any work
+    steps.check(opts, reference[0], layout)  # refuse a step that cannot take these outputs, before any work
     names = () if layout.single else layout.names
 
     tracker, prov = linked_tracker(
@@ -58,7 +57,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         data_effective=OmegaConf.to_container(data_cfg, resolve=True),
     )
     with tracker.session():
-        for stale in remove_stale_temps(run_dir):  # a killed export's staging folders: never verified
+        for stale in remove_stale_temps(run_dir):  # a killed export's staging folders, never verified
             log.warning("removed %s: left by an export that was killed before its checks ended", stale)
         artifacts, failed, opset = {}, {}, None
         for fmt in opts.formats:
@@ -120,7 +119,7 @@ def _error(parity: dict[str, Any]) -> str:
 
 
 def _per_output(parity: dict[str, Any]) -> str:
-    """A model of several outputs: which of them differ, and by how much."""
+    """For a model with several outputs, say which differ and by how much."""
     each = parity.get("max_abs_diff_per_output")
     return f" ({', '.join(f'{name} {diff:.3g}' for name, diff in each.items())})" if each else ""
 
@@ -131,7 +130,7 @@ def _agreement(parity: dict[str, Any]) -> str:
 
 
 def _record(fmt: str, written: exporting.Written, parity: exporting.Parity) -> dict[str, Any]:
-    """The manifest entry of one staged artifact (file names as they are once published)."""
+    """Return the manifest entry of one staged artifact, with file names as they will be once published."""
     main = written.files[0]
     entry: dict[str, Any] = {
         "file": main.name,
@@ -155,14 +154,14 @@ def _record(fmt: str, written: exporting.Written, parity: exporting.Parity) -> d
     )
     if parity.passed:
         entry["status"] = "ok"
-    else:  # never published: nothing downstream can pick it up
+    else:  # never published, so nothing downstream can pick it up
         entry["status"] = "failed_parity"
         log.error("%s: above export.tolerance=%g, %s not written", fmt, parity.tolerance, main.name)
     return entry
 
 
 def _figures(artifacts: dict[str, dict]) -> dict[str, float]:
-    """Flat metric names for wandb: export/<format>/max_abs_diff, ..."""
+    """Flatten the parity figures to wandb metric names such as export/<format>/max_abs_diff."""
     out: dict[str, float] = {}
     for fmt, a in artifacts.items():
         if "parity" in a:

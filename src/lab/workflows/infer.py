@@ -1,11 +1,10 @@
-"""Orchestration of one inference run: model (checkpoint or exported file) + inputs -> predictions.csv / .json.
+"""Run a checkpoint or exported model on inputs and write predictions.csv and .json.
 
-The backend follows `ckpt_path`: a training checkpoint runs the eager model rebuilt by lab.workflows.restore;
-model.onnx runs onnxruntime, model.pt2 torch.export and model.torchscript.pt torch.jit, each with the task and
-data_meta of the export_manifest.json next to it. The task reads the inputs (images, table rows, a prompt: through
-`InferContext.inputs`, lab.inference.inputs) and turns outputs into records, writing any further files (masks) into
-the run dir. Images keep their own size when the model takes any height and width (`infer.resize`). Returns the
-number of records.
+The backend follows `ckpt_path`. A training checkpoint runs the eager model rebuilt by lab.workflows.restore.
+model.onnx runs in onnxruntime, model.pt2 in torch.export and model.torchscript.pt in torch.jit, each with the task
+and data_meta of the export_manifest.json next to it. The task reads the inputs (lab.inference.inputs) and turns
+outputs into records, writing any further files (masks) into the run dir. Images keep their size when the model
+takes any height and width (`infer.resize`). Returns the number of records.
 """
 
 from __future__ import annotations
@@ -60,8 +59,10 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
 
 
 def _open(path: Path, device: Any, allow_modified: bool = False) -> tuple[Any, Any, dict, dict, dict, tuple]:
-    """(runner, task, data_meta, source run, model config, the input axes it takes at any size) for a checkpoint
-    or an exported artifact (whose manifest says which axes the export made dynamic)."""
+    """Open a checkpoint or exported artifact for inference.
+
+    Returns (runner, task, data_meta, source run, model config, dynamic input axes). An artifact's manifest says
+    which axes the export made dynamic."""
     if _is_artifact(path):
         found = manifest.read(path)
         _check_verified(path, found, allow_modified)
@@ -81,8 +82,9 @@ _OVERRIDE = "infer.allow_modified_artifact=true"
 
 
 def _check_verified(path: Path, found: dict[str, Any], allow_modified: bool) -> None:
-    """The file must be the one the export checked against eager PyTorch: listed in the manifest, same sha256. A
-    swapped or edited model would otherwise run with another model's preprocessing and class names, unnoticed."""
+    """Refuse a file that is not the one the export checked: it must be in the manifest, with the same sha256.
+
+    Otherwise a swapped or edited model would run with another model's preprocessing and class names, unnoticed."""
     entry = next((a for a in found["artifacts"].values() if a.get("file") == path.name), None)
     if entry is None:
         problem = f"{path.name} is not among the verified artifacts of {manifest.MANIFEST} next to it"
@@ -99,11 +101,10 @@ def _check_verified(path: Path, found: dict[str, Any], allow_modified: bool) -> 
 
 
 def _check_input_shape(path: Path, backend: Any, meta: dict[str, Any]) -> None:
-    """data_meta.input_shape (what inputs are read and checked against) must be what the model file takes: an
-    edited manifest would otherwise fail inside the runtime, on the first batch."""
+    """Refuse a manifest whose data_meta.input_shape the model file does not take, before the runtime fails."""
     declared = getattr(backend, "input_shape", None)
     expected = meta.get("input_shape")
-    if declared is None or expected is None or fits(list(expected), declared[1:]):  # [0]: the batch axis
+    if declared is None or expected is None or fits(list(expected), declared[1:]):  # [0] is the batch axis
         return
     raise UserError(
         f"{manifest.MANIFEST} next to {path.name} gives data_meta.input_shape {list(expected)}, but {path.name} "

@@ -1,8 +1,8 @@
-"""A trained model and its data, rebuilt from a checkpoint alone: what eval, export and infer start from.
+"""Rebuild a trained model and its data from a checkpoint alone, for eval, export and infer.
 
-The checkpoint's own resolved `config` and `data_meta` decide the architecture and the preprocessing, so a
-model is never paired with another run's settings. The model is the plain module from `lab.models.build`
-in eval mode: no DDP / torch.compile / channels_last wrapper can reach an evaluation or an export.
+The checkpoint's own `config` and `data_meta` decide the architecture and preprocessing, so a model is never paired
+with another run's settings. The model is the plain module from `lab.models.build` in eval mode, so no DDP,
+torch.compile or channels_last wrapper reaches an evaluation or an export.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from lab.errors import ConfigError, UserError
 @dataclass
 class Restored:
     path: Path
-    model: nn.Module  # eval mode, on the CPU, fp32
+    model: nn.Module  # in eval mode, on the CPU, fp32
     meta: dict[str, Any]  # data_meta: shapes, normalization, class names, target statistics, vocabulary
     config: dict[str, Any]  # the training run's resolved config
     task: Any  # the training run's task (lab.tasks.Task)
-    provenance: dict[str, Any]  # git commit, versions, and the training run's dir / wandb id
+    provenance: dict[str, Any]  # git commit, versions, the training run's dir and wandb id
     progress: dict[str, Any]  # epoch, global_step, best_metric when the checkpoint was written
 
     @property
@@ -38,7 +38,7 @@ class Restored:
         return int(self.progress.get("global_step", 0))
 
     def source(self) -> dict[str, Any]:
-        """How runs made from this checkpoint point back at the training run (wandb config, manifests)."""
+        """Return how runs made from this checkpoint point back at the training run (wandb config, manifests)."""
         keys = ("run_dir", "wandb_id", "wandb_path", "git_commit", "git_dirty")
         return {
             "ckpt_path": str(self.path),
@@ -49,7 +49,7 @@ class Restored:
 
 
 def rebuild(path: str | Path) -> Restored:
-    """Checkpoint -> plain eval-mode model with its weights; a UserError names what is missing or wrong."""
+    """Rebuild the plain eval-mode model with its weights. A UserError names what is missing or wrong."""
     path = Path(path).expanduser()
     ckpt = storage.read(path)
     config, meta = ckpt.get("config"), ckpt.get("data_meta")
@@ -58,7 +58,7 @@ def rebuild(path: str | Path) -> Restored:
     if not isinstance(meta, dict) or not meta:
         raise UserError(f"{path} has no data_meta: cannot rebuild the model and the preprocessing it expects")
     meta = upgrade_meta(meta)
-    # the architecture alone: the checkpoint holds every weight, so a pretrained file that has moved is never read
+    # the architecture alone; the checkpoint holds every weight, so a moved pretrained file is never read
     model = models.build(options.instantiate("model", config["model"], drop_unknown=True).for_checkpoint(), meta)
     state_dicts.load_model_state(model, sharded.model_weights(ckpt))
     model.eval()
@@ -74,12 +74,11 @@ def rebuild(path: str | Path) -> Restored:
 
 
 def data_config(restored: Restored, overrides: Mapping[str, Any] | DictConfig | None) -> DictConfig:
-    """The checkpoint's data config with the non-null CLI overrides (root, batch sizes, workers) on top,
-    checked by the same option as training's."""
+    """Return the checkpoint's data config with the non-null CLI overrides on top, checked as training checks it."""
     changes = {k: v for k, v in dict(overrides or {}).items() if v is not None}
     option = options.instantiate("data", restored.config["data"], drop_unknown=True)
-    # what training took from a pretrained model where its config said null, as data_meta recorded it (the data's own
-    # statistics are recomputed and compared instead: other data under data.root is refused)
+    # Take what training took from a pretrained model where its config said null, as data_meta recorded it. The
+    # data's own statistics are recomputed and compared instead, so other data under data.root is refused.
     pretrained = options.instantiate("model", restored.config["model"], drop_unknown=True).preprocessing() or {}
     for key in pretrained:
         if getattr(option, key, 0) is None and key in restored.meta:
@@ -93,8 +92,7 @@ def data_config(restored: Restored, overrides: Mapping[str, Any] | DictConfig | 
 
 
 def rebuild_data(restored: Restored, overrides: Mapping[str, Any] | DictConfig | None = None) -> data.DataModule:
-    """The training run's dataset, rebuilt; refuses data whose meta (classes, shape, normalization, vocabulary)
-    differs from what the model was trained on, e.g. an image_folder root with other class folders."""
+    """Rebuild the training run's dataset, refusing data whose classes, shape, normalization or vocabulary differ."""
     cfg = data_config(restored, overrides)
     datamodule = data.build(cfg)
     rebuilt_meta = upgrade_meta(datamodule.meta)
@@ -109,12 +107,12 @@ def rebuild_data(restored: Restored, overrides: Mapping[str, Any] | DictConfig |
 
 
 def task_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The run's task config; checkpoints from before tasks existed were classification runs."""
+    """Return the run's task config. Checkpoints from before tasks existed were classification runs."""
     return config.get("task") or dataclasses.asdict(ClassificationConfig())
 
 
 def upgrade_meta(meta: dict[str, Any]) -> dict[str, Any]:
-    """data_meta of checkpoints from before the generic keys: derive input_shape and num_outputs."""
+    """Derive input_shape and num_outputs for the data_meta of checkpoints from before those keys."""
     meta = dict(meta)
     if "input_shape" not in meta and "in_channels" in meta:
         meta["input_shape"] = [int(meta["in_channels"]), int(meta["image_size"]), int(meta["image_size"])]
@@ -127,6 +125,6 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     if isinstance(a, float) or isinstance(b, float):
-        # statistics recomputed from the same pixels agree to float rounding, not necessarily bit for bit
+        # statistics recomputed from the same pixels agree to float rounding, not always bit for bit
         return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-9)
     return a == b

@@ -1,7 +1,7 @@
-"""Training, step by step: own the run dir, start the ranks; then in each rank build the data, the model, the optimizer
-and the Trainer, resume, fit and test. Each step's policy lives in the module it calls.
+"""Train: own the run dir and start the ranks, then in each rank build everything, resume, fit and test.
 
-Returns the monitored metric (`optimized_metric`, default val/<the task's monitor>_best) for Hydra sweepers.
+Each step's policy lives in the module it calls. Returns the monitored metric (`optimized_metric`, by default
+val/<the task's monitor>_best) for Hydra sweepers.
 """
 
 from __future__ import annotations
@@ -30,35 +30,34 @@ log = logging.getLogger(__name__)
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
-    """Train; with dist=ddp|fsdp outside torchrun/SLURM, spawn the ranks here and return rank 0's result."""
+    """Train. With dist=ddp|fsdp outside torchrun or SLURM, spawn the ranks here and return rank 0's result."""
     run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
-    dist_env.adopt_slurm_ranks()  # a SLURM task submitit started runs this, not scripts/train.py
-    # which run this is (a sweep job continues in its own dir only: the dirs next to it are the other jobs of its
-    # sweep), a checkpoint that cannot go on refused, then the dir held until the run ends
+    dist_env.adopt_slurm_ranks()  # a SLURM task started by submitit runs this, not scripts/train.py
+    # A sweep job continues only in its own dir, since the dirs next to it are the other jobs of its sweep.
     with run_dirs.owned(cfg, run_dir, siblings=not in_multirun()) as run_dir:
-        identity = tracking.job_identity(cfg, run_dir)  # where Hydra runs: spawned ranks receive it
+        identity = tracking.job_identity(cfg, run_dir)  # here, where Hydra runs; spawned ranks receive it
         return launch.start(_train, cfg, run_dir, preemption.resume_hint(run_dir), identity)
 
 
 def _train(cfg: DictConfig, run_dir: Path, parallel: Parallel, identity: dict) -> float | None:
-    """One rank's run, once it is in its process group."""
+    """Run one rank, once it is in its process group."""
     resume = checkpointing.read(cfg.ckpt_path) if cfg.ckpt_path else None  # fail on a bad path before any work
-    runtime.seed_everything(cfg.seed)  # the same on every rank: identical initial weights
+    runtime.seed_everything(cfg.seed)  # the same on every rank, for identical initial weights
     device = runtime.select_device(cfg.trainer.device, parallel.local_rank)
     runtime.configure_backends(cfg.trainer, device)
     precision = runtime.resolve_precision(cfg.precision, device)
-    # the data before any record is opened: a bad dataset (a CSV's duplicate column, float class labels, a missing
-    # file, too few samples for a batch) is refused with nothing written; a sweep's jobs share unchanged data
-    data_cfg = models.prepare(cfg.model, cfg.data)  # pretrained weights found, their preprocessing taken
+    # Build the data before any record is opened, so a bad dataset is refused with nothing written. A sweep's jobs
+    # share unchanged data.
+    data_cfg = models.prepare(cfg.model, cfg.data)  # finds pretrained weights and takes their preprocessing
     datamodule = loaders.training_splits(data.build(data_cfg, reuse=in_multirun()), cfg, parallel.world_size)
-    on_meta = meta_init.build(cfg.model, datamodule.meta, cfg.dist)  # dist=fsdp; refused here, before any record
+    on_meta = meta_init.build(cfg.model, datamodule.meta, cfg.dist)  # dist=fsdp; may refuse, before any record
     # a run continued in its own dir goes on in its own records and wandb run
     continued = resume if run_dirs.inside(cfg.ckpt_path, run_dir) else None
     tracker = tracking.from_config(cfg, run_dir, "train", provenance.collect(), parallel.rank, identity, continued)
-    # a CUDA OOM explained in the rank it happened in (a spawned rank is outside lab.cli's); a dead loader worker:
-    # summary.json says "failed", last.pt stays the last one saved, and the line says how to continue from it
+    # Explain a CUDA OOM in the rank it happened in, since a spawned rank is outside lab.cli's handler. A dead loader
+    # worker marks the run "failed", keeps the last saved last.pt, and says how to continue from it.
     died = loaders.worker_deaths(preemption.resume_hint(run_dir))
-    with oom.explained(cfg), tracker.session(background=True), died:  # the trackers start while the model is built
+    with oom.explained(cfg), tracker.session(background=True), died:  # trackers start while the model is built
         trainer = _trainer(cfg, run_dir, datamodule, parallel, device, precision, tracker, on_meta)
         if resume is not None:
             trainer.resume(resume, Path(cfg.ckpt_path), cfg.data.batch_size)
@@ -84,31 +83,32 @@ def _trainer(
     tracker: tracking.Tracker,
     on_meta: torch.nn.Module | None,
 ) -> Trainer:
-    """The task, loaders, model, optimizer and schedule, and the Trainer over them. `on_meta`: the model built on the
-    meta device (dist=fsdp), initialised only once sharded."""
+    """Build the task, loaders, model, optimizer and schedule, and the Trainer over them.
+
+    `on_meta` is the model built on the meta device (dist=fsdp), initialised only once sharded."""
     meta = datamodule.meta
     task = tasks.build(cfg.task, meta, datamodule.train)
     train_batches, train_loader = loaders.training_batches(datamodule, cfg, parallel, device)
     val_loader = loaders.eval_loader(datamodule.val, "val", cfg.data, parallel, device)
 
-    init_rng = torch.random.get_rng_state()  # what the build draws from; on the meta device, drawn once sharded
+    init_rng = torch.random.get_rng_state()  # the build draws from this; on the meta device, once sharded
     model = on_meta if on_meta is not None else models.build(cfg.model, meta).to(device)
     model = runtime.apply_channels_last(model, cfg.trainer.channels_last, parallel.shards_weights)
     peak = flops.peak_flops(cfg.trainer.peak_flops, device, precision.autocast_dtype, cfg.trainer.tf32)
-    # the FLOPs of a first batch (train/mfu), counted before wrapping: a sharded forward would be a collective
+    # count a first batch's FLOPs (train/mfu) before wrapping, as a sharded forward would be a collective
     utilization = log_start(model, task, train_loader, run_dir, device, precision, tracker, parallel, peak)
-    model, forward = parallel.wrap(model, device, precision, cfg.model)  # before the optimizer: FSDP swaps params
+    model, forward = parallel.wrap(model, device, precision, cfg.model)  # before the optimizer, as FSDP swaps params
     if on_meta is not None:
         meta_init.materialise(model, device, init_rng, cfg.model)
     if parallel.world_size > 1:
-        runtime.seed_everything((cfg.seed + parallel.rank) % 2**32)  # dropout etc. differ per rank from here on
+        runtime.seed_everything((cfg.seed + parallel.rank) % 2**32)  # from here on dropout etc. differ per rank
 
     optimizer_cfg, batch_figures = scaled_lr(cfg, parallel.world_size)
     tracker.summary(batch_figures)
-    # trainer.unfreeze_at_epoch: the frozen parameters are in the optimizer from the start (see Trainer._unfreeze)
+    # with trainer.unfreeze_at_epoch, frozen parameters are in the optimizer from the start (Trainer._unfreeze)
     unfreezes = cfg.trainer.unfreeze_at_epoch is not None
     optimizer = build_optimizer(optimizer_cfg, model, cfg.model, device, include_frozen=unfreezes)
-    split = options.instantiate("optimizer", optimizer_cfg).describe(model, optimizer)  # which parameters get what
+    split = options.instantiate("optimizer", optimizer_cfg).describe(model, optimizer)  # which params get what
     if split:
         log.info("%s", split)
     scheduler = build_scheduler(cfg.scheduler, optimizer, planned_steps(cfg.trainer, len(train_batches)))
