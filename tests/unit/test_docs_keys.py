@@ -27,8 +27,9 @@ PRESET_GROUPS = {folder.name for conf in CONF_DIRS for folder in conf.iterdir() 
 # (the page then tells of an option the fork no longer has, not of a typo); kept complete by the last test
 EXTENSION_NAMES = {
     "anomaly", "bpe_lm", "cifar10_resnet18", "finetune_folder", "hf", "int8", "mlflow", "optuna", "profile",
-    "resnet18", "shards", "stats", "tensorboard", "timm", "tokens", "torchvision",
+    "resnet18", "shards", "stats", "tensorboard", "timm", "tokens", "torchvision", "muon", "wsd",
 }  # fmt: skip
+PLACEHOLDERS = {"mine", "other"}  # `callback=[ema,mine]`: a reader's own option
 NODES_OF_OPTIONS = {"callbacks": "callback"}  # a node holding one entry per chosen option of a kind
 
 
@@ -70,7 +71,7 @@ def _problem(path: str, value: str) -> str | None:
         if head not in (set(options.groups()) | PRESET_GROUPS | {"logger"}) - {"tracker", "export_step"}:
             return None  # a top-level key, or not config at all (a shell variable, a make argument)
         names = [n.strip() for n in value.strip("[]").split(",") if re.fullmatch(r"[a-z_0-9]{2,}", n.strip())]
-        known = {*group_options(head), *EXAMPLE_OPTIONS, *EXTENSION_NAMES, "none"}
+        known = {*group_options(head), *EXAMPLE_OPTIONS, *EXTENSION_NAMES, *PLACEHOLDERS, "none"}
         unknown = [n for n in names if n not in known]
         return f"{head}={','.join(unknown)} is not an option of {head}" if unknown else None
     key = parts[1]
