@@ -6,9 +6,10 @@ Each figure is the median over `--repeats` fresh processes, measured in this one
 `python -c "import torch"`; a hand-written script's first step (import torch, a small CNN, AdamW, one step on a
 random batch: the floor for any torch.optim user, since torch 2.14 imports torch._dynamo, 1-2 s, when an optimizer
 is first made); then the real CLI with logger=none and with logger=wandb (offline), in turns so that machine noise
-hits all of them alike. The CLI runs with a probe callback (`FirstStep`, below) that records the
-wall-clock time of the first optimizer step and ends the process there: what comes after the first step (more
-steps, validation, the test split) is not start-up. Goal: first step - import torch <= 1.5 s, with and without wandb.
+hits all of them alike. The CLI runs with a probe callback (`callback=first_step`, bench/probe/sitecustomize.py)
+that records the wall-clock time of the first optimizer step and ends the process there: what comes after the first
+step (more steps, validation, the test split) is not start-up. Goal: first step - import torch <= 1.5 s, with and
+without wandb.
 """
 
 from __future__ import annotations
@@ -24,14 +25,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 STAMP_ENV = "LAB_BENCH_FIRST_STEP_FILE"
-
-
-class FirstStep:
-    """Trainer callback: write the time of the first optimizer step to $LAB_BENCH_FIRST_STEP_FILE and exit."""
-
-    def on_train_step_end(self, trainer: object) -> None:
-        Path(os.environ[STAMP_ENV]).write_text(repr(time.time()))
-        os._exit(0)  # nothing after the first step is start-up: skip teardown (wandb's finish included)
 
 
 def seconds_to_import_torch() -> float:
@@ -64,7 +57,7 @@ def seconds_to_first_step(overrides: list[str], logger: str, tmp: Path) -> float
     env = {
         **os.environ,
         STAMP_ENV: str(stamp),
-        "PYTHONPATH": f"{REPO / 'bench'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "PYTHONPATH": f"{REPO / 'bench' / 'probe'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     }
     env.pop("WANDB_API_KEY", None)  # offline: no server is reached, whatever the machine has
     args = [
@@ -73,7 +66,7 @@ def seconds_to_first_step(overrides: list[str], logger: str, tmp: Path) -> float
         f"hydra.run.dir={tmp / f'run-{time.time_ns()}'}",
         f"logger={logger}",
         "logger.wandb.mode=offline" if logger == "wandb" else "trainer.progress_bar=off",
-        "+callbacks.first_step._target_=startup.FirstStep",
+        "callback=first_step",
         *overrides,
     ]
     start = time.time()
