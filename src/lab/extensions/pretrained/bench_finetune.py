@@ -1,35 +1,36 @@
-"""Fine-tuning a timm model vs training it from scratch on a small image folder, its seconds per epoch vs the shipped
-CNN, and the preprocessing a fine-tuning run records (issue 23's "Measure and report").
+"""Benchmark fine-tuning a timm model against training it from scratch on a small image folder.
+
+It also compares seconds per epoch with the shipped CNN and shows the preprocessing a fine-tuning run records
+(issue 23's "Measure and report").
 
     python -m lab.extensions.pretrained.bench_finetune [--epochs 20] [--images-per-class 12] [--val-images 40]
         [--source-images 100] [--source-epochs 15] [--image-size 32] [--arch test_resnet] [--threads 1] [overrides ...]
 
-No pretrained weights can be downloaded here, so the script makes its own: it writes two folders of PNG images in a
-temporary directory, coloured shapes at random places, sizes and angles on striped, noisy backgrounds of random
-colours (so that only the shape tells the class):
-  - the *source* task, six filled shapes and lines (circle, ring, square, triangle, cross, bar), --source-images per
-    class in train/ only (the run holds out a stratified data.val_fraction), and
-  - the *target* task, four other shapes drawn alike (star, hexagon, square and triangle outlines), only
-    --images-per-class per class in train/, and a val/ of --val-images per class to score on.
-Then four training runs of scripts/train.py's workflow, in this process (`lab.workflows.train.run`):
-  1. the source run: `model=timm model.arch=<arch> model.pretrained=false` on the source task, --source-epochs;
+No pretrained weights can be downloaded here, so the script makes its own. It writes two folders of PNG images in a
+temporary directory: coloured shapes at random places, sizes and angles on striped, noisy backgrounds of random
+colours, so only the shape tells the class.
+  - The *source* task: six filled shapes and lines (circle, ring, square, triangle, cross, bar), --source-images
+    per class, train/ only. The run holds out a stratified data.val_fraction.
+  - The *target* task: four other shapes (star, hexagon, square and triangle outlines), --images-per-class per
+    class in train/, and --val-images per class in val/ to score on.
+Then it runs scripts/train.py's workflow four times in this process (`lab.workflows.train.run`):
+  1. source: `model=timm model.arch=<arch> model.pretrained=false` on the source task, --source-epochs;
   2. fine-tuned: `experiment=finetune_folder model.arch=<arch> model.weights_path=<1's best.pt>` on the target
-     task: the backbone from the source run, a new 4-class head;
-  3. from scratch: the same recipe with `model.pretrained=false` (only the initial weights differ);
-  4. `model=cnn` with the same recipe on the target task (finetune_folder's optimizer keys: the preset is timm's),
-     for seconds per epoch.
-The recipe is finetune_folder's with a batch of 16 and 2 warmup steps (an epoch of 48 images is 3 steps), every
-run with `logger=none` and `data.num_workers=0` (worker processes only cost time on images this small).
-2-4 run the same --epochs; each reports val/acc_best (the best epoch's validation accuracy) and the median seconds
-of its training passes after the first epoch's (`EpochClock`, below: batches loaded and steps taken; validation
-and checkpoint writes are not counted). The source run and 3-4 take the preprocessing timm's pretrained
-config of <arch> gives (crop_pct, interpolation, mean, std) explicitly; the fine-tuning run leaves those keys null,
-so it fills them from that config, and the table under (3) is what its checkpoint's `data_meta` holds. Only
-data.image_size is set in every run (--image-size: the pretrained 160 px would cost minutes here).
+     task, so the backbone comes from run 1 with a new 4-class head;
+  3. from scratch: the same recipe with `model.pretrained=false`, so only the initial weights differ;
+  4. `model=cnn` on the target task with the same recipe, for seconds per epoch. It needs its own optimizer keys
+     because finetune_folder is a timm preset.
+The recipe is finetune_folder's with a batch of 16 and 2 warmup steps, since an epoch of 48 images is 3 steps.
+Every run uses `logger=none` and `data.num_workers=0`: workers only cost time on images this small.
+Runs 2-4 train for --epochs. Each reports val/acc_best and the median seconds of its training passes after the
+first epoch (`EpochClock` below: validation and checkpoint writes are not counted). Runs 1, 3 and 4 set timm's
+pretrained preprocessing of <arch> (crop_pct, interpolation, mean, std) explicitly. The fine-tuning run leaves those
+keys null so it fills them itself, and table (3) shows what its checkpoint's `data_meta` holds. Every run sets
+data.image_size (--image-size), since the pretrained 160 px would cost minutes here.
 
 Prints the table and two ratios: fine-tuned / scratch validation accuracy, and timm / cnn seconds per epoch. Torch
-runs one thread by default (--threads): on a 2-core machine shared with other work, two threads' synchronisation
-made steps 3-5x slower and erratic, where one thread's time is steady; --threads 0 keeps torch's default.
+runs one thread by default (--threads). On a shared 2-core machine, two threads made steps 3-5x slower and erratic,
+while one thread's time is steady. --threads 0 keeps torch's default.
 """
 
 from __future__ import annotations
@@ -56,11 +57,11 @@ from lab.config.data import ImageFolderConfig
 from lab.training.callbacks import Callback
 from lab.workflows.train import run
 
-CONF = Path(__file__).resolve().parents[4] / "conf"  # the repository's (this folder's presets come with it)
+CONF = Path(__file__).resolve().parents[4] / "conf"  # the repository's, which includes this folder's presets
 SOURCE_CLASSES = ("circle", "ring", "square", "triangle", "cross", "bar")
 TARGET_CLASSES = ("star", "hexagon", "square_outline", "triangle_outline")
 PREPROCESSING = ("image_size", "crop_pct", "interpolation", "mean", "std")
-BUFFERS = ("running_mean", "running_var", "num_batches_tracked")  # a state dict's tensors that are not parameters
+BUFFERS = ("running_mean", "running_var", "num_batches_tracked")  # state dict tensors that are not parameters
 
 
 def polygon(cx: float, cy: float, r: float, corners: int, angle: float, star: bool = False) -> list[tuple]:
@@ -76,7 +77,7 @@ def polygon(cx: float, cy: float, r: float, corners: int, angle: float, star: bo
 
 
 def draw(shape: str, rng: np.random.Generator, size: int) -> Image.Image:
-    """One shape of a random colour, place, size and angle on a striped, noisy background of two random colours."""
+    """Draw one shape of random colour, place, size and angle on a striped, noisy two-colour background."""
     back, stripes = rng.integers(0, 256, 3), rng.integers(0, 256, 3)
     y, x = np.mgrid[0:size, 0:size] * (32 / size)  # the stripes' width relative to the image
     direction, frequency = rng.uniform(0, math.pi), rng.uniform(0.15, 0.6)
@@ -106,7 +107,7 @@ def draw(shape: str, rng: np.random.Generator, size: int) -> Image.Image:
 
 
 def write_folder(root: Path, classes: tuple[str, ...], counts: dict[str, int], size: int, seed: int) -> Path:
-    """root/<split>/<class>/<i>.png for each split of `counts`."""
+    """Write root/<split>/<class>/<i>.png for each split in `counts`."""
     rng = np.random.default_rng(seed)
     for split, count in counts.items():
         for name in classes:
@@ -118,9 +119,10 @@ def write_folder(root: Path, classes: tuple[str, ...], counts: dict[str, int], s
 
 
 class EpochClock(Callback):
-    """Trainer callback: the seconds of each training pass (`Trainer.train_epoch`: loading the batches and the steps;
-    not validation, not the checkpoint write) after the first epoch's, appended to the JSON list in `path`. It wraps
-    the run's `train_epoch` at the first validation's end, so the first epoch (one-off start-up) is not counted."""
+    """Trainer callback that times each training pass and appends the seconds to the JSON list in `path`.
+
+    A pass is `Trainer.train_epoch`: loading batches and taking steps, not validation or checkpoint writes. The
+    wrapper goes in at the end of the first validation, so the first epoch's one-off start-up is not counted."""
 
     def __init__(self, path: str) -> None:
         self.path, self.times = Path(path), list[float]()
@@ -142,7 +144,7 @@ class EpochClock(Callback):
 
 @dataclass
 class EpochClockConfig(CallbackConfig):
-    """`+callbacks.epoch_clock={path: ...}`: this benchmark's callback, an option only its own process defines."""
+    """Config for `+callbacks.epoch_clock={path: ...}`, defined only in this benchmark's process."""
 
     path: str = MISSING
 
@@ -151,7 +153,7 @@ class EpochClockConfig(CallbackConfig):
 
 
 def preprocessing(arch: str) -> dict[str, Any]:
-    """What the data takes from `arch`'s pretrained weights: TimmConfig.preprocessing's reading of timm's config."""
+    """Return the preprocessing the data takes from `arch`'s pretrained config, read by TimmConfig.preprocessing."""
     from lab.extensions.pretrained.options import TimmConfig
 
     pretrained = TimmConfig(name="timm", arch=arch).preprocessing()
@@ -160,7 +162,7 @@ def preprocessing(arch: str) -> dict[str, Any]:
 
 
 def train(run_dir: Path, overrides: list[str]) -> dict:
-    """One run of the training workflow in this process: its val/acc_best, median s/epoch and data_meta."""
+    """Run the training workflow in this process and return its val/acc_best, median s/epoch and data_meta."""
     clock = run_dir.with_suffix(".epochs.json")
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(
@@ -220,7 +222,7 @@ def main() -> None:
         "scheduler.warmup_steps=2",
         *common,
     ]
-    # the same recipe for the shipped CNN, which finetune_folder (a timm preset) cannot take: its optimizer settings
+    # the same recipe for the shipped CNN; finetune_folder is a timm preset, so set its optimizer keys here
     cnn_recipe = [
         "data=image_folder",
         "optimizer.lr=3e-4",

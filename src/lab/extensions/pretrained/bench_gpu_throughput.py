@@ -1,15 +1,17 @@
-"""Training throughput and MFU on a GPU: ResNet-18 on CIFAR-sized and ResNet-50 on 224x224 synthetic images, each in
-fp32 (TF32 matmuls, the template's default), bf16 autocast, and bf16 + channels_last + torch.compile.
+"""Measure training throughput and MFU of ResNet-18 (CIFAR-sized) and ResNet-50 (224x224) on a GPU.
+
+The images are synthetic. Each model runs in fp32 (TF32 matmuls, the template's default), bf16 autocast, and
+bf16 + channels_last + torch.compile.
 
     python -m lab.extensions.pretrained.bench_gpu_throughput          # needs CUDA; about 3-5 minutes on one H100/H200
     python -m lab.extensions.pretrained.bench_gpu_throughput --tiny   # tiny sizes on the CPU (compile with the eager
                                        # backend): checks the script itself; add --peak-flops 1e12 for an MFU column
 
-A training step is the real thing: forward, cross-entropy, backward, SGD with momentum, on a synthetic batch that
-lives on the device (the data pipeline is not measured here: bench/device_loader.py does that). The models are this
-extension's (`model=resnet18` / `model=torchvision model.arch=resnet50`). FLOPs per image are counted once with
-lab.training.flops (FlopCounterMode, forward + backward); MFU = images/s x FLOPs per image / the GPU's dense peak for
-the variant's dtype (lab.training.flops.PEAK_FLOPS). Prints img/s, MFU and the speed-up over fp32 of each variant.
+A training step is the real thing: forward, cross-entropy, backward, SGD with momentum. The batch lives on the
+device, so the data pipeline is not measured (bench/device_loader.py does that). The models are this extension's
+(`model=resnet18`, `model=torchvision model.arch=resnet50`). FLOPs per image (forward + backward) are counted once
+with lab.training.flops. MFU = images/s x FLOPs per image / the GPU's dense peak for the variant's dtype
+(lab.training.flops.PEAK_FLOPS). Prints img/s, MFU and each variant's speed-up over fp32.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def build_model(case: Case, device: torch.device) -> torch.nn.Module:
 def measure(
     case: Case, variant: str, device: torch.device, warmup: int, steps: int, compile_backend: str
 ) -> tuple[float, int]:
-    """(images/s over `steps` timed training steps after `warmup` ones, FLOPs of one image's forward + backward)."""
+    """Return images/s over `steps` timed steps after `warmup` ones, and one image's forward + backward FLOPs."""
     dtype, channels_last, compiled = VARIANTS[variant]
     torch.manual_seed(0)
     model = build_model(case, device)

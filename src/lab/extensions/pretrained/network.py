@@ -1,4 +1,4 @@
-"""Whether this machine can download published weights, asked before a hub client would retry for a minute."""
+"""Check whether this machine can download published weights, before a hub client retries for a minute."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from urllib.parse import urlparse
 
 
 def reachable(url: str, timeout: float = 3.0) -> bool:
-    """Whether a TCP connection to the URL's host opens: a compute node without a network answers at once, where
-    the hub client would retry for a minute per file before giving up."""
+    """Tell whether a TCP connection to the URL's host opens.
+
+    A compute node without a network answers at once, where the hub client would retry for a minute per file."""
     parsed = urlparse(url)
     try:
         with socket.create_connection((parsed.hostname or "", parsed.port or 443), timeout=timeout):

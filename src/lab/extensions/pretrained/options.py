@@ -1,6 +1,7 @@
-"""The pretrained extension's options: `model=torchvision` and `model=timm` (lab.config.models: a model is its option,
-a ``ModelConfig``). Imported at every start (lab.config.register): no torch, torchvision or timm here; an option's
-``build`` imports its module (``vision``, ``timm_model``)."""
+"""Options of the pretrained extension: `model=torchvision` and `model=timm`, each a ``ModelConfig``.
+
+This module is imported at every start, so it must not import torch, torchvision or timm. Each option's ``build``
+imports its own module (``vision``, ``timm_model``)."""
 
 from __future__ import annotations
 
@@ -17,16 +18,17 @@ if TYPE_CHECKING:
 
 @dataclass
 class TorchvisionConfig(ModelConfig):
-    """Any torchvision classification model by name: model.arch=efficientnet_b0, mobilenet_v3_small, vit_b_16, ...;
-    random init, or model.weights=DEFAULT (or a named weight) for torchvision's pretrained weights with a new head
-    (model=resnet18 is the preset for CIFAR-size images)."""
+    """Any torchvision classification model by name, e.g. model.arch=efficientnet_b0, mobilenet_v3_small, vit_b_16.
+
+    It starts from random weights, or from torchvision's pretrained ones with a new head when model.weights=DEFAULT
+    or a named weight is set. model=resnet18 is the preset for CIFAR-size images."""
 
     arch: str = "resnet18"  # any name from torchvision.models.list_models(torchvision.models)
     small_input: bool = False  # resnets: 3x3 stride-1 stem without max-pool, for 8-32 px images
     # pretrained weights: DEFAULT, a name of the arch's weights enum (IMAGENET1K_V1) or the full
     # ResNet18_Weights.IMAGENET1K_V1; null = random init. Read from torch's hub cache ($TORCH_HOME)
     weights: str | None = None
-    # a file of the arch's weights, wherever it is (the preprocessing: model.weights', else DEFAULT's)
+    # a local file of the arch's weights; preprocessing still comes from model.weights, else DEFAULT
     weights_path: str | None = None
 
     def meta_init_blocker(self) -> str | None:
@@ -68,15 +70,16 @@ class TorchvisionConfig(ModelConfig):
 
 @dataclass
 class TimmConfig(ModelConfig):
-    """Any timm model by name (timm.list_models(); a tag picks the weights: resnet50.a1_in1k), pretrained by default
-    with a new head for the data's classes and the first convolution adapted to its channels. Weights come from
-    model.weights_path, the Hugging Face cache ($HF_HOME) or the hub when the machine can reach it."""
+    """Any timm model by name (timm.list_models()), pretrained by default. A tag picks the weights: resnet50.a1_in1k.
+
+    The model gets a new head for the data's classes and its first convolution is adapted to the data's channels.
+    Weights come from model.weights_path, the Hugging Face cache ($HF_HOME) or the hub if the machine can reach it."""
 
     requires = ("timm",)
 
     arch: str = "resnet18"
     pretrained: bool = True
-    weights_path: str | None = None  # a local weights file (.safetensors / .pth / a checkpoint): no hub, no cache
+    weights_path: str | None = None  # local .safetensors, .pth or checkpoint; skips hub and cache
     drop_rate: float = 0.0  # dropout before the classifier
     drop_path_rate: float = 0.0  # stochastic depth, for the archs that have it (ViTs, ConvNeXts, ResNets)
 
@@ -127,13 +130,13 @@ class TimmConfig(ModelConfig):
     def head(self, model: nn.Module) -> nn.Module | None:
         from torch import nn
 
-        classifier = cast(Any, model).get_classifier()  # timm's own: the layer made for the data's classes
-        # a model of two heads (a distilled ViT) gives a pair: the last nn.Linear then
+        classifier = cast(Any, model).get_classifier()  # the layer made for the data's classes
+        # a two-headed model (distilled ViT) gives a pair; fall back to the last nn.Linear
         return classifier if isinstance(classifier, nn.Module) else super().head(model)
 
     def layer_groups(self, model: nn.Module) -> list[list[str]] | None:
         from timm.models import group_parameters
 
-        # every timm model names its layers in order, stem first and classifier last (timm's group_matcher)
+        # timm's group_matcher lists layers in order, stem first and classifier last
         matcher = cast(Any, model).group_matcher(coarse=False)
         return [list(names) for names in group_parameters(model, matcher).values()]

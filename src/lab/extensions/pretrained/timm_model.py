@@ -1,8 +1,7 @@
-"""model=timm: any architecture of timm's ``create_model`` by name, pretrained from a local file, the Hugging Face
-cache or the hub.
+"""Build any timm architecture by name (model=timm), pretrained from a local file, the Hugging Face cache or the hub.
 
-Where the weights come from is settled by :func:`locate_weights` before a run writes anything, so a compute node
-without a network stops at once with the command that fetches them, not after a minute of download retries.
+`locate_weights` settles where the weights come from before a run writes anything. A compute node without a network
+then stops at once with the command that fetches them, not after a minute of download retries.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ def _timm() -> Any:
 
 
 def check_arch(arch: str) -> None:
-    """A ConfigError naming close names when timm has no architecture `arch` (a tag after a dot is the weights')."""
+    """Raise a ConfigError naming close matches when timm has no architecture `arch`; a tag after a dot is ignored."""
     timm = _timm()
     if not timm.is_model(arch.split(".", 1)[0]):
         names = timm.list_models()
@@ -42,8 +41,10 @@ def check_arch(arch: str) -> None:
 
 
 def pretrained_cfg(arch: str) -> Any:
-    """timm's pretrained config of `arch` (``resnet50`` or ``resnet50.a1_in1k``): its weights' source and the
-    preprocessing they were trained with; a ConfigError for an unknown name or tag."""
+    """Return timm's pretrained config of `arch` (``resnet50`` or ``resnet50.a1_in1k``).
+
+    It holds the weights' source and the preprocessing they were trained with. Raises ConfigError for an unknown
+    name or tag."""
     check_arch(arch)
     cfg = _timm().models.get_pretrained_cfg(arch)
     if cfg is None:
@@ -55,8 +56,10 @@ def pretrained_cfg(arch: str) -> Any:
 
 
 def locate_weights(cfg: Any) -> str | None:
-    """The local file timm loads `cfg`'s pretrained weights from (model.weights_path, or the Hugging Face cache),
-    None when timm may download them, or a UserError naming the cache and the command that fills it."""
+    """Return the local file of `cfg`'s pretrained weights: model.weights_path, or the Hugging Face cache.
+
+    Return None when timm may download them. Otherwise raise a UserError naming the cache and the command that
+    fills it."""
     if cfg.weights_path:
         if not os.path.isfile(os.path.expanduser(cfg.weights_path)):
             raise UserError(f"model.weights_path={cfg.weights_path}: no such file")
@@ -96,8 +99,8 @@ def build_timm(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     }
     known = _timm().models.get_pretrained_cfg(cfg.arch)
     if known is not None and known.fixed_input_size:
-        # ViTs, Swins: position embeddings (and windows) are made for one input size, the data's (timm resamples
-        # the pretrained position embeddings to it)
+        # ViTs and Swins are built for one input size, so use the data's; timm resamples the pretrained position
+        # embeddings to it
         kwargs["img_size"] = int(meta["input_shape"][-1])
     if cfg.pretrained:
         kwargs.update(pretrained=True, pretrained_cfg_overlay=_weights_source(cfg, int(meta["num_outputs"])))
@@ -109,11 +112,12 @@ def build_timm(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
 
 
 def _weights_source(cfg: Any, num_classes: int) -> dict[str, Any] | None:
-    """What timm's own loader reads the weights from (its ``pretrained_cfg_overlay``). timm's loader converts older
-    layouts, resamples a ViT's position embeddings to another input size, adapts the first convolution to in_chans
-    and drops a classifier of another class count. A file of yours (model.weights_path: a state dict, a checkpoint
-    of this template, .safetensors) is read here and given as a state dict whose own class count timm is told,
-    so a head that fits is kept; a cached hub file is given by path; None: timm downloads it."""
+    """Return where timm's own loader reads the weights from (its ``pretrained_cfg_overlay``).
+
+    timm's loader converts older layouts, resamples a ViT's position embeddings, adapts the first convolution to
+    in_chans and drops a classifier with another class count. A file of yours (model.weights_path: a state dict,
+    a checkpoint of this template, .safetensors) is read here and passed as a state dict with its class count, so a
+    head that fits is kept. A cached hub file is passed by path. None means timm downloads it."""
     if not cfg.weights_path:
         file = locate_weights(cfg)
         log.info("model=timm model.arch=%s: pretrained weights from %s", cfg.arch, file or "the hub")

@@ -1,5 +1,6 @@
-"""Any torchvision classification model by name, randomly initialised or from torchvision's pretrained weights
-(``model.weights=DEFAULT``), adapted to the data's channels, size and classes."""
+"""Build any torchvision classification model by name, adapted to the data's channels, size and classes.
+
+It starts from random weights or from torchvision's pretrained ones (``model.weights=DEFAULT``)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from lab.models.pretrained import load_matching, read_weights
 
 
 class ChannelAdapter(nn.Module):
-    """Learned 1x1 projection from the data's channels to the 3 every non-ResNet torchvision model expects (with
-    pretrained weights it starts as the channels' mean on every plane: a grey image as the RGB one it is).
+    """Learned 1x1 projection from the data's channels to the 3 that non-ResNet torchvision models expect.
+
+    With pretrained weights it starts as the channels' mean on every plane, so a grey image looks like its RGB self.
 
     Named submodules (rather than nn.Sequential) keep state-dict keys readable: ``adapter.*``, ``net.*``.
     """
@@ -34,13 +36,13 @@ class ChannelAdapter(nn.Module):
 
 
 def classification_archs() -> list[str]:
-    import torchvision  # imported on use: it costs ~1 s of start-up that mlp/cnn runs need not pay
+    import torchvision  # imported on use: ~1 s that mlp/cnn runs need not pay
 
     return torchvision.models.list_models(module=torchvision.models)
 
 
 def _arch_kwargs(arch: str, meta: Mapping[str, Any]) -> dict[str, Any]:
-    """Constructor arguments some archs need so that forward returns plain logits for this data."""
+    """Return the constructor arguments some archs need so that forward returns plain logits for this data."""
     if arch in ("googlenet", "inception_v3"):
         # Auxiliary heads make train-mode forward return a namedtuple instead of a logits tensor;
         # init_weights=True is the current default, passed to silence the "default will change" warning.
@@ -51,9 +53,11 @@ def _arch_kwargs(arch: str, meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _resnet_stem(resnet: nn.Module, in_channels: int, small_input: bool) -> None:
-    """Replace the stem in place: new input channels and/or the CIFAR-style 3x3 stride-1 stem without max-pool
-    (the 7x7/2 conv + max-pool would shrink a 32 px image to 8 px before the first residual block)."""
-    old: Any = resnet.conv1  # torchvision's ResNet stem, a Conv2d (whose attributes torch types unlike its arguments)
+    """Replace the ResNet stem in place, for new input channels and/or small images.
+
+    The CIFAR-style stem is a 3x3 stride-1 conv without max-pool. The usual 7x7/2 conv + max-pool would shrink a
+    32 px image to 8 px before the first residual block."""
+    old: Any = resnet.conv1  # a Conv2d; Any because torch types its attributes unlike its arguments
     if small_input:
         resnet.conv1 = nn.Conv2d(in_channels, old.out_channels, kernel_size=3, stride=1, padding=1, bias=False)
         resnet.maxpool = nn.Identity()
@@ -72,7 +76,7 @@ def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     arch = str(cfg.arch)
     archs = classification_archs()
     if arch not in archs:
-        # Close spellings first (a typo is the usual cause), else a few common choices.
+        # Close spellings first, since a typo is the usual cause, else a few common choices.
         suggestions = difflib.get_close_matches(arch, archs, n=3) or ["resnet18", "mobilenet_v3_small", "vit_b_16"]
         raise ConfigError(
             f"model.arch={arch!r} is not a torchvision classification model; see "
@@ -82,8 +86,8 @@ def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     from torchvision.models import ResNet
 
     in_channels = image_channels(meta, "torchvision")
-    # built for this data's classes, then the weights loaded around the new head (torchvision itself refuses
-    # pretrained weights with another class count)
+    # build for this data's classes, then load the weights around the new head: torchvision refuses pretrained
+    # weights with another class count
     net = torchvision.models.get_model(
         arch, weights=None, num_classes=int(meta["num_outputs"]), **_arch_kwargs(arch, meta)
     )
@@ -102,8 +106,7 @@ def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
         return net
     adapted = ChannelAdapter(in_channels, net)
     if pretrained:
-        # the pretrained net sees each of its RGB planes as the mean of the data's channels (a grey image as
-        # three equal planes) to begin with, not a random mix; the projection still learns
+        # start each RGB plane as the mean of the data's channels, not a random mix; the projection still learns
         with torch.no_grad():
             adapted.adapter.weight.fill_(1.0 / in_channels)
             assert adapted.adapter.bias is not None  # the adapter has a bias
@@ -112,9 +115,10 @@ def build_torchvision(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
 
 
 def pretrained_weights(cfg: Any) -> Any:
-    """torchvision's weights enum member that ``model.weights`` names (DEFAULT, IMAGENET1K_V1 or the full
-    ResNet18_Weights.IMAGENET1K_V1; null: DEFAULT, what a weights file of the arch most likely holds) for
-    ``model.arch``."""
+    """Return the torchvision weights enum member of ``model.arch`` that ``model.weights`` names.
+
+    It accepts DEFAULT, IMAGENET1K_V1 or the full ResNet18_Weights.IMAGENET1K_V1. Null means DEFAULT, which is what
+    a weights file of the arch most likely holds."""
     import torchvision
 
     enum = torchvision.models.get_model_weights(str(cfg.arch))
@@ -127,8 +131,10 @@ def pretrained_weights(cfg: Any) -> Any:
 
 
 def locate_weights(cfg: Any) -> str:
-    """The local file of the weights (model.weights_path, else model.weights' in torch's hub cache, downloading
-    into it when the machine can); a UserError with the command that fills the cache otherwise."""
+    """Return the local weights file: model.weights_path, else model.weights in torch's hub cache.
+
+    It downloads into the cache when the machine can. Otherwise it raises a UserError with the command that fills
+    the cache."""
     if cfg.weights_path:
         if not Path(cfg.weights_path).expanduser().is_file():
             raise UserError(f"model.weights_path={cfg.weights_path}: no such file")
