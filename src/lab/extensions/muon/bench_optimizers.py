@@ -1,14 +1,15 @@
-"""AdamW + cosine against Muon + WSD on the character GPT (experiment=char_lm): optimizer steps and training time
-to a fixed validation loss, side by side in one run, and their ratios.
+"""Race AdamW + cosine against Muon + WSD on the character GPT (experiment=char_lm) to a fixed validation loss.
+
+It prints the optimizer steps and training time of each, side by side, and their ratios.
 
     python -m lab.extensions.muon.bench_optimizers [--target 2.5] [--max-steps 300] [--eval-every 20] [overrides]
 
-Both start from the same weights and see the same batches in the same order; each schedule is planned over
---max-steps (its warmup from the experiment, 50 steps). The validation loss is the mean over the first
---eval-batches validation batches, measured every --eval-every steps (each figure goes to stderr as it comes);
-its time is not counted. The default is tiny (a 2-layer, 64-wide GPT; batches of 16 x 32 characters out of
-200,000) so that it runs in minutes on 2 CPU cores; overrides make it larger (e.g. model.n_embd=128
-data.batch_size=64 data.block_size=128 data.max_chars=1000000 --max-steps 2000 on a GPU).
+Both start from the same weights and see the same batches in the same order. Each schedule is planned over
+--max-steps, with the experiment's 50 warmup steps. The validation loss is the mean over the first --eval-batches
+validation batches, measured every --eval-every steps and printed to stderr; its time is not counted. The default
+is tiny (a 2-layer, 64-wide GPT; batches of 16 x 32 characters out of 200,000) so it runs in minutes on 2 CPU
+cores. Overrides make it larger, e.g. on a GPU: model.n_embd=128 data.batch_size=64 data.block_size=128
+data.max_chars=1000000 --max-steps 2000.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ CONTENDERS = {
 
 
 def race(cfg, datamodule, device, args) -> tuple[int | None, float, float]:
-    """(steps to --target or None, training seconds, the last validation loss) of the config's optimizer and
-    schedule, from the seed's weights and batch order."""
+    """Train with the config's optimizer and schedule from the seed's weights and batch order.
+
+    Return the steps to --target (None if never reached), the training seconds and the last validation loss."""
     runtime.seed_everything(cfg.seed)
     model = models.build(cfg.model, datamodule.meta).to(device)
     optimizer = build_optimizer(cfg.optimizer, model, cfg.model, device)

@@ -1,11 +1,13 @@
 """Muon on the hidden weight matrices, AdamW on everything else, as one torch optimizer.
 
-The split (:func:`split`): Muon takes the 2-D weights of the model's body. AdamW takes the embeddings (2-D, but a
-lookup table: orthogonalising its update makes no sense, and a tied output projection is the embedding itself), the
-head the model's option names (``ModelConfig.head``: its update shapes the logits, which Muon's equal singular
-values would not suit), norms and biases (1-D) and convolution kernels (4-D: ``torch.optim.Muon`` takes 2-D
-parameters only, and a flattened view of a kernel would break under trainer.channels_last, whose kernels are not
-contiguous in that order).
+Muon takes the 2-D weights of the model's body (see `split`). AdamW takes the rest:
+  - the embeddings: 2-D, but a lookup table, so orthogonalising their update makes no sense. A tied output
+    projection is the embedding itself.
+  - the head named by ``ModelConfig.head``: its update shapes the logits, which Muon's equal singular values
+    would not suit.
+  - norms and biases (1-D).
+  - convolution kernels (4-D): ``torch.optim.Muon`` takes 2-D parameters only, and a flattened kernel would break
+    under trainer.channels_last, whose kernels are not contiguous in that order.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from lab.config.models import ModelConfig
 
 
 def hidden_matrices(model: nn.Module, model_option: ModelConfig) -> set[int]:
-    """The ids of the parameters Muon updates: every 2-D weight outside the embeddings and the head."""
+    """Return the ids of the parameters Muon updates: every 2-D weight outside the embeddings and the head."""
     head = model_option.head(model)
     embeddings = [m for m in model.modules() if isinstance(m, nn.Embedding | nn.EmbeddingBag)]
     elsewhere = {id(p) for module in [*embeddings, *([head] if head else [])] for p in module.parameters()}
@@ -27,9 +29,10 @@ def hidden_matrices(model: nn.Module, model_option: ModelConfig) -> set[int]:
 
 
 def split(groups: list[dict[str, Any]], hidden: set[int], lr: float, adamw_lr: float) -> list[dict[str, Any]]:
-    """Each of the core's groups (weight decay or not, fine-tuning's lr multiplier) split into its Muon part (the
-    `hidden` parameters, at lr) and its AdamW part (at adamw_lr), both times the group's multiplier. The Muon groups
-    come first: the lr logged as train/lr (the first group's) is Muon's."""
+    """Split each of the core's groups into a Muon part (`hidden` parameters at lr) and an AdamW part (at adamw_lr).
+
+    The core's groups differ in weight decay and fine-tuning's lr multiplier, which both parts keep. Muon groups
+    come first, so train/lr (the first group's lr) is Muon's."""
     muon, adamw = [], []
     for group in groups:
         scale = group.get("lr", lr) / lr
@@ -42,9 +45,11 @@ def split(groups: list[dict[str, Any]], hidden: set[int], lr: float, adamw_lr: f
 
 
 class MuonAdamW(torch.optim.Optimizer):
-    """torch.optim.Muon steps the groups marked ``muon``, torch.optim.AdamW the others. Both work on this
-    optimizer's own group dicts (so the schedule's lr reaches them, and the GradScaler unscales every gradient) and
-    keep their state in its ``state``: ``state_dict``/``load_state_dict`` are torch's own, exact on resume."""
+    """One optimizer: torch.optim.Muon steps the groups marked ``muon``, torch.optim.AdamW the others.
+
+    Both work on this optimizer's own group dicts, so the schedule's lr reaches them and the GradScaler unscales
+    every gradient. Both keep their state in its ``state``, so torch's own ``state_dict``/``load_state_dict`` resume
+    exactly."""
 
     def __init__(self, groups: list[dict[str, Any]], muon: dict[str, Any], adamw: dict[str, Any]) -> None:
         super().__init__(groups, {})
@@ -52,13 +57,14 @@ class MuonAdamW(torch.optim.Optimizer):
         self._bind()
 
     def _bind(self) -> None:
-        """Each algorithm over its groups, sharing this optimizer's dicts and state (again after a load, which
-        replaces both)."""
+        """Build each algorithm over its groups, sharing this optimizer's dicts and state.
+
+        Called again after a load, which replaces both."""
         kinds = {True: torch.optim.Muon, False: torch.optim.AdamW}
         self.parts: list[torch.optim.Optimizer] = []
         for is_muon, kind in kinds.items():
             groups = [group for group in self.param_groups if group["muon"] is is_muon]
-            if groups:  # a model without hidden matrices (a convnet) gives Muon none
+            if groups:  # a convnet has no hidden matrices for Muon
                 part = kind(groups, **self.options[is_muon])
                 part.state = self.state
                 self.parts.append(part)
@@ -79,8 +85,9 @@ class MuonAdamW(torch.optim.Optimizer):
 
 
 def describe(model: nn.Module, optimizer: torch.optim.Optimizer) -> str:
-    """The split in one line: how many tensors and values each algorithm updates, and which 2-D-or-more weights
-    AdamW takes (the embeddings, the head, conv kernels: the exceptions worth seeing)."""
+    """Describe the split in one line: how many tensors and values each algorithm updates.
+
+    It also names the 2-D-or-more weights AdamW takes (embeddings, head, conv kernels), the exceptions worth seeing."""
     names = {id(p): name for name, p in model.named_parameters()}
     kinds: dict[bool, list[nn.Parameter]] = {True: [], False: []}
     for group in optimizer.param_groups:

@@ -1,5 +1,6 @@
-"""`optimizer=muon` and `scheduler=wsd`: options of the core's `optimizer` and `scheduler` kinds
-(lab.config.optim). No torch here: their methods import the code."""
+"""The `optimizer=muon` and `scheduler=wsd` options of the core's `optimizer` and `scheduler` groups.
+
+No torch import here; their methods import the code."""
 
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class MuonConfig(OptimizerConfig):
-    """torch.optim.Muon on the hidden weight matrices at `lr`, torch.optim.AdamW on the embeddings, the head,
-    norms, biases and conv kernels at `adamw_lr` (the split: lab.extensions.muon.optimizer); weight_decay as the
-    core gives it (none on norms and biases), decoupled in both."""
+    """Muon on the hidden weight matrices at `lr`, AdamW on everything else at `adamw_lr`.
 
-    lr: float = 0.02  # Muon's: its update is orthogonalised, so its scale is not AdamW's
+    AdamW gets the embeddings, head, norms, biases and conv kernels (see lab.extensions.muon.optimizer). Weight
+    decay is decoupled in both and applied as the core groups it, so norms and biases get none."""
+
+    lr: float = 0.02  # Muon's update is orthogonalised, so its scale differs from AdamW's
     momentum: float = 0.95
     nesterov: bool = True
     ns_steps: int = 5  # Newton-Schulz iterations orthogonalising each update
@@ -82,15 +84,14 @@ class MuonConfig(OptimizerConfig):
 
 @dataclass
 class WsdConfig(SchedulerConfig):
-    """Warmup-stable-decay: linear warmup, the peak lr held, then a decay to lr * min_lr_ratio over the run's last
-    steps (lab.extensions.muon.schedule)."""
+    """Warmup-stable-decay: linear warmup, hold the peak lr, then decay to lr * min_lr_ratio over the last steps."""
 
     warmup_steps: int = 20
     min_lr_ratio: float = 0.0  # final lr = lr * min_lr_ratio
-    # the decay's length: a fraction of the run's optimizer steps, or a number of steps; set one (neither: 0.2)
+    # the decay's length as a fraction of the run's steps, or as steps; set one (default: fraction 0.2)
     decay_fraction: float | None = None
     decay_steps: int | None = None
-    decay: str = "linear"  # linear | cosine | sqrt (1 - sqrt of the progress: a fast drop, then a long tail)
+    decay: str = "linear"  # linear | cosine | sqrt (1 - sqrt(progress): a fast drop, then a long tail)
 
     def __post_init__(self) -> None:
         super().__post_init__()

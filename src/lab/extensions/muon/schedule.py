@@ -1,5 +1,6 @@
-"""The warmup-stable-decay multiplier after warmup: 1 until the decay starts, then down to min_lr_ratio at the run's
-last step. Plain functions (lab.optim.warmup_lambda): a resumed run follows its current config from where it stopped."""
+"""The warmup-stable-decay multiplier after warmup: 1 until the decay starts, then down to min_lr_ratio at the end.
+
+These are plain functions (see lab.optim.warmup_lambda), so a resumed run follows its current config."""
 
 from __future__ import annotations
 
@@ -14,15 +15,18 @@ SHAPES: dict[str, Callable[[float], float]] = {  # progress through the decay (0
 
 
 def decay_length(total_after_warmup: int, total_steps: int, fraction: float | None, steps: int | None) -> int:
-    """The decay's length in steps: `steps`, else `fraction` of the run (0.2 when neither is set); never longer
-    than what follows the warmup (then the decay starts right after it)."""
+    """Return the decay's length in steps: `steps`, else `fraction` of the run, else 0.2 of it.
+
+    It is never longer than what follows the warmup; at most, the decay starts right after warmup."""
     wanted = steps if steps is not None else round((0.2 if fraction is None else fraction) * total_steps)
     return max(1, min(wanted, total_after_warmup))
 
 
 def wsd_decay(total_after_warmup: int, decay_steps: int, min_lr_ratio: float, shape: str) -> Callable[[int], float]:
-    """Multiplier per step after warmup: 1 for the stable part, then `shape` from 1 to min_lr_ratio over the last
-    `decay_steps` (the first decay step still at the peak, the last one at min_lr_ratio, as lab.optim's cosine)."""
+    """Return the multiplier of a step after warmup: 1 while stable, then `shape` from 1 to min_lr_ratio.
+
+    The decay covers the last `decay_steps`. Its first step is still at the peak and its last at min_lr_ratio, as
+    in lab.optim's cosine."""
     stable, down = total_after_warmup - decay_steps, SHAPES[shape]
 
     def multiplier(done: int) -> float:
