@@ -2,9 +2,9 @@
 
     python -m lab.extensions.tools.bench_data [train overrides] [--workers 0,2,4] [--batch-sizes 64,128]
 
-Composes the train config (every train override works: `data=cifar10 data.root=...`, `experiment=char_lm`), then
-measures samples/s of the training loader over num_workers x pin_memory (CUDA only) x persistent_workers
-(x batch sizes), prints the table and the line of overrides to train with (loader_bench). Writes nothing.
+It composes the train config, so every train override works (`data=cifar10 data.root=...`, `experiment=char_lm`).
+Then it measures the training loader's samples/s over num_workers x pin_memory (CUDA only) x persistent_workers,
+optionally x batch sizes, and prints the table and the overrides to train with (loader_bench). Writes nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 
 from lab import cli
 
-CONF = Path(__file__).resolve().parents[4] / "conf"  # src/lab/extensions/tools/ -> the repository's conf/
+CONF = Path(__file__).resolve().parents[4] / "conf"  # the repository's conf/
 
 
 def _ints(text: str) -> list[int]:
@@ -59,7 +59,7 @@ def main() -> None:
         from lab.config import validate
 
         validate(cfg)
-        from lab.extensions.tools import loader_bench  # torch: only once the config is known to be good
+        from lab.extensions.tools import loader_bench  # imports torch, so only once the config is good
 
         loader_bench.run(
             cfg,

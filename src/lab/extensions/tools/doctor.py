@@ -1,10 +1,10 @@
 """Environment doctor: is this machine ready to train? `python -m lab.extensions.tools.doctor` (or `make doctor`).
 
-One row per check (ok / warn / FAIL) and, for every failure, the fix; exit status 1 when something is broken.
-Checks: Python; torch, its CUDA build, cuDNN and NCCL; the NVIDIA driver (nvidia-smi) against the build (a CPU-only
-torch on a machine with an NVIDIA GPU is the classic silent pip mistake); each GPU's memory and a matmul on it
-compared with the CPU's result; bf16 and TF32 support; free disk under outputs/; the wandb mode a run would use and
-why; installed packages against requirements.txt. torch is imported by the torch check, nothing heavier.
+It prints one row per check (ok / warn / FAIL) with the fix for each failure, and exits 1 when something is broken.
+It checks Python; torch, its CUDA build, cuDNN and NCCL; the NVIDIA driver against the build (a CPU-only torch on a
+GPU machine is the classic silent pip mistake); each GPU's memory and a matmul checked against the CPU; bf16 and
+TF32 support; free disk under outputs/; the wandb mode a run would use; installed packages against
+requirements.txt. Only the torch check imports torch.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def check_python(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> Chec
 
 
 def requirements(path: Path) -> list[str]:
-    """The requirement lines of a requirements file (comments, blanks and `-r`/`-e` options left out)."""
+    """Return the requirement lines of a requirements file, without comments, blanks and `-r`/`-e` options."""
     lines = []
     for raw in path.read_text().splitlines():
         line = raw.split(" #")[0].strip()
@@ -51,9 +51,11 @@ def requirements(path: Path) -> list[str]:
 
 
 def check_packages(path: Path, version_of: Callable[[str], str] = importlib.metadata.version) -> list[Check]:
-    """Each package of the lock installed at its version. One row for all that are fine (and the extras left out),
-    one per problem: a version other than the pinned one, or a missing package of the core or of an extra that is
-    partly installed (`make install EXTRAS=` leaves whole extras out, never half of one)."""
+    """Check that each package of the lock is installed at its pinned version.
+
+    One row covers all that are fine and the extras left out. Each problem gets its own row: a wrong version, or a
+    missing package of the core or of a partly installed extra. `make install EXTRAS=` leaves out whole extras,
+    never half of one, so a half-installed extra is broken."""
     try:
         from packaging.requirements import Requirement
         from packaging.utils import canonicalize_name
@@ -75,8 +77,10 @@ def check_packages(path: Path, version_of: Callable[[str], str] = importlib.meta
     parents = lock_parents(path)
 
     def why_needed(name: str) -> str | None:
-        """Why a package of the lock must be here: the core or a chosen extra declares it, or a package installed
-        here needs it (pip-compile's `# via` lines; a lock without them: every package)."""
+        """Tell whether a locked package must be installed.
+
+        It must if the core or a chosen extra declares it, or an installed package needs it (pip-compile's
+        `# via` lines). In a lock without those lines, every package is needed."""
         if name in needed:
             return needed[name]
         if not parents:
@@ -116,8 +120,9 @@ def check_packages(path: Path, version_of: Callable[[str], str] = importlib.meta
 
 
 def needs(parent: str, dist: str) -> bool:
-    """Whether the installed `parent` needs `dist` whatever extras it was installed with (`urllib3[socks]` brings
-    pysocks only for that extra, which the lock's `# via urllib3` does not say)."""
+    """Tell whether the installed `parent` needs `dist` whatever extras it was installed with.
+
+    The lock's `# via` cannot say this: `urllib3[socks]` brings pysocks only for that extra."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
@@ -133,8 +138,10 @@ def needs(parent: str, dist: str) -> bool:
 
 
 def lock_parents(path: Path) -> dict[str, set[str]]:
-    """{package: the packages that need it}, from pip-compile's `# via` annotations (the project itself and `-c`
-    constraint files left out: what the project needs is its core and extras); {} for a file without them."""
+    """Map each package to the packages that need it, from pip-compile's `# via` annotations.
+
+    The project itself and `-c` constraint files are left out, since the core and extras say what the project
+    needs. Return {} for a file without annotations."""
     from packaging.utils import canonicalize_name
 
     parents: dict[str, set[str]] = {}
@@ -148,11 +155,11 @@ def lock_parents(path: Path) -> dict[str, set[str]]:
             name = raw.strip().lstrip("#").strip().removeprefix("via").strip()
             if name and not name.startswith("-") and not name.endswith("(pyproject.toml)"):
                 parents[current].add(canonicalize_name(name))
-    return parents if annotated else {}  # a hand-written requirements file: nothing known of who needs what
+    return parents if annotated else {}  # hand-written file: nothing known of who needs what
 
 
 def check_support(version_of: Callable[[str], str] = importlib.metadata.version) -> Check:
-    """Python and torch against the versions CI runs (pyproject.toml's requires-python and torch range)."""
+    """Check Python and torch against the versions in pyproject.toml, which CI runs."""
     try:
         from packaging.requirements import Requirement
         from packaging.specifiers import SpecifierSet
@@ -191,10 +198,10 @@ def check_disk(path: Path, min_free_gib: float) -> Check:
 
 
 def check_wandb() -> Check:
-    """The mode `logger.wandb.mode=auto` resolves to (lab.tracking.resolve_mode) and why."""
+    """Report the mode `logger.wandb.mode=auto` resolves to, and why."""
     try:
         from lab.tracking import has_wandb_credentials, resolve_mode
-    except Exception as err:  # lab.tracking imports torch-free code only; a broken install may still break it
+    except Exception as err:  # torch-free, but a broken install may still break it
         return warn("wandb", f"cannot resolve the mode: {str(err).splitlines()[0]}", INSTALL_FIX)
 
     mode = resolve_mode("auto")
@@ -236,7 +243,7 @@ def table(rows: list[Check]) -> str:
 
 
 def report(rows: list[Check]) -> tuple[str, int]:
-    """The printed report and the exit status (1 when any check failed)."""
+    """Return the printed report and the exit status, 1 when any check failed."""
     header = f"lab doctor: {platform.node()} {platform.system()} {platform.machine()}"
     lines = [header, table(rows)]
     failures = [row for row in rows if row.status == "FAIL"]

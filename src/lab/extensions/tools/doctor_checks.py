@@ -8,7 +8,7 @@ INSTALL_FIX = "reinstall the lock's versions: `make install` (or `pip install -c
 MIN_PYTHON = (
     3,
     11,
-)  # pyproject.toml requires-python: the lock pins releases (numpy 2.4, scipy 1.17) without 3.10 wheels
+)  # pyproject.toml requires-python: the lock pins numpy 2.4 and scipy 1.17, which have no 3.10 wheels
 
 
 @dataclass

@@ -1,13 +1,15 @@
-"""DataLoader tuning: samples/s of the training loader over a grid of ``num_workers`` x ``pin_memory`` x
-``persistent_workers`` (x ``batch_size``), without a model: the code of the command (bench_data here).
+"""Tune the DataLoader: measure the training loader's samples/s over a grid of settings, without a model.
+
+The grid is ``num_workers`` x ``pin_memory`` x ``persistent_workers``, optionally x ``batch_size``. The command
+itself is bench_data.
 
     python -m lab.extensions.tools.bench_data [train overrides: data=..., data.*=..., experiment=...] [--workers 0,2,4]
 
-Each setting builds the loader training builds (``lab.data.make_loader``: the same sampler, worker seeding and
-drop_last) and walks it the way the trainer does (``EpochLoader``: a fresh iterator per epoch, so worker start-up
-counts unless the workers persist), moving each batch to the run's device (``non_blocking`` copies, pinned or not).
-``pin_memory`` only matters on CUDA, so the grid tries it only there; ``persistent_workers`` only with workers. The
-fastest setting wins, or the simplest within 5% of it (fewer workers, no pinning): ``recommended overrides: ...``.
+Each setting builds the same loader training does (``lab.data.make_loader``: same sampler, worker seeding and
+drop_last). It walks it as the trainer does (``EpochLoader``), with a fresh iterator per epoch, so worker start-up
+counts unless the workers persist. Each batch moves to the run's device with ``non_blocking`` copies.
+``pin_memory`` is tried only on CUDA, where it matters, and ``persistent_workers`` only with workers. The simplest
+setting within 5% of the fastest wins and is printed as ``recommended overrides: ...``.
 """
 
 from __future__ import annotations
@@ -50,11 +52,11 @@ class Setting:
 class Row:
     setting: Setting
     samples_per_s: float
-    first_batch_s: float  # from creating the iterator to the first batch on the device: worker start-up shows here
+    first_batch_s: float  # iterator creation to first batch on device: shows worker start-up
 
 
 def default_workers(cpus: int | None = None) -> list[int]:
-    """0, then powers of two up to the CPU count (at most 8): 0 and 2 on a 2-core machine."""
+    """Return 0, then powers of two up to the CPU count, at most 8. That is 0 and 2 on a 2-core machine."""
     cpus = cpus or os.cpu_count() or 1
     return [0] + [n for n in (2, 4, 8) if n <= max(cpus, 2)]
 
@@ -62,7 +64,7 @@ def default_workers(cpus: int | None = None) -> list[int]:
 def grid(
     batch_sizes: Sequence[int], workers: Sequence[int], cuda: bool, pin_memory: Sequence[bool] | None = None
 ) -> list[Setting]:
-    """Every meaningful combination: pinning only on CUDA, persistent workers only with workers."""
+    """Return every meaningful combination: pinning only on CUDA, persistent workers only with workers."""
     pins = list(pin_memory) if pin_memory is not None else ([False, True] if cuda else [False])
     out = []
     for batch in batch_sizes:
@@ -76,7 +78,7 @@ def grid(
 def measure(
     dataset: Any, data_cfg: Any, setting: Setting, device: torch.device, epochs: int, batches: int, seed: int = 0
 ) -> Row:
-    """Samples/s over `epochs` passes of at most `batches` batches each, batches moved to `device`."""
+    """Return samples/s over `epochs` passes of at most `batches` batches each, moved to `device`."""
     cfg = cast(DictConfig, OmegaConf.merge(data_cfg, setting.overrides()))  # a merge of two DictConfigs
     generator = torch.Generator().manual_seed(seed)
     loader = make_loader(dataset, cfg, train=True, generator=generator, pin_memory=setting.pin_memory)
@@ -102,8 +104,10 @@ def _sync(device: torch.device) -> None:
 
 
 def recommend(rows: Sequence[Row]) -> Row:
-    """The simplest setting within TOLERANCE of the fastest: fewest workers, then no pinning, then the largest
-    batch (the batch size also changes the optimisation: it is only printed when the grid had several)."""
+    """Pick the simplest setting within TOLERANCE of the fastest.
+
+    Prefer fewest workers, then no pinning, then the largest batch. The batch size also changes the optimisation,
+    so it is only printed when the grid had several."""
     best = max(row.samples_per_s for row in rows)
     fast = [row for row in rows if row.samples_per_s >= (1 - TOLERANCE) * best]
     return min(
@@ -161,8 +165,9 @@ def run(
     epochs: int = 2,
     batches: int = 50,
 ) -> tuple[list[Row], Row]:
-    """Benchmark the training split of cfg.data on the device cfg.trainer.device picks; print the table and the
-    recommended overrides; return the rows and the recommended one."""
+    """Benchmark the training split of cfg.data on cfg.trainer.device and print the table and recommendation.
+
+    Return the rows and the recommended one."""
     from lab import data, runtime
 
     device = runtime.select_device(cfg.trainer.device)

@@ -1,18 +1,17 @@
-"""LR range test (Smith 2015, fastai's lr_find): train a *copy* of the model for a few steps while the learning
-rate grows exponentially, stop once the loss diverges, suggest the LR where the loss falls fastest.
+"""LR range test (Smith 2015, fastai's lr_find).
+
+Train a copy of the model for a few steps while the learning rate grows exponentially. Stop once the loss diverges
+and suggest the LR where the loss falls fastest.
 
     python -m lab.extensions.tools.lr_find [train overrides ...] [--start-lr 1e-7] [--end-lr 10] [--steps 100]
 
 Every train override works (`experiment=char_lm`, `model=mlp optimizer=sgd`, `data.batch_size=128`...). The sweep
 stops when the smoothed loss exceeds --diverge times its best. The run dir (outputs/lr_find/<stamp>/) gets
-lr_find.png (loss vs LR, the suggestion marked) and lr_find.json; the suggested LR and the override that sets it
-are printed.
+lr_find.png (loss vs LR, suggestion marked) and lr_find.json. The suggested LR and its override are printed.
 
-:func:`range_test` is the method: a deep copy of the model and a fresh optimizer of the configured kind, so the
-model and optimizer it is given are untouched (and the global RNG streams too). :func:`run` is the command: the
-train config's data, task, model, optimizer, precision and gradient clipping, results in the run dir
-(``lr_find.json``, ``lr_find.png``) and the Tracker. torch is imported only once the config is checked, so `--help`
-and `--cfg job` stay fast.
+`range_test` is the method. It trains a deep copy with a fresh optimizer, so the model, optimizer and global RNG
+streams it is given stay untouched. `run` is the command built on the train config. torch is imported only once
+the config is checked, so `--help` and `--cfg job` stay fast.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from lab import cli
 from lab.errors import UserError
 from lab.files import write_json
 
-if TYPE_CHECKING:  # torch is imported where it is used: the command checks its flags (Options) without it
+if TYPE_CHECKING:  # torch is imported where used, so flags are checked without it
     import torch
     from torch import nn
 
@@ -50,9 +49,9 @@ PLOT_FILE = "lr_find.png"
 class Options:
     start_lr: float = 1e-7
     end_lr: float = 10.0
-    steps: int = 100  # optimizer steps at most (one batch each); the sweep stops earlier when the loss diverges
+    steps: int = 100  # at most, one batch each; stops earlier if the loss diverges
     diverge: float = 4.0  # stop when the smoothed loss exceeds this many times the best one
-    smoothing: float = 0.9  # of the exponential moving average of the loss (0 = raw losses)
+    smoothing: float = 0.9  # of the loss's moving average (0 = raw losses)
 
     def __post_init__(self) -> None:
         if not 0 < self.start_lr < self.end_lr:
@@ -70,7 +69,7 @@ class Result:
     lrs: list[float]  # the LR of each step taken
     losses: list[float]  # the loss of each step's batch (mean per sample or token)
     smoothed: list[float]  # their bias-corrected exponential moving average
-    suggestion: float | None  # steepest descent of the smoothed loss (None: too few steps to tell)
+    suggestion: float | None  # steepest descent of the smoothed loss, None if too few steps
     min_loss_lr: float  # where the smoothed loss was lowest
     stopped: str  # "diverged" | "non-finite loss" | "end of range"
     optimizer: str  # the class that trained the copy, e.g. AdamW
@@ -86,9 +85,10 @@ def exponential_lrs(start: float, end: float, steps: int) -> list[float]:
 
 
 def suggest(lrs: Sequence[float], smoothed: Sequence[float]) -> float | None:
-    """The LR at the steepest descent of the smoothed loss against log(LR), searched between the first tenth of
-    the sweep (still noisy) and the lowest loss; a tenth of the lowest loss's LR when the descent is too short to
-    measure, None with fewer than 5 points."""
+    """Return the LR where the smoothed loss falls fastest against log(LR).
+
+    The search skips the noisy first tenth of the sweep and ends at the lowest loss. If that stretch is too short,
+    return a tenth of the lowest loss's LR. Return None with fewer than 5 points."""
     n = len(smoothed)
     if n < 5:
         return None
@@ -119,10 +119,11 @@ def range_test(
     grad_scaler: bool = False,
     on_step: Callable[[int, float, float, float], None] | None = None,
 ) -> Result:
-    """Sweep the LR over a deep copy of `model` trained by `make_optimizer(copy)`; `model` is left as it was, and
-    so are the global RNG states (dropout in the copy draws from a forked stream). `batches` yields loader
-    batches; `autocast()` returns the precision's context, `grad_scaler` scales float16 losses as training does;
-    `on_step(step, lr, loss, smoothed)` sees each step."""
+    """Sweep the LR over a deep copy of `model`, trained by `make_optimizer(copy)`.
+
+    `model` and the global RNG states are left as they were: dropout in the copy draws from a forked stream.
+    `autocast()` returns the precision's context and `grad_scaler` scales float16 losses as training does.
+    `on_step(step, lr, loss, smoothed)` is called after each step."""
     import torch
     from torch import nn
 
@@ -143,7 +144,7 @@ def range_test(
             inputs, targets = to_device(split_batch(next(batches)), device)
             with autocast() if autocast is not None else torch.autocast(device.type, enabled=False):
                 outputs = trial(inputs)
-            loss = task.loss(outputs, targets) / task.weight(targets)  # the task's summed loss, per sample/token
+            loss = task.loss(outputs, targets) / task.weight(targets)  # per sample/token
             scaler.scale(loss).backward()
             if grad_clip is not None:
                 scaler.unscale_(optimizer)  # clip the true gradient norm
@@ -178,10 +179,10 @@ def range_test(
 
 # --------------------------------------------------------------------------- the plot
 def lr_find_png(result: Result, path: str | Path, title: str = "") -> Path:
-    """Loss against LR (log x-axis): raw losses in grey, the smoothed loss in blue, the suggestion in red."""
+    """Plot loss against log LR: raw losses grey, smoothed loss blue, suggestion red."""
     from PIL import Image, ImageDraw
 
-    from lab.tasks.figures import draw_text, load_font, paste_vertical  # Pillow helpers of the eval figures
+    from lab.tasks.figures import draw_text, load_font, paste_vertical
 
     width, height, left, top, right, bottom = 640, 360, 72, 48, 24, 56
     lrs, smoothed = np.log10(result.lrs), result.smoothed
@@ -226,14 +227,15 @@ def lr_find_png(result: Result, path: str | Path, title: str = "") -> Path:
 
 # --------------------------------------------------------------------------- the command
 def _forever(loader: Any) -> Iterator[Any]:
-    """The loader's batches, epoch after epoch, for as many steps as the sweep takes."""
+    """Yield the loader's batches epoch after epoch, as long as the sweep asks."""
     return itertools.chain.from_iterable(loader for _ in itertools.count())
 
 
 def run(cfg: Any, run_dir: str | Path, options: Options) -> Result:
-    """The LR range test on the train config: its data (training split, shuffled), task, model, optimizer (a
-    fresh one of the configured kind, weight-decay groups included), precision and gradient clipping; one process
-    on one device, one batch per step (no accumulation). Writes lr_find.json and lr_find.png into `run_dir`."""
+    """Run the LR range test on the train config and write lr_find.json and lr_find.png into `run_dir`.
+
+    It uses the config's shuffled training split, task, model, precision and gradient clipping, with a fresh
+    optimizer of the configured kind. One process, one device, one batch per step (no accumulation)."""
     import torch
     from omegaconf import OmegaConf
 
@@ -314,7 +316,7 @@ HELP = {
 
 
 def parse_options(argv: list[str]) -> tuple[Options, list[str]]:
-    """The tool's --flags (defaults: Options) and the rest of the command line, Hydra's."""
+    """Split the command line into the tool's --flags and the rest, which goes to Hydra."""
     parser = argparse.ArgumentParser(
         prog="python -m lab.extensions.tools.lr_find",
         usage="python -m lab.extensions.tools.lr_find [train overrides ...] [--start-lr LR] [--end-lr LR] "

@@ -1,5 +1,7 @@
-"""The doctor's torch rows: the build, CUDA / cuDNN / NCCL, the driver against the build, each GPU (memory and a
-matmul checked against the CPU), bf16 and TF32."""
+"""The doctor's torch checks.
+
+They cover the build, CUDA, cuDNN and NCCL, the driver against the build, each GPU (memory, and a matmul checked
+against the CPU), bf16 and TF32."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ def import_torch() -> tuple[ModuleType | None, Check]:
 
 
 def nvidia_smi() -> tuple[str | None, str]:
-    """(path of nvidia-smi or None, its one-line GPU/driver summary or error)."""
+    """Return the path of nvidia-smi (or None) and its one-line GPU and driver summary, or the error."""
     path = shutil.which("nvidia-smi")
     if path is None:
         return None, ""
@@ -97,7 +99,7 @@ def check_cuda(torch: ModuleType, smi: tuple[str | None, str]) -> list[Check]:
 
 
 def cuda_payload() -> int:
-    """Bytes installed by the CUDA libraries' distributions (nvidia-*, cuda-*, triton), from their RECORD files."""
+    """Return the bytes installed by CUDA library packages (nvidia-*, cuda-*, triton), from their RECORD files."""
     total = 0
     for dist in importlib.metadata.distributions():
         name = (dist.metadata["Name"] or "").lower()
@@ -107,7 +109,9 @@ def cuda_payload() -> int:
 
 
 def cuda_libraries(torch: ModuleType, needed: bool) -> list[Check]:
-    """cuDNN and NCCL of a CUDA build; missing ones fail (cuDNN) or warn (NCCL) only where a GPU would use them."""
+    """Check cuDNN and NCCL of a CUDA build.
+
+    A missing cuDNN fails and a missing NCCL warns, but only when a GPU would use them."""
     try:
         cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     except Exception:
@@ -128,7 +132,7 @@ def cuda_libraries(torch: ModuleType, needed: bool) -> list[Check]:
 
 
 def matmul_check(torch: ModuleType, device: str, n: int = 1024) -> tuple[bool, str]:
-    """A float32 n x n matmul on `device` against the same product in float64 on the CPU: (passed, detail)."""
+    """Compare a float32 n x n matmul on `device` with the float64 product on the CPU; return (passed, detail)."""
     generator = torch.Generator().manual_seed(0)
     a, b = (torch.randn(n, n, generator=generator) for _ in range(2))
     expected = a.double() @ b.double()
@@ -184,7 +188,7 @@ def check_gpus(torch: ModuleType) -> list[Check]:
 
 
 def check_precision(torch: ModuleType) -> list[Check]:
-    """bf16 and TF32 where training would run (the first GPU, else the CPU)."""
+    """Check bf16 and TF32 where training would run: the first GPU, else the CPU."""
     if torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability(0)
         bf16 = torch.cuda.is_bf16_supported()
