@@ -1,9 +1,10 @@
-"""The `report` extension: one self-contained HTML page for a run dir or a sweep dir,
-`python -m lab.extensions.report <dir> [-o out.html]` (its page: README.md here).
+"""The `report` extension: one self-contained HTML page for a run dir or a sweep dir. See README.md here.
 
-`runs` reads what runs left on disk (metrics.jsonl, summary.json, .hydra/, the sweep's job records, the eval/export/
-infer runs made from their checkpoints), `charts` draws the curves as inline SVG, `page` writes the HTML with the
-inline CSS and the few lines of script (`assets`) that sort its tables; nothing is fetched. Pure Python + OmegaConf:
+    python -m lab.extensions.report <dir> [-o out.html]
+
+`runs` reads what runs left on disk: metrics.jsonl, summary.json, .hydra/, the sweep's job records, and the
+eval/export/infer runs made from their checkpoints. `charts` draws the curves as inline SVG. `page` writes the HTML,
+with the CSS and table-sorting script of `assets` inline, so nothing is fetched. It is pure Python + OmegaConf with
 no torch import, so the report starts in well under a second.
 """
 
@@ -21,7 +22,7 @@ EXTRAS: tuple[str, ...] = ()  # the core's packages are enough
 
 
 def write_report(source: str | Path, output: str | Path | None = None) -> Path:
-    """Read the run or sweep at `source`, write its report (default `<source>/report.html`) and return its path."""
+    """Write the report of the run or sweep at `source` (default `<source>/report.html`) and return its path."""
     report = runs.load(Path(source))
     out = Path(output) if output is not None else report.dir / "report.html"
     if out.is_dir():

@@ -2,9 +2,9 @@
 
     python -m lab.extensions.report <run dir | sweep dir> [-o report.html]
 
-Loss and metric curves per run, the sweep's jobs in a table sortable by any column, the best run's config against
-the others', and links to its checkpoints and to the eval/export/infer runs made from them (this extension). Writes
-`<dir>/report.html` unless -o says where; open it in any browser, offline. Imports no torch: it starts at once.
+It shows loss and metric curves per run, the sweep's jobs in a table sortable by any column, the best run's config
+against the others', and links to its checkpoints and to the eval/export/infer runs made from them. It writes
+`<dir>/report.html` unless -o says where; open it in any browser, offline. It imports no torch, so it starts at once.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The page's inline style sheet and scripts (no file or network fetch: the report is one self-contained file)."""
+"""The page's inline style sheet and scripts, so the report is one self-contained file."""
 
 CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1400px; padding: 0 16px; color: #222; }

@@ -1,4 +1,4 @@
-"""Line charts as inline SVG strings: one chart per metric, one line per run, x = global optimizer step."""
+"""Draw line charts as inline SVG strings: one chart per metric, one line per run, x = global optimizer step."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ class Series:
     label: str
     points: list[tuple[float, float]]  # (step, value); a non-finite value is marked, not drawn
     color: str
-    emphasis: bool = False  # the best run of a sweep: drawn thicker, on top
+    emphasis: bool = False  # a sweep's best run, drawn thicker and on top
 
 
 def nice_ticks(low: float, high: float, count: int = 5, integer: bool = False) -> list[float]:
-    """Round tick values covering [low, high] (1, 2 or 5 times a power of ten apart; whole numbers if `integer`)."""
-    if not high > low:  # one value: a band around it
+    """Return round ticks covering [low, high], 1, 2 or 5 times a power of ten apart (whole numbers if `integer`)."""
+    if not high > low:  # a single value gets a band around it
         pad = abs(low) * 0.1 or 1.0
         low, high = low - pad, high + pad
     raw = (high - low) / max(count - 1, 1)
@@ -64,13 +64,13 @@ def line_chart(title: str, series: list[Series]) -> str:
     for x in x_ticks:
         parts.append(f'<text x="{px(x):.1f}" y="{HEIGHT - BOTTOM + 15}" text-anchor="middle">{_fmt(x)}</text>')
     parts.append(f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 4}" text-anchor="middle" class="axis">step</text>')
-    for s in sorted(series, key=lambda s: s.emphasis):  # the emphasised line last, so on top
+    for s in sorted(series, key=lambda s: s.emphasis):  # emphasised line last, so it is on top
         width = 3 if s.emphasis else 1.6
         segments: list[list[tuple[float, float]]] = [[]]
         for x, y in s.points:
             if math.isfinite(y):
                 segments[-1].append((x, y))
-            else:  # a break in the line and a red mark on the top edge: the loss went NaN/inf here
+            else:  # NaN/inf: break the line, red mark on the top edge
                 segments.append([])
                 parts.append(
                     f'<text x="{px(x):.1f}" y="{TOP + 10}" text-anchor="middle" class="nonfinite">&#215;'

@@ -1,4 +1,6 @@
-"""The report as one HTML string: inline CSS, inline SVG charts, a few lines of script to sort tables; no network."""
+"""Render the report as one self-contained HTML string.
+
+CSS, SVG charts and the few lines of script that sort tables are all inline, so the page needs no network."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from lab.extensions.report.assets import CSS, ERROR_SCRIPT, SORT_SCRIPT
 from lab.extensions.report.charts import PALETTE, Series, line_chart
 from lab.extensions.report.runs import Derived, Report, Run, split_override
 
-EMBED_IMAGE_BYTES = 300_000  # eval plots (confusion matrix, predicted vs true) up to this size are shown inline
+EMBED_IMAGE_BYTES = 300_000  # eval plots up to this size are shown inline
 
 
 def _fmt(value: Any) -> str:
@@ -81,7 +83,7 @@ def _summary_table(run: Run) -> str:
 
 
 def _swept_keys(runs: list[Run]) -> list[str]:
-    """Override keys whose value is not the same in every job (all of them for a single job)."""
+    """Return the override keys whose value differs between jobs, or all of them for a single job."""
     values: dict[str, set[str | None]] = {}
     parsed = [dict(split_override(o) for o in run.overrides) for run in runs]
     for key in dict.fromkeys(k for p in parsed for k in p):
@@ -124,7 +126,7 @@ def _sweep_table(report: Report) -> str:
 
 
 def _parsed(value: str | None) -> Any:
-    """An override's value as a number where it is one, so the column sorts numerically."""
+    """Return an override's value as a number when it is one, so the column sorts numerically."""
     if value is None:
         return None
     try:
@@ -209,7 +211,7 @@ def _config(report: Report) -> str:
 
 
 def reproduce_commands(run: Run) -> list[str]:
-    """The commit, the uncommitted changes and the overrides the run was made with, as commands to paste."""
+    """Show the commit, uncommitted changes and overrides of the run as commands to paste."""
     lines = []
     if run.summary.get("git_commit"):
         lines.append(f"git checkout {run.summary['git_commit']}")

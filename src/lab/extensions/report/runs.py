@@ -1,5 +1,7 @@
-"""What a report shows, read from disk: one run dir or a sweep's job dirs (the run-dir contract in DESIGN.md), and
-the eval/export/infer runs made from their checkpoints."""
+"""Read what a report shows from disk.
+
+That is one run dir or a sweep's job dirs (the run-dir contract in DESIGN.md), plus the eval, export and infer runs
+made from their checkpoints."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from lab.errors import UserError
 from lab.sweeps.summary import JOB_RECORD, Row, collect, sort_rows
 
 DERIVED_KINDS = ("eval", "export", "infer")
-# files of a training run dir worth a link, in the order shown (those present)
+# files of a training run dir worth a link, in display order, if present
 RUN_FILES = (
     "checkpoints/best.pt",
     "checkpoints/last.pt",
@@ -36,7 +38,7 @@ RUN_FILES = (
 
 @dataclass
 class Derived:
-    """An eval, export or infer run whose `ckpt_path` came from a run of the report (or from its export)."""
+    """An eval, export or infer run made from a checkpoint (or export) of a run in the report."""
 
     kind: str
     dir: Path
@@ -134,7 +136,7 @@ def _read_sweep(path: Path) -> Report:
         run.value = row.value if row.value is not None else _number(run.summary.get(metric or ""))
         run.wall_s, run.error = row.wall_s, row.error
         runs.append(run)
-    if not any(row.status for row in rows.values()):  # no job records: rank by the summaries alone
+    if not any(row.status for row in rows.values()):  # no job records, so rank by the summaries
         runs = _ranked_by_value(runs, direction)
     return Report(path, "sweep", runs, metric, direction)
 
@@ -155,7 +157,9 @@ def _read_run(path: Path, name: str, overrides: list[str] | None = None) -> Run:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Every event of a metrics.jsonl; a line cut short by a run still writing (or killed) is skipped."""
+    """Read every event of a metrics.jsonl.
+
+    A line cut short by a run that is still writing, or was killed, is skipped."""
     events = []
     if path.is_file():
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -177,8 +181,9 @@ def _json(path: Path) -> dict[str, Any]:
 
 
 def _config(run_dir: Path) -> dict[str, Any]:
-    """The run's config from .hydra/config.yaml, interpolations resolved where they can be (the lab.* resolvers are
-    registered by lab.config; a `${hydra:...}` one cannot be outside Hydra, and then the raw text is shown)."""
+    """Load the run's config from .hydra/config.yaml, resolving interpolations where possible.
+
+    `${hydra:...}` cannot be resolved outside Hydra, so then the raw text is shown."""
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
         return {}
@@ -226,7 +231,7 @@ def split_override(override: str) -> tuple[str, str]:
 
 
 def outputs_root(path: Path) -> Path | None:
-    """The outputs/ folder a run or sweep dir sits in: the nearest ancestor holding eval/, export/ or infer/."""
+    """Find the outputs/ folder of a run or sweep dir: the nearest ancestor holding eval/, export/ or infer/."""
     for folder in list(path.resolve().parents)[:4]:
         if any((folder / kind).is_dir() for kind in DERIVED_KINDS):
             return folder
@@ -238,7 +243,7 @@ def _ckpt_path(run_dir: Path, root: Path) -> Path | None:
     if not isinstance(ckpt, str) or not ckpt:
         return None
     path = Path(ckpt).expanduser()
-    # a relative path was relative to where the command ran: the project root that holds outputs/, usually
+    # a relative path is relative to where the command ran, usually the project root that holds outputs/
     return (path if path.is_absolute() else root.parent / path).resolve()
 
 
@@ -255,7 +260,7 @@ def _attach_derived(report: Report) -> None:
     if root is None:
         return
     owners: dict[Path, Run] = {run.dir.resolve(): run for run in report.runs}
-    for kind in DERIVED_KINDS:  # eval and export first: an infer run may use an export run's model file
+    for kind in DERIVED_KINDS:  # eval and export first, since an infer run may use an export's model file
         for run_dir in sorted({*root.glob(f"{kind}/*/"), *root.glob(f"{kind}/multirun/*/*/")}):
             ckpt = _ckpt_path(run_dir, root)
             owner = next((owners[p] for p in ckpt.parents if p in owners), None) if ckpt else None
