@@ -1,14 +1,13 @@
-"""``debug=anomaly`` (``callback=anomaly``): stop at the first place a value turns NaN or inf, named in one line
-instead of a traceback wall.
+"""Stop at the first place a value turns NaN or inf and name it in one line (``debug=anomaly``).
 
-A Trainer callback (``lab.training.callbacks``), on for the length of ``fit()``.
+This is a Trainer callback (``callback=anomaly``), active for the length of ``fit()``.
 
-Forward hooks on every module check each output as it is produced (a host sync per module: a debugging mode), so
-the run stops at the FIRST module whose output is non-finite, naming it (qualified name and type), the step and
-epoch, its input's range and whether its parameters were already non-finite. Upstream of the modules, the batch's
-inputs are checked before the model sees them, and the task's loss after it (finite outputs with non-finite targets
-name the data). What forward never shows, a NaN made by backward, is autograd's anomaly mode (on for the same
-length): its error is summarised as the backward op and the line of the forward call that made it.
+Forward hooks check every module's output as it is produced. That costs a host sync per module, which is fine for
+a debugging mode. The run stops at the FIRST module with a non-finite output and names it, the step and epoch, its
+input's range and whether its parameters were already non-finite. The batch's inputs are checked before the model
+sees them, and the task's loss after it, so finite outputs with non-finite targets point at the data. A NaN made in
+backward is caught by autograd's anomaly mode, whose error is summarised as the backward op and the line of the
+forward call behind it.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ _TORCH_DIR = str(Path(torch.__file__).parent)
 
 
 def floating_tensors(value: Any) -> Iterator[torch.Tensor]:
-    """The floating-point tensors in a module's inputs or outputs (tensors, tuples, lists, dicts of them)."""
+    """Yield the floating-point tensors in a module's inputs or outputs, looking inside tuples, lists and dicts."""
     if isinstance(value, torch.Tensor):
         if value.is_floating_point() or value.is_complex():
             yield value
@@ -52,7 +51,7 @@ def finite(value: Any) -> bool:
 
 
 def describe(value: Any) -> str:
-    """The range [lo, hi] of the finite values, with the count of NaN and inf among them when there are some."""
+    """Describe the range [lo, hi] of the finite values, plus the count of NaN and inf if there are any."""
     tensors = [t.detach().float().flatten() for t in floating_tensors(value)]
     if not tensors:
         return "no floating-point values"
@@ -66,15 +65,15 @@ def describe(value: Any) -> str:
 
 
 class NonFiniteDetector(Callback):
-    """callback=anomaly: forward hooks on every module of ``trainer.model`` plus a check of the batch and of
-    the loss, and autograd's anomaly mode, for the length of ``fit()``. Any finding raises :class:`UserError`, so
-    the run ends with one line and a non-zero exit."""
+    """Check every module's output, the batch and the loss, with autograd's anomaly mode on, during ``fit()``.
+
+    Any finding raises `UserError`, so the run ends with one line and a non-zero exit."""
 
     def __init__(self) -> None:
         self.trainer: Any = None
         self.names: dict[nn.Module, str] = {}
         self._handles: list[Any] = []
-        self._last_finite: nn.Module | None = None  # the latest module whose output was finite, in this forward
+        self._last_finite: nn.Module | None = None  # latest module with a finite output in this forward
         self._forward_trace = ""  # autograd's traceback of the forward call behind a NaN in backward
 
     @contextlib.contextmanager
@@ -89,7 +88,7 @@ class NonFiniteDetector(Callback):
         self.names = {module: name or "(model)" for name, module in model.named_modules()}
         self._handles.append(model.register_forward_pre_hook(self._check_batch, with_kwargs=True))
         self._handles += [module.register_forward_hook(self._check_output) for module in model.modules()]
-        # the task's loss, checked on its way out; an instance attribute, removed again in __exit__
+        # check the task's loss on its way out, via an instance attribute removed again in __exit__
         task, loss = self.trainer.task, self.trainer.task.loss
         self._own_loss = vars(task).get("loss")  # a task that set its loss as an attribute gets it back
         task.loss = lambda outputs, targets: self._check_loss(loss(outputs, targets), outputs, targets)
@@ -133,7 +132,7 @@ class NonFiniteDetector(Callback):
             self._last_finite = module
             return
         where = f"anomaly: {self._where(module)}: the output of {self._name(module)} is non-finite ({describe(output)})"
-        if not finite(inputs):  # the value went bad outside any module: in functional code of some forward
+        if not finite(inputs):  # went bad outside any module, in functional code of some forward
             after = f"after {self._name(self._last_finite)}" if self._last_finite is not None else "before any module"
             raise UserError(
                 f"{where}; its input was already non-finite ({describe(inputs)}) though the batch was finite: it "
@@ -167,8 +166,10 @@ class NonFiniteDetector(Callback):
 
     # ------------------------------------------------------------------ backward
     def _keep_forward_trace(self, message: Any, category: type, *args: Any, **kwargs: Any) -> None:
-        """autograd's anomaly mode reports the forward call behind a NaN in backward as a warning holding a full
-        traceback: kept for the one-line summary instead of printed; every other warning is shown as usual."""
+        """Keep autograd's anomaly warning for the one-line summary instead of printing it.
+
+        The warning holds the full traceback of the forward call behind a NaN in backward. Every other warning is
+        shown as usual."""
         if str(message).startswith("Error detected in"):
             self._forward_trace = str(message)
             return

@@ -1,5 +1,7 @@
-"""The diagnostics callbacks as options of the `callback` kind (lab.config.callbacks): `callback=<name>` turns one on,
-its keys are `callbacks.<name>.*`. No torch here: each ``build`` imports its callback."""
+"""The diagnostics callbacks as options of the `callback` group.
+
+`callback=<name>` turns one on and its keys are `callbacks.<name>.*`. No torch import here; each ``build`` imports
+its callback."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ from lab.config.checks import require as _require
 
 @dataclass
 class ProfileConfig(CallbackConfig):
-    """torch.profiler over a few training steps (`callback=profile`; `debug=profile` adds a short run): skip `wait`
-    steps, warm up for `warmup`, record `active`; the op table, a Chrome trace and the bottleneck go to the run dir
-    (profiling.py). Rank 0 profiles."""
+    """Profile a few training steps with torch.profiler (`callback=profile`; `debug=profile` adds a short run).
+
+    It skips `wait` steps, warms up for `warmup` and records `active`. The op table, a Chrome trace and the
+    bottleneck go to the run dir (profiling.py). Rank 0 profiles."""
 
     wait: int = 1
     warmup: int = 1
@@ -38,9 +41,10 @@ class ProfileConfig(CallbackConfig):
 
 @dataclass
 class AnomalyConfig(CallbackConfig):
-    """Autograd's anomaly mode plus checks of every module's output, the batch and the loss: the run stops at the
-    first NaN/inf, named in one line (`callback=anomaly`, part of `debug=anomaly`; anomaly.py). Slow: a host sync
-    per module."""
+    """Stop the run at the first NaN/inf and name it in one line (`callback=anomaly`, part of `debug=anomaly`).
+
+    It checks every module's output, the batch and the loss, with autograd's anomaly mode on (anomaly.py). Slow: a
+    host sync per module."""
 
     def build(self, trainer: Any) -> object:
         from lab.extensions.diagnostics.anomaly import NonFiniteDetector
@@ -50,11 +54,12 @@ class AnomalyConfig(CallbackConfig):
 
 @dataclass
 class StatsConfig(CallbackConfig):
-    """Every `every_n_steps` optimizer steps, per-layer gradient and weight norms and activation mean/std (stats/*
-    metrics, wandb histograms), and a warning for layers whose gradients stay exactly zero (`callback=stats`;
-    stats.py). Rank 0 collects them: DDP's gradients are the same on every rank."""
+    """Log per-layer statistics every `every_n_steps` optimizer steps (`callback=stats`, stats.py).
 
-    every_n_steps: int = 50  # as often as the train metrics by default (trainer.log_every_n_steps)
+    It logs gradient and weight norms and activation mean/std as stats/* metrics and wandb histograms, and warns
+    about layers whose gradients stay exactly zero. Rank 0 collects them, since DDP's gradients match on every rank."""
+
+    every_n_steps: int = 50  # default: as often as trainer.log_every_n_steps
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,24 +1,28 @@
-"""``callback=profile`` (``debug=profile``): torch.profiler over a few training steps, its operator tables, a Chrome
-trace, and the bottleneck named in one line.
+"""Profile a few training steps with torch.profiler (``callback=profile`` or ``debug=profile``).
+
+It writes operator tables and a Chrome trace, and names the bottleneck in one line.
 
     with StepProfiler(ProfileConfig(), run_dir, tracker, device) as profiler:  # options.ProfileConfig
         for batch in batches:
             train_step(batch)
             profiler.step()          # after each optimizer step: one ProfilerStep#n range per step
 
-The schedule skips ``wait`` steps, warms up for ``warmup`` and records ``active`` (once). When the active steps end,
-the run dir gets ``profile_trace.json`` (open it in https://ui.perfetto.dev or chrome://tracing) and
-``profile_table.txt`` (top operators by self CPU time, and by self CUDA time on a GPU), both attached to the wandb
-run, and the log gets the table and one line naming where step time goes:
+The schedule skips ``wait`` steps, warms up for ``warmup`` and records ``active`` steps once. When they end, the
+run dir gets ``profile_trace.json`` (open it in https://ui.perfetto.dev or chrome://tracing) and
+``profile_table.txt`` (top operators by self CPU time, and by self CUDA time on a GPU). Both are attached to the
+wandb run. The log gets the table and one line saying where step time goes:
 
     profile: bottleneck forward (52% of step time) | data wait 3%, host-device copies 0%, forward 52%, ...
 
-Step time is split by what each recorded range is: the DataLoader's own ``enumerate(DataLoader)`` ranges (the wait
-for a batch: what the trainer's ``train/data_wait`` measures), tensor copies at the top of a step (host-device
-copies), ``Optimizer.step``/``zero_grad`` and the foreach ops of gradient clipping (optimizer), autograd's
-``evaluate_function`` ranges (backward), and every other operator at the top of a step (forward and loss); what no
-range covers is "other" (Python between operators, logging, checkpoints). On CUDA a range counts its kernels'
-device time when that is longer than its CPU time (launches are asynchronous).
+Step time is split by range name:
+  - data wait: the DataLoader's ``enumerate(DataLoader)`` ranges, as the trainer's ``train/data_wait`` measures;
+  - host-device copies: tensor copies at the top of a step;
+  - optimizer: ``Optimizer.step``, ``zero_grad`` and the foreach ops of gradient clipping;
+  - backward: autograd's ``evaluate_function`` ranges;
+  - forward: every other operator at the top of a step, loss included;
+  - other: what no range covers (Python between operators, logging, checkpoints).
+On CUDA a range counts its kernels' device time when that is longer than its CPU time, since launches are
+asynchronous.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ log = logging.getLogger(__name__)
 TRACE_FILE = "profile_trace.json"
 TABLE_FILE = "profile_table.txt"
 
-# category -> (what it is called in the report line, what to try when it dominates)
+# category -> (its name in the report line, what to try when it dominates)
 CATEGORIES: dict[str, tuple[str, str]] = {
     "data": (
         "data wait",
@@ -77,7 +81,7 @@ _COPY_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::contiguous")
 
 @dataclass
 class Breakdown:
-    """Microseconds of the recorded steps, in total and per category of :data:`CATEGORIES`."""
+    """Microseconds of the recorded steps, in total and per category of `CATEGORIES`."""
 
     steps: int
     total_us: float
@@ -91,7 +95,7 @@ class Breakdown:
         return max(self.per_category_us, key=self.per_category_us.__getitem__)
 
     def line(self) -> str:
-        """One line: the bottleneck, then every category's share of step time."""
+        """Return one line: the bottleneck, then each category's share of step time."""
         if self.steps == 0 or self.total_us <= 0:
             return "profile: no training step was recorded"
         name, _ = CATEGORIES[self.bottleneck]
@@ -118,10 +122,12 @@ def _category(name: str) -> str:
 
 
 def breakdown(events: Iterable[Any], on_device: bool, steps: int | None = None) -> Breakdown:
-    """Step time by category, from profiler FunctionEvents (``prof.events()``): the ``ProfilerStep`` ranges are
-    the steps; the ranges directly inside one are categorised by name; what they do not cover is "other". Backward
-    ranges that autograd runs on threads of their own (CUDA) are not inside a step range and count by themselves.
-    `steps`: only the first ones count (a run that ends while recording leaves a last range that is no step)."""
+    """Split step time by category from profiler FunctionEvents (``prof.events()``).
+
+    The ``ProfilerStep`` ranges are the steps. Ranges directly inside one are categorised by name, and time they
+    do not cover is "other". On CUDA, autograd runs backward on its own threads, outside any step range, so those
+    ranges are counted separately. Only the first `steps` ranges count: a run that ends while recording leaves a
+    last range that is not a full step."""
     events = list(events)
     ranges = [e for e in events if e.name.startswith("ProfilerStep")]  # ProfilerStep#n, or ProfilerStep* once ready
     ranges.sort(key=lambda e: e.time_range.start if hasattr(e, "time_range") else 0)
@@ -147,15 +153,16 @@ def breakdown(events: Iterable[Any], on_device: bool, steps: int | None = None) 
 
 
 class StepProfiler(Callback):
-    """torch.profiler with ``schedule(wait, warmup, active)``, entered around training and stepped after every
-    optimizer step; it writes and logs its results when the active steps end (or the run ends during them). A
-    Trainer callback (``callback=profile``, rank 0), or a context manager around a loop of your own."""
+    """Run torch.profiler with ``schedule(wait, warmup, active)`` around training, stepped after each optimizer step.
+
+    Results are written and logged when the active steps end, or when the run ends during them. Use it as a Trainer
+    callback (``callback=profile``, rank 0) or as a context manager around your own loop."""
 
     def __init__(
         self,
         cfg: Any,  # callbacks.profile (options.ProfileConfig): wait, warmup, active, row_limit
         run_dir: str | Path,
-        tracker: Any = None,  # lab.tracking.Tracker: the files are attached to the wandb run
+        tracker: Any = None,  # lab.tracking.Tracker, to attach the files to the wandb run
         device: torch.device | None = None,
     ) -> None:
         self.cfg, self.run_dir, self.tracker = cfg, Path(run_dir), tracker

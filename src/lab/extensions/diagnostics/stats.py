@@ -1,5 +1,6 @@
-"""``callback=stats`` (``callbacks.stats.every_n_steps=N``): what each layer does, every N optimizer steps, and the
-layers that never learn named in the log.
+"""Log what each layer does every N optimizer steps, and name the layers that never learn.
+
+Turn it on with ``callback=stats`` and set N with ``callbacks.stats.every_n_steps=N``.
 
 A *layer* is a module that owns parameters directly (``fc1``, ``blocks.0.attn.qkv``; the model's own parameters are
 ``(model)``). On each statistics step, rank 0 logs to every tracker (``metrics.jsonl`` included):
@@ -9,13 +10,13 @@ A *layer* is a module that owns parameters directly (``fc1``, ``blocks.0.attn.qk
     stats/act_mean/<layer>     mean and (population) standard deviation of its output in the training forward
     stats/act_std/<layer>      passes of that step, averaged over micro-batches
 
-and, to trackers that keep histograms (wandb), ``stats/grads/<layer>`` and ``stats/weights/<layer>``. A layer whose
-gradients were exactly zero (or absent) at every statistics step after the first few gets one warning: frozen by
-mistake (``requires_grad=False``), unused or detached in forward, or behind dead ReLUs.
+Trackers that keep histograms (wandb) also get ``stats/grads/<layer>`` and ``stats/weights/<layer>``. A layer whose
+gradients were exactly zero or absent at every statistics step after the first few gets one warning. It is frozen
+by mistake (``requires_grad=False``), unused or detached in forward, or behind dead ReLUs.
 
-Used as a Trainer callback: gradients are read in ``on_before_optimizer_step`` (before the optimizer zeroes them),
-activation hooks are installed only for the forward passes of statistics steps, and each statistics step syncs with
-the host once (twice with histograms). Steps in between cost a modulo each.
+Gradients are read in ``on_before_optimizer_step``, before the optimizer zeroes them. Activation hooks are installed
+only for the forward passes of statistics steps. Each statistics step syncs with the host once, twice with
+histograms. Steps in between cost a modulo each.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class TrainingStats(Callback):
         self.warned: set[str] = set()
         self._activations: dict[str, list[torch.Tensor]] = {}
         self._handles: list[Any] = []
-        self._watch()  # the first step may be a statistics step: on_train_step_end has not run yet
+        self._watch()  # the first step may be a statistics step, before on_train_step_end runs
 
     # ------------------------------------------------------------------ Trainer callback hooks
     def on_before_optimizer_step(self, trainer: Any) -> None:
@@ -139,8 +140,10 @@ def _grads(module: nn.Module) -> list[torch.Tensor]:
 
 
 def _histograms(groups: dict[str, list[torch.Tensor]]) -> dict[str, tuple[list[float], list[float]]]:
-    """(counts, bin edges) of each group's values, binned on the device: 2 host syncs for all of them, no copy of
-    the values to the host. Groups holding NaN/inf are left out (their norms already show it)."""
+    """Return (counts, bin edges) of each group's values, binned on the device.
+
+    All groups together cost 2 host syncs and no copy of the values. Groups holding NaN/inf are left out, since
+    their norms already show it."""
     flat = {key: torch.cat([t.detach().float().flatten() for t in tensors]) for key, tensors in groups.items()}
     bounds = torch.stack([torch.stack(torch.aminmax(values)) for values in flat.values()]).tolist()
     out = {}
