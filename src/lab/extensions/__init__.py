@@ -12,10 +12,10 @@
         README.md       its page: what it does, its commands (its tests run each), and how to drop it
         tests/          its tests (``tests/integration/`` for those that start a process, as in the suite's tests/)
 
-The core never names an extension: it imports the ``options`` and ``plugins`` modules it finds here, and an
-extension imports the core only (never another extension), so dropping one is ``make drop EXT=<name>`` (or
-``rm -r`` of its folder) and the rest stays whole (tests/integration/test_extensions.py drops each, and all).
-Standard library only: imported while composing, before torch.
+The core never names an extension; it imports the ``options`` and ``plugins`` modules it finds here. An extension
+imports only the core, never another extension. So ``make drop EXT=<name>`` (or ``rm -r`` of its folder) drops
+one and the rest stays whole; tests/integration/test_extensions.py checks this. This file uses the standard library
+only, because it is imported while composing, before torch.
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ HERE = Path(__file__).resolve().parent
 
 
 def names() -> list[str]:
-    """The extensions present: every package in this folder."""
+    """Return the extensions present: every package in this folder."""
     return sorted(module.name for module in pkgutil.iter_modules([str(HERE)]) if module.ispkg)
 
 
 def conf_dirs() -> list[Path]:
-    """The extensions' own config folders (their presets), in name order."""
+    """Return the extensions' own config folders (their presets), in name order."""
     return [HERE / name / "conf" for name in names() if (HERE / name / "conf").is_dir()]
 
 
 def modules(stem: str) -> list[ModuleType]:
-    """Every present extension's module ``<stem>`` (``options``, ``plugins``), imported."""
+    """Import and return each present extension's module ``<stem>`` (``options``, ``plugins``)."""
     present = [name for name in names() if (HERE / name / f"{stem}.py").is_file()]
     return [importlib.import_module(f"{__name__}.{name}.{stem}") for name in present]
