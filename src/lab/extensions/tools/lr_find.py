@@ -186,7 +186,7 @@ def lr_find_png(result: Result, path: str | Path, title: str = "") -> Path:
 
     width, height, left, top, right, bottom = 640, 360, 72, 48, 24, 56
     lrs, smoothed = np.log10(result.lrs), result.smoothed
-    low, high = min(*smoothed, *result.losses), max(*smoothed, result.losses[0])  # raw spikes: clipped
+    low, high = min(*smoothed, *result.losses), max(*smoothed, result.losses[0])  # raw spikes are clipped
     span = (high - low) or max(abs(high), 1.0)
     low, high = low - 0.05 * span, high + 0.1 * span
     x0, x1 = math.floor(lrs.min()), math.ceil(lrs.max())
