@@ -18,7 +18,7 @@ img.thumb { max-width: 260px; max-height: 260px; border: 1px solid #ddd; display
 #script-errors { color: #b00; background: #fee; padding: 8px; }
 """
 
-# registered first, in <head>: a failing script of this page shows up in the page itself (and tests read it)
+# registered first, in <head>, so a failing script shows its error in the page itself, where tests read it
 ERROR_SCRIPT = """
 window.addEventListener("error", function (e) {
   var box = document.getElementById("script-errors");
