@@ -96,7 +96,7 @@ class TrainingStats(Callback):
         weight_norms = [torch.nn.utils.get_total_norm(list(m.parameters(recurse=False))) for m in self.layers.values()]
         activations = {name: torch.stack(values).mean(0) for name, values in self._activations.items()}
         values = torch.stack([*grad_norms, *weight_norms, *(a for pair in activations.values() for a in pair)])
-        if trainer.scaler.is_enabled():  # fp16: the gradients are still multiplied by the loss scale here
+        if trainer.scaler.is_enabled():  # fp16 gradients still carry the loss scale here
             values[: len(grad_norms)] /= trainer.scaler.get_scale()
         numbers = iter(values.tolist())  # the one host sync of a statistics step
         metrics = {f"stats/grad_norm/{name}": next(numbers) for name in self.layers}
@@ -150,7 +150,7 @@ def _histograms(groups: dict[str, list[torch.Tensor]]) -> dict[str, tuple[list[f
     for (key, values), (lo, hi) in zip(flat.items(), bounds):
         if not (math.isfinite(lo) and math.isfinite(hi)):
             continue
-        lo, hi = (lo - 1, hi + 1) if lo == hi else (lo, hi)  # one value: a bin around it (as torch.histc does)
+        lo, hi = (lo - 1, hi + 1) if lo == hi else (lo, hi)  # one value gets a bin around it, as in torch.histc
         out[key] = (torch.histc(values, HISTOGRAM_BINS, lo, hi), torch.linspace(lo, hi, HISTOGRAM_BINS + 1))
     counts = torch.stack([c for c, _ in out.values()]).tolist() if out else []
     return {key: (count, edges.tolist()) for (key, (_, edges)), count in zip(out.items(), counts)}
