@@ -46,7 +46,7 @@ GPU_CASES = [
     Case("resnet18 cifar 32px", "resnet18", small_input=True, image_size=32, batch_size=512),
     Case("resnet50 224px", "resnet50", small_input=False, image_size=224, batch_size=128),
 ]
-# --tiny: both code paths (CIFAR stem, ImageNet stem) with ResNet-18 at a few pixels: seconds on a busy CPU
+# --tiny runs both stems (CIFAR, ImageNet) on ResNet-18 at a few pixels, in seconds on a busy CPU
 TINY_CASES = [
     Case("resnet18 tiny 8px", "resnet18", small_input=True, image_size=8, batch_size=2),
     Case("resnet18 imagenet 32px", "resnet18", small_input=False, image_size=32, batch_size=2),
