@@ -57,9 +57,7 @@ class MuonAdamW(torch.optim.Optimizer):
         self._bind()
 
     def _bind(self) -> None:
-        """Build each algorithm over its groups, sharing this optimizer's dicts and state.
-
-        Called again after a load, which replaces both."""
+        """Build each algorithm over its groups, sharing this optimizer's dicts and state; rerun after a load."""
         kinds = {True: torch.optim.Muon, False: torch.optim.AdamW}
         self.parts: list[torch.optim.Optimizer] = []
         for is_muon, kind in kinds.items():

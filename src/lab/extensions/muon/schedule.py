@@ -15,9 +15,7 @@ SHAPES: dict[str, Callable[[float], float]] = {  # progress through the decay (0
 
 
 def decay_length(total_after_warmup: int, total_steps: int, fraction: float | None, steps: int | None) -> int:
-    """Return the decay's length in steps: `steps`, else `fraction` of the run, else 0.2 of it.
-
-    It is never longer than what follows the warmup; at most, the decay starts right after warmup."""
+    """Return the decay's length: `steps`, else `fraction` of the run (default 0.2), at most the steps after warmup."""
     wanted = steps if steps is not None else round((0.2 if fraction is None else fraction) * total_steps)
     return max(1, min(wanted, total_after_warmup))
 
