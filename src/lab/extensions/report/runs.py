@@ -157,9 +157,7 @@ def _read_run(path: Path, name: str, overrides: list[str] | None = None) -> Run:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Read every event of a metrics.jsonl.
-
-    A line cut short by a run that is still writing, or was killed, is skipped."""
+    """Read every event of a metrics.jsonl, skipping a line cut short by a run still writing or killed."""
     events = []
     if path.is_file():
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
