@@ -1,7 +1,6 @@
-"""The diagnostics callbacks as options of the `callback` group.
+"""The diagnostics callbacks as `callback` options: `callback=<name>` turns one on, with keys `callbacks.<name>.*`.
 
-`callback=<name>` turns one on and its keys are `callbacks.<name>.*`. No torch import here; each ``build`` imports
-its callback."""
+No torch import here; each ``build`` imports its callback."""
 
 from __future__ import annotations
 
