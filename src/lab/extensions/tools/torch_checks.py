@@ -1,7 +1,5 @@
-"""The doctor's torch checks.
-
-They cover the build, CUDA, cuDNN and NCCL, the driver against the build, each GPU (memory, and a matmul checked
-against the CPU), bf16 and TF32."""
+"""The doctor's torch checks: the build, CUDA, cuDNN and NCCL, the driver against the build, bf16 and TF32, and each
+GPU (its memory, and a matmul checked against the CPU)."""
 
 from __future__ import annotations
 
@@ -109,9 +107,7 @@ def cuda_payload() -> int:
 
 
 def cuda_libraries(torch: ModuleType, needed: bool) -> list[Check]:
-    """Check cuDNN and NCCL of a CUDA build.
-
-    A missing cuDNN fails and a missing NCCL warns, but only when a GPU would use them."""
+    """Check cuDNN and NCCL of a CUDA build; a missing one fails (cuDNN) or warns (NCCL) only where a GPU uses it."""
     try:
         cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     except Exception:
