@@ -1,6 +1,4 @@
-"""Render the report as one self-contained HTML string.
-
-CSS, SVG charts and the few lines of script that sort tables are all inline, so the page needs no network."""
+"""Render the report as one HTML string with inline CSS, SVG charts and table-sorting script, so it needs no network."""
 
 from __future__ import annotations
 
