@@ -1,15 +1,13 @@
-"""data=shards against the same images held in memory, and what its memory does as the data grows.
+"""Compare data=shards with the same images held in memory, and watch its memory as the data grows.
 
-One process, one temp folder of PNG images (random pixels: they compress about as badly as photos):
-  1. prepare: `scripts/prepare_data.py data=shards`'s work (shards.prepare here), seconds per GB.
-  2. samples/s of the training loader (decode + data.augment's random resized crop and flip, batches collated),
-     0 and 2 workers, over three stores of the same images: their encoded bytes in a Python list (in memory: the
-     baseline), the image folder's files (data=image_folder), the shards (data=shards); best of --repeats epochs,
-     ratio shards / in memory (goal >= 0.8).
-  3. peak RSS of a process that builds data=shards and reads one epoch with the training loader, for shards of 1x,
-     5x, 10x the images (the images repeated, so only the size grows), each in a fresh forked child: flat in the
-     data size is the goal (shards are memory-mapped; only data.open_shards of them are mapped at a time). Run
-     before the loaders above fill this process (a forked child starts from its parent's RSS).
+It writes a temp folder of random-pixel PNGs, which compress about as badly as photos, then measures:
+  1. prepare: shards.prepare, in seconds per GB.
+  2. samples/s of the training loader (decode, augment, collate) with 0 and 2 workers, over three stores of the
+     same images: encoded bytes in a Python list (the in-memory baseline), the image folder (data=image_folder)
+     and the shards (data=shards). Best of --repeats epochs. The goal is shards / in memory >= 0.8.
+  3. peak RSS of building data=shards and reading one epoch, for shards of 1x, 5x and 10x the images, each in a
+     fresh forked child. The goal is flat memory, since shards are memory-mapped and only data.open_shards are
+     open at a time. This runs before step 2, because a forked child starts from its parent's RSS.
 
     python -m lab.extensions.big_data.bench_big_data [--images 2000] [--size 128] [--workers 0,2]
                              [--scales 1,5,10] [--repeats 2] [--batch-size 64] [--samples-per-shard 100]
@@ -40,15 +38,14 @@ from lab.extensions.big_data import prepared, shards
 def write_images(root: Path, count: int, size: int) -> None:
     rng = np.random.default_rng(0)
     for i in range(count):
-        split = "val" if i % 10 < 1 or i % 10 == 5 else "train"  # both parities: every class in val
+        split = "val" if i % 10 < 1 or i % 10 == 5 else "train"  # both parities, so every class is in val
         target = root / split / f"class{i % 2}"
         target.mkdir(parents=True, exist_ok=True)
         Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(target / f"{i}.png")
 
 
 class InMemory(Dataset):
-    """The baseline: the same encoded images, read from a Python list instead of files or shards, decoded and
-    transformed exactly as data=shards does."""
+    """The baseline: the same encoded images read from a Python list, decoded exactly as data=shards does."""
 
     def __init__(self, samples: list[tuple[str, int]], decode: shards.ImageSample) -> None:
         self.items = [(Path(path).read_bytes(), label) for path, label in samples]
@@ -63,7 +60,7 @@ class InMemory(Dataset):
 
 
 def epochs_of(dataset: Dataset, cfg) -> data.EpochLoader:
-    """The training loader the trainer walks (its sampler: data=shards' own order, a shuffle for the others)."""
+    """Return the trainer's training loader, with data=shards' own order or a shuffle for the others."""
     generator = torch.Generator().manual_seed(0)
     sampler = Parallel().train_sampler(dataset, seed=0)
     loader = data.make_loader(dataset, cfg, train=True, generator=generator, pin_memory=False, sampler=sampler)
@@ -78,8 +75,9 @@ def timed_epoch(epochs: data.EpochLoader, epoch: int) -> float:
 
 
 def loader_rates(loaders: list[data.EpochLoader], repeats: int) -> list[float]:
-    """Samples/s of each loader: best of `repeats` epochs after one that starts the workers, the loaders taking
-    turns so that machine noise falls on all of them."""
+    """Return each loader's best samples/s over `repeats` epochs, after a warm-up epoch that starts the workers.
+
+    The loaders take turns so machine noise falls on all of them."""
     best = [0.0] * len(loaders)
     for epoch in range(repeats + 1):
         for i, epochs in enumerate(loaders):
@@ -89,7 +87,7 @@ def loader_rates(loaders: list[data.EpochLoader], repeats: int) -> list[float]:
 
 
 def bigger_shards(base: Path, out: Path, scale: int, per_shard: int) -> int:
-    """Shards of the base images' train split repeated `scale` times (the val split once); returns their bytes."""
+    """Write shards of the base train split repeated `scale` times, plus val once; return the train shards' bytes."""
     manifest = prepared.read_manifest(base, shards.KIND, "bench")
     preparer = prepared.Preparer(out, shards.KIND, {"scale": scale}, None, "bench")
     module = options.instantiate("data", {"name": "shards", "path": str(base), "augment": False})
@@ -115,7 +113,7 @@ def bigger_shards(base: Path, out: Path, scale: int, per_shard: int) -> int:
 
 
 def _rss() -> int:
-    """This process's resident set now, bytes (/proc/self/status VmRSS)."""
+    """Return this process's resident set size in bytes (VmRSS)."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
@@ -123,17 +121,16 @@ def _rss() -> int:
 
 
 def _epoch_peak_rss(path: str, batch_size: int, queue) -> None:
-    start = _rss()  # what the child inherited from its parent: the interpreter, torch, this script
+    start = _rss()  # inherited from the parent: the interpreter, torch, this script
     keys = {"name": "shards", "path": path, "image_size": 64, "batch_size": batch_size, "num_workers": 0}
     cfg = options.instantiate("data", keys)
     train = cfg.build().train
-    timed_epoch(epochs_of(train, cfg), 0)  # one epoch through the training loader, in this process (no workers)
+    timed_epoch(epochs_of(train, cfg), 0)  # no workers, so all the memory is this process's
     queue.put((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, start))
 
 
 def peak_rss(path: Path, batch_size: int) -> tuple[int, int]:
-    """(peak RSS, RSS at its start), bytes, of a forked child that builds data=shards on `path` and reads one
-    training epoch."""
+    """Return (peak RSS, starting RSS) in bytes of a forked child that builds data=shards and reads one epoch."""
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_epoch_peak_rss, args=(str(path), batch_size, queue))
@@ -154,7 +151,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--samples-per-shard", type=int, default=100)
     args = parser.parse_args()
-    torch.set_num_threads(1)  # the loaders' cost, not intra-op threads, is what is compared
+    torch.set_num_threads(1)  # compare the loaders' cost, not intra-op threads
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_images(root / "images", args.images, args.size)

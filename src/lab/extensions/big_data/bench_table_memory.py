@@ -1,20 +1,18 @@
-"""Memory and speed of data=hf (memory-mapped Arrow tables) as the table grows: the goal is flat memory.
+"""Measure memory and speed of data=hf (memory-mapped Arrow tables) as the table grows; memory should stay flat.
 
-For generated CSVs of 1x, 5x and 10x --base-mb (default 20 MB: 20, 100 and 200 MB), each measured in a forked
-child of its own (so every figure is that work's alone, over the imports the parent already holds):
-  - prepare: what ``scripts/prepare_data.py data=hf`` does (the CSV streamed into Arrow parts): peak memory,
-    seconds, seconds per GB of CSV;
-  - build: ``build()`` (the split, the train statistics pass): peak memory, seconds;
-  - epoch: then one epoch of shuffled training batches through the template's loader (``lab.data.make_loader``:
-    ``__getitems__`` batches): peak memory, samples/s.
-Memory that grows with the rows and not with the bytes (the split's row numbers, 4 bytes a row; the epoch's
-permutation, 8) is printed per row, next to the table's own bytes a row; and the epoch again in torch's
-DistributedSampler (the order data=hf's own sampler reproduces), which lists the permutation as Python ints.
-Peak memory is given two ways: VmHWM, every resident page including the memory-mapped table's (file cache the
-kernel drops under memory pressure, shared by every process mapping it), and the peak of RssAnon sampled every
-2 ms, the process's own memory, the part that must stay flat for a table larger than RAM. Both are over the
-child's start (imports, in the parent). Then, on the 1x table, samples/s of one loader epoch (no model) on
-data=hf against data=csv (the whole table in memory as tensors), and the ratio.
+CSVs of 1x, 5x and 10x --base-mb are generated (20, 100 and 200 MB by default). Each step runs in its own forked
+child, so its figures exclude the imports the parent already holds:
+  - prepare: ``scripts/prepare_data.py data=hf``. Peak memory, seconds, seconds per GB of CSV.
+  - build: ``build()``, i.e. the split and the statistics pass. Peak memory, seconds.
+  - epoch: one epoch of shuffled batches through ``lab.data.make_loader``. Peak memory, samples/s.
+Memory that grows with the rows (row numbers at 4 bytes a row, the permutation at 8) is printed per row, next to
+the table's bytes a row. The epoch is also run with torch's DistributedSampler, which keeps the permutation as
+Python ints, for comparison.
+
+Peak memory is shown two ways, both above the child's start. VmHWM counts every resident page, including the
+mapped table, which is file cache the kernel can drop. RssAnon, sampled every 2 ms, is the process's own memory:
+the part that must stay flat for a table larger than RAM. Finally, on the 1x table, it compares loader samples/s
+(no model) of data=hf against data=csv, which holds the whole table in memory.
 
     python -m lab.extensions.big_data.bench_table_memory                  # 20, 100, 200 MB
     python -m lab.extensions.big_data.bench_table_memory --base-mb 50 --scales 1,4 --batch-size 512
@@ -33,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("TQDM_DISABLE", "1")  # prepare's progress bar: not in the figures' output
+os.environ.setdefault("TQDM_DISABLE", "1")  # keep prepare's progress bar out of the output
 
 import numpy as np
 import pyarrow as pa
@@ -48,11 +46,11 @@ from lab.data.common import OrderedDataset
 from lab.extensions.big_data.options import HfConfig
 
 FEATURES = 8
-CHUNK_ROWS = 20_000  # rows generated at a time: the CSV lands within ~2 MB of its size
+CHUNK_ROWS = 20_000  # rows generated at a time, so the CSV lands within ~2 MB of its size
 
 
 def write_csv(path: Path, megabytes: float, seed: int = 0) -> int:
-    """A CSV of about `megabytes` MB: 8 float features, an integer count, a text column, a value target."""
+    """Write a CSV of about `megabytes` MB: 8 float features, an integer count, a text column, a value target."""
     rng = np.random.default_rng(seed)
     rows, target = 0, megabytes * 1e6
     n = int(min(CHUNK_ROWS, max(1000, target / 110)))  # ~110 bytes a row
@@ -74,7 +72,7 @@ def _schema() -> pa.Schema:
 
 
 def _status(key: str) -> int:
-    """A /proc/self/status figure in bytes."""
+    """Read a /proc/self/status figure, in bytes."""
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith(key + ":"):
@@ -82,11 +80,11 @@ def _status(key: str) -> int:
     return 0
 
 
-_PEAK = [0]  # in a measuring child: the highest RssAnon sampled since the last phase() (or the start)
+_PEAK = [0]  # in a measuring child: the highest RssAnon sampled since the last phase() or the start
 
 
 def phase() -> int:
-    """The RssAnon peak of the phase that ends here; the next phase's peak starts from the current RssAnon."""
+    """Return the RssAnon peak of the phase that ends here, and start the next phase from the current RssAnon."""
     peak = max(_PEAK[0], _status("RssAnon"))
     _PEAK[0] = _status("RssAnon")
     return peak
@@ -95,13 +93,13 @@ def phase() -> int:
 def _child(queue: Any, work: Any, args: tuple) -> None:
     try:
         with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # VmHWM restarts from here: the fork's inherited peak is the parent's, not this work's
+            f.write("5")  # reset VmHWM: the peak inherited by the fork is the parent's, not this work's
     except OSError:
         pass
     start = {"rss": _status("VmRSS"), "anon": _status("RssAnon")}
     _PEAK[0], stop = start["anon"], threading.Event()
 
-    def sample() -> None:  # RssAnon has no kernel-kept peak: sampled
+    def sample() -> None:  # the kernel keeps no RssAnon peak, so sample it
         while not stop.wait(0.002):
             _PEAK[0] = max(_PEAK[0], _status("RssAnon"))
 
@@ -119,7 +117,7 @@ def _child(queue: Any, work: Any, args: tuple) -> None:
 
 
 def in_child(work: Any, *args: Any) -> dict[str, Any]:
-    """`work(*args)` (a dict of figures) in a forked child, with its peak memory and seconds."""
+    """Run `work(*args)` in a forked child; return its dict of figures plus peak memory and seconds."""
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_child, args=(queue, work, args))
@@ -137,9 +135,10 @@ def prepare(csv: Path, out: Path) -> dict[str, Any]:
 
 
 def epoch(cfg: Any, own_order: bool = True) -> dict[str, Any]:
-    """build() and one training epoch of batches (inputs and targets touched, as a model would), in the order
-    training draws them (lab.distributed.Parallel.train_sampler: the dataset's own sampler when it has one, else
-    torch's DistributedSampler, which lists an epoch's permutation as Python ints); own_order=False: torch's."""
+    """Run build() and one training epoch, touching inputs and targets as a model would.
+
+    Batches come in training's order: the dataset's own sampler when it has one, as in
+    lab.distributed.Parallel.train_sampler. With own_order=False, or without one, torch's DistributedSampler."""
     began = time.perf_counter()
     module = cfg.build()
     built, build_anon = time.perf_counter() - began, phase()
@@ -187,7 +186,7 @@ def main() -> None:
             rows[scale] = {"csv": csv, "rows": count, "bytes": size, "arrow_bytes": arrow_bytes}
             rows[scale].update(prepare=prepared, epoch=read, listed=listed)
             if scale != scales[0]:
-                csv.unlink()  # only the 1x CSV is read again (data=csv); the rest would only fill the disk
+                csv.unlink()  # only the 1x CSV is read again, by data=csv
 
         print(f"data=hf peak memory, MiB over the child's start (imports); batch {args.batch_size}")
         print("  RssAnon: the process's own memory; VmHWM: every resident page, the mapped table's included")
@@ -224,12 +223,12 @@ def main() -> None:
 
         # loader speed on the 1x table: memory-mapped Arrow gathers vs data=csv's in-memory tensors
         csv_cfg = CsvConfig(path=str(first["csv"]), target="target", target_type="value")
-        csv_cfg.features = [f"x{j}" for j in range(FEATURES)] + ["count"]  # hf's numeric inputs: the same matrix
+        csv_cfg.features = [f"x{j}" for j in range(FEATURES)] + ["count"]  # the same inputs as hf picks
         hf_cfg = HfConfig(path=str(root / f"arrow-{scales[0]:g}x"), target="target", target_type="value")
         for cfg in (csv_cfg, hf_cfg):
             cfg.batch_size = args.batch_size
         speed = {"csv": [], "hf": []}
-        for _ in range(args.repeats):  # alternated: machine noise hits both
+        for _ in range(args.repeats):  # alternate, so machine noise hits both
             for name, cfg in (("csv", csv_cfg), ("hf", hf_cfg)):
                 speed[name].append(in_child(epoch, cfg))
         best = {name: max(r["samples_per_s"] for r in runs) for name, runs in speed.items()}

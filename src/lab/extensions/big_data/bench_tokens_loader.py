@@ -1,12 +1,12 @@
-"""data=tokens (BPE token windows read from memory-mapped files) against data=text (the char-level corpus held in
-memory as one tensor): the training loader's throughput at the same block and batch size, and what the prepare costs.
+"""Compare the training loader of data=tokens with data=text's, and time the prepare.
 
-One process, one temp folder: a corpus of --corpus-mb MB of real text (Python sources of the standard library, in
-sorted order) is written, prepared once (``tokens.prepare`` here: the BPE trained, the corpus encoded into
-uint16 files) and timed; then the two training loaders (``lab.data.make_loader``, as training builds them: shuffled,
-full batches, the resumable sampler) are drawn from in turns, --seconds each, --repeats times, so machine noise hits
-both. Prints tokens/s (best of the repeats and the median) and the same in characters of text per second (a BPE token
-stands for several characters, a char token for one), the ratios tokens / text, and the prepare's seconds per MB.
+data=tokens reads BPE token windows from memory-mapped files; data=text holds a char-level corpus in memory as one
+tensor. Both use the same block and batch size.
+
+It writes --corpus-mb MB of real text (the standard library's Python sources) to a temp folder and times
+``tokens.prepare`` on it. Then it draws from both training loaders, built as training builds them, in turns of
+--seconds, --repeats times, so machine noise hits both. It prints tokens/s (best and median) and characters/s,
+since a BPE token stands for several characters, plus the ratios and the prepare's seconds per MB.
 
     python -m lab.extensions.big_data.bench_tokens_loader [--corpus-mb 20] [--seconds 2] [--repeats 3] [--workers 0]
                                                           [--block-size 128]
@@ -31,13 +31,12 @@ from lab.extensions.big_data.tokens import MB
 
 
 def write_corpus(path: Path, size: float) -> int:
-    """`size` bytes of the standard library's *.py (its tests included, site-packages left out), concatenated in
-    sorted path order; returns the characters."""
+    """Return about `size` bytes of the standard library's *.py files, tests included, in sorted path order."""
     root = Path(sysconfig.get_paths()["stdlib"])
     written = chars = 0
     with open(path, "w", encoding="utf-8") as out:
         for source in sorted(root.rglob("*.py")):
-            if "site-packages" in source.parts:  # what pip installed: not the standard library
+            if "site-packages" in source.parts:  # installed packages, not the standard library
                 continue
             text = source.read_text(encoding="utf-8", errors="replace")
             out.write(text)
@@ -48,7 +47,7 @@ def write_corpus(path: Path, size: float) -> int:
 
 
 def draw(loader, seconds: float) -> tuple[float, int]:
-    """Batches drawn for about `seconds` (a new epoch when one ends): (seconds, windows)."""
+    """Draw batches for about `seconds`, starting a new epoch as needed; return (seconds, windows)."""
     windows, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for inputs, _ in loader:
@@ -80,7 +79,7 @@ def main() -> None:
         prepare_s = time.perf_counter() - start
         info = manifest["info"]
         chars_per_token = chars / info["tokens"]
-        # the char loader holds its corpus as one int64 tensor: the first 5 M characters are plenty to time it
+        # the char loader holds its corpus as one int64 tensor; 5 M characters are plenty to time it
         text_cfg = TextConfig(path=str(corpus), level="char", max_chars=min(chars, 5_000_000), **common)
         loaders, per_token = {}, {}
         for name, cfg, unit in (("tokens", tokens_cfg, chars_per_token), ("text", text_cfg, 1.0)):
@@ -88,7 +87,7 @@ def main() -> None:
             loaders[name] = make_loader(train, cfg, train=True, generator=torch.Generator(), pin_memory=False)
             per_token[name] = unit
         rates: dict[str, list[float]] = {name: [] for name in loaders}
-        for loader in loaders.values():  # warm-up: the first pages read, the workers started
+        for loader in loaders.values():  # warm up: read the first pages, start the workers
             draw(loader, min(args.seconds, 0.5))
         for _ in range(args.repeats):
             for name, loader in loaders.items():

@@ -1,18 +1,16 @@
 """data=hf: a table larger than memory, read from memory-mapped Arrow files through Hugging Face `datasets`.
 
-data.path is either a folder ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk`` wrote, or one
-``scripts/prepare_data.py data=hf data.source=big.csv data.path=<folder>`` converted a CSV into
-(:func:`prepare`: the CSV streamed block by block into ``data-00000.arrow``, ``data-00001.arrow``... of
-data.rows_per_part rows each, Arrow IPC streams that ``datasets.Dataset.from_file`` maps, and prepared.py's
-manifest). Nothing is loaded whole: the split, the train statistics and the checks read the table in batches of
-rows, and training reads its batches with one gather each (``__getitems__``, through numpy views of the mapped
-columns), so memory follows the batch size and the row count (the split's row numbers, the epoch's permutation:
-:class:`RankPermutation`), not the table's bytes (the mapped pages are the OS's file cache, dropped under memory
-pressure).
+data.path is a folder written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``, or one that
+``scripts/prepare_data.py data=hf data.source=big.csv data.path=<folder>`` made from a CSV. :func:`prepare`
+streams the CSV into Arrow parts of data.rows_per_part rows each, plus prepared.py's manifest.
+
+Nothing is loaded whole. The split, the statistics and the checks read the table in batches of rows, and training
+gathers each batch with one call. So memory follows the batch size and the row count, not the table's size. The
+mapped pages are the OS's file cache, which it drops under memory pressure.
 
 The rows become what data=csv makes of a table (lab.data.tabular): float32 inputs standardised with the train
-split's mean and std, a class label index or a standardised value, and the same ``meta`` keys, so eval, export
-and infer (a CSV of rows: lab.inference.rows) treat a data=hf checkpoint like a data=csv one.
+split's mean and std, and a class index or a standardised value. The ``meta`` keys are the same too, so eval,
+export and infer treat a data=hf checkpoint like a data=csv one.
 """
 
 from __future__ import annotations
@@ -42,19 +40,19 @@ log = logging.getLogger(__name__)
 
 KIND = "hf"
 PART = "data-{:05d}.arrow"
-STATS_ROWS = 65_536  # rows per batch of the statistics and checks pass: a few MB whatever the table's size
-# bytes of CSV parsed at a time. pyarrow's streaming reader reads up to 32 blocks ahead of the consumer (its
-# background reader's queue): 1 MB blocks bound that to ~32 MB of text whatever the file's size (8 MB blocks: 256 MB)
+STATS_ROWS = 65_536  # rows per batch when computing statistics: a few MB whatever the table's size
+# Bytes of CSV parsed at a time. pyarrow's streaming reader reads up to 32 blocks ahead, so 1 MB blocks cap that
+# at ~32 MB of text.
 CSV_BLOCK = 1 << 20
-# rows per record batch written: the parsed blocks' small batches are joined (a bounded copy) so that a part holds a
-# few large batches; a training batch's rows then fall in few of them (MappedColumns gathers per batch)
+# Rows per record batch written. Small parsed batches are joined so a training batch's rows fall in few of them,
+# since MappedColumns gathers per record batch.
 WRITE_ROWS = 131_072
 VAL_SPLITS = ("validation", "val", "valid")
-SAVED_MARKERS = ("dataset_dict.json", "state.json")  # what save_to_disk writes (a DatasetDict, a Dataset)
+SAVED_MARKERS = ("dataset_dict.json", "state.json")  # written by save_to_disk for a DatasetDict / a Dataset
 
 
 def read_manifest(cfg: Any) -> dict[str, Any]:
-    """The manifest of the prepared data.path (refused in one line when missing, partial, stale or damaged)."""
+    """Read the manifest of the prepared data.path; a missing, partial, stale or damaged one is refused."""
     return prepared.read_manifest(cfg.path, KIND, _command(cfg), source=cfg.source)
 
 
@@ -64,11 +62,13 @@ def _command(cfg: Any) -> str:
 
 # --------------------------------------------------------------------------------------------------- reading
 def load_tables(cfg: Any) -> dict[str, datasets.Dataset]:
-    """The tables at data.path by split name: train, and val / test where the folder has them (else carved out
-    of train by build). Memory-mapped: nothing is read yet."""
+    """Map the tables at data.path by split name, without reading them.
+
+    There is always a train table. val and test are there when the folder has them; otherwise build carves them
+    out of train."""
     folder = Path(cfg.path).expanduser()
     if not folder.exists() or (folder / prepared.MANIFEST).exists() or (folder / prepared.PROGRESS).exists():
-        # prepared data (or nothing there): read_manifest refuses a missing, partial, stale or damaged folder
+        # prepared data, or nothing: read_manifest refuses a bad folder
         manifest = read_manifest(cfg)
         parts = [datasets.Dataset.from_file(str(folder / part["name"])) for part in manifest["parts"]]
         return {"train": parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)}
@@ -103,8 +103,9 @@ def _listing(schema: pa.Schema) -> str:
 
 
 def columns(cfg: Any, tables: dict[str, datasets.Dataset]) -> list[str]:
-    """data.inputs checked against the table's schema (every split's), or every numeric column but the target;
-    a ConfigError names the column at fault and the columns there are."""
+    """Return the input columns: data.inputs checked against every split, or every numeric column but the target.
+
+    A ConfigError names the column at fault and lists the columns there are."""
     schema = tables["train"].data.schema
     where = f"data.path={cfg.path}"
     if cfg.target is None:
@@ -124,7 +125,7 @@ def columns(cfg: Any, tables: dict[str, datasets.Dataset]) -> list[str]:
             "task=regression predicts a numeric target; use task=classification for labels"
         )
     if cfg.inputs is None:
-        # a ClassLabel column is a category stored as its index, not a quantity: listed in data.inputs only
+        # a ClassLabel column is a category, not a quantity, so it is used only when data.inputs lists it
         features = tables["train"].features
         categories = {name for name, kind in features.items() if isinstance(kind, datasets.ClassLabel)}
         inputs = [f.name for f in schema if f.name != cfg.target and _numeric(f.type) and f.name not in categories]
@@ -148,13 +149,15 @@ def columns(cfg: Any, tables: dict[str, datasets.Dataset]) -> list[str]:
 
 
 def classes(cfg: Any, tables: dict[str, datasets.Dataset]) -> tuple[pa.Array, list[str]]:
-    """(the target's distinct values, in label order, as an Arrow array; their names): a ClassLabel column's own
-    names, else every split's distinct values sorted like data=csv's labels (numbers numerically)."""
+    """Return the target's classes as (an Arrow array of values in label order, their names).
+
+    A ClassLabel column gives its own names. Otherwise the distinct values of every split are sorted like
+    data=csv's labels, numbers numerically."""
     feature = tables["train"].features[cfg.target]
     kind = tables["train"].data.schema.field(cfg.target).type
     seen: set[Any] = set()
     for split, table in tables.items():
-        column = table.data.column(cfg.target)  # a memory-mapped ChunkedArray: unique() hashes it chunk by chunk
+        column = table.data.column(cfg.target)  # memory-mapped; unique() reads it chunk by chunk
         if column.null_count:
             raise ConfigError(
                 f"data.target={cfg.target!r} has {column.null_count} empty value(s) in the {split} split of "
@@ -163,7 +166,7 @@ def classes(cfg: Any, tables: dict[str, datasets.Dataset]) -> tuple[pa.Array, li
         seen.update(pc.unique(column).to_pylist())
     if isinstance(feature, datasets.ClassLabel):
         unnamed = sorted(v for v in seen if not 0 <= v < feature.num_classes)
-        if unnamed:  # ClassLabel's -1 = no label
+        if unnamed:  # ClassLabel uses -1 for "no label"
             raise ConfigError(
                 f"data.target={cfg.target!r} in data.path={cfg.path} holds {unnamed[0]}, not a label of its "
                 f"{feature.num_classes} classes; drop those rows"
@@ -183,15 +186,14 @@ def classes(cfg: Any, tables: dict[str, datasets.Dataset]) -> tuple[pa.Array, li
 
 
 def _name(value: Any) -> str:
-    """A label's name as data=csv writes it from the file's text: 3, not 3.0 (prepare reads integers as floats)."""
+    """Name a label as data=csv would: 3, not 3.0, since prepare reads integers as floats."""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
 
 
 class Moments:
-    """Mean and (population) variance per column, merged batch by batch (Chan et al.): numerically as good as one
-    pass over the whole matrix, with a batch in memory at a time."""
+    """Per-column mean and population variance, merged batch by batch (Chan et al.) as accurately as one pass."""
 
     def __init__(self, width: int) -> None:
         self.n, self.mean, self.m2 = 0, np.zeros(width), np.zeros(width)
@@ -213,7 +215,7 @@ class Moments:
 
 
 def matrix(batch: pa.Table, names: Sequence[str]) -> np.ndarray:
-    """The columns `names` of an Arrow batch as a float64 (rows, columns) matrix, an empty cell as NaN."""
+    """Return the columns `names` of an Arrow batch as a float64 (rows, columns) matrix, empty cells as NaN."""
     out = np.empty((batch.num_rows, len(names)))
     for j, name in enumerate(names):
         out[:, j] = pc.cast(batch.column(name), pa.float64()).to_numpy()
@@ -223,8 +225,10 @@ def matrix(batch: pa.Table, names: Sequence[str]) -> np.ndarray:
 def scan(
     cfg: Any, table: datasets.Dataset, split: str, inputs: list[str], train: np.ndarray | bool, value: bool
 ) -> tuple[Moments, Moments]:
-    """One pass over `table` in batches of STATS_ROWS rows: every value checked (a number, finite), and the
-    moments of the inputs (and of a value target) over the rows `train` marks (a bool per row, or all / none)."""
+    """Check every value of `table` is a finite number and return the moments of the inputs and a value target.
+
+    Reads STATS_ROWS rows at a time. The moments cover the rows `train` marks: a bool per row, or True / False
+    for all / none."""
     names = [*inputs, cfg.target] if value else list(inputs)
     stats, target_stats = Moments(len(inputs)), Moments(1)
     view = table.with_format("arrow", columns=names)
@@ -247,9 +251,10 @@ def scan(
 
 
 class MappedColumns:
-    """Columns of a memory-mapped Arrow table gathered by row number. A numeric column without empty cells is read
-    through numpy views of its record batches' buffers (zero-copy: a gather touches only the rows asked for, about
-    ten times faster than Arrow's take on a prepared table); any other column (text labels) with Arrow's take."""
+    """Gather columns of a memory-mapped Arrow table by row number.
+
+    Numeric columns without empty cells are read through zero-copy numpy views, so a gather touches only the rows
+    asked for. That is about ten times faster than Arrow's take, which the other columns (text labels) use."""
 
     def __init__(self, table: pa.Table, names: Sequence[str]) -> None:
         self.table = table.select(list(names))
@@ -278,11 +283,11 @@ class MappedColumns:
 
 
 class RankPermutation(Sampler[int]):
-    """One rank's training order, DistributedSampler's exactly (shuffle=True, drop_last=False: the permutation of
-    (seed + epoch), padded with its first indices to a multiple of the ranks, rank r taking every r-th), so data=hf
-    trains on data=csv's order; but kept as the int64 tensor torch draws and handed out a slice at a time, where
-    DistributedSampler lists it as Python ints for the whole epoch (~36 bytes a row, not 8: at 100 million rows,
-    3.6 GB against 0.8)."""
+    """One rank's training order, exactly DistributedSampler's (shuffle=True, drop_last=False).
+
+    So data=hf trains in data=csv's order. DistributedSampler keeps the epoch's order as Python ints, ~36 bytes a
+    row. This keeps torch's int64 tensor (8 bytes a row) and hands it out a slice at a time: at 100 million rows
+    that is 0.8 GB instead of 3.6 GB."""
 
     SLICE = 65_536
 
@@ -300,15 +305,17 @@ class RankPermutation(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
-        if self.total > self.n:  # DistributedSampler's padding: the order repeated from its start
+        if self.total > self.n:  # pad like DistributedSampler: repeat the order from its start
             order = torch.cat([order, order.repeat(math.ceil((self.total - self.n) / self.n))[: self.total - self.n]])
         for piece in order[self.rank : self.total : self.world_size].split(self.SLICE):
             yield from piece.tolist()
 
 
 class ArrowRows(OrderedDataset):
-    """One split of a memory-mapped table: ``rows`` picks its rows (None = all, in order). Items are (float32
-    inputs (F,), target); ``__getitems__`` gathers a whole batch at once and standardises it in one operation."""
+    """One split of a memory-mapped table, with items (float32 inputs (F,), target).
+
+    ``rows`` picks the split's rows; None means all, in order. ``__getitems__`` gathers and standardises a whole
+    batch at once."""
 
     def __init__(
         self,
@@ -325,22 +332,21 @@ class ArrowRows(OrderedDataset):
         self.table, self.rows, self.inputs, self.target = table, rows, inputs, target
         self.mean, self.std, self.labels = mean, std, labels
         self.target_mean, self.target_std = target_mean, target_std
-        # numeric labels (ClassLabel indices, integer classes) map to their index by a binary search: the label
-        # values are in ascending order (lab.data.tabular's natural order of numbers)
+        # numeric labels are sorted ascending, so a binary search maps them to their index
         numeric = labels is not None and (pa.types.is_integer(labels.type) or pa.types.is_floating(labels.type))
         self.sorted_labels = labels.to_numpy() if numeric and labels is not None else None
-        self._columns: MappedColumns | None = None  # made in each process that reads (DataLoader workers too)
+        self._columns: MappedColumns | None = None  # made in each reading process, DataLoader workers too
 
     def __getstate__(self) -> dict[str, Any]:
-        # a worker started by spawn gets the table as its file names (datasets pickles a mapped table so) and maps
-        # it itself: numpy views of the mapped buffers would be pickled as copies of the whole table
+        # numpy views of the mapped buffers would pickle as copies of the whole table; a spawned worker gets
+        # the file names instead and maps them itself
         return {**self.__dict__, "_columns": None}
 
     def __len__(self) -> int:
         return len(self.table) if self.rows is None else len(self.rows)
 
     def train_sampler(self, rank: int, world_size: int, seed: int) -> RankPermutation:
-        """The training order (lab.distributed.Parallel.train_sampler asks an OrderedDataset for it)."""
+        """Return the training order; lab.distributed.Parallel.train_sampler asks for it."""
         return RankPermutation(len(self), rank, world_size, seed)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -351,7 +357,7 @@ class ArrowRows(OrderedDataset):
         return list(zip(x.unbind(0), y.unbind(0)))
 
     def batch(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Items `indices` as one (inputs (B, F), targets (B,)) batch."""
+        """Return items `indices` as one batch: (inputs (B, F), targets (B,))."""
         rows = np.asarray(indices, dtype=np.int64)
         if self.rows is not None:
             rows = self.rows[rows]
@@ -374,7 +380,7 @@ class ArrowRows(OrderedDataset):
 
 
 def build(cfg: Any) -> DataModule:
-    """The splits of data.path as ArrowRows and their meta (data=csv's keys)."""
+    """Build the splits of data.path as ArrowRows, with data=csv's meta keys."""
     tables = load_tables(cfg)
     inputs = columns(cfg, tables)
     value = cfg.target_type == "value"
@@ -382,11 +388,11 @@ def build(cfg: Any) -> DataModule:
     train = tables["train"]
     n = len(train)
 
-    # the split: the folder's own, else data=csv's (train_val_test over the same labels gives the same rows)
+    # use the folder's split, else data=csv's: train_val_test over the same labels gives the same rows
     rows: dict[str, np.ndarray | None] = {"train": None, "val": None, "test": None}
     if "val" not in tables:
         strata = (
-            torch.zeros(n, dtype=torch.uint8)  # one stratum (a byte a row: the split only compares the labels)
+            torch.zeros(n, dtype=torch.uint8)  # one stratum, a byte a row
             if value
             else torch.from_numpy(
                 pc.index_in(train.data.column(cfg.target), value_set=labels).to_numpy().astype(np.int64)
@@ -400,9 +406,9 @@ def build(cfg: Any) -> DataModule:
             rows["train"], rows["val"] = train_idx.numpy(), val_idx.numpy()
             rows["test"] = None if test_idx is None else test_idx.numpy()
         del strata
-        if n < 2**31:  # the split's row numbers are kept for the run: 4 bytes a row, not 8
+        if n < 2**31:  # the row numbers are kept for the whole run: 4 bytes a row, not 8
             rows = {split: None if index is None else index.astype(np.int32) for split, index in rows.items()}
-    mask: np.ndarray | bool = True  # the rows of the train split (a bool a row when it is carved out of the table)
+    mask: np.ndarray | bool = True  # the train split's rows; a bool a row when it is carved out of the table
     if rows["train"] is not None:
         mask = np.zeros(n, dtype=bool)
         mask[rows["train"]] = True
@@ -425,7 +431,7 @@ def build(cfg: Any) -> DataModule:
         meta.update(num_outputs=1, target_mean=t_mean, target_std=t_std)
     else:
         t_mean, t_std = 0.0, 1.0
-        assert class_names is not None  # a class target (not value) has them
+        assert class_names is not None
         meta.update(num_outputs=len(class_names), num_classes=len(class_names), class_names=list(class_names))
 
     def part(split: str) -> ArrowRows | None:
@@ -441,13 +447,12 @@ def build(cfg: Any) -> DataModule:
 
 # --------------------------------------------------------------------------------------------------- preparing
 class _Batches:
-    """The CSV's record batches as they are parsed, handed out `n` rows at a time (a batch that straddles two
-    parts is sliced), with the bytes read so far on a progress bar."""
+    """Hand out the CSV's record batches `n` rows at a time as they are parsed, slicing those that straddle parts."""
 
     def __init__(self, reader: pcsv.CSVStreamingReader, stream: pa.NativeFile, source: Path, bar: Any) -> None:
         self.reader, self.stream, self.source, self.bar = reader, stream, source, bar
         self.pending: pa.RecordBatch | None = None
-        self.parsed = 0  # rows parsed so far, for messages
+        self.parsed = 0  # rows parsed so far, for error messages
 
     def _next(self) -> pa.RecordBatch | None:
         try:
@@ -482,9 +487,10 @@ class _Batches:
 
 
 def open_csv(source: Path) -> tuple[pcsv.CSVStreamingReader, pa.NativeFile]:
-    """A streaming reader of `source` and the stream under it. Column types are pyarrow's guess from the first
-    block (CSV_BLOCK bytes), integers widened to float64: a later block holding 1.5 in a column whose first rows
-    were 1, 2, 3 then still fits (labels and counts lose nothing below 2**53)."""
+    """Open a streaming reader of `source`; return it and the stream under it.
+
+    pyarrow guesses column types from the first block. Integers are widened to float64, so a later 1.5 in a column
+    that started 1, 2, 3 still fits. Integers lose nothing below 2**53."""
     read = pcsv.ReadOptions(block_size=CSV_BLOCK)
     try:
         probe = pcsv.open_csv(str(source), read_options=read)
@@ -508,8 +514,7 @@ def open_csv(source: Path) -> tuple[pcsv.CSVStreamingReader, pa.NativeFile]:
 
 
 def write_part(path: Path, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> dict[str, Any]:
-    """One part: an Arrow IPC stream (what datasets' own files are, so ``Dataset.from_file`` maps it) of record
-    batches of WRITE_ROWS rows (the last one shorter)."""
+    """Write one part as an Arrow IPC stream of WRITE_ROWS-row batches, which ``Dataset.from_file`` can map."""
     rows, held = 0, 0
     pending: list[pa.RecordBatch] = []
 
@@ -532,7 +537,7 @@ def write_part(path: Path, schema: pa.Schema, batches: Iterator[pa.RecordBatch])
 
 
 def prepare(cfg: Any) -> None:
-    """data.source (a CSV of any size) -> Arrow parts in data.path, in memory bounded by the parse block."""
+    """Convert data.source, a CSV of any size, into Arrow parts in data.path, in bounded memory."""
     from tqdm import tqdm
 
     if cfg.source is None:
@@ -547,7 +552,7 @@ def prepare(cfg: Any) -> None:
     if preparer.up_to_date:
         log.info("data.path=%s is already prepared from %s; nothing to do", cfg.path, cfg.source)
         return
-    reader, stream = open_csv(source)  # refusals (unreadable header, repeated names) come before the first write
+    reader, stream = open_csv(source)  # refuse a bad header before writing anything
     schema = reader.schema
     with stream, tqdm(total=source.stat().st_size, unit="B", unit_scale=True, desc=f"prepare {source.name}") as bar:
         batches = _Batches(reader, stream, source, bar)
@@ -556,7 +561,7 @@ def prepare(cfg: Any) -> None:
         total, index = 0, 0
         while batches.more():
             name = PART.format(index)
-            if preparer.done(name):  # written by an interrupted run of this prepare: its rows are skipped
+            if preparer.done(name):  # an interrupted run already wrote it: skip its rows
                 total += sum(batch.num_rows for batch in batches.take(cfg.rows_per_part))
             else:
                 part = batches.take(cfg.rows_per_part)

@@ -1,6 +1,7 @@
-"""The options this extension adds to the `data` group: datasets read from files prepared once
-(``scripts/prepare_data.py``), without holding the data in memory. Imported at every start (lab.config.register):
-no torch here, each ``build``/``prepare`` imports its module of this package."""
+"""Options this extension adds to the `data` group: datasets prepared once by ``scripts/prepare_data.py``.
+
+Training reads them without holding the data in memory. This module is imported at every start, so it avoids
+torch; each ``build`` or ``prepare`` imports its own module of this package."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ if TYPE_CHECKING:
 
 
 class PreparedFiles:
-    """What a data option read from prepared files has (put it first among the bases): ``scripts/prepare_data.py``
-    writes them once into data.path (prepared.py here), and the module ``<reader>`` of this package has ``build(cfg)``,
-    ``prepare(cfg)`` and ``read_manifest(cfg)`` (the folder's manifest, refused in one line when it is missing,
-    partial, stale or damaged)."""
+    """Mixin for a data option read from files that ``scripts/prepare_data.py`` wrote once into data.path.
+
+    Put it first among the bases. The package module named by `reader` must define ``build(cfg)``,
+    ``prepare(cfg)`` and ``read_manifest(cfg)``."""
 
     reader: ClassVar[str]
 
@@ -43,24 +44,24 @@ class PreparedFiles:
 
 @dataclass
 class ShardsConfig(PreparedFiles, ImageFolderConfig):
-    """Images (or tensors) in WebDataset tar shards, read by index without holding the set in memory
-    (shards.py): for data larger than RAM. Written once from an image folder (the layout and splits of
-    data=image_folder) by `python scripts/prepare_data.py data=shards data.source=/images data.path=/data/shards`,
-    then `python scripts/train.py data=shards data.path=/data/shards`. The image keys are image_folder's."""
+    """Images or tensors in WebDataset tar shards, read by index, for data larger than RAM (shards.py).
+
+    Prepare once from an image folder laid out like data=image_folder's, then train:
+    `python scripts/prepare_data.py data=shards data.source=/images data.path=/data/shards`,
+    `python scripts/train.py data=shards data.path=/data/shards`. The image keys are image_folder's."""
 
     reader: ClassVar[str] = "shards"  # shards.py
     requires = ("webdataset", "wids")
 
-    # the prepared folder (<split>-NNNNNN.tar shards, <split>.json indexes, manifest.json), or its URL on a server
-    # (https://, s3://, gs://: each shard fetched once into cache_dir, by curl / the aws / gsutil CLIs)
+    # the prepared folder, or its https://, s3:// or gs:// URL; shards from a URL are fetched once into cache_dir
     path: str = MISSING
-    source: str | None = None  # the image folder prepare reads; set at training too, a changed source is refused
-    samples_per_shard: int = 1000  # prepare: samples per tar shard
-    # training order: shards shuffled, then the samples of each group of shuffle_shards shards shuffled together;
-    # larger mixes more, smaller keeps fewer shards in use at once (page cache, open files)
+    source: str | None = None  # the image folder to prepare from; if set at training, a changed source is refused
+    samples_per_shard: int = 1000  # samples per tar shard, at prepare
+    # the training order shuffles the samples of shuffle_shards shards together: larger mixes more, smaller keeps
+    # fewer shards in use (page cache, open files)
     shuffle_shards: int = 4
     open_shards: int = 8  # shards each process keeps open (memory-mapped)
-    cache_dir: str = "${oc.select:paths.data,data}/shard_cache"  # where shards from a URL are kept (node-local disk)
+    cache_dir: str = "${oc.select:paths.data,data}/shard_cache"  # node-local disk for shards from a URL
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -75,23 +76,24 @@ class ShardsConfig(PreparedFiles, ImageFolderConfig):
 
 @dataclass
 class HfConfig(PreparedFiles, DataConfig):
-    """A table too large for memory, read memory-mapped (Hugging Face `datasets`' Arrow files) batch by batch:
-    data.path is a folder `Dataset.save_to_disk` wrote (a Dataset, or a DatasetDict with train and optional
-    validation|val / test splits) or one `scripts/prepare_data.py data=hf data.source=big.csv data.path=<folder>`
-    converted a CSV into, once, in bounded memory. Rows like data=csv's: the numeric input columns standardised with
-    the train split's statistics (computed in batches), the target a class label or a value (task.target_type)."""
+    """A table too large for memory, read batch by batch from memory-mapped Arrow files (hf.py).
+
+    data.path is a folder written by `Dataset.save_to_disk` (a Dataset, or a DatasetDict with train and optional
+    validation|val and test splits), or one that `scripts/prepare_data.py data=hf data.source=big.csv
+    data.path=<folder>` made from a CSV. Rows become what data=csv makes: standardised numeric inputs, and a class
+    label or a value as target (task.target_type)."""
 
     reader: ClassVar[str] = "hf"  # hf.py
     requires = ("datasets", "pyarrow")
 
     path: str = MISSING  # the save_to_disk folder or the prepared folder
-    target: str | None = None  # the target column (needed to train; prepare converts every column)
-    # the feature columns; null = every numeric column but the target (and but datasets' ClassLabel categories)
+    target: str | None = None  # the target column; needed to train, not to prepare
+    # the feature columns; null = every numeric column but the target and ClassLabel categories
     inputs: list[str] | None = None
-    target_type: str = "${task.target_type}"  # class (labels) | value (regression); follows the task
-    # the CSV that prepare converts into data.path; when set, training refuses a folder prepared before it changed
+    target_type: str = "${task.target_type}"  # class | value; follows the task
+    # the CSV to prepare from; if set at training, a folder prepared before it changed is refused
     source: str | None = None
-    rows_per_part: int = 1_000_000  # prepare: rows per Arrow file (each written whole, so a rerun resumes there)
+    rows_per_part: int = 1_000_000  # rows per Arrow file; an interrupted prepare resumes at a file boundary
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -107,26 +109,25 @@ class HfConfig(PreparedFiles, DataConfig):
 
 @dataclass
 class TokensConfig(PreparedFiles, DataConfig):
-    """A text corpus of any size for language modelling on byte-level BPE tokens, prepared once:
-    python scripts/prepare_data.py data=tokens data.source=<text file or folder> data.path=<folder> trains the
-    tokenizer and writes the corpus as token files (tokens.py); training reads windows of block_size tokens from
-    them memory-mapped, never the whole corpus into memory. The same data.source and settings at training, or the
-    folder is refused; a source changed since the prepare makes it stale. train/val/test: contiguous parts of the
-    token stream (cut at training, no prepare needed to change them)."""
+    """A text corpus of any size for language modelling on byte-level BPE tokens (tokens.py).
+
+    `python scripts/prepare_data.py data=tokens data.source=<text file or folder> data.path=<folder>` trains the
+    tokenizer and writes the corpus as token files once. Training reads memory-mapped windows of block_size tokens.
+    Training needs the same data.source and settings, and refuses a folder whose source changed since."""
 
     reader: ClassVar[str] = "tokens"  # tokens.py
     requires = ("tokenizers",)
 
-    path: str = MISSING  # the prepared folder: written by scripts/prepare_data.py, read by training
-    # a text file, or a folder of *.txt files (each a document, in sorted path order); null = Python's own
-    # standard-library sources (always there offline)
+    path: str = MISSING  # the prepared folder
+    # a text file, or a folder of *.txt files, one document each; null = Python's standard-library sources,
+    # which are always there offline
     source: str | None = None
-    vocab_size: int = 4096  # of the BPE, its 256 byte symbols included; ids are uint16 up to 65,536, else uint32
-    tokenizer_mb: float | None = None  # MB of source text (the first) the tokenizer is trained on; null = all of it
-    shard_mb: float = 256.0  # MB of source text per token file (a part: what an interrupted prepare writes again)
-    block_size: int = 128  # tokens per training window (the model's context)
+    vocab_size: int = 4096  # including the 256 byte symbols; ids are uint16 up to 65,536, else uint32
+    tokenizer_mb: float | None = None  # train the tokenizer on the first this many MB of text; null = all of it
+    shard_mb: float = 256.0  # MB of text per token file; an interrupted prepare rewrites at most one
+    block_size: int = 128  # tokens per training window: the model's context
     batch_size: int = 32
-    val_fraction: float = 0.05  # train/val/test are contiguous parts of the token stream
+    val_fraction: float = 0.05  # contiguous parts of the token stream, cut at training
     test_fraction: float = 0.05
 
     def __post_init__(self) -> None:

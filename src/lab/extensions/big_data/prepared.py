@@ -1,18 +1,19 @@
-"""Prepared data: a folder that ``scripts/prepare_data.py`` wrote once (tar shards, token files, Arrow tables) for
-training to read without holding it in memory, and the manifest that says it is whole and current.
+"""Prepared data: a folder that ``scripts/prepare_data.py`` writes once, and its manifest.
 
-Writing (:class:`Preparer`): every part file is written under a temp name and renamed once complete, then recorded
-in ``parts.jsonl`` with its size and sha256; a rerun of the same prepare (same kind, same settings, same source)
-keeps the recorded parts and writes only the rest, so an interrupted prepare resumes. ``manifest.json`` is written
-last, atomically: the parts, their checksums, the source's fingerprint and ``info`` (what training needs: sample
-counts, class names, a tokenizer). A folder without it is partial.
+The folder holds tar shards, token files or Arrow tables, which training reads without holding them in memory. The
+manifest says the folder is whole and current.
 
-Reading (:func:`read_manifest`): training refuses, in one line naming the fix, a folder that is missing, partial
-(no manifest), of another kind or format version, prepared from a source that has changed since (when the config
-names the source), or whose parts are missing or of another size than the manifest says. Sizes are checked at every
-start (a stat per part); the sha256 of every part with ``scripts/prepare_data.py ... --verify``.
+:class:`Preparer` writes each part under a temp name, renames it when complete, and records its size and sha256 in
+``parts.jsonl``. Rerunning the same prepare (same kind, settings and source) keeps the recorded parts, so an
+interrupted prepare resumes. ``manifest.json`` is written last, atomically. It lists the parts, their checksums,
+the source's fingerprint and ``info``, what training needs (sample counts, class names, a tokenizer). A folder
+without it is partial.
 
-Nothing here deletes or overwrites what it did not write: a folder holding other files, or another prepare's
+:func:`read_manifest` refuses, in one line that names the fix, a folder that is missing or partial, of another
+kind or format version, prepared from a source that changed since, or whose parts are missing or the wrong size.
+Sizes are checked at every start; checksums only with ``scripts/prepare_data.py ... --verify``.
+
+Nothing here deletes or overwrites what it did not write. A folder holding other files, or another prepare's
 parts, is refused before the first write.
 """
 
@@ -46,8 +47,7 @@ def sha256(path: Path) -> str:
 
 
 def fingerprint(source: str | Path) -> str:
-    """What changes when the source does: each file's relative path, size and modification time (a stat per file,
-    no read), hashed. A file's or a folder's."""
+    """Hash each source file's relative path, size and mtime (a stat, no read), so it changes with the source."""
     root = Path(source).expanduser()
     digest = hashlib.sha256()
     paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
@@ -60,8 +60,7 @@ def fingerprint(source: str | Path) -> str:
 
 
 def source_label(source: str | Path) -> str:
-    """How a manifest names its source: an existing path made absolute (the same source whatever the directory a
-    command runs in), anything else (a label, a URL) as given."""
+    """Name a source for the manifest: an existing path made absolute so it matches from any directory, else as is."""
     path = Path(source).expanduser()
     return str(path.resolve()) if path.exists() else str(source)
 
@@ -71,8 +70,10 @@ def _how(command: str) -> str:
 
 
 class Preparer:
-    """Writes one prepared folder: ``add`` each part (skipped when a previous, interrupted run of the same prepare
-    finished it), then ``finish``. `command` is the line that runs this prepare, for messages."""
+    """Write one prepared folder: ``add`` each part, then ``finish``.
+
+    ``add`` skips a part that an interrupted run of the same prepare finished. `command` is the command line of
+    this prepare, for messages."""
 
     def __init__(
         self, out: str | Path, kind: str, params: dict[str, Any], source: str | Path | None, command: str
@@ -114,7 +115,7 @@ class Preparer:
             for line in lines[1:]:
                 try:
                     part = json.loads(line)
-                except json.JSONDecodeError:  # the line a kill cut short: that part is written again
+                except json.JSONDecodeError:  # a line cut short by a kill: write that part again
                     continue
                 if (self.out / part["name"]).is_file() and (self.out / part["name"]).stat().st_size == part["bytes"]:
                     self.parts[part["name"]] = part
@@ -128,8 +129,9 @@ class Preparer:
         return name in self.parts
 
     def add(self, name: str, write: Callable[[Path], dict[str, Any] | None]) -> dict[str, Any]:
-        """Write the part `name` with ``write(temp_path)`` (which may return facts to keep with it, e.g. its sample
-        count), unless an earlier run of this prepare wrote it; returns its record."""
+        """Write the part `name` with ``write(temp_path)`` unless an earlier run did; return its record.
+
+        `write` may return facts to keep in the record, such as a sample count."""
         if name in self.parts:
             return self.parts[name]
         progress = self.out / PROGRESS
@@ -149,7 +151,7 @@ class Preparer:
         return record
 
     def finish(self, info: dict[str, Any]) -> dict[str, Any]:
-        """Write the manifest (the folder is complete from here on) and drop the progress file."""
+        """Write the manifest, which marks the folder complete, and drop the progress file."""
         manifest = {**self.header, "parts": list(self.parts.values()), "info": info}
         files.write_json(self.out / MANIFEST, manifest)
         (self.out / PROGRESS).unlink(missing_ok=True)
@@ -159,10 +161,11 @@ class Preparer:
 def read_manifest(
     path: str | Path, kind: str, command: str, source: str | Path | None = None, fetched_from: str | None = None
 ) -> dict[str, Any]:
-    """The manifest of the prepared folder `path`, refused in one line (naming `command`, which prepares it) when
-    the folder is missing, partial, of another kind, stale against `source` or damaged. `fetched_from`: the URL the
-    manifest in `path` was downloaded from (data on a server: messages name it, and its parts are checked by
-    :func:`check_part` as they arrive)."""
+    """Read the manifest of the prepared folder `path`, raising ConfigError when the folder is unusable.
+
+    It is refused when missing, partial, of another kind, stale against `source` or damaged; the message names
+    `command`, which prepares it. For data on a server, `fetched_from` is the URL the manifest came from. Messages
+    name it, and the parts are checked by :func:`check_part` as they arrive instead of here."""
     folder = Path(path).expanduser()
     shown = fetched_from or path
     manifest_path = folder / MANIFEST
@@ -204,7 +207,7 @@ def read_manifest(
 
 
 def check_part(file: Path, part: dict[str, Any], shown: str | Path) -> None:
-    """A part is there with the size the manifest records (a stat: cheap at every start, unlike a checksum)."""
+    """Check a part exists with the size the manifest records; a stat is cheap enough for every start."""
     size = file.stat().st_size if file.is_file() else None
     if size != part["bytes"]:
         found = "is missing" if size is None else f"has {size} bytes, the manifest says {part['bytes']}"
@@ -214,8 +217,7 @@ def check_part(file: Path, part: dict[str, Any], shown: str | Path) -> None:
 
 
 def verify(path: str | Path, manifest: dict[str, Any]) -> None:
-    """Check every part's sha256 against the manifest (with a progress bar); a UserError names the first that
-    differs."""
+    """Check every part's sha256 against the manifest; a UserError names the first that differs."""
     from tqdm import tqdm
 
     folder = Path(path).expanduser()

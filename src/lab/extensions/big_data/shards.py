@@ -1,20 +1,21 @@
-"""``data=shards``: samples in WebDataset's tar shards, read by index, so a data set larger than memory trains like
-one in memory: the same samplers, workers, DDP split and bitwise mid-epoch resume (lab.data.loaders).
+"""``data=shards``: samples in WebDataset tar shards, read by index.
 
-A shard is a plain tar of ``<key>.<ext>`` members, one sample per key (``000042.png`` + ``000042.cls``; tensors as
-``.npy``): any tar tool reads it, webdataset's and wids' readers too. ``scripts/prepare_data.py data=shards`` writes
-an image folder's splits (the same as data=image_folder's) into ``<split>-NNNNNN.tar`` shards of
-``data.samples_per_shard`` samples, keeping each image's file bytes as they are, plus one index per split,
-``<split>.json`` (wids' shard list: each shard's name and sample count) and the manifest (prepared.py).
-:func:`write_shards` writes any other samples (tensors) the same way.
+Reading by index lets a data set larger than memory train like one in memory: the same samplers, workers, DDP
+split and bitwise mid-epoch resume (lab.data.loaders).
 
-Reading: wids' ``IndexedTarSamples`` memory-maps a shard and indexes its members by a scan of the tar headers, so
-sample i is a bisect into the shard list and a slice of a mapped file; each process keeps the last
-``data.open_shards`` shards open. Training order (:class:`ShardShuffle`) keeps locality: each epoch the shards are
-shuffled, cut into groups of ``data.shuffle_shards``, the samples of a group shuffled together; rank r reads the r-th
-contiguous part of that order, so a rank touches few shards at a time. An epoch sees every sample once across ranks
-and workers, except the ``len % world_size`` (< world_size) samples at the end of the order, and each rank's last
-partial batch (training drops it, as for every dataset); which samples those are changes every epoch.
+A shard is a plain tar with one sample per key, e.g. ``000042.png`` + ``000042.cls`` (tensors are ``.npy``). Any
+tar tool can read it. ``scripts/prepare_data.py data=shards`` writes an image folder's splits into
+``<split>-NNNNNN.tar`` shards of ``data.samples_per_shard`` samples, keeping each image's file bytes as they are.
+Each split also gets an index, ``<split>.json`` (wids' shard list), and prepared.py writes the manifest.
+:func:`write_shards` writes tensor samples the same way.
+
+wids' ``IndexedTarSamples`` memory-maps a shard and indexes its tar headers, so sample i is a bisect into the shard
+list plus a slice of a mapped file. Each process keeps the last ``data.open_shards`` shards open.
+
+The training order (:class:`ShardShuffle`) keeps locality. Each epoch the shards are shuffled and cut into groups
+of ``data.shuffle_shards``, and each group's samples are shuffled together. Rank r reads the r-th contiguous part
+of that order, so it touches few shards at a time. An epoch sees every sample once, except up to world_size - 1
+samples at the end of the order and each rank's dropped last partial batch; these change every epoch.
 """
 
 from __future__ import annotations
@@ -59,10 +60,10 @@ def command(cfg: ShardsConfig) -> str:
 # --------------------------------------------------------------------------- writing
 def _write_shard(samples: list[dict[str, Any]]) -> Callable[[Path], dict[str, Any]]:
     def write(tmp: Path) -> dict[str, Any]:
-        import webdataset  # the format's own writer: member names, headers and padding as every reader expects
+        import webdataset  # the format's own writer, so every reader accepts the result
 
         with open(tmp, "wb") as stream:
-            # a fixed member time: the same samples make the same bytes (and checksum), whenever they are prepared
+            # a fixed member time, so the same samples always make the same bytes and checksum
             writer = webdataset.TarWriter(stream, mtime=0)
             for sample in samples:
                 writer.write(sample)
@@ -79,10 +80,10 @@ def write_shards(
     per_shard: int,
     progress: Any = None,
 ) -> list[dict[str, Any]]:
-    """Write one split as shards of `per_shard` samples and its index ``<split>.json``; returns the shard list.
-    `samples` are callables that make a sample dict (``{"png": bytes, "cls": 3}`` or ``{"npy": array, "cls": 3}``;
-    the key is the sample's position in the split), called only for the shards not written yet, so a resumed
-    prepare reads none of what it already wrote."""
+    """Write one split as shards of `per_shard` samples plus its index ``<split>.json``; return the shard list.
+
+    `samples` are callables that make a sample dict, like ``{"png": bytes, "cls": 3}``. They are called only for
+    shards not written yet, so a resumed prepare rereads nothing it already wrote."""
     shards = []
     for number, start in enumerate(range(0, len(samples), per_shard)):
         name = f"{split}-{number:06d}.tar"
@@ -93,7 +94,7 @@ def write_shards(
         shards.append({"url": name, "nsamples": len(chunk)})
         if progress is not None:
             progress.update(len(chunk))
-    index = {"wids_version": 1, "name": split, "shardlist": shards}  # what wids' ShardListDataset reads too
+    index = {"wids_version": 1, "name": split, "shardlist": shards}  # wids' ShardListDataset reads this too
 
     def write_index(tmp: Path) -> None:
         tmp.write_text(json.dumps(index, indent=1))
@@ -104,7 +105,7 @@ def write_shards(
 
 def _image_sample(path: str, label: int) -> Callable[[], dict[str, Any]]:
     ext = Path(path).suffix.lower().lstrip(".")
-    return lambda: {ext: Path(path).read_bytes(), "cls": label}  # the file's bytes: the same pixels as the folder
+    return lambda: {ext: Path(path).read_bytes(), "cls": label}  # the raw file bytes, so the pixels are unchanged
 
 
 def _tensor_sample(array: np.ndarray, label: int) -> Callable[[], dict[str, Any]]:
@@ -112,7 +113,7 @@ def _tensor_sample(array: np.ndarray, label: int) -> Callable[[], dict[str, Any]
 
 
 def prepare(cfg: ShardsConfig) -> None:
-    """scripts/prepare_data.py data=shards: data.source (an image folder) -> shards in data.path."""
+    """Write the image folder data.source as shards in data.path (scripts/prepare_data.py data=shards)."""
     from tqdm import tqdm
 
     if cfg.source is None:
@@ -143,8 +144,10 @@ def prepare(cfg: ShardsConfig) -> None:
 
 # --------------------------------------------------------------------------- reading
 class OpenShards:
-    """The shards this process has open, the least recently used closed beyond `size`. Not pickled: a DataLoader
-    worker opens its own (a memory map and its header index belong to one process)."""
+    """Keep up to `size` shards open in this process, closing the least recently used.
+
+    The open shards are not pickled: a memory map belongs to one process, so each DataLoader worker opens its
+    own."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -182,9 +185,11 @@ def _open(path: Path, nsamples: int) -> Any:
 
 
 class ShardsDataset(OrderedDataset):
-    """Samples of one split's shards by index. `decode` turns a sample's members (``{".png": file, ".cls": file}``)
-    into what the model gets; an undecodable sample is skipped (the next takes its place, with a warning) up to
-    `max_bad` times per process, as data=image_folder does."""
+    """One split's samples, read from its shards by index.
+
+    `decode` turns a sample's members (``{".png": file, ".cls": file}``) into what the model gets. Like
+    data=image_folder, an undecodable sample is replaced by the next one with a warning, up to `max_bad` times
+    per process."""
 
     def __init__(
         self,
@@ -204,7 +209,7 @@ class ShardsDataset(OrderedDataset):
         return self.ends[-1] if self.ends else 0
 
     def locate(self, index: int) -> tuple[int, int]:
-        """(shard number, position in it) of sample `index`."""
+        """Return (shard number, position in that shard) of sample `index`."""
         shard = bisect.bisect_right(self.ends, index)
         return shard, index - (self.ends[shard - 1] if shard else 0)
 
@@ -227,13 +232,15 @@ class ShardsDataset(OrderedDataset):
             return self[(index + 1) % len(self)]
 
     def train_sampler(self, rank: int, world_size: int, seed: int) -> ShardShuffle:
-        """The training order (lab.distributed.Parallel.train_sampler asks an OrderedDataset for it)."""
+        """Return the training order; lab.distributed.Parallel.train_sampler asks for it."""
         return ShardShuffle(self.lengths, rank, world_size, seed, self.window)
 
 
 class ShardShuffle(Sampler[int]):
-    """One rank's training order of a sharded split (see the module doc): a function of (seed, epoch) alone, so
-    :class:`lab.data.loaders.EpochSampler` resumes it mid-epoch by position. Memory: one group of shards' indices."""
+    """One rank's training order of a sharded split, as the module docstring describes.
+
+    The order depends only on (seed, epoch), so :class:`lab.data.loaders.EpochSampler` can resume mid-epoch by
+    position. It holds one group of shards' indices in memory."""
 
     def __init__(self, lengths: list[int], rank: int, world_size: int, seed: int, window: int) -> None:
         self.lengths, self.seed, self.window = lengths, seed, window
@@ -261,14 +268,14 @@ class ShardShuffle(Sampler[int]):
                 lo, hi = max(self.begin - position, 0), min(end - position, size)
                 yield from indices[lo:hi].tolist()
             else:
-                rng.permutation(size)  # the same draws as the ranks that read this group: one order for all
+                rng.permutation(size)  # draw as the ranks reading this group do, so all ranks share one order
             position += size
             if position >= end:
                 return
 
 
 class ImageSample:
-    """A sample's image member (whatever its format) through `transform`, and its label."""
+    """Decode a sample into (its image through `transform`, its label)."""
 
     def __init__(self, transform: Callable[[Image.Image], torch.Tensor]) -> None:
         self.transform = transform
@@ -303,7 +310,7 @@ def is_url(path: str) -> bool:
 
 
 class Local:
-    """Where a shard of a prepared folder on this machine is: in it."""
+    """Locate a shard of a prepared folder on this machine."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -313,10 +320,11 @@ class Local:
 
 
 class Remote:
-    """Where a shard of prepared data on a server (``https://``, ``s3://``, ``gs://``, ``pipe:`` URLs) is: in the
-    node's cache, fetched whole on first use by wids' downloaders (curl, the aws and gsutil CLIs), under a file lock
-    so the ranks and workers of a node fetch it once. A fetched shard must have the manifest's size; a short one
-    (an interrupted download, an error page) is fetched again once, then refused."""
+    """Fetch a shard of prepared data on a server into the node's cache and return its local path.
+
+    URLs can be ``https://``, ``s3://``, ``gs://`` or ``pipe:``. wids' downloaders fetch each shard whole on first
+    use, under a file lock, so a node fetches it once. A shard must match the manifest's size. A short one, such as
+    an interrupted download or an error page, is fetched once more, then refused."""
 
     def __init__(self, url: str, cache: Path, parts: list[dict[str, Any]]) -> None:
         self.url, self.cache = url.rstrip("/"), cache
@@ -329,7 +337,7 @@ class Remote:
         local.parent.mkdir(parents=True, exist_ok=True)
         try:
             download_file(url, str(local))
-        except (AssertionError, OSError, ValueError) as err:  # wids asserts on a failed download command
+        except (AssertionError, OSError, ValueError) as err:  # wids asserts when a download command fails
             raise UserError(f"cannot fetch {url} ({err}); check data.path and this machine's access to it") from None
 
     def __call__(self, name: str) -> Path:
@@ -345,25 +353,25 @@ class Remote:
                 prepared.check_part(local, self.parts[name], self.url)
                 return local
             except ConfigError as err:
-                local.unlink(missing_ok=True)  # our own download: fetched again, or refused
+                local.unlink(missing_ok=True)  # our own download, so safe to delete
                 if attempt == 2:
                     raise UserError(f"fetching {self.url}/{name}: {err}") from None
         raise AssertionError("unreachable")
 
 
 def read_manifest(cfg: ShardsConfig) -> dict[str, Any]:
-    """The manifest of the prepared folder data.path (refused in one line when missing, partial, stale, damaged)."""
+    """Read the manifest of the prepared folder data.path; a missing, partial, stale or damaged one is refused."""
     if is_url(cfg.path):
         raise ConfigError(f"data.path={cfg.path} is on a server: check its files where they are a folder")
     return prepared.read_manifest(cfg.path, KIND, command(cfg), cfg.source)
 
 
 def locate(cfg: ShardsConfig) -> tuple[Callable[[str], Path], dict[str, Any]]:
-    """(where each shard is, the manifest) of data.path: a prepared folder, or its URL."""
+    """Return (a function that locates each shard, the manifest) for data.path, a prepared folder or a URL."""
     if not is_url(cfg.path):
         return Local(Path(cfg.path).expanduser()), read_manifest(cfg)
     cache = Path(cfg.cache_dir).expanduser() / hashlib.sha256(cfg.path.encode()).hexdigest()[:16]
-    Remote.fetch(f"{cfg.path.rstrip('/')}/{prepared.MANIFEST}", cache / prepared.MANIFEST)  # anew: it may change
+    Remote.fetch(f"{cfg.path.rstrip('/')}/{prepared.MANIFEST}", cache / prepared.MANIFEST)  # always: it may change
     manifest = prepared.read_manifest(cache, KIND, command(cfg), cfg.source, fetched_from=cfg.path)
     return Remote(cfg.path, cache, manifest["parts"]), manifest
 
@@ -402,9 +410,10 @@ def prepare_tensors(
     per_shard: int = 1000,
     source: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Shards of tensor samples ``(array, label)`` per split (``train`` and ``val`` required): what data=shards
-    reads like prepared images. For a fork's own data (features, spectrograms, ...); `source` is the file or
-    folder they came from, whose change makes the shards stale."""
+    """Write shards of tensor samples ``(array, label)`` per split, which data=shards reads like prepared images.
+
+    Use it for a fork's own data, such as features or spectrograms. ``train`` and ``val`` are required. `source` is
+    the file or folder the samples came from; when it changes, the shards are stale."""
     lists = {name: list(samples) for name, samples in splits.items()}
     shapes = {tuple(np.shape(a)) for samples in lists.values() for a, _ in samples}
     if len(shapes) != 1:

@@ -1,27 +1,25 @@
-"""Language modelling on a corpus of any size: a byte-level BPE tokenizer trained once, the corpus written once as
-token files, and training windows read from those files memory-mapped (``data=tokens``).
+"""``data=tokens``: language modelling on a corpus of any size.
 
-Prepare (``python scripts/prepare_data.py data=tokens data.source=<file or folder> data.path=<folder>``):
+A byte-level BPE tokenizer is trained once, the corpus is written once as token files, and training reads windows
+from those files memory-mapped.
 
-- the source is read as a stream of *pieces* of about 256 K characters, never as one string. A piece ends only where
-  the tokenizer's pre-tokenization splits anyway (before a lone space, tab or newline between two non-space
-  characters: :func:`safe_cut`), so encoding piece by piece gives the same ids as encoding each file whole (text
-  without such a place for 8 pieces is cut where it stands, which may change the tokens at that cut alone). Each
-  file of the source is one document; their ids follow one another in sorted path order, without a separator.
-- part 1, ``tokenizer.json``: a byte-level BPE (tokenizers' ByteLevel pre-tokenizer and decoder, the 256 byte
-  symbols in the vocabulary, so any text encodes and decodes back) trained on the stream. It is a part like the
-  others: a resumed prepare reads it back instead of training again.
-- parts 2.., ``tokens-00000.bin`` ...: the ids of ``data.shard_mb`` MB of source text each, raw little-endian uint16
-  (uint32 when the vocabulary has more than 65,536 ids), encoded in batches of pieces (``encode_batch_fast``: every
-  core).
-  A shard's pieces are known from the text alone, so a resumed prepare reads past the shards written before without
-  encoding them.
-- ``manifest.json`` (prepared.py): the shards, their token counts, the dtype, the vocabulary size and the
-  tokenizer's JSON (which training puts in ``meta``, so a checkpoint can encode prompts without this folder).
+Prepare with ``python scripts/prepare_data.py data=tokens data.source=<file or folder> data.path=<folder>``:
 
-Train: train/val/test are contiguous parts of the token stream (train first; the fractions are cut here, not at
-prepare, so changing them needs no prepare). An item is ``(ids[:-1], ids[1:])`` of a window of block_size + 1 ids,
-int64, read from the memory-mapped files, which each process (DataLoader workers included) opens on its first item.
+- The source is read as a stream of *pieces* of about 256 K characters, never as one string. A piece ends only where
+  the tokenizer would split anyway (:func:`safe_cut`), so encoding piece by piece gives the same ids as encoding
+  each file whole. Text with no such place for 8 pieces is cut where it stands, which may change the tokens at that
+  cut. Each file is one document; files follow one another in sorted path order, with no separator.
+- Part 1, ``tokenizer.json``, is a byte-level BPE trained on the stream. All 256 bytes are in the vocabulary, so any
+  text encodes and decodes back. A resumed prepare reads it back instead of training again.
+- Parts 2.., ``tokens-00000.bin`` ..., hold the ids of ``data.shard_mb`` MB of text each, as raw little-endian
+  uint16 (uint32 above 65,536 ids). Where a shard starts depends on the text alone, so a resumed prepare skips the
+  shards already written without encoding them.
+- ``manifest.json`` (prepared.py) lists the shards, their token counts, the dtype, the vocabulary size and the
+  tokenizer's JSON. Training copies the tokenizer into ``meta``, so a checkpoint can encode prompts without this
+  folder.
+
+Train, val and test are contiguous parts of the token stream, train first. The fractions are applied at training,
+so changing them needs no new prepare. An item is ``(ids[:-1], ids[1:])`` of a window of block_size + 1 int64 ids.
 """
 
 from __future__ import annotations
@@ -52,30 +50,29 @@ log = logging.getLogger(__name__)
 
 KIND = "tokens"
 TOKENIZER = "tokenizer.json"
-# data.source=null: the top-level *.py of Python's standard library (text.stdlib_corpus's files, all of them). Its
-# label in the manifest names no path, so its fingerprint does not stat the library's tree (tens of thousands of files
-# with site-packages, and __pycache__ that changes as modules are imported): that source is never stale.
+# data.source=null reads the top-level *.py of Python's standard library. Its manifest label names no path, so it is
+# never fingerprinted (that would stat tens of thousands of files, and __pycache__ changes on import); it is never
+# stale.
 STDLIB = "<python standard library>"
 PIECE_CHARS = 1 << 18
-LONGEST_PIECE = 8  # pieces: a piece with no safe cut is cut where it stands once it is this many times PIECE_CHARS
-BATCH_PIECES = 16  # pieces per encode_batch call: enough to keep every core busy, a few MB of ids in Python lists
+LONGEST_PIECE = 8  # text with no safe cut is cut anyway at this many times PIECE_CHARS
+BATCH_PIECES = 16  # pieces per encode_batch call: keeps every core busy, a few MB of ids in Python lists
 MB = 1_000_000
 _CUT = re.compile(r"(?<=\S)[ \t\n](?=\S)")  # safe_cut's places
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
-    """The smallest unsigned dtype that holds every id of a vocabulary of `vocab_size` (ids 0 .. vocab_size - 1)."""
-    return np.dtype("<u2" if vocab_size <= 1 << 16 else "<u4")  # little-endian whatever the machine: files travel
+    """Return the smallest unsigned dtype that holds ids 0 .. vocab_size - 1."""
+    return np.dtype("<u2" if vocab_size <= 1 << 16 else "<u4")  # little-endian on any machine: files travel
 
 
 def source_label(source: str | None) -> str:
-    """How the manifest names the source: the absolute path, so a relative one given at prepare and at training in
-    another directory are the same source."""
+    """Name the source for the manifest by its absolute path, so relative paths from different directories match."""
     return STDLIB if source is None else str(Path(source).expanduser().resolve())
 
 
 def source_files(source: str | None) -> list[Path]:
-    """The files of the source, in the order their text is read; refused in one line when there are none."""
+    """List the source's files in reading order; raise ConfigError when there are none."""
     if source is None:
         return sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
     path = Path(source).expanduser()
@@ -93,34 +90,34 @@ def source_files(source: str | None) -> list[Path]:
 
 
 def prepare_command(cfg: Any) -> str:
-    """The command line that prepares cfg.path as cfg says, for messages."""
+    """Return the command line that prepares cfg.path as cfg says, for messages."""
     words = ["data=tokens", f"data.source={cfg.source or 'null'}", f"data.path={cfg.path}"]
     fields = type(cfg).__dataclass_fields__
     words += [
         f"data.{key}={'null' if getattr(cfg, key) is None else getattr(cfg, key)}"
         for key in ("vocab_size", "tokenizer_mb", "shard_mb")
-        if getattr(cfg, key) != fields[key].default  # the settings given, as a user would write them
+        if getattr(cfg, key) != fields[key].default  # only the settings the user changed
     ]
     return "python scripts/prepare_data.py " + " ".join(shlex.quote(word) for word in words)
 
 
 def prepare_params(cfg: Any) -> dict[str, Any]:
-    """The settings the prepared files depend on. Those that change the ids (all but shard_mb) must have the same
-    values at training, or the folder is refused."""
+    """Return the settings the prepared files depend on; all but shard_mb must match at training."""
     return {"vocab_size": cfg.vocab_size, "tokenizer_mb": cfg.tokenizer_mb, "shard_mb": cfg.shard_mb}
 
 
 def safe_cut(text: str) -> int:
-    """The last position where `text` may be cut without changing its tokens (0 if none): before a lone space, tab or
-    newline between two non-space characters.
+    """Return the last position where `text` can be cut without changing its tokens, or 0 if there is none.
 
-    Why: the byte-level pre-tokenizer splits text with a regex whose matches read no character before their start;
-    a run of letters, digits or punctuation ends at whitespace, so the match before the cut ends there, at the end of a
-    string as in the middle of one; and the match from the cut on (a space and the word it leads, or the lone tab or
-    newline) is the same wherever the string starts. Whitespace runs are never cut: one followed by a word loses its
-    last character to the word, one at the end of a string stays whole. (``\\S`` is str.isspace's complement, and
-    str.isspace is true of every character the regex calls whitespace and a few more: never an unsafe cut.)"""
-    for start in (max(0, len(text) - 4096), 0):  # the last cut is almost always in the tail
+    A safe cut is before a lone space, tab or newline between two non-space characters. The byte-level
+    pre-tokenizer's regex never looks behind a match's start. A run of letters, digits or punctuation ends at
+    whitespace, so the match before the cut ends there either way. The match from the cut on (a space and its word,
+    or the lone tab or newline) is the same wherever the string starts.
+
+    Whitespace runs are never cut: before a word, a run gives its last character to the word, but at the end of a
+    string it stays whole. ``\\S`` is the complement of str.isspace, which covers every character the regex calls
+    whitespace and a few more, so the cut is never unsafe."""
+    for start in (max(0, len(text) - 4096), 0):  # the last cut is almost always in the tail, so look there first
         cuts = [match.start() for match in _CUT.finditer(text, start)]
         if cuts:
             return cuts[-1]
@@ -128,9 +125,10 @@ def safe_cut(text: str) -> int:
 
 
 def read_pieces(files: Iterable[Path], size: int = PIECE_CHARS, report: bool = False) -> Iterator[str]:
-    """The text of `files`, in pieces of about `size` characters cut at safe places (:func:`safe_cut`); a piece
-    never spans two files. Newlines are read as Python's text mode reads them (\\r\\n -> \\n), bytes that are not
-    UTF-8 as U+FFFD, as data=text reads its file; with `report`, a warning counts them per file."""
+    """Yield the text of `files` in pieces of about `size` characters, cut at :func:`safe_cut` places.
+
+    A piece never spans two files. As in data=text, \\r\\n becomes \\n and bytes that are not UTF-8 become
+    U+FFFD. With `report`, a warning counts those bytes per file."""
     for file in files:
         undecoded = 0
         with open(file, encoding="utf-8", errors="surrogateescape") as f:
@@ -141,7 +139,7 @@ def read_pieces(files: Iterable[Path], size: int = PIECE_CHARS, report: bool = F
                 buffer += block
                 cut = safe_cut(buffer)
                 if cut == 0 and len(buffer) >= LONGEST_PIECE * size:
-                    cut = len(buffer)  # a line this long has no safe cut: bound the memory instead
+                    cut = len(buffer)  # no safe cut in this long a text: bound the memory instead
                 if cut:
                     yield buffer[:cut]
                     buffer = buffer[cut:]
@@ -152,7 +150,7 @@ def read_pieces(files: Iterable[Path], size: int = PIECE_CHARS, report: bool = F
 
 
 def _capped(pieces: Iterable[str], limit: float | None) -> Iterator[str]:
-    """The pieces up to (and including the one that passes) `limit` bytes of text; all of them when None."""
+    """Yield pieces until `limit` bytes of text have passed, including the piece that crosses it; None means all."""
     seen = 0
     for piece in pieces:
         yield piece
@@ -162,19 +160,18 @@ def _capped(pieces: Iterable[str], limit: float | None) -> Iterator[str]:
 
 
 def train_tokenizer(pieces: Iterable[str], vocab_size: int) -> Any:
-    """A byte-level BPE trained on `pieces`: any text encodes (every byte has an id) and decodes back. Training is
-    deterministic: the same pieces give the same merges."""
+    """Train a byte-level BPE on `pieces`, deterministically; any text encodes and decodes back."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
-    # no prefix space: a piece must encode as it would inside its file (read_pieces), and decode gives the text back
+    # no prefix space: a piece must encode as it would inside its file, and decode must give the text back
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=2,  # a pair seen once is no pattern
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,  # the reading bar shows the progress; the merges take a fraction of that
+        show_progress=False,  # the reading bar shows progress; the merges take a fraction of that time
     )
     tokenizer.train_from_iterator(pieces, trainer)
     return tokenizer
@@ -187,8 +184,7 @@ def _batched(items: Iterable[Any], n: int) -> Iterator[list[Any]]:
 
 
 def _numbered(pieces: Iterable[str], shard_bytes: float) -> Iterator[tuple[int, str, int]]:
-    """(shard index, piece, its UTF-8 size): a shard takes pieces until it holds `shard_bytes` of text, so where a
-    shard starts depends on the text alone, not on its tokens."""
+    """Yield (shard index, piece, UTF-8 size), cutting shards by bytes of text so they don't depend on tokens."""
     index = size = 0
     for piece in pieces:
         if size >= shard_bytes:
@@ -199,11 +195,11 @@ def _numbered(pieces: Iterable[str], shard_bytes: float) -> Iterator[tuple[int, 
 
 
 def write_shard(path: Path, pieces: Iterable[tuple[int, str, int]], tokenizer: Any, dtype: np.dtype, bar: Any) -> dict:
-    """Encode `pieces` into `path` as raw `dtype` ids; returns the part's token count (kept in its record)."""
+    """Encode `pieces` into `path` as raw `dtype` ids; return the token count for the part's record."""
     count = 0
     with open(path, "wb") as f:
         for batch in _batched(pieces, BATCH_PIECES):
-            # encode_batch without the character offsets of every token, which are not kept: the same ids, 1.25x
+            # the fast variant skips the token offsets we don't keep: the same ids, 1.25x faster
             texts = [piece for _, piece, _ in batch]
             for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=False):
                 ids = np.array(encoding.ids, dtype=dtype)
@@ -229,8 +225,9 @@ def _save_tokenizer(path: Path, files: list[Path], cfg: Any) -> dict:
 
 
 def prepare(cfg: Any) -> dict[str, Any]:
-    """Write cfg.path from cfg.source (see the module docstring); returns the manifest. Every refusal comes before
-    the first write; an interrupted prepare is finished by the same command."""
+    """Prepare cfg.path from cfg.source as the module docstring describes, and return the manifest.
+
+    Every refusal comes before the first write. Rerunning the same command finishes an interrupted prepare."""
     from tokenizers import Tokenizer
 
     files = source_files(cfg.source)
@@ -246,18 +243,18 @@ def prepare(cfg: Any) -> dict[str, Any]:
         log.info("resuming the prepare of %s: %d part(s) already written", cfg.path, len(preparer.parts))
     started = time.perf_counter()
     preparer.add(TOKENIZER, functools.partial(_save_tokenizer, files=files, cfg=cfg))
-    tokenizer = Tokenizer.from_file(str(preparer.out / TOKENIZER))  # the one written, by this run or the last
+    tokenizer = Tokenizer.from_file(str(preparer.out / TOKENIZER))  # written by this run or an interrupted one
     vocab_size = tokenizer.get_vocab_size()
     dtype = token_dtype(vocab_size)
     names: list[str] = []
     with tqdm(total=total, unit="B", unit_scale=True, desc=f"encoding into {dtype.name} token files") as bar:
-        # pieces of at most a quarter shard: a file holds shard_mb of text and about a piece more
+        # pieces of at most a quarter shard, so a file holds little more than shard_mb of text
         piece = int(max(1024, min(PIECE_CHARS, cfg.shard_mb * MB / 4)))
         numbered = _numbered(read_pieces(files, piece, report=True), cfg.shard_mb * MB)
         for index, group in itertools.groupby(numbered, key=lambda item: item[0]):
             name = f"tokens-{index:05d}.bin"
             names.append(name)
-            if preparer.done(name):  # written by the interrupted run: read past its text without encoding it
+            if preparer.done(name):  # an interrupted run wrote it: skip its text without encoding
                 bar.update(sum(nbytes for *_, nbytes in group))
                 continue
             preparer.add(name, functools.partial(write_shard, pieces=group, tokenizer=tokenizer, dtype=dtype, bar=bar))
@@ -282,8 +279,10 @@ def prepare(cfg: Any) -> dict[str, Any]:
 
 
 def read_manifest(cfg: Any) -> dict[str, Any]:
-    """The manifest of cfg.path, refused in one line when it is missing, partial, damaged, prepared from another
-    source or with other settings than cfg's, or stale (cfg.source changed since)."""
+    """Read the manifest of cfg.path, raising ConfigError unless it matches cfg.
+
+    It is refused when missing, partial or damaged, when prepared from another source or with other settings, or
+    when stale because cfg.source changed since."""
     command = prepare_command(cfg)
     manifest = prepared.read_manifest(cfg.path, KIND, command)
     label = source_label(cfg.source)
@@ -293,41 +292,42 @@ def read_manifest(cfg: Any) -> dict[str, Any]:
             f"({label}); give the source it was prepared from, or prepare this one into another data.path: {command}"
         )
     for key, value in prepare_params(cfg).items():
-        if key != "shard_mb" and manifest["params"].get(key) != value:  # how the ids are cut into files: any
+        if key != "shard_mb" and manifest["params"].get(key) != value:  # shard_mb does not change the ids
             raise ConfigError(
                 f"data.path={cfg.path} was prepared with data.{key}={manifest['params'].get(key)}, not {value}; set "
                 f"data.{key}={manifest['params'].get(key)}, or prepare into another data.path: {command}"
             )
-    if cfg.source is not None:  # now that it is the same source: has it changed since?
+    if cfg.source is not None:  # same source: check it has not changed since
         manifest = prepared.read_manifest(cfg.path, KIND, command, source=label)
     return manifest
 
 
 class TokenFileWindows(Dataset):
-    """Non-overlapping windows of block_size + 1 ids of the token stream's positions [start, stop); item i is
-    (window[:-1], window[1:]), int64, read from the token files memory-mapped. A window may span two files.
+    """Non-overlapping windows of block_size + 1 ids over the stream positions [start, stop).
 
-    The files are opened on the first item a process reads: a DataLoader worker (forked or spawned) gets the paths,
-    never a mapping (pickling an np.memmap copies its whole contents)."""
+    Item i is (window[:-1], window[1:]), int64, read from the memory-mapped token files. A window may span two files.
+
+    Each process opens the files on its first item. DataLoader workers get the paths, never a mapping, because
+    pickling an np.memmap copies its whole contents."""
 
     def __init__(
         self, files: Sequence[str], counts: Sequence[int], dtype: str, start: int, stop: int, block_size: int
     ) -> None:
         self.files, self.counts = [str(f) for f in files], [int(c) for c in counts]
         self.dtype = np.dtype(dtype).newbyteorder("<")  # as token_dtype wrote them
-        # the stream position of each file's first id, and of the end (a Python list: bisect is 10x faster than
-        # np.searchsorted on a few values, and this runs once per item)
+        # the stream position of each file's first id, plus the end. A Python list, since bisect is 10x faster than
+        # np.searchsorted on a few values and this runs once per item
         self.offsets = [0, *itertools.accumulate(self.counts)]
         self.start, self.stop, self.block_size = int(start), int(stop), int(block_size)
         self.count = max(0, (self.stop - self.start - 1) // self.block_size)
         self._maps: list[np.ndarray] | None = None  # np.memmap per file, once opened
-        self._views: list[np.ndarray] = []  # the same memory as plain arrays: slicing skips memmap's Python layer
+        self._views: list[np.ndarray] = []  # plain arrays over the same memory: slicing skips memmap's Python layer
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_maps": None, "_views": []}
 
     def _open(self) -> list[np.ndarray]:
-        # an empty file cannot be mapped (a shard always has ids, but a hand-made folder might not)
+        # an empty file cannot be mapped; shards always have ids, but a hand-made folder might not
         self._maps = [
             np.memmap(f, dtype=self.dtype, mode="r", shape=(n,)) if n else np.empty(0, self.dtype)
             for f, n in zip(self.files, self.counts, strict=True)
@@ -336,7 +336,7 @@ class TokenFileWindows(Dataset):
         return self._views
 
     def read(self, begin: int, end: int) -> np.ndarray:
-        """Ids of the stream positions [begin, end), int64, copied out of the files."""
+        """Return a copy of the ids at stream positions [begin, end), as int64."""
         views = self._views if self._maps is not None else self._open()
         file = bisect.bisect_right(self.offsets, begin) - 1
         pieces = []
@@ -357,8 +357,10 @@ class TokenFileWindows(Dataset):
         return window[:-1], window[1:]
 
     def __getitems__(self, indices: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """A batch's items (the DataLoader asks for them together): the windows inside one file gathered with one
-        index per file instead of one read each; those spanning two files read as ``__getitem__`` reads them."""
+        """Return a batch's items in one go.
+
+        Windows inside one file are gathered with one index per file instead of one read each. Windows that span two
+        files are read like ``__getitem__`` does."""
         if len(indices) and not (min(indices) >= 0 and max(indices) < self.count):
             raise IndexError(f"windows {min(indices)}..{max(indices)} of {self.count}")
         views = self._views if self._maps is not None else self._open()
@@ -373,7 +375,7 @@ class TokenFileWindows(Dataset):
         for row in np.flatnonzero(~inside):
             windows[row] = self.read(int(begins[row]), int(begins[row]) + span)
         batch = torch.from_numpy(windows)
-        # unbind: every row's view in one call, twice as fast as slicing row by row in Python
+        # unbind makes every row's view in one call: twice as fast as slicing row by row
         return list(zip(batch[:, :-1].unbind(0), batch[:, 1:].unbind(0), strict=True))
 
 

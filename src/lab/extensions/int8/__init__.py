@@ -1,10 +1,8 @@
-"""The `int8` extension: INT8 ONNX models next to an export's model.onnx, each scored against fp32 (the task's val
-metric, agreement, latency at batch 1 and 32), and the one to ship recommended in export_manifest.json (its page:
-README.md here).
+"""The `int8` extension: INT8 ONNX models next to an export's model.onnx, scored against fp32. See README.md here.
 
-An export step (lab.config.tools.ExportStepConfig) with its settings in `export.int8` (options.py): `quantize`
-writes the variants with onnxruntime's quantization tools, `int8_report` measures them and recommends one;
-`bench_int8` runs the whole of it on two convnets.
+It is an export step with its settings in `export.int8` (options.py). `quantize` writes the variants, and
+`int8_report` measures their val metric, agreement and latency and recommends one in export_manifest.json.
+`bench_int8` runs it all on two convnets.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
     python -m lab.extensions.int8.bench_int8                # the default CNN on digits, ResNet-18 on CIFAR-sized noise
     python -m lab.extensions.int8.bench_int8 --models cnn   # one of them
 
-For each model it prints the export's table: the task's val metric of fp32, dynamic and static INT8, agreement with
-fp32, latency at batch 1 and 32 with onnxruntime on this machine and the speed-up, then the variant the manifest
-recommends and why. ResNet-18 trains only a few steps on noise: its accuracy means nothing, its agreement with fp32 and
-its latency do (that is where static INT8 pays: convolutions big enough for int8 kernels to win).
+For each model it prints the export's table: the val metric of fp32, dynamic and static INT8, agreement with fp32,
+latency at batch 1 and 32 and the speed-up, then the recommended variant and why. ResNet-18 trains only a few steps
+on noise, so its accuracy means nothing, but its agreement and latency do: its convolutions are big enough for
+static INT8 kernels to win.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
-"""Which ONNX model to ship: fp32 and its INT8 variants measured side by side, and the fastest one that keeps the
-task's validation metric within a tolerance recommended in export_manifest.json.
+"""Measure fp32 and INT8 ONNX models side by side, and recommend which to ship in export_manifest.json.
 
-Every variant is scored with the task's own metric accumulator (accuracy, rmse, loss: whatever it monitors) on the
-whole validation split, and its decisions compared with fp32's (`task.agreement`, top-1 where a task has one).
-Latency is the median of interleaved calls at batch 1 and 32, so a load change on the machine hits all variants
-alike. A variant that cannot be quantized or run is recorded as skipped with the reason; the export goes on.
-:func:`run` is the export step (`export.int8`, options.py): the manifest's `quantization` section, the INT8 files'
-artifact entries and the `export/quantize/...` figures.
+The recommendation is the fastest variant whose validation metric stays within a tolerance of fp32's. Each variant
+is scored with the task's own metric on the whole validation split, and its decisions are compared with fp32's
+(`task.agreement`). Latency is the median of interleaved calls at batch 1 and 32, so a load change hits all
+variants alike. A variant that cannot be quantized or run is recorded as skipped, with the reason; the export goes
+on. :func:`run` is the export step (`export.int8`).
 """
 
 from __future__ import annotations
@@ -33,8 +31,8 @@ from lab.inference import OnnxBackend
 log = logging.getLogger(__name__)
 
 LATENCY_BATCHES = (1, 32)
-# A quantized model is approximate: it has to be clearly faster to be worth that. Below 1.2x (geometric mean over
-# LATENCY_BATCHES) the ranking is within run-to-run timing noise on a busy CPU, and the exact fp32 model wins.
+# A quantized model is approximate, so it must be clearly faster to be worth it. Below 1.2x (geometric mean over
+# LATENCY_BATCHES) the ranking is within timing noise on a busy CPU, so the exact fp32 model wins.
 MIN_SPEEDUP = 1.2
 _WARMUP = 3
 _CPU = torch.device("cpu")
@@ -43,10 +41,10 @@ _CPU = torch.device("cpu")
 def score(
     runner: Runner, loader: DataLoader, task: Any, reference: Sequence[torch.Tensor] | None = None
 ) -> tuple[dict[str, float], list[torch.Tensor], float | None]:
-    """(the task's metrics over the loader, the outputs per batch, the share of decisions that agree with
-    `reference`'s: None without a reference or for a task without decisions)."""
+    """Return (the task's metrics over the loader, the outputs per batch, the share of decisions agreeing with
+    `reference`'s). The share is None without a reference, or for a task without decisions."""
     metrics, outputs, count = task.metrics(_CPU), [], 0
-    agree: float | None = 0.0  # None once a batch has no agreement
+    agree: float | None = 0.0  # None once a batch has no agreement figure
     for index, batch in enumerate(loader):
         inputs, targets = batching.to_device(batching.split(batch), _CPU)
         out = runner(inputs).float()
@@ -59,7 +57,7 @@ def score(
 
 
 def latencies(runners: dict[str, Runner], example: torch.Tensor, batch_size: int, runs: int) -> dict[str, float]:
-    """Median milliseconds per call at `batch_size` (the example repeated) for each runner, calls interleaved."""
+    """Return each runner's median milliseconds per call at `batch_size`, with calls interleaved across runners."""
     reps = -(-batch_size // len(example))
     inputs = example.repeat(reps, *([1] * (example.ndim - 1)))[:batch_size].contiguous()
     for runner in runners.values():
@@ -75,7 +73,7 @@ def latencies(runners: dict[str, Runner], example: torch.Tensor, batch_size: int
 
 
 def worse_by(value: float, reference: float, mode: str) -> float:
-    """How much worse `value` is than `reference` as a fraction of it (negative: better); nan stays nan."""
+    """Return how much worse `value` is than `reference`, as a fraction of it; negative is better, nan stays nan."""
     change = (reference - value) if mode == "max" else (value - reference)
     return change / max(abs(reference), 1e-12)
 
@@ -85,8 +83,9 @@ def _geomean(values: Sequence[float]) -> float:
 
 
 def recommend(variants: dict[str, dict[str, Any]], metric: str, tolerance: float) -> dict[str, Any]:
-    """The fastest variant within `tolerance` of fp32's metric and at least MIN_SPEEDUP faster, else fp32; with the
-    reason in words."""
+    """Pick the fastest variant within `tolerance` of fp32's metric and at least MIN_SPEEDUP faster, else fp32.
+
+    Returns the choice and the reason in words."""
     fp32 = variants["fp32"]
     ok = {name: v for name, v in variants.items() if name != "fp32" and v["status"] == "ok"}
     fitting = {name: _geomean(list(v["speedup"].values())) for name, v in ok.items() if v["within_tolerance"]}
@@ -116,7 +115,7 @@ def recommend(variants: dict[str, dict[str, Any]], metric: str, tolerance: float
 
 
 def table(report: dict[str, Any]) -> list[str]:
-    """The report as a few aligned lines for the log."""
+    """Format the report as a few aligned lines for the log."""
     metric = report["metric"]
     head = f"{'variant':8} {'file':24} {'val ' + metric:>10} {'delta':>9} {'agree':>7}"
     head += "".join(f" {b + ' ms':>12}" for b in report["variants"]["fp32"]["latency_ms"]) + "  speedup"
@@ -161,7 +160,8 @@ def build(
     tolerance: float,
     open_runner: Callable[[Path], Runner],
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """Quantize `onnx_path` as export.int8.quantize=`mode` says, next to it, and measure every variant against it.
+    """Quantize `onnx_path` per `mode`, next to it, and measure every variant against it.
+
     Returns (the manifest's quantization section, the artifact entries of the INT8 files written)."""
     fp32 = open_runner(onnx_path)
     fp32_metrics, reference, _ = score(fp32, val_loader, task)
@@ -170,13 +170,13 @@ def build(
     artifacts = {}
     for variant in quantize.MODES[mode]:
         key, name = quantize.VARIANTS[variant]
-        # quantized and scored in a staging folder: the final name appears only for a model that ran
+        # work in a staging folder, so the final name appears only for a model that ran
         with staged(onnx_path.parent, name) as stage:
             try:
                 path = quantize.quantize(variant, onnx_path, stage, calibration)
                 runner = open_runner(path)  # onnxruntime holds the model in memory from here on
                 metrics, _, agreement = score(runner, val_loader, task, reference)
-            except Exception as err:  # onnxruntime raises its own types; a model it cannot quantize is not fatal
+            except Exception as err:  # onnxruntime raises its own types; a failed variant is not fatal
                 log.warning("%s INT8 skipped", variant, exc_info=True)
                 first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
                 variants[variant] = {"file": name, "status": "skipped", "reason": f"{type(err).__name__}: {first}"}
@@ -212,7 +212,7 @@ def build(
 
 
 def figures(report: dict[str, Any]) -> dict[str, float]:
-    """Flat metric names for wandb: export/quantize/<variant>/val_<metric>, .../batch1_ms, .../batch1_speedup, ..."""
+    """Flatten the report into wandb metric names: export/quantize/<variant>/val_<metric>, .../batch1_ms, ..."""
     out: dict[str, float] = {}
     metric = report["metric"]
     for name, v in report["variants"].items():
@@ -229,9 +229,10 @@ def figures(report: dict[str, Any]) -> dict[str, float]:
 
 
 def run(export: Export, quantize: str | None, calibration_samples: int, latency_runs: int, tolerance: float) -> None:
-    """The export step (export.int8.* are its arguments): with `quantize` set and model.onnx published, its INT8
-    variants written and measured (`build`), their files added to the artifacts; the manifest's `quantization` is
-    the report, or null."""
+    """Run the export step, whose arguments are export.int8.*.
+
+    With `quantize` set and model.onnx published, it writes and measures the INT8 variants and adds their files to
+    the artifacts. The manifest's `quantization` section is the report, or null."""
     export.sections["quantization"] = None
     if not quantize or "onnx" not in export.artifacts:
         return

@@ -1,5 +1,4 @@
-"""`export.int8`: the INT8 export step's settings (an option of the `export_step` kind, lab.config.tools). No torch
-here: ``run`` imports the quantization code."""
+"""`export.int8`: settings of the INT8 export step. No torch here; ``run`` imports the quantization code."""
 
 from __future__ import annotations
 
@@ -13,14 +12,13 @@ from lab.config.tools import ExportOptions, ExportStepConfig
 
 @dataclass
 class Int8Config(ExportStepConfig):
-    # null | dynamic | static | both: INT8 ONNX models next to model.onnx (model.int8.onnx: dynamic;
-    # model.int8-static.onnx: QDQ calibrated on training samples), each scored against fp32 (the task's val metric,
-    # latency at batch 1 and 32); the manifest recommends the fastest that stays within `tolerance`
+    # null | dynamic | static | both: write model.int8.onnx (dynamic) and/or model.int8-static.onnx (calibrated),
+    # score each against fp32, and recommend in the manifest the fastest that stays within `tolerance`
     quantize: str | None = None
     calibration_samples: int = 256  # static: training samples whose activation ranges set the int8 scales
-    # an INT8 model is recommended only if its val metric (the task's monitor) is at most this fraction worse
+    # recommend an INT8 model only if its val metric is at most this fraction worse than fp32's
     tolerance: float = 0.01
-    latency_runs: int = 50  # timed runs per batch size for the INT8-vs-fp32 latency figures
+    latency_runs: int = 50  # timed runs per batch size for the latency figures
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -39,7 +37,7 @@ class Int8Config(ExportStepConfig):
         return None
 
     def refuse_model(self, outputs: Any, layout: Any) -> str | None:
-        if self.quantize and not layout.single:  # the INT8 report scores one output tensor
+        if self.quantize and not layout.single:  # the INT8 report scores a single output tensor
             from lab.tasks.outputs import kind
 
             return (

@@ -1,10 +1,10 @@
-"""INT8 ONNX models from model.onnx with onnxruntime's quantization tools.
+"""Make INT8 ONNX models from model.onnx with onnxruntime's quantization tools.
 
-dynamic: weights stored as int8, activations quantized on the fly per batch; no data needed, but convolutions
-become ConvInteger, which onnxruntime runs far slower than fp32 on CPU.
-static: QDQ format, activation ranges calibrated once on training samples, weights per channel. onnxruntime fuses
-each DequantizeLinear -> op -> QuantizeLinear group into an integer kernel (QLinearConv, QLinearMatMul), the fast
-path on CPUs with int8 dot products (VNNI) and the format TensorRT and other runtimes read too.
+dynamic: int8 weights, activations quantized on the fly per batch. It needs no data, but convolutions become
+ConvInteger, which onnxruntime runs far slower than fp32 on CPU.
+static: QDQ format, per-channel weights, activation ranges calibrated once on training samples. onnxruntime fuses
+each DequantizeLinear -> op -> QuantizeLinear group into an integer kernel, the fast path on CPUs with int8 dot
+products (VNNI). TensorRT and other runtimes read this format too.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ MODES = {"dynamic": ("dynamic",), "static": ("static",), "both": ("dynamic", "st
 
 @contextlib.contextmanager
 def _prepared(onnx_path: Path) -> Iterator[Path]:
-    """model.onnx after quant_pre_process: shape inference and onnxruntime's graph optimizations (BatchNorm
-    folded into Conv...), which the quantizers need to see the final Conv/MatMul nodes they rewrite. The
-    quantizers log per tensor through the root logger: quiet while they run."""
+    """Yield model.onnx after quant_pre_process, with shapes inferred and graph optimizations applied.
+
+    The quantizers need the final Conv/MatMul nodes, e.g. with BatchNorm folded in. They also log per tensor
+    through the root logger, so logs are quiet while they run."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     with tempfile.TemporaryDirectory() as tmp, quiet_logs(), quiet_logs("onnxruntime"):
@@ -48,7 +49,7 @@ def quantize_dynamic_int8(onnx_path: Path, out_path: Path) -> Path:
 
 
 def calibration_reader(batches: Sequence[torch.Tensor]) -> Any:  # onnxruntime.quantization.CalibrationDataReader
-    """Feeds `batches` (model inputs as the loader yields them) to the calibrator, one session run each."""
+    """Feed `batches` of model inputs to the calibrator, one session run each."""
     from onnxruntime.quantization import CalibrationDataReader
 
     class Batches(CalibrationDataReader):
@@ -62,8 +63,9 @@ def calibration_reader(batches: Sequence[torch.Tensor]) -> Any:  # onnxruntime.q
 
 
 def quantize_static_int8(onnx_path: Path, out_path: Path, calibration: Sequence[torch.Tensor]) -> Path:
-    """QDQ with per-channel int8 weights and uint8 activations (u8 x s8 is what x86 VNNI multiplies natively),
-    activation ranges from min/max over the calibration batches."""
+    """Quantize to QDQ with per-channel int8 weights and uint8 activations, ranges from the calibration min/max.
+
+    x86 VNNI multiplies u8 x s8 natively."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     with _prepared(onnx_path) as prepared:

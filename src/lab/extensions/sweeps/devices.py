@@ -1,12 +1,10 @@
-"""With `hydra/launcher=joblib` on a machine with several GPUs, each parallel job gets a GPU of
-its own (`CUDA_VISIBLE_DEVICES`), instead of every job piling onto GPU 0.
+"""Give each parallel job of `hydra/launcher=joblib` its own GPU, instead of piling every job onto GPU 0.
 
-The rule is per worker process, not per job number: the joblib launcher's workers are reused across jobs
-(joblib_launcher.py), and once a process has initialised CUDA its visible devices are
-fixed, so a GPU chosen by `job_num % n_gpus` could not be changed for the worker's next job and two running jobs
-could share a GPU. Instead, a worker's first job claims the first free GPU with a lock file in the sweep dir (held
-until the worker exits: the worker that replaces a killed one finds its GPU free) and keeps it for every later job.
-With more workers than GPUs (`hydra.launcher.n_jobs` > GPUs) the extra workers share GPU `job_num % n_gpus`.
+GPUs go per worker process, not per job number. Workers are reused across jobs, and once a process has
+initialised CUDA its visible devices are fixed. So picking `job_num % n_gpus` per job could put two running jobs
+on one GPU. Instead, a worker's first job claims the first free GPU with a lock file in the sweep dir, and the
+worker keeps it for every later job. The lock is held until the worker exits, so a replacement for a killed worker
+finds its GPU free. With more workers than GPUs, the extra workers share GPU `job_num % n_gpus`.
 """
 
 from __future__ import annotations
@@ -25,22 +23,22 @@ from omegaconf import DictConfig
 
 log = logging.getLogger(__name__)
 
-_claimed: tuple[str, IO | None] | None = None  # (gpu id, lock file held open) of this process
+_claimed: tuple[str, IO | None] | None = None  # this process's (gpu id, lock file held open)
 
 
 def visible_gpus() -> list[str]:
-    """GPU ids this process may use, without initialising CUDA (it must start after CUDA_VISIBLE_DEVICES is set)."""
+    """List the GPU ids this process may use, without initialising CUDA, so CUDA_VISIBLE_DEVICES can still change."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [gpu.strip() for gpu in env.split(",") if gpu.strip()]
     import torch
 
-    # NVML-based before CUDA is initialised: the count is not cached and CUDA_VISIBLE_DEVICES can still change.
+    # before CUDA is initialised this asks NVML and caches nothing
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
 def claim_gpu(gpus: list[str], lock_dir: Path, fallback: int) -> tuple[str, IO | None]:
-    """The first GPU no other process holds (an exclusive lock file per GPU); `gpus[fallback]` if all are taken."""
+    """Claim the first GPU no other process holds, by a lock file per GPU; `gpus[fallback]` if all are taken."""
     lock_dir.mkdir(parents=True, exist_ok=True)
     for gpu in gpus:
         handle = open(lock_dir / f"gpu-{gpu}.lock", "w")  # noqa: SIM115 (held open: the lock lives as long as it)
@@ -59,8 +57,7 @@ def cuda_initialized() -> bool:
 
 
 def take_a_gpu(hydra: HydraConf) -> None:
-    """Before a job of this worker (`hydra`: the job's Hydra config): the worker's first job claims a GPU, which every
-    later one keeps."""
+    """Pin this worker to a GPU before a job runs; the first job claims it and later jobs keep it."""
     global _claimed
     if _claimed is None:
         gpus = visible_gpus()
@@ -77,7 +74,7 @@ def take_a_gpu(hydra: HydraConf) -> None:
 
 
 def on_a_gpu_of_its_own(task_function: TaskFunction) -> TaskFunction:
-    """The task as a joblib worker runs it: on this worker's GPU (Hydra has set up the job, its log included)."""
+    """Wrap the task so it runs on this worker's GPU, after Hydra has set up the job and its log."""
 
     def task(cfg: DictConfig) -> Any:
         take_a_gpu(HydraConfig.get())

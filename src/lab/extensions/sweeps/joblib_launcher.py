@@ -1,21 +1,19 @@
-"""`hydra/launcher=joblib` (LabJoblibConf in plugins.py): jobs in parallel local processes, with the settings of
-Hydra's joblib launcher, but a process that dies fails only the job it was running.
+"""`hydra/launcher=joblib`: jobs in parallel local processes, where a process that dies fails only its own job.
 
-Hydra's launcher runs the jobs on joblib's loky executor. When one worker dies (the kernel's OOM killer, `kill -9`)
-loky declares the whole executor broken: it kills the other running jobs and the sweep ends in a
-TerminatedWorkerError traceback, without a summary. Here each of `n_jobs` worker processes takes one job at a time
-through a pipe of its own. A worker that dies fails its job (`failed` in the job's sweep_job.json, with the signal
-that killed it), a new worker takes its place, the other jobs go on, and the summary names the failed job. As with
-loky, a worker lives for the whole sweep: imports and unchanged data are paid once per worker, and each worker
-takes a GPU of its own (devices.py).
+It takes the settings of Hydra's joblib launcher (LabJoblibConf in plugins.py). Hydra's launcher uses joblib's loky
+executor, and when one worker dies (OOM killer, `kill -9`), loky kills the other running jobs and the sweep ends in
+a TerminatedWorkerError traceback, without a summary. Here each of `n_jobs` workers takes one job at a time through
+its own pipe. A worker that dies fails its job (recorded in sweep_job.json with the signal), a new worker takes its
+place, and the other jobs go on. As with loky, a worker lives for the whole sweep, so imports and unchanged data are
+paid once per worker. Each worker gets its own GPU (devices.py).
 
-`timeout` (seconds per job) stops a job that runs longer: SIGTERM, so it saves last.pt, then `failed`. The other
-keys of joblib's config (backend, prefer, pre_dispatch, batch_size, ...) are kept so the same overrides work, but
-jobs always run in processes (Hydra's launcher forces loky's processes too) and they say nothing here.
+`timeout` (seconds per job) stops a longer job with SIGTERM, so it saves last.pt, and marks it failed. joblib's other
+keys (backend, prefer, pre_dispatch, ...) are accepted so the same overrides work, but do nothing: jobs always run
+in processes, as they do under Hydra's launcher.
 
-A stop signal (SIGTERM, SIGUSR1, SIGINT) to the sweep goes on to the running jobs, which save last.pt and stop; no
-further job starts, and the sweep exits with 128 + the signal, like a job it ran itself. A worker whose sweep dies
-(kill -9) stops its job the same way instead of training on unseen.
+A stop signal (SIGTERM, SIGUSR1, SIGINT) to the sweep is passed to the running jobs, which save last.pt and stop.
+No further job starts, and the sweep exits with 128 + the signal. If the sweep is killed with kill -9, each worker
+stops its job the same way rather than train on unseen.
 """
 
 from __future__ import annotations
@@ -52,7 +50,7 @@ log = logging.getLogger(__name__)
 
 
 class JobKilled(RuntimeError):
-    """A job's process ended without returning the job's result: killed by a signal, or exited."""
+    """A job's process ended without returning a result: killed by a signal, or exited."""
 
     def __init__(self, message: str, pid: int | None, started: float) -> None:
         super().__init__(message)
@@ -60,7 +58,7 @@ class JobKilled(RuntimeError):
 
 
 class JobStopped(JobKilled):
-    """A stop signal ended the job (it saves last.pt when training had started): `resume=auto` continues it."""
+    """A stop signal ended the job; it saved last.pt if training had started, so `resume=auto` continues it."""
 
     run_status = Interrupted.run_status
 
@@ -70,7 +68,7 @@ class JobTimedOut(JobKilled):
 
 
 class WorkerPoolLauncher(NumberedLauncher):
-    """The launcher's work, which plugins.LabJoblibLauncher (the plugin Hydra finds) hands its jobs to."""
+    """Run the jobs that plugins.LabJoblibLauncher, the plugin Hydra finds, hands over."""
 
     def __init__(self, **joblib: Any) -> None:
         self.joblib = joblib
@@ -83,7 +81,7 @@ class WorkerPoolLauncher(NumberedLauncher):
         self.config, self.task_function, self.hydra_context = config, task_function, hydra_context
 
     def launch_numbered(self, jobs: Sequence[tuple[int, Sequence[str]]]) -> list[JobReturn]:
-        """Run `(job number, overrides)` pairs, `n_jobs` at a time; the results in the same order."""
+        """Run `(job number, overrides)` pairs, `n_jobs` at a time; return the results in the same order."""
         assert self.config is not None and self.task_function is not None and self.hydra_context is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
@@ -92,7 +90,7 @@ class WorkerPoolLauncher(NumberedLauncher):
         if self._pool is None:
             payload = _dumps((self.hydra_context, self.config, self.task_function, Singleton.get_state()))
             self._pool = _Pool(joblib_width(self.joblib.get("n_jobs", -1)), payload)
-            # idle workers end with the sweep: before multiprocessing's exit handler joins them (they would wait)
+            # close idle workers before multiprocessing's exit handler joins them, or it would wait forever
             multiprocessing.util.Finalize(self, self._pool.close, exitpriority=10)
         log.info(
             "launching %d jobs on up to %d worker processes, sweep output dir %s",
@@ -107,25 +105,26 @@ class WorkerPoolLauncher(NumberedLauncher):
         returns: list[JobReturn] = []
         for num, overrides in jobs:
             ret = results.get(num)
-            if ret is None:  # a job a stop signal kept from starting: the sweep exits below
+            if ret is None:  # a stop signal kept this job from starting; the sweep exits below
                 continue
-            if isinstance(ret, JobKilled):  # the job's process ended without a result
+            if isinstance(ret, JobKilled):
                 ret = self._record_lost(num, overrides, ret)
             returns.append(ret)
         if stopped_by is not None:
             log.error("%s", sweep_resume_hint(sweep_dir.absolute()))
-            # SystemExit, like a stop signal in a job the sweep runs itself: no summary of a sweep cut short
+            # exit as a job stopped by the signal would; a sweep cut short gets no summary
             sys.exit(128 + stopped_by)
         return returns
 
     def _record_lost(self, num: int, overrides: Sequence[str], err: JobKilled) -> JobReturn:
-        """A job whose process died: a failed (or interrupted) JobReturn, and its sweep_job.json written here,
-        since the job could not write it, so the summary and `resume=auto` know what became of it."""
+        """Return a failed or interrupted JobReturn for a job whose process died, and write its sweep_job.json.
+
+        The job could not write the record itself; the summary and `resume=auto` need it."""
         assert self.config is not None and self.hydra_context is not None
         ret = JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=err)
         try:
             job_config = self._job_config(num, overrides)
-        except Exception as compose_err:  # it does not compose: the worker died composing it, before its run dir
+        except Exception as compose_err:  # the worker died composing it, so there is no run dir
             log.error("job #%d: %s; no run dir (%s)", num, describe(err), describe(compose_err))
             return ret
         ret.hydra_cfg = OmegaConf.create({"hydra": job_config.hydra})
@@ -140,16 +139,16 @@ class WorkerPoolLauncher(NumberedLauncher):
         return ret
 
     def _job_config(self, num: int, overrides: Sequence[str]) -> DictConfig:
-        """The job's config as its process had it (the same composition as Hydra's run_job), for its run dir."""
+        """Compose the job's config as Hydra's run_job does, to find its run dir."""
         assert self.config is not None and self.hydra_context is not None
-        # Hydra annotates it HydraConf; it holds the DictConfig (the `hydra` node) that set_config made
+        # typed HydraConf by Hydra, but it holds the DictConfig that set_config was given
         saved = cast("DictConfig | None", HydraConfig.instance().cfg)
         try:
             job_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             with open_dict(job_config):
                 job_config.hydra.job.id = f"{job_config.hydra.job.name}_{num}"
                 job_config.hydra.job.num = num
-            HydraConfig.instance().set_config(job_config)  # `${hydra:...}` in the subdir resolves against it
+            HydraConfig.instance().set_config(job_config)  # so `${hydra:...}` in the subdir resolves
             run_dir = Path(str(job_config.hydra.sweep.dir)) / str(job_config.hydra.sweep.subdir)
             with read_write(job_config.hydra.runtime), open_dict(job_config.hydra.runtime):
                 job_config.hydra.runtime.output_dir = str(run_dir.absolute())
@@ -165,7 +164,7 @@ class _Worker:
         self.conn, child_end = context.Pipe()
         self.process = context.Process(target=_serve, args=(child_end, payload), name="lab-joblib-worker")
         self.process.start()
-        child_end.close()  # the worker's end lives in the worker only: its death closes the pipe here
+        child_end.close()  # only the worker holds its end, so its death closes the pipe here
         self.job: tuple[int, Sequence[str]] | None = None
         self.started = 0.0
         self.timeout: float | None = None
@@ -178,7 +177,7 @@ class _Worker:
         self.timeout, self.deadline = timeout, time.monotonic() + timeout if timeout else None
 
     def lost(self) -> JobKilled:
-        """Why this worker's job has no result: the worker is gone (wait for its exit code)."""
+        """Wait for the dead worker's exit code and return why its job has no result."""
         self.process.join()
         code, pid = self.process.exitcode, self.process.pid
         if self.timed_out:
@@ -195,14 +194,14 @@ class _Worker:
 class _Pool:
     def __init__(self, width: int, payload: bytes) -> None:
         self.width, self.payload = width, payload
-        # a fresh interpreter per worker, as loky's: forking a process with Hydra's and torch's threads is unsafe
+        # a fresh interpreter per worker, as in loky: forking with Hydra's and torch's threads is unsafe
         self.context = multiprocessing.get_context("spawn")
         self.idle: list[_Worker] = []
 
     def run(
         self, jobs: Sequence[tuple[int, Sequence[str]]], timeout: float | None
     ) -> tuple[dict[int, JobReturn | JobKilled], int | None]:
-        """Every job's JobReturn, or why its process gave none; and the stop signal that ended the sweep early."""
+        """Return each job's JobReturn (or why there is none), and the stop signal that ended the sweep, if any."""
         pending = deque(jobs)
         busy: dict[Connection, _Worker] = {}
         results: dict[int, JobReturn | JobKilled] = {}
@@ -213,17 +212,17 @@ class _Pool:
                     worker.give(pending.popleft(), timeout)
                     busy[worker.conn] = worker
                 if not busy:
-                    break  # a stop signal: the jobs not started stay so
+                    break  # a stop signal: jobs not started yet stay unstarted
                 deadlines = [worker.deadline for worker in busy.values() if worker.deadline is not None]
                 until = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
                 try:
                     ready = wait(list(busy), timeout=until)
                 except BaseException:
-                    _signal(busy.values(), signal.SIGTERM)  # a bug here: the jobs save and stop, not run on unseen
+                    _signal(busy.values(), signal.SIGTERM)  # on a bug here, jobs save and stop rather than run unseen
                     raise
                 for conn in ready:
-                    worker = busy.pop(cast(Connection, conn))  # wait() returns some of the connections it was given
-                    assert worker.job is not None  # a busy worker has a job
+                    worker = busy.pop(cast(Connection, conn))  # wait() returns a subset of the connections given
+                    assert worker.job is not None
                     results[worker.job[0]] = self._result(worker)
                 self._stop_overdue(busy.values())
         if stop.signum is not None:
@@ -236,7 +235,7 @@ class _Pool:
             worker = self.idle.pop()
             if worker.process.is_alive():
                 return worker
-            worker.process.join()  # died between two jobs: nothing lost
+            worker.process.join()  # died between two jobs, so nothing is lost
         return _Worker(self.context, self.payload)
 
     def _result(self, worker: _Worker) -> JobReturn | JobKilled:
@@ -253,7 +252,7 @@ class _Pool:
         overdue = [w for w in workers if w.deadline is not None and not w.timed_out and time.monotonic() >= w.deadline]
         for worker in overdue:
             worker.timed_out = True
-            assert worker.job is not None  # a worker with a deadline has a job
+            assert worker.job is not None
             num, limit = worker.job[0], worker.timeout
             log.error("job #%d ran past hydra.launcher.timeout=%gs: stopping it (SIGTERM)", num, limit)
         _signal(overdue, signal.SIGTERM)
@@ -279,8 +278,9 @@ class _StopState:
 
 @contextlib.contextmanager
 def _forward_stop_signals(busy: dict[Connection, _Worker]) -> Iterator[_StopState]:
-    """While jobs run, a stop signal to the sweep goes on to each running job (which saves last.pt and stops) and
-    no further job starts. Outside the main thread (no handlers there) it does nothing."""
+    """While jobs run, pass a stop signal to each running job and start no further job.
+
+    The jobs save last.pt and stop. Outside the main thread, where signal handlers cannot be set, it does nothing."""
     stop = _StopState()
     if threading.current_thread() is not threading.main_thread():
         yield stop
@@ -290,7 +290,7 @@ def _forward_stop_signals(busy: dict[Connection, _Worker]) -> Iterator[_StopStat
         if stop.signum is None:
             stop.signum = signum
             log.warning("%s received: the running jobs save last.pt and stop; no further job starts", stop.name)
-        _signal(list(busy.values()), signum)  # a Ctrl-C reaches them from the terminal too: they take it as one
+        _signal(list(busy.values()), signum)  # a Ctrl-C also reaches them from the terminal; they treat both as one
 
     previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     try:
@@ -308,14 +308,14 @@ def _signal(workers: Iterable[_Worker], signum: int) -> None:
 
 # ---------------------------------------------------------------------------------------------- the worker's side
 def _serve(conn: Connection, payload: bytes) -> None:
-    """A worker: run the jobs that come through `conn`, one at a time, until None or the sweep is gone."""
+    """Run the jobs that come through `conn`, one at a time, until None arrives or the sweep is gone."""
     _stop_job_when_the_sweep_dies()
-    from hydra_plugins.hydra_joblib_launcher._core import execute_job  # what Hydra's joblib workers run
+    from hydra_plugins.hydra_joblib_launcher._core import execute_job  # what Hydra's joblib workers run too
 
     hydra_context, config, task_function, singleton_state = _loads(payload)
     task_function = on_a_gpu_of_its_own(task_function)
     while True:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # idle: a Ctrl-C of the sweep is for the running jobs
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # while idle, a Ctrl-C is for the running jobs
         try:
             job = conn.recv()
         except EOFError:
@@ -326,14 +326,15 @@ def _serve(conn: Connection, payload: bytes) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             ret = execute_job(num, overrides, hydra_context, config, task_function, singleton_state)
-        except KeyboardInterrupt:  # Ctrl-C before training took over the signal: the job stops, quietly
+        except KeyboardInterrupt:  # Ctrl-C before training set its own handler: stop quietly
             sys.exit(128 + signal.SIGINT)
         conn.send_bytes(_dumps_result(ret))
 
 
 def _stop_job_when_the_sweep_dies() -> None:
-    """A sweep killed outright (kill -9) cannot pass its stop on: the worker sees its parent go and stops its job
-    as a SIGTERM does (last.pt saved), rather than train on with nobody to record the result."""
+    """Stop the job with SIGTERM when the sweep dies, rather than train on with nobody to record the result.
+
+    A sweep killed with kill -9 cannot pass its stop on, so the worker watches its parent."""
     parent = multiprocessing.parent_process()
     if parent is None:
         return
@@ -346,7 +347,7 @@ def _stop_job_when_the_sweep_dies() -> None:
 
 
 def _dumps(value: Any) -> bytes:
-    import cloudpickle  # by value: the task function lives in the entry script's __main__, as under loky
+    import cloudpickle  # pickles by value: the task function lives in the entry script's __main__
 
     return cloudpickle.dumps(value)
 
@@ -360,7 +361,7 @@ def _loads(data: bytes) -> Any:
 def _dumps_result(ret: JobReturn) -> bytes:
     try:
         return _dumps(ret)
-    except Exception as err:  # an exception or a return value that does not pickle: its description does
+    except Exception as err:  # an unpicklable exception or return value: send its description instead
         if ret.status == JobStatus.FAILED:
             ret._return_value = RuntimeError(describe(ret._return_value))
         else:

@@ -12,8 +12,9 @@ from lab.config.callbacks import CallbackConfig
 
 @dataclass
 class OptunaPruningConfig(CallbackConfig):
-    """Report `metric` to the Optuna trial after each validation and stop the run when its pruner says so. The
-    Optuna sweeper turns it on for each trial (`hydra.sweeper.pruner`, `hydra.sweeper.pruning_metric`)."""
+    """Report `metric` to the Optuna trial after each validation, and stop the run when its pruner says so.
+
+    The Optuna sweeper turns it on for each trial from `hydra.sweeper.pruner` and `hydra.sweeper.pruning_metric`."""
 
     storage: str = MISSING  # the study's storage URL (sqlite:///...)
     study_name: str = MISSING

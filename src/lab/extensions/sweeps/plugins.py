@@ -1,11 +1,10 @@
-"""The extension's Hydra plugins and their configs: `hydra/sweeper=lab_optuna` (hparams_search=optuna),
-`hydra/launcher=joblib` and `hydra/launcher=slurm` (also `lab_slurm`). Hydra finds each class here under
-hydra_plugins/lab_sweepers/extensions.py, so their configs target `hydra_plugins.lab_sweepers.extensions.<class>`.
+"""The extension's Hydra plugins and configs: `hydra/sweeper=lab_optuna`, `hydra/launcher=joblib` and `slurm`.
 
-Thin on purpose: Hydra imports this module at every start-up, also for `--help` and `--cfg job`. Neither optuna nor
-submitit nor torch is imported here, nor the launchers' and the search's own modules: the Optuna search (`study`) and
-the joblib launcher's workers (`joblib_launcher`) are imported when they run, and the submitit launcher's module
-imports submitit only when it submits.
+Hydra finds each class here through hydra_plugins/lab_sweepers/extensions.py, so the configs target
+`hydra_plugins.lab_sweepers.extensions.<class>`.
+
+This module is thin on purpose: Hydra imports it at every start, even for `--help`. It imports neither optuna,
+submitit nor torch; `study` and `joblib_launcher` are imported only when they run.
 """
 
 # No `from __future__ import annotations`: the dataclasses below become Hydra's structured configs, typed from their
@@ -27,9 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 from lab import extras
 from lab.sweeps.jobs import NumberedLauncher
 
-# The launchers build on Hydra's joblib and submitit plugins, in the `sweeps` and `slurm` extras. Without one, its
-# launcher names are still stored, as a node whose launcher refuses with the extra to install (MissingPlugin): this
-# module must import without them.
+# The launchers build on Hydra's joblib and submitit plugins, from the `sweeps` and `slurm` extras. This module must
+# import without them; a missing one's launcher is stored as MissingPlugin, which names the extra to install.
 try:
     from hydra_plugins.hydra_joblib_launcher.config import JobLibLauncherConf
 except ImportError:
@@ -40,18 +38,17 @@ try:
 except ImportError:
     SlurmQueueConf = SlurmLauncher = None
 
-PLUGINS = "hydra_plugins.lab_sweepers.extensions"  # where Hydra finds the classes of this module
+PLUGINS = "hydra_plugins.lab_sweepers.extensions"  # where Hydra finds this module's classes
 
 
 class MissingPlugin(Launcher):
-    """The launcher stored under `hydra/launcher=<name>` when the plugin it builds on is not installed: it refuses,
-    naming the extra that brings the plugin, before any job starts."""
+    """Refuse, before any job starts, a launcher whose plugin is not installed, naming the extra to install."""
 
     def __init__(self, what: str, requires: list[str], **_: Any) -> None:
         extras.require(what, requires)
         raise RuntimeError(f"{what}: {', '.join(requires)} installed, yet its plugin did not load; reinstall it")
 
-    def setup(self, **_: Any) -> None:  # never reached: the constructor refuses
+    def setup(self, **_: Any) -> None:  # never reached: the constructor raises
         raise NotImplementedError
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
@@ -59,54 +56,53 @@ class MissingPlugin(Launcher):
 
 
 def missing_plugin(what: str, dist: str) -> dict[str, Any]:
-    """The node stored for a launcher whose plugin is not installed: choosing it is refused (MissingPlugin)."""
+    """Return the config node for a launcher whose plugin is not installed; choosing it raises (MissingPlugin)."""
     return {"_target_": f"{PLUGINS}.MissingPlugin", "what": what, "requires": [dist]}
 
 
 # ---------------------------------------------------------------------------------------------- Optuna
 @dataclass
 class OptunaSweeperConf:
-    """Every default of `hydra/sweeper=lab_optuna`; conf/hparams_search/optuna.yaml adds the search space. The
-    interpolations point into the training config (conf/train.yaml): this sweeper is the template's own."""
+    """The defaults of `hydra/sweeper=lab_optuna`; conf/hparams_search/optuna.yaml adds the search space.
+
+    The interpolations point into conf/train.yaml, since this sweeper is the template's own."""
 
     _target_: str = f"{PLUGINS}.OptunaSweeper"
-    _recursive_: bool = False  # sampler/pruner stay specs: the sweeper builds them, and hands the pruner to jobs
+    _recursive_: bool = False  # sampler and pruner stay specs: the sweeper builds them and hands the pruner to jobs
     study_name: str = "${task_name}-optuna"
-    # sqlite file at a path that does not change between runs (not the timestamped sweep dir), so the same command
-    # resumes the study; a relative sqlite/journal path is taken from the directory the sweep is started in. Or any
-    # SQLAlchemy URL (postgresql://...), or journal:///<path>.log: Optuna's journal file, for a file system that
-    # nodes share (NFS), where sqlite's locks are not to be trusted
+    # a fixed path, not the timestamped sweep dir, so the same command resumes the study. A relative path is from
+    # where the sweep starts. Or any SQLAlchemy URL (postgresql://...), or journal:///<path>.log for a file system
+    # nodes share (NFS), where sqlite's locks cannot be trusted
     storage: str = "sqlite:///outputs/${task_name}/optuna/${.study_name}.db"
-    direction: str = "${sweep.direction}"  # maximize | minimize what the jobs return (optimized_metric)
-    n_trials: int = 20  # total trials wanted in the study, those of earlier runs and of other drivers included
-    n_jobs: int = 1  # trials asked per launcher batch: the parallelism of hydra/launcher=joblib or submitit
-    # Many drivers (shells, an sbatch array) may run one study: each records a heartbeat of its running trials every
-    # heartbeat_interval seconds; a RUNNING trial without one for grace_period seconds (null: 2 intervals) lost its
-    # driver, and the next driver to ask fails it and runs its parameters again (at most max_retry times, null: no
-    # limit). heartbeat_interval=null: one driver per study, which fails every RUNNING trial when it starts.
+    direction: str = "${sweep.direction}"  # maximize | minimize optimized_metric
+    n_trials: int = 20  # total trials in the study, including earlier runs' and other drivers'
+    n_jobs: int = 1  # trials per launcher batch: the parallelism of hydra/launcher=joblib or submitit
+    # Many drivers (shells, an sbatch array) may share a study; each beats for its trials every heartbeat_interval
+    # seconds. A RUNNING trial with no beat for grace_period seconds (null: 2 intervals) lost its driver, so the
+    # next driver fails it and reruns it, up to max_retry times (null: no limit). heartbeat_interval=null means one
+    # driver per study, which fails every RUNNING trial when it starts.
     heartbeat_interval: int | None = 60
     grace_period: int | None = None
     max_retry: int | None = 3
-    # optuna sampler; its `seed` is offset by the trials already in the study, so a resumed run draws new points
-    # (drivers sharing a study: give each its own seed, or two starting together draw the same first points)
+    # its `seed` is offset by the trials already in the study, so a resumed run draws new points. Give drivers that
+    # share a study their own seeds, or two starting together draw the same first points
     sampler: Any = field(
         default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": "${seed}", "n_startup_trials": 5}
     )
-    # optuna pruner (null = no pruning), fed `pruning_metric` after every validation by the job's callback:
-    # n_startup_trials trials run to the end before any is pruned, and each trial runs n_warmup_steps epochs first
+    # null = no pruning. The job's callback feeds it `pruning_metric` after every validation. n_startup_trials
+    # trials run to the end before any is pruned, and each trial runs n_warmup_steps epochs first
     pruner: Any = field(
         default_factory=lambda: {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 3, "n_warmup_steps": 2}
     )
-    pruning_metric: str = "val/${task.monitor}"  # reported after every validation (epoch)
+    pruning_metric: str = "val/${task.monitor}"  # reported after every validation
     params: dict[str, str] = field(default_factory=dict)  # search space: key -> interval/range/choice/tag(log,...)
 
 
 class OptunaSweeper(Sweeper):
-    """`hydra/sweeper=lab_optuna` (see conf/hparams_search/optuna.yaml): Bayesian search over current Optuna with
-    its ask/tell API (study.py)."""
+    """`hydra/sweeper=lab_optuna`: Bayesian search with Optuna's ask/tell API (study.py)."""
 
     def __init__(self, **options: Any) -> None:
-        # plain containers: the options travel to job overrides (pruner) and into optuna's constructors
+        # plain containers, since the options go into job overrides and optuna's constructors
         self.options = {k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for k, v in options.items()}
         self.config: DictConfig | None = None
         self.launcher: Launcher | None = None
@@ -133,7 +129,7 @@ ConfigStore.instance().store(group="hydra/sweeper", name="lab_optuna", node=Optu
 
 # ---------------------------------------------------------------------------------------------- SLURM
 def with_resume(overrides: list[str], run_dir: Path) -> list[str]:
-    """A requeued job's overrides: `ckpt_path=<run dir>/checkpoints/last.pt` when that checkpoint exists."""
+    """Add `ckpt_path=<run dir>/checkpoints/last.pt` to a requeued job's overrides when that checkpoint exists."""
     last = run_dir / "checkpoints" / "last.pt"
     if not last.is_file():
         return list(overrides)
@@ -145,34 +141,35 @@ if SlurmQueueConf is not None:
 
     @dataclass
     class LabSlurmConf(SlurmQueueConf):
-        """`hydra/launcher=slurm`: Hydra's submitit_slurm launcher with this template's defaults, one SLURM job per
-        sweep job (an array); a job requeued after preemption or timeout resumes from its last.pt. Every field of
-        submitit_slurm applies (partition, qos, account, constraint, ...): python scripts/train.py -m
-        hydra/launcher=slurm hydra.launcher.partition=gpu ..."""
+        """`hydra/launcher=slurm`: Hydra's submitit_slurm launcher with this template's defaults.
+
+        Each sweep job is one SLURM job of an array, and a job requeued after preemption or timeout resumes from its
+        last.pt. Every submitit_slurm field applies: python scripts/train.py -m hydra/launcher=slurm
+        hydra.launcher.partition=gpu ..."""
 
         _target_: str = f"{PLUGINS}.LabSlurmLauncher"
-        # --time; submitit signals the job signal_delay_s before it, which checkpoints and requeues
+        # --time; submitit signals the job signal_delay_s earlier, so it checkpoints and requeues
         timeout_min: int = 240
         gpus_per_node: int | None = 1
-        tasks_per_node: int = "${.gpus_per_node}"  # type: ignore[assignment]  # one task per GPU: the job's DDP ranks
+        tasks_per_node: int = "${.gpus_per_node}"  # type: ignore[assignment]  # one task (DDP rank) per GPU
         cpus_per_task: int | None = 8
         mem_gb: int | None = 64
-        max_num_timeout: int = 3  # requeues after hitting the time limit (preemptions are requeued regardless)
+        max_num_timeout: int = 3  # requeues after hitting the time limit; preemptions always requeue
         array_parallelism: int = 16  # sweep jobs running at once
-        # requeue: let SLURM put a preempted job back in the queue
+        # let SLURM put a preempted job back in the queue
         additional_parameters: dict[str, Any] = field(default_factory=lambda: {"requeue": True})
 
     class LabSlurmLauncher(SlurmLauncher):
-        """Hydra's submitit SLURM launcher, plus resumption. On preemption or timeout submitit calls the launcher's
-        `checkpoint()` inside the running job and requeues what it returns. Hydra's launcher requeues the same
-        overrides, so the job would train again from scratch; this one adds `ckpt_path=<run dir>/checkpoints/last.pt`
-        when that checkpoint exists, so the requeued job continues exactly where it stopped (same run dir: the job's
-        number and sweep dir do not change)."""
+        """Hydra's submitit SLURM launcher, plus resumption.
+
+        On preemption or timeout, submitit calls `checkpoint()` inside the job and requeues what it returns. Hydra's
+        version requeues the same overrides, so the job would start from scratch. This one adds `ckpt_path` to its
+        last.pt, so the requeued job continues where it stopped, in the same run dir."""
 
         def checkpoint(self, sweep_overrides: list[str], *args: Any, **kwargs: Any) -> Any:
             from hydra.core.hydra_config import HydraConfig
 
-            # Called during the job (submitit's signal handler), so HydraConfig is this job's: its run dir.
+            # called in the job by submitit's signal handler, so HydraConfig is this job's
             run_dir = Path(HydraConfig.get().runtime.output_dir)
             return super().checkpoint(with_resume(sweep_overrides, run_dir), *args, **kwargs)
 
@@ -185,8 +182,7 @@ ConfigStore.instance().store(group="hydra/launcher", name="slurm", node=SLURM, p
 
 # ---------------------------------------------------------------------------------------------- joblib
 class LabJoblibLauncher(NumberedLauncher):
-    """`hydra/launcher=joblib`: Hydra's joblib launcher's settings, run so that a worker that dies fails only its
-    own job (joblib_launcher.py, imported when a joblib sweep starts)."""
+    """`hydra/launcher=joblib`: Hydra's joblib settings, but a worker that dies fails only its own job."""
 
     def __init__(self, **joblib: Any) -> None:
         from lab.extensions.sweeps.joblib_launcher import WorkerPoolLauncher
@@ -204,8 +200,9 @@ if JobLibLauncherConf is not None:
 
     @dataclass
     class LabJoblibConf(JobLibLauncherConf):
-        """Hydra's joblib launcher's keys (`n_jobs`: jobs at once, -1 = one per CPU; `timeout`: seconds per job), run
-        so that a worker that dies fails only its own job (joblib_launcher.py)."""
+        """Hydra's joblib keys, run so that a dead worker fails only its own job (joblib_launcher.py).
+
+        `n_jobs` is jobs at once (-1 = one per CPU); `timeout` is seconds per job."""
 
         _target_: str = f"{PLUGINS}.LabJoblibLauncher"
 
@@ -215,12 +212,11 @@ else:
 
 
 class JoblibIsLabJoblib(SearchPathPlugin):
-    """Makes `hydra/launcher=joblib` this template's joblib launcher, stored over the joblib plugin's own entry.
+    """Make `hydra/launcher=joblib` this template's launcher, stored over the joblib plugin's own entry.
 
-    It is done here because Hydra calls this after its plugin scan, which runs every plugin's config module again
-    in the order of sys.path (the joblib plugin's could come after this module and store its entry back). A
-    conf/hydra/launcher/joblib.yaml could not do it: Hydra validates a file against a stored config of the same
-    name (the plugin's, with another _target_) and warns of that on every start."""
+    Hydra calls this after its plugin scan, which reruns every plugin's config module in sys.path order; the joblib
+    plugin's could come later and store its entry back. A conf/hydra/launcher/joblib.yaml would not work: Hydra
+    checks it against the plugin's stored config of the same name and warns on every start."""
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
         ConfigStore.instance().store(group="hydra/launcher", name="joblib", node=JOBLIB, provider="lab")

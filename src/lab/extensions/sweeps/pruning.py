@@ -1,9 +1,8 @@
 """Optuna pruning inside a training job: report a validation metric to the trial, stop when the pruner says so.
 
-The Optuna sweeper (study.py) turns this callback on in each trial's overrides as
-`+callbacks.optuna_pruning={storage: ..., study_name: ..., trial_number: ..., ...}` (the `optuna_pruning`
-option, options.py). It opens the study from its storage, so it works in whatever process the launcher runs
-the job in (the sweeper's own, a joblib worker, a SLURM node sharing the filesystem).
+The sweeper (study.py) turns this callback on in each trial's overrides with
+`+callbacks.optuna_pruning={storage: ..., study_name: ..., trial_number: ..., ...}`. It opens the study from its
+storage, so it works in any process the launcher uses: the sweeper's, a joblib worker, or a SLURM node.
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ log = logging.getLogger(__name__)
 
 
 class TrialPruned(optuna.TrialPruned):
-    """Stops a pruned trial's run. The train workflow records `run_status` as the run's status; the sweeper
-    tells Optuna PRUNED."""
+    """Stop a pruned trial's run; training records `run_status` and the sweeper tells Optuna PRUNED."""
 
     run_status = "pruned"
 

@@ -1,8 +1,10 @@
-"""Hydra sweep syntax -> Optuna distributions, and sampled values -> job overrides.
+"""Turn Hydra sweep syntax into Optuna distributions, and sampled values into job overrides.
 
-`interval(a, b)` -> float in [a, b] (`int(interval(a, b))` or `tag(int, ...)`: integer); `range(a, b, s)` ->
-a, a+s, ... below b (integer or stepped float); `choice(x, y)` or `x,y` -> categorical; `tag(log, ...)` samples
-interval/range on a log scale. Anything else is a fixed override passed to every trial.
+- `interval(a, b)`: a float in [a, b]; an integer with `int(interval(a, b))` or `tag(int, ...)`.
+- `range(a, b, s)`: a, a+s, ... below b, integer or stepped float.
+- `choice(x, y)` or `x,y`: categorical.
+- `tag(log, ...)`: sample an interval or range on a log scale.
+Anything else is a fixed override passed to every trial.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep, Sweep
-from hydra.errors import ConfigCompositionException  # printed as one line by Hydra, no traceback
+from hydra.errors import ConfigCompositionException  # Hydra prints it as one line, no traceback
 from optuna.distributions import (
     BaseDistribution,
     CategoricalChoiceType,
@@ -29,7 +31,7 @@ _PRIMITIVE = (str, int, float, bool, type(None))
 class Param:
     key: str  # the override's key as written, with a +/++ prefix if any
     distribution: BaseDistribution
-    texts: dict[Any, str]  # categorical value -> its override text (as Hydra's parser printed it)
+    texts: dict[Any, str]  # categorical value -> its override text, as Hydra's parser printed it
 
     def override(self, value: Any) -> str:
         text = self.texts[value] if value in self.texts else repr(value)
@@ -53,7 +55,7 @@ def _range(sweep: RangeSweep, log: bool) -> BaseDistribution:
 
 def _param(override: Override) -> Param:
     sweep = override.value()
-    assert isinstance(sweep, Sweep)  # search_space passes the sweep overrides only
+    assert isinstance(sweep, Sweep)  # search_space passes only sweep overrides
     key = override.get_key_element()
     log = "log" in sweep.tags
     if isinstance(sweep, IntervalSweep):
@@ -72,8 +74,9 @@ def _param(override: Override) -> Param:
 
 
 def search_space(overrides: Sequence[Override]) -> tuple[dict[str, Param], list[str]]:
-    """Sweep overrides -> {parameter name: Param}; the rest -> fixed override strings. Later overrides of the
-    same key win (the command line after hydra.sweeper.params)."""
+    """Split overrides into {parameter name: Param} for sweeps and fixed override strings for the rest.
+
+    Later overrides of the same key win, so the command line beats hydra.sweeper.params."""
     params: dict[str, Param] = {}
     fixed: dict[str, str] = {}
     for override in overrides:

@@ -1,21 +1,20 @@
-"""One Optuna search: open (or resume) the study, ask a batch of trials, launch them as Hydra jobs, tell the results.
+"""One Optuna search: open or resume the study, ask a batch of trials, run them as Hydra jobs, tell the results.
 
-Resuming: the study lives in `storage` under `study_name`; running the same command again continues it until it
-holds `n_trials` trials (COMPLETE, PRUNED, FAIL, or RUNNING in a live driver).
+The study lives in `storage` under `study_name`. Running the same command again continues it until it holds
+`n_trials` trials (COMPLETE, PRUNED, FAIL, or RUNNING in a live driver).
 
-Many drivers, one study (N shells, an sbatch array): each driver heartbeats the trials it runs every
-`heartbeat_interval` seconds; before asking, a driver fails the RUNNING trials whose heartbeat is older than
-`grace_period` (their driver died) and queues their parameters again (Optuna's RetryHeartbeatStaleTrialCallback,
-`max_retry` times), so no driver fails another's live trials. Optuna's RDBStorage heartbeat does this for SQLAlchemy
-URLs; Optuna 5's JournalStorage has none, so for `journal:///` the heartbeat is a system attr written by the same
-thread and stale trials are found the same way (by the drivers' clocks: keep the grace period well above their skew).
-With `heartbeat_interval=null` a study has one driver: trials an interrupted sweep left RUNNING are marked FAIL
-(user attr `interrupted`) at start, do not count, and their parameters are queued to run again first.
+Many drivers (N shells, an sbatch array) can share one study. Each driver heartbeats its trials every
+`heartbeat_interval` seconds. Before asking, a driver fails the RUNNING trials whose heartbeat is older than
+`grace_period`, since their driver died, and queues their parameters again up to `max_retry` times. So no driver
+fails another's live trials. Optuna's RDBStorage has this heartbeat built in; for `journal:///`, which has none, the
+heartbeat is a system attr. It compares the drivers' clocks, so keep the grace period well above their skew.
 
-No trial is asked beyond n_trials in all: for a file-backed study (sqlite, journal) reap-count-ask runs under an
-exclusive lock on `<storage file>.drivers.lock`; for a database server, each driver checks the rank of the trials it
-was just given (trials before it that count) and gives back a trial beyond n_trials unrun, as FAIL with user attr
-`surplus` (not counted).
+With `heartbeat_interval=null` a study has one driver. At start, trials an interrupted sweep left RUNNING are marked
+FAIL (user attr `interrupted`), do not count, and are queued to run again first.
+
+No trial is asked beyond n_trials. For a file-backed study (sqlite, journal), reaping, counting and asking run under
+a lock on `<storage file>.drivers.lock`. A database server has no such lock, so each driver checks its new trials'
+rank and gives back any beyond n_trials unrun, as FAIL with user attr `surplus`, which does not count.
 """
 
 from __future__ import annotations
@@ -59,7 +58,7 @@ _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
 def _dict_override(key: str, value: dict[str, Any]) -> str:
-    """`+key={a:1,b:'text'}` in Hydra's override grammar (strings quoted, so paths and URLs pass as they are)."""
+    """Write `+key={a:1,b:'text'}` in Hydra's override grammar, quoting strings so paths and URLs pass unchanged."""
 
     def fmt(v: Any) -> str:
         if isinstance(v, dict):
@@ -71,11 +70,11 @@ def _dict_override(key: str, value: dict[str, Any]) -> str:
     return f"+{key}={fmt(value)}"
 
 
-HEARTBEAT_ATTR = "lab:heartbeat"  # a journal trial's last heartbeat (time.time() of its driver)
+HEARTBEAT_ATTR = "lab:heartbeat"  # a journal trial's last heartbeat, time.time() on its driver
 
 
 def _retried(trials: Sequence[optuna.trial.FrozenTrial]) -> set[int]:
-    """Numbers of the failed trials a later trial runs again (so they do not count)."""
+    """Return the numbers of failed trials that a later trial reruns; they do not count."""
     numbers: set[int] = set()
     for trial in trials:
         numbers.update(trial.system_attrs.get("retry_history", ()))
@@ -85,15 +84,17 @@ def _retried(trials: Sequence[optuna.trial.FrozenTrial]) -> set[int]:
 
 
 def _occupied(trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
-    """The trials that count toward n_trials: finished (a FAIL only if nothing runs it again, and not `interrupted`
-    or `surplus`) or RUNNING (a live driver's, or one the next reap finds stale and replaces by its retry)."""
+    """Return the trials that count toward n_trials: finished ones, and RUNNING ones.
+
+    A FAIL does not count when it is rerun, `interrupted` or `surplus`. A RUNNING trial counts even if its driver
+    died, since the next reap replaces it by its retry."""
     retried = _retried(trials)
 
     def counts(trial: optuna.trial.FrozenTrial) -> bool:
         if trial.state == TrialState.RUNNING:
             return True
         if trial.state not in _FINISHED:
-            return False  # WAITING: queued, counted once a driver runs it
+            return False  # WAITING: counted once a driver runs it
         if trial.state == TrialState.FAIL:
             attrs = trial.user_attrs
             return trial.number not in retried and not attrs.get("interrupted") and not attrs.get("surplus")
@@ -103,26 +104,27 @@ def _occupied(trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.F
 
 
 class Heartbeat:
-    """A driver's proof of life for the trials it runs, and the reaping of the trials of dead drivers."""
+    """Beat for the trials this driver runs, and reap the trials of dead drivers."""
 
     def __init__(self, url: str, options: dict[str, Any]) -> None:
         self.interval = options.get("heartbeat_interval")
-        self.options_grace = options.get("grace_period")  # null: Optuna's default, as below
+        self.options_grace = options.get("grace_period")  # null: Optuna's default, two beats
         self.grace = self.options_grace if self.options_grace is not None else 2 * (self.interval or 0)
         self.url, self.journal = url, url.startswith(JOURNAL)
-        with warnings.catch_warnings():  # experimental since Optuna 2.8, stable in use
+        with warnings.catch_warnings():  # "experimental" since Optuna 2.8, but stable in use
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self.retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=options.get("max_retry"))
 
     @functools.cached_property
     def storage(self) -> Any:
-        """Opened when the search starts, after the sweep dir is claimed: a refused sweep writes no database. Under
-        the lock: two drivers starting on a new sqlite file would both create its tables."""
+        """Open the storage once the sweep dir is claimed, so a refused sweep writes no database.
+
+        It opens under the lock, or two drivers starting on a new sqlite file would both create its tables."""
         with study_lock(self.url), warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             if self.journal or not self.interval:
                 return open_storage(self.url)
-            # Optuna's own heartbeat: RDBStorage records it and finds the stale trials
+            # RDBStorage has its own heartbeat, which also finds the stale trials
             settings = {"heartbeat_interval": self.interval, "grace_period": self.options_grace}
             return open_storage(self.url, {**settings, "heartbeat_stale_trial_callback": self.retry})
 
@@ -135,7 +137,7 @@ class Heartbeat:
 
     @contextlib.contextmanager
     def beating(self, trials: Sequence[optuna.Trial]) -> Iterator[None]:
-        """Heartbeats for `trials` every interval while the block runs (the jobs: in this process or elsewhere)."""
+        """Beat for `trials` every interval while the block runs the jobs."""
         if not self.interval:
             yield
             return
@@ -145,7 +147,7 @@ class Heartbeat:
             while not stop.wait(self.interval):
                 try:
                     self.beat(trials)
-                except Exception as err:  # a busy database: the next beat may pass; the grace period is 2 beats
+                except Exception as err:  # a busy database; the next beat may pass, and the grace is 2 beats
                     log.warning("optuna heartbeat not recorded: %s", err)
 
         thread = threading.Thread(target=loop, name="optuna-heartbeat", daemon=True)
@@ -157,7 +159,7 @@ class Heartbeat:
             thread.join()
 
     def reap(self, study: optuna.Study) -> None:
-        """Fail the RUNNING trials whose driver stopped beating, and queue each again (up to max_retry times)."""
+        """Fail the RUNNING trials whose driver stopped beating, and queue each again up to max_retry times."""
         if not self.interval:
             return
         if not self.journal:
@@ -185,7 +187,7 @@ class Search:
         try:
             check_storage(options["storage"])
         except ValueError as err:
-            sys.exit(f"error: {err}")  # one line, before anything is written (a sweeper runs inside Hydra)
+            sys.exit(f"error: {err}")  # one line, not a traceback from inside Hydra, before anything is written
         for key, meaning in (("heartbeat_interval", "seconds, or null: one driver"), ("grace_period", "seconds")):
             value = options.get(key)
             if value is not None and (not isinstance(value, int) or value <= 0):
@@ -208,7 +210,7 @@ class Search:
             # A resumed study must not replay the random start-up points it already tried.
             sampler_spec["seed"] += done
         pruner = instantiate(self.options["pruner"]) if self.options["pruner"] else optuna.pruners.NopPruner()
-        with study_lock(self.storage):  # two drivers creating one study: one creates, the other loads it
+        with study_lock(self.storage):  # when two drivers start one study, one creates it and the other loads it
             study = optuna.create_study(
                 study_name=self.study_name,
                 storage=self.heartbeat.storage,
@@ -218,7 +220,7 @@ class Search:
                 load_if_exists=True,
             )
         if self.heartbeat.interval:
-            return study  # other drivers may be running these: the heartbeat tells the dead ones (reap)
+            return study  # other drivers may run these trials; reap finds the dead ones
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             open_trial(self.heartbeat.storage, self.study_name, trial.number).set_user_attr("interrupted", True)
             study.tell(trial.number, state=TrialState.FAIL)
@@ -230,7 +232,7 @@ class Search:
     def _job_overrides(self, trial: optuna.Trial, params: dict[str, Param], fixed: list[str]) -> list[str]:
         overrides = [*fixed, *(params[name].override(trial.params[name]) for name in params)]
         if self.options["pruner"]:
-            spec = {  # the optuna_pruning callback option's keys (options.py)
+            spec = {  # the keys of the optuna_pruning callback option (options.py)
                 "storage": self.storage,
                 "study_name": self.study_name,
                 "trial_number": trial.number,
@@ -241,7 +243,7 @@ class Search:
         return overrides
 
     def _tell(self, study: optuna.Study, trial: optuna.Trial, ret: JobReturn) -> bool:
-        """Record one job's result in the study; True if the job failed."""
+        """Record one job's result in the study; return True if the job failed."""
         result = outcome(ret)
         if ret.hydra_cfg is not None:
             trial.set_user_attr("run_dir", str(ret.hydra_cfg.hydra.runtime.output_dir))
@@ -259,17 +261,17 @@ class Search:
         return result.failed
 
     def _ask(self, study: optuna.Study, distributions: dict[str, Any], wanted: int, batch: int) -> list[optuna.Trial]:
-        """The next batch of trials for this driver, none beyond `wanted` in the study (all drivers together)."""
+        """Ask the next batch of trials for this driver, never past `wanted` across all drivers."""
         with study_lock(self.storage):
             self.heartbeat.reap(study)
             left = wanted - len(_occupied(study.get_trials(deepcopy=False)))
-            with warnings.catch_warnings():  # Optuna's heartbeat is "supposed to be used with optimize": ours beats
+            with warnings.catch_warnings():  # Optuna warns heartbeats are for optimize(); we beat ourselves
                 warnings.simplefilter("ignore", UserWarning)
                 trials = [study.ask(distributions) for _ in range(max(0, min(batch, left)))]
             if self.heartbeat.interval:
-                self.heartbeat.beat(trials)  # at once: a trial never beaten is never found stale
-        # A database server has no lock: two drivers may have asked for the last place. Trials keep their numbers in
-        # the order they were asked, so the first `wanted` counted ones win; a later one is given back unrun.
+                self.heartbeat.beat(trials)  # at once, since a trial never beaten is never found stale
+        # Without a lock, two drivers may have asked for the last place. Trial numbers follow the asking order, so
+        # the first `wanted` counted trials win and later ones are given back unrun.
         occupied = {t.number for t in _occupied(study.get_trials(deepcopy=False))}
         kept = []
         for trial in trials:
@@ -290,8 +292,8 @@ class Search:
                 "the Optuna search space is empty: set hydra.sweeper.params or pass key=interval(a,b) / choice(x,y)"
             )
         distributions = {name: p.distribution for name, p in params.items()}
-        # The study is what resumes (its storage); `resume=auto` only lets this run add its trials to the sweep dir
-        # of an earlier one. A trial is a new job in a dir of its own (its number): it starts fresh.
+        # The study itself resumes. `resume=auto` only lets this run add trials to an earlier sweep dir; each trial
+        # is a new job in its own dir and starts fresh.
         fixed = [o for o in fixed if parser.parse_override(o).key_or_group != "resume"]
         sweep_dir = Path(self.config.hydra.sweep.dir)
         with claim(sweep_dir, resuming=OmegaConf.select(self.config, "resume") == "auto"):
@@ -313,12 +315,12 @@ class Search:
                 running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
                 if not (running and self.heartbeat.interval):
                     break
-                # Other drivers' trials fill the study. Wait for them: if one's driver dies, its trial goes stale,
-                # and this driver runs it again (the last driver alive finishes the study).
+                # Other drivers' trials fill the study. Wait: if a driver dies, its trial goes stale and this
+                # driver reruns it, so the last driver alive finishes the study.
                 time.sleep(self.heartbeat.interval)
                 continue
             overrides = [self._job_overrides(trial, params, fixed) for trial in trials]
-            # job number = trial number: run dir <sweep dir>/<trial number>
+            # job number = trial number, so the run dir is <sweep dir>/<trial number>
             with self.heartbeat.beating(trials):
                 results = launch_numbered(self.launcher, [(t.number, o) for t, o in zip(trials, overrides)])
             returns.append(results)

@@ -1,12 +1,10 @@
-"""Where an Optuna study lives, as `hydra.sweeper.storage` names it, for the sweeper and for the jobs it starts.
+"""Open the Optuna study storage that `hydra.sweeper.storage` names, for the sweeper and its jobs.
 
-Two kinds of URL: an SQLAlchemy URL (`sqlite:///<path>.db`, `postgresql://...`: Optuna's RDBStorage) and
-`journal:///<path>.log`, Optuna's JournalStorage on a JournalFileBackend: an append-only log file, the backend
-Optuna recommends for a file system several machines share (NFS), where sqlite's locking is unreliable. A relative
-path is taken from the directory the sweep starts in, and made absolute: jobs may run elsewhere (joblib workers,
-SLURM nodes).
+Two kinds of URL work. An SQLAlchemy URL (`sqlite:///<path>.db`, `postgresql://...`) opens Optuna's RDBStorage.
+`journal:///<path>.log` opens an append-only journal file, which Optuna recommends on a shared file system (NFS),
+where sqlite's locking is unreliable. Relative paths are made absolute, since jobs may run elsewhere.
 
-No torch here: imported by the sweeper plugin and the pruning callback (`open_trial`, from any process).
+No torch here: the sweeper plugin and the pruning callback import this module.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ _URL = re.compile(r"^[a-z][a-z0-9+.-]*://")  # an SQLAlchemy URL: dialect[+drive
 
 
 def check_storage(url: str) -> None:
-    """Refuse a storage value that names no study storage, in one line (a ValueError), before anything is written."""
+    """Raise a one-line ValueError, before anything is written, if `url` names no study storage."""
     if url.startswith(JOURNAL) and len(url) > len(JOURNAL):
         return
     if _URL.match(url) and not url.startswith("journal:"):
@@ -39,7 +37,7 @@ def check_storage(url: str) -> None:
 
 
 def absolute_storage(url: str) -> str:
-    """A relative sqlite or journal path made absolute, its folder made."""
+    """Make a relative sqlite or journal path absolute, and create its folder."""
     for prefix in (SQLITE, JOURNAL):
         if url.startswith(prefix) and ":memory:" not in url:
             path = Path(url[len(prefix) :]).expanduser().absolute()
@@ -49,7 +47,7 @@ def absolute_storage(url: str) -> str:
 
 
 def storage_file(url: str) -> Path | None:
-    """The file a sqlite or journal storage lives in (None for a database server or sqlite in memory)."""
+    """Return the file of a sqlite or journal storage, or None for a database server or in-memory sqlite."""
     for prefix in (SQLITE, JOURNAL):
         if url.startswith(prefix) and ":memory:" not in url:
             return Path(url[len(prefix) :])
@@ -57,8 +55,9 @@ def storage_file(url: str) -> Path | None:
 
 
 def open_storage(url: str, heartbeat: dict[str, Any] | None = None) -> Any:
-    """The Optuna storage of `url`. `heartbeat` (RDB only: Optuna 5's JournalStorage has none) holds RDBStorage's
-    `heartbeat_interval`, `grace_period` and `heartbeat_stale_trial_callback`."""
+    """Open the Optuna storage of `url`.
+
+    `heartbeat` holds RDBStorage's heartbeat arguments; JournalStorage has no heartbeat and ignores it."""
     import optuna
 
     if url.startswith(JOURNAL):
@@ -70,11 +69,11 @@ def open_storage(url: str, heartbeat: dict[str, Any] | None = None) -> Any:
 
 @contextlib.contextmanager
 def study_lock(url: str) -> Iterator[None]:
-    """Serialize what N drivers of one file-backed study must not do at once: create its tables, and
-    reap-count-ask (so they never ask more than n_trials in all). An exclusive flock on `<storage file>.drivers.lock`
-    (not `.lock`: the journal backend's own lock file). A database server has no file to lock: there the drivers
-    check each new trial's rank instead (see study.Search). flock works across NFS v4 clients; on a file system
-    without it, the rank check still holds."""
+    """Hold an exclusive lock so drivers of one file-backed study create tables and ask trials one at a time.
+
+    This keeps them from asking more than n_trials in all. It flocks `<storage file>.drivers.lock`, since `.lock` is
+    the journal backend's own. A database server has no file to lock, so drivers check each new trial's rank
+    instead (study.Search). flock works across NFS v4 clients; where it fails, the rank check still holds."""
     path = storage_file(url)
     if path is None:
         yield
@@ -82,7 +81,7 @@ def study_lock(url: str) -> Iterator[None]:
     with open(f"{path}.drivers.lock", "a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX)
-        except OSError:  # a file system without locks: the rank check alone
+        except OSError:  # a file system without locks: rely on the rank check
             yield
             return
         try:
@@ -94,10 +93,10 @@ def study_lock(url: str) -> Iterator[None]:
 def open_trial(
     storage: str | optuna.storages.BaseStorage, study_name: str, trial_number: int, pruner: Any = None
 ) -> optuna.Trial:
-    """The live trial `trial_number` of a stored study, from any process (Optuna's ask/tell across processes)."""
+    """Open the live trial `trial_number` of a stored study, from any process."""
     import optuna
 
-    opened = open_storage(storage) if isinstance(storage, str) else storage  # a URL: also journal:///<path>
+    opened = open_storage(storage) if isinstance(storage, str) else storage  # a URL, journal:/// included
     study = optuna.load_study(study_name=study_name, storage=opened, pruner=pruner)
     study_id = opened.get_study_id_from_name(study_name)
     return optuna.Trial(study, opened.get_trial_id_from_study_id_trial_number(study_id, trial_number))

@@ -1,22 +1,21 @@
-"""MLflow: one MLflow run per job, holding the resolved config (params), the git commit, branch and dirty flag (tags;
-`mlflow.source.git.commit` is the one MLflow's UI shows), the metrics (step = global optimizer step, plus `epoch`),
-the summary, the run-dir files the Tracker attaches, `config.yaml` and checkpoint artifacts.
+"""MLflow: one MLflow run per job.
 
-Where it records (`tracking_uri`): `logger.mlflow.tracking_uri`, else $MLFLOW_TRACKING_URI, else one SQLite database
-that every run shares, `<paths.outputs>/mlflow/mlflow.db`, its artifacts beside it in `artifacts/`: `mlflow ui
---backend-store-uri sqlite:///outputs/mlflow/mlflow.db` compares all the runs. SQLite, not MLflow's file store
-(`./mlruns`): since MLflow 3.13 the file store is in maintenance mode and refused unless MLFLOW_ALLOW_FILE_STORE=true;
-MLflow's own default is a SQLite `mlflow.db` now. A `file:` URI (or a plain path) is used when that variable is set.
+The run holds the resolved config as params, the git commit, branch and dirty flag as tags, the metrics (step is
+the global optimizer step, plus `epoch`), the summary, and artifacts: attached run-dir files, `config.yaml` and
+checkpoints.
 
-What cannot work is refused before anything is written (:meth:`MlflowBackend.check`, called by the Tracker): a URI
-of an unknown scheme, the file store without MLFLOW_ALLOW_FILE_STORE, a server that does not answer within
-`logger.mlflow.timeout`, a resume whose record is in another store. mlflow is imported only when the backend starts,
-in the tracker's child process (its import and a SQLite store's schema check are a few seconds of Python).
+It records to `logger.mlflow.tracking_uri`, else $MLFLOW_TRACKING_URI, else one SQLite database shared by every
+run, `<paths.outputs>/mlflow/mlflow.db`, with artifacts beside it. So `mlflow ui --backend-store-uri
+sqlite:///outputs/mlflow/mlflow.db` compares all runs. Since MLflow 3.13 the file store (`./mlruns`) is refused
+unless MLFLOW_ALLOW_FILE_STORE=true, and MLflow itself defaults to SQLite.
 
-One run across resumes: the MLflow run's id is kept in `<run dir>/mlflow/run.json` (with its store), and a run that
-continues in its own dir continues that MLflow run: params are immutable in MLflow, so only keys it lacks are added;
-a metric at a step its previous attempt recorded already (the steps after the checkpoint it resumed from, trained
-again) is not logged twice, as wandb does. A new run in the dir (`overwrite=true`) starts a new MLflow run.
+:meth:`MlflowBackend.check` refuses, before anything is written, an unknown URI scheme, the file store without
+MLFLOW_ALLOW_FILE_STORE, a server that does not answer within `logger.mlflow.timeout`, and a resume recorded in
+another store. mlflow is imported only in the tracker's child process, since starting it takes a few seconds.
+
+A resumed run continues its MLflow run, whose id is kept in `<run dir>/mlflow/run.json`. MLflow params are
+immutable, so only missing keys are added. As in wandb, steps retrained after the checkpoint are not logged twice.
+A new run in the dir (`overwrite=true`) starts a new MLflow run.
 """
 
 from __future__ import annotations
@@ -44,25 +43,24 @@ from lab.tracking.backends import Backend, RunInfo, number, plain, writing
 
 log = logging.getLogger(__name__)
 
-DEFAULT_EXPERIMENT = "lab"  # wandb's default project too
+DEFAULT_EXPERIMENT = "lab"  # the same as wandb's default project
 RUN_FILE = "run.json"  # in <run dir>/mlflow/: {run_id, experiment_id, tracking_uri}
 STATUSES = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED", "pruned": "KILLED"}
-MAX_PER_BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # what one log_batch takes (mlflow.utils.validation)
-MAX_PARAM_LENGTH = 6000  # characters of a param value (longer ones are cut: config.yaml has them whole)
-_BAD_NAME = re.compile(r"[^/\w.\- :]")  # the characters MLflow refuses in a metric or param name
+MAX_PER_BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # log_batch's limits (mlflow.utils.validation)
+MAX_PARAM_LENGTH = 6000  # longer param values are cut; config.yaml has them whole
+_BAD_NAME = re.compile(r"[^/\w.\- :]")  # characters MLflow refuses in a metric or param name
 
 
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-# MLflow's tracking stores by URI scheme (mlflow.tracking._tracking_service.utils): a path or file: (the file
-# store), a database (sqlite: the local default; a driver may follow: postgresql+psycopg2), a server, Databricks
+# the URI schemes MLflow has tracking stores for; a database scheme may name a driver (postgresql+psycopg2)
 MLFLOW_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 
 
 def mlflow_uri_problem(uri: str) -> str | None:
-    """Why `uri` is not an MLflow tracking URI this template can use (None: it is). A plain path is a file store."""
+    """Return why `uri` is not a usable MLflow tracking URI, or None if it is. A plain path is a file store."""
     scheme = uri.partition(":")[0].partition("+")[0].lower() if re.match(r"^[A-Za-z][\w+.-]*:", uri) else ""
     if len(scheme) == 1:  # a Windows drive letter (C:\\runs): a path
         scheme = ""
@@ -79,7 +77,7 @@ def mlflow_uri_problem(uri: str) -> str | None:
 
 
 def tracking_uri(run: RunInfo) -> tuple[str, str]:
-    """(the store this run records into, where that came from: the key, the variable, or the default)."""
+    """Return (the store this run records into, where that came from: the key, the variable, or the default)."""
     settings = run.settings
     if settings is not None and settings.tracking_uri:
         return settings.tracking_uri, settings.key_of("tracking_uri")
@@ -89,7 +87,7 @@ def tracking_uri(run: RunInfo) -> tuple[str, str]:
 
 
 def default_store(run: RunInfo) -> Path:
-    """`<paths.outputs>/mlflow`, absolute: every run of this checkout records there, whatever its run dir."""
+    """Return `<paths.outputs>/mlflow`, absolute, where every run of this checkout records whatever its run dir."""
     outputs = (run.config.get("paths") or {}).get("outputs") or "outputs"
     return (Path(outputs) / "mlflow").resolve()
 
@@ -100,13 +98,13 @@ def experiment_name(run: RunInfo) -> str:
 
 
 def _scheme(uri: str) -> str:
-    """'' for a plain path, else the scheme without a database driver (postgresql+psycopg2 -> postgresql)."""
+    """Return the scheme without a database driver (postgresql+psycopg2 -> postgresql), or '' for a plain path."""
     parsed = urlparse(uri).scheme.partition("+")[0].lower()
     return "" if len(parsed) <= 1 else parsed  # a Windows drive letter is a path
 
 
 def _sqlite_path(uri: str) -> Path | None:
-    """The database file of a sqlite:/// URI (None for an in-memory one)."""
+    """Return the database file of a sqlite:/// URI, or None for an in-memory one."""
     path = unquote(uri[len("sqlite:///") :]).partition("?")[0]
     return Path(path) if path and path != ":memory:" else None
 
@@ -116,7 +114,7 @@ def _fix_default() -> str:
 
 
 def _server_answers(uri: str, timeout: float) -> str | None:
-    """None when something answers HTTP at `uri` (any status: the server may want credentials), else why not."""
+    """Return None if anything answers HTTP at `uri`, else why not. Any status counts: it may want credentials."""
     context = None
     if uri.startswith("https:"):
         if _truthy(os.environ.get("MLFLOW_TRACKING_INSECURE_TLS")):
@@ -127,7 +125,7 @@ def _server_answers(uri: str, timeout: float) -> str | None:
         with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout, context=context):
             return None
     except urllib.error.HTTPError:
-        return None  # an answer
+        return None
     except urllib.error.URLError as err:
         return str(err.reason)
     except (OSError, ValueError) as err:  # a timeout, a malformed URL
@@ -135,7 +133,7 @@ def _server_answers(uri: str, timeout: float) -> str | None:
 
 
 def read_run_file(run_dir: Path) -> dict[str, Any] | None:
-    """The MLflow run a run dir recorded into, or None."""
+    """Return the MLflow run a run dir recorded into, or None."""
     try:
         found = json.loads((run_dir / MlflowBackend.folder / RUN_FILE).read_text())
     except (OSError, ValueError):
@@ -144,8 +142,7 @@ def read_run_file(run_dir: Path) -> dict[str, Any] | None:
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """The config as MLflow params: nested keys joined by dots (`model.hidden_dims`), values as JSON (`[8, 4]`,
-    `null`, `true`) except strings, which stay as they are."""
+    """Flatten the config into MLflow params: keys joined by dots, values as JSON except strings, kept as they are."""
     params: dict[str, str] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
@@ -158,7 +155,7 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def mlflow_name(key: str) -> str:
-    """A metric or param name MLflow takes: other characters as `_`, no empty path parts."""
+    """Make a name MLflow accepts: refused characters become `_`, empty path parts are dropped."""
     name = _BAD_NAME.sub("_", key)
     name = re.sub(r"/{2,}", "/", name).strip("/")
     return "/".join(part if part not in (".", "..") else part.replace(".", "_") for part in name.split("/")) or "_"
@@ -171,8 +168,9 @@ def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """MLflow's INFO lines and alembic's migration lines (a new SQLite store prints dozens) kept out of the run's log;
-    SQLAlchemy's deprecation warnings about MLflow's own queries too."""
+    """Keep MLflow's and alembic's INFO lines, and SQLAlchemy's warnings about MLflow's queries, out of the log.
+
+    A new SQLite store alone prints dozens of migration lines."""
     import warnings
 
     loggers = [logging.getLogger(name) for name in ("mlflow", "alembic")]
@@ -190,7 +188,7 @@ def _quiet() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _store_lock(uri: str) -> Iterator[None]:
-    """A local SQLite store made and migrated by one process at a time (a sweep's parallel jobs start together)."""
+    """Create and migrate a local SQLite store one process at a time, since a sweep's parallel jobs start together."""
     path = _sqlite_path(uri) if _scheme(uri) == "sqlite" else None
     if path is None:
         yield
@@ -205,8 +203,8 @@ def _store_lock(uri: str) -> Iterator[None]:
 
 class MlflowBackend(Backend):
     name = "mlflow"
-    folder = "mlflow"  # <run dir>/mlflow/run.json: the MLflow run this run dir records into
-    slow_to_start = True  # import + store: a few seconds of Python, in the tracker's child process
+    folder = "mlflow"  # <run dir>/mlflow/run.json names the MLflow run this run dir records into
+    slow_to_start = True  # the import and the store take a few seconds
 
     @classmethod
     def check(cls, run: RunInfo) -> None:
@@ -244,8 +242,8 @@ class MlflowBackend(Backend):
             self.experiment_id = self._experiment()
         self._summary: dict[str, Any] = {}
         self._last_step = 0
-        self._names: set[str] = set()  # the metrics logged in this record
-        self.recorded: dict[str, int] = {}  # continuing: each metric's last step in the record already
+        self._names: set[str] = set()  # metrics logged in this record
+        self.recorded: dict[str, int] = {}  # on resume: each metric's last step already recorded
         self._existing_params: set[str] = set()
         continued = read_run_file(self.run.run_dir) if self.run.continuing else None
         if continued is not None:
@@ -276,7 +274,7 @@ class MlflowBackend(Backend):
         entries = [
             Metric(key, value, timestamp, step)
             for key, value in values.items()
-            if value is not None and step > self.recorded.get(key, -1)  # not twice at a step (a resume's replay)
+            if value is not None and step > self.recorded.get(key, -1)  # a resume replays steps: log each once
         ]
         for chunk in _chunks(entries, MAX_PER_BATCH["metrics"]):
             self.client.log_batch(self.run_id, metrics=chunk)
@@ -287,19 +285,19 @@ class MlflowBackend(Backend):
         self._summary.update(values)
 
     def save_file(self, path: Path) -> None:
-        """A snapshot of a run-dir file as an artifact at its place in the run dir (provenance/git.diff)."""
+        """Upload a run-dir file as an artifact at the same relative path, e.g. provenance/git.diff."""
         folder = Path(path).resolve().relative_to(self.run.run_dir.resolve()).parent
         self.client.log_artifact(self.run_id, str(path), folder.as_posix() if folder.parts else None)
 
     def log_checkpoint(self, path: Path, alias: str) -> None:
-        """The checkpoint as the artifact `checkpoints/<its file name>` (best.pt, last.pt)."""
+        """Upload a checkpoint as the artifact `checkpoints/<file name>`."""
         self.client.log_artifact(self.run_id, str(path), "checkpoints")
 
     def finish(self, status: str) -> dict[str, Any]:
         from mlflow.entities import Metric
 
         timestamp = int(time.time() * 1000)
-        # the summary's numbers that are no metric of the run yet (best_epoch, val/acc_best): a column of the table
+        # summary numbers such as best_epoch become metrics, so they show as columns in the runs table
         extra = {mlflow_name(key): number(value) for key, value in self._summary.items()}
         step = self._last_step
         entries = [
@@ -336,10 +334,10 @@ class MlflowBackend(Backend):
             return str(found.experiment_id)
         location = None
         if _scheme(self.uri) == "sqlite" and (path := _sqlite_path(self.uri)) is not None:
-            location = (path.parent.resolve() / "artifacts").as_uri()  # beside the database, not in ./mlartifacts
+            location = (path.parent.resolve() / "artifacts").as_uri()  # beside the database, not ./mlartifacts
         try:
             return str(self.client.create_experiment(name, artifact_location=location))
-        except MlflowException:  # another job made it meanwhile
+        except MlflowException:  # another job created it meanwhile
             found = self.client.get_experiment_by_name(name)
             if found is None:
                 raise
@@ -369,7 +367,7 @@ class MlflowBackend(Backend):
         return str(created.info.run_id)
 
     def _continue(self) -> None:
-        """Open the recorded run again; what it has (params, each metric's last step) is kept as it is."""
+        """Reopen the recorded run, noting its params and each metric's last step so nothing is logged twice."""
         from mlflow.exceptions import MlflowException
 
         try:
@@ -389,13 +387,13 @@ class MlflowBackend(Backend):
         self._existing_params = set(found.data.params)
 
     def _record_config(self) -> None:
-        """The config as params (the keys the run lacks: MLflow keeps a param's first value) and as config.yaml."""
+        """Record the config as params and as config.yaml; MLflow keeps a param's first value, so add only new keys."""
         from mlflow.entities import Param
 
         config = {**plain(self.run.config), "provenance": plain(self.run.git)}
         named: dict[str, str] = {}
         for key, value in flatten(config).items():
-            named.setdefault(mlflow_name(key), value)  # two keys that differ only in refused characters: the first
+            named.setdefault(mlflow_name(key), value)  # keys that differ only in refused characters: first wins
         params = [Param(key, value) for key, value in named.items() if key not in self._existing_params]
         for chunk in _chunks(params, MAX_PER_BATCH["params"]):
             self.client.log_batch(self.run_id, params=chunk)

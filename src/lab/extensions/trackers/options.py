@@ -1,6 +1,7 @@
-"""The trackers this extension adds: `logger=tensorboard` and `logger=mlflow` (lab.config.trackers: a tracker is its
-option, a ``TrackerConfig``). Imported at every start (lab.config.register): no torch, no tracker here; an option's
-``backend()`` imports its class when the tracker is chosen."""
+"""The trackers this extension adds: `logger=tensorboard` and `logger=mlflow`, each a ``TrackerConfig``.
+
+This module is imported at every start, so it imports no torch and no tracker; ``backend()`` imports the class
+when the tracker is chosen."""
 
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class TensorboardConfig(TrackerConfig):
-    """TensorBoard (tensorboard_backend here): event files in <run dir>/tensorboard/ (`tensorboard --logdir outputs`):
-    the metrics as scalars, the resolved config, git commit and final summary as text."""
+    """TensorBoard event files in <run dir>/tensorboard/: metrics as scalars, config and summary as text."""
 
     requires = ("tensorboard",)
 
@@ -29,16 +29,17 @@ class TensorboardConfig(TrackerConfig):
 
 @dataclass
 class MlflowConfig(TrackerConfig):
-    """MLflow (mlflow_backend here): one MLflow run per job in a store every run shares, by default a SQLite database
-    under `paths.outputs` (`mlflow ui --backend-store-uri sqlite:///outputs/mlflow/mlflow.db` compares them all), or
-    a tracking server. MLFLOW_TRACKING_URI / MLFLOW_EXPERIMENT_NAME are honoured when the keys are null."""
+    """One MLflow run per job, in a store every run shares (mlflow_backend.py).
 
-    # mlflow-skinny: the client without the UI's server; its SQLite store needs sqlalchemy and alembic, undeclared
+    The store is SQLite under `paths.outputs` by default, or a tracking server. When the keys are null,
+    MLFLOW_TRACKING_URI and MLFLOW_EXPERIMENT_NAME are honoured."""
+
+    # mlflow-skinny is the client without the UI server; its SQLite store needs sqlalchemy and alembic undeclared
     requires = ("mlflow-skinny", "sqlalchemy", "alembic")
 
-    # null: $MLFLOW_TRACKING_URI, else sqlite:///<paths.outputs>/mlflow/mlflow.db (artifacts beside it in artifacts/)
+    # null: $MLFLOW_TRACKING_URI, else sqlite:///<paths.outputs>/mlflow/mlflow.db, with artifacts beside it
     tracking_uri: str | None = None
-    experiment: str | None = None  # null: $MLFLOW_EXPERIMENT_NAME, else "lab" (wandb's default project)
+    experiment: str | None = None  # null: $MLFLOW_EXPERIMENT_NAME, else "lab", wandb's default project
     timeout: float = 10.0  # seconds for a tracking server to answer before the run is refused
 
     def __post_init__(self) -> None:

@@ -1,10 +1,9 @@
-"""TensorBoard: event files in `<run dir>/tensorboard/` (`tensorboard --logdir outputs` shows every run).
+"""TensorBoard: event files in `<run dir>/tensorboard/`; `tensorboard --logdir outputs` shows every run.
 
-Metrics are scalars at step = global optimizer step (plus `epoch`); the resolved config with the git commit,
-branch and dirty flag is the text `config` (YAML), the final summary the text `summary`. A run continuing in its
-own dir writes a further event file into the same folder, which TensorBoard reads as one run. A new run in a dir
-that held another (`overwrite=true`) first removes that run's event files: TensorBoard would read both as one run,
-two curves over the same steps drawn as one zigzag.
+Metrics are scalars at the global optimizer step, plus `epoch`. The resolved config with git info is the text
+`config` (YAML), and the final summary is the text `summary`. A resumed run adds an event file to the same folder,
+which TensorBoard reads as one run. A new run in a used dir (`overwrite=true`) first removes the old event files,
+or TensorBoard would draw both runs as one zigzag curve.
 """
 
 from __future__ import annotations
@@ -17,11 +16,11 @@ import yaml
 from lab.errors import UserError
 from lab.tracking.backends import Backend, number, plain, writing
 
-EVENT_FILES = "events.out.tfevents.*"  # the names torch's SummaryWriter gives its event files
+EVENT_FILES = "events.out.tfevents.*"  # the names torch's SummaryWriter gives event files
 
 
 def as_markdown_code(text: str) -> str:
-    """TensorBoard renders text as Markdown: indented lines keep YAML's layout."""
+    """Indent `text` as a Markdown code block, so TensorBoard keeps YAML's layout."""
     return "\n".join(f"    {line}" for line in text.splitlines())
 
 
@@ -41,8 +40,7 @@ class TensorBoardBackend(Backend):
             if not self.run.continuing:
                 for replaced in self.dir.glob(EVENT_FILES):
                     replaced.unlink()
-            # a continuing run hides what its previous attempt logged after the checkpoint it resumed from: those
-            # steps are logged again (TensorBoard purges the earlier events from that step on)
+            # a resumed run logs the steps after its checkpoint again, so purge the earlier events from there on
             resumed = self.run.resumed_step if self.run.continuing else None
             self.writer = SummaryWriter(log_dir=str(self.dir), purge_step=None if resumed is None else resumed + 1)
         self._summary: dict[str, Any] = {}
