@@ -1,4 +1,6 @@
-"""Errors the user can fix, and stops the user asked for. Entry scripts print them as one line and exit non-zero."""
+"""Errors the user can fix, and stops the user asked for.
+
+Entry scripts print them as one line and exit non-zero."""
 
 
 class ConfigError(ValueError):
