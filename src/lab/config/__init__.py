@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from lab import extensions, upstream
+from lab import upstream
 from lab.config import options
 from lab.config.callbacks import CallbackConfig
 from lab.config.data import (
@@ -149,13 +150,20 @@ _STORED: set[type] = set()  # option classes register() has stored
 def register() -> None:
     """Store the entry schemas at the root of Hydra's ConfigStore and every option in its group.
 
-    Every module of this package and each extension's `options` module is imported first, so a fork's and the
-    extensions' options are stored too. It runs when this package is imported, and again for options not yet stored
-    when Hydra builds its search path (hydra_plugins/lab_sweepers/extensions.py). That second call is needed because
-    an extension's options module imported first imports this package halfway through its own body."""
+    Every module of this package and every `options` module of lab's packages and extensions is imported first, so
+    the components', a fork's and the extensions' options are stored too. It runs when this package is imported, and
+    again for options not yet stored when Hydra builds its search path (hydra_plugins/lab_sweepers/extensions.py).
+    That second call is needed because an options module imported first imports this package halfway through its
+    own body."""
     for module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{module.name}")
-    extensions.modules("options")
+    # Each package's options module, the core's (lab/<package>/options.py) then the extensions'. Found, not named:
+    # this package sits below every component, so it imports none of them by name.
+    package = Path(__file__).resolve().parents[1]
+    for path in [*sorted(package.glob("*/options.py")), *sorted(package.glob("extensions/*/options.py"))]:
+        importlib.import_module(
+            ".".join((__name__.rpartition(".")[0], *path.relative_to(package).with_suffix("").parts))
+        )
     cs = ConfigStore.instance()
     new = [(group, name, option) for group in options.groups() for name, option in options.options(group).items()]
     new = [(group, name, option) for group, name, option in new if option not in _STORED]
