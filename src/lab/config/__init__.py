@@ -29,35 +29,13 @@ from omegaconf import DictConfig, OmegaConf
 from lab import upstream
 from lab.config import options
 from lab.config.callbacks import CallbackConfig
-from lab.config.data import (
-    Cifar10Config,
-    CsvConfig,
-    DataConfig,
-    DiabetesConfig,
-    DigitsConfig,
-    FashionMnistConfig,
-    ImageDataConfig,
-    ImageFolderConfig,
-    MnistConfig,
-    SyntheticConfig,
-    TextConfig,
-)
-from lab.config.distributed import DDPConfig, DistConfig, FSDPConfig, NoDistConfig, ProcessGroupConfig
+from lab.config.data import DataConfig, ImageDataConfig
+from lab.config.distributed import DistConfig, ProcessGroupConfig
 from lab.config.mistakes import undeclared_keys, unknown_key_message
-from lab.config.models import CNNConfig, GPTConfig, MLPConfig, ModelConfig
-from lab.config.optim import (
-    AdamwConfig,
-    ConstantConfig,
-    CosineConfig,
-    OnecycleConfig,
-    OptimizerConfig,
-    PlateauConfig,
-    SchedulerConfig,
-    SGDConfig,
-    StepConfig,
-)
+from lab.config.models import ModelConfig
+from lab.config.optim import OptimizerConfig, SchedulerConfig
 from lab.config.options import Option
-from lab.config.tasks import ClassificationConfig, LanguageModelConfig, RegressionConfig, TaskConfig
+from lab.config.tasks import TaskConfig
 from lab.config.tools import EvalConfig, ExportConfig, ExportStepConfig, InferConfig
 from lab.config.trackers import LoggerConfig, TrackerConfig, logger_config
 from lab.config.training import (
@@ -73,52 +51,27 @@ from lab.errors import ConfigError
 
 __all__ = [
     "SCHEMAS",
-    "AdamwConfig",
     "AmpConfig",
     "Bf16Config",
-    "CNNConfig",
     "CallbackConfig",
-    "Cifar10Config",
-    "ClassificationConfig",
     "ConfigError",
-    "ConstantConfig",
-    "CosineConfig",
-    "CsvConfig",
-    "DDPConfig",
     "DataConfig",
-    "DiabetesConfig",
-    "DigitsConfig",
     "DistConfig",
     "EvalConfig",
     "ExportConfig",
     "ExportStepConfig",
-    "FSDPConfig",
-    "FashionMnistConfig",
     "Fp16Config",
     "Fp32Config",
-    "GPTConfig",
     "ImageDataConfig",
-    "ImageFolderConfig",
     "InferConfig",
-    "LanguageModelConfig",
     "LoggerConfig",
-    "MLPConfig",
-    "MnistConfig",
     "ModelConfig",
-    "NoDistConfig",
-    "OnecycleConfig",
     "OptimizerConfig",
     "Option",
-    "PlateauConfig",
     "PrecisionConfig",
     "ProcessGroupConfig",
-    "RegressionConfig",
-    "SGDConfig",
     "SchedulerConfig",
-    "StepConfig",
-    "SyntheticConfig",
     "TaskConfig",
-    "TextConfig",
     "TrackerConfig",
     "TrainConfig",
     "TrainerConfig",

@@ -13,7 +13,8 @@ from omegaconf import MISSING
 
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
-from lab.config.data import DataConfig, ImageFolderConfig
+from lab.config.data import DataConfig
+from lab.data.options import ImageFolderConfig
 
 if TYPE_CHECKING:
     from lab.data.common import DataModule
