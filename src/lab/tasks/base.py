@@ -7,6 +7,7 @@ dataset's `meta`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar, cast
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 from lab.errors import UserError
+from lab.tasks.outputs import batched_outputs, output_record, per_input
 
 _COUNTS: dict[tuple[float, torch.device], torch.Tensor] = {}
 
@@ -115,16 +117,15 @@ class InferContext:
     cfg: Any
     meta: dict[str, Any]
     run_dir: Path
+    read: Callable[..., Any]  # lab.inference.inputs.Inputs.read: the infer layer, above this one, passes its reader
     resize: bool = True
 
     def inputs(self) -> Any:
         """Read the files `input=` names (`lab.inference.inputs`), raising UserError if none are named.
         Returns an iterable of (name, model-ready tensor) with `sizes[name]` (original spatial size) and `skipped`."""
-        from lab.inference.inputs import Inputs
-
         if not self.cfg.input:
             raise UserError("input= is required: images, a folder or glob of them, a .npy/.pt tensor or .csv rows")
-        return Inputs.read(self.cfg.input, self.meta, resize=self.resize)
+        return self.read(self.cfg.input, self.meta, resize=self.resize)
 
 
 @dataclass
@@ -231,8 +232,6 @@ class BaseTask(Generic[MetricsT]):
         return None
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
-        from lab.inference.predict import batched_outputs, output_record, per_input
-
         inputs = context.inputs()
         records: list[dict[str, Any]] = []
         for names, outputs in batched_outputs(backend, inputs, context.cfg.infer.batch_size, inputs.skipped):

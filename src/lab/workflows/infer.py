@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from lab import runtime, tasks
 from lab.errors import UserError
 from lab.exporting import manifest
-from lab.inference import EagerBackend, artifact_backend, write_predictions
+from lab.inference import EagerBackend, Inputs, artifact_backend, write_predictions
 from lab.inference.backends import fits, shape_text
 from lab.inference.inputs import keeps_size
 from lab.tasks import InferContext
@@ -40,7 +40,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
     device = runtime.select_device(cfg.device)
     backend, task, meta, source, model_config, dims = _open(model_path, device, cfg.infer.allow_modified_artifact)
     resize = cfg.infer.resize if cfg.infer.resize is not None else not keeps_size(meta, dims)
-    context = InferContext(cfg, meta, run_dir, resize=bool(resize))
+    context = InferContext(cfg, meta, run_dir, Inputs.read, resize=bool(resize))
 
     tracker, _ = linked_tracker(cfg, run_dir, "infer", source, model_config)
     with tracker.session():
