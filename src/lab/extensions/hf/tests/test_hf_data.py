@@ -1,4 +1,4 @@
-"""data=hf (hf.py): a save_to_disk folder and a prepared CSV give data=csv's rows; prepare resumes where it was
+"""data=hf (data.py): a save_to_disk folder and a prepared CSV give data=csv's rows; prepare resumes where it was
 interrupted; a partial, stale or damaged folder and a wrong schema are refused in one line."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from torch.utils.data import DistributedSampler
 
 from lab.config.data import CsvConfig
 from lab.errors import ConfigError, UserError
-from lab.extensions.big_data import hf
-from lab.extensions.big_data.options import HfConfig
+from lab.extensions.hf import data as hf
+from lab.extensions.hf.data_options import HfConfig
 
 ROWS, PART_ROWS = 3000, 700  # 5 parts, the last one short
 
@@ -245,7 +245,7 @@ def test_the_memory_bench_measures_its_work_in_a_forked_child(tmp_path: Path, mo
     """bench_table_memory.py (minutes at its sizes, README.md here): its CSV, and a prepare and an epoch each measured
     in a child process of its own (a fork: no new interpreter)."""
     monkeypatch.setenv("TQDM_DISABLE", "1")  # what the bench sets, undone after the test
-    bench = importlib.import_module("lab.extensions.big_data.bench_table_memory")
+    bench = importlib.import_module("lab.extensions.hf.bench_table_memory")
     rows = bench.write_csv(tmp_path / "t.csv", 0.3)
     assert 0.3e6 <= (tmp_path / "t.csv").stat().st_size < 0.5e6
     prepared = bench.in_child(bench.prepare, tmp_path / "t.csv", tmp_path / "arrow")

@@ -14,8 +14,8 @@ mapped table, which is file cache the kernel can drop. RssAnon, sampled every 2 
 the part that must stay flat for a table larger than RAM. Finally, on the 1x table, it compares loader samples/s
 (no model) of data=hf against data=csv, which holds the whole table in memory.
 
-    python -m lab.extensions.big_data.bench_table_memory                  # 20, 100, 200 MB
-    python -m lab.extensions.big_data.bench_table_memory --base-mb 50 --scales 1,4 --batch-size 512
+    python -m lab.extensions.hf.bench_table_memory                  # 20, 100, 200 MB
+    python -m lab.extensions.hf.bench_table_memory --base-mb 50 --scales 1,4 --batch-size 512
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ import pyarrow.csv as pcsv
 import torch
 from torch.utils.data import DistributedSampler
 
-import lab.extensions.big_data.hf  # noqa: F401  (datasets and pyarrow imported once, in the parent the children fork from)
+import lab.extensions.hf.data  # noqa: F401  (datasets and pyarrow imported once, in the parent the children fork from)
 from lab.config.data import CsvConfig
 from lab.data import make_loader
 from lab.data.common import OrderedDataset
-from lab.extensions.big_data.options import HfConfig
+from lab.extensions.hf.data_options import HfConfig
 
 FEATURES = 8
 CHUNK_ROWS = 20_000  # rows generated at a time, so the CSV lands within ~2 MB of its size

@@ -1,0 +1,118 @@
+"""The `data=hf` option: tables and text through Hugging Face `datasets`.
+
+This module is imported at every start, so it avoids torch, datasets and transformers; ``build`` and ``prepare``
+import data.py (tables) or text.py (text)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lab.config.checks import one_of as _one_of
+from lab.config.checks import require as _require
+from lab.config.data import DataConfig
+
+if TYPE_CHECKING:
+    from lab.data.common import DataModule
+
+__all__ = ["HfConfig"]
+
+LOCAL_FORMATS = ("csv", "json", "parquet")  # datasets' own loaders for data.data_files
+
+
+@dataclass
+class HfConfig(DataConfig):
+    """A table or a text dataset read through Hugging Face `datasets` (data.py, text.py).
+
+    Where the rows are, one of: data.path, a folder written by `Dataset.save_to_disk` (a Dataset, or a DatasetDict
+    with train and optional validation|val and test splits), or one that `scripts/prepare_data.py data=hf
+    data.source=big.csv data.path=<folder>` made from a CSV; data.dataset, a hub dataset by name (data.subset, its
+    config), read from the HF_DATASETS_CACHE first; data.data_files, local csv/json/parquet files.
+
+    Without a text key, rows become what data=csv makes: standardised numeric inputs, and a class label or a value
+    as target (task.target_type). With data.text_column (or data.prompt_column + data.response_column, or
+    data.messages_column) the text is tokenized by data.tokenizer: classification batches padded per batch, or, for
+    task=language_model, blocks of data.block_size tokens (prompt tokens excluded from the loss)."""
+
+    requires = ("datasets", "pyarrow")
+
+    path: str | None = None  # the save_to_disk folder or the prepared folder
+    dataset: str | None = None  # a hub dataset id (load_dataset's path), e.g. stanfordnlp/imdb
+    subset: str | None = None  # the hub dataset's config name
+    revision: str | None = None  # the hub dataset's revision
+    # local csv/json/parquet files for datasets' own loaders: a path or glob, a list, or {split: path}
+    data_files: Any = None
+    # our split -> the dataset's split or slice, e.g. {val: test, test: "train[:10%]"}; null = train,
+    # validation|val and test as found
+    split_map: dict[str, str] | None = None
+    target: str | None = None  # tables: the target column; needed to train, not to prepare
+    # tables: the feature columns; null = every numeric column but the target and ClassLabel categories
+    inputs: list[str] | None = None
+    target_type: str = "${task.target_type}"  # class | value | tokens; follows the task
+    # tables: the CSV to prepare from; if set at training, a folder prepared before it changed is refused
+    source: str | None = None
+    rows_per_part: int = 1_000_000  # rows per Arrow file; an interrupted prepare resumes at a file boundary
+    text_column: str | None = None  # text: the column to tokenize
+    label_column: str = "label"  # text classification: the class column
+    prompt_column: str | None = None  # instruction tuning: the prompt, left out of the loss
+    response_column: str | None = None  # instruction tuning: the response the loss is on
+    messages_column: str | None = None  # chat: a list of {role, content} rendered by the tokenizer's chat template
+    tokenizer: str | None = "${oc.select:model.name_or_path,null}"  # a hub id or a local folder
+    pad_token: str | None = None  # null = the tokenizer's; eos = use its end-of-sequence token for padding
+    max_length: int = 512  # text classification and prompt/response pairs: tokens kept per example
+    block_size: int = 128  # task=language_model on data.text_column: tokens per packed training block
+    streaming: bool = False  # text: read the rows as training goes (datasets' IterableDataset), resumable mid-epoch
+    cache_dir: str | None = None  # null = HF_DATASETS_CACHE (hub datasets, local files, tokenized splits)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _one_of("data.target_type", self.target_type, ("class", "value", "tokens"))
+        _require(self.rows_per_part >= 1, f"data.rows_per_part must be >= 1, got {self.rows_per_part}")
+        _require(
+            self.loader == "torch",
+            "data=hf reads a memory-mapped table batch by batch; data.loader=device would hold all of it in device "
+            "memory: use data.loader=torch (or data=csv for a table that fits in memory)",
+        )
+        _require(self.inputs is None or len(self.inputs) > 0, "data.inputs=[] names no column; list some, or null")
+        where = [key for key in ("path", "dataset", "data_files") if getattr(self, key) is not None]
+        _require(
+            len(where) == 1,
+            "data=hf reads one of data.path (a save_to_disk or prepared folder), data.dataset (a hub dataset) or "
+            f"data.data_files (local {'/'.join(LOCAL_FORMATS)} files); got "
+            + (" and ".join(f"data.{k}" for k in where) or "none"),
+        )
+        _require(self.pad_token in (None, "eos"), f"data.pad_token must be null or eos, got {self.pad_token}")
+        _require(
+            (self.prompt_column is None) == (self.response_column is None),
+            "data.prompt_column and data.response_column go together: set both (or data.messages_column)",
+        )
+        _require(self.max_length >= 2, f"data.max_length must be >= 2, got {self.max_length}")
+        _require(self.block_size >= 2, f"data.block_size must be >= 2, got {self.block_size}")
+        _require(
+            not self.streaming or self.is_text,
+            "data.streaming=true reads text (data.text_column, data.prompt_column or data.messages_column); a table "
+            "is read memory-mapped already",
+        )
+
+    @property
+    def is_text(self) -> bool:
+        return any(c is not None for c in (self.text_column, self.prompt_column, self.messages_column))
+
+    def build(self) -> DataModule:
+        if self.is_text:
+            from lab.extensions.hf import text
+
+            return text.build(self)
+        from lab.extensions.hf import data
+
+        return data.build(self)
+
+    def prepare(self) -> None:
+        from lab.extensions.hf import data
+
+        data.prepare(self)
+
+    def verify(self) -> None:
+        from lab.extensions.hf import data, prepared
+
+        prepared.verify(self.path, data.read_manifest(self))  # type: ignore[arg-type]

@@ -1,0 +1,1 @@
+from lab.extensions.hf.data_options import *  # noqa
