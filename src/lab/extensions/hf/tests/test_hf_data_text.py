@@ -120,6 +120,26 @@ def test_chat_messages_learn_the_assistants_turns(tmp_path: Path) -> None:
     assert vocab(inputs["input_ids"].tolist()) == shown.split(" ")
 
 
+def _hub_cache(cache: Path, name: str, rows: list[dict]) -> None:
+    """Lay out `rows` in `cache` as load_dataset leaves a hub dataset it downloaded (datasets' packaged Cache
+    module reads that layout offline): a local json load, moved under the dataset's name."""
+    files = _jsonl(cache.parent / "hub.jsonl", rows)
+    datasets.load_dataset("json", data_files=str(files), cache_dir=str(cache))
+    (built,) = [p for p in (cache / "json").glob("*/*/*") if p.is_dir()]
+    target = cache / name.replace("/", "___") / "default" / built.parent.name / built.name
+    target.parent.mkdir(parents=True)
+    built.rename(target)
+    for arrow in target.glob("json-*.arrow"):
+        arrow.rename(target / arrow.name.replace("json-", f"{name.split('/')[-1]}-"))
+
+
+def test_a_hub_dataset_by_name_is_read_offline_from_the_cache(tmp_path: Path, tok: Path, monkeypatch) -> None:
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    _hub_cache(tmp_path / "cache", "someone/reviews", [{"text": t, "label": s} for t, s in REVIEWS])
+    module = _cfg(tmp_path, dataset="someone/reviews", text_column="text", test_fraction=0.0).build()
+    assert module.meta["class_names"] == ["neg", "pos"] and len(module.train) + len(module.val) == len(REVIEWS)
+
+
 def _missing_column(tmp_path: Path) -> tuple[HfConfig, str]:
     files = _jsonl(tmp_path / "r.jsonl", [{"review": t, "sentiment": s} for t, s in REVIEWS])
     cfg = _cfg(tmp_path, data_files=str(files), text_column="text", label_column="sentiment")
