@@ -62,6 +62,10 @@ class HfConfig(DataConfig):
     max_length: int = 512  # text classification and prompt/response pairs: tokens kept per example
     block_size: int = 128  # task=language_model on data.text_column: tokens per packed training block
     streaming: bool = False  # text: read the rows as training goes (datasets' IterableDataset), resumable mid-epoch
+    examples_per_epoch: int | None = None  # streaming: training items (rows, or packed blocks) per epoch, all ranks
+    eval_examples: int = 1000  # streaming: the first rows of val and test (or of train, when no val) held in memory
+    shuffle_buffer: int = 1000  # streaming: rows shuffled together (IterableDataset.shuffle's buffer_size)
+    stream_shards: int = 1  # streaming: parts of the stream per rank; = data.num_workers: each worker reads one
     cache_dir: str | None = None  # null = HF_DATASETS_CACHE (hub datasets, local files, tokenized splits)
 
     def __post_init__(self) -> None:
@@ -88,6 +92,8 @@ class HfConfig(DataConfig):
         )
         _require(self.max_length >= 2, f"data.max_length must be >= 2, got {self.max_length}")
         _require(self.block_size >= 2, f"data.block_size must be >= 2, got {self.block_size}")
+        for key in ("eval_examples", "shuffle_buffer", "stream_shards"):
+            _require(getattr(self, key) >= 1, f"data.{key} must be >= 1, got {getattr(self, key)}")
         _require(
             not self.streaming or self.is_text,
             "data.streaming=true reads text (data.text_column, data.prompt_column or data.messages_column); a table "
