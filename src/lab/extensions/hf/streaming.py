@@ -141,8 +141,9 @@ class StreamRows(OrderedDataset):
             if row is None:  # the part ended before the epoch: it starts again, `at` counting on
                 if fresh:
                     raise ConfigError(
-                        f"data.streaming: rank {self.rank}'s stream part {part} of {data.where(self.cfg)} is empty; "
-                        "lower data.stream_shards (or the number of ranks)"
+                        f"data.streaming: rank {self.rank}'s stream part {part} of {data.where(self.cfg)} gives no "
+                        "item (too few rows, or too short for data.block_size); lower data.stream_shards or "
+                        "data.block_size"
                     )
                 reader, fresh = self._stream(epoch, part), True
                 continue

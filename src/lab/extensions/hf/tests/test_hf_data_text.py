@@ -4,7 +4,6 @@ user's turns) left out of the loss; each bad input refused in one line before an
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import datasets
@@ -13,7 +12,7 @@ import torch
 
 from lab.errors import ConfigError
 from lab.extensions.hf.data_options import HfConfig
-from lab.extensions.hf.tests.tiny_data import tokenizer, tokenizer_dir
+from lab.extensions.hf.tests.tiny_data import hub_cache, tokenizer, tokenizer_dir, write_jsonl
 
 REVIEWS = [("the movie was good", "pos"), ("a film is awful", "neg"), ("good", "pos"), ("the film was bad", "neg")] * 6
 
@@ -28,13 +27,8 @@ def tok(tmp_path: Path) -> Path:
     return tokenizer_dir(tmp_path / "tok")
 
 
-def _jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
-
-
 def test_classification_rows_are_the_tokenizers_ids_padded_per_batch(tmp_path: Path, tok: Path) -> None:
-    files = _jsonl(tmp_path / "reviews.jsonl", [{"review": t, "sentiment": s} for t, s in REVIEWS])
+    files = write_jsonl(tmp_path / "reviews.jsonl", [{"review": t, "sentiment": s} for t, s in REVIEWS])
     cfg = _cfg(tmp_path, data_files=str(files), text_column="review", label_column="sentiment", test_fraction=0.0)
     module = cfg.build()
     meta = module.meta
@@ -109,7 +103,7 @@ def test_chat_messages_learn_the_assistants_turns(tmp_path: Path) -> None:
         {"role": "user", "content": "why"},
         {"role": "assistant", "content": "the movie was good"},
     ]
-    files = _jsonl(tmp_path / "chat.jsonl", [{"messages": talk}] * 8)
+    files = write_jsonl(tmp_path / "chat.jsonl", [{"messages": talk}] * 8)
     cfg = _cfg(tmp_path, data_files=str(files), messages_column="messages", target_type="tokens")
     cfg.split_map = {"val": "train"}
     ((inputs, labels),) = cfg.build().val.__getitems__([0])
@@ -120,28 +114,15 @@ def test_chat_messages_learn_the_assistants_turns(tmp_path: Path) -> None:
     assert vocab(inputs["input_ids"].tolist()) == shown.split(" ")
 
 
-def _hub_cache(cache: Path, name: str, rows: list[dict]) -> None:
-    """Lay out `rows` in `cache` as load_dataset leaves a hub dataset it downloaded (datasets' packaged Cache
-    module reads that layout offline): a local json load, moved under the dataset's name."""
-    files = _jsonl(cache.parent / "hub.jsonl", rows)
-    datasets.load_dataset("json", data_files=str(files), cache_dir=str(cache))
-    (built,) = [p for p in (cache / "json").glob("*/*/*") if p.is_dir()]
-    target = cache / name.replace("/", "___") / "default" / built.parent.name / built.name
-    target.parent.mkdir(parents=True)
-    built.rename(target)
-    for arrow in target.glob("json-*.arrow"):
-        arrow.rename(target / arrow.name.replace("json-", f"{name.split('/')[-1]}-"))
-
-
 def test_a_hub_dataset_by_name_is_read_offline_from_the_cache(tmp_path: Path, tok: Path, monkeypatch) -> None:
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    _hub_cache(tmp_path / "cache", "someone/reviews", [{"text": t, "label": s} for t, s in REVIEWS])
+    hub_cache(tmp_path / "cache", "someone/reviews", [{"text": t, "label": s} for t, s in REVIEWS])
     module = _cfg(tmp_path, dataset="someone/reviews", text_column="text", test_fraction=0.0).build()
     assert module.meta["class_names"] == ["neg", "pos"] and len(module.train) + len(module.val) == len(REVIEWS)
 
 
 def _missing_column(tmp_path: Path) -> tuple[HfConfig, str]:
-    files = _jsonl(tmp_path / "r.jsonl", [{"review": t, "sentiment": s} for t, s in REVIEWS])
+    files = write_jsonl(tmp_path / "r.jsonl", [{"review": t, "sentiment": s} for t, s in REVIEWS])
     cfg = _cfg(tmp_path, data_files=str(files), text_column="text", label_column="sentiment")
     return cfg, r"column 'text' \(data.text_column\) is not in the train split of .*; its columns: review, sentiment"
 

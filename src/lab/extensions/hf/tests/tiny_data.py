@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 WORDS = ["good", "great", "bad", "awful", "the", "a", "movie", "film", "was", "is", "what", "why", "yes", "no"]
@@ -34,3 +35,25 @@ def tokenizer(pad: bool = True, chat: bool = False):
 def tokenizer_dir(path: Path, pad: bool = True, chat: bool = False) -> Path:
     tokenizer(pad, chat).save_pretrained(path)
     return path
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def hub_cache(cache: Path, name: str, rows: list[dict]) -> None:
+    """Lay out `rows` in `cache` as load_dataset leaves a hub dataset it downloaded (datasets' packaged Cache
+    module reads that layout offline): a local json load, moved under the dataset's name."""
+    import datasets
+    from datasets.naming import camelcase_to_snakecase
+
+    files = write_jsonl(cache.parent / f"{camelcase_to_snakecase(name.split('/')[-1])}.jsonl", rows)
+    datasets.load_dataset("json", data_files=str(files), cache_dir=str(cache))
+    (built,) = [p for p in (cache / "json").glob("*/*/*") if p.is_dir()]
+    *owner, short = name.split("/")
+    target = cache / "___".join([*owner, camelcase_to_snakecase(short)]) / "default" / built.parent.name / built.name
+    target.parent.mkdir(parents=True)
+    built.rename(target)
+    for arrow in target.glob("json-*.arrow"):
+        arrow.rename(target / arrow.name.replace("json-", f"{camelcase_to_snakecase(short)}-"))
