@@ -468,6 +468,11 @@ class ArrowRows(OrderedDataset):
 
 def build(cfg: Any) -> DataModule:
     """Build the splits of data.path as ArrowRows, with data=csv's meta keys."""
+    if cfg.target_type == "tokens":
+        raise ConfigError(
+            "task=language_model reads text: set data.text_column (or data.prompt_column + data.response_column, "
+            "or data.messages_column) and data.tokenizer"
+        )
     tables = load_tables(cfg)
     inputs = columns(cfg, tables)
     value = cfg.target_type == "value"
