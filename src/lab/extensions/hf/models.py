@@ -77,7 +77,7 @@ def build_hf(cfg: Any, meta: Mapping[str, Any]) -> HfModel:
         ) from err
     _fit_tokenizer(network, meta)
     if cfg.grad_checkpointing:
-        network.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        network.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     if cfg.uses_lora:
         network = _with_lora(network, cfg.lora, head)
     return HfModel(network, causal=head == "causal_lm")

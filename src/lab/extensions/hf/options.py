@@ -49,7 +49,7 @@ class HfConfig(ModelConfig, name="hf"):
     pretrained: bool = True  # false: the architecture from its config.json, randomly initialised
     dtype: str = "float32"  # the weights' dtype: float32 or bfloat16
     attn_implementation: str | None = None  # eager, sdpa, flash_attention_2...; null = transformers' choice
-    grad_checkpointing: bool = False  # recompute each block in backward (the model's gradient_checkpointing_enable)
+    grad_checkpointing: bool = False  # recompute each block in backward (the model's activation_checkpointing_enable)
     lora: LoraSettings | None = field(default_factory=LoraSettings)
 
     def __post_init__(self) -> None:
