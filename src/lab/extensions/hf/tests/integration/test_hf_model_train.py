@@ -1,0 +1,95 @@
+"""model=hf through the real scripts, on tiny models and a tokenizer the test writes (tiny.py) and the test-only
+dataset option data=hf_model_text (hf_model_data.py): LoRA classification trained and evaluated from its checkpoint,
+a causal LM with LoRA killed with SIGKILL and resumed bitwise with resume=auto, a hub id read from the Hugging Face
+cache offline, and a missing one refused before anything is written."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import made_once, plugins_env, run_script
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # tiny.py, shared with the in-process tests
+
+import tiny  # noqa: E402
+
+pytestmark = pytest.mark.slow
+# the data option is defined by the test: each process imports it before the script runs
+WITH_DATA = f"import sys; sys.path[:0] = [{str(HERE)!r}, {str(HERE.parent)!r}]; import hf_model_data"
+
+
+@pytest.fixture(scope="module")
+def saved(shared_dir) -> Path:
+    def make() -> None:
+        tiny.bert_dir(folder / "bert")
+        tiny.llama_dir(folder / "llama")
+
+    folder = shared_dir / "hf_model"
+    return made_once(folder, make)
+
+
+def train(run_dir: Path, *overrides: str, env: dict[str, str] | None = None):
+    return run_script("train.py", f"hydra.run.dir={run_dir}", "logger=none", *overrides, patch=WITH_DATA, env=env)
+
+
+def test_lora_classification_trains_the_adapter_and_evaluates_from_its_checkpoint(saved, tmp_path):
+    bert = saved / "bert"
+    data = ["data=hf_model_text", f"data.tokenizer={bert}", "task=classification", "trainer.max_epochs=1"]
+    proc = train(tmp_path / "run", "model=hf", f"model.name_or_path={bert}", "model.lora.r=4", *data)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert "model.lora: r=4 on query, value: 1,090 of 22,052 parameters train" in output
+    assert "parameters: 1,090 trainable, 20,962 frozen" in output  # the start report
+    ckpt = torch.load(tmp_path / "run" / "checkpoints" / "best.pt", weights_only=True)
+    assert any("lora_A" in key for key in ckpt["model"])
+    assert ckpt["config"]["model"]["name_or_path"] == str(bert) and ckpt["config"]["model"]["revision"] is None
+    evaluated = run_script(
+        "eval.py", f"ckpt_path={tmp_path / 'run/checkpoints/best.pt'}", f"hydra.run.dir={tmp_path / 'eval'}",
+        "logger=none", patch=WITH_DATA,
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-4000:]
+    assert (tmp_path / "eval" / "eval.json").is_file()
+
+
+def test_a_causal_lm_with_lora_killed_and_resumed_is_bitwise_the_straight_run(saved, tmp_path):
+    llama = saved / "llama"
+    recipe = [
+        *("model=hf", f"model.name_or_path={llama}", "model.lora.r=2", "model.lora.dropout=0.1"),
+        *("data=hf_model_text", "data.kind=causal_lm", f"data.tokenizer={llama}", "task=language_model"),
+        *("task.samples=0", "trainer.max_epochs=2", "trainer.ckpt_every_n_steps=3"),
+    ]
+    straight = train(tmp_path / "straight", *recipe)
+    assert straight.returncode == 0, straight.stderr[-4000:]
+    run_dir = tmp_path / "killed"
+    killed = train(run_dir, *recipe, "+callbacks.kill_at_step={step: 13}", env=plugins_env())
+    assert killed.returncode == -9, killed.stderr[-4000:]
+    resumed = train(run_dir, *recipe, "resume=auto")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    ends = [torch.load(d / "checkpoints" / "last.pt", weights_only=True) for d in (tmp_path / "straight", run_dir)]
+    assert ends[0]["progress"] == ends[1]["progress"]
+    assert ends[0]["model"].keys() == ends[1]["model"].keys()
+    for key, value in ends[0]["model"].items():
+        assert torch.equal(value, ends[1]["model"][key]), key
+
+
+def test_a_hub_id_comes_from_the_cache_offline_and_a_missing_one_is_refused_before_writing(saved, tmp_path):
+    snapshot = tmp_path / "hf" / "hub" / "models--someone--tiny-bert" / "snapshots" / ("a" * 40)
+    shutil.copytree(saved / "bert", snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("a" * 40)
+    env = plugins_env() | {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    data = ["data=hf_model_text", f"data.tokenizer={saved / 'bert'}", "task=classification", "trainer.max_epochs=1"]
+    proc = train(tmp_path / "cached", "model=hf", "model.name_or_path=someone/tiny-bert", *data, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    refused = train(tmp_path / "missing", "model=hf", "model.name_or_path=someone/other", *data, env=env)
+    assert refused.returncode != 0
+    line = next(line for line in refused.stderr.splitlines() if "someone/other" in line)
+    assert f"not in the Hugging Face cache ({tmp_path / 'hf' / 'hub'})" in line
+    assert "run `hf download someone/other` on a machine with a network" in line
+    assert not (tmp_path / "missing" / "checkpoints").exists() and not (tmp_path / "missing" / "metrics.jsonl").exists()
