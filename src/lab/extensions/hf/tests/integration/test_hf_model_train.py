@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import made_once, plugins_env, run_script
+from helpers import made_once, plugins_env, run_script, script_env
+from warm_python import run_python
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tiny.py, shared with the in-process tests
@@ -55,6 +56,41 @@ def test_lora_classification_trains_the_adapter_and_evaluates_from_its_checkpoin
     )  # fmt: skip
     assert evaluated.returncode == 0, evaluated.stderr[-4000:]
     assert (tmp_path / "eval" / "eval.json").is_file()
+    exported_loads_as_trained(tmp_path / "run" / "checkpoints" / "best.pt", tmp_path)
+
+
+def exported_loads_as_trained(best: Path, tmp_path: Path) -> None:
+    """`python -m lab.extensions.hf.export`, merged and --adapter: transformers and PEFT load each directory, with its
+    tokenizer, into the trained model's logits; an existing directory is refused."""
+    from peft import AutoPeftModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from lab.workflows import restore
+
+    def export(*args: str):
+        return run_python(
+            ["-m", "lab.extensions.hf.export", str(best), *args], cwd=tmp_path, env=script_env(), timeout=300
+        )
+
+    for args in ([str(tmp_path / "merged")], [str(tmp_path / "adapter"), "--adapter"]):
+        proc = export(*args)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    trained = restore.rebuild(best).model
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "merged")
+    inputs = dict(tokenizer(["the movie was very good", "a plot is quite awful"], return_tensors="pt"))
+    inputs.pop("token_type_ids", None)
+    merged = AutoModelForSequenceClassification.from_pretrained(tmp_path / "merged").eval()
+    adapter = AutoPeftModelForSequenceClassification.from_pretrained(tmp_path / "adapter").eval()
+    assert merged.config.id2label == {0: "neg", 1: "pos"}
+    assert (tmp_path / "adapter" / "adapter_config.json").is_file() and not (
+        tmp_path / "adapter/model.safetensors"
+    ).exists()
+    with torch.no_grad():
+        expected = trained(inputs)
+        assert torch.allclose(merged(**inputs).logits, expected, atol=1e-5)
+        assert torch.allclose(adapter(**inputs).logits, expected, atol=1e-5)
+    again = export(str(tmp_path / "merged"))
+    assert again.returncode == 1 and f"{tmp_path / 'merged'} exists" in again.stderr
 
 
 def test_a_causal_lm_with_lora_killed_and_resumed_is_bitwise_the_straight_run(saved, tmp_path):
