@@ -61,7 +61,7 @@ def export(checkpoint: Path, out: Path, adapter: bool = False) -> Path:
     return out
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m lab.extensions.hf.export",
         description=__doc__,
@@ -70,7 +70,11 @@ def main() -> None:
     parser.add_argument("checkpoint", type=Path, help="a model=hf run's checkpoint (<run dir>/checkpoints/best.pt)")
     parser.add_argument("directory", type=Path, help="the directory to write; it must not exist")
     parser.add_argument("--adapter", action="store_true", help="write the LoRA adapter alone, not merged weights")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with cli.user_errors():
         print(f"export: {export(args.checkpoint, args.directory, args.adapter)}")
