@@ -37,7 +37,7 @@ def export(checkpoint: Path, out: Path, adapter: bool = False) -> Path:
     settings: dict[str, Any] = restored.config["model"]
     if not isinstance(restored.model, HfModel):
         raise UserError(f"{checkpoint} was trained with model={settings.get('name')}; this export takes model=hf")
-    network = restored.model.network
+    network: Any = restored.model.network  # a transformers model, or PEFT's around it
     lora = bool((settings.get("lora") or {}).get("r"))
     if adapter and not lora:
         raise UserError(f"--adapter: {checkpoint} has no LoRA adapter (model.lora.r was null); export it merged")

@@ -113,10 +113,11 @@ def _with_lora(network: Any, lora: Any, head: str) -> Any:
     except ValueError as err:
         raise ConfigError(f"model.lora: PEFT could not wrap the model ({str(err).splitlines()[0]})") from err
     trainable, total = wrapped.get_nb_trainable_parameters()
+    targets: Any = wrapped.peft_config["default"]  # the LoraConfig, its target modules resolved
     log.info(
         "model.lora: r=%d on %s: %s of %s parameters train (%.2f%%)",
         lora.r,
-        ", ".join(sorted(wrapped.peft_config["default"].target_modules)),
+        ", ".join(sorted(targets.target_modules)),
         f"{trainable:,}",
         f"{total:,}",
         100 * trainable / total,
