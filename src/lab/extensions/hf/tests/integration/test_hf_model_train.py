@@ -129,3 +129,14 @@ def test_a_hub_id_comes_from_the_cache_offline_and_a_missing_one_is_refused_befo
     assert f"not in the Hugging Face cache ({tmp_path / 'hf' / 'hub'})" in line
     assert "run `hf download someone/other` on a machine with a network" in line
     assert not (tmp_path / "missing" / "checkpoints").exists() and not (tmp_path / "missing" / "metrics.jsonl").exists()
+
+
+def test_the_benchmark_races_the_template_against_transformers_trainer_and_lora_against_full(tmp_path):
+    """The page's `python -m lab.extensions.hf.bench_hf_finetune`, at its shortest."""
+    args = ["--steps", "3", "--batch", "2", "--length", "8", "--hidden", "32", "--vocab", "64"]
+    proc = run_python(["-m", "lab.extensions.hf.bench_hf_finetune", *args], cwd=tmp_path, env=script_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| template, full |" in proc.stdout and "| transformers Trainer, full |" in proc.stdout
+    assert "template / Trainer: " in proc.stdout
+    # a 2-layer Llama of width 32: r=8 (the default) on q_proj and v_proj is 2 layers x 2 x (32 x 8 + 8 x 32) values
+    assert "LoRA r=8: 2,048 of " in proc.stdout
