@@ -23,9 +23,10 @@ log = logging.getLogger(__name__)
 class HfModel(nn.Module):
     """A transformers model called with one argument (a dict of tensors or the token ids) returning its logits."""
 
-    def __init__(self, network: nn.Module, causal: bool) -> None:
+    def __init__(self, network: Any, causal: bool) -> None:
         super().__init__()
         self.network, self.causal = network, causal
+        self.pad: int | None = network.config.pad_token_id  # to mask the padding of token ids given alone
 
     def forward(
         self, inputs: Mapping[str, torch.Tensor] | torch.Tensor | None = None, **named: torch.Tensor
@@ -33,6 +34,9 @@ class HfModel(nn.Module):
         # named: the dict's entries as keywords, as torchinfo passes a dict input (the start report's summary)
         batch = dict(inputs) if isinstance(inputs, Mapping) else {"input_ids": inputs} if inputs is not None else {}
         batch |= named
+        if "attention_mask" not in batch and not self.causal and self.pad is not None:
+            # token ids alone (infer's text lines, padded to the longest): attend to all but the padding
+            batch["attention_mask"] = torch.ne(batch["input_ids"], self.pad).long()
         # no key/value cache in training: it would only hold memory
         extra = {"use_cache": False} if self.causal else {}
         return self.network(**batch, **extra).logits

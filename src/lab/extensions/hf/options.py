@@ -82,6 +82,14 @@ class HfConfig(ModelConfig, name="hf"):
         # The checkpoint holds every weight: eval, export and infer build the architecture from its config alone.
         return dataclasses.replace(self, init_from=None, pretrained=False)
 
+    def input_readers(self, meta: dict[str, Any]) -> dict[str, Any]:
+        if "num_classes" not in meta:
+            return {}  # a causal LM continues prompt=
+        from lab.extensions.hf.infer import SUFFIXES, text_reader
+
+        read = text_reader(meta.get("tokenizer") or self.name_or_path, self.revision)
+        return dict.fromkeys(SUFFIXES, read)
+
     def head(self, model: nn.Module) -> nn.Module | None:
         from lab.extensions.hf.models import head
 

@@ -152,3 +152,12 @@ def test_a_hub_id_is_read_from_the_cache_without_the_network(bert, tmp_path, mon
     (tmp_path / "models--someone--tiny-bert" / "refs" / "main").write_text("0" * 40)
     assert hub.locate("someone/tiny-bert")["local_files_only"] is True
     assert hub.locate(bert) == {"pretrained_model_name_or_path": bert}  # a directory is read as it is
+
+
+def test_a_classifier_given_token_ids_alone_masks_their_padding(bert):
+    model = models.build(HfConfig(name_or_path=bert), CLASSES).eval()
+    ids = torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0]])  # 0 is [PAD]
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    with torch.no_grad():
+        assert torch.equal(model(ids), model({"input_ids": ids, "attention_mask": mask}))
+        assert not torch.equal(model(ids), model({"input_ids": ids, "attention_mask": torch.ones_like(ids)}))

@@ -39,6 +39,7 @@ TRAIN = [
          "model.lora.target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
     ),
 ]  # fmt: skip
+INFER = "python scripts/infer.py ckpt_path=outputs/train/<run>/checkpoints/best.pt input=reviews.txt infer.top_k=2"
 EXPORT = [
     "python -m lab.extensions.hf.export outputs/train/<run>/checkpoints/best.pt exported/my-model",
     "python -m lab.extensions.hf.export outputs/train/<run>/checkpoints/best.pt exported/my-adapter --adapter",
@@ -68,3 +69,11 @@ def test_the_pages_export_commands_parse_and_refuse_a_missing_checkpoint(command
     with pytest.raises(UserError, match=r"best\.pt"):
         export.export(args.checkpoint, args.directory, args.adapter)
     assert not (tmp_path / "exported").exists()
+
+
+def test_the_pages_infer_command_composes(compose):
+    assert INFER in PAGE.read_text()
+    python, script, *overrides = shlex.split(INFER.replace("<run>", "2026-01-02_03-04-05_000006"))
+    assert (python, script) == ("python", "scripts/infer.py")
+    cfg = compose(overrides, config_name="infer")
+    assert (cfg.input, cfg.infer.top_k) == ("reviews.txt", 2)

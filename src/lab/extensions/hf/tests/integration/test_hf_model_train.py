@@ -57,6 +57,38 @@ def test_lora_classification_trains_the_adapter_and_evaluates_from_its_checkpoin
     assert evaluated.returncode == 0, evaluated.stderr[-4000:]
     assert (tmp_path / "eval" / "eval.json").is_file()
     exported_loads_as_trained(tmp_path / "run" / "checkpoints" / "best.pt", tmp_path)
+    infers_lines(tmp_path / "run" / "checkpoints" / "best.pt", tmp_path)
+
+
+def infers_lines(best: Path, tmp_path: Path) -> None:
+    """infer.py on a .txt and a .jsonl file: each line's class probabilities are the trained model's on the line
+    tokenized alone (the padding of a shorter line masked out); a .jsonl line without "text" is one line's refusal."""
+    import json
+
+    from lab.extensions.hf.hub import load_tokenizer
+    from lab.workflows import restore
+
+    texts = ["the movie was very good", "a plot is quite awful", "the film was bad"]
+    (tmp_path / "lines.txt").write_text("\n".join(texts) + "\n\n")
+    (tmp_path / "lines.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    trained, tokenizer = restore.rebuild(best).model, load_tokenizer(str(tmp_path / "merged"))  # the export's copy
+    for name in ("lines.txt", "lines.jsonl"):
+        out = tmp_path / f"infer-{name}"
+        proc = run_script("infer.py", f"ckpt_path={best}", f"input={tmp_path / name}", "infer.top_k=2",
+                          f"hydra.run.dir={out}", "logger=none")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        records = json.loads((out / "predictions.json").read_text())["predictions"]
+        assert [r["path"] for r in records] == [f"{tmp_path / name}:{i}" for i in (1, 2, 3)]
+        for text, record in zip(texts, records, strict=True):
+            with torch.no_grad():
+                probs = trained(dict(tokenizer([text], return_tensors="pt"))).softmax(-1)[0]
+            by_label = {entry["label"]: entry["prob"] for entry in record["top_k"]}
+            assert by_label == pytest.approx({"neg": float(probs[0]), "pos": float(probs[1])}, abs=1e-5)
+            assert record["label"] == ["neg", "pos"][int(probs.argmax())]
+    (tmp_path / "bad.jsonl").write_text('{"text": "good"}\n{"words": "bad"}\n')
+    refused = run_script("infer.py", f"ckpt_path={best}", f"input={tmp_path / 'bad.jsonl'}", "logger=none",
+                         f"hydra.run.dir={tmp_path / 'infer-bad'}")  # fmt: skip
+    assert refused.returncode == 1 and f'input={tmp_path / "bad.jsonl"}:2 has no "text" string' in refused.stderr
 
 
 def exported_loads_as_trained(best: Path, tmp_path: Path) -> None:
