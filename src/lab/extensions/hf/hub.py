@@ -33,7 +33,16 @@ def locate(name_or_path: str, revision: str | None = None, key: str = "model.nam
     if local.is_dir():
         return {"pretrained_model_name_or_path": str(local)}
     from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
 
+    try:
+        validate_repo_id(name_or_path)
+    except HFValidationError as err:
+        raise UserError(
+            f"{key}={name_or_path}: no such directory, and not a hub id (name or namespace/name); give a directory "
+            "save_pretrained wrote or a hub id"
+        ) from err
     found = {"pretrained_model_name_or_path": name_or_path, "revision": revision}
     for filename in ("config.json", "tokenizer_config.json"):
         if isinstance(try_to_load_from_cache(name_or_path, filename, revision=revision), str):

@@ -152,6 +152,8 @@ def test_a_hub_id_is_read_from_the_cache_without_the_network(bert, tmp_path, mon
     (tmp_path / "models--someone--tiny-bert" / "refs" / "main").write_text("0" * 40)
     assert hub.locate("someone/tiny-bert")["local_files_only"] is True
     assert hub.locate(bert) == {"pretrained_model_name_or_path": bert}  # a directory is read as it is
+    with pytest.raises(UserError, match="no such directory, and not a hub id"):
+        hub.locate(str(tmp_path / "moved" / "model"))
 
 
 def test_a_classifier_given_token_ids_alone_masks_their_padding(bert):
