@@ -7,7 +7,7 @@ dataset's `meta`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar, cast
 
@@ -116,6 +116,7 @@ class InferContext:
     meta: dict[str, Any]
     run_dir: Path
     resize: bool = True
+    readers: dict[str, Any] = field(default_factory=dict)  # the model option's input_readers(meta), by suffix
 
     def inputs(self) -> Any:
         """Read the files `input=` names (`lab.inference.inputs`), raising UserError if none are named.
@@ -124,7 +125,7 @@ class InferContext:
 
         if not self.cfg.input:
             raise UserError("input= is required: images, a folder or glob of them, a .npy/.pt tensor or .csv rows")
-        return Inputs.read(self.cfg.input, self.meta, resize=self.resize)
+        return Inputs.read(self.cfg.input, self.meta, resize=self.resize, readers=self.readers)
 
 
 @dataclass

@@ -43,7 +43,7 @@ import lab.extensions.hf.data  # noqa: F401  (datasets and pyarrow imported once
 from lab.config.data import CsvConfig
 from lab.data import make_loader
 from lab.data.common import OrderedDataset
-from lab.extensions.hf.data_options import HfConfig
+from lab.extensions.hf.options import HfDataConfig
 
 FEATURES = 8
 CHUNK_ROWS = 20_000  # rows generated at a time, so the CSV lands within ~2 MB of its size
@@ -130,7 +130,7 @@ def in_child(work: Any, *args: Any) -> dict[str, Any]:
 
 
 def prepare(csv: Path, out: Path) -> dict[str, Any]:
-    HfConfig(path=str(out), source=str(csv), target="target", target_type="value").prepare()
+    HfDataConfig(path=str(out), source=str(csv), target="target", target_type="value").prepare()
     return {}
 
 
@@ -180,7 +180,7 @@ def main() -> None:
             size = csv.stat().st_size
             prepared = in_child(prepare, csv, root / f"arrow-{scale:g}x")
             arrow_bytes = sum(part.stat().st_size for part in (root / f"arrow-{scale:g}x").glob("*.arrow"))
-            cfg = HfConfig(path=str(root / f"arrow-{scale:g}x"), target="target", target_type="value")
+            cfg = HfDataConfig(path=str(root / f"arrow-{scale:g}x"), target="target", target_type="value")
             cfg.batch_size = args.batch_size
             read, listed = in_child(epoch, cfg), in_child(epoch, cfg, False)
             rows[scale] = {"csv": csv, "rows": count, "bytes": size, "arrow_bytes": arrow_bytes}
@@ -224,7 +224,7 @@ def main() -> None:
         # loader speed on the 1x table: memory-mapped Arrow gathers vs data=csv's in-memory tensors
         csv_cfg = CsvConfig(path=str(first["csv"]), target="target", target_type="value")
         csv_cfg.features = [f"x{j}" for j in range(FEATURES)] + ["count"]  # the same inputs as hf picks
-        hf_cfg = HfConfig(path=str(root / f"arrow-{scales[0]:g}x"), target="target", target_type="value")
+        hf_cfg = HfDataConfig(path=str(root / f"arrow-{scales[0]:g}x"), target="target", target_type="value")
         for cfg in (csv_cfg, hf_cfg):
             cfg.batch_size = args.batch_size
         speed = {"csv": [], "hf": []}

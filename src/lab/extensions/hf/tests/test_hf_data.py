@@ -18,7 +18,7 @@ from torch.utils.data import DistributedSampler
 from lab.config.data import CsvConfig
 from lab.errors import ConfigError, UserError
 from lab.extensions.hf import data as hf
-from lab.extensions.hf.data_options import HfConfig
+from lab.extensions.hf.options import HfDataConfig
 
 ROWS, PART_ROWS = 3000, 700  # 5 parts, the last one short
 
@@ -35,8 +35,8 @@ def _write_csv(path: Path, rows: int, seed: int = 0) -> Path:
     return path
 
 
-def _cfg(path: Path, **keys) -> HfConfig:
-    return HfConfig(path=str(path), **{"target": "price", "target_type": "value", **keys})
+def _cfg(path: Path, **keys) -> HfDataConfig:
+    return HfDataConfig(path=str(path), **{"target": "price", "target_type": "value", **keys})
 
 
 def _all(split) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,7 +163,7 @@ def test_an_interrupted_prepare_resumes_to_the_same_files(table, tmp_path: Path,
     cfg.verify()
 
 
-def _stale(table, tmp_path: Path) -> HfConfig:
+def _stale(table, tmp_path: Path) -> HfDataConfig:
     csv = _write_csv(tmp_path / "small.csv", 50)
     _cfg(tmp_path / "p", source=str(csv)).prepare()
     with csv.open("a") as f:
@@ -171,14 +171,14 @@ def _stale(table, tmp_path: Path) -> HfConfig:
     return _cfg(tmp_path / "p", source=str(csv))
 
 
-def _damaged(table, tmp_path: Path) -> HfConfig:
+def _damaged(table, tmp_path: Path) -> HfDataConfig:
     shutil.copytree(table["prepared"], tmp_path / "p")
     with (tmp_path / "p/data-00002.arrow").open("r+b") as f:
         f.truncate(100)
     return _cfg(tmp_path / "p")
 
 
-def _empty_cell(table, tmp_path: Path) -> HfConfig:
+def _empty_cell(table, tmp_path: Path) -> HfDataConfig:
     csv = tmp_path / "holes.csv"
     csv.write_text("a,price\n" + "1.5,2\n" * 20 + ",3\n" + "2.5,4\n" * 20)
     _cfg(tmp_path / "p", source=str(csv)).prepare()

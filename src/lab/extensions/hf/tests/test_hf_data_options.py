@@ -9,7 +9,7 @@ import pytest
 from helpers import compose_config
 from lab import extras
 from lab.config import ConfigError, validate
-from lab.extensions.hf.data_options import HfConfig
+from lab.extensions.hf.options import HfDataConfig
 
 
 def test_data_hf_without_its_packages_is_refused_naming_the_extra(monkeypatch) -> None:
@@ -36,9 +36,9 @@ def test_data_hf_without_its_packages_is_refused_naming_the_extra(monkeypatch) -
 )
 def test_bad_keys_are_refused_in_one_line(keys, match) -> None:
     with pytest.raises(ConfigError, match=match):
-        HfConfig(name="hf", target_type="class", **keys)
+        HfDataConfig(name="hf", target_type="class", **keys)
 
 
 def test_a_table_for_a_language_model_is_refused_naming_the_text_keys() -> None:
     with pytest.raises(ConfigError, match=r"task=language_model reads text: set data\.text_column"):
-        HfConfig(name="hf", path="/nowhere", target_type="tokens").build()
+        HfDataConfig(name="hf", path="/nowhere", target_type="tokens").build()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lab.errors import ConfigError
-from lab.extensions.hf.data_options import HfConfig
+from lab.extensions.hf.options import HfDataConfig
 from lab.extensions.hf.tests.tiny_data import WORDS, tokenizer_dir
 
 
@@ -21,7 +21,7 @@ def _corpus(path: Path, rows: int) -> Path:
     return path
 
 
-def _cfg(tmp_path: Path, **keys) -> HfConfig:
+def _cfg(tmp_path: Path, **keys) -> HfDataConfig:
     tokenizer_dir(tmp_path / "tok")
     settings = {
         "data_files": str(_corpus(tmp_path / "c.jsonl", 200)),
@@ -37,7 +37,7 @@ def _cfg(tmp_path: Path, **keys) -> HfConfig:
         "block_size": 4,
         **keys,
     }
-    return HfConfig(name="hf", **settings)
+    return HfDataConfig(name="hf", **settings)
 
 
 def _epoch(train, rank: int, world: int, epoch: int, first: int = 0) -> list[list[int]]:

@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from lab.errors import ConfigError
-from lab.extensions.hf.data_options import HfConfig
+from lab.extensions.hf.options import HfDataConfig
 from lab.extensions.hf.tests.tiny_data import hub_cache, tokenizer, tokenizer_dir, write_jsonl
 
 REVIEWS = [("the movie was good", "pos"), ("a film is awful", "neg"), ("good", "pos"), ("the film was bad", "neg")] * 6
 
 
-def _cfg(tmp_path: Path, **keys) -> HfConfig:
+def _cfg(tmp_path: Path, **keys) -> HfDataConfig:
     keys = {"tokenizer": str(tmp_path / "tok"), "cache_dir": str(tmp_path / "cache"), "target_type": "class", **keys}
-    return HfConfig(name="hf", **keys)
+    return HfDataConfig(name="hf", **keys)
 
 
 @pytest.fixture
@@ -121,30 +121,30 @@ def test_a_hub_dataset_by_name_is_read_offline_from_the_cache(tmp_path: Path, to
     assert module.meta["class_names"] == ["neg", "pos"] and len(module.train) + len(module.val) == len(REVIEWS)
 
 
-def _missing_column(tmp_path: Path) -> tuple[HfConfig, str]:
+def _missing_column(tmp_path: Path) -> tuple[HfDataConfig, str]:
     files = write_jsonl(tmp_path / "r.jsonl", [{"review": t, "sentiment": s} for t, s in REVIEWS])
     cfg = _cfg(tmp_path, data_files=str(files), text_column="text", label_column="sentiment")
     return cfg, r"column 'text' \(data.text_column\) is not in the train split of .*; its columns: review, sentiment"
 
 
-def _no_pad(tmp_path: Path) -> tuple[HfConfig, str]:
+def _no_pad(tmp_path: Path) -> tuple[HfDataConfig, str]:
     tokenizer_dir(tmp_path / "tok", pad=False)
     cfg, _ = _missing_column(tmp_path)
     return cfg, r"has no padding token, .*set tokenizer.pad_token in its files, or data.pad_token=eos"
 
 
-def _no_template(tmp_path: Path) -> tuple[HfConfig, str]:
+def _no_template(tmp_path: Path) -> tuple[HfDataConfig, str]:
     cfg = _cfg(tmp_path, data_files=str(tmp_path / "c.jsonl"), messages_column="m", target_type="tokens")
     return cfg, "is rendered by the tokenizer's chat template; .* has none"
 
 
-def _no_tokenizer(tmp_path: Path) -> tuple[HfConfig, str]:
+def _no_tokenizer(tmp_path: Path) -> tuple[HfDataConfig, str]:
     cfg, _ = _missing_column(tmp_path)
     cfg.tokenizer = None
     return cfg, r"needs a tokenizer: set data.tokenizer="
 
 
-def _uncached_hub_dataset(tmp_path: Path) -> tuple[HfConfig, str]:
+def _uncached_hub_dataset(tmp_path: Path) -> tuple[HfDataConfig, str]:
     cfg = _cfg(tmp_path, dataset="nobody/no-such-set", text_column="text")
     return cfg, r"data.dataset=nobody/no-such-set: not in the datasets cache \(.*\).*run `python -c .*load_dataset"
 

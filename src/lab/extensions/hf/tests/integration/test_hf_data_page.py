@@ -1,4 +1,4 @@
-"""The data commands of the page (README_data.md here) end to end, as a user runs them: on a CSV the test writes,
+"""The data commands of the page (README.md here) end to end, as a user runs them: on a CSV the test writes,
 prepare_data.py into Arrow parts, then a short regression run; the memory benchmark at its shortest settings; the
 text commands on files and an offline hub cache the test writes, with the test-only model=token_bag in place of
 model=hf (whose weights this machine cannot fetch)."""
@@ -19,7 +19,7 @@ from warm_python import run_python
 
 pytestmark = pytest.mark.slow
 
-PAGE = Path(__file__).resolve().parents[2] / "README_data.md"
+PAGE = Path(__file__).resolve().parents[2] / "README.md"
 # the page's table commands, line by line (tests/integration/test_readme.py: each sh line is quoted by a test here)
 SHOWN = [
     "python scripts/prepare_data.py data=hf data.source=/data/big.csv data.path=/data/big-arrow",
