@@ -26,7 +26,7 @@ ENV VENV=/opt/venv \
     WANDB_MODE=offline \
     PYTHONUNBUFFERED=1
 ARG TORCH=
-ARG EXTRAS=pretrained,data,export,sweeps,slurm,trackers,dev
+ARG EXTRAS=pretrained,data,export,sweeps,slurm,trackers,hf,ray,dev
 WORKDIR /workspace
 COPY . .
 # the pip cache survives rebuilds (BuildKit), so a changed source reinstalls in seconds, not the 3 GB of torch again

@@ -94,6 +94,12 @@ class ModelConfig(Option, group="model"):
                 units.append(child)
         return units
 
+    def input_readers(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """Return infer's readers of input= files beyond the core's, by suffix (`lab.inference.inputs.Reader`).
+
+        A text model reads .txt lines with its tokenizer. None beyond the core's by default."""
+        return {}
+
     def init_module(self, model: nn.Module) -> Callable[[nn.Module], None] | None:
         """Return the model's own per-module init, which its `__init__` ends with as `self.apply(<it>)`.
 

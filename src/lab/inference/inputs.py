@@ -27,7 +27,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,11 +64,12 @@ def _is_image(path: Path) -> bool:
     return path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
 
 
-def discover(spec: str) -> list[Path]:
-    """Return the files `input=` names, sorted. Raises UserError when it names nothing usable."""
+def discover(spec: str, suffixes: Iterable[str] = ()) -> list[Path]:
+    """Return the files `input=` names, sorted: `suffixes` are a model's own, beside READERS'. Raises UserError when
+    it names nothing usable."""
     path = Path(spec).expanduser()
     if path.is_file():
-        if path.suffix.lower() in READERS:
+        if path.suffix.lower() in READERS or path.suffix.lower() in suffixes:
             return [path]
         raise UserError(f"input={spec} is not {_ACCEPTED}")
     if path.is_dir():
@@ -232,14 +233,17 @@ class Inputs:
     resize: bool = True
     skipped: list[dict[str, str]] = field(default_factory=list)
     sizes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    readers: Mapping[str, Reader] = field(default_factory=dict)  # a model's own (ModelConfig.input_readers)
 
     @classmethod
-    def read(cls, spec: str, meta: Mapping[str, Any], resize: bool = True) -> Inputs:
-        return cls(discover(spec), meta, resize)
+    def read(
+        cls, spec: str, meta: Mapping[str, Any], resize: bool = True, readers: Mapping[str, Reader] | None = None
+    ) -> Inputs:
+        return cls(discover(spec, readers or ()), meta, resize, readers=readers or {})
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
         for path in self.files:
-            reader = READERS.get(path.suffix.lower())
+            reader = self.readers.get(path.suffix.lower()) or READERS.get(path.suffix.lower())
             if reader is None:
                 raise UserError(f"input={path} is not {_ACCEPTED}")
             try:

@@ -117,7 +117,8 @@ class InferContext:
     cfg: Any
     meta: dict[str, Any]
     run_dir: Path
-    read: Callable[..., Any]  # lab.inference.inputs.Inputs.read: the infer layer, above this one, passes its reader
+    # lab.inference.inputs.Inputs.read with the model option's own readers: infer, a layer above this one, passes it
+    read: Callable[..., Any]
     resize: bool = True
 
     def inputs(self) -> Any:

@@ -64,6 +64,8 @@ class LanguageModel(BaseTask[TokenMetrics]):
         self.vocab_size, self.block_size = int(meta["vocab_size"]), int(meta["block_size"])
 
     def check_first_batch(self, inputs: Any, targets: Any) -> str:
+        if isinstance(inputs, Mapping):  # a tokenizer's batch: the ids beside their attention mask
+            inputs = inputs.get("input_ids")
         for name, ids in (("inputs", inputs), ("targets", targets)):
             if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.ndim != 2:
                 raise UserError(f"task=language_model needs int64 token {name} of shape (batch, sequence)")
@@ -83,6 +85,8 @@ class LanguageModel(BaseTask[TokenMetrics]):
         return TokenMetrics(device)
 
     def write_eval_artifacts(self, metrics: TokenMetrics, context: EvalContext) -> tuple[dict[str, Any], list[Path]]:
+        if "level" not in self.meta:  # a tokenizer encode/decode does not run (a transformers one): no samples
+            return {}, []
         prompts = [p for p in EVAL_PROMPTS if _spellable(p, self.meta)][: self.samples]
         model, generator = context.model, torch.Generator().manual_seed(0)
 

@@ -9,6 +9,7 @@ takes any height and width (`infer.resize`). Returns the number of records.
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from lab import runtime, tasks
+from lab.config import options
 from lab.errors import UserError
 from lab.exporting import manifest
 from lab.inference import EagerBackend, Inputs, artifact_backend, write_predictions
@@ -40,7 +42,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
     device = runtime.select_device(cfg.device)
     backend, task, meta, source, model_config, dims = _open(model_path, device, cfg.infer.allow_modified_artifact)
     resize = cfg.infer.resize if cfg.infer.resize is not None else not keeps_size(meta, dims)
-    context = InferContext(cfg, meta, run_dir, Inputs.read, resize=bool(resize))
+    readers = options.instantiate("model", model_config, drop_unknown=True).input_readers(meta) if model_config else {}
+    context = InferContext(cfg, meta, run_dir, functools.partial(Inputs.read, readers=readers), resize=bool(resize))
 
     tracker, _ = linked_tracker(cfg, run_dir, "infer", source, model_config)
     with tracker.session():

@@ -69,6 +69,16 @@ def test_token_loss_ignores_padding_and_is_fp32_under_low_precision_logits():
     assert scores["perplexity"] == pytest.approx(math.exp(scores["loss"]))
 
 
+def test_a_tokenizers_dict_batch_is_checked_by_its_input_ids_and_gets_no_text_samples():
+    meta = {k: v for k, v in META.items() if k not in ("level", "vocab")}  # a tokenizer the core cannot run
+    task = LanguageModel(meta)
+    ids, labels = torch.tensor([[1, 2, 3]]), torch.tensor([[2, 3, IGNORE_INDEX]])
+    assert task.check_first_batch({"input_ids": ids, "attention_mask": torch.ones_like(ids)}, labels).startswith("2 ")
+    with pytest.raises(UserError, match="outside the vocabulary of 4"):
+        task.check_first_batch({"input_ids": ids + 3, "attention_mask": torch.ones_like(ids)}, labels)
+    assert task.write_eval_artifacts(TokenMetrics(CPU), None) == ({}, [])  # type: ignore[arg-type]
+
+
 def _padded_batches(generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Two micro-batches of 2 sequences with 7 and 2 real target tokens: uneven weights."""
     out = []

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from omegaconf import MISSING
 
-from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.data import DataConfig
 from lab.data.options import ImageFolderConfig
@@ -73,39 +72,6 @@ class ShardsConfig(PreparedFiles, ImageFolderConfig):
             "data=shards reads samples from disk as the loader asks for them; data.loader=device holds a whole split "
             "on the device: set data.loader=torch (or, for a set that fits in memory, data=image_folder)",
         )
-
-
-@dataclass
-class HfConfig(PreparedFiles, DataConfig):
-    """A table too large for memory, read batch by batch from memory-mapped Arrow files (hf.py).
-
-    data.path is a folder written by `Dataset.save_to_disk` (a Dataset, or a DatasetDict with train and optional
-    validation|val and test splits), or one that `scripts/prepare_data.py data=hf data.source=big.csv
-    data.path=<folder>` made from a CSV. Rows become what data=csv makes: standardised numeric inputs, and a class
-    label or a value as target (task.target_type)."""
-
-    reader: ClassVar[str] = "hf"  # hf.py
-    requires = ("datasets", "pyarrow")
-
-    path: str = MISSING  # the save_to_disk folder or the prepared folder
-    target: str | None = None  # the target column; needed to train, not to prepare
-    # the feature columns; null = every numeric column but the target and ClassLabel categories
-    inputs: list[str] | None = None
-    target_type: str = "${task.target_type}"  # class | value; follows the task
-    # the CSV to prepare from; if set at training, a folder prepared before it changed is refused
-    source: str | None = None
-    rows_per_part: int = 1_000_000  # rows per Arrow file; an interrupted prepare resumes at a file boundary
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _one_of("data.target_type", self.target_type, ("class", "value"))
-        _require(self.rows_per_part >= 1, f"data.rows_per_part must be >= 1, got {self.rows_per_part}")
-        _require(
-            self.loader == "torch",
-            "data=hf reads a memory-mapped table batch by batch; data.loader=device would hold all of it in device "
-            "memory: use data.loader=torch (or data=csv for a table that fits in memory)",
-        )
-        _require(self.inputs is None or len(self.inputs) > 0, "data.inputs=[] names no column; list some, or null")
 
 
 @dataclass

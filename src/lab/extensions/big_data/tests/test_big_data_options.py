@@ -12,7 +12,7 @@ from lab import extras
 from lab.config import ConfigError, options, validate
 from lab.extensions import big_data
 
-OURS = ("hf", "shards", "tokens")
+OURS = ("shards", "tokens")
 
 
 def test_every_option_needs_only_the_extras_the_extension_declares() -> None:
@@ -27,7 +27,6 @@ def test_every_option_needs_only_the_extras_the_extension_declares() -> None:
     [
         (["data=shards", "data.path=/nowhere"], ("webdataset", "wids")),
         (["data=tokens", "data.path=/nowhere", "task=language_model", "model=gpt"], ("tokenizers",)),
-        (["data=hf", "data.path=/nowhere"], ("datasets", "pyarrow")),
     ],
 )
 def test_an_option_whose_extra_is_missing_is_refused_naming_the_extra(monkeypatch, overrides, hidden) -> None:

@@ -22,8 +22,6 @@ SHOWN = [
     "python scripts/prepare_data.py data=shards data.source=/data/images data.path=/data/images-shards",
     "python scripts/train.py data=shards data.path=/data/images-shards data.num_workers=8",
     "python scripts/prepare_data.py data=shards data.path=/data/images-shards --verify",
-    "python scripts/prepare_data.py data=hf data.source=/data/big.csv data.path=/data/big-arrow",
-    "python scripts/train.py data=hf data.source=/data/big.csv data.path=/data/big-arrow data.target=price task=regression model=mlp",  # noqa: E501
 ]
 
 
@@ -47,19 +45,13 @@ def page_commands() -> list[str]:
 
 @pytest.fixture(scope="module")
 def prepared_shards(tmp_path_factory):
-    """The page's commands as written, on data of this test's (an image folder, a CSV): prepare, train (a short
-    run), verify. Returns the image folder and its shards."""
+    """The page's commands as written, on data of this test's (an image folder): prepare, train (a short run),
+    verify. Returns the image folder and its shards."""
     root = tmp_path_factory.mktemp("big_data")
     images, shards = write_images(root / "images"), root / "shards"
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(200, 2))
-    table = "x0,x1,price\n" + "".join(f"{a:.4f},{b:.4f},{3 * a - b:.4f}\n" for a, b in x)
-    (root / "big.csv").write_text(table)
-    places = {"/data/images-shards": shards, "/data/images": images, "/data/big.csv": root / "big.csv"}
-    places["/data/big-arrow"] = root / "big-arrow"
+    places = {"/data/images-shards": shards, "/data/images": images}
     quick = {  # a short run on the test's small data, each option's own keys
         "data=shards": ["data.image_size=8", "data.batch_size=4", "model=mlp", "data.samples_per_shard=4"],
-        "data=hf": ["data.batch_size=16", "data.rows_per_part=64"],
     }
     for n, command in enumerate(page_commands()):
         for placeholder, path in places.items():
@@ -75,7 +67,6 @@ def prepared_shards(tmp_path_factory):
             assert "every part matches its checksum" in proc.stderr
         if args[1] == "scripts/train.py":
             assert json.loads((root / f"run{n}" / "summary.json").read_text())["status"] == "completed"
-    assert (root / "big-arrow" / "manifest.json").is_file()
     return images, shards
 
 

@@ -20,8 +20,6 @@ QUICK = {
     "python -m lab.extensions.big_data.bench_big_data": (
         "--images 60 --size 32 --scales 1,2 --repeats 1 --samples-per-shard 10 --batch-size 8"
     ),
-    # 0.2 and 0.4 MB of CSV
-    "python -m lab.extensions.big_data.bench_table_memory": "--base-mb 0.2 --scales 1,2 --repeats 1",
 }
 
 

@@ -14,8 +14,8 @@ mapped table, which is file cache the kernel can drop. RssAnon, sampled every 2 
 the part that must stay flat for a table larger than RAM. Finally, on the 1x table, it compares loader samples/s
 (no model) of data=hf against data=csv, which holds the whole table in memory.
 
-    python -m lab.extensions.big_data.bench_table_memory                  # 20, 100, 200 MB
-    python -m lab.extensions.big_data.bench_table_memory --base-mb 50 --scales 1,4 --batch-size 512
+    python -m lab.extensions.hf.bench_table_memory                  # 20, 100, 200 MB
+    python -m lab.extensions.hf.bench_table_memory --base-mb 50 --scales 1,4 --batch-size 512
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ import pyarrow.csv as pcsv
 import torch
 from torch.utils.data import DistributedSampler
 
-import lab.extensions.big_data.hf  # noqa: F401  (datasets and pyarrow imported once, in the parent the children fork from)
+import lab.extensions.hf.data  # noqa: F401  (datasets and pyarrow imported once, in the parent the children fork from)
 from lab.data import make_loader
 from lab.data.common import OrderedDataset
 from lab.data.options import CsvConfig
-from lab.extensions.big_data.options import HfConfig
+from lab.extensions.hf.options import HfDataConfig
 
 FEATURES = 8
 CHUNK_ROWS = 20_000  # rows generated at a time, so the CSV lands within ~2 MB of its size
@@ -130,7 +130,7 @@ def in_child(work: Any, *args: Any) -> dict[str, Any]:
 
 
 def prepare(csv: Path, out: Path) -> dict[str, Any]:
-    HfConfig(path=str(out), source=str(csv), target="target", target_type="value").prepare()
+    HfDataConfig(path=str(out), source=str(csv), target="target", target_type="value").prepare()
     return {}
 
 
@@ -180,7 +180,7 @@ def main() -> None:
             size = csv.stat().st_size
             prepared = in_child(prepare, csv, root / f"arrow-{scale:g}x")
             arrow_bytes = sum(part.stat().st_size for part in (root / f"arrow-{scale:g}x").glob("*.arrow"))
-            cfg = HfConfig(path=str(root / f"arrow-{scale:g}x"), target="target", target_type="value")
+            cfg = HfDataConfig(path=str(root / f"arrow-{scale:g}x"), target="target", target_type="value")
             cfg.batch_size = args.batch_size
             read, listed = in_child(epoch, cfg), in_child(epoch, cfg, False)
             rows[scale] = {"csv": csv, "rows": count, "bytes": size, "arrow_bytes": arrow_bytes}
@@ -224,7 +224,7 @@ def main() -> None:
         # loader speed on the 1x table: memory-mapped Arrow gathers vs data=csv's in-memory tensors
         csv_cfg = CsvConfig(path=str(first["csv"]), target="target", target_type="value")
         csv_cfg.features = [f"x{j}" for j in range(FEATURES)] + ["count"]  # the same inputs as hf picks
-        hf_cfg = HfConfig(path=str(root / f"arrow-{scales[0]:g}x"), target="target", target_type="value")
+        hf_cfg = HfDataConfig(path=str(root / f"arrow-{scales[0]:g}x"), target="target", target_type="value")
         for cfg in (csv_cfg, hf_cfg):
             cfg.batch_size = args.batch_size
         speed = {"csv": [], "hf": []}

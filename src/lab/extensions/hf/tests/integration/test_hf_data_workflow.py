@@ -1,6 +1,6 @@
 """data=hf end to end, the README's *Data larger than memory* commands on a small CSV: prepared into Arrow parts by
 scripts/prepare_data.py, a classifier trained on it (DataLoader workers reading the memory-mapped parts), eval.py
-reproducing its validation metrics, infer.py on a CSV of rows. (--verify, the refusals: tests/unit/data/test_hf.py.)"""
+reproducing its validation metrics, infer.py on a CSV of rows. (--verify, the refusals: tests/test_hf_data.py.)"""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
 """data=hf: a table larger than memory, read from memory-mapped Arrow files through Hugging Face `datasets`.
 
-data.path is a folder written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``, or one that
-``scripts/prepare_data.py data=hf data.source=big.csv data.path=<folder>`` made from a CSV. :func:`prepare`
-streams the CSV into Arrow parts of data.rows_per_part rows each, plus prepared.py's manifest.
+The rows come from data.path, data.dataset (a hub dataset) or data.data_files (local csv/json/parquet files read
+by datasets' own loaders): :func:`load_tables`. data.path is a folder written by ``Dataset.save_to_disk`` or
+``DatasetDict.save_to_disk``, or one that ``scripts/prepare_data.py data=hf data.source=big.csv data.path=<folder>``
+made from a CSV. :func:`prepare` streams the CSV into Arrow parts of data.rows_per_part rows each, plus
+prepared.py's manifest.
 
 Nothing is loaded whole. The split, the statistics and the checks read the table in batches of rows, and training
 gathers each batch with one call. So memory follows the batch size and the row count, not the table's size. The
@@ -34,7 +36,7 @@ from torch.utils.data import Sampler
 from lab.data.common import DataModule, OrderedDataset, split_indices, train_val_test
 from lab.data.tabular import _natural
 from lab.errors import ConfigError, UserError
-from lab.extensions.big_data import prepared
+from lab.extensions.hf import prepared
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +64,12 @@ def _command(cfg: Any) -> str:
 
 # --------------------------------------------------------------------------------------------------- reading
 def load_tables(cfg: Any) -> dict[str, datasets.Dataset]:
-    """Map the tables at data.path by split name, without reading them.
+    """Map the tables of data.path, data.dataset or data.data_files by split name, without reading them.
 
-    There is always a train table. val and test are there when the folder has them; otherwise build carves them
-    out of train."""
+    There is always a train table. val and test are there when the source has them (or data.split_map names
+    them); otherwise build carves them out of train."""
+    if cfg.path is None:
+        return pick_splits(cfg, load_source(cfg))
     folder = Path(cfg.path).expanduser()
     if not folder.exists() or (folder / prepared.MANIFEST).exists() or (folder / prepared.PROGRESS).exists():
         # prepared data, or nothing: read_manifest refuses a bad folder
@@ -80,9 +84,21 @@ def load_tables(cfg: Any) -> dict[str, datasets.Dataset]:
     loaded = datasets.load_from_disk(str(folder))
     if isinstance(loaded, datasets.Dataset):
         return {"train": loaded}
+    return pick_splits(cfg, loaded)
+
+
+def pick_splits(cfg: Any, loaded: Any) -> dict[str, Any]:
+    """Return {train, val?, test?} of a DatasetDict (or IterableDatasetDict): data.split_map's, else by name."""
+    if cfg.split_map:
+        unknown = sorted(set(cfg.split_map) - {"train", "val", "test"})
+        if unknown:
+            raise ConfigError(f"data.split_map names {unknown}; its keys are train, val and test")
+        return {ours: _split(cfg, loaded, theirs) for ours, theirs in cfg.split_map.items()} | (
+            {} if "train" in cfg.split_map else {"train": _split(cfg, loaded, "train")}
+        )
     if "train" not in loaded:
         raise ConfigError(
-            f"data.path={cfg.path} has the splits {', '.join(loaded)} but no 'train'; data=hf trains on the split "
+            f"{where(cfg)} has the splits {', '.join(loaded)} but no 'train'; data=hf trains on the split "
             "named train (and validates on validation|val, tests on test when there)"
         )
     tables = {"train": loaded["train"]}
@@ -92,6 +108,77 @@ def load_tables(cfg: Any) -> dict[str, datasets.Dataset]:
     if "test" in loaded:
         tables["test"] = loaded["test"]
     return tables
+
+
+def _split(cfg: Any, loaded: Any, name: str) -> Any:
+    """Return the split `name` of `loaded`, or a slice like ``train[:90%]`` of a map-style one."""
+    base = name.split("[", 1)[0]
+    if base not in loaded:
+        raise ConfigError(f"data.split_map: {where(cfg)} has no split {base!r}; its splits: {', '.join(loaded)}")
+    if base == name:
+        return loaded[name]
+    if not isinstance(loaded[base], datasets.Dataset):
+        raise ConfigError(
+            f"data.split_map: a slice ({name}) needs a map-style split; data.streaming=true reads whole ones"
+        )
+    try:
+        (absolute,) = datasets.ReadInstruction.from_spec(name).to_absolute({base: len(loaded[base])})
+    except ValueError as err:
+        raise ConfigError(f"data.split_map: {name!r} is not a split slice: {err}") from None
+    return loaded[base].select(range(absolute.from_, absolute.to))
+
+
+def where(cfg: Any) -> str:
+    """Name the source in messages: data.path=..., data.dataset=... or data.data_files=..."""
+    key = next(k for k in ("path", "dataset", "data_files") if getattr(cfg, k) is not None)
+    return f"data.{key}={getattr(cfg, key)}"
+
+
+def local_format(cfg: Any) -> str:
+    """Return datasets' loader for data.data_files: csv, json or parquet, from the files' suffix."""
+    files = cfg.data_files
+    names = [files] if isinstance(files, str) else list(files.values()) if hasattr(files, "values") else list(files)
+    flat = [str(n) for entry in names for n in ([entry] if isinstance(entry, str) else entry)]
+    suffixes = {Path(n).suffix.lower().lstrip(".") for n in flat}
+    formats = {{"jsonl": "json", "tsv": "csv"}.get(s, s) for s in suffixes}
+    if len(formats) != 1 or not formats <= {"csv", "json", "parquet"}:
+        raise ConfigError(
+            f"data.data_files={files}: give files of one kind, .csv, .json/.jsonl or .parquet (found "
+            f"{', '.join(sorted(suffixes)) or 'no suffix'})"
+        )
+    return formats.pop()
+
+
+def load_source(cfg: Any) -> Any:
+    """Load data.dataset (a hub dataset, offline from the cache first) or data.data_files with datasets' loaders.
+
+    Streaming gives an IterableDatasetDict read as training goes. An uncached hub dataset on a machine without the
+    hub is one ConfigError line naming the cache and the command that fills it."""
+    streaming = bool(cfg.streaming)
+    if cfg.data_files is not None:
+        files = cfg.data_files
+        files = dict(files) if hasattr(files, "items") else files if isinstance(files, str) else list(files)
+        try:
+            return datasets.load_dataset(
+                local_format(cfg), data_files=files, cache_dir=cfg.cache_dir, streaming=streaming
+            )
+        except FileNotFoundError as err:
+            raise ConfigError(f"data.data_files={cfg.data_files}: {err}; give existing files") from None
+    try:
+        return datasets.load_dataset(
+            cfg.dataset, cfg.subset, revision=cfg.revision, cache_dir=cfg.cache_dir, streaming=streaming
+        )
+    except (ConnectionError, FileNotFoundError, OSError, ValueError, datasets.exceptions.DatasetNotFoundError) as err:
+        if isinstance(err, ValueError) and "config" in str(err).lower():  # a wrong subset: datasets names the ones
+            raise ConfigError(f"data.subset={cfg.subset}: {str(err).splitlines()[0]}") from None
+        subset = f", {cfg.subset!r}" if cfg.subset else ""
+        fill = f'python -c "import datasets; datasets.load_dataset({cfg.dataset!r}{subset})"'
+        cache = cfg.cache_dir or datasets.config.HF_DATASETS_CACHE
+        raise ConfigError(
+            f"data.dataset={cfg.dataset}: not in the datasets cache ({cache}) and not loadable here "
+            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'no detail'}); run `{fill}` on a "
+            "machine with a network with the same HF_HOME, or save it with save_to_disk and give data.path"
+        ) from None
 
 
 def _numeric(kind: pa.DataType) -> bool:
@@ -381,6 +468,11 @@ class ArrowRows(OrderedDataset):
 
 def build(cfg: Any) -> DataModule:
     """Build the splits of data.path as ArrowRows, with data=csv's meta keys."""
+    if cfg.target_type == "tokens":
+        raise ConfigError(
+            "task=language_model reads text: set data.text_column (or data.prompt_column + data.response_column, "
+            "or data.messages_column) and data.tokenizer"
+        )
     tables = load_tables(cfg)
     inputs = columns(cfg, tables)
     value = cfg.target_type == "value"

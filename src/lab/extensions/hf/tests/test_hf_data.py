@@ -1,4 +1,4 @@
-"""data=hf (hf.py): a save_to_disk folder and a prepared CSV give data=csv's rows; prepare resumes where it was
+"""data=hf (data.py): a save_to_disk folder and a prepared CSV give data=csv's rows; prepare resumes where it was
 interrupted; a partial, stale or damaged folder and a wrong schema are refused in one line."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from torch.utils.data import DistributedSampler
 
 from lab.data.options import CsvConfig
 from lab.errors import ConfigError, UserError
-from lab.extensions.big_data import hf
-from lab.extensions.big_data.options import HfConfig
+from lab.extensions.hf import data as hf
+from lab.extensions.hf.options import HfDataConfig
 
 ROWS, PART_ROWS = 3000, 700  # 5 parts, the last one short
 
@@ -35,8 +35,8 @@ def _write_csv(path: Path, rows: int, seed: int = 0) -> Path:
     return path
 
 
-def _cfg(path: Path, **keys) -> HfConfig:
-    return HfConfig(path=str(path), **{"target": "price", "target_type": "value", **keys})
+def _cfg(path: Path, **keys) -> HfDataConfig:
+    return HfDataConfig(path=str(path), **{"target": "price", "target_type": "value", **keys})
 
 
 def _all(split) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,7 +163,7 @@ def test_an_interrupted_prepare_resumes_to_the_same_files(table, tmp_path: Path,
     cfg.verify()
 
 
-def _stale(table, tmp_path: Path) -> HfConfig:
+def _stale(table, tmp_path: Path) -> HfDataConfig:
     csv = _write_csv(tmp_path / "small.csv", 50)
     _cfg(tmp_path / "p", source=str(csv)).prepare()
     with csv.open("a") as f:
@@ -171,14 +171,14 @@ def _stale(table, tmp_path: Path) -> HfConfig:
     return _cfg(tmp_path / "p", source=str(csv))
 
 
-def _damaged(table, tmp_path: Path) -> HfConfig:
+def _damaged(table, tmp_path: Path) -> HfDataConfig:
     shutil.copytree(table["prepared"], tmp_path / "p")
     with (tmp_path / "p/data-00002.arrow").open("r+b") as f:
         f.truncate(100)
     return _cfg(tmp_path / "p")
 
 
-def _empty_cell(table, tmp_path: Path) -> HfConfig:
+def _empty_cell(table, tmp_path: Path) -> HfDataConfig:
     csv = tmp_path / "holes.csv"
     csv.write_text("a,price\n" + "1.5,2\n" * 20 + ",3\n" + "2.5,4\n" * 20)
     _cfg(tmp_path / "p", source=str(csv)).prepare()
@@ -245,7 +245,7 @@ def test_the_memory_bench_measures_its_work_in_a_forked_child(tmp_path: Path, mo
     """bench_table_memory.py (minutes at its sizes, README.md here): its CSV, and a prepare and an epoch each measured
     in a child process of its own (a fork: no new interpreter)."""
     monkeypatch.setenv("TQDM_DISABLE", "1")  # what the bench sets, undone after the test
-    bench = importlib.import_module("lab.extensions.big_data.bench_table_memory")
+    bench = importlib.import_module("lab.extensions.hf.bench_table_memory")
     rows = bench.write_csv(tmp_path / "t.csv", 0.3)
     assert 0.3e6 <= (tmp_path / "t.csv").stat().st_size < 0.5e6
     prepared = bench.in_child(bench.prepare, tmp_path / "t.csv", tmp_path / "arrow")

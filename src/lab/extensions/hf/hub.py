@@ -1,0 +1,71 @@
+"""Find a transformers model or tokenizer offline first: a local directory, the Hugging Face cache, then the hub.
+
+A compute node without a network stops here, before a run writes anything, with one line naming the cache and the
+command that fills it, not after a minute of download retries.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from lab.errors import UserError
+
+
+def _reachable(url: str, timeout: float = 3.0) -> bool:
+    """Tell whether a TCP connection to the URL's host opens; a machine without a network answers at once."""
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "", parsed.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def locate(name_or_path: str, revision: str | None = None, key: str = "model.name_or_path") -> dict[str, Any]:
+    """Return the `from_pretrained` arguments that read `name_or_path` without a network when the files are here.
+
+    A local directory is read as it is; a hub id from the cache (`local_files_only`) when its config is cached,
+    else from the hub when it answers. Otherwise raise a UserError naming the cache and the command that fills it."""
+    local = Path(name_or_path).expanduser()
+    if local.is_dir():
+        return {"pretrained_model_name_or_path": str(local)}
+    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(name_or_path)
+    except HFValidationError as err:
+        raise UserError(
+            f"{key}={name_or_path}: no such directory, and not a hub id (name or namespace/name); give a directory "
+            "save_pretrained wrote or a hub id"
+        ) from err
+    found = {"pretrained_model_name_or_path": name_or_path, "revision": revision}
+    for filename in ("config.json", "tokenizer_config.json"):
+        if isinstance(try_to_load_from_cache(name_or_path, filename, revision=revision), str):
+            return found | {"local_files_only": True}
+    if not constants.HF_HUB_OFFLINE and _reachable(constants.ENDPOINT):
+        return found
+    fetch = f"hf download {name_or_path}" + (f" --revision {revision}" if revision else "")
+    raise UserError(
+        f"{key}={name_or_path}: not a local directory, not in the Hugging Face cache ({constants.HF_HUB_CACHE}) "
+        f"and this machine cannot reach the hub; run `{fetch}` on a machine with a network (a login node) with the "
+        "same HF_HOME, or pass a local directory"
+    )
+
+
+def load_tokenizer(name_or_path: str, revision: str | None = None) -> Any:
+    """Return the transformers tokenizer of `name_or_path` (a local directory or a hub id), found offline first."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(**locate(name_or_path, revision, key="data.tokenizer"))
+
+
+def load_config(name_or_path: str, revision: str | None = None) -> Any:
+    """Return the transformers config of `name_or_path`, found offline first."""
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(**locate(name_or_path, revision))

@@ -1,0 +1,218 @@
+"""The `hf` extension's options: `model=hf` (any transformers model for sequence classification or causal language
+modelling) and `data=hf` (tables and text through Hugging Face `datasets`).
+
+This module is imported at every start, so it imports neither torch, datasets nor transformers: ``build`` imports
+``models`` (the model), ``data`` (tables) or ``text`` (text).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import MISSING
+
+from lab.config.checks import one_of as _one_of
+from lab.config.checks import require as _require
+from lab.config.data import DataConfig
+from lab.config.models import ModelConfig
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from lab.data.common import DataModule
+
+KINDS = ("auto", "sequence_classification", "causal_lm")
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclass
+class LoraSettings:
+    """`model.lora`: a PEFT LoRA adapter; r=null (or model.lora=null) trains the whole model instead."""
+
+    r: int | None = None  # the adapter's rank
+    alpha: int = 16  # the update is scaled by alpha / r
+    dropout: float = 0.0  # dropout on the adapter's input
+    # module names the adapter wraps; null = PEFT's default for the architecture, its attention projections
+    # (query/value for BERT, q_proj/v_proj for Llama)
+    target_modules: list[str] | None = None
+
+
+@dataclass
+class HfModelConfig(ModelConfig, name="hf"):
+    """A transformers model by hub id or local directory (model.name_or_path), with its pretrained weights.
+
+    Sequence classification gets a new head sized from the data's classes; a causal LM predicts the next token. The
+    files are read offline first: a local directory, the Hugging Face cache ($HF_HOME), then the hub when reachable."""
+
+    requires = ("transformers", "peft")
+
+    name_or_path: str = MISSING
+    revision: str | None = None  # a branch, tag or commit of a hub id
+    kind: str = "auto"  # auto (from the data: classes -> sequence_classification, else causal_lm) or either
+    pretrained: bool = True  # false: the architecture from its config.json, randomly initialised
+    dtype: str = "float32"  # the weights' dtype: float32 or bfloat16
+    attn_implementation: str | None = None  # eager, sdpa, flash_attention_2...; null = transformers' choice
+    grad_checkpointing: bool = False  # recompute each block in backward (the model's activation_checkpointing_enable)
+    lora: LoraSettings | None = field(default_factory=LoraSettings)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _one_of("model.kind", self.kind, KINDS)
+        _one_of("model.dtype", self.dtype, DTYPES)
+        if self.lora is not None and self.lora.r is not None:
+            _require(self.lora.r >= 1, f"model.lora.r must be >= 1 (or null: no LoRA), got {self.lora.r}")
+            _require(0 <= self.lora.dropout < 1, f"model.lora.dropout must be in [0, 1), got {self.lora.dropout}")
+
+    @property
+    def uses_lora(self) -> bool:
+        return self.lora is not None and self.lora.r is not None
+
+    def meta_init_blocker(self) -> str | None:
+        return "model=hf builds through transformers' from_pretrained, whose init the replay does not reproduce"
+
+    def build(self, meta: dict[str, Any]) -> nn.Module:
+        from lab.extensions.hf.models import build_hf
+
+        return build_hf(self, meta)
+
+    def locate_weights(self) -> None:
+        super().locate_weights()
+        from lab.extensions.hf.hub import locate
+
+        locate(self.name_or_path, self.revision)
+
+    def for_checkpoint(self) -> ModelConfig:
+        # The checkpoint holds every weight: eval, export and infer build the architecture from its config alone.
+        return dataclasses.replace(self, init_from=None, pretrained=False)
+
+    def input_readers(self, meta: dict[str, Any]) -> dict[str, Any]:
+        if "num_classes" not in meta:
+            return {}  # a causal LM continues prompt=
+        from lab.extensions.hf.infer import SUFFIXES, text_reader
+
+        read = text_reader(meta.get("tokenizer") or self.name_or_path, self.revision)
+        return dict.fromkeys(SUFFIXES, read)
+
+    def head(self, model: nn.Module) -> nn.Module | None:
+        from lab.extensions.hf.models import head
+
+        return head(model) or super().head(model)
+
+    def layer_groups(self, model: nn.Module) -> list[list[str]] | None:
+        from lab.extensions.hf.models import layer_groups
+
+        return layer_groups(model)
+
+    def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
+        from lab.extensions.hf.models import blocks
+
+        return blocks(model)
+
+
+LOCAL_FORMATS = ("csv", "json", "parquet")  # datasets' own loaders for data.data_files
+
+
+@dataclass
+class HfDataConfig(DataConfig, name="hf"):
+    """A table or a text dataset read through Hugging Face `datasets` (data.py, text.py).
+
+    Where the rows are, one of: data.path, a folder written by `Dataset.save_to_disk` (a Dataset, or a DatasetDict
+    with train and optional validation|val and test splits), or one that `scripts/prepare_data.py data=hf
+    data.source=big.csv data.path=<folder>` made from a CSV; data.dataset, a hub dataset by name (data.subset, its
+    config), read from the HF_DATASETS_CACHE first; data.data_files, local csv/json/parquet files.
+
+    Without a text key, rows become what data=csv makes: standardised numeric inputs, and a class label or a value
+    as target (task.target_type). With data.text_column (or data.prompt_column + data.response_column, or
+    data.messages_column) the text is tokenized by data.tokenizer: classification batches padded per batch, or, for
+    task=language_model, blocks of data.block_size tokens (prompt tokens excluded from the loss)."""
+
+    requires = ("datasets", "pyarrow")
+
+    path: str | None = None  # the save_to_disk folder or the prepared folder
+    dataset: str | None = None  # a hub dataset id (load_dataset's path), e.g. stanfordnlp/imdb
+    subset: str | None = None  # the hub dataset's config name
+    revision: str | None = None  # the hub dataset's revision
+    # local csv/json/parquet files for datasets' own loaders: a path or glob, a list, or {split: path}
+    data_files: Any = None
+    # our split -> the dataset's split or slice, e.g. {val: test, test: "train[:10%]"}; null = train,
+    # validation|val and test as found
+    split_map: dict[str, str] | None = None
+    target: str | None = None  # tables: the target column; needed to train, not to prepare
+    # tables: the feature columns; null = every numeric column but the target and ClassLabel categories
+    inputs: list[str] | None = None
+    target_type: str = "${task.target_type}"  # class | value | tokens; follows the task
+    # tables: the CSV to prepare from; if set at training, a folder prepared before it changed is refused
+    source: str | None = None
+    rows_per_part: int = 1_000_000  # rows per Arrow file; an interrupted prepare resumes at a file boundary
+    text_column: str | None = None  # text: the column to tokenize
+    label_column: str = "label"  # text classification: the class column
+    prompt_column: str | None = None  # instruction tuning: the prompt, left out of the loss
+    response_column: str | None = None  # instruction tuning: the response the loss is on
+    messages_column: str | None = None  # chat: a list of {role, content} rendered by the tokenizer's chat template
+    tokenizer: str | None = "${oc.select:model.name_or_path,null}"  # a hub id or a local folder
+    pad_token: str | None = None  # null = the tokenizer's; eos = use its end-of-sequence token for padding
+    max_length: int = 512  # text classification and prompt/response pairs: tokens kept per example
+    block_size: int = 128  # task=language_model on data.text_column: tokens per packed training block
+    streaming: bool = False  # text: read the rows as training goes (datasets' IterableDataset), resumable mid-epoch
+    examples_per_epoch: int | None = None  # streaming: training items (rows, or packed blocks) per epoch, all ranks
+    eval_examples: int = 1000  # streaming: the first rows of val and test (or of train, when no val) held in memory
+    shuffle_buffer: int = 1000  # streaming: rows shuffled together (IterableDataset.shuffle's buffer_size)
+    stream_shards: int = 1  # streaming: parts of the stream per rank; = data.num_workers: each worker reads one
+    cache_dir: str | None = None  # null = HF_DATASETS_CACHE (hub datasets, local files, tokenized splits)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _one_of("data.target_type", self.target_type, ("class", "value", "tokens"))
+        _require(self.rows_per_part >= 1, f"data.rows_per_part must be >= 1, got {self.rows_per_part}")
+        _require(
+            self.loader == "torch",
+            "data=hf reads a memory-mapped table batch by batch; data.loader=device would hold all of it in device "
+            "memory: use data.loader=torch (or data=csv for a table that fits in memory)",
+        )
+        _require(self.inputs is None or len(self.inputs) > 0, "data.inputs=[] names no column; list some, or null")
+        where = [key for key in ("path", "dataset", "data_files") if getattr(self, key) is not None]
+        _require(
+            len(where) == 1,
+            "data=hf reads one of data.path (a save_to_disk or prepared folder), data.dataset (a hub dataset) or "
+            f"data.data_files (local {'/'.join(LOCAL_FORMATS)} files); got "
+            + (" and ".join(f"data.{k}" for k in where) or "none"),
+        )
+        _require(self.pad_token in (None, "eos"), f"data.pad_token must be null or eos, got {self.pad_token}")
+        _require(
+            (self.prompt_column is None) == (self.response_column is None),
+            "data.prompt_column and data.response_column go together: set both (or data.messages_column)",
+        )
+        _require(self.max_length >= 2, f"data.max_length must be >= 2, got {self.max_length}")
+        _require(self.block_size >= 2, f"data.block_size must be >= 2, got {self.block_size}")
+        for key in ("eval_examples", "shuffle_buffer", "stream_shards"):
+            _require(getattr(self, key) >= 1, f"data.{key} must be >= 1, got {getattr(self, key)}")
+        _require(
+            not self.streaming or self.is_text,
+            "data.streaming=true reads text (data.text_column, data.prompt_column or data.messages_column); a table "
+            "is read memory-mapped already",
+        )
+
+    @property
+    def is_text(self) -> bool:
+        return any(c is not None for c in (self.text_column, self.prompt_column, self.messages_column))
+
+    def build(self) -> DataModule:
+        if self.is_text:
+            from lab.extensions.hf import text
+
+            return text.build(self)
+        from lab.extensions.hf import data
+
+        return data.build(self)
+
+    def prepare(self) -> None:
+        from lab.extensions.hf import data
+
+        data.prepare(self)
+
+    def verify(self) -> None:
+        from lab.extensions.hf import data, prepared
+
+        prepared.verify(self.path, data.read_manifest(self))  # type: ignore[arg-type]

@@ -1,0 +1,174 @@
+"""model=hf through the real scripts, on tiny models and a tokenizer the test writes (tiny.py) and the test-only
+dataset option data=hf_model_text (hf_model_data.py): LoRA classification trained and evaluated from its checkpoint,
+a causal LM with LoRA killed with SIGKILL and resumed bitwise with resume=auto, a hub id read from the Hugging Face
+cache offline, and a missing one refused before anything is written."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import made_once, plugins_env, run_script, script_env
+from warm_python import run_python
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # tiny.py, shared with the in-process tests
+
+import tiny  # noqa: E402
+
+pytestmark = pytest.mark.slow
+# the data option is defined by the test: each process imports it before the script runs
+WITH_DATA = f"import sys; sys.path[:0] = [{str(HERE)!r}, {str(HERE.parent)!r}]; import hf_model_data"
+
+
+@pytest.fixture(scope="module")
+def saved(shared_dir) -> Path:
+    def make() -> None:
+        tiny.bert_dir(folder / "bert")
+        tiny.llama_dir(folder / "llama")
+
+    folder = shared_dir / "hf_model"
+    return made_once(folder, make)
+
+
+def train(run_dir: Path, *overrides: str, env: dict[str, str] | None = None):
+    return run_script("train.py", f"hydra.run.dir={run_dir}", "logger=none", *overrides, patch=WITH_DATA, env=env)
+
+
+def test_lora_classification_trains_the_adapter_and_evaluates_from_its_checkpoint(saved, tmp_path):
+    bert = saved / "bert"
+    data = ["data=hf_model_text", f"data.tokenizer={bert}", "task=classification", "trainer.max_epochs=1"]
+    proc = train(tmp_path / "run", "model=hf", f"model.name_or_path={bert}", "model.lora.r=4", *data)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert "model.lora: r=4 on query, value: 1,090 of 22,052 parameters train" in output
+    assert "parameters: 1,090 trainable, 20,962 frozen" in output  # the start report
+    ckpt = torch.load(tmp_path / "run" / "checkpoints" / "best.pt", weights_only=True)
+    assert any("lora_A" in key for key in ckpt["model"])
+    assert ckpt["config"]["model"]["name_or_path"] == str(bert) and ckpt["config"]["model"]["revision"] is None
+    evaluated = run_script(
+        "eval.py", f"ckpt_path={tmp_path / 'run/checkpoints/best.pt'}", f"hydra.run.dir={tmp_path / 'eval'}",
+        "logger=none", patch=WITH_DATA,
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-4000:]
+    assert (tmp_path / "eval" / "eval.json").is_file()
+    exported_loads_as_trained(tmp_path / "run" / "checkpoints" / "best.pt", tmp_path)
+    infers_lines(tmp_path / "run" / "checkpoints" / "best.pt", tmp_path)
+
+
+def infers_lines(best: Path, tmp_path: Path) -> None:
+    """infer.py on a .txt and a .jsonl file: each line's class probabilities are the trained model's on the line
+    tokenized alone (the padding of a shorter line masked out); a .jsonl line without "text" is one line's refusal."""
+    import json
+
+    from lab.extensions.hf.hub import load_tokenizer
+    from lab.workflows import restore
+
+    texts = ["the movie was very good", "a plot is quite awful", "the film was bad"]
+    (tmp_path / "lines.txt").write_text("\n".join(texts) + "\n\n")
+    (tmp_path / "lines.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    trained, tokenizer = restore.rebuild(best).model, load_tokenizer(str(tmp_path / "merged"))  # the export's copy
+    for name in ("lines.txt", "lines.jsonl"):
+        out = tmp_path / f"infer-{name}"
+        proc = run_script("infer.py", f"ckpt_path={best}", f"input={tmp_path / name}", "infer.top_k=2",
+                          f"hydra.run.dir={out}", "logger=none")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        records = json.loads((out / "predictions.json").read_text())["predictions"]
+        assert [r["path"] for r in records] == [f"{tmp_path / name}:{i}" for i in (1, 2, 3)]
+        for text, record in zip(texts, records, strict=True):
+            with torch.no_grad():
+                probs = trained(dict(tokenizer([text], return_tensors="pt"))).softmax(-1)[0]
+            by_label = {entry["label"]: entry["prob"] for entry in record["top_k"]}
+            assert by_label == pytest.approx({"neg": float(probs[0]), "pos": float(probs[1])}, abs=1e-5)
+            assert record["label"] == ["neg", "pos"][int(probs.argmax())]
+    (tmp_path / "bad.jsonl").write_text('{"text": "good"}\n{"words": "bad"}\n')
+    refused = run_script("infer.py", f"ckpt_path={best}", f"input={tmp_path / 'bad.jsonl'}", "logger=none",
+                         f"hydra.run.dir={tmp_path / 'infer-bad'}")  # fmt: skip
+    assert refused.returncode == 1 and f'input={tmp_path / "bad.jsonl"}:2 has no "text" string' in refused.stderr
+
+
+def exported_loads_as_trained(best: Path, tmp_path: Path) -> None:
+    """`python -m lab.extensions.hf.export`, merged and --adapter: transformers and PEFT load each directory, with its
+    tokenizer, into the trained model's logits; an existing directory is refused."""
+    from peft import AutoPeftModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from lab.workflows import restore
+
+    def export(*args: str):
+        return run_python(
+            ["-m", "lab.extensions.hf.export", str(best), *args], cwd=tmp_path, env=script_env(), timeout=300
+        )
+
+    for args in ([str(tmp_path / "merged")], [str(tmp_path / "adapter"), "--adapter"]):
+        proc = export(*args)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    trained = restore.rebuild(best).model
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "merged")
+    inputs = dict(tokenizer(["the movie was very good", "a plot is quite awful"], return_tensors="pt"))
+    inputs.pop("token_type_ids", None)
+    merged = AutoModelForSequenceClassification.from_pretrained(tmp_path / "merged").eval()
+    adapter = AutoPeftModelForSequenceClassification.from_pretrained(tmp_path / "adapter").eval()
+    assert merged.config.id2label == {0: "neg", 1: "pos"}
+    assert (tmp_path / "adapter" / "adapter_config.json").is_file() and not (
+        tmp_path / "adapter/model.safetensors"
+    ).exists()
+    with torch.no_grad():
+        expected = trained(inputs)
+        assert torch.allclose(merged(**inputs).logits, expected, atol=1e-5)
+        assert torch.allclose(adapter(**inputs).logits, expected, atol=1e-5)
+    again = export(str(tmp_path / "merged"))
+    assert again.returncode == 1 and f"{tmp_path / 'merged'} exists" in again.stderr
+
+
+def test_a_causal_lm_with_lora_killed_and_resumed_is_bitwise_the_straight_run(saved, tmp_path):
+    llama = saved / "llama"
+    recipe = [
+        *("model=hf", f"model.name_or_path={llama}", "model.lora.r=2", "model.lora.dropout=0.1"),
+        *("data=hf_model_text", "data.kind=causal_lm", f"data.tokenizer={llama}", "task=language_model"),
+        *("task.samples=0", "trainer.max_epochs=2", "trainer.ckpt_every_n_steps=3"),
+    ]
+    straight = train(tmp_path / "straight", *recipe)
+    assert straight.returncode == 0, straight.stderr[-4000:]
+    run_dir = tmp_path / "killed"
+    killed = train(run_dir, *recipe, "+callbacks.kill_at_step={step: 13}", env=plugins_env())
+    assert killed.returncode == -9, killed.stderr[-4000:]
+    resumed = train(run_dir, *recipe, "resume=auto")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    ends = [torch.load(d / "checkpoints" / "last.pt", weights_only=True) for d in (tmp_path / "straight", run_dir)]
+    assert ends[0]["progress"] == ends[1]["progress"]
+    assert ends[0]["model"].keys() == ends[1]["model"].keys()
+    for key, value in ends[0]["model"].items():
+        assert torch.equal(value, ends[1]["model"][key]), key
+
+
+def test_a_hub_id_comes_from_the_cache_offline_and_a_missing_one_is_refused_before_writing(saved, tmp_path):
+    snapshot = tmp_path / "hf" / "hub" / "models--someone--tiny-bert" / "snapshots" / ("a" * 40)
+    shutil.copytree(saved / "bert", snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("a" * 40)
+    env = plugins_env() | {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    data = ["data=hf_model_text", f"data.tokenizer={saved / 'bert'}", "task=classification", "trainer.max_epochs=1"]
+    proc = train(tmp_path / "cached", "model=hf", "model.name_or_path=someone/tiny-bert", *data, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    refused = train(tmp_path / "missing", "model=hf", "model.name_or_path=someone/other", *data, env=env)
+    assert refused.returncode != 0
+    line = next(line for line in refused.stderr.splitlines() if "someone/other" in line)
+    assert f"not in the Hugging Face cache ({tmp_path / 'hf' / 'hub'})" in line
+    assert "run `hf download someone/other` on a machine with a network" in line
+    assert not (tmp_path / "missing" / "checkpoints").exists() and not (tmp_path / "missing" / "metrics.jsonl").exists()
+
+
+def test_the_benchmark_races_the_template_against_transformers_trainer_and_lora_against_full(tmp_path):
+    """The page's `python -m lab.extensions.hf.bench_hf_finetune`, at its shortest."""
+    args = ["--steps", "3", "--batch", "2", "--length", "8", "--hidden", "32", "--vocab", "64"]
+    proc = run_python(["-m", "lab.extensions.hf.bench_hf_finetune", *args], cwd=tmp_path, env=script_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| template, full |" in proc.stdout and "| transformers Trainer, full |" in proc.stdout
+    assert "template / Trainer: " in proc.stdout
+    # a 2-layer Llama of width 32: r=8 (the default) on q_proj and v_proj is 2 layers x 2 x (32 x 8 + 8 x 32) values
+    assert "LoRA r=8: 2,048 of " in proc.stdout

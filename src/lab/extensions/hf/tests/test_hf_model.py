@@ -1,0 +1,170 @@
+"""model=hf in one process: tiny BERT and Llama directories written by the test (tiny.py), built for classification
+and causal LM, whole or with LoRA; the seams the core asks of a model (head, layer groups, FSDP units, the
+architecture a checkpoint rebuilds); the offline-first lookup and its one-line refusal."""
+
+from __future__ import annotations
+
+import pytest
+import tiny
+import torch
+
+from lab import models
+from lab.errors import ConfigError, UserError
+from lab.extensions.hf import hub
+from lab.extensions.hf.options import HfModelConfig, LoraSettings
+
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+CLASSES = {"input_shape": [8], "num_outputs": 3, "num_classes": 3, "vocab_size": 18, "pad_token_id": 0}
+TOKENS = {"input_shape": [8], "num_outputs": 18, "vocab_size": 18, "block_size": 8, "pad_token_id": 0}
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    return str(tiny.bert_dir(tmp_path_factory.mktemp("bert")))
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    return str(tiny.llama_dir(tmp_path_factory.mktemp("llama")))
+
+
+def batch(rows: int = 2, length: int = 8) -> dict[str, torch.Tensor]:
+    ids = torch.randint(3, 18, (rows, length), generator=torch.Generator().manual_seed(0))
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def trainable(model: torch.nn.Module) -> list[str]:
+    return [name for name, p in model.named_parameters() if p.requires_grad]
+
+
+def test_classification_gets_a_head_for_the_data_classes(bert):
+    option = HfModelConfig(name_or_path=bert)
+    model = models.build(option, CLASSES)
+    assert model(batch()).shape == (2, 3)
+    assert option.head(model).out_features == 3
+    assert len(trainable(model)) == len(list(model.parameters()))  # no LoRA: everything trains
+    assert [type(unit).__name__ for unit in option.fsdp_units(model)].count("BertLayer") == 2
+
+
+def test_a_causal_lm_takes_a_dict_or_the_token_ids(llama):
+    option = HfModelConfig(name_or_path=llama)
+    model = models.build(option, TOKENS).eval()
+    inputs = batch()
+    with torch.no_grad():
+        logits = model(inputs)
+        assert logits.shape == (2, 8, 18)
+        assert torch.equal(model(inputs["input_ids"]), logits)  # how the LM task continues a prompt
+    units = option.fsdp_units(model)
+    assert [type(unit).__name__ for unit in units] == ["LlamaDecoderLayer"] * 2
+    groups = option.layer_groups(model)
+    assert groups[0] == ["network.model.embed_tokens.weight"]
+    assert groups[1] == [n for n, _ in units[0].named_parameters(prefix="network.model.layers.0")]
+    assert "network.lm_head.weight" in groups[-1] and "network.model.norm.weight" in groups[-1]
+
+
+def test_kind_follows_the_data_unless_set(bert, llama):
+    assert models.build(HfModelConfig(name_or_path=llama, kind="sequence_classification"), CLASSES)(batch()).shape == (
+        2,
+        3,
+    )
+    with pytest.raises(ConfigError, match="model=hf takes token data"):
+        models.build(HfModelConfig(name_or_path=bert), {"input_shape": [3, 8, 8], "num_outputs": 2})
+
+
+def test_lora_trains_the_adapter_and_the_new_head_only(bert):
+    option = HfModelConfig(name_or_path=bert, lora=LoraSettings(r=4, alpha=8))
+    model = models.build(option, CLASSES)
+    names = trainable(model)
+    assert names and all("lora_" in n or "classifier" in n for n in names)
+    assert {n.split(".")[-4] for n in names if "lora_A" in n} == {"query", "value"}  # PEFT's default for BERT
+    assert option.head(model).out_features == 3 and all(p.requires_grad for p in option.head(model).parameters())
+    full = sum(p.numel() for p in models.build(HfModelConfig(name_or_path=bert), CLASSES).parameters())
+    assert sum(p.numel() for n, p in model.named_parameters() if n in names) < full / 10
+
+
+def test_lora_target_modules_and_a_causal_lm(llama):
+    option = HfModelConfig(name_or_path=llama, lora=LoraSettings(r=2, target_modules=["q_proj", "k_proj", "o_proj"]))
+    model = models.build(option, TOKENS)
+    wrapped = {n.split(".")[-4] for n in trainable(model)}
+    assert wrapped == {"q_proj", "k_proj", "o_proj"}
+    assert model(batch()).shape == (2, 8, 18)
+
+
+def test_lora_off_when_r_or_the_node_is_null(bert):
+    for lora in (None, LoraSettings(r=None)):
+        assert all(
+            p.requires_grad for p in models.build(HfModelConfig(name_or_path=bert, lora=lora), CLASSES).parameters()
+        )
+
+
+def test_bad_values_are_refused_in_one_line(bert):
+    with pytest.raises(ConfigError, match=r"model\.kind"):
+        HfModelConfig(name_or_path=bert, kind="seq2seq")
+    with pytest.raises(ConfigError, match=r"model\.dtype"):
+        HfModelConfig(name_or_path=bert, dtype="int8")
+    with pytest.raises(ConfigError, match=r"model\.lora\.r must be >= 1"):
+        HfModelConfig(name_or_path=bert, lora=LoraSettings(r=0))
+    with pytest.raises(ConfigError, match=r"model\.lora: PEFT could not wrap the model"):
+        models.build(HfModelConfig(name_or_path=bert, lora=LoraSettings(r=2, target_modules=["nope"])), CLASSES)
+
+
+def test_dtype_checkpointing_and_attention_reach_the_model(llama):
+    option = HfModelConfig(name_or_path=llama, dtype="bfloat16", grad_checkpointing=True, attn_implementation="eager")
+    model = models.build(option, TOKENS)
+    network = model.network
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert network.is_activation_checkpointing and network.config._attn_implementation == "eager"
+    model.train()
+    model(batch()).float().sum().backward()  # recomputed blocks still give every weight its gradient
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_a_checkpoint_rebuilds_the_architecture_without_the_weights(bert):
+    option = HfModelConfig(name_or_path=bert, lora=LoraSettings(r=4))
+    trained = models.build(option, CLASSES).eval()
+    rebuilt = models.build(option.for_checkpoint(), CLASSES).eval()
+    assert not option.for_checkpoint().pretrained
+    rebuilt.load_state_dict(trained.state_dict())
+    with torch.no_grad():
+        assert torch.equal(rebuilt(batch()), trained(batch()))
+
+
+def test_freeze_and_init_from_work_as_for_every_model(bert, tmp_path):
+    option = HfModelConfig(name_or_path=bert, freeze=["backbone"])
+    model = models.build(option, CLASSES)
+    assert trainable(model) == ["network.classifier.weight", "network.classifier.bias"]
+    torch.save({k: v + 1 for k, v in model.state_dict().items()}, tmp_path / "w.pt")
+    started = models.build(HfModelConfig(name_or_path=bert, init_from=str(tmp_path / "w.pt")), CLASSES)
+    bias = "network.classifier.bias"
+    assert torch.equal(started.state_dict()[bias], model.state_dict()[bias] + 1)
+
+
+def test_a_hub_id_is_read_from_the_cache_without_the_network(bert, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(UserError) as refused:
+        hub.locate("someone/tiny-bert")
+    line = str(refused.value)
+    assert "\n" not in line and str(tmp_path) in line and "`hf download someone/tiny-bert`" in line
+    snapshot = tmp_path / "models--someone--tiny-bert" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "models--someone--tiny-bert" / "refs").mkdir()
+    (tmp_path / "models--someone--tiny-bert" / "refs" / "main").write_text("0" * 40)
+    assert hub.locate("someone/tiny-bert")["local_files_only"] is True
+    assert hub.locate(bert) == {"pretrained_model_name_or_path": bert}  # a directory is read as it is
+    with pytest.raises(UserError, match="no such directory, and not a hub id"):
+        hub.locate(str(tmp_path / "moved" / "model"))
+
+
+def test_a_classifier_given_token_ids_alone_masks_their_padding(bert):
+    model = models.build(HfModelConfig(name_or_path=bert), CLASSES).eval()
+    ids = torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0]])  # 0 is [PAD]
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    with torch.no_grad():
+        assert torch.equal(model(ids), model({"input_ids": ids, "attention_mask": mask}))
+        assert not torch.equal(model(ids), model({"input_ids": ids, "attention_mask": torch.ones_like(ids)}))
