@@ -99,9 +99,14 @@ class RayJobs(NumberedLauncher):
     def _connect(self) -> None:
         # "local" starts a new instance even when `ray start` runs on this machine; Ray shuts it down at exit
         address = self.address or "local"
-        resources = {"num_cpus": self.local_cpus, "num_gpus": self.local_gpus} if self.address is None else {}
         try:
-            ray.init(address=address, runtime_env=self.runtime_env or None, include_dashboard=False, **resources)
+            ray.init(
+                address=address,
+                num_cpus=self.local_cpus,  # None with an address: refused otherwise
+                num_gpus=self.local_gpus,
+                runtime_env=self.runtime_env or None,
+                include_dashboard=False,
+            )
         except ConnectionError as err:
             raise ConfigError(
                 f"hydra.launcher.address={self.address}: no Ray cluster there ({describe(err)}); start one with "
@@ -131,6 +136,7 @@ class RayJobs(NumberedLauncher):
         # a retried job would run again into the run dir its killed attempt left, unseen by the summary: a job whose
         # worker dies fails instead, and resume=auto reruns it. max_calls=1: a fresh worker per job, so a job gets
         # the GPUs Ray gives it (CUDA fixes them when it starts) and leaves no memory or state to the next
+        assert self.num_gpus is not None  # resolved by setup()
         task = ray.remote(num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_retries=0, max_calls=1)(_run_job)
         payload = ray.put((self.hydra_context, self.config, self.task_function, Singleton.get_state()))
         results, stopped_by = self._run(task, payload, jobs)

@@ -24,10 +24,7 @@ PAGE = Path(__file__).resolve().parents[2] / "README.md"
 LOCAL = "python scripts/train.py -m hydra/launcher=ray hydra.launcher.local_cpus=2 seed=1,2"
 HEAD = "ray start --head --port=6379"
 WORKER = "ray start --address=<head>:6379"
-CLUSTER = (
-    "python scripts/train.py -m hydra/launcher=ray hydra.launcher.address=auto hydra.launcher.num_gpus=1 "
-    "optimizer.lr=1e-3,3e-3,1e-2"
-)
+CLUSTER = "python scripts/train.py -m hydra/launcher=ray hydra.launcher.address=auto hydra.launcher.num_gpus=1 optimizer.lr=1e-3,3e-3,1e-2"  # noqa: E501
 
 
 def _page_args(command: str) -> list[str]:
