@@ -96,6 +96,15 @@ class RayJobs(NumberedLauncher):
                 "or join a cluster with GPUs (hydra.launcher.address=auto)"
             )
 
+    def width(self) -> int | None:
+        """Jobs at once (a fail_fast batch): `max_concurrent`, else as many shares as the cluster has now."""
+        if self.max_concurrent is not None:
+            return self.max_concurrent
+        resources = ray.cluster_resources()
+        needs = {"CPU": self.num_cpus, "GPU": self.num_gpus}
+        shares = [resources.get(kind, 0) / need for kind, need in needs.items() if need]
+        return int(min(shares)) if shares else None
+
     def _connect(self) -> None:
         # "local" starts a new instance even when `ray start` runs on this machine; Ray shuts it down at exit
         address = self.address or "local"

@@ -35,6 +35,9 @@ class RayLauncher(NumberedLauncher):
         self.jobs = RayJobs(**self.keys)
         self.jobs.setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
+    def width(self) -> int | None:
+        return self.jobs.width() if self.jobs is not None else None
+
     def launch_numbered(self, jobs: Sequence[tuple[int, Sequence[str]]]) -> list[JobReturn]:
         assert self.jobs is not None  # set by setup()
         return self.jobs.launch_numbered(jobs)

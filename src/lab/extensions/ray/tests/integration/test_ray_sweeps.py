@@ -130,3 +130,15 @@ def test_an_address_with_no_cluster_is_refused_before_any_write(tmp_path):
         "start one with `ray start --head`, or leave hydra.launcher.address unset for a local instance"
     )
     assert sorted(tmp_path.iterdir()) == []
+
+
+def test_fail_fast_launches_batches_as_wide_as_the_ray_instance(tmp_path):
+    """2 CPUs, 1 per job: jobs 0 and 1 run together, job 0 fails, and job 2 is not launched."""
+    sweep = tmp_path / "fast"
+    args = ["hydra/launcher=ray", "hydra.launcher.local_cpus=2", *QUICK, "logger=none", "sweep.fail_fast=true"]
+    proc = run_sweep(sweep, *args, "data.batch_size=0,64,32")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "sweep.fail_fast: job #0 failed; not launching the 1 remaining jobs" in proc.stdout + proc.stderr
+    rows = {row["job"]: row for row in summary_rows(sweep)}
+    assert sorted(rows) == ["0", "1"] and not (sweep / "2").exists()
+    assert rows["0"]["error"].startswith("ConfigError: data.batch_size") and rows["1"]["status"] == "completed"
