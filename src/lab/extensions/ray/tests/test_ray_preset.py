@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hydra.utils
 import pytest
+import ray
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -55,3 +56,19 @@ def test_bad_keys_are_refused_in_one_line(keys, message) -> None:
     with pytest.raises(ConfigError) as refused:
         RayJobs(**keys)
     assert str(refused.value) == message
+
+
+def test_an_address_with_no_cluster_is_refused_in_one_line(monkeypatch) -> None:
+    """As `ray.init` raises it when no cluster answers. Not run for real: under xdist `auto` would find another
+    test's local instance, which Ray's `auto` joins."""
+
+    def init(**_) -> None:
+        raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr(ray, "init", init)
+    with pytest.raises(ConfigError) as refused:
+        RayJobs(address="auto")._connect()
+    assert str(refused.value) == (
+        "hydra.launcher.address=auto: no Ray cluster there (ConnectionError: Could not find any running Ray "
+        "instance.); start one with `ray start --head`, or leave hydra.launcher.address unset for a local instance"
+    )

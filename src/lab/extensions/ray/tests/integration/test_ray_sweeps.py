@@ -120,18 +120,6 @@ def test_the_cluster_commands_compose():
         assert line in proc.stdout, proc.stdout[-2000:]
 
 
-def test_an_address_with_no_cluster_is_refused_before_any_write(tmp_path):
-    env = {k: v for k, v in script_env().items() if k != "RAY_ADDRESS"}  # `auto` would find that cluster
-    proc = run_sweep(tmp_path / "sweep", "hydra/launcher=ray", "hydra.launcher.address=auto", "seed=1,2", env=env)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert line.startswith("error: hydra.launcher.address=auto: no Ray cluster there (ConnectionError: ")
-    assert line.endswith(
-        "start one with `ray start --head`, or leave hydra.launcher.address unset for a local instance"
-    )
-    assert sorted(tmp_path.iterdir()) == []
-
-
 def test_fail_fast_launches_batches_as_wide_as_the_ray_instance(tmp_path):
     """2 CPUs, 1 per job: jobs 0 and 1 run together, job 0 fails, and job 2 is not launched."""
     sweep = tmp_path / "fast"
