@@ -87,14 +87,16 @@ class RayJobs(NumberedLauncher):
         self.config, self.task_function, self.hydra_context = config, task_function, hydra_context
         if not ray.is_initialized():  # one connection for the sweep's every batch
             self._connect()
-        gpus = ray.cluster_resources().get("GPU", 0)
+        have = ray.cluster_resources()
         if self.num_gpus is None:
-            self.num_gpus = 1 if gpus else 0
-        if self.address is None and self.num_gpus > gpus:  # Ray would wait forever; a cluster may add nodes
-            raise ConfigError(
-                f"hydra.launcher.num_gpus={self.num_gpus}, but the local Ray instance has {gpus:g} GPUs: lower it, "
-                "or join a cluster with GPUs (hydra.launcher.address=auto)"
-            )
+            self.num_gpus = 1 if have.get("GPU") else 0
+        for kind, need in {"CPU": self.num_cpus, "GPU": self.num_gpus}.items():
+            if self.address is None and need > have.get(kind, 0):  # Ray would wait forever; a cluster may grow
+                raise ConfigError(
+                    f"hydra.launcher.num_{kind.lower()}s={need:g}, but the local Ray instance has "
+                    f"{have.get(kind, 0):g} {kind}s: lower it, or join a cluster that has them "
+                    "(hydra.launcher.address=auto)"
+                )
 
     def width(self) -> int | None:
         """Jobs at once (a fail_fast batch): `max_concurrent`, else as many shares as the cluster has now."""

@@ -130,3 +130,15 @@ def test_fail_fast_launches_batches_as_wide_as_the_ray_instance(tmp_path):
     rows = {row["job"]: row for row in summary_rows(sweep)}
     assert sorted(rows) == ["0", "1"] and not (sweep / "2").exists()
     assert rows["0"]["error"].startswith("ConfigError: data.batch_size") and rows["1"]["status"] == "completed"
+
+
+def test_a_share_larger_than_the_local_instance_is_refused_before_any_write(tmp_path):
+    """Ray would queue such a job forever."""
+    args = ["hydra/launcher=ray", "hydra.launcher.local_cpus=2", "hydra.launcher.num_cpus=3", "seed=1,2"]
+    proc = run_sweep(tmp_path / "sweep", *args)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: hydra.launcher.num_cpus=3, but the local Ray instance has 2 CPUs: lower it, or join a cluster that "
+        "has them (hydra.launcher.address=auto)"
+    )
+    assert not (tmp_path / "sweep").exists()
