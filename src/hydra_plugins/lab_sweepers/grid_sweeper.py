@@ -39,7 +39,7 @@ class GridSweeper(upstream.hydra_basic_sweeper()):  # type: ignore[misc]  # Hydr
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         stop_on_failure = fail_fast(self.config)
-        batch_size = self.max_batch_size or (launcher_width(self.config) if stop_on_failure else None)
+        batch_size = self.max_batch_size or (launcher_width(self.config, self.launcher) if stop_on_failure else None)
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides([*self._parse_config(), *arguments])
         self.overrides = self.split_arguments(overrides, batch_size)

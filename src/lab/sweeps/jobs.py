@@ -67,9 +67,12 @@ def joblib_width(n_jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) + 1 + n_jobs if n_jobs < 0 else n_jobs)
 
 
-def launcher_width(config: DictConfig) -> int:
+def launcher_width(config: DictConfig, plugin: Launcher | None = None) -> int:
     """Return how many jobs the launcher runs at once: the batch size that lets fail_fast stop early, yet keeps a
-    parallel launcher busy."""
+    parallel launcher busy. A NumberedLauncher may say it (`width`); else its config's keys do."""
+    width = plugin.width() if isinstance(plugin, NumberedLauncher) else None
+    if width is not None:
+        return max(1, width)
     launcher = config.hydra.launcher
     n_jobs = OmegaConf.select(launcher, "n_jobs", default=None)  # joblib
     if n_jobs is not None:
@@ -79,6 +82,10 @@ def launcher_width(config: DictConfig) -> int:
 
 class NumberedLauncher(Launcher):
     """A launcher that runs jobs numbered as the sweeper says, all at once (see `launch_numbered`)."""
+
+    def width(self) -> int | None:
+        """How many jobs it runs at once, where its config's keys do not say it (`launcher_width`); None: they do."""
+        return None
 
     @abstractmethod
     def launch_numbered(self, jobs: Sequence[tuple[int, Sequence[str]]]) -> list[JobReturn]:
