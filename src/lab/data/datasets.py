@@ -9,7 +9,7 @@ from typing import Any
 
 from lab.config import options
 from lab.config.data import DataConfig
-from lab.data.common import DataModule
+from lab.data.common import DataModule, pool_splitter
 
 _last_built: tuple[str, DataModule] | None = None  # (data config, what it built), for build(reuse=True)
 
@@ -27,7 +27,7 @@ def build(cfg: Any, reuse: bool = False) -> DataModule:
     option = options.instantiate("data", cfg)
     if not reuse:
         return _with_mixing(option, option.build())
-    key = json.dumps(dataclasses.asdict(option), sort_keys=True, default=str)
+    key = json.dumps([dataclasses.asdict(option), repr(pool_splitter())], sort_keys=True, default=str)
     if _last_built is None or _last_built[0] != key:
         _last_built = None  # never two datasets in memory at once
         _last_built = (key, _with_mixing(option, option.build()))
