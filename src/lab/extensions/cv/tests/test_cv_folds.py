@@ -79,7 +79,7 @@ def test_the_cv_node_refuses_bad_values():
         CvConfig(folds=1)
     with pytest.raises(ConfigError, match=r"cv.fold=3 is not a fold of cv.folds=3"):
         CvConfig(folds=3, fold=3)
-    with pytest.raises(ConfigError, match="has no cv.fold: its sweeper did not make one job per fold"):
+    with pytest.raises(ConfigError, match=r"has no cv.fold: its sweeper did not make one job per fold"):
         CvConfig(folds=3).pool_splitter("run")
     assert CvConfig().pool_splitter("run") is None and CvConfig().sweep_parts() is None
 
