@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import os
+import shlex
 import statistics
+from pathlib import Path
 
 import optuna
 import pytest
@@ -20,7 +22,24 @@ from sweep_runs import QUICK, assert_ok, run_sweep, summary_rows, sweep_job
 
 pytestmark = pytest.mark.slow
 
+PAGE = Path(__file__).resolve().parents[2] / "README.md"
+# the page's ```sh commands, as written (test_readme checks that each line of them is quoted here); the tests run
+# them with 3 folds (2 for Optuna) and one learning rate
+FOLDS = "python scripts/train.py -m cv.folds=5"
+REGRESSION = "python scripts/train.py -m experiment=diabetes_regression cv.folds=5 optimizer.lr=1e-3,3e-3"
+SEARCH = "python scripts/train.py hparams_search=optuna cv.folds=3"
+RESUME = "python scripts/train.py -m cv.folds=5 hydra.sweep.dir=outputs/train/multirun/<stamp> resume=auto"
 CV = ["cv.folds=3", "logger=none"]
+
+
+def _page_args(command: str, *shorter: str) -> list[str]:
+    """A command of the page, checked to be there as written: its arguments after `python scripts/train.py`, less
+    -m and those of the keys in `shorter`, which replace them."""
+    assert command in PAGE.read_text(), command
+    python, script, *args = shlex.split(command)
+    assert (python, script) == ("python", "scripts/train.py"), command
+    keys = {s.split("=", 1)[0] for s in shorter}
+    return [a for a in args if a != "-m" and a.split("=", 1)[0] not in keys] + list(shorter)
 
 
 def _sets(sweep) -> list[dict]:
@@ -59,7 +78,7 @@ def _pool(data, labels) -> set[int]:
 
 def test_three_folds_of_digits(tmp_path):
     sweep = tmp_path / "digits"
-    proc = run_sweep(sweep, *QUICK, *CV)
+    proc = run_sweep(sweep, *QUICK, *_page_args(FOLDS, *CV))
     assert_ok(proc)
     assert [row["status"] for row in summary_rows(sweep)] == ["completed"] * 3
     _check_folds(sweep, _pool(DigitsConfig(), torch.from_numpy(bundled.digits()[1]).long()), 3)
@@ -71,7 +90,7 @@ def test_three_folds_of_digits(tmp_path):
 
 def test_three_folds_of_a_regression(tmp_path):
     sweep = tmp_path / "diabetes"
-    assert_ok(run_sweep(sweep, "experiment=diabetes_regression", "debug=fast", *CV))
+    assert_ok(run_sweep(sweep, *_page_args(REGRESSION, "optimizer.lr=1e-3", *CV), "debug=fast"))
     _check_folds(sweep, _pool(DiabetesConfig(), torch.zeros(442, dtype=torch.long)), 3)
     assert not sweep_job(sweep, 0, "fold.json")["stratified"]  # no classes to stratify by
     _check_means(sweep, "val/rmse_best")
@@ -79,7 +98,7 @@ def test_three_folds_of_a_regression(tmp_path):
 
 def test_a_killed_cv_sweep_resumes_with_its_unfinished_folds(tmp_path):
     sweep = tmp_path / "killed"
-    command = [*QUICK, *CV, "+callbacks.kill_job={}"]
+    command = [*QUICK, *_page_args(FOLDS, *CV), "+callbacks.kill_job={}"]
     env = script_env()
     env["PYTHONPATH"] += os.pathsep + str(REPO / "tests" / "integration" / "plugins")
     # fold 1 (job 1) kills the sweep's process after its first validation: fold 0 finished, fold 2 never started
@@ -88,7 +107,10 @@ def test_a_killed_cv_sweep_resumes_with_its_unfinished_folds(tmp_path):
     assert sweep_job(sweep, 0, "sweep_job.json")["status"] == "completed" and not (sweep / "2").exists()
     first = (sweep / "0" / "sweep_job.json").read_text()
 
-    proc = run_sweep(sweep, *command, "resume=auto", env={**env, "KILL_JOB": "-1"})
+    # the page's resume: the same command, its sweep dir (run_sweep passes this one's) and resume=auto
+    *same, sweep_dir, resume = _page_args(RESUME)
+    assert same == _page_args(FOLDS) and sweep_dir.startswith("hydra.sweep.dir=") and resume == "resume=auto"
+    proc = run_sweep(sweep, *command, resume, env={**env, "KILL_JOB": "-1"})
     assert_ok(proc)
     assert (sweep / "0" / "sweep_job.json").read_text() == first  # fold 0 kept, not run again
     assert [row["status"] for row in summary_rows(sweep)] == ["completed"] * 3
@@ -101,7 +123,7 @@ def test_optuna_searches_over_cross_validated_scores(tmp_path):
     search = ["hparams_search=optuna", f"hydra.sweeper.storage={storage}", "hydra.sweeper.n_trials=2"]
     sweep = tmp_path / "search"
     args = [*search, "hydra.sweeper.study_name=cv", "hydra.sweeper.pruner=null", "cv.folds=2"]
-    assert_ok(run_sweep(sweep, *QUICK, "logger=none", *args, multirun=False))
+    assert_ok(run_sweep(sweep, *QUICK, "logger=none", *_page_args(SEARCH, *args), multirun=False))
     trials = optuna.load_study(study_name="cv", storage=storage).trials
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
     for trial in trials:  # trial t ran jobs 2t and 2t+1, folds 0 and 1; its value is their mean
