@@ -68,6 +68,7 @@ from lab.config.training import (
     TrainConfig,
     TrainerConfig,
     TrainNodeConfig,
+    train_nodes,
     train_schema,
 )
 from lab.errors import ConfigError
@@ -127,6 +128,7 @@ __all__ = [
     "logger_config",
     "options",
     "register",
+    "train_nodes",
     "validate",
 ]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from lab.config import callbacks as callback_options
 from lab.config import options
@@ -231,6 +231,12 @@ class TrainNodeConfig(Option, group="train_node", key=""):
         """Return what splits the data's train+val pool into this run's (train, val) indices instead of
         data.val_fraction, or None (lab.data.common.train_val_test). It may record the split in `run_dir`."""
         return None
+
+
+def train_nodes(cfg: Any) -> list[TrainNodeConfig]:
+    """Return the checked `train_node` options of a composed train config (a DictConfig)."""
+    nodes = [OmegaConf.to_object(cfg[name]) for name in options.options("train_node") if name in cfg]
+    return [node for node in nodes if isinstance(node, TrainNodeConfig)]
 
 
 def train_schema() -> type[TrainConfig]:

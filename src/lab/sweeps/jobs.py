@@ -53,17 +53,12 @@ def outcome(ret: JobReturn) -> Outcome:
 def parts(config: DictConfig, overrides: Sequence[str]) -> tuple[str, int] | None:
     """Return `(key, n)` when the job of `overrides` runs as n jobs, one per `key=i` (TrainNodeConfig.sweep_parts:
     the folds of a cross-validation), or None. `config` is the sweep's; the job's own `<node>.` overrides apply."""
-    from lab.config import options
+    from lab.config import options, train_nodes
 
-    for name in options.options("train_node"):
-        if name not in config:
-            continue
-        own = OmegaConf.from_dotlist([o.lstrip("+") for o in overrides if o.lstrip("+").startswith(f"{name}.")])
-        node = OmegaConf.merge({name: config[name]}, own)[name]
-        found = OmegaConf.to_object(node).sweep_parts()  # type: ignore[union-attr]
-        if found is not None:
-            return found
-    return None
+    names = [name for name in options.options("train_node") if name in config]
+    own = OmegaConf.from_dotlist([o.lstrip("+") for o in overrides if o.lstrip("+").split(".")[0] in names])
+    nodes = train_nodes(OmegaConf.merge({name: config[name] for name in names}, own))
+    return next((found for found in (node.sweep_parts() for node in nodes) if found is not None), None)
 
 
 def expand(config: DictConfig, overrides: Sequence[str]) -> list[list[str]]:

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lab import checkpointing, data, models, runtime, tasks, tracking
 from lab import run_dir as run_dirs
-from lab.config import options
+from lab.config import options, train_nodes
 from lab.data import loaders
 from lab.data.common import PoolSplitter, splitting_pool
 from lab.distributed import env as dist_env
@@ -85,8 +85,8 @@ def _train(cfg: DictConfig, run_dir: Path, parallel: Parallel, identity: dict) -
 
 def _pool_splitter(cfg: DictConfig, run_dir: Path) -> PoolSplitter | None:
     """Return the split of the train+val pool that an extension's top-level node asks for (a cross-validation fold)."""
-    nodes = [OmegaConf.to_object(cfg[name]) for name in options.options("train_node") if name in cfg]
-    return next((s for s in (node.pool_splitter(run_dir) for node in nodes) if s is not None), None)
+    splitters = (node.pool_splitter(run_dir) for node in train_nodes(cfg))
+    return next((splitter for splitter in splitters if splitter is not None), None)
 
 
 def _trainer(
