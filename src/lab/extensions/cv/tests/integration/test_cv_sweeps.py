@@ -4,6 +4,7 @@ over cross-validated scores, and the one-line refusal without -m."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shlex
 import statistics
@@ -96,15 +97,23 @@ def test_three_folds_of_a_regression(tmp_path):
     _check_means(sweep, "val/rmse_best")
 
 
-def test_a_killed_cv_sweep_resumes_with_its_unfinished_folds(tmp_path):
+@pytest.mark.parametrize(("signal", "code"), [("KILL", -9), ("TERM", 143)])
+def test_a_killed_cv_sweep_resumes_with_its_unfinished_folds(tmp_path, signal, code):
+    """SIGKILL: fold 1 left no checkpoint and runs again from the start. SIGTERM: it saved last.pt and stopped, and
+    continues from it. Either way it ends with the weights of the fold run uninterrupted."""
     sweep = tmp_path / "killed"
-    command = [*QUICK, *_page_args(FOLDS, *CV), "+callbacks.kill_job={}"]
+    recipe = [*QUICK, *_page_args(FOLDS, *CV), "trainer.max_epochs=2"]
+    command = [*recipe, "+callbacks.kill_job={}"]
     env = script_env()
     env["PYTHONPATH"] += os.pathsep + str(REPO / "tests" / "integration" / "plugins")
-    # fold 1 (job 1) kills the sweep's process after its first validation: fold 0 finished, fold 2 never started
-    proc = run_sweep(sweep, *command, env={**env, "KILL_JOB": "1"})
-    assert proc.returncode == -9, proc.stderr[-3000:]
+    # fold 1 (job 1) signals the sweep's process after its first epoch's validation: fold 0 finished, fold 2 never
+    # started
+    proc = run_sweep(sweep, *command, env={**env, "KILL_JOB": "1", "KILL_SIGNAL": signal})
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert (sweep / "1" / "checkpoints" / "last.pt").is_file() == (signal == "TERM")
     assert sweep_job(sweep, 0, "sweep_job.json")["status"] == "completed" and not (sweep / "2").exists()
+    stopped = sweep / "1" / "summary.json"  # SIGTERM's run records that it stopped
+    assert not stopped.exists() or json.loads(stopped.read_text())["status"] != "completed"
     first = (sweep / "0" / "sweep_job.json").read_text()
 
     # the page's resume: the same command, its sweep dir (run_sweep passes this one's) and resume=auto
@@ -115,7 +124,20 @@ def test_a_killed_cv_sweep_resumes_with_its_unfinished_folds(tmp_path):
     assert (sweep / "0" / "sweep_job.json").read_text() == first  # fold 0 kept, not run again
     assert [row["status"] for row in summary_rows(sweep)] == ["completed"] * 3
     assert "job #0 completed earlier" in proc.stderr + proc.stdout
+    continued = f"continuing the run in {sweep}/1" in (sweep / "1" / "train.log").read_text()
+    assert continued == (signal == "TERM")
     _check_means(sweep, "val/acc_best")
+
+    # the fold run again ends with the weights of that fold run uninterrupted (a sweep of its one job)
+    alone = tmp_path / "alone"
+    assert_ok(run_sweep(alone, *recipe, "cv.fold=1"))
+    assert sweep_job(alone, 0, "fold.json")["val"] == sweep_job(sweep, 1, "fold.json")["val"]
+    resumed, straight = (
+        torch.load(d / "checkpoints" / "last.pt", weights_only=True) for d in (sweep / "1", alone / "0")
+    )
+    assert resumed["model"].keys() == straight["model"].keys()
+    for key, value in straight["model"].items():
+        assert torch.equal(value, resumed["model"][key]), f"{key} differs after the resume"
 
 
 def test_optuna_searches_over_cross_validated_scores(tmp_path):
