@@ -56,7 +56,7 @@ def _train(cfg: DictConfig, run_dir: Path, parallel: Parallel, identity: dict) -
         built = data.build(data_cfg, reuse=in_multirun())
     if splitter is not None and not split_so():
         raise ConfigError(
-            f"data={cfg.data.name} has its own validation split, so {splitter!r} cannot split its train+val pool; "
+            f"data={cfg.data.name} has its own validation split, so {splitter} cannot split its train+val pool; "
             "use a dataset split by data.val_fraction (digits, diabetes, csv)"
         )
     datamodule = loaders.training_splits(built, cfg, parallel.world_size)

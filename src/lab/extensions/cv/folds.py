@@ -46,6 +46,9 @@ class FoldSplit:
     stratify: bool | None
     run_dir: Path
 
+    def __str__(self) -> str:
+        return f"cv.folds={self.folds}"  # what a refusal names (lab.workflows.train)
+
     def __call__(self, labels: Any, pool: Any) -> tuple[Any, Any]:
         import torch
 

@@ -164,3 +164,15 @@ def test_cv_without_a_multirun_is_refused_in_one_line(tmp_path):
         "error: cv.folds=3 needs a multirun, one job per fold: add -m (python scripts/train.py -m cv.folds=3)"
     )
     assert not run_dir.exists()
+
+
+def test_a_dataset_with_its_own_validation_split_is_refused_in_one_line(tmp_path):
+    sweep = tmp_path / "synthetic"
+    proc = run_sweep(sweep, "data=synthetic", *QUICK, "cv.folds=2", "logger=none")
+    assert proc.returncode == 1
+    refusal = (
+        "ConfigError: data=synthetic has its own validation split, so cv.folds=2 cannot split its train+val pool; "
+        "use a dataset split by data.val_fraction (digits, diabetes, csv)"
+    )
+    assert proc.stderr.count(refusal) >= 2  # each fold's job, named in the sweep's last line
+    assert [row["status"] for row in summary_rows(sweep)] == ["failed"] * 2
