@@ -195,10 +195,10 @@ class SetRow:
 
     @property
     def status(self) -> str:
-        return "completed" if self.value is not None else next(r.status for r in self.jobs if r.status != "completed")
+        return next((r.status for r in self.jobs if r.status != "completed"), "completed")
 
 
-def by_parameter_set(rows: list[Row], key: str, metric: str, direction: str) -> list[SetRow]:
+def by_parameter_set(rows: list[Row], key: str, direction: str) -> list[SetRow]:
     """Group the jobs that differ only in `key=` and reduce each group: best mean first, unfinished groups last."""
     groups: dict[tuple[str, ...], list[Row]] = {}
     for row in sorted(rows, key=lambda r: r.job):
@@ -227,7 +227,7 @@ def sets_to_markdown(sets: list[SetRow], key: str, metric: str) -> str:
     for rank, s in enumerate(sets, 1):
         cells = [rank, " ".join(str(r.job) for r in s.jobs), s.status, _fmt(s.value)]
         cells += [f"{s.stats[k][0]:.4f} ± {s.stats[k][1]:.4f}" if k in s.stats else "" for k in names]
-        lines.append("| " + " | ".join(str(c) for c in [*cells, " ".join(s.overrides)]) + " |")
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in [*cells, " ".join(s.overrides)]) + " |")
     return f"One row per parameter set, over its jobs' `{key}`:\n\n" + "\n".join(lines) + "\n"
 
 
@@ -292,7 +292,7 @@ class SweepSummary(Callback):
         print(table)
         found = parts(config, [])
         if found is not None:  # the optimized metric is then each parameter set's mean over its parts
-            self._sets(sweep_dir, by_parameter_set(rows, found[0], metric, direction), found[0], metric)
+            self._sets(sweep_dir, by_parameter_set(rows, found[0], direction), found[0], metric)
         elif rows[0].status == "completed":
             best = rows[0]
             print(f"best: job #{best.job} {metric}={_fmt(best.value)}  {' '.join(best.overrides)}")
