@@ -8,6 +8,9 @@ Before a batch runs, every job's overrides are checked. Hydra composes each job'
 Here a batch composes once per distinct choice of config groups, and applies the other jobs' plain values (`seed=3`)
 to a copy as Hydra would. So an unknown key or a wrong type still stops the sweep before any job starts.
 
+A parameter set may run as several jobs, one per part, such as the folds of a cross-validation (lab.sweeps.jobs.expand):
+each is a job of its own, numbered in turn.
+
 The sweep dir is this sweep's alone (lab.sweeps.ownership). A dir holding an earlier sweep is refused, unless
 `resume=auto` continues it. Then completed jobs are kept and not run again, since Hydra would rewrite their
 `.hydra/`. The others run again in their own dirs under their own numbers.

@@ -214,7 +214,7 @@ class TrainConfig:
 # --------------------------------------------------------------------------- an extension's top-level node
 @dataclass
 class TrainNodeConfig(Option, group="train_node", key=""):
-    """A top-level node of the train config that an extension adds, named by its option (`cv.folds=5`).
+    """A top-level node of the train config that an extension adds, named by its option (`<name>.<key>=...`).
 
     Every one is present with its defaults, as its settings say whether it is on; nobody chooses it by name."""
 

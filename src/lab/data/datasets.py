@@ -25,9 +25,9 @@ def build(cfg: Any, reuse: bool = False) -> DataModule:
     read-only), so one job cannot change the next one's."""
     global _last_built
     option = options.instantiate("data", cfg)
-    if not reuse:
+    if not reuse or pool_splitter() is not None:  # a job's own split of the pool (a fold) is no other job's
         return _with_mixing(option, option.build())
-    key = json.dumps([dataclasses.asdict(option), repr(pool_splitter())], sort_keys=True, default=str)
+    key = json.dumps(dataclasses.asdict(option), sort_keys=True, default=str)
     if _last_built is None or _last_built[0] != key:
         _last_built = None  # never two datasets in memory at once
         _last_built = (key, _with_mixing(option, option.build()))

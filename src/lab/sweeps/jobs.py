@@ -76,9 +76,8 @@ def combine(outcomes: Sequence[Outcome]) -> Outcome:
         stopped = next((o for o in outcomes if o.status == status), None)
         if stopped is not None:
             return stopped
-    values = [o.value for o in outcomes]
-    mean = statistics.fmean(values) if None not in values else None  # type: ignore[arg-type]
-    return Outcome("completed", mean, None)
+    values = [o.value for o in outcomes if o.value is not None]
+    return Outcome("completed", statistics.fmean(values) if len(values) == len(outcomes) else None, None)
 
 
 def in_multirun() -> bool:

@@ -35,10 +35,7 @@ def fold_of(labels: np.ndarray, folds: int, seed: int, stratify: bool) -> np.nda
 
 @dataclass(frozen=True)
 class FoldSplit:
-    """Split a pool into fold `fold`'s (train, val) indices, recording them in `run_dir`/fold.json.
-
-    Its repr names the fold and the run dir, so a sweep's data cache (lab.data.datasets.build) never hands one
-    fold's split to another."""
+    """Split a pool into fold `fold`'s (train, val) indices, recording them in `run_dir`/fold.json."""
 
     folds: int
     fold: int
