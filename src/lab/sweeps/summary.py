@@ -198,6 +198,16 @@ class SetRow:
         return next((r.status for r in self.jobs if r.status != "completed"), "completed")
 
 
+def part_key(config: DictConfig, rows: list[Row]) -> str | None:
+    """Return the key whose values made parts of the sweep's parameter sets, or None. `expand` appends it last to
+    a job's overrides, and the overrides before it, with the sweep's config, ask for the parts."""
+    for row in rows:
+        found = parts(config, row.overrides[:-1]) if row.overrides else None
+        if found is not None and row.overrides[-1].startswith(f"{found[0]}="):
+            return found[0]
+    return None
+
+
 def by_parameter_set(rows: list[Row], key: str, direction: str) -> list[SetRow]:
     """Group the jobs that differ only in `key=` and reduce each group: best mean first, unfinished groups last."""
     groups: dict[tuple[str, ...], list[Row]] = {}
@@ -290,9 +300,9 @@ class SweepSummary(Callback):
         md.write_text(f"# Sweep {sweep_dir}\n\n{table}")
         print(f"\nSweep summary ({len(rows)} jobs, sorted by {metric}, {direction}): {md}")
         print(table)
-        found = parts(config, [])
-        if found is not None:  # the optimized metric is then each parameter set's mean over its parts
-            self._sets(sweep_dir, by_parameter_set(rows, found[0], direction), found[0], metric)
+        key = part_key(config, rows)
+        if key is not None:  # the optimized metric is then each parameter set's mean over its parts
+            self._sets(sweep_dir, by_parameter_set(rows, key, direction), key, metric)
         elif rows[0].status == "completed":
             best = rows[0]
             print(f"best: job #{best.job} {metric}={_fmt(best.value)}  {' '.join(best.overrides)}")

@@ -16,6 +16,7 @@ from lab.data.common import splitting_pool, train_val_test
 from lab.extensions.cv.folds import FoldSplit, fold_of
 from lab.extensions.cv.options import CvConfig
 from lab.sweeps.jobs import Outcome, combine, expand, parts
+from lab.sweeps.summary import Row, part_key
 
 
 def _labels(n: int = 103, classes: int = 4) -> np.ndarray:
@@ -98,3 +99,14 @@ def test_a_parameter_sets_result_is_its_folds_mean_and_a_failed_fold_fails_it():
     assert combine(done).value == pytest.approx(0.7)
     failed = Outcome("failed", None, "RuntimeError: boom")
     assert combine([done[0], failed, done[1]]) == failed
+
+
+def test_the_summary_finds_the_folds_whether_the_sweep_or_its_jobs_set_cv_folds():
+    def row(job: int, *overrides: str) -> Row:
+        return Row(job, "completed", 0.5, 1, 1.0, list(overrides), f"/s/{job}", None)
+
+    off = OmegaConf.create({"cv": OmegaConf.structured(CvConfig())})
+    on = OmegaConf.create({"cv": OmegaConf.structured(CvConfig(folds=2))})
+    assert part_key(on, [row(0, "seed=1", "cv.fold=0")]) == "cv.fold"
+    assert part_key(off, [row(0, "cv.folds=3", "cv.fold=0")]) == "cv.fold"  # -m cv.folds=3,5
+    assert part_key(off, [row(0, "seed=1"), row(1)]) is None  # a plain sweep
