@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,6 +48,36 @@ def outcome(ret: JobReturn) -> Outcome:
     # JobReturn.return_value re-raises a failed job's exception and prints to stderr, so read the stored one.
     err = ret._return_value
     return Outcome(getattr(err, "run_status", "failed"), None, describe(err))
+
+
+def parts(config: DictConfig, overrides: Sequence[str]) -> tuple[str, int] | None:
+    """Return `(key, n)` when the job of `overrides` runs as n jobs, one per `key=i` (TrainNodeConfig.sweep_parts:
+    the folds of a cross-validation), or None. `config` is the sweep's; the job's own `<node>.` overrides apply."""
+    from lab.config import options, train_nodes
+
+    names = [name for name in options.options("train_node") if name in config]
+    own = OmegaConf.from_dotlist([o.lstrip("+") for o in overrides if o.lstrip("+").split(".")[0] in names])
+    nodes = train_nodes(OmegaConf.merge({name: config[name] for name in names}, own))
+    return next((found for found in (node.sweep_parts() for node in nodes) if found is not None), None)
+
+
+def expand(config: DictConfig, overrides: Sequence[str]) -> list[list[str]]:
+    """Return the jobs that run one parameter set: itself, or one per part (see `parts`)."""
+    found = parts(config, overrides)
+    if found is None:
+        return [list(overrides)]
+    key, n = found
+    return [[*overrides, f"{key}={i}"] for i in range(n)]
+
+
+def combine(outcomes: Sequence[Outcome]) -> Outcome:
+    """Return one parameter set's outcome from its parts': the first failure or pruning, else the mean value."""
+    for status in ("failed", "pruned"):
+        stopped = next((o for o in outcomes if o.status == status), None)
+        if stopped is not None:
+            return stopped
+    values = [o.value for o in outcomes if o.value is not None]
+    return Outcome("completed", statistics.fmean(values) if len(values) == len(outcomes) else None, None)
 
 
 def in_multirun() -> bool:
