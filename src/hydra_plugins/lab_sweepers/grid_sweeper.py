@@ -8,6 +8,9 @@ Before a batch runs, every job's overrides are checked. Hydra composes each job'
 Here a batch composes once per distinct choice of config groups, and applies the other jobs' plain values (`seed=3`)
 to a copy as Hydra would. So an unknown key or a wrong type still stops the sweep before any job starts.
 
+A parameter set may run as several jobs, one per part, such as the folds of a cross-validation (lab.sweeps.jobs.expand):
+each is a job of its own, numbered in turn.
+
 The sweep dir is this sweep's alone (lab.sweeps.ownership). A dir holding an earlier sweep is refused, unless
 `resume=auto` continues it. Then completed jobs are kept and not run again, since Hydra would rewrite their
 `.hydra/`. The others run again in their own dirs under their own numbers.
@@ -29,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lab import upstream
 from lab.run_dir import attempt_subdir
-from lab.sweeps.jobs import fail_fast, launch_numbered, launcher_width, outcome
+from lab.sweeps.jobs import expand, fail_fast, launch_numbered, launcher_width, outcome
 from lab.sweeps.ownership import claim
 
 log = logging.getLogger(__name__)
@@ -39,10 +42,12 @@ class GridSweeper(upstream.hydra_basic_sweeper()):  # type: ignore[misc]  # Hydr
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         stop_on_failure = fail_fast(self.config)
-        batch_size = self.max_batch_size or (launcher_width(self.config) if stop_on_failure else None)
+        batch_size = self.max_batch_size or (launcher_width(self.config, self.launcher) if stop_on_failure else None)
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides([*self._parse_config(), *arguments])
-        self.overrides = self.split_arguments(overrides, batch_size)
+        # a parameter set may run as several jobs (cross-validation folds: lab.sweeps.jobs.expand)
+        batches = self.split_arguments(overrides, batch_size)
+        self.overrides = [[job for params in batch for job in expand(self.config, params)] for batch in batches]
         jobs = [job for batch in self.overrides for job in batch]  # job n runs jobs[n]
 
         sweep_dir = Path(self.config.hydra.sweep.dir)

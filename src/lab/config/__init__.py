@@ -46,6 +46,9 @@ from lab.config.training import (
     PrecisionConfig,
     TrainConfig,
     TrainerConfig,
+    TrainNodeConfig,
+    train_nodes,
+    train_schema,
 )
 from lab.errors import ConfigError
 
@@ -74,10 +77,12 @@ __all__ = [
     "TaskConfig",
     "TrackerConfig",
     "TrainConfig",
+    "TrainNodeConfig",
     "TrainerConfig",
     "logger_config",
     "options",
     "register",
+    "train_nodes",
     "validate",
 ]
 
@@ -127,6 +132,7 @@ def register() -> None:
             cs.store(group=group, name=name, node={})
     # On every call: some schemas hold a node per option (the logger's trackers, the export's steps), and the options
     # may have changed since the last call (an extension imported late, a test's fork option removed).
+    SCHEMAS["train_schema"] = train_schema()  # with the extensions' top-level nodes
     for root, root_schema in SCHEMAS.items():
         cs.store(name=root, node=root_schema)
     for group, name, option in new:

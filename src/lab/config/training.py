@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from lab.config import callbacks as callback_options
+from lab.config import options
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.checks import seed, wandb_tags
@@ -208,3 +209,36 @@ class TrainConfig:
             "trainer.async_save writes sharded checkpoints in the background, which only dist=fsdp makes; use "
             "dist=fsdp, or drop trainer.async_save",
         )
+
+
+# --------------------------------------------------------------------------- an extension's top-level node
+@dataclass
+class TrainNodeConfig(Option, group="train_node", key=""):
+    """A top-level node of the train config that an extension adds, named by its option (`<name>.<key>=...`).
+
+    Every one is present with its defaults, as its settings say whether it is on; nobody chooses it by name."""
+
+    @classmethod
+    def stored_as(cls, name: str) -> None:
+        return None
+
+    def sweep_parts(self) -> tuple[str, int] | None:
+        """Return `(key, n)` to run each sweep job as n jobs, one per `key=0..n-1` (the folds of a cross-validation),
+        whose result is the mean of theirs; None runs it as one job (lab.sweeps.jobs.expand)."""
+        return None
+
+    def pool_splitter(self, run_dir: Any) -> Any:
+        """Return what splits the data's train+val pool into this run's (train, val) indices instead of
+        data.val_fraction, or None (lab.data.common.train_val_test). It may record the split in `run_dir`."""
+        return None
+
+
+def train_nodes(cfg: Any) -> list[TrainNodeConfig]:
+    """Return the checked `train_node` options of a composed train config (a DictConfig)."""
+    nodes = [OmegaConf.to_object(cfg[name]) for name in options.options("train_node") if name in cfg]
+    return [node for node in nodes if isinstance(node, TrainNodeConfig)]
+
+
+def train_schema() -> type[TrainConfig]:
+    """Return TrainConfig with a top-level node per `train_node` option (an extension's own settings)."""
+    return options.node_per_option(TrainConfig, "train_node", "train", "TrainNodesConfig")

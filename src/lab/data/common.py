@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +19,29 @@ from lab.data import splits
 from lab.errors import ConfigError
 
 DataCfg = DataConfig | DictConfig
+PoolSplitter = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+# A run's own split of the train+val pool, replacing data.val_fraction's (TrainNodeConfig.pool_splitter: a
+# cross-validation fold). Set while the run builds its data; given the labels and the pool, it returns (train, val).
+# The list holds it and then whether the data used it; None: no run set one.
+_pool_splitter: ContextVar[list[Any] | None] = ContextVar("pool_splitter", default=None)
+
+
+@contextlib.contextmanager
+def splitting_pool(splitter: PoolSplitter | None) -> Iterator[Callable[[], bool]]:
+    """Split the train+val pool with `splitter` (None: by data.val_fraction) while the block builds the data.
+    Yields a function telling whether the data was split so: a dataset with its own val split never is."""
+    state = [splitter, False]
+    token = _pool_splitter.set(state)
+    try:
+        yield lambda: bool(state[1])
+    finally:
+        _pool_splitter.reset(token)
+
+
+def pool_splitter() -> PoolSplitter | None:
+    state = _pool_splitter.get()
+    return state[0] if state else None
 
 
 @dataclass
@@ -138,6 +163,10 @@ def train_val_test(labels: torch.Tensor, cfg: DataCfg) -> tuple[torch.Tensor, to
         rest, test = split_indices(labels, cfg.test_fraction, cfg.split_seed)
     else:
         rest, test = torch.arange(len(labels)), None
+    state = _pool_splitter.get()
+    if state and state[0] is not None:
+        state[1] = True
+        return (*state[0](labels, rest), test)
     keep, held = split_indices(labels[rest], cfg.val_fraction / (1 - cfg.test_fraction), cfg.split_seed)
     return rest[keep], rest[held], test
 

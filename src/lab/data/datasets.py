@@ -9,7 +9,7 @@ from typing import Any
 
 from lab.config import options
 from lab.config.data import DataConfig
-from lab.data.common import DataModule
+from lab.data.common import DataModule, pool_splitter
 
 _last_built: tuple[str, DataModule] | None = None  # (data config, what it built), for build(reuse=True)
 
@@ -25,7 +25,7 @@ def build(cfg: Any, reuse: bool = False) -> DataModule:
     read-only), so one job cannot change the next one's."""
     global _last_built
     option = options.instantiate("data", cfg)
-    if not reuse:
+    if not reuse or pool_splitter() is not None:  # a job's own split of the pool (a fold) is no other job's
         return _with_mixing(option, option.build())
     key = json.dumps(dataclasses.asdict(option), sort_keys=True, default=str)
     if _last_built is None or _last_built[0] != key:

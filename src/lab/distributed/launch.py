@@ -29,7 +29,7 @@ from torch.distributed.elastic.multiprocessing import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
 
 from lab import runtime, stopping, upstream
-from lab.config import TrainConfig, options
+from lab.config import options, train_schema
 from lab.distributed import env
 from lab.distributed.parallel import Parallel
 from lab.errors import ConfigError, Interrupted, UserError
@@ -75,7 +75,7 @@ def start(train: Callable[..., Any], cfg: Any, run_dir: Path, resume_hint: str, 
 @record  # the failing rank's traceback reaches the launcher, which names it
 def _spawned(train: Callable[..., Any], container: dict, run_dir: str, *args: Any) -> Any:
     # make the config typed again, as Hydra gave it
-    cfg = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(TrainConfig), container))
+    cfg = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(train_schema()), container))
     configure_worker_logging(Path(run_dir) / f"{cfg.task_name}.log")
     last = Path(run_dir) / "checkpoints" / "last.pt"
     if restart_count() and last.is_file():  # with dist.max_restarts, a restart continues the failed attempt

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,6 +50,36 @@ def outcome(ret: JobReturn) -> Outcome:
     return Outcome(getattr(err, "run_status", "failed"), None, describe(err))
 
 
+def parts(config: DictConfig, overrides: Sequence[str]) -> tuple[str, int] | None:
+    """Return `(key, n)` when the job of `overrides` runs as n jobs, one per `key=i` (TrainNodeConfig.sweep_parts:
+    the folds of a cross-validation), or None. `config` is the sweep's; the job's own `<node>.` overrides apply."""
+    from lab.config import options, train_nodes
+
+    names = [name for name in options.options("train_node") if name in config]
+    own = OmegaConf.from_dotlist([o.lstrip("+") for o in overrides if o.lstrip("+").split(".")[0] in names])
+    nodes = train_nodes(OmegaConf.merge({name: config[name] for name in names}, own))
+    return next((found for found in (node.sweep_parts() for node in nodes) if found is not None), None)
+
+
+def expand(config: DictConfig, overrides: Sequence[str]) -> list[list[str]]:
+    """Return the jobs that run one parameter set: itself, or one per part (see `parts`)."""
+    found = parts(config, overrides)
+    if found is None:
+        return [list(overrides)]
+    key, n = found
+    return [[*overrides, f"{key}={i}"] for i in range(n)]
+
+
+def combine(outcomes: Sequence[Outcome]) -> Outcome:
+    """Return one parameter set's outcome from its parts': the first failure or pruning, else the mean value."""
+    for status in ("failed", "pruned"):
+        stopped = next((o for o in outcomes if o.status == status), None)
+        if stopped is not None:
+            return stopped
+    values = [o.value for o in outcomes if o.value is not None]
+    return Outcome("completed", statistics.fmean(values) if len(values) == len(outcomes) else None, None)
+
+
 def in_multirun() -> bool:
     """Whether this runs inside a job of a Hydra sweep (`-m`, or hydra.mode=MULTIRUN)."""
     from hydra.core.hydra_config import HydraConfig
@@ -67,9 +98,12 @@ def joblib_width(n_jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) + 1 + n_jobs if n_jobs < 0 else n_jobs)
 
 
-def launcher_width(config: DictConfig) -> int:
+def launcher_width(config: DictConfig, plugin: Launcher | None = None) -> int:
     """Return how many jobs the launcher runs at once: the batch size that lets fail_fast stop early, yet keeps a
-    parallel launcher busy."""
+    parallel launcher busy. A NumberedLauncher may say it (`width`); else its config's keys do."""
+    width = plugin.width() if isinstance(plugin, NumberedLauncher) else None
+    if width is not None:
+        return max(1, width)
     launcher = config.hydra.launcher
     n_jobs = OmegaConf.select(launcher, "n_jobs", default=None)  # joblib
     if n_jobs is not None:
@@ -79,6 +113,10 @@ def launcher_width(config: DictConfig) -> int:
 
 class NumberedLauncher(Launcher):
     """A launcher that runs jobs numbered as the sweeper says, all at once (see `launch_numbered`)."""
+
+    def width(self) -> int | None:
+        """How many jobs it runs at once, where its config's keys do not say it (`launcher_width`); None: they do."""
+        return None
 
     @abstractmethod
     def launch_numbered(self, jobs: Sequence[tuple[int, Sequence[str]]]) -> list[JobReturn]:

@@ -13,10 +13,11 @@ import io
 import json
 import logging
 import os
+import statistics
 import sys
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lab import files
 from lab.errors import ConfigError, UserError
-from lab.sweeps.jobs import outcome
+from lab.sweeps.jobs import outcome, parts
 from lab.sweeps.ownership import JOB_RECORD, read_jobs
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class Row:
     overrides: list[str]
     run_dir: str
     error: str | None
+    metrics: dict[str, float] = field(default_factory=dict)  # its summary.json's numbers
 
 
 def _excluded(override: str, exclude_keys: set[str]) -> bool:
@@ -91,6 +93,7 @@ def collect(sweep_dir: Path, metric: str, exclude_keys: Collection[str] = ()) ->
                 overrides=record["overrides"],
                 run_dir=str(job.dir),
                 error=record["error"],
+                metrics={k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
             )
         )
     return rows
@@ -181,6 +184,75 @@ def to_markdown(rows: list[Row], metric: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass
+class SetRow:
+    """One parameter set run as several jobs (`lab.sweeps.jobs.parts`: cross-validation folds)."""
+
+    overrides: list[str]
+    jobs: list[Row]
+    value: float | None  # the mean of its jobs' optimized metric, None unless every job completed
+    stats: dict[str, tuple[float, float]]  # every val/* metric: (mean, population std) over its jobs
+
+    @property
+    def status(self) -> str:
+        return next((r.status for r in self.jobs if r.status != "completed"), "completed")
+
+
+def part_key(config: DictConfig, rows: list[Row]) -> str | None:
+    """Return the key whose values made parts of the sweep's parameter sets, or None. `expand` appends it last to
+    a job's overrides, and the overrides before it, with the sweep's config, ask for the parts."""
+    for row in rows:
+        found = parts(config, row.overrides[:-1]) if row.overrides else None
+        if found is not None and row.overrides[-1].startswith(f"{found[0]}="):
+            return found[0]
+    return None
+
+
+def by_parameter_set(rows: list[Row], key: str, direction: str) -> list[SetRow]:
+    """Group the jobs that differ only in `key=` and reduce each group: best mean first, unfinished groups last."""
+    groups: dict[tuple[str, ...], list[Row]] = {}
+    for row in sorted(rows, key=lambda r: r.job):
+        groups.setdefault(tuple(o for o in row.overrides if not _excluded(o, {key})), []).append(row)
+    sets = []
+    for overrides, jobs in groups.items():
+        done = all(r.status == "completed" and r.value is not None for r in jobs)
+        names = sorted({k for r in jobs for k in r.metrics if k.startswith("val/")})
+        stats = {
+            k: (statistics.fmean(v), statistics.pstdev(v))
+            for k in names
+            if len(v := [r.metrics[k] for r in jobs if k in r.metrics]) == len(jobs)
+        }
+        value = statistics.fmean(r.value for r in jobs if r.value is not None) if done else None
+        sets.append(SetRow(list(overrides), jobs, value, stats))
+    sign = -1 if direction == "maximize" else 1
+    return sorted(sets, key=lambda s: (s.value is None, sign * (s.value or 0.0), s.jobs[0].job))
+
+
+def sets_to_markdown(sets: list[SetRow], key: str, metric: str) -> str:
+    names = sorted({k for s in sets for k in s.stats})
+    lines = [
+        f"| rank | jobs | status | {metric} (mean) | {' | '.join(f'{k} (mean ± std)' for k in names)} | overrides |",
+        "|---:|---|---|---:|" + "---:|" * len(names) + "---|",
+    ]
+    for rank, s in enumerate(sets, 1):
+        cells = [rank, " ".join(str(r.job) for r in s.jobs), s.status, _fmt(s.value)]
+        cells += [f"{s.stats[k][0]:.4f} ± {s.stats[k][1]:.4f}" if k in s.stats else "" for k in names]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in [*cells, " ".join(s.overrides)]) + " |")
+    return f"One row per parameter set, over its jobs' `{key}`:\n\n" + "\n".join(lines) + "\n"
+
+
+def sets_to_csv(sets: list[SetRow], metric: str) -> str:
+    names = sorted({k for s in sets for k in s.stats})
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    stat_columns = [f"{k}_{w}" for k in names for w in ("mean", "std")]
+    writer.writerow(["rank", "jobs", "status", metric, *stat_columns, "overrides"])
+    for rank, s in enumerate(sets, 1):
+        stats = [v for k in names for v in (s.stats.get(k) or ("", ""))]
+        writer.writerow([rank, " ".join(str(r.job) for r in s.jobs), s.status, s.value, *stats, " ".join(s.overrides)])
+    return out.getvalue()
+
+
 class SweepSummary(Callback):
     def __init__(self, filename: str = "sweep_summary") -> None:
         self.filename = filename
@@ -228,11 +300,25 @@ class SweepSummary(Callback):
         md.write_text(f"# Sweep {sweep_dir}\n\n{table}")
         print(f"\nSweep summary ({len(rows)} jobs, sorted by {metric}, {direction}): {md}")
         print(table)
-        best = rows[0]
-        if best.status == "completed":
+        key = part_key(config, rows)
+        if key is not None:  # the optimized metric is then each parameter set's mean over its parts
+            self._sets(sweep_dir, by_parameter_set(rows, key, direction), key, metric)
+        elif rows[0].status == "completed":
+            best = rows[0]
             print(f"best: job #{best.job} {metric}={_fmt(best.value)}  {' '.join(best.overrides)}")
         failed = [row for row in rows if row.status == "failed"]
         if failed:
             # SystemExit, since Hydra turns a callback's exception into a warning and exits 0
             names = "; ".join(f"#{row.job} {row.error}" for row in failed)
             sys.exit(f"error: {len(failed)} of {len(rows)} sweep jobs failed ({names}); overrides and logs: {md}")
+
+    def _sets(self, sweep_dir: Path, sets: list[SetRow], key: str, metric: str) -> None:
+        (sweep_dir / f"{self.filename}_sets.csv").write_text(sets_to_csv(sets, metric))
+        table = sets_to_markdown(sets, key, metric)
+        with (sweep_dir / f"{self.filename}.md").open("a") as md:
+            md.write(f"\n## Parameter sets\n\n{table}")
+        print(table)
+        best = sets[0]
+        if best.value is not None:
+            jobs = " ".join(str(r.job) for r in best.jobs)
+            print(f"best: jobs #{jobs} {metric}={_fmt(best.value)} (mean)  {' '.join(best.overrides)}")

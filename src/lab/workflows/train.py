@@ -14,11 +14,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from lab import checkpointing, data, models, runtime, tasks, tracking
 from lab import run_dir as run_dirs
-from lab.config import options
+from lab.config import options, train_nodes
 from lab.data import loaders
+from lab.data.common import PoolSplitter, splitting_pool
 from lab.distributed import env as dist_env
 from lab.distributed import launch, meta_init
 from lab.distributed.parallel import Parallel
+from lab.errors import ConfigError
 from lab.optim import build_optimizer, build_scheduler, planned_steps, scaled_lr
 from lab.sweeps.jobs import in_multirun
 from lab.tracking import provenance
@@ -49,7 +51,15 @@ def _train(cfg: DictConfig, run_dir: Path, parallel: Parallel, identity: dict) -
     # Build the data before any record is opened, so a bad dataset is refused with nothing written. A sweep's jobs
     # share unchanged data.
     data_cfg = models.prepare(cfg.model, cfg.data)  # finds pretrained weights and takes their preprocessing
-    datamodule = loaders.training_splits(data.build(data_cfg, reuse=in_multirun()), cfg, parallel.world_size)
+    splitter = _pool_splitter(cfg, run_dir)
+    with splitting_pool(splitter) as split_so:
+        built = data.build(data_cfg, reuse=in_multirun())
+    if splitter is not None and not split_so():
+        raise ConfigError(
+            f"data={cfg.data.name} has its own validation split, so {splitter} cannot split its train+val pool; "
+            "use a dataset split by data.val_fraction (digits, diabetes, csv)"
+        )
+    datamodule = loaders.training_splits(built, cfg, parallel.world_size)
     on_meta = meta_init.build(cfg.model, datamodule.meta, cfg.dist)  # dist=fsdp; may refuse, before any record
     # a run continued in its own dir goes on in its own records and wandb run
     continued = resume if run_dirs.inside(cfg.ckpt_path, run_dir) else None
@@ -71,6 +81,12 @@ def _train(cfg: DictConfig, run_dir: Path, parallel: Parallel, identity: dict) -
     result = summary.get(cfg.optimized_metric)
     log.info("done: %s = %s; run dir %s", cfg.optimized_metric, result, run_dir)
     return result
+
+
+def _pool_splitter(cfg: DictConfig, run_dir: Path) -> PoolSplitter | None:
+    """Return the split of the train+val pool that an extension's top-level node asks for (a cross-validation fold)."""
+    splitters = (node.pool_splitter(run_dir) for node in train_nodes(cfg))
+    return next((splitter for splitter in splitters if splitter is not None), None)
 
 
 def _trainer(

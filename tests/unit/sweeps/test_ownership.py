@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from helpers import REPO, script_env
 from lab.errors import UserError
 from lab.sweeps import ownership
-from lab.sweeps.jobs import launch_numbered
+from lab.sweeps.jobs import NumberedLauncher, launch_numbered, launcher_width
 from lab.sweeps.ownership import LOCK, check_resumable, check_sweep_dir_before_hydra, claim
 from lab.sweeps.summary import collect, job_record, write_record
 
@@ -209,6 +210,27 @@ def test_numbered_jobs_go_to_a_plain_launcher_as_runs_of_consecutive_numbers():
     jobs = [(1, ["a=1"]), (2, ["a=2"]), (4, ["a=4"]), (7, ["a=7"]), (8, ["a=8"])]
     assert launch_numbered(launcher, jobs) == ["ret1", "ret2", "ret4", "ret7", "ret8"]
     assert launcher.calls == [([["a=1"], ["a=2"]], 1), ([["a=4"]], 4), ([["a=7"], ["a=8"]], 7)]
+
+
+class _Wide(NumberedLauncher):
+    """A launcher that knows its width only once it runs, as hydra/launcher=ray learns its cluster's size."""
+
+    def __init__(self, width: int | None) -> None:
+        self._width = width
+
+    def setup(self, **_) -> None: ...
+
+    def width(self) -> int | None:
+        return self._width
+
+    def launch_numbered(self, jobs):
+        return []
+
+
+def test_the_launchers_width_is_its_own_where_it_says_it_else_its_configs():
+    config = OmegaConf.create({"hydra": {"launcher": {"n_jobs": 3}}})
+    assert launcher_width(config) == launcher_width(config, _Wide(None)) == launcher_width(config, _Launcher()) == 3
+    assert launcher_width(config, _Wide(5)) == 5 and launcher_width(config, _Wide(0)) == 1
 
 
 def test_job_records_are_whole_json(tmp_path):

@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 
 from lab.cli import user_errors
 from lab.errors import ConfigError, UserError
-from lab.sweeps.jobs import outcome
-from lab.sweeps.summary import JOB_RECORD, collect, sort_rows, to_csv, to_markdown
+from lab.sweeps.jobs import Outcome, combine, outcome
+from lab.sweeps.summary import JOB_RECORD, Row, by_parameter_set, collect, sets_to_csv, sort_rows, to_csv, to_markdown
 
 
 # --------------------------------------------------------------------------- job outcomes and the summary
@@ -68,6 +68,30 @@ def test_summary_rows_sorted_by_metric_then_pruned_then_failed(tmp_path) -> None
     table = to_markdown(rows, "val/acc_best")
     assert "| 1 | 3 | completed | 0.9000 | 4 | 1.5 | seed=3 |" in table  # varying overrides only
     assert "Common to every job: `model=mlp`" in table
+
+
+def test_a_parameter_set_run_as_parts_is_their_mean_and_fails_with_one() -> None:
+    """A sweep seam (TrainNodeConfig.sweep_parts) may run each parameter set as several jobs, `part=0..n-1`."""
+
+    def row(job: int, lr: str, part: int, status: str = "completed", value: float | None = None) -> Row:
+        metrics = {"val/acc_best": value, "val/loss": 1 - value, "test/acc": 0.0} if value is not None else {}
+        overrides = [f"optimizer.lr={lr}", f"part={part}"]
+        return Row(job, status, value, 1, 1.0, overrides, f"/s/{job}", None, metrics)
+
+    rows = [row(0, "1e-3", 0, value=0.5), row(1, "1e-3", 1, value=0.7), row(2, "3e-3", 0, value=0.9)]
+    rows.append(row(3, "3e-3", 1, status="failed"))
+    sets = by_parameter_set(rows, "part", "maximize")
+    assert [(s.overrides, [r.job for r in s.jobs], s.status) for s in sets] == [
+        (["optimizer.lr=1e-3"], [0, 1], "completed"),
+        (["optimizer.lr=3e-3"], [2, 3], "failed"),  # a failed part: no mean, ranked last
+    ]
+    assert sets[0].value == pytest.approx(0.6) and sets[1].value is None
+    mean, std = sets[0].stats["val/loss"]
+    assert (mean, std) == (pytest.approx(0.4), pytest.approx(0.1)) and "test/acc" not in sets[0].stats
+    assert sets_to_csv(sets, "val/acc_best").splitlines()[0] == (
+        "rank,jobs,status,val/acc_best,val/acc_best_mean,val/acc_best_std,val/loss_mean,val/loss_std,overrides"
+    )
+    assert combine([Outcome("completed", 0.5, None), Outcome("pruned", None, "TrialPruned: x")]).status == "pruned"
 
 
 # --------------------------------------------------------------------------- CLI errors inside a sweep

@@ -37,7 +37,7 @@ class PreparedFiles:
         self._module().prepare(self)
 
     def verify(self) -> None:
-        from lab.extensions.big_data import prepared
+        from lab.data import prepared
 
         prepared.verify(self.path, self._module().read_manifest(self))  # type: ignore[attr-defined]
 

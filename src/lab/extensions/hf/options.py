@@ -213,6 +213,7 @@ class HfDataConfig(DataConfig, name="hf"):
         data.prepare(self)
 
     def verify(self) -> None:
-        from lab.extensions.hf import data, prepared
+        from lab.data import prepared
+        from lab.extensions.hf import data
 
         prepared.verify(self.path, data.read_manifest(self))  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import sys
 import threading
@@ -48,7 +49,7 @@ from lab.extensions.sweeps.study_storage import (
     open_trial,
     study_lock,
 )
-from lab.sweeps.jobs import fail_fast, launch_numbered, outcome
+from lab.sweeps.jobs import combine, expand, fail_fast, launch_numbered, outcome
 from lab.sweeps.ownership import claim
 
 log = logging.getLogger(__name__)
@@ -242,11 +243,13 @@ class Search:
             overrides.append(_dict_override(PRUNING_CALLBACK, spec))
         return overrides
 
-    def _tell(self, study: optuna.Study, trial: optuna.Trial, ret: JobReturn) -> bool:
-        """Record one job's result in the study; return True if the job failed."""
-        result = outcome(ret)
-        if ret.hydra_cfg is not None:
-            trial.set_user_attr("run_dir", str(ret.hydra_cfg.hydra.runtime.output_dir))
+    def _tell(self, study: optuna.Study, trial: optuna.Trial, rets: Sequence[JobReturn]) -> bool:
+        """Record a trial's result, the mean over its jobs (lab.sweeps.jobs.combine), in the study; return True if it
+        failed."""
+        result = combine([outcome(ret) for ret in rets])
+        run_dirs = [str(ret.hydra_cfg.hydra.runtime.output_dir) for ret in rets if ret.hydra_cfg is not None]
+        if run_dirs:
+            trial.set_user_attr("run_dir", " ".join(run_dirs))
         if result.error:
             trial.set_user_attr("error", result.error)
         if result.status == "completed" and result.value is not None:
@@ -319,12 +322,17 @@ class Search:
                 # driver reruns it, so the last driver alive finishes the study.
                 time.sleep(self.heartbeat.interval)
                 continue
-            overrides = [self._job_overrides(trial, params, fixed) for trial in trials]
-            # job number = trial number, so the run dir is <sweep dir>/<trial number>
+            # a trial's jobs: one, or one per part (cross-validation folds: lab.sweeps.jobs.expand)
+            jobs = [expand(self.config, self._job_overrides(trial, params, fixed)) for trial in trials]
+            # job number = trial number x its jobs + part, so the run dir is <sweep dir>/<trial number> for one job
+            numbered = [(t.number * len(own) + i, job) for t, own in zip(trials, jobs) for i, job in enumerate(own)]
             with self.heartbeat.beating(trials):
-                results = launch_numbered(self.launcher, [(t.number, o) for t, o in zip(trials, overrides)])
+                results = launch_numbered(self.launcher, numbered)
             returns.append(results)
-            failed = [self._tell(study, trial, ret) for trial, ret in zip(trials, results)]
+            ends = list(itertools.accumulate(len(own) for own in jobs))
+            failed = [
+                self._tell(study, trial, results[end - len(own) : end]) for trial, own, end in zip(trials, jobs, ends)
+            ]
             if stop_on_failure and any(failed):
                 left = wanted - len(_occupied(study.get_trials(deepcopy=False)))
                 if left > 0:
