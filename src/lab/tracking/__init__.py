@@ -3,14 +3,9 @@
 `tracker` feeds wandb (offline without credentials), CSV or an extension's tracker (one class each in `backends`),
 and mirrors them to metrics.jsonl and summary.json. `provenance` records the git commit, diff and versions."""
 
-from typing import TYPE_CHECKING
-
-from lab import lazy
-
-if TYPE_CHECKING:
-    from lab.tracking.backends import Backend, RunInfo
-    from lab.tracking.tracker import Tracker, from_config, job_identity
-    from lab.tracking.wandb_backend import has_wandb_credentials, resolve_mode
+from lab.tracking.backends import Backend, RunInfo
+from lab.tracking.tracker import Tracker, from_config, job_identity
+from lab.tracking.wandb_backend import has_wandb_credentials, resolve_mode
 
 __all__ = [
     "Backend",
@@ -21,16 +16,3 @@ __all__ = [
     "job_identity",
     "resolve_mode",
 ]
-
-__getattr__ = lazy.names(
-    __name__,
-    {
-        "Backend": "backends",
-        "RunInfo": "backends",
-        "Tracker": "tracker",
-        "from_config": "tracker",
-        "job_identity": "tracker",
-        "has_wandb_credentials": "wandb_backend",
-        "resolve_mode": "wandb_backend",
-    },
-)
