@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from lab.errors import UserError
-from lab.tasks.outputs import batched_outputs, output_record, per_input
 
 _COUNTS: dict[tuple[float, torch.device], torch.Tensor] = {}
 
@@ -233,6 +232,8 @@ class BaseTask(Generic[MetricsT]):
         return None
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
+        from lab.tasks.outputs import batched_outputs, output_record, per_input
+
         inputs = context.inputs()
         records: list[dict[str, Any]] = []
         for names, outputs in batched_outputs(backend, inputs, context.cfg.infer.batch_size, inputs.skipped):

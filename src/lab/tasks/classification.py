@@ -14,7 +14,6 @@ import torch.nn.functional as F
 from lab.errors import UserError
 from lab.tasks import class_scores, class_weights, figures
 from lab.tasks.base import BaseTask, EvalContext, InferContext, Predictions
-from lab.tasks.outputs import top_k_records
 
 
 def cross_entropy(
@@ -218,6 +217,8 @@ class Classification(BaseTask[ClassificationMetrics]):
     def predict(self, backend: Any, context: InferContext) -> Predictions:
         """Predict the top-k labels with probabilities for images (a file, folder or glob), image tensors
         (.npy/.pt), or table rows (.csv/.npy) for a model trained on a table."""
+        from lab.tasks.outputs import top_k_records
+
         inputs, options = context.inputs(), context.cfg.infer
         records = top_k_records(backend, inputs, options.batch_size, options.top_k, self.class_names, inputs.skipped)
         return Predictions(records, inputs.skipped)

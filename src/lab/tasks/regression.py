@@ -12,7 +12,6 @@ import torch
 from lab.errors import UserError
 from lab.tasks import figures
 from lab.tasks.base import BaseTask, EvalContext, InferContext, Predictions
-from lab.tasks.outputs import batched_outputs
 
 
 def residuals(outputs: torch.Tensor, targets: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -111,6 +110,8 @@ class Regression(BaseTask[RegressionMetrics]):
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
         """Predict values in the target's units for table rows (.csv with the feature columns, or .npy/.pt (N, F))."""
+        from lab.tasks.outputs import batched_outputs
+
         inputs = context.inputs()
         records: list[dict[str, Any]] = []
         skipped = inputs.skipped
