@@ -200,9 +200,9 @@ class HfDataConfig(DataConfig, name="hf"):
 
     def build(self) -> DataModule:
         if self.is_text:
-            from lab.extensions.hf import text
+            from lab.extensions.hf import streaming, text
 
-            return text.build(self)
+            return (streaming if self.streaming else text).build(self)
         from lab.extensions.hf import data
 
         return data.build(self)
