@@ -36,8 +36,13 @@ from hydra import compose, initialize_config_dir
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import lab.config
-from lab import data, models, runtime, tasks
-from lab.optim import build_optimizer, build_scheduler
+from lab import runtime
+from lab.data.datasets import build as build_data
+from lab.data.device import DeviceLoader
+from lab.models.common import build as build_model
+from lab.optim.optimizers import build_optimizer
+from lab.optim.schedulers import build_scheduler
+from lab.tasks.common import build as build_task
 from loop_overhead import HAND_LOSSES, hand_written, template_trainer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -106,14 +111,14 @@ def measure(args: argparse.Namespace, row: str) -> dict[str, float]:
     lab.config.validate(cfg)
     runtime.seed_everything(cfg.seed)
     device = runtime.select_device(cfg.trainer.device)
-    datamodule = data.build(cfg.data)
-    task = tasks.build(cfg.task, datamodule.meta)
+    datamodule = build_data(cfg.data)
+    task = build_task(cfg.task, datamodule.meta)
     batch = cfg.data.batch_size
     pin = device.type == "cuda"
     train = datamodule.train
     baselines = hand_loaders(train, datamodule.meta["image_size"], batch, pin)
-    batches = data.DeviceLoader(train, cfg.data, device, seed=cfg.seed, augment_seed=cfg.seed)
-    template_model = models.build(cfg.model, datamodule.meta).to(device)
+    batches = DeviceLoader(train, cfg.data, device, seed=cfg.seed, augment_seed=cfg.seed)
+    template_model = build_model(cfg.model, datamodule.meta).to(device)
     plain_models = {name: copy.deepcopy(template_model) for name in baselines}
     steps_per_epoch = len(batches)
     total_steps = (args.epochs * args.repeats + 1) * steps_per_epoch

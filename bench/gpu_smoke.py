@@ -188,25 +188,28 @@ def _trainer(overrides: list[str], run_dir: Path, device_name: str):
     from hydra import compose, initialize_config_dir
 
     import lab.config
-    from lab import data, models, runtime
+    from lab import runtime
     from lab.checkpointing import CheckpointManager
-    from lab.data import EpochLoader
+    from lab.data.datasets import build as build_data
+    from lab.data.loaders import EpochLoader, make_loader
     from lab.distributed.parallel import Parallel
-    from lab.optim import build_optimizer, build_scheduler
-    from lab.tasks import Classification
+    from lab.models.common import build as build_model
+    from lab.optim.optimizers import build_optimizer
+    from lab.optim.schedulers import build_scheduler
+    from lab.tasks.classification import Classification
     from lab.tracking import Tracker
-    from lab.training import Trainer
+    from lab.training.trainer import Trainer
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=["logger=none", "trainer.progress_bar=off", *overrides])
     lab.config.validate(cfg)
     device = runtime.select_device(device_name)
     runtime.configure_backends(cfg.trainer, device)
-    datamodule = data.build(cfg.data)
+    datamodule = build_data(cfg.data)
     generator = torch.Generator().manual_seed(0)
     pin = device.type == "cuda"
-    loader = data.make_loader(datamodule.train, cfg.data, train=True, generator=generator, pin_memory=pin)
-    model = models.build(cfg.model, datamodule.meta).to(device)
+    loader = make_loader(datamodule.train, cfg.data, train=True, generator=generator, pin_memory=pin)
+    model = build_model(cfg.model, datamodule.meta).to(device)
     optimizer = build_optimizer(cfg.optimizer, model, cfg.model, device)
     return Trainer(
         model=model,

@@ -25,13 +25,17 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
 import lab.config
-from lab import data, models, runtime, tasks
+from lab import runtime
 from lab.checkpointing import CheckpointManager
-from lab.data import EpochLoader
+from lab.data.datasets import build as build_data
+from lab.data.loaders import EpochLoader, make_loader
 from lab.distributed.parallel import Parallel
-from lab.optim import build_optimizer, build_scheduler
+from lab.models.common import build as build_model
+from lab.optim.optimizers import build_optimizer
+from lab.optim.schedulers import build_scheduler
+from lab.tasks.common import build as build_task
 from lab.tracking import Tracker
-from lab.training import Trainer
+from lab.training.trainer import Trainer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -112,14 +116,12 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> None:
     runtime.seed_everything(cfg.seed)
     device = runtime.select_device(cfg.trainer.device)
     precision = runtime.resolve_precision(cfg.precision, device)
-    datamodule = data.build(cfg.data)
+    datamodule = build_data(cfg.data)
     generator = torch.Generator().manual_seed(cfg.seed)
-    loader = data.make_loader(
-        datamodule.train, cfg.data, train=True, generator=generator, pin_memory=device.type == "cuda"
-    )
-    task = tasks.build(cfg.task, datamodule.meta)
+    loader = make_loader(datamodule.train, cfg.data, train=True, generator=generator, pin_memory=device.type == "cuda")
+    task = build_task(cfg.task, datamodule.meta)
     loss_fn = HAND_LOSSES[cfg.task.name]
-    template_model = models.build(cfg.model, datamodule.meta).to(device)
+    template_model = build_model(cfg.model, datamodule.meta).to(device)
     plain_model = copy.deepcopy(template_model)
     total_steps = args.epochs * len(loader) * args.repeats
 

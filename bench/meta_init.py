@@ -23,10 +23,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from lab import models
 from lab.config import options
 from lab.distributed import meta_init
 from lab.distributed.parallel import FSDP
+from lab.models.common import build as build_model
 
 
 def _rss() -> int:
@@ -47,7 +47,7 @@ def _worker(rank: int, how: str, model_cfg: Any, data_meta: dict, port: int, res
     torch.manual_seed(0)
     before, start = _rss(), time.perf_counter()
     rng = torch.random.get_rng_state()
-    model = meta_init.build(model_cfg, data_meta, fsdp) if how == "meta" else models.build(model_cfg, data_meta)
+    model = meta_init.build(model_cfg, data_meta, fsdp) if how == "meta" else build_model(model_cfg, data_meta)
     assert model is not None, "this model cannot be built on the meta device"
     model, _ = parallel.wrap(model, cpu, fp32, model_cfg)
     if how == "meta":

@@ -232,12 +232,13 @@ def in_process_trainer(cfg: DictConfig, model, task, loader, run_dir: Path, tota
     import torch
 
     from lab.checkpointing import CheckpointManager
-    from lab.data import EpochLoader
+    from lab.data.loaders import EpochLoader
     from lab.distributed.parallel import Parallel
-    from lab.optim import build_optimizer, build_scheduler
+    from lab.optim.optimizers import build_optimizer
+    from lab.optim.schedulers import build_scheduler
     from lab.runtime import resolve_precision
     from lab.tracking import Tracker
-    from lab.training import Trainer
+    from lab.training.trainer import Trainer
 
     cpu = torch.device("cpu")
     optimizer = build_optimizer(cfg.optimizer, model, cfg.model)

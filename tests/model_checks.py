@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from lab import models
+from lab.models.common import build as build_model
 
 NUM_CLASSES = 5
 
@@ -66,7 +66,7 @@ def contract_tests(cases: Cases) -> tuple[Callable[..., None], ...]:
 
     def build(name: str, in_channels: int, image_size: int) -> nn.Module:
         torch.manual_seed(0)
-        return models.build(cases[name][0](), make_meta(in_channels, image_size))
+        return build_model(cases[name][0](), make_meta(in_channels, image_size))
 
     shapes = [(name, c, s) for name, (_, sizes) in cases.items() for c, s in sizes]
 

@@ -635,14 +635,14 @@ def _refuse_another_model(path: Path, ckpt: dict, model_cfg: Any) -> None:
     is built on the meta device (no memory, no random draws) for the checkpoint's data."""
     import torch
 
-    from lab import models
     from lab.checkpointing.state_dicts import misfit, strip_wrapper_prefixes
+    from lab.models.common import build as build_model
 
     if "model" not in ckpt:
         return  # a sharded checkpoint; its shards are checked as they load
     try:
         with torch.device("meta"):
-            own = models.build(model_cfg, ckpt.get("data_meta") or {}).state_dict()
+            own = build_model(model_cfg, ckpt.get("data_meta") or {}).state_dict()
     except Exception:
         return  # a model that cannot be built this way is checked when its weights load
     why = misfit(own, strip_wrapper_prefixes(ckpt["model"]))

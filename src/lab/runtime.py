@@ -49,7 +49,7 @@ def select_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch, all CUDA devices too. DataLoader workers are seeded by lab.data.seed_worker."""
+    """Seed python, numpy and torch, all CUDA devices too. DataLoader workers: `lab.data.loaders.seed_worker`."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

@@ -12,9 +12,9 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from helpers import META_INIT_CASES, run_script
-from lab import models
 from lab.distributed import launch, meta_init
 from lab.distributed.parallel import FSDP
+from lab.models.common import build as build_model
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +52,7 @@ def test_two_ranks_draw_their_shards_of_the_whole_builds_weights(dtype) -> None:
     for case, (model_cfg, data_meta) in META_INIT_CASES.items():
         full, rng_after, held = results[case]
         torch.manual_seed(SEED)
-        whole = models.build(model_cfg, data_meta)
+        whole = build_model(model_cfg, data_meta)
         expected = whole.state_dict()
         assert list(full) == list(expected), case
         for name, tensor in expected.items():

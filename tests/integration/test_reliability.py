@@ -339,9 +339,9 @@ setattr(module, "{function}", stop)
 @pytest.mark.parametrize(
     ("script", "where", "signum"),
     [
-        ("train.py", "lab.data.build", signal.SIGTERM),  # before the trackers start
-        ("train.py", "lab.data.build", signal.SIGUSR1),
-        ("train.py", "lab.data.build", signal.SIGUSR2),
+        ("train.py", "lab.workflows.train.build_data", signal.SIGTERM),  # before the trackers start
+        ("train.py", "lab.workflows.train.build_data", signal.SIGUSR1),
+        ("train.py", "lab.workflows.train.build_data", signal.SIGUSR2),
         ("train.py", "lab.training.start.log_start", signal.SIGTERM),  # trackers started, before training
         ("export.py", "lab.workflows.restore.rebuild", signal.SIGTERM),
     ],

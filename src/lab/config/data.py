@@ -1,5 +1,5 @@
 """The `data` kind: the keys every dataset has (`DataConfig`). Each dataset is an option with its own keys: the core's
-in lab/data/options.py. `build()` returns a `lab.data.DataModule`."""
+in lab/data/options.py. `build()` returns a `lab.data.common.DataModule`."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class DataConfig(Option, group="data"):
         )
 
     def build(self) -> Any:
-        """Return the train/val(/test) splits and their `meta` as a `lab.data.DataModule`."""
+        """Return the train/val(/test) splits and their `meta` as a `lab.data.common.DataModule`."""
         raise NotImplementedError(f"{type(self).__name__} has no build()")
 
     def prepare(self) -> None:

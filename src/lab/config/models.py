@@ -37,7 +37,7 @@ class ModelConfig(Option, group="model"):
     replayable_init: ClassVar[bool] = False
 
     def build(self, meta: dict[str, Any]) -> nn.Module:
-        """Return the `nn.Module` for the data `meta` describes; `lab.models.build` applies init_from and freeze."""
+        """Return the `nn.Module` for the data `meta` describes; `models.common.build` applies init_from and freeze."""
         raise NotImplementedError(f"{type(self).__name__} has no build(meta)")
 
     def locate_weights(self) -> None:

@@ -2,7 +2,8 @@
 defaults (the core's: lab/optim/options.py).
 
 A key of another option (`scheduler=step scheduler.min_lr_ratio=0.1`) is refused while composing. An optimizer's
-`build(groups)` makes the torch optimizer; a schedule's `build(optimizer, total_steps)` makes a `lab.optim.Schedule`."""
+`build(groups)` makes the torch optimizer; a schedule's `build(optimizer, total_steps)` makes a
+`lab.optim.schedulers.Schedule`."""
 
 from __future__ import annotations
 
@@ -59,10 +60,10 @@ class OptimizerConfig(Option, group="optimizer"):
     def parameter_groups(
         self, model: nn.Module, model_option: ModelConfig, scales: dict[str, float], include_frozen: bool
     ) -> list[dict[str, Any]]:
-        """Return the parameter groups `build` gets: `lab.optim.parameter_groups`, with LR multipliers `scales`.
+        """Return the parameter groups `build` gets: `optim.optimizers.parameter_groups`, with LR multipliers `scales`.
 
         An optimizer that updates some parameters its own way splits them further; `model_option` names the head."""
-        from lab.optim import parameter_groups
+        from lab.optim.optimizers import parameter_groups
 
         return parameter_groups(model, self.weight_decay, self.lr, scales, include_frozen)
 
@@ -82,7 +83,7 @@ class OptimizerConfig(Option, group="optimizer"):
 # --------------------------------------------------------------------------- scheduler
 @dataclass
 class SchedulerConfig(Option, group="scheduler"):
-    """Keys every schedule has; `build` returns a `lab.optim.Schedule`, such as `schedulers.warmup_lambda`'s."""
+    """Keys every schedule has; `build` returns a `schedulers.Schedule`, such as `schedulers.warmup_lambda`'s."""
 
     name: str = MISSING
     warmup_steps: int = 0  # linear warmup, in optimizer steps

@@ -1,5 +1,5 @@
 """The `task` kind: what is learned. Each task is an option (the core's: lab/tasks/options.py) whose `build(meta)`
-makes the `lab.tasks.Task`."""
+makes the `lab.tasks.base.Task`."""
 
 from __future__ import annotations
 
@@ -41,5 +41,5 @@ class TaskConfig(Option, group="task"):
         return None
 
     def build(self, meta: dict[str, Any]) -> Any:
-        """Return the `lab.tasks.Task` for the data `meta` describes; `lab.tasks.build` sets monitor and mode."""
+        """Return the `tasks.base.Task` for the data `meta` describes; `tasks.common.build` sets monitor and mode."""
         raise NotImplementedError(f"{type(self).__name__} has no build(meta)")

@@ -32,10 +32,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from lab import models
 from lab.config import options
 from lab.config.distributed import meta_init_refused
 from lab.errors import UserError
+from lab.models.common import build as build_model
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def build(model_cfg: Any, data_meta: Mapping[str, Any], dist_cfg: Any) -> nn.Mod
     model = None
     if why is None:
         with torch.device("meta"):  # no memory and no random draws; those come in materialise
-            model = models.build(model_cfg, data_meta)
+            model = build_model(model_cfg, data_meta)
         why = blocker(model)
     if why is None:
         return model

@@ -1,6 +1,6 @@
 """model.freeze: parameters whose names match fnmatch patterns (`backbone.*`) stop training.
 
-They get `requires_grad=False`. The optimizer leaves them out (`lab.optim.parameter_groups` takes trainable
+They get `requires_grad=False`. The optimizer leaves them out (`lab.optim.optimizers.parameter_groups` takes trainable
 parameters only), DDP does not reduce them, and no gradient is computed for them. A normalisation layer whose
 weights are all frozen also keeps its running statistics (`train_mode` leaves it in eval mode). Otherwise a frozen
 pretrained backbone would drift to the new data's batch statistics under weights that never adapt to them.

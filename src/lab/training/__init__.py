@@ -1,13 +1,5 @@
 """Training: the `Trainer` and its step (`trainer`), what a resume restores (`state`), the metrics between two log
-lines (`window`), the evaluation loop (`evaluation`) and the report of what is about to train (`start`)."""
+lines (`window`), the evaluation loop (`evaluation`) and the report of what is about to train (`start`).
 
-from typing import TYPE_CHECKING
-
-from lab import lazy
-
-if TYPE_CHECKING:
-    from lab.training.trainer import Trainer
-
-__all__ = ["Trainer"]
-
-__getattr__ = lazy.names(__name__, {"Trainer": "trainer"})
+`options.py` is imported at every start (`--help` too), and importing it runs this file first, so this file
+imports nothing: import each name from the module that defines it."""

@@ -28,14 +28,15 @@ from tqdm import tqdm
 
 from lab.checkpointing import CheckpointManager, read
 from lab.config.training import TrainerConfig
-from lab.data import DeviceLoader, EpochLoader
 from lab.data.batches import size as batch_size
 from lab.data.batches import split as split_batch
 from lab.data.batches import to_device
+from lab.data.device import DeviceLoader
+from lab.data.loaders import EpochLoader
 from lab.distributed.parallel import Parallel
 from lab.errors import UserError
 from lab.models.freeze import train_mode
-from lab.optim import Schedule
+from lab.optim.schedulers import Schedule
 from lab.runtime import Precision, reset_peak_memory
 from lab.tasks.base import Task
 from lab.tracking import Tracker

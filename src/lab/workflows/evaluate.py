@@ -12,12 +12,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lab import data, runtime
+from lab import runtime
 from lab.config import options
 from lab.data.common import dataset_len
+from lab.data.loaders import make_loader
 from lab.errors import UserError
 from lab.files import write_json
-from lab.tasks import EvalContext
+from lab.tasks.base import EvalContext
 from lab.training.evaluation import accumulate_metrics
 from lab.workflows import restore
 from lab.workflows.common import hydra_run_dir, linked_tracker
@@ -43,7 +44,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     shards_weights = options.instantiate("dist", trained.dist, drop_unknown=True).shards_weights
     model = runtime.apply_channels_last(restored.model.to(device), channels_last, shards_weights)
     pin = data_cfg.pin_memory if data_cfg.pin_memory is not None else device.type == "cuda"
-    loader = data.make_loader(dataset, data_cfg, train=False, generator=None, pin_memory=pin)
+    loader = make_loader(dataset, data_cfg, train=False, generator=None, pin_memory=pin)
 
     data_config = OmegaConf.to_container(data_cfg, resolve=True)
     tracker, _ = linked_tracker(

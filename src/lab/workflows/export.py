@@ -17,7 +17,8 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from lab import data, exporting
+from lab import exporting
+from lab.data.loaders import make_loader
 from lab.errors import UserError
 from lab.exporting import manifest, steps
 from lab.files import publish, remove_stale_temps, staged
@@ -37,7 +38,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     # an export step that reads training samples (INT8 calibration) sees them unaugmented, as inference will
     plain = {"augment": False} if "augment" in restored.config["data"] else {}
     datamodule = restore.rebuild_data(restored, {**cast(dict, OmegaConf.to_container(cfg.data)), **plain})
-    val_loader = data.make_loader(datamodule.val, data_cfg, train=False, generator=None, pin_memory=False)
+    val_loader = make_loader(datamodule.val, data_cfg, train=False, generator=None, pin_memory=False)
     task = restored.task
     dims = tuple(opts.dynamic_dims) if opts.dynamic_dims is not None else tuple(task.dynamic_dims)
     batches = exporting.sample_batches(val_loader, opts.parity_samples, dims)
@@ -73,7 +74,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
                 else:
                     failed[fmt] = entry
         train = functools.partial(
-            data.make_loader, datamodule.train, data_cfg, train=False, generator=None, pin_memory=False
+            make_loader, datamodule.train, data_cfg, train=False, generator=None, pin_memory=False
         )
         added = steps.run(opts, steps.Export(run_dir, task, example, val_loader, train, artifacts))
         path = manifest.write(

@@ -16,14 +16,15 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from lab import runtime, tasks
+from lab import runtime
 from lab.config import options
 from lab.errors import UserError
 from lab.exporting import manifest
 from lab.inference import EagerBackend, Inputs, artifact_backend, write_predictions
 from lab.inference.backends import fits, shape_text
 from lab.inference.inputs import keeps_size
-from lab.tasks import InferContext
+from lab.tasks.base import InferContext
+from lab.tasks.common import build as build_task
 from lab.workflows import restore
 from lab.workflows.common import hydra_run_dir, linked_tracker
 
@@ -70,7 +71,7 @@ def _open(path: Path, device: Any, allow_modified: bool = False) -> tuple[Any, A
         found = manifest.read(path)
         _check_verified(path, found, allow_modified)
         meta = restore.upgrade_meta(found["data_meta"])
-        task = tasks.build(OmegaConf.create(restore.task_config(found)), meta)
+        task = build_task(OmegaConf.create(restore.task_config(found)), meta)
         backend = artifact_backend(path, device, manifest.output_layout(found))
         _check_input_shape(path, backend, meta)
         dims = tuple(found.get("dynamic_dims", task.dynamic_dims))

@@ -1,7 +1,7 @@
 """Rebuild a trained model and its data from a checkpoint alone, for eval, export and infer.
 
 The checkpoint's own `config` and `data_meta` decide the architecture and preprocessing, so a model is never paired
-with another run's settings. The model is the plain module from `lab.models.build` in eval mode, so no DDP,
+with another run's settings. The model is the plain module from `lab.models.common.build` in eval mode, so no DDP,
 torch.compile or channels_last wrapper reaches an evaluation or an export.
 """
 
@@ -17,10 +17,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from lab import data, models, tasks
 from lab.checkpointing import sharded, state_dicts, storage
 from lab.config import options
+from lab.data.common import DataModule
+from lab.data.datasets import build as build_data
 from lab.errors import ConfigError, UserError
+from lab.models.common import build as build_model
+from lab.tasks.common import build as build_task
 from lab.tasks.options import ClassificationConfig
 
 
@@ -30,7 +33,7 @@ class Restored:
     model: nn.Module  # in eval mode, on the CPU, fp32
     meta: dict[str, Any]  # data_meta: shapes, normalization, class names, target statistics, vocabulary
     config: dict[str, Any]  # the training run's resolved config
-    task: Any  # the training run's task (lab.tasks.Task)
+    task: Any  # the training run's task (lab.tasks.base.Task)
     provenance: dict[str, Any]  # git commit, versions, the training run's dir and wandb id
     progress: dict[str, Any]  # epoch, global_step, best_metric when the checkpoint was written
 
@@ -60,7 +63,7 @@ def rebuild(path: str | Path) -> Restored:
         raise UserError(f"{path} has no data_meta: cannot rebuild the model and the preprocessing it expects")
     meta = upgrade_meta(meta)
     # the architecture alone; the checkpoint holds every weight, so a moved pretrained file is never read
-    model = models.build(options.instantiate("model", config["model"], drop_unknown=True).for_checkpoint(), meta)
+    model = build_model(options.instantiate("model", config["model"], drop_unknown=True).for_checkpoint(), meta)
     state_dicts.load_model_state(model, sharded.model_weights(ckpt))
     model.eval()
     return Restored(
@@ -68,7 +71,7 @@ def rebuild(path: str | Path) -> Restored:
         model=model,
         meta=meta,
         config=config,
-        task=tasks.build(options.instantiate("task", task_config(config), drop_unknown=True), meta),
+        task=build_task(options.instantiate("task", task_config(config), drop_unknown=True), meta),
         provenance=dict(ckpt.get("provenance") or {}),
         progress=dict(ckpt.get("progress") or {}),
     )
@@ -92,10 +95,10 @@ def data_config(restored: Restored, overrides: Mapping[str, Any] | DictConfig | 
         raise ConfigError(f"the checkpoint's data config does not fit this version's schema: {err}") from err
 
 
-def rebuild_data(restored: Restored, overrides: Mapping[str, Any] | DictConfig | None = None) -> data.DataModule:
+def rebuild_data(restored: Restored, overrides: Mapping[str, Any] | DictConfig | None = None) -> DataModule:
     """Rebuild the training run's dataset, refusing data whose classes, shape, normalization or vocabulary differ."""
     cfg = data_config(restored, overrides)
-    datamodule = data.build(cfg)
+    datamodule = build_data(cfg)
     rebuilt_meta = upgrade_meta(datamodule.meta)
     for key, saved in restored.meta.items():
         rebuilt = rebuilt_meta.get(key)

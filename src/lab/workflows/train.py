@@ -12,20 +12,26 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from lab import checkpointing, data, models, runtime, tasks, tracking
+from lab import checkpointing, runtime, tracking
 from lab import run_dir as run_dirs
 from lab.config import options, train_nodes
 from lab.data import loaders
-from lab.data.common import PoolSplitter, splitting_pool
+from lab.data.common import DataModule, PoolSplitter, splitting_pool
+from lab.data.datasets import build as build_data
 from lab.distributed import env as dist_env
 from lab.distributed import launch, meta_init
 from lab.distributed.parallel import Parallel
 from lab.errors import ConfigError
-from lab.optim import build_optimizer, build_scheduler, planned_steps, scaled_lr
+from lab.models.common import build as build_model
+from lab.models.common import prepare as prepare_model
+from lab.optim.optimizers import build_optimizer, scaled_lr
+from lab.optim.schedulers import build_scheduler, planned_steps
 from lab.sweeps.jobs import in_multirun
+from lab.tasks.common import build as build_task
 from lab.tracking import provenance
-from lab.training import Trainer, flops, oom, preemption
+from lab.training import flops, oom, preemption
 from lab.training.start import log_start
+from lab.training.trainer import Trainer
 from lab.workflows.common import hydra_run_dir
 
 log = logging.getLogger(__name__)
@@ -50,10 +56,10 @@ def _train(cfg: DictConfig, run_dir: Path, parallel: Parallel, identity: dict) -
     precision = runtime.resolve_precision(cfg.precision, device)
     # Build the data before any record is opened, so a bad dataset is refused with nothing written. A sweep's jobs
     # share unchanged data.
-    data_cfg = models.prepare(cfg.model, cfg.data)  # finds pretrained weights and takes their preprocessing
+    data_cfg = prepare_model(cfg.model, cfg.data)  # finds pretrained weights and takes their preprocessing
     splitter = _pool_splitter(cfg, run_dir)
     with splitting_pool(splitter) as split_so:
-        built = data.build(data_cfg, reuse=in_multirun())
+        built = build_data(data_cfg, reuse=in_multirun())
     if splitter is not None and not split_so():
         raise ConfigError(
             f"data={cfg.data.name} has its own validation split, so {splitter} cannot split its train+val pool; "
@@ -92,7 +98,7 @@ def _pool_splitter(cfg: DictConfig, run_dir: Path) -> PoolSplitter | None:
 def _trainer(
     cfg: DictConfig,
     run_dir: Path,
-    datamodule: data.DataModule,
+    datamodule: DataModule,
     parallel: Parallel,
     device: torch.device,
     precision: runtime.Precision,
@@ -103,12 +109,12 @@ def _trainer(
 
     `on_meta` is the model built on the meta device (dist=fsdp), initialised only once sharded."""
     meta = datamodule.meta
-    task = tasks.build(cfg.task, meta, datamodule.train)
+    task = build_task(cfg.task, meta, datamodule.train)
     train_batches, train_loader = loaders.training_batches(datamodule, cfg, parallel, device)
     val_loader = loaders.eval_loader(datamodule.val, "val", cfg.data, parallel, device)
 
     init_rng = torch.random.get_rng_state()  # the build draws from this; on the meta device, once sharded
-    model = on_meta if on_meta is not None else models.build(cfg.model, meta).to(device)
+    model = on_meta if on_meta is not None else build_model(cfg.model, meta).to(device)
     model = runtime.apply_channels_last(model, cfg.trainer.channels_last, parallel.shards_weights)
     peak = flops.peak_flops(cfg.trainer.peak_flops, device, precision.autocast_dtype, cfg.trainer.tf32)
     # count a first batch's FLOPs (train/mfu) before wrapping, as a sharded forward would be a collective

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lab.config import DataConfig, ModelConfig, TaskConfig, register
-from lab.tasks import BaseTask
+from lab.tasks.base import BaseTask
 
 FEATURES, CLASSES = 8, 3
 
@@ -38,7 +38,7 @@ class BoxRows(DataConfig):
     num_samples: int = 400
 
     def build(self):
-        from lab.data import DataModule
+        from lab.data.common import DataModule
 
         x = torch.randn(self.num_samples, FEATURES, generator=torch.Generator().manual_seed(self.split_seed))
         n_val = int(self.num_samples * self.val_fraction)

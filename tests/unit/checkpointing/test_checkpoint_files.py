@@ -17,7 +17,8 @@ from torch import nn
 from lab import checkpointing
 from lab.errors import UserError
 from lab.files import atomic_path, remove_stale_temps
-from lab.optim import build_optimizer, build_scheduler
+from lab.optim.optimizers import build_optimizer
+from lab.optim.schedulers import build_scheduler
 
 
 def _net(out_features: int = 3) -> nn.Module:

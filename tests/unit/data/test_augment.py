@@ -14,8 +14,9 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from lab.config import ConfigError, DataConfig, options, validate
-from lab.data import build, make_loader
 from lab.data.augment import MixBatch, PolicyImageTransform, train_transform
+from lab.data.datasets import build
+from lab.data.loaders import make_loader
 from lab.data.transforms import TrainImageTransform
 
 

@@ -1,10 +1,10 @@
-"""data.build(reuse=True): a sweep's consecutive jobs with the same data config share its splits."""
+"""build_data(reuse=True): a sweep's consecutive jobs with the same data config share its splits."""
 
 from hydra import compose, initialize_config_dir
 
 from helpers import REPO
-from lab import data
 from lab.config import options
+from lab.data.datasets import build as build_data
 
 
 def _data_cfg(*overrides: str):
@@ -14,11 +14,11 @@ def _data_cfg(*overrides: str):
 
 def test_the_same_data_config_is_built_once_and_a_changed_one_again():
     cfg = _data_cfg()
-    first = data.build(cfg, reuse=True)
-    again = data.build(cfg, reuse=True)
+    first = build_data(cfg, reuse=True)
+    again = build_data(cfg, reuse=True)
     assert again.train is first.train and again.val is first.val  # not read and split again
     again.meta["num_classes"] = -1  # one job changing its meta leaves the next one's alone
-    assert data.build(cfg, reuse=True).meta["num_classes"] == 10
-    changed = data.build(_data_cfg("data.split_seed=1"), reuse=True)
+    assert build_data(cfg, reuse=True).meta["num_classes"] == 10
+    changed = build_data(_data_cfg("data.split_seed=1"), reuse=True)
     assert changed.train is not first.train
-    assert data.build(cfg).train is not data.build(cfg).train  # without reuse: always built anew
+    assert build_data(cfg).train is not build_data(cfg).train  # without reuse: always built anew

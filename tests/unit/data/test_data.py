@@ -17,9 +17,10 @@ from omegaconf import DictConfig, OmegaConf
 from PIL import Image
 
 from lab.config import ConfigError, options
-from lab.data import DataModule, build, eval_transform, make_loader, seed_worker
-from lab.data.loaders import worker_deaths
-from lab.data.transforms import RandomShiftFlip
+from lab.data.common import DataModule
+from lab.data.datasets import build
+from lab.data.loaders import make_loader, seed_worker, worker_deaths
+from lab.data.transforms import RandomShiftFlip, eval_transform
 from lab.errors import UserError
 
 N_DIGITS = 1797

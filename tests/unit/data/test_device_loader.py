@@ -12,12 +12,17 @@ from omegaconf import OmegaConf
 from torch.utils.data import DistributedSampler, Subset, TensorDataset
 
 from helpers import in_process_trainer
-from lab import checkpointing, data, models, tasks
-from lab.data import DataModule, DeviceEvalLoader, DeviceLoader, EpochLoader, make_loader
+from lab import checkpointing
+from lab.data.common import DataModule
+from lab.data.datasets import build as build_data
+from lab.data.device import DeviceEvalLoader, DeviceLoader
+from lab.data.loaders import EpochLoader, make_loader
 from lab.data.options import DigitsConfig, TextConfig
 from lab.distributed.parallel import ShardSampler
 from lab.errors import UserError
+from lab.models.common import build as build_model
 from lab.runtime import epoch_generator_seed
+from lab.tasks.common import build as build_task
 from lab.workflows.train import run
 
 CPU = torch.device("cpu")
@@ -29,12 +34,12 @@ def cfg(**overrides):
 
 @pytest.fixture(scope="module")
 def digits() -> DataModule:
-    return data.build(cfg(batch_size=32))
+    return build_data(cfg(batch_size=32))
 
 
 @pytest.fixture(scope="module")
 def augmented() -> DataModule:
-    return data.build(cfg(batch_size=32, augment=True))
+    return build_data(cfg(batch_size=32, augment=True))
 
 
 def torch_batches(dataset, seed: int, epoch: int, rank: int = 0, world_size: int = 1) -> list:
@@ -78,7 +83,7 @@ def test_without_augmentation_the_batches_are_the_dataloaders(digits: DataModule
 
 
 def test_tables_and_eval_order_match_the_dataloader() -> None:
-    table = data.build(OmegaConf.create({"name": "diabetes", "batch_size": 16}))
+    table = build_data(OmegaConf.create({"name": "diabetes", "batch_size": 16}))
     val = DeviceEvalLoader(table.val, 10, CPU, ShardSampler(len(table.val), 1, 2), "val")
     loader = make_loader(
         table.val,
@@ -122,7 +127,7 @@ def test_augmentation_is_a_random_shift_seeded_by_epoch_and_position(augmented: 
 
 
 def test_token_windows_start_at_random_offsets_inside_their_blocks() -> None:
-    text = data.build(OmegaConf.structured(TextConfig(max_chars=20_000, block_size=16, batch_size=8)))
+    text = build_data(OmegaConf.structured(TextConfig(max_chars=20_000, block_size=16, batch_size=8)))
     ids = text.train.ids
     loader = device_loader(text.train, batch_size=8)
     x, y = next(loader.epoch(0))
@@ -162,7 +167,7 @@ def test_an_augmented_run_resumed_mid_epoch_ends_bitwise_equal(tmp_path: Path, c
     # torch: no workers, so augmentation draws from the global RNG the checkpoint restores; a resume that replayed
     # the epoch's first batches would draw them again and train on other crops
     config = compose(["model=mlp", "model.hidden_dims=[32]", "data.augment=true", "trainer.progress_bar=off"])
-    meta, task = augmented.meta, tasks.build(config.task, augmented.meta)
+    meta, task = augmented.meta, build_task(config.task, augmented.meta)
 
     def batches():  # 8 batches of 32 per epoch
         if loader == "device":
@@ -176,7 +181,7 @@ def test_an_augmented_run_resumed_mid_epoch_ends_bitwise_equal(tmp_path: Path, c
         run_config = copy.deepcopy(config)
         run_config.trainer.max_epochs, run_config.trainer.max_steps = 2, max_steps
         # in_process_trainer wraps a DataLoader-like list in an EpochLoader: swapped for the loader under test
-        out = in_process_trainer(run_config, models.build(config.model, meta), task, [None], tmp_path / name, 16)
+        out = in_process_trainer(run_config, build_model(config.model, meta), task, [None], tmp_path / name, 16)
         out.train_batches = batches()
         return out
 

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, Dataset
 
 from lab.config import DataConfig
-from lab.data import EpochLoader, make_loader
+from lab.data.loaders import EpochLoader, make_loader
 
 
 class Counted(Dataset):

@@ -14,11 +14,11 @@ import torch.distributed as dist
 from torch import nn
 
 from helpers import META_INIT_CASES
-from lab import models
 from lab.config import options
 from lab.distributed import meta_init
 from lab.distributed.parallel import FSDP
 from lab.errors import ConfigError, UserError
+from lab.models.common import build as build_model
 
 SEED = 1234
 CPU = torch.device("cpu")
@@ -31,7 +31,7 @@ def _fsdp(meta_init_mode: object = True) -> SimpleNamespace:
 def _whole(model_cfg: dict, data_meta: dict) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The ordinary build's state and the generator's state after it."""
     torch.manual_seed(SEED)
-    model = models.build(model_cfg, data_meta)
+    model = build_model(model_cfg, data_meta)
     return model.state_dict(), torch.random.get_rng_state()
 
 
@@ -61,7 +61,7 @@ def test_the_replay_draws_the_whole_builds_weights_bitwise(case: str) -> None:
     assert torch.equal(torch.random.get_rng_state(), rng_after)  # the run's random stream goes on as after the build
     # model.freeze was applied on the meta device and survives
     assert [n for n, p in model.named_parameters() if not p.requires_grad] == [
-        n for n, p in models.build(model_cfg, data_meta).named_parameters() if not p.requires_grad
+        n for n, p in build_model(model_cfg, data_meta).named_parameters() if not p.requires_grad
     ]
 
 
@@ -95,7 +95,7 @@ def test_sync_bn_converts_the_meta_model_and_the_replay_stays_exact() -> None:
     """dist.sync_bn (CUDA runs: Parallel.wrap converts before sharding): SyncBatchNorm takes over the meta tensors."""
     model_cfg, data_meta = META_INIT_CASES["cnn"]
     torch.manual_seed(SEED)
-    expected = nn.SyncBatchNorm.convert_sync_batchnorm(models.build(model_cfg, data_meta)).state_dict()
+    expected = nn.SyncBatchNorm.convert_sync_batchnorm(build_model(model_cfg, data_meta)).state_dict()
     torch.manual_seed(SEED)
     start = torch.random.get_rng_state()
     model = nn.SyncBatchNorm.convert_sync_batchnorm(meta_init.build(model_cfg, data_meta, _fsdp()))

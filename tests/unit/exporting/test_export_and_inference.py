@@ -16,13 +16,13 @@ from PIL import Image
 from torch import nn
 
 from lab import exporting
-from lab.data import eval_transform
 from lab.data.common import make_meta
+from lab.data.transforms import eval_transform
 from lab.errors import UserError
 from lab.exporting.writers import write_pt2, write_torchscript
 from lab.inference import EagerBackend, ExportedProgramBackend, Inputs, TorchScriptBackend, discover
 from lab.models.cnn import SmallCNN
-from lab.tasks import Classification
+from lab.tasks.classification import Classification
 from lab.tasks.outputs import top_k_records
 
 META = make_meta(3, 1, 8, [0.5], [0.25], ["cat", "dog", "emu"])

@@ -12,14 +12,14 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from lab import models
 from lab.config import ConfigError
 from lab.data.options import ImageFolderConfig
 from lab.errors import UserError
 from lab.models.common import adopt_preprocessing
+from lab.models.common import build as build_model
 from lab.models.freeze import train_mode
 from lab.models.options import CNNConfig
-from lab.optim import build_optimizer
+from lab.optim.optimizers import build_optimizer
 from lab.optim.options import SGDConfig
 from lab.runtime import Precision
 from lab.training.evaluation import accumulate_metrics
@@ -37,11 +37,11 @@ PRETRAINED = {
 
 def test_init_from_another_run_loads_all_but_the_head(tmp_path, caplog):
     torch.manual_seed(0)
-    ten_classes = models.build(CNNConfig(channels=[8, 16]), {**META, "num_outputs": 10, "num_classes": 10})
+    ten_classes = build_model(CNNConfig(channels=[8, 16]), {**META, "num_outputs": 10, "num_classes": 10})
     path = tmp_path / "best.pt"
     torch.save({"model": ten_classes.state_dict(), "format_version": 1}, path)
     with caplog.at_level(logging.INFO, logger="lab.models.pretrained"):
-        model = models.build(CNNConfig(channels=[8, 16], init_from=str(path)), META)
+        model = build_model(CNNConfig(channels=[8, 16], init_from=str(path)), META)
     own, theirs = model.state_dict(), ten_classes.state_dict()
     mismatched = {k for k in own if own[k].shape != theirs[k].shape}
     assert mismatched and all(torch.equal(own[k], theirs[k]) for k in own if k not in mismatched)
@@ -66,7 +66,7 @@ def test_the_data_takes_the_pretrained_preprocessing_where_its_keys_are_null():
 
 
 def test_head_lr_scale_finds_the_last_linear_of_any_model():
-    model = models.build(CNNConfig(channels=[8]), META)
+    model = build_model(CNNConfig(channels=[8]), META)
     optimizer = build_optimizer(SGDConfig(lr=0.01, head_lr_scale=5.0), model, CNNConfig(channels=[8]))
     head = [m for m in model.modules() if isinstance(m, nn.Linear)][-1]
     scaled = [g for g in optimizer.param_groups if g["lr"] == pytest.approx(0.05)]
@@ -76,7 +76,7 @@ def test_head_lr_scale_finds_the_last_linear_of_any_model():
 def test_layer_decay_needs_a_model_with_layer_groups():
     option = CNNConfig(channels=[8])
     with pytest.raises(ConfigError, match=r"optimizer\.layer_decay needs a model that names its layers"):
-        build_optimizer(SGDConfig(layer_decay=0.7), models.build(option, META), option)
+        build_optimizer(SGDConfig(layer_decay=0.7), build_model(option, META), option)
 
 
 @dataclass
@@ -92,7 +92,7 @@ class _Grouped(CNNConfig, abstract=True):
 
 def test_layer_decay_and_the_head_are_what_the_model_option_names():
     option = _Grouped(channels=[8, 16])
-    model = models.build(option, META)
+    model = build_model(option, META)
     optimizer = build_optimizer(SGDConfig(lr=0.1, layer_decay=0.5, head_lr_scale=10.0), model, option)
     name_of = {id(p): name for name, p in model.named_parameters()}
     lr_of = {name_of[id(p)]: group["lr"] for group in optimizer.param_groups for p in group["params"]}
@@ -100,7 +100,7 @@ def test_layer_decay_and_the_head_are_what_the_model_option_names():
     assert lr_of["blocks.1.0.weight"] == pytest.approx(0.1 * 0.5 * 10)  # its group's, times the head's scale
     assert lr_of["blocks.1.1.weight"] == pytest.approx(0.1 * 10)  # the head's BatchNorm, in no layer group
     assert lr_of["head.3.weight"] == pytest.approx(0.1)  # the last group; not the head the option names
-    frozen = models.build(_Grouped(channels=[8, 16], freeze=["backbone"]), META)  # all but the option's head
+    frozen = build_model(_Grouped(channels=[8, 16], freeze=["backbone"]), META)  # all but the option's head
     assert {n for n, p in frozen.named_parameters() if p.requires_grad} == {
         n for n in lr_of if n.startswith("blocks.1.")
     }
@@ -108,7 +108,7 @@ def test_layer_decay_and_the_head_are_what_the_model_option_names():
 
 def test_frozen_batchnorm_keeps_its_statistics_and_evaluation_restores_each_mode():
     torch.manual_seed(0)
-    model = models.build(CNNConfig(channels=[8, 16], freeze=["blocks.0.*"]), META)
+    model = build_model(CNNConfig(channels=[8, 16], freeze=["blocks.0.*"]), META)
     frozen = [m for n, m in model.named_modules() if isinstance(m, nn.BatchNorm2d) and n.startswith("blocks.0")]
     trained = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d) and m not in frozen]
     assert frozen and trained

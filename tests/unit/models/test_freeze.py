@@ -11,9 +11,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import in_process_trainer
-from lab import models
 from lab.errors import ConfigError
-from lab.tasks import Classification
+from lab.models.common import build as build_model
+from lab.tasks.classification import Classification
 
 META = {"input_shape": [4], "num_outputs": 3}  # an MLP: Sequential(Flatten, Linear 1, ReLU, Dropout, Linear 4)
 
@@ -21,7 +21,7 @@ META = {"input_shape": [4], "num_outputs": 3}  # an MLP: Sequential(Flatten, Lin
 def _mlp(compose, *freeze: str):
     cfg = compose(["model=mlp", "model.hidden_dims=[8]", f"model.freeze=[{','.join(freeze)}]", "optimizer=sgd"])
     torch.manual_seed(0)
-    return cfg, models.build(cfg.model, META)
+    return cfg, build_model(cfg.model, META)
 
 
 def test_frozen_parameters_stay_bit_identical_and_out_of_the_optimizer(compose, tmp_path: Path) -> None:

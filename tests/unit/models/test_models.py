@@ -10,8 +10,9 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from lab import models
 from lab.config import ConfigError, options
+from lab.models import cnn
+from lab.models.common import build as build_model
 from lab.models.options import CNNConfig, MLPConfig
 from model_checks import NUM_CLASSES, Cases, contract_tests, make_meta
 
@@ -39,37 +40,37 @@ def _seed() -> None:
 
 
 def test_mlp_is_batchnorm_free_so_samples_are_independent_of_their_batch() -> None:
-    model = models.build(mlp_cfg(dropout=0.0), make_meta(1, 8)).train()
+    model = build_model(mlp_cfg(dropout=0.0), make_meta(1, 8)).train()
     assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
     x = torch.randn(6, 1, 8, 8)
     torch.testing.assert_close(model(x)[:2], model(x[:2]))  # train mode too: no batch statistics anywhere
 
 
 def test_mlp_is_sized_from_meta_before_any_forward() -> None:
-    model = models.build(mlp_cfg(), make_meta(3, 4, num_classes=7))
+    model = build_model(mlp_cfg(), make_meta(3, 4, num_classes=7))
     expected = (3 * 4 * 4 * 32 + 32) + (32 * 16 + 16) + (16 * 7 + 7)
     assert sum(p.numel() for p in model.parameters()) == expected  # would fail with uninitialized Lazy modules
 
 
 def test_build_accepts_the_dataclass_as_well_as_dictconfig() -> None:
-    model = models.build(CNNConfig(channels=[4]), make_meta(1, 8))
+    model = build_model(CNNConfig(channels=[4]), make_meta(1, 8))
     assert model(torch.randn(2, 1, 8, 8)).shape == (2, NUM_CLASSES)
 
 
 def test_cnn_gradient_checkpointing_matches_the_plain_model(monkeypatch: pytest.MonkeyPatch) -> None:
     meta = make_meta(3, 16)
-    plain = models.build(cnn_cfg(dropout=0.0), meta).train()
-    ckpt = models.build(cnn_cfg(dropout=0.0, grad_checkpointing=True), meta).train()
+    plain = build_model(cnn_cfg(dropout=0.0), meta).train()
+    ckpt = build_model(cnn_cfg(dropout=0.0, grad_checkpointing=True), meta).train()
     ckpt.load_state_dict(plain.state_dict())
 
     calls: list[int] = []
-    real_checkpoint = models.cnn.checkpoint
+    real_checkpoint = cnn.checkpoint
 
     def counting_checkpoint(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real_checkpoint(*args, **kwargs)
 
-    monkeypatch.setattr(models.cnn, "checkpoint", counting_checkpoint)
+    monkeypatch.setattr(cnn, "checkpoint", counting_checkpoint)
     x = torch.randn(4, 3, 16, 16)
     out_plain, out_ckpt = plain(x), ckpt(x)
     out_plain.square().sum().backward()
@@ -101,7 +102,7 @@ def test_unknown_model_name_lists_available_models() -> None:
     with pytest.raises(
         ConfigError, match=f"model=transformer is not an option of model; choose one of {re.escape(listed)}"
     ) as err:
-        models.build(OmegaConf.create({"name": "transformer"}), make_meta(1, 8))
+        build_model(OmegaConf.create({"name": "transformer"}), make_meta(1, 8))
     assert "\n" not in str(err.value)
 
 
@@ -112,7 +113,7 @@ def test_fsdp_units_are_the_top_level_blocks_and_gpts_blocks_alone() -> None:
     model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 2)]))
     assert options.instantiate("model", {"name": "mlp"}).fsdp_units(model) == [model[0], model[2][0], model[2][1]]
     gpt_cfg = {"name": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 8}
-    gpt = models.build(gpt_cfg, {"vocab_size": 11, "block_size": 4, "input_shape": [4], "num_outputs": 11})
+    gpt = build_model(gpt_cfg, {"vocab_size": 11, "block_size": 4, "input_shape": [4], "num_outputs": 11})
     option = options.instantiate("model", gpt_cfg)
     assert option.fsdp_units(gpt) == list(gpt.get_submodule("blocks").children())
     assert (

@@ -11,7 +11,8 @@ from torch import nn
 
 from lab.config import validate
 from lab.errors import UserError
-from lab.optim import WarmupPlateau, build_optimizer, build_scheduler, parameter_groups
+from lab.optim.optimizers import build_optimizer, parameter_groups
+from lab.optim.schedulers import WarmupPlateau, build_scheduler
 
 
 class Net(nn.Module):

@@ -10,11 +10,11 @@ import torch
 from omegaconf import OmegaConf
 from sklearn import metrics as sk
 
-from lab import tasks
 from lab.distributed import parallel
 from lab.errors import ConfigError
-from lab.tasks import EvalContext
+from lab.tasks.base import EvalContext
 from lab.tasks.classification import ClassificationMetrics
+from lab.tasks.common import build as build_task
 
 CPU = torch.device("cpu")
 ALL = ["f1", "auroc", "average_precision", "per_class"]
@@ -23,7 +23,7 @@ K = 5
 
 def _task(metrics: list[str], **keys):
     cfg = OmegaConf.create({"name": "classification", "metrics": metrics, **keys})
-    return tasks.build(cfg, {"num_classes": K, "class_names": [f"c{i}" for i in range(K)]})
+    return build_task(cfg, {"num_classes": K, "class_names": [f"c{i}" for i in range(K)]})
 
 
 def _random(n: int = 403, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,9 +14,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Subset, TensorDataset
 
 from helpers import in_process_trainer
-from lab import tasks
 from lab.config import options
 from lab.errors import ConfigError, UserError
+from lab.tasks.common import build as build_task
 
 WEIGHTS = [0.5, 3.0, 1.25]
 
@@ -25,7 +25,7 @@ def _task(class_weights, label_smoothing: float = 0.0, num_classes: int = 3):
     cfg = OmegaConf.create(
         {"name": "classification", "class_weights": class_weights, "label_smoothing": label_smoothing}
     )
-    return tasks.build(cfg, {"num_classes": num_classes})
+    return build_task(cfg, {"num_classes": num_classes})
 
 
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])

@@ -16,8 +16,7 @@ from torch import nn
 from lab.errors import UserError
 from lab.inference import EagerBackend, Inputs, write_predictions
 from lab.inference.inputs import keeps_size
-from lab.tasks import BaseTask, InferContext
-from lab.tasks.base import MeanLoss, count, normalised_weight
+from lab.tasks.base import BaseTask, InferContext, MeanLoss, count, normalised_weight
 from lab.training.start import check_first_batch
 
 CPU = torch.device("cpu")

@@ -19,8 +19,8 @@ from lab import exporting
 from lab.errors import UserError
 from lab.exporting import manifest
 from lab.inference import EagerBackend, Inputs, artifact_backend, write_predictions
-from lab.tasks import BaseTask, InferContext
 from lab.tasks import outputs as model_outputs
+from lab.tasks.base import BaseTask, InferContext
 from lab.tasks.outputs import per_input
 
 T = torch.zeros(2, 3)

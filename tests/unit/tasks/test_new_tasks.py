@@ -12,11 +12,13 @@ import torch
 from omegaconf import OmegaConf
 
 from helpers import in_process_trainer
-from lab import data, models, tasks
 from lab.config import options, validate
+from lab.data.datasets import build as build_data
 from lab.data.options import CsvConfig, TextConfig
 from lab.data.text import IGNORE_INDEX, decode, encode
 from lab.errors import ConfigError, UserError
+from lab.models.common import build as build_model
+from lab.tasks.common import build as build_task
 from lab.tasks.language_model import LanguageModel, TokenMetrics
 from lab.tasks.regression import Regression
 
@@ -99,7 +101,7 @@ def test_accumulation_over_uneven_token_counts_equals_the_large_batch(compose, t
     results = []
     for group in (micro, [tuple(torch.cat(parts) for parts in zip(*micro))]):
         torch.manual_seed(0)
-        model = models.build(
+        model = build_model(
             OmegaConf.create({"name": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 8, "dropout": 0.0}), META
         )
         trainer = in_process_trainer(cfg, model, LanguageModel(META), [group], tmp_path, total_steps=1)
@@ -112,7 +114,7 @@ def test_accumulation_over_uneven_token_counts_equals_the_large_batch(compose, t
 
 def test_gpt_is_causal_and_takes_any_length_up_to_its_block():
     torch.manual_seed(0)
-    model = models.build(
+    model = build_model(
         OmegaConf.create({"name": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 16, "dropout": 0.0}), META
     )
     model.eval()
@@ -125,13 +127,13 @@ def test_gpt_is_causal_and_takes_any_length_up_to_its_block():
     assert not torch.allclose(a[:, 5:], b[:, 5:])
     torch.testing.assert_close(model(x[:, :3]), a[:, :3])
     with pytest.raises(ConfigError, match="token sequences"):
-        models.build(OmegaConf.create({"name": "gpt"}), {"input_shape": [10], "num_outputs": 1})
+        build_model(OmegaConf.create({"name": "gpt"}), {"input_shape": [10], "num_outputs": 1})
 
 
 def test_text_vocabulary_round_trip_and_unknown_characters(tmp_path: Path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("hello world, " * 200)
-    module = data.build(OmegaConf.structured(TextConfig(path=str(corpus), block_size=16)))
+    module = build_data(OmegaConf.structured(TextConfig(path=str(corpus), block_size=16)))
     meta = module.meta
     assert meta["vocab"] == sorted(set("hello world, ")) and meta["input_shape"] == [16]
     x, y = module.train[0]
@@ -139,14 +141,14 @@ def test_text_vocabulary_round_trip_and_unknown_characters(tmp_path: Path):
     assert decode(encode("hello", meta), meta) == "hello"
     with pytest.raises(UserError, match="never saw"):
         encode("hello!", meta)
-    byte_level = data.build(OmegaConf.structured(TextConfig(path=str(corpus), level="byte")))
+    byte_level = build_data(OmegaConf.structured(TextConfig(path=str(corpus), level="byte")))
     assert byte_level.meta["vocab_size"] == 256 and decode(encode("é", byte_level.meta), byte_level.meta) == "é"
 
 
 def test_text_that_is_not_valid_in_its_encoding_is_counted_in_a_warning_not_replaced_silently(tmp_path, caplog):
     corpus = tmp_path / "latin1.txt"
     corpus.write_bytes("café crème, ".encode("latin-1") * 100)  # 200 bytes that are not UTF-8
-    module = data.build(OmegaConf.structured(TextConfig(path=str(corpus), block_size=16)))
+    module = build_data(OmegaConf.structured(TextConfig(path=str(corpus), block_size=16)))
     assert "\ufffd" in module.meta["vocab"]  # read as before, U+FFFD for each of them
     (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warning == (
@@ -154,7 +156,7 @@ def test_text_that_is_not_valid_in_its_encoding_is_counted_in_a_warning_not_repl
         "data.encoding=<name> (e.g. latin-1)"
     )
     caplog.clear()
-    right = data.build(OmegaConf.structured(TextConfig(path=str(corpus), block_size=16, encoding="latin-1")))
+    right = build_data(OmegaConf.structured(TextConfig(path=str(corpus), block_size=16, encoding="latin-1")))
     assert "é" in right.meta["vocab"] and "\ufffd" not in right.meta["vocab"] and not caplog.records
     with pytest.raises(ConfigError, match=r"^data.encoding='latin-9x' is not a text encoding Python knows"):
         validate(OmegaConf.structured(TextConfig(path=str(corpus), encoding="latin-9x")))
@@ -163,16 +165,16 @@ def test_text_that_is_not_valid_in_its_encoding_is_counted_in_a_warning_not_repl
 def test_a_csv_that_is_not_valid_in_its_encoding_is_read_with_a_warning(tmp_path, caplog):
     table = tmp_path / "table.csv"
     table.write_bytes(("x,label\n" + "".join(f"{i},{'é' if i % 2 else 'e'}\n" for i in range(40))).encode("latin-1"))
-    module = data.build(OmegaConf.structured(CsvConfig(path=str(table), target="label", target_type="class")))
+    module = build_data(OmegaConf.structured(CsvConfig(path=str(table), target="label", target_type="class")))
     assert module.meta["class_names"] == ["e", "\ufffd"]
     assert "20 bytes are not valid utf-8 and were read as U+FFFD" in caplog.text
     right = CsvConfig(path=str(table), target="label", target_type="class", encoding="latin-1")
-    assert data.build(OmegaConf.structured(right)).meta["class_names"] == ["e", "é"]
+    assert build_data(OmegaConf.structured(right)).meta["class_names"] == ["e", "é"]
 
 
 def test_builtin_corpus_is_python_source_and_deterministic():
-    first = data.build(OmegaConf.structured(TextConfig(max_chars=5000)))
-    second = data.build(OmegaConf.structured(TextConfig(max_chars=5000)))
+    first = build_data(OmegaConf.structured(TextConfig(max_chars=5000)))
+    second = build_data(OmegaConf.structured(TextConfig(max_chars=5000)))
     assert torch.equal(first.train.ids, second.train.ids)
     assert "def " in decode(first.train.ids.tolist(), first.meta)
 
@@ -187,11 +189,11 @@ def _csv(tmp_path: Path, text: str) -> str:
 def test_csv_reads_features_and_a_class_or_value_target(tmp_path: Path):
     rows = "".join(f"{i},{i % 3},{'cat' if i % 2 else 'dog'},{2.5 * i}\n" for i in range(40))
     path = _csv(tmp_path, "x1,x2,label,price\n" + rows)
-    classes = data.build(
+    classes = build_data(
         OmegaConf.structured(CsvConfig(path=path, target="label", features=["x1", "x2"], target_type="class"))
     )
     assert classes.meta["class_names"] == ["cat", "dog"] and classes.meta["input_shape"] == [2]
-    values = data.build(
+    values = build_data(
         OmegaConf.structured(CsvConfig(path=path, target="price", features=["x1", "x2"], target_type="value"))
     )
     assert values.meta["num_outputs"] == 1 and values.meta["target_mean"] > 0
@@ -220,7 +222,7 @@ def test_csv_reads_features_and_a_class_or_value_target(tmp_path: Path):
 )
 def test_csv_mistakes_name_the_problem(tmp_path: Path, text: str, target: str, message: str):
     with pytest.raises(ConfigError, match=message):
-        data.build(OmegaConf.structured(CsvConfig(path=_csv(tmp_path, text), target=target, target_type="value")))
+        build_data(OmegaConf.structured(CsvConfig(path=_csv(tmp_path, text), target=target, target_type="value")))
 
 
 def test_a_class_target_of_non_integer_numbers_is_refused_naming_task_regression(tmp_path: Path):
@@ -233,9 +235,9 @@ def test_a_class_target_of_non_integer_numbers_is_refused_naming_task_regression
         match=r"data.target='y' in .*table.csv holds non-integer numbers .*600 distinct "
         r"values in 600 rows.*use task=regression",
     ) as refused:
-        data.build(OmegaConf.structured(CsvConfig(path=path, target="y", target_type="class")))
+        build_data(OmegaConf.structured(CsvConfig(path=path, target="y", target_type="class")))
     assert "\n" not in str(refused.value)
-    values = data.build(OmegaConf.structured(CsvConfig(path=path, target="y", target_type="value")))
+    values = build_data(OmegaConf.structured(CsvConfig(path=path, target="y", target_type="value")))
     assert values.meta["num_outputs"] == 1  # the task the message names reads the column
 
 
@@ -250,7 +252,7 @@ def test_a_class_target_of_non_integer_numbers_is_refused_naming_task_regression
 def test_integer_valued_and_named_class_labels_stay_labels(tmp_path: Path, labels: list[str], classes: list[str]):
     rows = "".join(f"{i},{labels[i % 3]}\n" for i in range(30))
     path = _csv(tmp_path, "x,y\n" + rows)
-    built = data.build(OmegaConf.structured(CsvConfig(path=path, target="y", target_type="class")))
+    built = build_data(OmegaConf.structured(CsvConfig(path=path, target="y", target_type="class")))
     assert built.meta["class_names"] == classes
 
 
@@ -303,7 +305,7 @@ def test_a_monitor_that_names_no_metric_is_refused_before_training(compose, over
 def test_the_metric_names_a_task_option_declares_are_those_its_validation_reports(keys, meta, outputs, targets):
     """The names that refuse a wrong task.monitor before training are exactly what the task computes."""
     declared = options.instantiate("task", OmegaConf.create(keys)).metric_names()
-    metrics = tasks.build(OmegaConf.create(keys), meta).metrics(CPU)
+    metrics = build_task(OmegaConf.create(keys), meta).metrics(CPU)
     metrics.update(outputs, targets)
     assert declared == tuple(metrics.compute())
 
@@ -315,9 +317,9 @@ def test_every_shipped_experiment_is_valid(compose):
 
 def test_an_unknown_task_dataset_or_model_name_suggests_the_nearest():
     with pytest.raises(ConfigError, match=r"task=regresion is not an option of task; did you mean 'regression'"):
-        tasks.build(OmegaConf.create({"name": "regresion"}), {})
+        build_task(OmegaConf.create({"name": "regresion"}), {})
     with pytest.raises(ConfigError, match=r"data=imagenet is not an option of data; .*choose one of .*digits"):
-        data.build(OmegaConf.create({"name": "imagenet"}))
+        build_data(OmegaConf.create({"name": "imagenet"}))
 
 
 def test_gpt_gradient_checkpointing_gives_the_same_gradients():
@@ -332,7 +334,7 @@ def test_gpt_gradient_checkpointing_gives_the_same_gradients():
             "dropout": 0.0,
             "grad_checkpointing": checkpointing,
         }
-        model = models.build(OmegaConf.create(cfg), META).train()
+        model = build_model(OmegaConf.create(cfg), META).train()
         model(torch.randint(0, 4, (2, 8))).square().mean().backward()
         grads.append({name: p.grad.clone() for name, p in model.named_parameters()})
     for name, grad in grads[0].items():

@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from lab.tasks import Classification
-from lab.tasks.classification import ClassificationMetrics
+from lab.tasks.classification import Classification, ClassificationMetrics
 
 CPU = torch.device("cpu")
 

@@ -21,9 +21,9 @@ from lab import checkpointing, runtime
 from lab.distributed import launch, parallel
 from lab.errors import ConfigError
 from lab.inference import backends
-from lab.optim import build_optimizer
-from lab.tasks import Classification
-from lab.training import Trainer
+from lab.optim.optimizers import build_optimizer
+from lab.tasks.classification import Classification
+from lab.training.trainer import Trainer
 
 CPU = torch.device("cpu")
 

@@ -15,7 +15,7 @@ from lab.config import validate
 from lab.distributed.parallel import Parallel
 from lab.errors import ConfigError
 from lab.runtime import Precision
-from lab.tasks import Classification
+from lab.tasks.classification import Classification
 from lab.tracking import Tracker
 from lab.training import flops
 from lab.training.start import log_start
@@ -124,16 +124,16 @@ def test_a_meta_device_model_is_summarised_and_counted_without_weights(tmp_path,
 def test_a_meta_device_gpt_counts_the_attention_kernel_the_device_runs(tmp_path) -> None:
     """On the meta device attention would run its math path (counted otherwise than the kernel the device picks):
     the count runs on a weightless stand-in on the device, and equals the whole model's."""
-    from lab import models
+    from lab.models.common import build as build_model
     from lab.tasks.language_model import LanguageModel
 
     model_cfg, meta = {"name": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 16}, {"vocab_size": 20, "block_size": 8}
     tokens = torch.randint(0, 20, (4, 9), generator=torch.Generator().manual_seed(0))
     loader = DataLoader(TensorDataset(tokens[:, :-1], tokens[:, 1:]), batch_size=4)
     tracker, task = Tracker(tmp_path / "report").start(), LanguageModel(meta)
-    whole = log_start(models.build(model_cfg, meta), task, loader, tmp_path, CPU, FP32, tracker, Parallel(), 1e9)
+    whole = log_start(build_model(model_cfg, meta), task, loader, tmp_path, CPU, FP32, tracker, Parallel(), 1e9)
     with torch.device("meta"):
-        model = models.build(model_cfg, meta)
+        model = build_model(model_cfg, meta)
     on_meta = log_start(model, task, loader, tmp_path, CPU, FP32, tracker, Parallel(), 1e9)
     tracker.finish("completed")
     assert whole is not None and on_meta is not None

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from helpers import in_process_trainer
 from lab import cli
 from lab.runtime import Precision
-from lab.tasks import BaseTask
+from lab.tasks.base import BaseTask
 from lab.training import oom
 from lab.training.evaluation import accumulate_metrics
 

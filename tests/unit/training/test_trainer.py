@@ -17,14 +17,14 @@ from torch.utils.data import DataLoader, TensorDataset
 from lab import checkpointing, stopping
 from lab.checkpointing import CheckpointManager
 from lab.config import TrainerConfig
-from lab.data import EpochLoader
+from lab.data.loaders import EpochLoader
 from lab.distributed.parallel import Parallel
 from lab.errors import Interrupted, UserError
-from lab.optim import PerStep
+from lab.optim.schedulers import PerStep
 from lab.runtime import Precision
-from lab.tasks import BaseTask
+from lab.tasks.base import BaseTask
 from lab.tracking import Tracker
-from lab.training import Trainer
+from lab.training.trainer import Trainer
 
 CPU = torch.device("cpu")
 

@@ -7,13 +7,13 @@ import torch
 from omegaconf import OmegaConf
 from PIL import Image
 
-from lab import checkpointing, models
+from lab import checkpointing
 from lab.config import ConfigError, validate
 from lab.config.trackers import trackers
 from lab.data.common import make_meta
 from lab.errors import UserError
-from lab.tasks import Classification
-from lab.tasks.classification import ClassificationMetrics
+from lab.models.common import build as build_model
+from lab.tasks.classification import Classification, ClassificationMetrics
 from lab.tasks.figures import confusion_matrix_png
 from lab.workflows import restore
 
@@ -54,7 +54,7 @@ META = make_meta(10, 1, 8, [0.3], [0.4], [str(i) for i in range(10)])
 def checkpoint_file(tmp_path, compose):
     """A checkpoint as train.py writes it (CNN on digits), without training."""
     cfg = compose(["model=cnn"])
-    model = models.build(cfg.model, META)
+    model = build_model(cfg.model, META)
     path = tmp_path / "best.pt"
     checkpointing.save(
         path,

@@ -28,9 +28,9 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from lab import data
 from lab.config import options
 from lab.data import folder, prepared
+from lab.data.loaders import EpochLoader, make_loader
 from lab.distributed.parallel import Parallel
 from lab.extensions.big_data import shards
 
@@ -59,22 +59,22 @@ class InMemory(Dataset):
         return self.decode({".png": io.BytesIO(encoded), ".cls": io.BytesIO(str(label).encode()), "__key__": ""})
 
 
-def epochs_of(dataset: Dataset, cfg) -> data.EpochLoader:
+def epochs_of(dataset: Dataset, cfg) -> EpochLoader:
     """Return the trainer's training loader, with data=shards' own order or a shuffle for the others."""
     generator = torch.Generator().manual_seed(0)
     sampler = Parallel().train_sampler(dataset, seed=0)
-    loader = data.make_loader(dataset, cfg, train=True, generator=generator, pin_memory=False, sampler=sampler)
-    return data.EpochLoader(loader, generator, 0)
+    loader = make_loader(dataset, cfg, train=True, generator=generator, pin_memory=False, sampler=sampler)
+    return EpochLoader(loader, generator, 0)
 
 
-def timed_epoch(epochs: data.EpochLoader, epoch: int) -> float:
+def timed_epoch(epochs: EpochLoader, epoch: int) -> float:
     start, seen = time.perf_counter(), 0
     for x, _ in epochs.epoch(epoch):
         seen += len(x)
     return seen / (time.perf_counter() - start)
 
 
-def loader_rates(loaders: list[data.EpochLoader], repeats: int) -> list[float]:
+def loader_rates(loaders: list[EpochLoader], repeats: int) -> list[float]:
     """Return each loader's best samples/s over `repeats` epochs, after a warm-up epoch that starts the workers.
 
     The loaders take turns so machine noise falls on all of them."""

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from lab.data import make_loader
+from lab.data.loaders import make_loader
 from lab.data.options import TextConfig
 from lab.extensions.big_data import tokens
 from lab.extensions.big_data.options import TokensConfig

@@ -136,11 +136,11 @@ def hf_trainer(model_dir: Path, out: Path, args: argparse.Namespace) -> dict[str
 
 
 def trainable(model_dir: Path, vocab: int, lora: int | None) -> int:
-    from lab import models
     from lab.extensions.hf.options import HfModelConfig, LoraSettings
+    from lab.models.common import build as build_model
 
     option = HfModelConfig(name_or_path=str(model_dir), lora=LoraSettings(r=lora))
-    model = models.build(option, {"vocab_size": vocab, "block_size": 1, "input_shape": [1], "num_outputs": vocab})
+    model = build_model(option, {"vocab_size": vocab, "block_size": 1, "input_shape": [1], "num_outputs": vocab})
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 

@@ -25,8 +25,12 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
 import lab.config
-from lab import data, models, runtime
-from lab.optim import build_optimizer, build_scheduler
+from lab import runtime
+from lab.data.datasets import build as build_data
+from lab.data.loaders import make_loader
+from lab.models.common import build as build_model
+from lab.optim.optimizers import build_optimizer
+from lab.optim.schedulers import build_scheduler
 
 CONF = Path(__file__).resolve().parents[4] / "conf"
 TINY = [
@@ -44,12 +48,12 @@ def race(cfg, datamodule, device, args) -> tuple[int | None, float, float]:
 
     Return the steps to --target (None if never reached), the training seconds and the last validation loss."""
     runtime.seed_everything(cfg.seed)
-    model = models.build(cfg.model, datamodule.meta).to(device)
+    model = build_model(cfg.model, datamodule.meta).to(device)
     optimizer = build_optimizer(cfg.optimizer, model, cfg.model, device)
     schedule = build_scheduler(cfg.scheduler, optimizer, args.max_steps)
     pin, seeded = device.type == "cuda", torch.Generator().manual_seed(0)
-    loader = data.make_loader(datamodule.train, cfg.data, train=True, generator=seeded, pin_memory=pin)
-    val_loader = data.make_loader(datamodule.val, cfg.data, train=False, generator=None, pin_memory=pin)
+    loader = make_loader(datamodule.train, cfg.data, train=True, generator=seeded, pin_memory=pin)
+    val_loader = make_loader(datamodule.val, cfg.data, train=False, generator=None, pin_memory=pin)
     val = [batch for batch, _ in zip(val_loader, range(args.eval_batches))]
     steps, seconds, loss = 0, 0.0, float("inf")
     while steps < args.max_steps:
@@ -99,7 +103,7 @@ def main() -> None:
             lab.config.validate(configs[name])
     cfg = configs[name]  # the data and the model are the same for both
     device = runtime.select_device(cfg.trainer.device)
-    datamodule = data.build(cfg.data)
+    datamodule = build_data(cfg.data)
     rows = {name: race(cfg, datamodule, device, args) for name, cfg in configs.items()}
     print(f"to val loss {args.target} (char GPT, {device}, at most {args.max_steps} steps):")
     for name, (steps, seconds, loss) in rows.items():

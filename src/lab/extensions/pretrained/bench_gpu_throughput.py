@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from lab import models
 from lab.data.common import make_meta
 from lab.extensions.pretrained.options import TorchvisionConfig
+from lab.models import common
 from lab.runtime import Precision
-from lab.tasks import Classification
+from lab.tasks.classification import Classification
 from lab.training import flops
 
 
@@ -62,7 +62,7 @@ VARIANTS = {
 def build_model(case: Case, device: torch.device) -> torch.nn.Module:
     meta = make_meta(10, 3, case.image_size, [0.5] * 3, [0.25] * 3, [str(c) for c in range(10)])
     cfg = OmegaConf.structured(TorchvisionConfig(arch=case.arch, small_input=case.small_input))
-    return models.build(cfg, meta).to(device)
+    return common.build(cfg, meta).to(device)
 
 
 def measure(

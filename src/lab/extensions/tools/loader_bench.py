@@ -5,7 +5,7 @@ itself is bench_data.
 
     python -m lab.extensions.tools.bench_data [train overrides: data=..., data.*=..., experiment=...] [--workers 0,2,4]
 
-Each setting builds the same loader training does (``lab.data.make_loader``: same sampler, worker seeding and
+Each setting builds the same loader training does (``lab.data.loaders.make_loader``: same sampler, worker seeding and
 drop_last). It walks it as the trainer does (``EpochLoader``), with a fresh iterator per epoch, so worker start-up
 counts unless the workers persist. Each batch moves to the run's device with ``non_blocking`` copies.
 ``pin_memory`` is tried only on CUDA, where it matters, and ``persistent_workers`` only with workers. The simplest
@@ -23,11 +23,11 @@ from typing import Any, cast
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from lab.data import EpochLoader, make_loader
 from lab.data.batches import size as batch_size_of
 from lab.data.batches import split as split_batch
 from lab.data.batches import to_device
 from lab.data.common import dataset_len
+from lab.data.loaders import EpochLoader, make_loader
 
 TOLERANCE = 0.05  # settings within 5% of the fastest count as fast
 
@@ -168,10 +168,11 @@ def run(
     """Benchmark the training split of cfg.data on cfg.trainer.device and print the table and recommendation.
 
     Return the rows and the recommended one."""
-    from lab import data, runtime
+    from lab import runtime
+    from lab.data.datasets import build as build_data
 
     device = runtime.select_device(cfg.trainer.device)
-    dataset = data.build(cfg.data).train
+    dataset = build_data(cfg.data).train
     cuda = device.type == "cuda"
     batch_sizes = list(batch_sizes or [cfg.data.batch_size])
     settings = grid(batch_sizes, list(workers if workers is not None else default_workers()), cuda, pin_memory)

@@ -239,9 +239,14 @@ def run(cfg: Any, run_dir: str | Path, options: Options) -> Result:
     import torch
     from omegaconf import OmegaConf
 
-    from lab import data, models, runtime, tasks, tracking
+    from lab import runtime, tracking
     from lab.config.options import instantiate
-    from lab.optim import build_optimizer
+    from lab.data.datasets import build as build_data
+    from lab.data.loaders import make_loader
+    from lab.models.common import build as build_model
+    from lab.models.common import prepare as prepare_model
+    from lab.optim.optimizers import build_optimizer
+    from lab.tasks.common import build as build_task
     from lab.tracking import provenance
 
     run_dir = Path(run_dir)
@@ -256,14 +261,14 @@ def run(cfg: Any, run_dir: str | Path, options: Options) -> Result:
             cfg.data.batch_size,
         )
 
-    datamodule = data.build(models.prepare(cfg.model, cfg.data))
-    task = tasks.build(cfg.task, datamodule.meta, datamodule.train)
+    datamodule = build_data(prepare_model(cfg.model, cfg.data))
+    task = build_task(cfg.task, datamodule.meta, datamodule.train)
     pin = cfg.data.pin_memory if cfg.data.pin_memory is not None else device.type == "cuda"
     generator = torch.Generator().manual_seed(cfg.seed)
-    loader = data.make_loader(
+    loader = make_loader(
         datamodule.train, cfg.data, train=True, generator=generator, pin_memory=pin, collate=datamodule.train_collate
     )
-    model = models.build(cfg.model, datamodule.meta).to(device)
+    model = build_model(cfg.model, datamodule.meta).to(device)
     model = runtime.apply_channels_last(model, cfg.trainer.channels_last, shards_weights=False)  # one process
     optimizer_cfg = OmegaConf.merge(cfg.optimizer, {"lr": options.start_lr})
 

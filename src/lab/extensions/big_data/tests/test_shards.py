@@ -14,9 +14,9 @@ import pytest
 import torch
 from PIL import Image
 
-from lab import data
 from lab.config import ConfigError, options
 from lab.data import prepared
+from lab.data.loaders import EpochLoader, make_loader
 from lab.distributed.parallel import Parallel
 from lab.errors import UserError
 from lab.extensions.big_data import shards
@@ -79,8 +79,8 @@ def epoch_visits(module, world_size: int, workers: int, epoch: int) -> list[int]
     for rank in range(world_size):
         sampler = Parallel(rank=rank, world_size=world_size).train_sampler(module.train, seed=7)
         generator = torch.Generator().manual_seed(7)
-        loader = data.make_loader(module.train, cfg, train=True, generator=generator, pin_memory=False, sampler=sampler)
-        for x, _ in data.EpochLoader(loader, generator, 7).epoch(epoch):
+        loader = make_loader(module.train, cfg, train=True, generator=generator, pin_memory=False, sampler=sampler)
+        for x, _ in EpochLoader(loader, generator, 7).epoch(epoch):
             seen += x[:, 0].long().tolist()
     return seen
 
@@ -117,8 +117,8 @@ def test_a_resumed_epoch_continues_the_order_where_it_stopped(tmp_path):
     def batches(start):
         sampler = Parallel().train_sampler(module.train, seed=1)
         generator = torch.Generator().manual_seed(1)
-        loader = data.make_loader(module.train, cfg, train=True, generator=generator, pin_memory=False, sampler=sampler)
-        return [x[:, 0].tolist() for x, _ in data.EpochLoader(loader, generator, 1).epoch(1, start)]
+        loader = make_loader(module.train, cfg, train=True, generator=generator, pin_memory=False, sampler=sampler)
+        return [x[:, 0].tolist() for x, _ in EpochLoader(loader, generator, 1).epoch(1, start)]
 
     assert batches(3) == batches(0)[3:]
 

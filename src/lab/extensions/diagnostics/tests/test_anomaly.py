@@ -14,7 +14,7 @@ from helpers import in_process_trainer
 from lab import cli
 from lab.config import options
 from lab.errors import UserError
-from lab.tasks import BaseTask
+from lab.tasks.base import BaseTask
 
 SETTINGS = [
     "logger=none",
@@ -161,17 +161,19 @@ TASKS = {
 def test_each_task_runs_clean_then_names_a_diverged_layer(compose, tmp_path: Path, overrides: list[str]) -> None:
     """A sane run passes every check (no false alarm); a learning rate of 1e30 blows up the first weights, and the
     second step names the first layer whose output overflows."""
-    from lab import data, models, tasks
+    from lab.data.datasets import build as build_data
+    from lab.models.common import build as build_model
+    from lab.tasks.common import build as build_task
 
     for lr, steps in ((None, 2), (1e30, 3)):
         extra = [] if lr is None else ["scheduler=constant", "scheduler.warmup_steps=0"]
         cfg = compose([*overrides, *SETTINGS, f"trainer.limit_train_batches={steps}", *extra])
         cfg.data = options.instantiate("data", cfg.data)
-        datamodule = data.build(cfg.data)
+        datamodule = build_data(cfg.data)
         torch.manual_seed(0)
-        model = models.build(cfg.model, datamodule.meta)
+        model = build_model(cfg.model, datamodule.meta)
         loader = DataLoader(datamodule.train, batch_size=cfg.data.batch_size, drop_last=True)
-        trainer = in_process_trainer(cfg, model, tasks.build(cfg.task, datamodule.meta), loader, tmp_path / str(lr))
+        trainer = in_process_trainer(cfg, model, build_task(cfg.task, datamodule.meta), loader, tmp_path / str(lr))
         if lr is not None:  # past optimizer.lr's bound, which the config refuses: set on the built optimizer
             for group in trainer.optimizer.param_groups:
                 group["lr"] = lr

@@ -106,13 +106,15 @@ TASKS = {
 
 @pytest.mark.parametrize("overrides", TASKS.values(), ids=TASKS.keys())
 def test_each_task_s_train_step_under_the_profiler(compose, tmp_path: Path, overrides: list[str]) -> None:
-    from lab import data, models, tasks
+    from lab.data.datasets import build as build_data
+    from lab.models.common import build as build_model
+    from lab.tasks.common import build as build_task
 
     cfg = compose([*overrides, "logger=none", "trainer.progress_bar=off", "debug=profile"])
     cfg.data = options.instantiate("data", cfg.data)
-    datamodule = data.build(cfg.data)
-    task = tasks.build(cfg.task, datamodule.meta)
-    model = models.build(cfg.model, datamodule.meta)
+    datamodule = build_data(cfg.data)
+    task = build_task(cfg.task, datamodule.meta)
+    model = build_model(cfg.model, datamodule.meta)
     loader = DataLoader(datamodule.train, batch_size=cfg.data.batch_size, shuffle=True, drop_last=True)
     trainer = in_process_trainer(cfg, model, task, loader, tmp_path)
     try:

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import in_process_trainer
 from lab.extensions.diagnostics.stats import HISTOGRAM_BINS
-from lab.tasks import BaseTask
+from lab.tasks.base import BaseTask
 from lab.training.callbacks import Callback
 
 SETTINGS = [

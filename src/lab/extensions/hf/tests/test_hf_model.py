@@ -8,10 +8,10 @@ import pytest
 import tiny
 import torch
 
-from lab import models
 from lab.errors import ConfigError, UserError
 from lab.extensions.hf import hub
 from lab.extensions.hf.options import HfModelConfig, LoraSettings
+from lab.models.common import build as build_model
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -41,7 +41,7 @@ def trainable(model: torch.nn.Module) -> list[str]:
 
 def test_classification_gets_a_head_for_the_data_classes(bert):
     option = HfModelConfig(name_or_path=bert)
-    model = models.build(option, CLASSES)
+    model = build_model(option, CLASSES)
     assert model(batch()).shape == (2, 3)
     assert option.head(model).out_features == 3
     assert len(trainable(model)) == len(list(model.parameters()))  # no LoRA: everything trains
@@ -50,7 +50,7 @@ def test_classification_gets_a_head_for_the_data_classes(bert):
 
 def test_a_causal_lm_takes_a_dict_or_the_token_ids(llama):
     option = HfModelConfig(name_or_path=llama)
-    model = models.build(option, TOKENS).eval()
+    model = build_model(option, TOKENS).eval()
     inputs = batch()
     with torch.no_grad():
         logits = model(inputs)
@@ -65,28 +65,28 @@ def test_a_causal_lm_takes_a_dict_or_the_token_ids(llama):
 
 
 def test_kind_follows_the_data_unless_set(bert, llama):
-    assert models.build(HfModelConfig(name_or_path=llama, kind="sequence_classification"), CLASSES)(batch()).shape == (
+    assert build_model(HfModelConfig(name_or_path=llama, kind="sequence_classification"), CLASSES)(batch()).shape == (
         2,
         3,
     )
     with pytest.raises(ConfigError, match="model=hf takes token data"):
-        models.build(HfModelConfig(name_or_path=bert), {"input_shape": [3, 8, 8], "num_outputs": 2})
+        build_model(HfModelConfig(name_or_path=bert), {"input_shape": [3, 8, 8], "num_outputs": 2})
 
 
 def test_lora_trains_the_adapter_and_the_new_head_only(bert):
     option = HfModelConfig(name_or_path=bert, lora=LoraSettings(r=4, alpha=8))
-    model = models.build(option, CLASSES)
+    model = build_model(option, CLASSES)
     names = trainable(model)
     assert names and all("lora_" in n or "classifier" in n for n in names)
     assert {n.split(".")[-4] for n in names if "lora_A" in n} == {"query", "value"}  # PEFT's default for BERT
     assert option.head(model).out_features == 3 and all(p.requires_grad for p in option.head(model).parameters())
-    full = sum(p.numel() for p in models.build(HfModelConfig(name_or_path=bert), CLASSES).parameters())
+    full = sum(p.numel() for p in build_model(HfModelConfig(name_or_path=bert), CLASSES).parameters())
     assert sum(p.numel() for n, p in model.named_parameters() if n in names) < full / 10
 
 
 def test_lora_target_modules_and_a_causal_lm(llama):
     option = HfModelConfig(name_or_path=llama, lora=LoraSettings(r=2, target_modules=["q_proj", "k_proj", "o_proj"]))
-    model = models.build(option, TOKENS)
+    model = build_model(option, TOKENS)
     wrapped = {n.split(".")[-4] for n in trainable(model)}
     assert wrapped == {"q_proj", "k_proj", "o_proj"}
     assert model(batch()).shape == (2, 8, 18)
@@ -95,7 +95,7 @@ def test_lora_target_modules_and_a_causal_lm(llama):
 def test_lora_off_when_r_or_the_node_is_null(bert):
     for lora in (None, LoraSettings(r=None)):
         assert all(
-            p.requires_grad for p in models.build(HfModelConfig(name_or_path=bert, lora=lora), CLASSES).parameters()
+            p.requires_grad for p in build_model(HfModelConfig(name_or_path=bert, lora=lora), CLASSES).parameters()
         )
 
 
@@ -107,12 +107,12 @@ def test_bad_values_are_refused_in_one_line(bert):
     with pytest.raises(ConfigError, match=r"model\.lora\.r must be >= 1"):
         HfModelConfig(name_or_path=bert, lora=LoraSettings(r=0))
     with pytest.raises(ConfigError, match=r"model\.lora: PEFT could not wrap the model"):
-        models.build(HfModelConfig(name_or_path=bert, lora=LoraSettings(r=2, target_modules=["nope"])), CLASSES)
+        build_model(HfModelConfig(name_or_path=bert, lora=LoraSettings(r=2, target_modules=["nope"])), CLASSES)
 
 
 def test_dtype_checkpointing_and_attention_reach_the_model(llama):
     option = HfModelConfig(name_or_path=llama, dtype="bfloat16", grad_checkpointing=True, attn_implementation="eager")
-    model = models.build(option, TOKENS)
+    model = build_model(option, TOKENS)
     network = model.network
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert network.is_activation_checkpointing and network.config._attn_implementation == "eager"
@@ -123,8 +123,8 @@ def test_dtype_checkpointing_and_attention_reach_the_model(llama):
 
 def test_a_checkpoint_rebuilds_the_architecture_without_the_weights(bert):
     option = HfModelConfig(name_or_path=bert, lora=LoraSettings(r=4))
-    trained = models.build(option, CLASSES).eval()
-    rebuilt = models.build(option.for_checkpoint(), CLASSES).eval()
+    trained = build_model(option, CLASSES).eval()
+    rebuilt = build_model(option.for_checkpoint(), CLASSES).eval()
     assert not option.for_checkpoint().pretrained
     rebuilt.load_state_dict(trained.state_dict())
     with torch.no_grad():
@@ -133,10 +133,10 @@ def test_a_checkpoint_rebuilds_the_architecture_without_the_weights(bert):
 
 def test_freeze_and_init_from_work_as_for_every_model(bert, tmp_path):
     option = HfModelConfig(name_or_path=bert, freeze=["backbone"])
-    model = models.build(option, CLASSES)
+    model = build_model(option, CLASSES)
     assert trainable(model) == ["network.classifier.weight", "network.classifier.bias"]
     torch.save({k: v + 1 for k, v in model.state_dict().items()}, tmp_path / "w.pt")
-    started = models.build(HfModelConfig(name_or_path=bert, init_from=str(tmp_path / "w.pt")), CLASSES)
+    started = build_model(HfModelConfig(name_or_path=bert, init_from=str(tmp_path / "w.pt")), CLASSES)
     bias = "network.classifier.bias"
     assert torch.equal(started.state_dict()[bias], model.state_dict()[bias] + 1)
 
@@ -162,7 +162,7 @@ def test_a_hub_id_is_read_from_the_cache_without_the_network(bert, tmp_path, mon
 
 
 def test_a_classifier_given_token_ids_alone_masks_their_padding(bert):
-    model = models.build(HfModelConfig(name_or_path=bert), CLASSES).eval()
+    model = build_model(HfModelConfig(name_or_path=bert), CLASSES).eval()
     ids = torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0]])  # 0 is [PAD]
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
     with torch.no_grad():

@@ -23,7 +23,7 @@ from lab.extensions.int8 import int8_report
 from lab.extensions.int8.options import Int8Config
 from lab.inference import OnnxBackend
 from lab.models.cnn import SmallCNN
-from lab.tasks import Classification
+from lab.tasks.classification import Classification
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,12 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import in_process_trainer
-from lab import models
 from lab.config import ConfigError, validate
 from lab.extensions.muon.options import MuonConfig
-from lab.optim import build_optimizer, build_scheduler
-from lab.tasks import Classification
+from lab.models.common import build as build_model
+from lab.optim.optimizers import build_optimizer
+from lab.optim.schedulers import build_scheduler
+from lab.tasks.classification import Classification
 
 GPT = ["model=gpt", "model.n_layer=2", "model.n_head=2", "model.n_embd=16"]
 MLP = ["model=mlp", "model.hidden_dims=[16,8]", "model.dropout=0"]
@@ -24,7 +25,7 @@ MLP_META = {"input_shape": [4], "num_outputs": 3}
 def _split(compose, overrides: list[str], meta: dict) -> tuple[torch.optim.Optimizer, dict[str, str]]:
     cfg = compose(["optimizer=muon", *overrides])
     torch.manual_seed(0)
-    model = models.build(cfg.model, meta)
+    model = build_model(cfg.model, meta)
     optimizer = build_optimizer(cfg.optimizer, model, cfg.model)
     names = {id(p): name for name, p in model.named_parameters()}
     kinds = {names[id(p)]: "muon" if g["muon"] else "adamw" for g in optimizer.param_groups for p in g["params"]}
@@ -80,7 +81,7 @@ def test_training_resumes_bit_exactly_from_a_checkpoint(compose, tmp_path: Path)
     def fit(epochs: int, run_dir: Path, resume_from: Path | None = None) -> torch.nn.Module:
         cfg = compose([*overrides, f"trainer.max_epochs={epochs}", "scheduler.decay_fraction=0.5"])
         torch.manual_seed(0)
-        model = models.build(cfg.model, MLP_META)
+        model = build_model(cfg.model, MLP_META)
         loader = DataLoader(data, batch_size=8)
         # 8 steps over 2 epochs: warmup 2, stable 2, decay 4, the resumed part crossing into the decay
         trainer = in_process_trainer(cfg, model, Classification(3), loader, run_dir, total_steps=8)
@@ -100,7 +101,7 @@ def test_training_resumes_bit_exactly_from_a_checkpoint(compose, tmp_path: Path)
 def test_the_split_is_logged_by_describe(compose) -> None:
     cfg = compose(["optimizer=muon", *MLP])
     torch.manual_seed(0)
-    model = models.build(cfg.model, MLP_META)
+    model = build_model(cfg.model, MLP_META)
     line = MuonConfig().describe(model, build_optimizer(cfg.optimizer, model, cfg.model))
     assert line == (
         "optimizer=muon: Muon on 2 tensors (192 values), AdamW on 4 tensors (51 values); AdamW's weights: 7.weight"

@@ -10,7 +10,7 @@ import torch
 
 from lab.extensions.pretrained import bench_gpu_throughput as bench
 from lab.runtime import Precision
-from lab.tasks import Classification
+from lab.tasks.classification import Classification
 from lab.training import flops
 
 CPU = torch.device("cpu")

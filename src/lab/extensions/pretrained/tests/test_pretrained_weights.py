@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from lab import models
 from lab.errors import UserError
 from lab.extensions.pretrained.options import TimmConfig, TorchvisionConfig
-from lab.optim import build_optimizer
+from lab.models.common import build as build_model
+from lab.optim.optimizers import build_optimizer
 from lab.optim.options import SGDConfig
 
 timm = pytest.importorskip("timm")
@@ -31,7 +31,7 @@ def saved(tmp_path, model: nn.Module, name: str = "weights.pth") -> str:
 def test_timm_weights_file_is_loaded_whole_when_the_head_fits(tmp_path):
     torch.manual_seed(0)
     source = timm.create_model("test_resnet", num_classes=3).eval()
-    model = models.build(TimmConfig(arch="test_resnet", weights_path=saved(tmp_path, source)), META).eval()
+    model = build_model(TimmConfig(arch="test_resnet", weights_path=saved(tmp_path, source)), META).eval()
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(model(x), source(x))  # the file's model, logits and all
@@ -41,7 +41,7 @@ def test_a_1000_class_file_gives_a_new_head_and_a_grey_stem(tmp_path, caplog):
     torch.manual_seed(0)
     source = timm.create_model("test_resnet")  # ImageNet's 1000 classes, RGB
     with caplog.at_level(logging.INFO, logger="lab.extensions.pretrained.timm_model"):
-        model = models.build(TimmConfig(arch="test_resnet", weights_path=saved(tmp_path, source)), GREY)
+        model = build_model(TimmConfig(arch="test_resnet", weights_path=saved(tmp_path, source)), GREY)
     own, theirs = model.state_dict(), source.state_dict()
     assert own["fc.weight"].shape == (3, theirs["fc.weight"].shape[1])  # re-initialised for 3 classes
     stem = "conv1.0.weight"
@@ -77,7 +77,7 @@ def test_cached_hub_weights_are_read_from_the_cache_without_the_network(tmp_path
     save_file(source.state_dict(), str(repo / "snapshots" / "abc" / "model.safetensors"))
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    model = models.build(TimmConfig(arch="test_resnet"), {**META, "num_outputs": 5})
+    model = build_model(TimmConfig(arch="test_resnet"), {**META, "num_outputs": 5})
     own = model.state_dict()
     assert torch.equal(own["conv1.0.weight"], source.state_dict()["conv1.0.weight"])
     assert own["fc.weight"].shape[0] == 5  # timm's loader dropped the classifier of another class count
@@ -86,7 +86,7 @@ def test_cached_hub_weights_are_read_from_the_cache_without_the_network(tmp_path
 def test_a_vit_file_is_resampled_to_the_data_size(tmp_path):
     torch.manual_seed(0)
     source = timm.create_model("test_vit", num_classes=3)  # position embeddings for 160 px
-    model = models.build(
+    model = build_model(
         TimmConfig(arch="test_vit", weights_path=saved(tmp_path, source)),
         {**META, "image_size": 48, "input_shape": [3, 48, 48]},
     )
@@ -98,7 +98,7 @@ def test_a_checkpoint_rebuilds_without_the_pretrained_file(tmp_path):
     option = TimmConfig(arch="test_resnet", weights_path=str(tmp_path / "moved-away.pth"), init_from="gone.pt")
     architecture = option.for_checkpoint()
     assert (architecture.pretrained, architecture.weights_path, architecture.init_from) == (False, None, None)
-    models.build(architecture, META)  # nothing read
+    build_model(architecture, META)  # nothing read
 
 
 def test_timms_pretrained_config_is_the_preprocessing_the_data_takes():
@@ -118,7 +118,7 @@ def test_torchvision_weights_load_around_a_new_head(tmp_path):
     torch.manual_seed(0)
     source = torchvision.models.mobilenet_v3_small()  # 1000 classes
     option = TorchvisionConfig(arch="mobilenet_v3_small", weights="IMAGENET1K_V1", weights_path=saved(tmp_path, source))
-    model = models.build(option, META)
+    model = build_model(option, META)
     own, theirs = model.state_dict(), source.state_dict()
     head = {"classifier.3.weight", "classifier.3.bias"}
     assert own["classifier.3.weight"].shape[0] == 3
@@ -146,7 +146,7 @@ def test_torchvision_weights_come_from_torchs_cache_or_one_line(tmp_path, monkey
     cached.parent.mkdir(parents=True)
     torch.save(torchvision.models.mobilenet_v3_small().state_dict(), cached)
     option.locate_weights()  # found in the cache: no network needed
-    assert models.build(option, META).classifier[3].out_features == 3
+    assert build_model(option, META).classifier[3].out_features == 3
 
 
 def test_grey_images_reach_torchvision_weights_as_three_equal_planes(tmp_path):
@@ -154,7 +154,7 @@ def test_grey_images_reach_torchvision_weights_as_three_equal_planes(tmp_path):
     torch.manual_seed(0)
     source = torchvision.models.mobilenet_v3_small(num_classes=3).eval()
     option = TorchvisionConfig(arch="mobilenet_v3_small", weights="DEFAULT", weights_path=saved(tmp_path, source))
-    model = models.build(option, GREY).eval()
+    model = build_model(option, GREY).eval()
     grey = torch.randn(2, 1, 32, 32)
     with torch.no_grad():
         assert torch.allclose(model(grey), source(grey.expand(-1, 3, -1, -1)), atol=1e-6)
@@ -176,5 +176,5 @@ def test_layer_decay_and_head_lr_scale_set_each_group_learning_rate():
 
 
 def test_freezing_the_backbone_leaves_the_classifier_to_train():
-    model = models.build(TimmConfig(arch="test_resnet", pretrained=False, freeze=["backbone"]), META)
+    model = build_model(TimmConfig(arch="test_resnet", pretrained=False, freeze=["backbone"]), META)
     assert [n for n, p in model.named_parameters() if p.requires_grad] == ["fc.weight", "fc.bias"]

@@ -17,7 +17,7 @@ from torch import nn
 from lab.errors import UserError
 from lab.extensions.tools import lr_find
 from lab.extensions.tools.lr_find import Options, Result, exponential_lrs, range_test, suggest
-from lab.tasks import BaseTask
+from lab.tasks.base import BaseTask
 
 
 def synthetic_curve(lrs: list[float], center: float, blow_up: float) -> list[float]:
