@@ -64,6 +64,20 @@ def load_tokenizer(name_or_path: str, revision: str | None = None) -> Any:
     return AutoTokenizer.from_pretrained(**locate(name_or_path, revision, key="data.tokenizer"))
 
 
+def run_tokenizer(restored: Any) -> Any:
+    """Return a rebuilt checkpoint's tokenizer: the data's (or the model's) by name, else the copy its training run
+    saved in `<run dir>/tokenizer/` when the original is gone (a moved folder, another machine's cache)."""
+    settings = restored.config["model"]
+    name = restored.meta.get("tokenizer") or settings["name_or_path"]
+    saved = restored.path.parent.parent / "tokenizer"  # <run dir>/checkpoints/<name>.pt
+    try:
+        return load_tokenizer(name, settings.get("revision"))
+    except UserError:
+        if not saved.is_dir():
+            raise
+        return load_tokenizer(str(saved))
+
+
 def load_config(name_or_path: str, revision: str | None = None) -> Any:
     """Return the transformers config of `name_or_path`, found offline first."""
     from transformers import AutoConfig

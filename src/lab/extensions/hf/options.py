@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
@@ -17,6 +18,7 @@ from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.data import DataConfig
 from lab.config.models import ModelConfig
+from lab.config.tools import ExportOptions, ExportStepConfig
 
 if TYPE_CHECKING:
     from torch import nn
@@ -216,3 +218,34 @@ class HfDataConfig(DataConfig, name="hf"):
         from lab.extensions.hf import data, prepared
 
         prepared.verify(self.path, data.read_manifest(self))  # type: ignore[arg-type]
+
+
+@dataclass
+class HfExportConfig(ExportStepConfig, name="hf"):
+    """`export.formats=[hf]`: a directory transformers' `from_pretrained` loads, with the tokenizer (export.py)."""
+
+    formats = ("hf",)
+    merge_lora: bool = True  # false: the LoRA adapter alone, for peft's AutoPeftModelFor...from_pretrained
+    new_tokens: int = 8  # a causal LM's greedy tokens that the loaded directory must generate as the checkpoint does
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.new_tokens >= 1, f"export.hf.new_tokens must be >= 1, got {self.new_tokens}")
+
+    def conflict(self, export: ExportOptions) -> str | None:
+        if not self.merge_lora and "hf" not in export.formats:
+            return "export.hf.merge_lora=false sets how export.formats=[hf] writes LoRA: add export.formats=[hf]"
+        return None
+
+    def refuse_checkpoint(self, fmt: str, restored: Any) -> str | None:
+        from lab.extensions.hf.export import refusal
+
+        return refusal(restored, self.merge_lora)
+
+    def write_format(self, fmt: str, restored: Any, val_loader: Any, folder: Path, tolerance: float) -> dict[str, Any]:
+        from lab.extensions.hf.export import write
+
+        return write(restored, val_loader, folder, self.merge_lora, tolerance, self.new_tokens)
+
+    def run(self, export: Any) -> None:
+        """Nothing to add to the core's formats: hf is a format of its own, written by `write_format`."""
