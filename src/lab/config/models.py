@@ -61,6 +61,10 @@ class ModelConfig(Option, group="model"):
             return f"model={self.name} draws its initial weights in ways the replay does not reproduce"
         return None
 
+    def conflict(self, run: Any) -> str | None:
+        """Return why this model cannot work with the run's checked `TrainConfig` (refusing the run), or None."""
+        return None
+
     def for_checkpoint(self) -> ModelConfig:
         """Return the architecture without init_from, so eval/export/infer never read those weights again."""
         return dataclasses.replace(self, init_from=None)

@@ -67,6 +67,16 @@ class HfModelConfig(ModelConfig, name="hf"):
             _require(self.lora.r >= 1, f"model.lora.r must be >= 1 (or null: no LoRA), got {self.lora.r}")
             _require(0 <= self.lora.dropout < 1, f"model.lora.dropout must be in [0, 1), got {self.lora.dropout}")
 
+    def conflict(self, run: Any) -> str | None:
+        if self.dtype == "bfloat16" and run.precision.dtype == "float16":
+            # autocast would cast bfloat16 weights to float16, whose range is far smaller: two 16-bit formats at once,
+            # where the loss scaler protects only float16 gradients of float32 weights
+            return (
+                f"model.dtype=bfloat16 cannot train with precision={run.precision.name} (float16 autocast and its "
+                "loss scaler): use precision=bf16, or model.dtype=float32"
+            )
+        return None
+
     @property
     def uses_lora(self) -> bool:
         return self.lora is not None and self.lora.r is not None

@@ -96,3 +96,17 @@ def test_the_pages_infer_command_composes(compose):
     assert (python, script) == ("python", "scripts/infer.py")
     cfg = compose(overrides, config_name="infer")
     assert (cfg.input, cfg.infer.top_k) == ("reviews.txt", 2)
+
+
+@pytest.mark.parametrize(("precision", "refused"), [("fp16", True), ("bf16", False), ("fp32", False)])
+def test_bfloat16_weights_with_float16_autocast_are_refused_in_one_line(compose, precision, refused):
+    cfg = compose(["model=hf", "model.name_or_path=/models/tiny", "model.dtype=bfloat16", f"precision={precision}"])
+    if not refused:
+        validate(cfg)
+        return
+    with pytest.raises(ConfigError) as caught:
+        validate(cfg)
+    assert str(caught.value) == (
+        "model.dtype=bfloat16 cannot train with precision=fp16 (float16 autocast and its loss scaler): use "
+        "precision=bf16, or model.dtype=float32"
+    )
