@@ -6,12 +6,14 @@ command that fills it, not after a minute of download retries.
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from lab.errors import UserError
+from lab.files import staged
 
 
 def _reachable(url: str, timeout: float = 3.0) -> bool:
@@ -57,6 +59,9 @@ def locate(name_or_path: str, revision: str | None = None, key: str = "model.nam
     )
 
 
+TOKENIZER = "tokenizer"  # the folder in a training run's dir that holds its tokenizer
+
+
 def load_tokenizer(name_or_path: str, revision: str | None = None) -> Any:
     """Return the transformers tokenizer of `name_or_path` (a local directory or a hub id), found offline first."""
     from transformers import AutoTokenizer
@@ -64,18 +69,20 @@ def load_tokenizer(name_or_path: str, revision: str | None = None) -> Any:
     return AutoTokenizer.from_pretrained(**locate(name_or_path, revision, key="data.tokenizer"))
 
 
+def save_run_tokenizer(name_or_path: str, run_dir: Path) -> None:
+    """Save the tokenizer into `<run_dir>/tokenizer/`, whole or not at all; a resumed run keeps the copy it has."""
+    target = run_dir / TOKENIZER
+    if target.is_dir():
+        return
+    with staged(run_dir, TOKENIZER) as stage:
+        load_tokenizer(name_or_path).save_pretrained(stage)
+        os.replace(stage, target)
+
+
 def run_tokenizer(restored: Any) -> Any:
-    """Return a rebuilt checkpoint's tokenizer: the data's (or the model's) by name, else the copy its training run
-    saved in `<run dir>/tokenizer/` when the original is gone (a moved folder, another machine's cache)."""
+    """Return a rebuilt checkpoint's tokenizer: the data's, else the model's."""
     settings = restored.config["model"]
-    name = restored.meta.get("tokenizer") or settings["name_or_path"]
-    saved = restored.path.parent.parent / "tokenizer"  # <run dir>/checkpoints/<name>.pt
-    try:
-        return load_tokenizer(name, settings.get("revision"))
-    except UserError:
-        if not saved.is_dir():
-            raise
-        return load_tokenizer(str(saved))
+    return load_tokenizer(restored.meta.get("tokenizer") or settings["name_or_path"], settings.get("revision"))
 
 
 def load_config(name_or_path: str, revision: str | None = None) -> Any:

@@ -67,6 +67,14 @@ class HfModelConfig(ModelConfig, name="hf"):
             _require(self.lora.r >= 1, f"model.lora.r must be >= 1 (or null: no LoRA), got {self.lora.r}")
             _require(0 <= self.lora.dropout < 1, f"model.lora.dropout must be in [0, 1), got {self.lora.dropout}")
 
+    def save_with_run(self, run_dir: Path, meta: dict[str, Any]) -> None:
+        # A model hook, not a data one: export and infer read the tokenizer through the model, whichever data
+        # option tokenized (its data_meta names the tokenizer; no name, no text to tokenize).
+        if meta.get("tokenizer"):
+            from lab.extensions.hf.hub import save_run_tokenizer
+
+            save_run_tokenizer(meta["tokenizer"], run_dir)
+
     def conflict(self, run: Any) -> str | None:
         if self.dtype == "bfloat16" and run.precision.dtype == "float16":
             # autocast would cast bfloat16 weights to float16, whose range is far smaller: two 16-bit formats at once,

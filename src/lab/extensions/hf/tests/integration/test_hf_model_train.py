@@ -1,7 +1,7 @@
 """model=hf through the real scripts, on tiny models and a tokenizer the test writes (tiny.py) and the test-only
 dataset option data=hf_model_text (hf_model_data.py): LoRA classification trained and evaluated from its checkpoint,
 a causal LM with LoRA killed with SIGKILL and resumed bitwise with resume=auto, a hub id read from the Hugging Face
-cache offline, and a missing one refused before anything is written."""
+cache offline, and a missing one refused before anything is written; each exported by export.formats=[hf]."""
 
 from __future__ import annotations
 
@@ -174,6 +174,13 @@ def test_a_hub_id_comes_from_the_cache_offline_and_a_missing_one_is_refused_befo
     data = ["data=hf_model_text", f"data.tokenizer={saved / 'bert'}", "task=classification", "trainer.max_epochs=1"]
     proc = train(tmp_path / "cached", "model=hf", "model.name_or_path=someone/tiny-bert", *data, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    from transformers import AutoTokenizer
+
+    words = "the movie was very good"  # the run keeps its own copy of the tokenizer
+    assert (
+        AutoTokenizer.from_pretrained(tmp_path / "cached" / "tokenizer")(words)["input_ids"]
+        == (AutoTokenizer.from_pretrained(saved / "bert")(words)["input_ids"])
+    )
     best = tmp_path / "cached" / "checkpoints" / "best.pt"
     no_adapter = export(best, tmp_path / "exp", "export.hf.merge_lora=false", env=env)
     assert no_adapter.returncode == 1 and no_adapter.stderr.strip().splitlines()[-1] == (
