@@ -21,8 +21,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from lab.config.trackers import WandbConfig, logger_config
+from lab.config.trackers import logger_config
 from lab.tracking import Tracker, child_process
+from lab.tracking.options import WandbConfig
 
 VARIANTS = {
     "none": {},

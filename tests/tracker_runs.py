@@ -9,8 +9,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from lab.config.trackers import WandbConfig, logger_config
+from lab.config.trackers import logger_config
 from lab.tracking import Tracker, child_process
+from lab.tracking.options import WandbConfig
 
 CONFIG = {"model": {"name": "mlp", "hidden_dims": [8, 4]}, "optimizer": {"lr": 0.1}, "seed": 3}
 PROVENANCE = {"git_commit": "0123abc", "git_branch": "main", "git_dirty": False, "versions": {"python": "3"}}

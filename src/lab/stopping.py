@@ -14,15 +14,17 @@ after the first, quits at once.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
 _SAME_PRESS_S = 1.0
+log = logging.getLogger(__name__)
 
 _first: int | None = None  # this process's first stop signal, once it got one
 _first_at = 0.0
@@ -95,3 +97,40 @@ def stopped_at_once(signum: int) -> str:
     """Return the one line for a stop with no optimizer step in flight, where nothing more was saved."""
     name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
     return f"interrupted by {name}; stopped at once, nothing more was saved"
+
+
+class StopNote:
+    """The first stop signal a sweep's launcher got while its jobs ran (`signum` None: none yet)."""
+
+    signum: int | None = None
+    cancelled = False  # the launcher has passed the stop on to the running jobs
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+
+@contextlib.contextmanager
+def noting_stop_signals(on_signal: Callable[[int], None] | None = None) -> Iterator[StopNote]:
+    """While a launcher's jobs run, note the first stop signal (the launcher then starts no further job) and call
+    `on_signal` with each one. The jobs save last.pt and stop.
+
+    Outside the main thread, where signal handlers cannot be set, it does nothing."""
+    stop = StopNote()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        if stop.signum is None:
+            stop.signum = signum
+            log.warning("%s received: the running jobs save last.pt and stop; no further job starts", stop.name)
+        if on_signal is not None:
+            on_signal(signum)
+
+    previous = {sig: signal.signal(sig, note) for sig in STOP_SIGNALS}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -27,7 +27,7 @@ PRESET_GROUPS = {folder.name for conf in CONF_DIRS for folder in conf.iterdir() 
 # (the page then tells of an option the fork no longer has, not of a typo); kept complete by the last test
 EXTENSION_NAMES = {
     "anomaly", "bpe_lm", "cifar10_resnet18", "finetune_folder", "hf", "int8", "mlflow", "optuna", "profile",
-    "resnet18", "shards", "stats", "tensorboard", "timm", "tokens", "torchvision", "muon", "wsd",
+    "resnet18", "shards", "stats", "tensorboard", "timm", "tokens", "torchvision", "muon", "wsd", "cv", "ray",
 }  # fmt: skip
 PLACEHOLDERS = {"mine", "other"}  # `callback=[ema,mine]`: a reader's own option
 NODES_OF_OPTIONS = {"callbacks": "callback"}  # a node holding one entry per chosen option of a kind

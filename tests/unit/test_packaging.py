@@ -15,8 +15,9 @@ from packaging.utils import canonicalize_name
 from tests.helpers import REPO, compose_config
 
 from lab import extras
-from lab.config import CNNConfig, options, validate
+from lab.config import options, validate
 from lab.errors import ConfigError
+from lab.models.options import CNNConfig
 
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 

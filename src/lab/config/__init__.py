@@ -21,42 +21,21 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from lab import extensions, upstream
+from lab import upstream
 from lab.config import options
 from lab.config.callbacks import CallbackConfig
-from lab.config.data import (
-    Cifar10Config,
-    CsvConfig,
-    DataConfig,
-    DiabetesConfig,
-    DigitsConfig,
-    FashionMnistConfig,
-    ImageDataConfig,
-    ImageFolderConfig,
-    MnistConfig,
-    SyntheticConfig,
-    TextConfig,
-)
-from lab.config.distributed import DDPConfig, DistConfig, FSDPConfig, NoDistConfig, ProcessGroupConfig
+from lab.config.data import DataConfig, ImageDataConfig
+from lab.config.distributed import DistConfig, ProcessGroupConfig
 from lab.config.mistakes import undeclared_keys, unknown_key_message
-from lab.config.models import CNNConfig, GPTConfig, MLPConfig, ModelConfig
-from lab.config.optim import (
-    AdamwConfig,
-    ConstantConfig,
-    CosineConfig,
-    OnecycleConfig,
-    OptimizerConfig,
-    PlateauConfig,
-    SchedulerConfig,
-    SGDConfig,
-    StepConfig,
-)
+from lab.config.models import ModelConfig
+from lab.config.optim import OptimizerConfig, SchedulerConfig
 from lab.config.options import Option
-from lab.config.tasks import ClassificationConfig, LanguageModelConfig, RegressionConfig, TaskConfig
+from lab.config.tasks import TaskConfig
 from lab.config.tools import EvalConfig, ExportConfig, ExportStepConfig, InferConfig
 from lab.config.trackers import LoggerConfig, TrackerConfig, logger_config
 from lab.config.training import (
@@ -75,52 +54,27 @@ from lab.errors import ConfigError
 
 __all__ = [
     "SCHEMAS",
-    "AdamwConfig",
     "AmpConfig",
     "Bf16Config",
-    "CNNConfig",
     "CallbackConfig",
-    "Cifar10Config",
-    "ClassificationConfig",
     "ConfigError",
-    "ConstantConfig",
-    "CosineConfig",
-    "CsvConfig",
-    "DDPConfig",
     "DataConfig",
-    "DiabetesConfig",
-    "DigitsConfig",
     "DistConfig",
     "EvalConfig",
     "ExportConfig",
     "ExportStepConfig",
-    "FSDPConfig",
-    "FashionMnistConfig",
     "Fp16Config",
     "Fp32Config",
-    "GPTConfig",
     "ImageDataConfig",
-    "ImageFolderConfig",
     "InferConfig",
-    "LanguageModelConfig",
     "LoggerConfig",
-    "MLPConfig",
-    "MnistConfig",
     "ModelConfig",
-    "NoDistConfig",
-    "OnecycleConfig",
     "OptimizerConfig",
     "Option",
-    "PlateauConfig",
     "PrecisionConfig",
     "ProcessGroupConfig",
-    "RegressionConfig",
-    "SGDConfig",
     "SchedulerConfig",
-    "StepConfig",
-    "SyntheticConfig",
     "TaskConfig",
-    "TextConfig",
     "TrackerConfig",
     "TrainConfig",
     "TrainNodeConfig",
@@ -154,13 +108,20 @@ _STORED: set[type] = set()  # option classes register() has stored
 def register() -> None:
     """Store the entry schemas at the root of Hydra's ConfigStore and every option in its group.
 
-    Every module of this package and each extension's `options` module is imported first, so a fork's and the
-    extensions' options are stored too. It runs when this package is imported, and again for options not yet stored
-    when Hydra builds its search path (hydra_plugins/lab_sweepers/extensions.py). That second call is needed because
-    an extension's options module imported first imports this package halfway through its own body."""
+    Every module of this package and every `options` module of lab's packages and extensions is imported first, so
+    the components', a fork's and the extensions' options are stored too. It runs when this package is imported, and
+    again for options not yet stored when Hydra builds its search path (hydra_plugins/lab_sweepers/extensions.py).
+    That second call is needed because an options module imported first imports this package halfway through its
+    own body."""
     for module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{module.name}")
-    extensions.modules("options")
+    # Each package's options module, the core's (lab/<package>/options.py) then the extensions'. Found, not named:
+    # this package sits below every component, so it imports none of them by name.
+    package = Path(__file__).resolve().parents[1]
+    for path in [*sorted(package.glob("*/options.py")), *sorted(package.glob("extensions/*/options.py"))]:
+        importlib.import_module(
+            ".".join((__name__.rpartition(".")[0], *path.relative_to(package).with_suffix("").parts))
+        )
     cs = ConfigStore.instance()
     new = [(group, name, option) for group in options.groups() for name, option in options.options(group).items()]
     new = [(group, name, option) for group, name, option in new if option not in _STORED]

@@ -1,4 +1,5 @@
-"""The `dist` group: the keys every strategy has, plus one option per strategy, named under `strategy`.
+"""The `dist` kind: the keys every strategy has; each strategy is an option (lab/distributed/options.py) named under
+`strategy`.
 
 A key of another strategy (`dist=none dist.nproc=4`) is refused while composing. Each option builds its strategy
 object (lab.distributed.parallel) and says what the rest of the run needs to know (`spawns_ranks`,
@@ -7,16 +8,13 @@ object (lab.distributed.parallel) and says what the rest of the run needs to kno
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.options import Option
-
-if TYPE_CHECKING:
-    from lab.distributed.parallel import Parallel
 
 
 @dataclass
@@ -40,16 +38,10 @@ class DistConfig(Option, group="dist", key="strategy"):
             f"dist.base_batch_size must be >= 1 or null, got {self.base_batch_size}",
         )
 
-    def build(self, rank: int = 0, local_rank: int = 0, world_size: int = 1) -> Parallel:
-        """Return this rank's strategy object, once the rank is in its process group."""
-        from lab.distributed.parallel import Parallel
-
-        return Parallel()
-
-
-@dataclass
-class NoDistConfig(DistConfig, name="none"):
-    """One process: no process group, no wrappers."""
+    def build(self, rank: int = 0, local_rank: int = 0, world_size: int = 1) -> Any:
+        """Return this rank's strategy object (a `lab.distributed.parallel.Parallel`), once the rank is in its
+        process group."""
+        raise NotImplementedError(f"{type(self).__name__} has no build()")
 
 
 @dataclass
@@ -78,62 +70,9 @@ class ProcessGroupConfig(DistConfig, abstract=True):
         _require(self.timeout_s > 0, f"dist.timeout_s must be > 0, got {self.timeout_s}")
 
 
-@dataclass
-class DDPConfig(ProcessGroupConfig):
-    """DistributedDataParallel: every rank holds the whole model, and gradients are all-reduced.
-
-    One process per GPU, or 2 gloo processes on a CPU-only machine. `python scripts/train.py dist=ddp` spawns the
-    processes itself; under torchrun/srun it joins the existing ones. data.batch_size is per process, so the
-    effective batch is batch_size x processes x trainer.grad_accum_steps."""
-
-    find_unused_parameters: bool = False  # only for models whose forward skips parameters
-
-    def build(self, rank: int = 0, local_rank: int = 0, world_size: int = 1) -> Parallel:
-        from lab.distributed.parallel import DDP
-
-        return DDP(
-            rank,
-            local_rank,
-            world_size,
-            self.timeout_s,
-            self.sync_bn,
-            find_unused_parameters=self.find_unused_parameters,
-        )
-
-
 def meta_init_refused(why: str) -> str:
     """Return the one-line refusal of dist.meta_init=true for a model the meta-device init cannot replay."""
     return (
         f"dist.meta_init=true cannot build this model on the meta device: {why}; set dist.meta_init=auto (or false) "
         "to build the whole model on every rank before sharding it"
     )
-
-
-@dataclass
-class FSDPConfig(ProcessGroupConfig):
-    """FSDP2 (`fully_shard`): parameters, gradients and optimizer state sharded over ranks.
-
-    Mixed precision follows the precision group (params in its dtype, fp32 reductions). Each rank writes its own
-    part of a checkpoint (lab.checkpointing.sharded), and a run resumes from it on any number of ranks."""
-
-    reshard_after_forward: bool = True  # free gathered parameters after forward (less memory, one more gather)
-    # Build the model on the meta device and draw its initial weights shard by shard, so no rank holds the whole
-    # model (lab.distributed.meta_init). The weights are bitwise the same. auto: when the model can be replayed,
-    # else build it whole on every rank and say why. true: refuse a model that cannot be replayed. false: never.
-    meta_init: Any = "auto"
-
-    shards_weights: ClassVar[bool] = True
-
-    def build(self, rank: int = 0, local_rank: int = 0, world_size: int = 1) -> Parallel:
-        from lab.distributed.parallel import FSDP
-
-        return FSDP(
-            rank, local_rank, world_size, self.timeout_s, self.sync_bn, reshard_after_forward=self.reshard_after_forward
-        )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _require(
-            self.meta_init == "auto" or isinstance(self.meta_init, bool),
-            f"dist.meta_init must be auto, true or false, got {self.meta_init!r}",
-        )

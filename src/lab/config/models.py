@@ -1,4 +1,5 @@
-"""The `model` group: one option per shipped model, whose `build(meta)` makes the `nn.Module` for the data.
+"""The `model` kind: the keys and seams every model has. Each model is an option (the core's: lab/models/options.py)
+whose `build(meta)` makes the `nn.Module` for the data.
 
 `meta` describes the data (`input_shape`, `num_outputs`...). The network code is imported only inside `build`."""
 
@@ -8,11 +9,10 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from omegaconf import MISSING
 
-from lab.config.checks import require as _require
 from lab.config.options import Option
 from lab.errors import UserError
 
@@ -114,83 +114,3 @@ class ModelConfig(Option, group="model"):
         dist=fsdp's meta-device init replays it module by module, so it must touch that module's own tensors only.
         None means the modules' `reset_parameters()` draw all the weights."""
         return None
-
-
-@dataclass
-class MLPConfig(ModelConfig):
-    """A multilayer perceptron over flattened inputs: images or table rows."""
-
-    replayable_init = True
-
-    hidden_dims: list[int] = field(default_factory=lambda: [256, 128])
-    dropout: float = 0.1
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _require(all(h >= 1 for h in self.hidden_dims), f"model.hidden_dims must be >= 1, got {self.hidden_dims}")
-        _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
-
-    def build(self, meta: dict[str, Any]) -> nn.Module:
-        from lab.models.mlp import build_mlp
-
-        return build_mlp(self, meta)
-
-
-@dataclass
-class CNNConfig(ModelConfig):
-    """A small convnet with BatchNorm; global average pooling lets it take any input size >= 8 px."""
-
-    replayable_init = True
-
-    channels: list[int] = field(default_factory=lambda: [32, 64, 128])
-    dropout: float = 0.1
-    grad_checkpointing: bool = False  # recompute block activations in backward: less memory, ~30% more compute
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _require(
-            len(self.channels) >= 1 and all(c >= 1 for c in self.channels),
-            f"model.channels must be a non-empty list of positive ints, got {self.channels}",
-        )
-        _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
-
-    def build(self, meta: dict[str, Any]) -> nn.Module:
-        from lab.models.cnn import build_cnn
-
-        return build_cnn(self, meta)
-
-
-@dataclass
-class GPTConfig(ModelConfig):
-    """A small decoder-only transformer with tied embeddings; its context is the dataset's block_size."""
-
-    replayable_init = True
-
-    n_layer: int = 2
-    n_head: int = 4
-    n_embd: int = 128
-    dropout: float = 0.1
-    grad_checkpointing: bool = False  # recompute each block in backward: less activation memory
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _require(self.n_layer >= 1 and self.n_head >= 1, "model.n_layer and model.n_head must be >= 1")
-        _require(
-            self.n_embd % self.n_head == 0, f"model.n_embd={self.n_embd} must be a multiple of n_head={self.n_head}"
-        )
-        _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
-
-    def build(self, meta: dict[str, Any]) -> nn.Module:
-        from lab.models.gpt import build_gpt
-
-        return build_gpt(self, meta)
-
-    def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
-        # Each block. The embeddings and final norm stay in the root unit, since the output projection reads the
-        # token embedding's weight directly, outside its forward.
-        return list(model.get_submodule("blocks").children())
-
-    def init_module(self, model: nn.Module) -> Callable[[nn.Module], None] | None:
-        from lab.models.gpt import GPT
-
-        return cast(GPT, model).init_module  # GPT-2's normal(0, 0.02)

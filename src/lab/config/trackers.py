@@ -1,6 +1,6 @@
 """The `logger` node: which trackers record a run, and each tracker's settings.
 
-Each tracker backend is an option of the `tracker` kind, in a module of src/lab/config/ or an extension's options.py:
+Each tracker backend is an option of the `tracker` kind, in src/lab/tracking/options.py or an extension's options.py:
 
     @dataclass
     class AimConfig(TrackerConfig):        # the tracker `aim`: its name is the class's, written once
@@ -28,25 +28,21 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from lab.config import options
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
-from lab.config.checks import wandb_project, wandb_tags
 from lab.config.options import Option
-
-if TYPE_CHECKING:
-    from lab.tracking.backends import Backend
 
 
 @dataclass
 class TrackerConfig(Option, group="tracker", key=""):
     """Base of every tracker's settings (`logger.<name>`); each subclass is a tracker."""
 
-    def backend(self) -> type[Backend]:
+    def backend(self) -> type[Any]:
         """Import and return the `lab.tracking.backends.Backend` subclass that records for this tracker."""
         raise NotImplementedError(f"{type(self).__name__} has no backend()")
 
@@ -63,45 +59,6 @@ class TrackerConfig(Option, group="tracker", key=""):
 def trackers() -> dict[str, type[TrackerConfig]]:
     """Return every registered tracker by name."""
     return options.options("tracker")  # type: ignore[return-value]
-
-
-# --------------------------------------------------------------------------- the shipped trackers
-@dataclass
-class WandbConfig(TrackerConfig):
-    """Weights & Biases (lab.tracking.wandb_backend), offline unless credentials exist.
-
-    Log in with `wandb login` or WANDB_API_KEY; sync offline runs later with `wandb sync`. WANDB_MODE, WANDB_PROJECT,
-    WANDB_ENTITY and WANDB_DIR are honoured when mode/project/entity are left at auto/null."""
-
-    mode: str = "auto"  # auto: $WANDB_MODE, else online when credentials exist (WANDB_API_KEY or netrc), else offline
-    project: str | None = None  # null: $WANDB_PROJECT, else "lab"
-    entity: str | None = None  # null: $WANDB_ENTITY or your default entity
-    group: str | None = None  # null: the sweep's name for multirun jobs
-    tags: list[str] = field(default_factory=list)  # added to the top-level `tags`
-    init_timeout: float = 30.0  # seconds to reach the server before falling back to offline
-
-    def __post_init__(self) -> None:
-        _one_of(self.key_of("mode"), self.mode, ("auto", "online", "offline", "disabled"))
-        _require(self.init_timeout > 0, f"{self.key_of('init_timeout')} must be > 0, got {self.init_timeout}")
-        wandb_tags(self.key_of("tags"), self.tags)
-        wandb_project(self.key_of("project"), self.project)
-
-    def backend(self) -> type[Backend]:
-        from lab.tracking.wandb_backend import WandbBackend
-
-        return WandbBackend
-
-
-@dataclass
-class CsvTrackerConfig(TrackerConfig, name="csv"):  # `CsvConfig` is the data option `data=csv`
-    """Plain files (lab.tracking.csv_backend): <run dir>/csv/metrics.csv and csv/config.yaml.
-
-    metrics.csv has a row per event and a column per metric; config.yaml is the resolved config with the git commit."""
-
-    def backend(self) -> type[Backend]:
-        from lab.tracking.csv_backend import CsvBackend
-
-        return CsvBackend
 
 
 # --------------------------------------------------------------------------- the logger node
@@ -125,7 +82,8 @@ class LoggerConfig:
             _require(
                 name in known,
                 f"logger.backends.{name} is not a tracker; choose among {', '.join(known)}: "
-                f"logger=[{','.join(known)}] (or logger=none); a new one is a TrackerConfig in src/lab/config/",
+                f"logger=[{','.join(known)}] (or logger=none); a new one is a TrackerConfig "
+                "in src/lab/tracking/options.py",
             )
         _one_of("logger.log_checkpoints", self.log_checkpoints, ("none", "best", "last"))
         for name in chosen(self):

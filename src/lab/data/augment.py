@@ -29,7 +29,7 @@ from torch.utils.data import default_collate
 from lab.data.transforms import TrainImageTransform, to_mode
 
 if TYPE_CHECKING:
-    from lab.config.data import ImageFolderConfig
+    from lab.data.options import ImageFolderConfig
 
 AUTO_AUGMENT = ("randaugment", "trivialaugment")  # data.auto_augment's values (null means none)
 

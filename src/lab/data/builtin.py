@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from lab.config.data import DIGITS, Cifar10Config, DigitsConfig, ImageDataConfig, MnistConfig, SyntheticConfig
+from lab.config.data import ImageDataConfig
 from lab.data import bundled
 from lab.data.common import (
     DataModule,
@@ -23,6 +23,9 @@ from lab.data.common import (
 from lab.data.tensor_dataset import TensorImageDataset
 from lab.data.transforms import RandomShiftFlip
 from lab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lab.data.options import Cifar10Config, DigitsConfig, MnistConfig, SyntheticConfig
 
 # CIFAR-10's per-channel statistics over its official training set, pixels in [0,1]. MNIST's are in its option
 CIFAR10_STATS = ([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616])
@@ -53,7 +56,7 @@ def build_digits(cfg: DigitsConfig) -> DataModule:
         train=full.subset(train_idx, _train_augment(cfg, padding=1, flip=False)),  # digits are not mirror-symmetric
         val=full.subset(val_idx),
         test=None if test_idx is None else full.subset(test_idx),
-        meta=make_meta(num_classes, 1, 8, mean, std, DIGITS, cfg.crop_pct, cfg.interpolation),
+        meta=make_meta(num_classes, 1, 8, mean, std, cfg.class_names, cfg.crop_pct, cfg.interpolation),
     )
 
 

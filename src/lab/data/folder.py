@@ -6,16 +6,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from lab.config.data import ImageFolderConfig
 from lab.data.augment import train_transform
 from lab.data.common import DataModule, make_meta, resolve_num_classes, resolve_stats, split_indices
 from lab.data.transforms import eval_transform, pil_mode
 from lab.errors import ConfigError, UserError
+
+if TYPE_CHECKING:
+    from lab.data.options import ImageFolderConfig
 
 log = logging.getLogger(__name__)
 

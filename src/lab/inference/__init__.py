@@ -9,7 +9,7 @@ from lab.inference.backends import (
     artifact_backend,
 )
 from lab.inference.inputs import READERS, Inputs, discover
-from lab.inference.predict import batched_outputs, output_record, top_k_records, write_predictions
+from lab.inference.predict import write_predictions
 
 __all__ = [
     "READERS",
@@ -20,9 +20,6 @@ __all__ = [
     "OnnxBackend",
     "TorchScriptBackend",
     "artifact_backend",
-    "batched_outputs",
     "discover",
-    "output_record",
-    "top_k_records",
     "write_predictions",
 ]

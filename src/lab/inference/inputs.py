@@ -38,7 +38,7 @@ from PIL import Image
 
 from lab.data.folder import IMAGE_SUFFIXES
 from lab.data.transforms import eval_transform
-from lab.errors import UserError
+from lab.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,6 @@ def read_csv(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item
     if "feature_names" in meta:
         yield from _table_rows(path, meta)
         return
-    from lab.config import ConfigError
     from lab.data.tabular import INPUT_ENCODING_FIX, numeric_columns
     from lab.data.tabular import read_csv as read_table
 

@@ -1,7 +1,12 @@
 """Optimizers with their parameter groups and LR scaling (`optimizers`), and LR schedules (`schedulers`)."""
 
-from lab.optim.optimizers import build_optimizer, parameter_groups, scaled_lr
-from lab.optim.schedulers import PerStep, Schedule, WarmupPlateau, build_scheduler, planned_steps
+from typing import TYPE_CHECKING
+
+from lab import lazy
+
+if TYPE_CHECKING:
+    from lab.optim.optimizers import build_optimizer, parameter_groups, scaled_lr
+    from lab.optim.schedulers import PerStep, Schedule, WarmupPlateau, build_scheduler, planned_steps
 
 __all__ = [
     "PerStep",
@@ -13,3 +18,17 @@ __all__ = [
     "planned_steps",
     "scaled_lr",
 ]
+
+__getattr__ = lazy.names(
+    __name__,
+    {
+        "build_optimizer": "optimizers",
+        "parameter_groups": "optimizers",
+        "scaled_lr": "optimizers",
+        "PerStep": "schedulers",
+        "Schedule": "schedulers",
+        "WarmupPlateau": "schedulers",
+        "build_scheduler": "schedulers",
+        "planned_steps": "schedulers",
+    },
+)

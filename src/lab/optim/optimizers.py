@@ -12,7 +12,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from lab.config import ConfigError, options
+from lab.config import options
+from lab.errors import ConfigError
 from lab.models.freeze import head_parameters
 
 if TYPE_CHECKING:

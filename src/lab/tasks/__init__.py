@@ -1,9 +1,14 @@
 """Tasks: what is learned, how it is scored and what eval and infer write.
 The trainer and workflows call only the `base.Task` interface. `build(cfg.task, meta)` returns the configured one."""
 
-from lab.tasks.base import NORMALISERS, BaseTask, EvalContext, InferContext, Metrics, Predictions, Task
-from lab.tasks.classification import Classification
-from lab.tasks.common import build
+from typing import TYPE_CHECKING
+
+from lab import lazy
+
+if TYPE_CHECKING:
+    from lab.tasks.base import NORMALISERS, BaseTask, EvalContext, InferContext, Metrics, Predictions, Task
+    from lab.tasks.classification import Classification
+    from lab.tasks.common import build
 
 __all__ = [
     "NORMALISERS",
@@ -16,3 +21,18 @@ __all__ = [
     "Task",
     "build",
 ]
+
+__getattr__ = lazy.names(
+    __name__,
+    {
+        "NORMALISERS": "base",
+        "BaseTask": "base",
+        "EvalContext": "base",
+        "InferContext": "base",
+        "Metrics": "base",
+        "Predictions": "base",
+        "Task": "base",
+        "Classification": "classification",
+        "build": "common",
+    },
+)

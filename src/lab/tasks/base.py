@@ -7,7 +7,8 @@ dataset's `meta`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar, cast
 
@@ -115,17 +116,16 @@ class InferContext:
     cfg: Any
     meta: dict[str, Any]
     run_dir: Path
+    # lab.inference.inputs.Inputs.read with the model option's own readers: infer, a layer above this one, passes it
+    read: Callable[..., Any]
     resize: bool = True
-    readers: dict[str, Any] = field(default_factory=dict)  # the model option's input_readers(meta), by suffix
 
     def inputs(self) -> Any:
         """Read the files `input=` names (`lab.inference.inputs`), raising UserError if none are named.
         Returns an iterable of (name, model-ready tensor) with `sizes[name]` (original spatial size) and `skipped`."""
-        from lab.inference.inputs import Inputs
-
         if not self.cfg.input:
             raise UserError("input= is required: images, a folder or glob of them, a .npy/.pt tensor or .csv rows")
-        return Inputs.read(self.cfg.input, self.meta, resize=self.resize, readers=self.readers)
+        return self.read(self.cfg.input, self.meta, resize=self.resize)
 
 
 @dataclass
@@ -232,7 +232,7 @@ class BaseTask(Generic[MetricsT]):
         return None
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
-        from lab.inference.predict import batched_outputs, output_record, per_input
+        from lab.tasks.outputs import batched_outputs, output_record, per_input
 
         inputs = context.inputs()
         records: list[dict[str, Any]] = []

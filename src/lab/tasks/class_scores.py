@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-SCALARS = ("f1", "auroc", "average_precision")  # lab.config.tasks.CLASSIFICATION_SCALARS
+SCALARS = ("f1", "auroc", "average_precision")  # lab.tasks.options.CLASSIFICATION_SCALARS
 PER_CLASS = ("precision", "recall", "f1")  # eval.json's per_class_<name>, keyed by class name
 
 

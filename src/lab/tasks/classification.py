@@ -217,7 +217,7 @@ class Classification(BaseTask[ClassificationMetrics]):
     def predict(self, backend: Any, context: InferContext) -> Predictions:
         """Predict the top-k labels with probabilities for images (a file, folder or glob), image tensors
         (.npy/.pt), or table rows (.csv/.npy) for a model trained on a table."""
-        from lab.inference.predict import top_k_records
+        from lab.tasks.outputs import top_k_records
 
         inputs, options = context.inputs(), context.cfg.infer
         records = top_k_records(backend, inputs, options.batch_size, options.top_k, self.class_names, inputs.skipped)

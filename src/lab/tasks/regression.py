@@ -110,7 +110,7 @@ class Regression(BaseTask[RegressionMetrics]):
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
         """Predict values in the target's units for table rows (.csv with the feature columns, or .npy/.pt (N, F))."""
-        from lab.inference.predict import batched_outputs
+        from lab.tasks.outputs import batched_outputs
 
         inputs = context.inputs()
         records: list[dict[str, Any]] = []

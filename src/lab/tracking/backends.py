@@ -12,7 +12,6 @@ option (a `TrackerConfig` subclass whose `backend()` returns the class) plus tha
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import logging
 import math
@@ -104,23 +103,6 @@ class Backend:
     def ref(self) -> dict[str, Any]:
         """Return how other runs refer to this record (wandb's id and path), or {} if the run dir says it all."""
         return {}
-
-
-def create(name: str, run: RunInfo, child_process: bool = True) -> Backend:
-    """Create the tracker `name` for `run`, with its option's defaults if `run.settings` is None.
-
-    A tracker slow to start runs in a child process unless `child_process` (`logger.child_process`) is false."""
-    if name not in trackers():
-        raise ValueError(f"unknown tracker {name!r}; choose among {', '.join(trackers())}")
-    if run.settings is None:
-        run = dataclasses.replace(run, settings=tracker_settings(None, name))
-    backend_class = run.settings.backend()
-    # the child's pipes are passed as POSIX file descriptors, so Linux and macOS only
-    if backend_class.slow_to_start and child_process and os.name == "posix":
-        from lab.tracking.child_process import ChildProcessBackend
-
-        return ChildProcessBackend(name, run, backend_class.keeps_histograms)
-    return backend_class(run)
 
 
 def backend(name: str, logger: Any = None) -> type[Backend]:

@@ -208,8 +208,6 @@ def serve(requests: Connection, answers: Connection) -> None:
     """Run the calls that arrive until the parent closes the pipe, with one backend per tracker name.
 
     A record the parent did not finish (it was killed, or crashed hard) is finished as failed, with all it got."""
-    from lab.tracking import backends
-
     root = logging.getLogger()
     root.addHandler(_ForwardLogs(answers))
     root.setLevel(logging.INFO)
@@ -227,7 +225,7 @@ def serve(requests: Connection, answers: Connection) -> None:
             if method == "start":
                 started[name] = None
                 (run,) = args
-                backend = backends.create(name, run, child_process=False)
+                backend = run.settings.backend()(run)  # the parent set its settings (tracker.create)
                 backend.start()
                 started[name] = backend
                 result = None

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import logging
 import operator
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -167,7 +168,7 @@ class Tracker:
             child_process = _setting(self.logger_cfg, "child_process", True)
             for name in trackers.in_start_order(self.logger_cfg):
                 settings = trackers.tracker_settings(self.logger_cfg, name)  # `logger.<name>`, checked
-                backend = trackers.create(name, dataclasses.replace(run, settings=settings), child_process)
+                backend = create(name, dataclasses.replace(run, settings=settings), child_process)
                 try:
                     backend.start()
                 except trackers.TrackerStopped as err:  # its child died as it started; the others go on
@@ -341,3 +342,20 @@ def from_config(
         continuing=continued is not None,
         resumed_step=continued["progress"]["global_step"] if continued is not None else None,
     )
+
+
+def create(name: str, run: RunInfo, child_process: bool = True) -> trackers.Backend:
+    """Create the tracker `name` for `run`, with its option's defaults if `run.settings` is None.
+
+    A tracker slow to start runs in a child process unless `child_process` (`logger.child_process`) is false."""
+    if name not in trackers.trackers():
+        raise ValueError(f"unknown tracker {name!r}; choose among {', '.join(trackers.trackers())}")
+    if run.settings is None:
+        run = dataclasses.replace(run, settings=trackers.tracker_settings(None, name))
+    backend_class = run.settings.backend()
+    # the child's pipes are passed as POSIX file descriptors, so Linux and macOS only
+    if backend_class.slow_to_start and child_process and os.name == "posix":
+        from lab.tracking.child_process import ChildProcessBackend
+
+        return ChildProcessBackend(name, run, backend_class.keeps_histograms)
+    return backend_class(run)

@@ -12,9 +12,11 @@ starts, and only overridden ones are called, so a callback that doesn't hook the
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
+
+from lab.config import callbacks as callback_options
 
 if TYPE_CHECKING:
     from lab.training.trainer import Trainer
@@ -66,3 +68,15 @@ def hooks(callbacks: list[Callback], name: str) -> list[Callable[..., Any]]:
     """Return the `name` hooks the callbacks override, in order. Inherited no-ops are left out, so a step calls
     only hooks that do something."""
     return [getattr(c, name) for c in callbacks if getattr(type(c), name) is not getattr(Callback, name)]
+
+
+def build(callbacks: Mapping[str, Any], trainer: Any) -> list[Any]:
+    """Build the callbacks `cfg.callbacks` turns on for `trainer`; raise TypeError for one that is not a `Callback`."""
+    built = {name: option.build(trainer) for name, option in callback_options.chosen(callbacks).items()}
+    for name, callback in built.items():
+        if callback is not None and not isinstance(callback, Callback):
+            raise TypeError(
+                f"the {name} callback option built a {type(callback).__name__}, not a lab.training.callbacks.Callback:"
+                " subclass Callback and override the hooks you need"
+            )
+    return [callback for callback in built.values() if callback is not None]

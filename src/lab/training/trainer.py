@@ -27,7 +27,6 @@ from torch import nn
 from tqdm import tqdm
 
 from lab.checkpointing import CheckpointManager, read
-from lab.config import callbacks as callback_config
 from lab.config.training import TrainerConfig
 from lab.data import DeviceLoader, EpochLoader
 from lab.data.batches import size as batch_size
@@ -41,6 +40,7 @@ from lab.runtime import Precision, reset_peak_memory
 from lab.tasks.base import Task
 from lab.tracking import Tracker
 from lab.training.bad_steps import BadSteps
+from lab.training.callbacks import build as build_callbacks
 from lab.training.callbacks import hooks
 from lab.training.evaluation import score
 from lab.training.flops import Utilization
@@ -98,7 +98,7 @@ class Trainer:
         self.resumed_window: dict[str, list[float]] | None = None  # losses of unlogged steps, from a checkpoint
         self.stop = StopSignals()  # installed for the length of fit()
         self.show_bar = {"on": True, "off": False, "auto": sys.stderr.isatty()}[self.cfg.progress_bar]
-        self.callbacks = callback_config.build(callbacks or {}, self)
+        self.callbacks = build_callbacks(callbacks or {}, self)
         # the per-step hooks, found when fit() starts rather than per step
         self._step_hooks: list[Any] = []
         self._grad_hooks: list[Any] = []

@@ -9,6 +9,7 @@ takes any height and width (`infer.resize`). Returns the number of records.
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from lab import runtime, tasks
 from lab.config import options
 from lab.errors import UserError
 from lab.exporting import manifest
-from lab.inference import EagerBackend, artifact_backend, write_predictions
+from lab.inference import EagerBackend, Inputs, artifact_backend, write_predictions
 from lab.inference.backends import fits, shape_text
 from lab.inference.inputs import keeps_size
 from lab.tasks import InferContext
@@ -42,7 +43,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
     backend, task, meta, source, model_config, dims = _open(model_path, device, cfg.infer.allow_modified_artifact)
     resize = cfg.infer.resize if cfg.infer.resize is not None else not keeps_size(meta, dims)
     readers = options.instantiate("model", model_config, drop_unknown=True).input_readers(meta) if model_config else {}
-    context = InferContext(cfg, meta, run_dir, resize=bool(resize), readers=readers)
+    context = InferContext(cfg, meta, run_dir, functools.partial(Inputs.read, readers=readers), resize=bool(resize))
 
     tracker, _ = linked_tracker(cfg, run_dir, "infer", source, model_config)
     with tracker.session():

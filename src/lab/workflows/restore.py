@@ -19,8 +19,9 @@ from torch import nn
 
 from lab import data, models, tasks
 from lab.checkpointing import sharded, state_dicts, storage
-from lab.config import ClassificationConfig, options
+from lab.config import options
 from lab.errors import ConfigError, UserError
+from lab.tasks.options import ClassificationConfig
 
 
 @dataclass

@@ -28,6 +28,7 @@ from lab.config.trackers import trackers
 REQUIRED_OVERRIDES: dict[tuple[str, str], list[str]] = {
     ("data", "image_folder"): ["data.root=/path/to/images"],
     ("data", "csv"): ["data.path=table.csv", "data.target=y"],
+    ("data", "hf"): ["data.path=/path/to/arrow"],  # or data.dataset, or data.data_files: one of the three
 }
 
 

@@ -13,8 +13,8 @@ from torch.utils.data import DistributedSampler, Subset, TensorDataset
 
 from helpers import in_process_trainer
 from lab import checkpointing, data, models, tasks
-from lab.config import DigitsConfig, TextConfig
 from lab.data import DataModule, DeviceEvalLoader, DeviceLoader, EpochLoader, make_loader
+from lab.data.options import DigitsConfig, TextConfig
 from lab.distributed.parallel import ShardSampler
 from lab.errors import UserError
 from lab.runtime import epoch_generator_seed

@@ -20,9 +20,10 @@ from lab.data import eval_transform
 from lab.data.common import make_meta
 from lab.errors import UserError
 from lab.exporting.writers import write_pt2, write_torchscript
-from lab.inference import EagerBackend, ExportedProgramBackend, Inputs, TorchScriptBackend, discover, top_k_records
+from lab.inference import EagerBackend, ExportedProgramBackend, Inputs, TorchScriptBackend, discover
 from lab.models.cnn import SmallCNN
 from lab.tasks import Classification
+from lab.tasks.outputs import top_k_records
 
 META = make_meta(3, 1, 8, [0.5], [0.25], ["cat", "dog", "emu"])
 
@@ -271,7 +272,7 @@ def test_predict_batches_do_not_change_results_and_top_k_is_capped() -> None:
 
 
 def test_inputs_with_nan_or_inf_are_reported_not_predicted() -> None:
-    from lab.inference.predict import batched_outputs
+    from lab.tasks.outputs import batched_outputs
 
     rows = [
         ("row 0", torch.ones(3)),

@@ -13,11 +13,14 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from lab import models
-from lab.config import CNNConfig, ConfigError, ImageFolderConfig, SGDConfig
+from lab.config import ConfigError
+from lab.data.options import ImageFolderConfig
 from lab.errors import UserError
 from lab.models.common import adopt_preprocessing
 from lab.models.freeze import train_mode
+from lab.models.options import CNNConfig
 from lab.optim import build_optimizer
+from lab.optim.options import SGDConfig
 from lab.runtime import Precision
 from lab.training.evaluation import accumulate_metrics
 

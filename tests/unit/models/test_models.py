@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from lab import models
-from lab.config import CNNConfig, ConfigError, MLPConfig, options
+from lab.config import ConfigError, options
+from lab.models.options import CNNConfig, MLPConfig
 from model_checks import NUM_CLASSES, Cases, contract_tests, make_meta
 
 

@@ -91,7 +91,7 @@ def _fcn() -> nn.Module:
 
 def _context(tmp_path, spec, meta=IMAGE_META, resize=False, batch_size=4) -> InferContext:
     cfg = SimpleNamespace(input=str(spec), infer=SimpleNamespace(batch_size=batch_size))
-    return InferContext(cfg, meta, tmp_path, resize=resize)
+    return InferContext(cfg, meta, tmp_path, Inputs.read, resize=resize)
 
 
 def test_a_dense_task_keeps_each_image_at_its_own_size_and_writes_its_outputs_into_the_run_dir(tmp_path) -> None:

@@ -18,10 +18,10 @@ from helpers import in_process_trainer
 from lab import exporting
 from lab.errors import UserError
 from lab.exporting import manifest
-from lab.inference import EagerBackend, artifact_backend, write_predictions
-from lab.inference.predict import per_input
+from lab.inference import EagerBackend, Inputs, artifact_backend, write_predictions
 from lab.tasks import BaseTask, InferContext
 from lab.tasks import outputs as model_outputs
+from lab.tasks.outputs import per_input
 
 T = torch.zeros(2, 3)
 
@@ -208,7 +208,7 @@ def _context(tmp_path: Path) -> InferContext:
     rows = tmp_path / "rows.npy"
     np.save(rows, np.random.default_rng(0).normal(size=(5, 6)).astype(np.float32))
     cfg = OmegaConf.create({"input": str(rows), "infer": {"batch_size": 2}})
-    return InferContext(cfg, {"input_shape": [6], "num_outputs": 3}, tmp_path, resize=True)
+    return InferContext(cfg, {"input_shape": [6], "num_outputs": 3}, tmp_path, Inputs.read, resize=True)
 
 
 @pytest.mark.parametrize(("returns", "task"), [("tuple", BaseTask()), ("tuple", Named()), ("dict", Named())])

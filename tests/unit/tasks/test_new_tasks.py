@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 
 from helpers import in_process_trainer
 from lab import data, models, tasks
-from lab.config import CsvConfig, TextConfig, options, validate
+from lab.config import options, validate
+from lab.data.options import CsvConfig, TextConfig
 from lab.data.text import IGNORE_INDEX, decode, encode
 from lab.errors import ConfigError, UserError
 from lab.tasks.language_model import LanguageModel, TokenMetrics

@@ -17,10 +17,11 @@ from omegaconf import OmegaConf
 import lab.config
 from helpers import forget_option
 from lab.config import validate
-from lab.config.trackers import TrackerConfig, WandbConfig, logger_schema, trackers
+from lab.config.trackers import TrackerConfig, logger_schema, trackers
 from lab.errors import ConfigError, UserError
-from lab.tracking import Tracker, backends, child_process, csv_backend
+from lab.tracking import Tracker, backends, child_process, csv_backend, tracker
 from lab.tracking.csv_backend import CsvBackend
+from lab.tracking.options import WandbConfig
 from tracker_runs import CONFIG, EVENTS, GIT, PROVENANCE, csv_rows, logger, record
 from wandb_reader import find_run_files, read_run
 
@@ -298,7 +299,7 @@ def test_an_unknown_tracker_is_refused_naming_the_choices(compose):
 
 def test_each_known_tracker_has_a_backend_class():
     for name in trackers():
-        backend = backends.create(name, backends.RunInfo(run_dir=Path("unused")))
+        backend = tracker.create(name, backends.RunInfo(run_dir=Path("unused")))
         assert isinstance(backend, backends.Backend) and backend.name == name
 
 

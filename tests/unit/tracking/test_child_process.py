@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from lab.config.trackers import WandbConfig, logger_config
+from lab.config.trackers import logger_config
 from lab.tracking import Tracker, child_process
 from lab.tracking.child_process import ChildProcessBackend
+from lab.tracking.options import WandbConfig
 from lab.tracking.wandb_backend import WandbBackend
 from wandb_reader import CorruptRunFile, find_run_files, read_run
 
@@ -87,7 +88,8 @@ def test_a_killed_child_stops_its_tracker_with_one_warning_and_the_run_goes_on(t
 KILLED_RUN = """
 import os, sys
 from omegaconf import OmegaConf
-from lab.config.trackers import WandbConfig, logger_config
+from lab.config.trackers import logger_config
+from lab.tracking.options import WandbConfig
 from lab.tracking import Tracker, child_process
 logger = logger_config(backends={"wandb": True}, wandb=WandbConfig(mode="offline"))
 tracker = Tracker(sys.argv[1], logger_cfg=OmegaConf.structured(logger))

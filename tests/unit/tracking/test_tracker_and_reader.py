@@ -6,8 +6,9 @@ import pytest
 import wandb
 from omegaconf import OmegaConf
 
-from lab.config.trackers import WandbConfig, logger_config
+from lab.config.trackers import logger_config
 from lab.tracking import Tracker, has_wandb_credentials, resolve_mode
+from lab.tracking.options import WandbConfig
 from wandb_reader import BLOCK, CorruptRunFile, find_run_files, read_payloads, read_run
 
 

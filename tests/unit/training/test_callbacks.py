@@ -19,10 +19,11 @@ from helpers import forget_option, in_process_trainer
 from lab import checkpointing
 from lab.config import CallbackConfig
 from lab.config import callbacks as callback_options
-from lab.config.callbacks import EMAConfig
 from lab.errors import ConfigError
 from lab.training.callbacks import HOOKS, Callback, hooks
+from lab.training.callbacks import build as build_callbacks
 from lab.training.ema import EMA
+from lab.training.options import EMAConfig
 
 
 class Journal(Callback):
@@ -166,6 +167,6 @@ def test_callback_options_are_built_for_their_trainer_in_the_order_named_and_mus
     ema, count = trainer.callbacks
     assert isinstance(ema, EMA) and ema.decay == 0.9 and count.parameters == 4
     other_rank = SimpleNamespace(parallel=SimpleNamespace(is_main=False), model=trainer.model)
-    assert callback_options.build({"parameter_count": {"rank0_only": True}}, other_rank) == []  # None: nothing added
+    assert build_callbacks({"parameter_count": {"rank0_only": True}}, other_rank) == []  # None: nothing added
     with pytest.raises(TypeError, match=r"the parameter_count callback option built a SimpleNamespace, not a lab\.tr"):
-        callback_options.build({"parameter_count": {"plain": True}}, trainer)
+        build_callbacks({"parameter_count": {"plain": True}}, trainer)

@@ -13,10 +13,10 @@ from test_trainer import _trainer
 
 from lab import checkpointing
 from lab.config import validate
-from lab.config.callbacks import EarlyStoppingConfig
 from lab.errors import ConfigError, UserError
 from lab.run_dir import _refuse_finished
 from lab.training.early_stopping import EarlyStopping
+from lab.training.options import EarlyStoppingConfig
 from lab.training.state import Progress
 
 # the toy run's validation loss falls every epoch, but never by 1e3: only the first validation is an improvement

@@ -13,12 +13,12 @@ from torch import nn
 
 from lab import checkpointing
 from lab.config import validate
-from lab.config.callbacks import EMAConfig
 from lab.errors import ConfigError
 from lab.training import trainer as trainer_module
 from lab.training.callbacks import Callback
 from lab.training.ema import EMA
 from lab.training.evaluation import score
+from lab.training.options import EMAConfig
 
 
 def _model() -> nn.Module:

@@ -30,9 +30,9 @@ from torch.utils.data import Dataset
 
 from lab import data
 from lab.config import options
-from lab.data import folder
+from lab.data import folder, prepared
 from lab.distributed.parallel import Parallel
-from lab.extensions.big_data import prepared, shards
+from lab.extensions.big_data import shards
 
 
 def write_images(root: Path, count: int, size: int) -> None:

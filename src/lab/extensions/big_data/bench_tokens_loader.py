@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from lab.config import TextConfig
 from lab.data import make_loader
+from lab.data.options import TextConfig
 from lab.extensions.big_data import tokens
 from lab.extensions.big_data.options import TokensConfig
 from lab.extensions.big_data.tokens import MB

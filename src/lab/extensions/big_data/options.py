@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from omegaconf import MISSING
 
 from lab.config.checks import require as _require
-from lab.config.data import DataConfig, ImageFolderConfig
+from lab.config.data import DataConfig
+from lab.data.options import ImageFolderConfig
 
 if TYPE_CHECKING:
     from lab.data.common import DataModule
@@ -36,7 +37,7 @@ class PreparedFiles:
         self._module().prepare(self)
 
     def verify(self) -> None:
-        from lab.extensions.big_data import prepared
+        from lab.data import prepared
 
         prepared.verify(self.path, self._module().read_manifest(self))  # type: ignore[attr-defined]
 

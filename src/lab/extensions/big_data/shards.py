@@ -36,10 +36,10 @@ import torch
 from PIL import Image
 from torch.utils.data import Sampler
 
+from lab.data import prepared
 from lab.data.common import DataModule, OrderedDataset, resolve_num_classes
 from lab.data.folder import folder_splits, image_pipeline
 from lab.errors import ConfigError, UserError
-from lab.extensions.big_data import prepared
 from lab.extensions.big_data.options import ShardsConfig
 
 log = logging.getLogger(__name__)

@@ -41,10 +41,10 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from lab.data import prepared
 from lab.data.common import DataModule
 from lab.data.text import UNDECODED, warn_undecoded
 from lab.errors import ConfigError
-from lab.extensions.big_data import prepared
 
 log = logging.getLogger(__name__)
 

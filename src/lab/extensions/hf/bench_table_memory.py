@@ -40,9 +40,9 @@ import torch
 from torch.utils.data import DistributedSampler
 
 import lab.extensions.hf.data  # noqa: F401  (datasets and pyarrow imported once, in the parent the children fork from)
-from lab.config.data import CsvConfig
 from lab.data import make_loader
 from lab.data.common import OrderedDataset
+from lab.data.options import CsvConfig
 from lab.extensions.hf.options import HfDataConfig
 
 FEATURES = 8

@@ -33,10 +33,10 @@ import pyarrow.csv as pcsv
 import torch
 from torch.utils.data import Sampler
 
+from lab.data import prepared
 from lab.data.common import DataModule, OrderedDataset, split_indices, train_val_test
 from lab.data.tabular import _natural
 from lab.errors import ConfigError, UserError
-from lab.extensions.hf import prepared
 
 log = logging.getLogger(__name__)
 

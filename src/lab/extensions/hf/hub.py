@@ -7,23 +7,12 @@ command that fills it, not after a minute of download retries.
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from lab.errors import UserError
 from lab.files import staged
-
-
-def _reachable(url: str, timeout: float = 3.0) -> bool:
-    """Tell whether a TCP connection to the URL's host opens; a machine without a network answers at once."""
-    parsed = urlparse(url)
-    try:
-        with socket.create_connection((parsed.hostname or "", parsed.port or 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
+from lab.network import reachable
 
 
 def locate(name_or_path: str, revision: str | None = None, key: str = "model.name_or_path") -> dict[str, Any]:
@@ -49,7 +38,7 @@ def locate(name_or_path: str, revision: str | None = None, key: str = "model.nam
     for filename in ("config.json", "tokenizer_config.json"):
         if isinstance(try_to_load_from_cache(name_or_path, filename, revision=revision), str):
             return found | {"local_files_only": True}
-    if not constants.HF_HUB_OFFLINE and _reachable(constants.ENDPOINT):
+    if not constants.HF_HUB_OFFLINE and reachable(constants.ENDPOINT):
         return found
     fetch = f"hf download {name_or_path}" + (f" --revision {revision}" if revision else "")
     raise UserError(

@@ -220,9 +220,9 @@ class HfDataConfig(DataConfig, name="hf"):
 
     def build(self) -> DataModule:
         if self.is_text:
-            from lab.extensions.hf import text
+            from lab.extensions.hf import streaming, text
 
-            return text.build(self)
+            return (streaming if self.streaming else text).build(self)
         from lab.extensions.hf import data
 
         return data.build(self)
@@ -233,7 +233,8 @@ class HfDataConfig(DataConfig, name="hf"):
         data.prepare(self)
 
     def verify(self) -> None:
-        from lab.extensions.hf import data, prepared
+        from lab.data import prepared
+        from lab.extensions.hf import data
 
         prepared.verify(self.path, data.read_manifest(self))  # type: ignore[arg-type]
 

@@ -155,8 +155,10 @@ class StreamRows(OrderedDataset):
         return found
 
 
-def build(cfg: Any, tokenizer: Any, what: str) -> DataModule:
+def build(cfg: Any) -> DataModule:
     """Build a streamed training split and in-memory validation (and test) splits of its first rows."""
+    what = text.kind(cfg)
+    tokenizer = text.load_tokenizer(cfg)
     if cfg.examples_per_epoch is None:
         raise ConfigError(
             "data.streaming=true needs data.examples_per_epoch=<items per epoch>: a stream's length is not known "

@@ -309,10 +309,6 @@ def build(cfg: Any) -> DataModule:
     """Build the tokenized splits of data.path, data.dataset or data.data_files."""
     what = kind(cfg)
     tokenizer = load_tokenizer(cfg)
-    if cfg.streaming:
-        from lab.extensions.hf import streaming
-
-        return streaming.build(cfg, tokenizer, what)
     tables = data.load_tables(cfg)
     for split, table in tables.items():
         check_columns(cfg, split, table.column_names, needed_columns(cfg, what))

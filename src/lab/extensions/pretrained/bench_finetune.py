@@ -53,7 +53,7 @@ from omegaconf import MISSING
 from PIL import Image, ImageDraw
 
 from lab.config import CallbackConfig, validate
-from lab.config.data import ImageFolderConfig
+from lab.data.options import ImageFolderConfig
 from lab.training.callbacks import Callback
 from lab.workflows.train import run
 

@@ -15,9 +15,9 @@ from typing import Any
 from torch import nn
 
 from lab.errors import ConfigError, UserError
-from lab.extensions.pretrained.network import reachable
 from lab.models.common import image_channels
 from lab.models.pretrained import read_weights
+from lab.network import reachable
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import torch
 from torch import nn
 
 from lab.errors import ConfigError, UserError
-from lab.extensions.pretrained.network import reachable
 from lab.models.common import image_channels
 from lab.models.pretrained import load_matching, read_weights
+from lab.network import reachable
 
 
 class ChannelAdapter(nn.Module):

@@ -13,14 +13,11 @@ save last.pt and stop; no further job starts and the sweep exits with 128 + the 
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
 import sys
-import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +29,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lab.errors import ConfigError, Interrupted
-from lab.stopping import STOP_SIGNALS
+from lab.stopping import noting_stop_signals
 from lab.sweeps.jobs import NumberedLauncher, describe
 from lab.sweeps.ownership import read_jobs, sweep_resume_hint
 from lab.sweeps.summary import job_record, write_record
@@ -166,7 +163,7 @@ class RayJobs(NumberedLauncher):
         running: dict[Any, tuple[int, Sequence[str], float]] = {}  # task ref -> (job number, overrides, submitted)
         results: dict[int, JobReturn] = {}
         width = self.max_concurrent or len(jobs)
-        with _stop_signals() as stop:
+        with noting_stop_signals() as stop:
             while pending or running:
                 while pending and len(running) < width and stop.signum is None:
                     num, overrides = pending.popleft()
@@ -225,38 +222,6 @@ class RayJobs(NumberedLauncher):
             run_dir, job_record(num, status, None, describe(err), list(overrides), exclude, started, wall_s, None)
         )
         return True
-
-
-class _StopState:
-    signum: int | None = None
-    cancelled = False
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name if self.signum else ""
-
-
-@contextlib.contextmanager
-def _stop_signals() -> Iterator[_StopState]:
-    """While jobs run, note a stop signal: the loop then cancels the running jobs and starts no further one.
-
-    Outside the main thread, where signal handlers cannot be set, it does nothing."""
-    stop = _StopState()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-
-    def note(signum: int, frame: Any) -> None:
-        if stop.signum is None:
-            stop.signum = signum
-            log.warning("%s received: the running jobs save last.pt and stop; no further job starts", stop.name)
-
-    previous = {sig: signal.signal(sig, note) for sig in STOP_SIGNALS}
-    try:
-        yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _run_job(

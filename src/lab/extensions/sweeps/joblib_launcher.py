@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, cast
@@ -41,7 +41,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from lab.errors import Interrupted
 from lab.extensions.sweeps.devices import on_a_gpu_of_its_own
-from lab.stopping import STOP_SIGNALS
+from lab.stopping import STOP_SIGNALS, noting_stop_signals
 from lab.sweeps.jobs import NumberedLauncher, describe, joblib_width
 from lab.sweeps.ownership import sweep_resume_hint
 from lab.sweeps.summary import job_record, write_record
@@ -205,7 +205,8 @@ class _Pool:
         pending = deque(jobs)
         busy: dict[Connection, _Worker] = {}
         results: dict[int, JobReturn | JobKilled] = {}
-        with _forward_stop_signals(busy) as stop:
+        # each signal goes on to the running jobs (a Ctrl-C also reaches them from the terminal; they treat both as one)
+        with noting_stop_signals(lambda signum: _signal(list(busy.values()), signum)) as stop:
             while pending or busy:
                 while pending and len(busy) < self.width and stop.signum is None:
                     worker = self._worker()
@@ -266,38 +267,6 @@ class _Pool:
             if worker.process.is_alive():
                 worker.process.kill()
         self.idle = []
-
-
-class _StopState:
-    signum: int | None = None
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name if self.signum else ""
-
-
-@contextlib.contextmanager
-def _forward_stop_signals(busy: dict[Connection, _Worker]) -> Iterator[_StopState]:
-    """While jobs run, pass a stop signal to each running job and start no further job.
-
-    The jobs save last.pt and stop. Outside the main thread, where signal handlers cannot be set, it does nothing."""
-    stop = _StopState()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-
-    def forward(signum: int, frame: Any) -> None:
-        if stop.signum is None:
-            stop.signum = signum
-            log.warning("%s received: the running jobs save last.pt and stop; no further job starts", stop.name)
-        _signal(list(busy.values()), signum)  # a Ctrl-C also reaches them from the terminal; they treat both as one
-
-    previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
-    try:
-        yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _signal(workers: Iterable[_Worker], signum: int) -> None:

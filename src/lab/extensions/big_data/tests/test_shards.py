@@ -16,9 +16,10 @@ from PIL import Image
 
 from lab import data
 from lab.config import ConfigError, options
+from lab.data import prepared
 from lab.distributed.parallel import Parallel
 from lab.errors import UserError
-from lab.extensions.big_data import prepared, shards
+from lab.extensions.big_data import shards
 
 
 def write_images(root: Path, per_class: int = 7, classes: tuple[str, ...] = ("a", "b", "c")) -> Path:

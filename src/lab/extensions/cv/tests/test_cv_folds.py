@@ -10,9 +10,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from lab.config import ConfigError, DiabetesConfig, DigitsConfig
+from lab.config import ConfigError
 from lab.data import bundled
 from lab.data.common import splitting_pool, train_val_test
+from lab.data.options import DiabetesConfig, DigitsConfig
 from lab.extensions.cv.folds import FoldSplit, fold_of
 from lab.extensions.cv.options import CvConfig
 from lab.sweeps.jobs import Outcome, combine, expand, parts

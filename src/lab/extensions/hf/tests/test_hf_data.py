@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from lab.config.data import CsvConfig
+from lab.data.options import CsvConfig
 from lab.errors import ConfigError, UserError
 from lab.extensions.hf import data as hf
 from lab.extensions.hf.options import HfDataConfig

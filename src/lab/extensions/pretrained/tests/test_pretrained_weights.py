@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from lab import models
-from lab.config import SGDConfig
 from lab.errors import UserError
 from lab.extensions.pretrained.options import TimmConfig, TorchvisionConfig
 from lab.optim import build_optimizer
+from lab.optim.options import SGDConfig
 
 timm = pytest.importorskip("timm")
 

@@ -17,12 +17,13 @@ from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
 from lab.config import validate
-from lab.config.trackers import WandbConfig, logger_config
+from lab.config.trackers import logger_config
 from lab.errors import ConfigError, UserError
 from lab.extensions.trackers.mlflow_backend import MlflowBackend, flatten, mlflow_name, tracking_uri
 from lab.extensions.trackers.options import MlflowConfig
 from lab.tracking import Tracker, child_process
 from lab.tracking.backends import RunInfo
+from lab.tracking.options import WandbConfig
 from wandb_reader import find_run_files, read_run
 
 # SQLAlchemy 2.1 deprecates a loader option MLflow's store uses (MLflow's matter; the backend silences it itself)

@@ -15,9 +15,9 @@ import torch
 
 from helpers import REPO, script_env
 from lab import extensions
-from lab.config import DiabetesConfig, DigitsConfig
 from lab.data import bundled
 from lab.data.common import train_val_test
+from lab.data.options import DiabetesConfig, DigitsConfig
 from sweep_runs import QUICK, assert_ok, run_sweep, summary_rows, sweep_job
 
 pytestmark = pytest.mark.slow

@@ -1,8 +1,8 @@
 """Prepared data: a folder that ``scripts/prepare_data.py`` writes once, and its manifest.
 
-The folder holds Arrow tables (data.py's prepare), which training reads without holding them in memory. The
-manifest says the folder is whole and current. This is the hf extension's own copy of the big_data extension's
-prepared.py (extensions never import each other), less what only shards on a server need.
+The folder holds tar shards, token files or Arrow tables, which training reads without holding them in memory. The
+manifest says the folder is whole and current. It is the core's because two extensions write such folders (big_data's
+shards and tokens, hf's Arrow tables), and extensions never import each other. No torch: options import it.
 
 :class:`Preparer` writes each part under a temp name, renames it when complete, and records its size and sha256 in
 ``parts.jsonl``. Rerunning the same prepare (same kind, settings and source) keeps the recorded parts, so an
@@ -159,13 +159,16 @@ class Preparer:
         return manifest
 
 
-def read_manifest(path: str | Path, kind: str, command: str, source: str | Path | None = None) -> dict[str, Any]:
+def read_manifest(
+    path: str | Path, kind: str, command: str, source: str | Path | None = None, fetched_from: str | None = None
+) -> dict[str, Any]:
     """Read the manifest of the prepared folder `path`, raising ConfigError when the folder is unusable.
 
     It is refused when missing, partial, of another kind, stale against `source` or damaged; the message names
-    `command`, which prepares it."""
+    `command`, which prepares it. For data on a server, `fetched_from` is the URL the manifest came from. Messages
+    name it, and the parts are checked by :func:`check_part` as they arrive instead of here."""
     folder = Path(path).expanduser()
-    shown = path
+    shown = fetched_from or path
     manifest_path = folder / MANIFEST
     if not folder.is_dir():
         raise ConfigError(f"data.path={shown} does not exist; {_how(command)}")
@@ -198,8 +201,9 @@ def read_manifest(path: str | Path, kind: str, command: str, source: str | Path 
             f"data.path={shown} is stale: {source} has changed since it was prepared; prepare it again into a "
             f"new folder: {command}"
         )
-    for part in manifest["parts"]:
-        check_part(folder / part["name"], part, shown)
+    if fetched_from is None:
+        for part in manifest["parts"]:
+            check_part(folder / part["name"], part, shown)
     return manifest
 
 

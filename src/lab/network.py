@@ -1,4 +1,6 @@
-"""Check whether this machine can download published weights, before a hub client retries for a minute."""
+"""Check whether this machine can download published weights, before a hub client retries for a minute.
+
+The core's because two extensions fetch from the hub (pretrained's timm/torchvision weights, hf's models)."""
 
 from __future__ import annotations
 
