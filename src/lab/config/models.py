@@ -61,6 +61,14 @@ class ModelConfig(Option, group="model"):
             return f"model={self.name} draws its initial weights in ways the replay does not reproduce"
         return None
 
+    def save_with_run(self, run_dir: Path, meta: dict[str, Any]) -> None:
+        """Save into the training run's dir what this model reads besides its weights (a tokenizer), so eval, export
+        and infer from its checkpoints work once the original is gone. Called once, before the first step."""
+
+    def conflict(self, run: Any) -> str | None:
+        """Return why this model cannot work with the run's checked `TrainConfig` (refusing the run), or None."""
+        return None
+
     def for_checkpoint(self) -> ModelConfig:
         """Return the architecture without init_from, so eval/export/infer never read those weights again."""
         return dataclasses.replace(self, init_from=None)

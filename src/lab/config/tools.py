@@ -6,7 +6,8 @@ extension's INT8 quantization, each with its settings in `export.<name>`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 from lab import extras
 from lab.config import options
@@ -87,10 +88,17 @@ class ExportOptions:
     dynamic_dims: list[int] | None = None
 
     def __post_init__(self) -> None:
-        _require(len(self.formats) >= 1, f"export.formats must name at least one of {', '.join(EXPORT_FORMATS)}")
+        own = [fmt for step in self.steps() for fmt in step.formats]  # an extension's formats, written by its step
+        known = (*EXPORT_FORMATS, *own)
+        _require(len(self.formats) >= 1, f"export.formats must name at least one of {', '.join(known)}")
         for name in self.formats:
-            _one_of("export.formats", name, EXPORT_FORMATS)
+            _one_of("export.formats", name, known)
         _require(len(set(self.formats)) == len(self.formats), f"export.formats has duplicates: {self.formats}")
+        mixed = [name for name in self.formats if name in own]
+        _require(
+            not mixed or len(self.formats) == 1,
+            f"export.formats={mixed[0] if mixed else ''} is written alone: export {self.formats} in separate runs",
+        )
         _require(self.tolerance > 0, f"export.tolerance must be > 0, got {self.tolerance}")
         _require(self.opset is None or self.opset >= 18, f"export.opset must be >= 18 or null, got {self.opset}")
         _require(self.parity_samples >= 1, f"export.parity_samples must be >= 1, got {self.parity_samples}")
@@ -123,9 +131,22 @@ class ExportStepConfig(Option, group="export_step", key=""):
                 ...
     """
 
+    # Formats of `export.formats` this step writes itself (a model's own format, a directory of its library's),
+    # each alone in its export run: `write_format` replaces the core's writers, parity and manifest.
+    formats: ClassVar[tuple[str, ...]] = ()
+
     @classmethod
     def stored_as(cls, name: str) -> None:
         return None
+
+    def refuse_checkpoint(self, fmt: str, restored: Any) -> str | None:
+        """Return why format `fmt` cannot export the rebuilt checkpoint `restored` (refusing it, before any write)."""
+        return None
+
+    def write_format(self, fmt: str, restored: Any, val_loader: Any, folder: Path, tolerance: float) -> dict[str, Any]:
+        """Write format `fmt` of `restored` into the fresh `folder`, check it on `val_loader`'s first batch, and
+        return its entry (`parity` with `max_abs_diff`); raise a UserError if it differs by more than `tolerance`."""
+        raise NotImplementedError(f"{type(self).__name__} names formats {self.formats} but has no write_format")
 
     def conflict(self, export: ExportOptions) -> str | None:
         """Return why these settings cannot work with the rest of the checked `export` node (refusing it), or None."""

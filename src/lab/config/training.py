@@ -177,8 +177,9 @@ class TrainConfig:
         wandb_tags("tags", self.tags)
         # Refuse an unknown callback or key, or one that cannot work with the rest, before any work.
         callback_options.check(self.callbacks, self)
-        why = self.optimizer.conflict(self)  # an optimizer that cannot work with the rest
-        _require(why is None, str(why))
+        for option in (self.model, self.optimizer):  # an option that cannot work with the rest
+            why = option.conflict(self)
+            _require(why is None, str(why))
         _require(
             self.resume is None or self.ckpt_path is None,
             "pass resume=... or ckpt_path=..., not both (resume continues a run in its own dir)",

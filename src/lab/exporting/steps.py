@@ -14,7 +14,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
-from lab.config.tools import ExportOptions
+from lab.config.tools import ExportOptions, ExportStepConfig
 from lab.errors import UserError
 from lab.tasks.outputs import Layout
 
@@ -46,6 +46,12 @@ def run(opts: ExportOptions | DictConfig, export: Export) -> Export:
     for step in _options(opts).steps():
         step.run(export)
     return export
+
+
+def own_format(opts: ExportOptions | DictConfig) -> ExportStepConfig | None:
+    """Return the step that writes `export.formats`' one format itself (an extension's), or None for the core's."""
+    options = _options(opts)
+    return next((step for step in options.steps() if options.formats[0] in step.formats), None)
 
 
 def _options(opts: ExportOptions | DictConfig) -> ExportOptions:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from pathlib import Path
 from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
 from lab import exporting
+from lab.config.tools import ExportStepConfig
 from lab.data.loaders import make_loader
 from lab.errors import UserError
 from lab.exporting import manifest, steps
@@ -34,6 +36,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
     opts = cfg.export
     restored = restore.rebuild(cfg.ckpt_path)
+    own = steps.own_format(opts)
+    if own is not None:
+        return _own_format(cfg, run_dir, restored, own)
     data_cfg = restore.data_config(restored, cfg.data)
     # an export step that reads training samples (INT8 calibration) sees them unaugmented, as inference will
     plain = {"augment": False} if "augment" in restored.config["data"] else {}
@@ -104,6 +109,29 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
             raise UserError(_failure_message(failed, opts.tolerance, path))
     log.info("exported %s to %s", ", ".join(artifacts), run_dir)
     return max(a["parity"]["max_abs_diff"] for a in artifacts.values() if "parity" in a)
+
+
+def _own_format(cfg: DictConfig, run_dir: Path, restored: restore.Restored, step: ExportStepConfig) -> float:
+    """Export the format an extension's step writes (a directory its library loads), checked by the step itself."""
+    fmt = cfg.export.formats[0]
+    why = step.refuse_checkpoint(fmt, restored)
+    if why is not None:
+        raise UserError(why)
+    data_cfg = restore.data_config(restored, cfg.data)
+    datamodule = restore.rebuild_data(restored, cfg.data)
+    val_loader = make_loader(datamodule.val, data_cfg, train=False, generator=None, pin_memory=False)
+    tracker, _ = linked_tracker(cfg, run_dir, "export", restored.source(), restored.config["model"])
+    with tracker.session():
+        for stale in remove_stale_temps(run_dir):
+            log.warning("removed %s: left by an export that was killed before its checks ended", stale)
+        with staged(run_dir, fmt) as stage:
+            entry = step.write_format(fmt, restored, val_loader, stage, cfg.export.tolerance)
+            os.replace(stage, run_dir / fmt)  # the whole directory appears at once, only once checked
+        figures = {f"export/{fmt}/max_abs_diff": entry["parity"]["max_abs_diff"]}
+        tracker.log(figures, step=restored.global_step)
+        tracker.summary(figures)
+    log.info("exported %s to %s", fmt, run_dir / fmt)
+    return float(entry["parity"]["max_abs_diff"])
 
 
 def _failure_message(failed: dict[str, dict], tolerance: float, manifest_path: Path) -> str:

@@ -70,6 +70,8 @@ def _train(cfg: DictConfig, run_dir: Path, parallel: Parallel, identity: dict) -
     # a run continued in its own dir goes on in its own records and wandb run
     continued = resume if run_dirs.inside(cfg.ckpt_path, run_dir) else None
     tracker = tracking.from_config(cfg, run_dir, "train", provenance.collect(), parallel.rank, identity, continued)
+    if parallel.rank == 0:
+        options.instantiate("model", cfg.model).save_with_run(run_dir, datamodule.meta)
     # Explain a CUDA OOM in the rank it happened in, since a spawned rank is outside lab.cli's handler. A dead loader
     # worker marks the run "failed", keeps the last saved last.pt, and says how to continue from it.
     died = loaders.worker_deaths(preemption.resume_hint(run_dir))

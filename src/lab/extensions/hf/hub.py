@@ -6,10 +6,12 @@ command that fills it, not after a minute of download retries.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from lab.errors import UserError
+from lab.files import staged
 from lab.network import reachable
 
 
@@ -46,11 +48,30 @@ def locate(name_or_path: str, revision: str | None = None, key: str = "model.nam
     )
 
 
+TOKENIZER = "tokenizer"  # the folder in a training run's dir that holds its tokenizer
+
+
 def load_tokenizer(name_or_path: str, revision: str | None = None) -> Any:
     """Return the transformers tokenizer of `name_or_path` (a local directory or a hub id), found offline first."""
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(**locate(name_or_path, revision, key="data.tokenizer"))
+
+
+def save_run_tokenizer(name_or_path: str, run_dir: Path) -> None:
+    """Save the tokenizer into `<run_dir>/tokenizer/`, whole or not at all; a resumed run keeps the copy it has."""
+    target = run_dir / TOKENIZER
+    if target.is_dir():
+        return
+    with staged(run_dir, TOKENIZER) as stage:
+        load_tokenizer(name_or_path).save_pretrained(stage)
+        os.replace(stage, target)
+
+
+def run_tokenizer(restored: Any) -> Any:
+    """Return a rebuilt checkpoint's tokenizer: the data's, else the model's."""
+    settings = restored.config["model"]
+    return load_tokenizer(restored.meta.get("tokenizer") or settings["name_or_path"], settings.get("revision"))
 
 
 def load_config(name_or_path: str, revision: str | None = None) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
@@ -17,6 +18,7 @@ from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.data import DataConfig
 from lab.config.models import ModelConfig
+from lab.config.tools import ExportOptions, ExportStepConfig
 
 if TYPE_CHECKING:
     from torch import nn
@@ -64,6 +66,24 @@ class HfModelConfig(ModelConfig, name="hf"):
         if self.lora is not None and self.lora.r is not None:
             _require(self.lora.r >= 1, f"model.lora.r must be >= 1 (or null: no LoRA), got {self.lora.r}")
             _require(0 <= self.lora.dropout < 1, f"model.lora.dropout must be in [0, 1), got {self.lora.dropout}")
+
+    def save_with_run(self, run_dir: Path, meta: dict[str, Any]) -> None:
+        # A model hook, not a data one: export and infer read the tokenizer through the model, whichever data
+        # option tokenized (its data_meta names the tokenizer; no name, no text to tokenize).
+        if meta.get("tokenizer"):
+            from lab.extensions.hf.hub import save_run_tokenizer
+
+            save_run_tokenizer(meta["tokenizer"], run_dir)
+
+    def conflict(self, run: Any) -> str | None:
+        if self.dtype == "bfloat16" and run.precision.dtype == "float16":
+            # autocast would cast bfloat16 weights to float16, whose range is far smaller: two 16-bit formats at once,
+            # where the loss scaler protects only float16 gradients of float32 weights
+            return (
+                f"model.dtype=bfloat16 cannot train with precision={run.precision.name} (float16 autocast and its "
+                "loss scaler): use precision=bf16, or model.dtype=float32"
+            )
+        return None
 
     @property
     def uses_lora(self) -> bool:
@@ -217,3 +237,34 @@ class HfDataConfig(DataConfig, name="hf"):
         from lab.extensions.hf import data
 
         prepared.verify(self.path, data.read_manifest(self))  # type: ignore[arg-type]
+
+
+@dataclass
+class HfExportConfig(ExportStepConfig, name="hf"):
+    """`export.formats=[hf]`: a directory transformers' `from_pretrained` loads, with the tokenizer (export.py)."""
+
+    formats = ("hf",)
+    merge_lora: bool = True  # false: the LoRA adapter alone, for peft's AutoPeftModelFor...from_pretrained
+    new_tokens: int = 8  # a causal LM's greedy tokens that the loaded directory must generate as the checkpoint does
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.new_tokens >= 1, f"export.hf.new_tokens must be >= 1, got {self.new_tokens}")
+
+    def conflict(self, export: ExportOptions) -> str | None:
+        if not self.merge_lora and "hf" not in export.formats:
+            return "export.hf.merge_lora=false sets how export.formats=[hf] writes LoRA: add export.formats=[hf]"
+        return None
+
+    def refuse_checkpoint(self, fmt: str, restored: Any) -> str | None:
+        from lab.extensions.hf.export import refusal
+
+        return refusal(restored, self.merge_lora)
+
+    def write_format(self, fmt: str, restored: Any, val_loader: Any, folder: Path, tolerance: float) -> dict[str, Any]:
+        from lab.extensions.hf.export import write
+
+        return write(restored, val_loader, folder, self.merge_lora, tolerance, self.new_tokens)
+
+    def run(self, export: Any) -> None:
+        """Nothing to add to the core's formats: hf is a format of its own, written by `write_format`."""

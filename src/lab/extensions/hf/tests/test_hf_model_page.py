@@ -1,17 +1,20 @@
 """The page's commands, which need a hub model, a dataset of tokens or a run of yours: each train line composed and
-checked as a run checks it before it starts, each export line parsed by the command and refused in one line for a
-checkpoint that is not there (tests/integration/test_hf_model_train.py trains, evaluates and exports tiny models)."""
+checked as a run checks it before it starts, each export line composed and checked, and the export's refusals
+(tests/integration/test_hf_model_train.py trains, evaluates and exports tiny models)."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
+from torch import nn
 
 from lab.config import validate
-from lab.errors import UserError
+from lab.errors import ConfigError
 from lab.extensions.hf import export
 
 PAGE = Path(__file__).resolve().parents[1] / "README.md"
@@ -41,8 +44,8 @@ TRAIN = [
 ]  # fmt: skip
 INFER = "python scripts/infer.py ckpt_path=outputs/train/<run>/checkpoints/best.pt input=reviews.txt infer.top_k=2"
 EXPORT = [
-    "python -m lab.extensions.hf.export outputs/train/<run>/checkpoints/best.pt exported/my-model",
-    "python -m lab.extensions.hf.export outputs/train/<run>/checkpoints/best.pt exported/my-adapter --adapter",
+    "python scripts/export.py ckpt_path=outputs/train/<run>/checkpoints/best.pt export.formats=[hf]",
+    "python scripts/export.py ckpt_path=outputs/train/<run>/checkpoints/best.pt export.formats=[hf] export.hf.merge_lora=false",  # noqa: E501
 ]
 
 
@@ -59,16 +62,32 @@ def test_the_pages_train_commands_compose_and_validate(compose, command, expecte
 
 
 @pytest.mark.parametrize("command", EXPORT)
-def test_the_pages_export_commands_parse_and_refuse_a_missing_checkpoint(command, tmp_path, monkeypatch):
+def test_the_pages_export_commands_compose_and_validate(compose, command):
     assert command in PAGE.read_text(), command
-    python, flag, module, *argv = shlex.split(command)
-    assert (python, flag, module) == ("python", "-m", "lab.extensions.hf.export")
-    args = export.parser().parse_args(argv)
-    assert args.adapter == ("--adapter" in argv)
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(UserError, match=r"best\.pt"):
-        export.export(args.checkpoint, args.directory, args.adapter)
-    assert not (tmp_path / "exported").exists()
+    python, script, *overrides = shlex.split(command.replace("<run>", "2026-01-02_03-04-05_000006"))
+    assert (python, script) == ("python", "scripts/export.py")
+    cfg = compose(overrides, config_name="export")
+    validate(cfg)
+    assert (list(cfg.export.formats), cfg.export.hf.merge_lora) == (["hf"], "merge_lora=false" not in command)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refusal"),
+    [
+        (["export.formats=[hf,onnx]"], "export.formats=hf is written alone: export ['hf', 'onnx'] in separate runs"),
+        (["export.hf.merge_lora=false"], "export.hf.merge_lora=false sets how export.formats=[hf] writes LoRA"),
+    ],
+)
+def test_an_hf_export_mixed_with_other_formats_or_merge_lora_without_it_is_refused(compose, overrides, refusal):
+    with pytest.raises(ConfigError, match=re.escape(refusal)):
+        validate(compose(["ckpt_path=x.pt", *overrides], config_name="export"))
+
+
+def test_an_hf_export_of_another_model_is_refused_before_writing(tmp_path):
+    restored = SimpleNamespace(model=nn.Linear(2, 2), path=tmp_path / "best.pt", config={"model": {"name": "mlp"}})
+    assert export.refusal(restored, merge_lora=True) == (
+        f"export.formats=[hf] takes a model=hf checkpoint; {tmp_path / 'best.pt'} has model=mlp"
+    )
 
 
 def test_the_pages_infer_command_composes(compose):
@@ -77,3 +96,17 @@ def test_the_pages_infer_command_composes(compose):
     assert (python, script) == ("python", "scripts/infer.py")
     cfg = compose(overrides, config_name="infer")
     assert (cfg.input, cfg.infer.top_k) == ("reviews.txt", 2)
+
+
+@pytest.mark.parametrize(("precision", "refused"), [("fp16", True), ("bf16", False), ("fp32", False)])
+def test_bfloat16_weights_with_float16_autocast_are_refused_in_one_line(compose, precision, refused):
+    cfg = compose(["model=hf", "model.name_or_path=/models/tiny", "model.dtype=bfloat16", f"precision={precision}"])
+    if not refused:
+        validate(cfg)
+        return
+    with pytest.raises(ConfigError) as caught:
+        validate(cfg)
+    assert str(caught.value) == (
+        "model.dtype=bfloat16 cannot train with precision=fp16 (float16 autocast and its loss scaler): use "
+        "precision=bf16, or model.dtype=float32"
+    )

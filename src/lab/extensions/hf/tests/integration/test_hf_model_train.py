@@ -1,7 +1,7 @@
 """model=hf through the real scripts, on tiny models and a tokenizer the test writes (tiny.py) and the test-only
 dataset option data=hf_model_text (hf_model_data.py): LoRA classification trained and evaluated from its checkpoint,
 a causal LM with LoRA killed with SIGKILL and resumed bitwise with resume=auto, a hub id read from the Hugging Face
-cache offline, and a missing one refused before anything is written."""
+cache offline, and a missing one refused before anything is written; each exported by export.formats=[hf]."""
 
 from __future__ import annotations
 
@@ -91,22 +91,24 @@ def infers_lines(best: Path, tmp_path: Path) -> None:
     assert refused.returncode == 1 and f'input={tmp_path / "bad.jsonl"}:2 has no "text" string' in refused.stderr
 
 
+def export(best: Path, out: Path, *overrides: str, env: dict[str, str] | None = None):
+    return run_script("export.py", f"ckpt_path={best}", "export.formats=[hf]", f"hydra.run.dir={out}", "logger=none",
+                      *overrides, patch=WITH_DATA, env=env)  # fmt: skip
+
+
 def exported_loads_as_trained(best: Path, tmp_path: Path) -> None:
-    """`python -m lab.extensions.hf.export`, merged and --adapter: transformers and PEFT load each directory, with its
-    tokenizer, into the trained model's logits; an existing directory is refused."""
+    """`export.formats=[hf]`, merged and with export.hf.merge_lora=false: transformers and PEFT load each directory,
+    with its tokenizer, into the trained model's logits; an existing directory is refused."""
     from peft import AutoPeftModelForSequenceClassification
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from lab.workflows import restore
 
-    def export(*args: str):
-        return run_python(
-            ["-m", "lab.extensions.hf.export", str(best), *args], cwd=tmp_path, env=script_env(), timeout=300
-        )
-
-    for args in ([str(tmp_path / "merged")], [str(tmp_path / "adapter"), "--adapter"]):
-        proc = export(*args)
+    for out, overrides in ((tmp_path / "exp-merged", ()), (tmp_path / "exp-adapter", ("export.hf.merge_lora=false",))):
+        proc = export(best, out, *overrides)
         assert proc.returncode == 0, proc.stderr[-4000:]
+        assert "max |logits - checkpoint's|" in proc.stdout + proc.stderr
+        shutil.move(out / "hf", tmp_path / out.name.removeprefix("exp-"))
     trained = restore.rebuild(best).model
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "merged")
     inputs = dict(tokenizer(["the movie was very good", "a plot is quite awful"], return_tensors="pt"))
@@ -121,8 +123,6 @@ def exported_loads_as_trained(best: Path, tmp_path: Path) -> None:
         expected = trained(inputs)
         assert torch.allclose(merged(**inputs).logits, expected, atol=1e-5)
         assert torch.allclose(adapter(**inputs).logits, expected, atol=1e-5)
-    again = export(str(tmp_path / "merged"))
-    assert again.returncode == 1 and f"{tmp_path / 'merged'} exists" in again.stderr
 
 
 def test_a_causal_lm_with_lora_killed_and_resumed_is_bitwise_the_straight_run(saved, tmp_path):
@@ -144,6 +144,25 @@ def test_a_causal_lm_with_lora_killed_and_resumed_is_bitwise_the_straight_run(sa
     assert ends[0]["model"].keys() == ends[1]["model"].keys()
     for key, value in ends[0]["model"].items():
         assert torch.equal(value, ends[1]["model"][key]), key
+    generates_as_trained(run_dir / "checkpoints" / "last.pt", tmp_path)
+
+
+def generates_as_trained(last: Path, tmp_path: Path) -> None:
+    """`export.formats=[hf]` on a LoRA causal LM: plain transformers loads the merged directory and its tokenizer,
+    and greedy-generates the tokens the checkpoint's model does."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lab.workflows import restore
+
+    proc = export(last, tmp_path / "exp")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "exp" / "hf").eval()
+    prompt = AutoTokenizer.from_pretrained(tmp_path / "exp" / "hf")(["the movie was"], return_tensors="pt")["input_ids"]
+    trained = restore.rebuild(last).model.network
+    settings = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": loaded.config.pad_token_id}
+    with torch.no_grad():
+        expected = trained.generate(input_ids=prompt, **settings)
+        assert torch.equal(loaded.generate(input_ids=prompt, **settings), expected)
 
 
 def test_a_hub_id_comes_from_the_cache_offline_and_a_missing_one_is_refused_before_writing(saved, tmp_path):
@@ -155,6 +174,20 @@ def test_a_hub_id_comes_from_the_cache_offline_and_a_missing_one_is_refused_befo
     data = ["data=hf_model_text", f"data.tokenizer={saved / 'bert'}", "task=classification", "trainer.max_epochs=1"]
     proc = train(tmp_path / "cached", "model=hf", "model.name_or_path=someone/tiny-bert", *data, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    from transformers import AutoTokenizer
+
+    words = "the movie was very good"  # the run keeps its own copy of the tokenizer
+    assert (
+        AutoTokenizer.from_pretrained(tmp_path / "cached" / "tokenizer")(words)["input_ids"]
+        == (AutoTokenizer.from_pretrained(saved / "bert")(words)["input_ids"])
+    )
+    best = tmp_path / "cached" / "checkpoints" / "best.pt"
+    no_adapter = export(best, tmp_path / "exp", "export.hf.merge_lora=false", env=env)
+    assert no_adapter.returncode == 1 and no_adapter.stderr.strip().splitlines()[-1] == (
+        f"error: export.hf.merge_lora=false writes the LoRA adapter alone, and {best} has none (model.lora.r was "
+        "null): drop export.hf.merge_lora"
+    )
+    assert not (tmp_path / "exp" / "hf").exists() and not list(tmp_path.glob("exp/.*.tmp"))
     refused = train(tmp_path / "missing", "model=hf", "model.name_or_path=someone/other", *data, env=env)
     assert refused.returncode != 0
     line = next(line for line in refused.stderr.splitlines() if "someone/other" in line)
