@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
 
@@ -17,6 +17,9 @@ from lab.config.checks import require as _require
 from lab.config.checks import seed
 from lab.config.options import Option
 from lab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lab.data.text import TextCodec
 
 
 @dataclass
@@ -79,6 +82,14 @@ class DataConfig(Option, group="data"):
             else "no data option here is read from prepared files"
         )
         raise ConfigError(f"data={self.name} reads its files as they are: nothing to prepare; {which}")
+
+    def text_codec(self, meta: dict[str, Any]) -> TextCodec | None:
+        """Return how task=language_model spells prompts and samples for this data's `meta`: by default the core
+        text data's characters, bytes or BPE (None when meta has none). A data option with its own tokenizer
+        overrides it."""
+        from lab.data.text import meta_codec
+
+        return meta_codec(meta)
 
     def verify(self) -> None:
         """Check every prepared part against its checksum, for `scripts/prepare_data.py --verify`."""

@@ -56,7 +56,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
         accumulate_metrics(model, loader, metrics, device=device, precision=precision, channels_last=channels_last)
         scores = metrics.compute()
         title = f"{restored.path.name} - {split} split, {dataset_len(dataset)} samples"
-        extra, files = task.write_eval_artifacts(metrics, EvalContext(run_dir, title, model, device, restored.meta))
+        codec = options.instantiate("data", restored.config["data"], drop_unknown=True).text_codec(restored.meta)
+        context = EvalContext(run_dir, title, model, device, restored.meta, codec)
+        extra, files = task.write_eval_artifacts(metrics, context)
         eval_json = {
             "task": task.name,
             "split": split,

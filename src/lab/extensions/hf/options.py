@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from lab.data.common import DataModule
+    from lab.data.text import TextCodec
 
 KINDS = ("auto", "sequence_classification", "causal_lm")
 DTYPES = ("float32", "bfloat16")
@@ -226,6 +227,13 @@ class HfDataConfig(DataConfig, name="hf"):
         from lab.extensions.hf import data
 
         return data.build(self)
+
+    def text_codec(self, meta: dict[str, Any]) -> TextCodec | None:
+        if "tokenizer" not in meta:  # a table
+            return super().text_codec(meta)
+        from lab.extensions.hf.text import TokenizerCodec
+
+        return TokenizerCodec(meta["tokenizer"])
 
     def prepare(self) -> None:
         from lab.extensions.hf import data
