@@ -18,32 +18,25 @@ from lab.errors import ConfigError
 from lab.extensions.hf import export
 
 PAGE = Path(__file__).resolve().parents[1] / "README.md"
-REVIEWS = " data=hf data.data_files=/data/reviews.jsonl data.text_column=text data.label_column=label"
-CORPUS = " data=hf data.data_files=/data/corpus.jsonl data.text_column=text"
 TRAIN = [
     (
-        "python scripts/train.py model=hf model.name_or_path=google-bert/bert-base-uncased task=classification"
-        + REVIEWS,
+        "python scripts/train.py model=hf model.name_or_path=google-bert/bert-base-uncased task=classification data=hf data.data_files=/data/reviews.jsonl data.text_column=text data.label_column=label",  # noqa: E501
         {"model.kind": "auto", "model.lora.r": None, "model.dtype": "float32", "task.name": "classification"},
     ),
     (
-        "python scripts/train.py model=hf model.name_or_path=/path/to/a/saved/model model.dtype=bfloat16 model.grad_checkpointing=true task=classification"  # noqa: E501
-        + REVIEWS,
+        "python scripts/train.py model=hf model.name_or_path=/path/to/a/saved/model model.dtype=bfloat16 model.grad_checkpointing=true task=classification data=hf data.data_files=/data/reviews.jsonl data.text_column=text data.label_column=label",  # noqa: E501
         {"model.dtype": "bfloat16", "model.grad_checkpointing": True},
     ),
     (
-        "python scripts/train.py model=hf model.name_or_path=HuggingFaceTB/SmolLM2-135M model.revision=main task=language_model"  # noqa: E501
-        + CORPUS,
+        "python scripts/train.py model=hf model.name_or_path=HuggingFaceTB/SmolLM2-135M model.revision=main task=language_model data=hf data.data_files=/data/corpus.jsonl data.text_column=text",  # noqa: E501
         {"model.revision": "main", "task.name": "language_model"},
     ),
     (
-        "python scripts/train.py model=hf model.name_or_path=google-bert/bert-base-uncased model.lora.r=8 task=classification"  # noqa: E501
-        + REVIEWS,
+        "python scripts/train.py model=hf model.name_or_path=google-bert/bert-base-uncased model.lora.r=8 task=classification data=hf data.data_files=/data/reviews.jsonl data.text_column=text data.label_column=label",  # noqa: E501
         {"model.lora.r": 8, "model.lora.alpha": 16, "model.lora.target_modules": None},
     ),
     (
-        "python scripts/train.py model=hf model.name_or_path=HuggingFaceTB/SmolLM2-135M model.lora.r=16 model.lora.alpha=32 model.lora.dropout=0.05 'model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj]' task=language_model"  # noqa: E501
-        + CORPUS,
+        "python scripts/train.py model=hf model.name_or_path=HuggingFaceTB/SmolLM2-135M model.lora.r=16 model.lora.alpha=32 model.lora.dropout=0.05 'model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj]' task=language_model data=hf data.data_files=/data/corpus.jsonl data.text_column=text",  # noqa: E501
         {"model.lora.r": 16, "model.lora.alpha": 32, "model.lora.dropout": 0.05,
          "model.lora.target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
     ),
