@@ -9,31 +9,50 @@ than lm-eval's `none`).
 
 from __future__ import annotations
 
+import functools
 import math
+from pathlib import Path
 from typing import Any
 
 from lab.extensions.hf import hub
 from lab.files import write_json
 
 
-def refuse(restored: Any) -> str | None:
-    """Why the checkpoint `restored` is not one lm-eval scores (not a model=hf causal LM), or None."""
+@functools.lru_cache(maxsize=2)
+def task_manager(include_path: str | None) -> Any:
+    """lm-eval's index of its tasks and the YAMLs in `include_path`, made once (it reads thousands of YAMLs)."""
+    from lm_eval.tasks import TaskManager  # type: ignore[import-untyped]
+
+    return TaskManager(include_path=include_path)
+
+
+def refuse(settings: Any, restored: Any) -> str | None:
+    """Why `settings` cannot score the checkpoint `restored` (not a model=hf causal LM, a task lm-eval does not
+    know), or None."""
     from lab.extensions.hf.models import HfModel
 
-    if isinstance(restored.model, HfModel) and restored.model.causal:
-        return None
-    return (
-        f"eval.lm_eval scores a causal language model; {restored.path} is a model="
-        f"{restored.config['model'].get('name')} {restored.meta.get('task', 'classification')} checkpoint: drop "
-        "eval.lm_eval.tasks, or give a model=hf task=language_model checkpoint"
-    )
+    if not isinstance(restored.model, HfModel) or not restored.model.causal:
+        return (
+            f"eval.lm_eval scores a causal language model; {restored.path} is a model="
+            f"{restored.config['model'].get('name')} {restored.meta.get('task', 'classification')} checkpoint: "
+            "drop eval.lm_eval.tasks, or give a model=hf task=language_model checkpoint"
+        )
+    folder = settings.include_path
+    if folder is not None and not Path(folder).is_dir():
+        return f"eval.lm_eval.include_path={folder} is not a folder: give the folder of your task YAMLs"
+    unknown = [name for name in settings.tasks if name not in task_manager(folder).all_tasks]
+    if unknown:
+        return (
+            f"eval.lm_eval.tasks names {', '.join(unknown)}, which lm-eval does not know: name a task of a YAML in "
+            "eval.lm_eval.include_path, or one of lm-eval's (`lm_eval --tasks list`)"
+        )
+    return None
 
 
 def run(settings: Any, evaluation: Any) -> None:
     """Score `settings.tasks` (an `LmEvalConfig`) on `evaluation`'s model; add the results to `evaluation`."""
-    import lm_eval
-    from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
+    import lm_eval  # type: ignore[import-untyped]
+    from lm_eval.models.huggingface import HFLM  # type: ignore[import-untyped]
     from peft import PeftModel
 
     restored = evaluation.restored
@@ -46,7 +65,7 @@ def run(settings: Any, evaluation: Any) -> None:
         tasks=list(settings.tasks),
         num_fewshot=settings.num_fewshot,
         limit=settings.limit,
-        task_manager=TaskManager(include_path=settings.include_path),
+        task_manager=task_manager(settings.include_path),
         log_samples=False,
     )
     results = {key: found.get(key, {}) for key in ("results", "n-shot", "n-samples")}

@@ -304,7 +304,7 @@ class LmEvalConfig(EvalStepConfig):
             return None
         from lab.extensions.hf import harness
 
-        return harness.refuse(restored)
+        return harness.refuse(self, restored)
 
     def run(self, evaluation: Any) -> None:
         if self.tasks:

@@ -79,6 +79,9 @@ def test_the_page_fine_tunes_evaluates_and_infers(saved, compose, tmp_path, monk
     with pytest.raises(UserError, match=r"eval\.lm_eval scores a causal language model; .* classification checkpoint"):
         evaluated(compose, refused, tmp_path / "refused")
     assert sorted(p.name for p in (tmp_path / "refused").rglob("*")) == []
+    with pytest.raises(UserError, match=r"eval\.lm_eval\.tasks names my_tsak, which lm-eval does not know"):
+        misspelt = [o.replace("my_task", "my_tsak") for o in page_overrides(LM_EVAL, places)]
+        evaluated(compose, misspelt, tmp_path / "unknown")
     continues_as_transformers_generates(compose, lm, tmp_path)
 
 
