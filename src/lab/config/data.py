@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -17,9 +17,6 @@ from lab.config.checks import require as _require
 from lab.config.checks import seed
 from lab.config.options import Option
 from lab.errors import ConfigError
-
-if TYPE_CHECKING:
-    from lab.data.text import TextCodec
 
 
 @dataclass
@@ -83,13 +80,11 @@ class DataConfig(Option, group="data"):
         )
         raise ConfigError(f"data={self.name} reads its files as they are: nothing to prepare; {which}")
 
-    def text_codec(self, meta: dict[str, Any]) -> TextCodec | None:
-        """Return how task=language_model spells prompts and samples for this data's `meta`: by default the core
-        text data's characters, bytes or BPE (None when meta has none). A data option with its own tokenizer
-        overrides it."""
-        from lab.data.text import meta_codec
-
-        return meta_codec(meta)
+    def text_codec(self, meta: dict[str, Any]) -> Any:
+        """Return how task=language_model spells prompts and samples for this data's `meta` (a
+        `lab.data.text.TextCodec`), or None (the default): the task then reads meta's characters, bytes or BPE, as
+        the core's text data writes them. A data option with its own tokenizer overrides it."""
+        return None
 
     def verify(self) -> None:
         """Check every prepared part against its checksum, for `scripts/prepare_data.py --verify`."""

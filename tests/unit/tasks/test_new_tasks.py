@@ -17,6 +17,7 @@ from lab.config import options, validate
 from lab.data.options import CsvConfig, TextConfig
 from lab.data.text import IGNORE_INDEX, decode, encode
 from lab.errors import ConfigError, UserError
+from lab.inference.inputs import Inputs
 from lab.tasks import EvalContext, InferContext
 from lab.tasks.language_model import LanguageModel, TokenMetrics
 from lab.tasks.regression import Regression
@@ -82,7 +83,7 @@ def test_a_tokenizers_dict_batch_is_checked_by_its_input_ids_and_gets_no_text_sa
     assert task.write_eval_artifacts(TokenMetrics(CPU), context) == ({}, [])
     prompted = OmegaConf.create({"prompt": "def ", "infer": {"seed": 0}})
     with pytest.raises(UserError, match="no way to encode prompt="):
-        task.predict(None, InferContext(prompted, meta, tmp_path))
+        task.predict(None, InferContext(prompted, meta, tmp_path, Inputs.read))
 
 
 def _padded_batches(generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:

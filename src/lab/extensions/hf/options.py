@@ -232,7 +232,7 @@ class HfDataConfig(DataConfig, name="hf"):
 
     def text_codec(self, meta: dict[str, Any]) -> TextCodec | None:
         if "tokenizer" not in meta:  # a table
-            return super().text_codec(meta)
+            return None
         from lab.extensions.hf.text import TokenizerCodec
 
         return TokenizerCodec(meta["tokenizer"])
