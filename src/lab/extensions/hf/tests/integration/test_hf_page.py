@@ -30,6 +30,7 @@ CLASSIFY = "python scripts/train.py model=hf model.name_or_path=google-bert/bert
 CAUSAL = "python scripts/train.py model=hf model.name_or_path=HuggingFaceTB/SmolLM2-135M model.lora.r=16 model.lora.alpha=32 model.lora.dropout=0.05 'model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj]' task=language_model data=hf data.data_files=/data/corpus.jsonl data.text_column=text"  # noqa: E501
 EVAL = "python scripts/eval.py ckpt_path=outputs/train/<run>/checkpoints/best.pt eval.split=val"
 LM_EVAL = "python scripts/eval.py ckpt_path=outputs/train/<run>/checkpoints/best.pt eval.split=val 'eval.lm_eval.tasks=[my_task]' eval.lm_eval.include_path=/data/tasks eval.lm_eval.num_fewshot=0 eval.lm_eval.limit=4"  # noqa: E501
+EXPORT = "python scripts/export.py ckpt_path=outputs/train/<run>/checkpoints/best.pt export.formats=[hf]"
 PROMPT = "python scripts/infer.py ckpt_path=outputs/train/<run>/checkpoints/best.pt prompt='the movie' infer.max_new_tokens=20 infer.top_k=1"  # noqa: E501
 SMALL = ["trainer.max_epochs=1", "data.batch_size=8", "logger=none"]  # a test-sized run of the page's line
 
@@ -127,17 +128,19 @@ def scores_the_local_task_as_its_loglikelihoods_say(compose, overrides: list[str
 
 
 def continues_as_transformers_generates(compose, best: Path, tmp_path: Path) -> None:
-    """infer.top_k=1 picks the likeliest token each step: transformers' greedy generate on the merged export."""
+    """infer.top_k=1 picks the likeliest token each step: transformers' greedy generate on the page's export."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lab.extensions.hf.export import export
+    from lab.workflows import export
 
     overrides = shlex.split(PROMPT.replace("outputs/train/<run>/checkpoints/best.pt", str(best)))[2:]
     infer.run(compose([*overrides, "logger=none"], config_name="infer"), tmp_path / "infer")
     (record,) = json.loads((tmp_path / "infer" / "predictions.json").read_text())["predictions"]
     assert PROMPT in PAGE.read_text() and record["prompt"] == "the movie"
 
-    merged = export(best, tmp_path / "merged")
+    line = shlex.split(EXPORT.replace("outputs/train/<run>/checkpoints/best.pt", str(best)))[2:]
+    export.run(compose([*line, "logger=none"], config_name="export"), tmp_path / "export")
+    merged = tmp_path / "export" / "hf"
     tokenizer = AutoTokenizer.from_pretrained(merged)
     model = AutoModelForCausalLM.from_pretrained(merged).eval()
     prompt = tokenizer("the movie", add_special_tokens=False, return_tensors="pt")
