@@ -120,7 +120,7 @@ def test_eval_reproduces_training_metrics_and_logs_a_linked_wandb_run(trained, b
     record = read_run(run_file)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     assert record.job_type == "eval" and record.git_commit == head
-    assert record.config["ckpt_path"] == str(best) and record.config["eval"] == {"split": "val"}
+    assert record.config["ckpt_path"] == str(best) and record.config["eval"]["split"] == "val"  # + eval.<step>
     assert record.config["data_effective"]["name"] == "digits" and record.config["model"]["name"] == "cnn"
     hydra_config = yaml.safe_load((val.dir / ".hydra/config.yaml").read_text())
     assert all(record.config[key] == value for key, value in hydra_config.items())  # the job's config, verbatim

@@ -68,7 +68,7 @@ def _problem(path: str, value: str) -> str | None:
     if path in SHOWN_AS_MISTAKES or f"{path}={value}" in SHOWN_AS_MISTAKES or head == "hydra":
         return None
     if len(parts) == 1:
-        if head not in (set(options.groups()) | PRESET_GROUPS | {"logger"}) - {"tracker", "export_step"}:
+        if head not in (set(options.groups()) | PRESET_GROUPS | {"logger"}) - {"tracker", "export_step", "eval_step"}:
             return None  # a top-level key, or not config at all (a shell variable, a make argument)
         names = [n.strip() for n in value.strip("[]").split(",") if re.fullmatch(r"[a-z_0-9]{2,}", n.strip())]
         known = {*group_options(head), *EXAMPLE_OPTIONS, *EXTENSION_NAMES, *PLACEHOLDERS, "none"}
@@ -77,8 +77,8 @@ def _problem(path: str, value: str) -> str | None:
     key = parts[1]
     if head in options.groups() and options._KINDS[head].package is None:
         return None if key in _group_fields(head) | EXAMPLE_KEYS else f"no {head} option has the key {key}"
-    if head in NODES_OF_OPTIONS or head in ("logger", "export"):
-        kind = NODES_OF_OPTIONS.get(head) or {"logger": "tracker", "export": "export_step"}[head]
+    if head in NODES_OF_OPTIONS or head in ("logger", "export", "eval"):
+        kind = NODES_OF_OPTIONS.get(head) or {"logger": "tracker", "export": "export_step", "eval": "eval_step"}[head]
         chosen = options.options(kind)
         if key in chosen:
             return None if len(parts) < 3 or parts[2] in _fields(chosen[key]) else f"{path} is no key of {key}"

@@ -36,7 +36,7 @@ from lab.config.models import ModelConfig
 from lab.config.optim import OptimizerConfig, SchedulerConfig
 from lab.config.options import Option
 from lab.config.tasks import TaskConfig
-from lab.config.tools import EvalConfig, ExportConfig, ExportStepConfig, InferConfig
+from lab.config.tools import EvalConfig, EvalStepConfig, ExportConfig, ExportStepConfig, InferConfig
 from lab.config.trackers import LoggerConfig, TrackerConfig, logger_config
 from lab.config.training import (
     AmpConfig,
@@ -61,6 +61,7 @@ __all__ = [
     "DataConfig",
     "DistConfig",
     "EvalConfig",
+    "EvalStepConfig",
     "ExportConfig",
     "ExportStepConfig",
     "Fp16Config",

@@ -80,6 +80,12 @@ class DataConfig(Option, group="data"):
         )
         raise ConfigError(f"data={self.name} reads its files as they are: nothing to prepare; {which}")
 
+    def text_codec(self, meta: dict[str, Any]) -> Any:
+        """Return how task=language_model spells prompts and samples for this data's `meta` (a
+        `lab.data.text.TextCodec`), or None (the default): the task then reads meta's characters, bytes or BPE, as
+        the core's text data writes them. A data option with its own tokenizer overrides it."""
+        return None
+
     def verify(self) -> None:
         """Check every prepared part against its checksum, for `scripts/prepare_data.py --verify`."""
         self.prepare()  # datasets without prepared files refuse in the same words

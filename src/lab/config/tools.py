@@ -1,7 +1,8 @@
 """Schemas of the entry points that read a checkpoint (conf/eval.yaml, conf/export.yaml, conf/infer.yaml).
 
 Also the `export_step` kind: steps every export runs once its formats are written and checked, such as an
-extension's INT8 quantization, each with its settings in `export.<name>`."""
+extension's INT8 quantization, each with its settings in `export.<name>`; and the `eval_step` kind, steps eval runs
+once the split is scored (`eval.<name>`)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,34 @@ class EvalOptions:
     def __post_init__(self) -> None:
         _one_of("eval.split", self.split, ("test", "val"))
 
+    def steps(self) -> list[EvalStepConfig]:
+        """Return the settings of every eval step (`eval.<name>`) in name order; `eval_options` adds them."""
+        return [value for value in vars(self).values() if isinstance(value, EvalStepConfig)]
+
+
+@dataclass
+class EvalStepConfig(Option, group="eval_step", key=""):
+    """A step eval runs once the split is scored, such as an extension's benchmark harness; settings `eval.<name>`.
+
+    Like an export step: an option with no YAML whose settings say whether it is on. `run` gets a
+    `lab.workflows.evaluate.Evaluation` and adds its eval.json sections, logged numbers and files to it."""
+
+    @classmethod
+    def stored_as(cls, name: str) -> None:
+        return None
+
+    def refuse(self, restored: Any) -> str | None:
+        """Return why these settings cannot run on the checkpoint `restored` (refused before eval writes), or None."""
+        return None
+
+    def run(self, evaluation: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} needs a run(evaluation)")
+
+
+def eval_options() -> EvalOptions:
+    """Return the `eval` node's defaults, with a node `eval.<name>` per eval step, typed by its option."""
+    return options.node_per_option(EvalOptions, "eval_step", "eval", "EvalStepsOptions")()
+
 
 @dataclass
 class EvalConfig:
@@ -59,7 +88,7 @@ class EvalConfig:
     ckpt_path: str | None = None  # required: the checkpoint to score
     device: str = "auto"  # auto | cpu | cuda | mps
     tags: list[str] = field(default_factory=list)
-    eval: EvalOptions = field(default_factory=EvalOptions)
+    eval: EvalOptions = field(default_factory=eval_options)  # + eval.<name> per eval step
     data: CheckpointDataConfig = field(default_factory=CheckpointDataConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     logger: LoggerConfig = field(default_factory=logger_config)

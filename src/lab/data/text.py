@@ -17,7 +17,7 @@ import re
 import sysconfig
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -140,6 +140,40 @@ def decode(ids: Sequence[int], meta: Mapping[str, Any]) -> str:
     if meta["level"] == "byte":
         return bytes(ids).decode("utf-8", errors="replace")
     return "".join(meta["vocab"][i] for i in ids)
+
+
+class TextCodec(Protocol):
+    """How task=language_model spells prompts and samples as token ids; a data option gives its own through
+    `DataConfig.text_codec`."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def spells(self, text: str) -> bool:
+        """Whether every character of `text` has an id (eval samples only prompts the vocabulary can spell)."""
+        ...
+
+
+class MetaCodec:
+    """Text as the token ids of meta's characters, bytes or BPE (`encode`/`decode`): the core's text data."""
+
+    def __init__(self, meta: Mapping[str, Any]) -> None:
+        self.meta = meta
+
+    def encode(self, text: str) -> list[int]:
+        return encode(text, self.meta)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return decode(ids, self.meta)
+
+    def spells(self, text: str) -> bool:
+        return self.meta["level"] in ("byte", "bpe") or all(ch in self.meta["vocab"] for ch in text)
+
+
+def meta_codec(meta: Mapping[str, Any]) -> TextCodec | None:
+    """Return the codec of the core's text data, or None for a meta without a vocabulary level."""
+    return MetaCodec(meta) if "level" in meta else None
 
 
 def build_text(cfg: Any) -> DataModule:

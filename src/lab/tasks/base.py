@@ -105,6 +105,7 @@ class EvalContext:
     model: nn.Module  # eval mode, on `device`
     device: torch.device
     meta: dict[str, Any]
+    codec: Any = None  # the data option's text_codec(meta) (lab.data.text.TextCodec); None: meta's own
 
 
 @dataclass
@@ -119,6 +120,7 @@ class InferContext:
     # lab.inference.inputs.Inputs.read with the model option's own readers: infer, a layer above this one, passes it
     read: Callable[..., Any]
     resize: bool = True
+    codec: Any = None  # the data option's text_codec(meta) (lab.data.text.TextCodec); None: meta's own
 
     def inputs(self) -> Any:
         """Read the files `input=` names (`lab.inference.inputs`), raising UserError if none are named.

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lab.data.text import IGNORE_INDEX, decode, encode
+from lab.data.text import IGNORE_INDEX, TextCodec, meta_codec
 from lab.errors import UserError
 from lab.tasks.base import BaseTask, EvalContext, InferContext, Predictions
 
@@ -85,9 +85,10 @@ class LanguageModel(BaseTask[TokenMetrics]):
         return TokenMetrics(device)
 
     def write_eval_artifacts(self, metrics: TokenMetrics, context: EvalContext) -> tuple[dict[str, Any], list[Path]]:
-        if "level" not in self.meta:  # a tokenizer encode/decode does not run (a transformers one): no samples
+        codec = context.codec or meta_codec(self.meta)
+        if codec is None:  # the data gives no way to spell text: no samples
             return {}, []
-        prompts = [p for p in EVAL_PROMPTS if _spellable(p, self.meta)][: self.samples]
+        prompts = [p for p in EVAL_PROMPTS if codec.spells(p)][: self.samples]
         model, generator = context.model, torch.Generator().manual_seed(0)
 
         @torch.inference_mode()
@@ -95,7 +96,7 @@ class LanguageModel(BaseTask[TokenMetrics]):
             return model(ids.to(context.device)).float().cpu()
 
         samples = [
-            {"prompt": p, "text": self.continue_text(logits, p, self.sample_tokens, 0.8, 20, generator)}
+            {"prompt": p, "text": self.continue_text(logits, codec, p, self.sample_tokens, 0.8, 20, generator)}
             for p in prompts
         ]
         path = context.run_dir / "samples.txt"
@@ -110,16 +111,20 @@ class LanguageModel(BaseTask[TokenMetrics]):
         cfg = context.cfg
         if cfg.prompt is None:
             raise UserError("prompt= is required for a language model: the text to continue, e.g. prompt='def '")
+        codec = context.codec or meta_codec(self.meta)
+        if codec is None:
+            raise UserError("this checkpoint's data_meta gives no way to encode prompt= (no vocabulary or tokenizer)")
         generator = torch.Generator().manual_seed(int(cfg.infer.seed))
         options = cfg.infer
         text = self.continue_text(
-            backend, cfg.prompt, options.max_new_tokens, options.temperature, options.top_k, generator
+            backend, codec, cfg.prompt, options.max_new_tokens, options.temperature, options.top_k, generator
         )
         return Predictions([{"prompt": cfg.prompt, "text": text, "tokens": options.max_new_tokens}], [])
 
     def continue_text(
         self,
         logits: Callable[[torch.Tensor], torch.Tensor],
+        codec: TextCodec,
         prompt: str,
         max_new_tokens: int,
         temperature: float,
@@ -127,7 +132,7 @@ class LanguageModel(BaseTask[TokenMetrics]):
         generator: torch.Generator,
     ) -> str:
         """Sample a continuation token by token, cropping the context to the model's block_size."""
-        ids = encode(prompt, self.meta)
+        ids = codec.encode(prompt)
         if not ids:
             raise UserError("prompt='' is empty: give at least one character to continue")
         new: list[int] = []
@@ -137,8 +142,4 @@ class LanguageModel(BaseTask[TokenMetrics]):
             if top_k < last.numel():
                 last[last < last.topk(top_k).values[-1]] = -math.inf
             new.append(int(torch.multinomial(last.softmax(-1), 1, generator=generator)))
-        return decode(new, self.meta)
-
-
-def _spellable(prompt: str, meta: Mapping[str, Any]) -> bool:
-    return meta["level"] in ("byte", "bpe") or all(ch in meta["vocab"] for ch in prompt)
+        return codec.decode(new)

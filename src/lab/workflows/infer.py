@@ -41,10 +41,14 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
     if not model_path.is_file():
         raise UserError(f"ckpt_path={cfg.ckpt_path} does not exist; give a checkpoint .pt or an exported .onnx/.pt2")
     device = runtime.select_device(cfg.device)
-    backend, task, meta, source, model_config, dims = _open(model_path, device, cfg.infer.allow_modified_artifact)
+    opened = _open(model_path, device, cfg.infer.allow_modified_artifact)
+    backend, task, meta, source, model_config, data_config, dims = opened
     resize = cfg.infer.resize if cfg.infer.resize is not None else not keeps_size(meta, dims)
     readers = options.instantiate("model", model_config, drop_unknown=True).input_readers(meta) if model_config else {}
-    context = InferContext(cfg, meta, run_dir, functools.partial(Inputs.read, readers=readers), resize=bool(resize))
+    # an exported artifact's manifest keeps no data config: the core's codec from its meta
+    codec = options.instantiate("data", data_config, drop_unknown=True).text_codec(meta) if data_config else None
+    read = functools.partial(Inputs.read, readers=readers)
+    context = InferContext(cfg, meta, run_dir, read, resize=bool(resize), codec=codec)
 
     tracker, _ = linked_tracker(cfg, run_dir, "infer", source, model_config)
     with tracker.session():
@@ -62,11 +66,11 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
     return len(predictions.records)
 
 
-def _open(path: Path, device: Any, allow_modified: bool = False) -> tuple[Any, Any, dict, dict, dict, tuple]:
+def _open(path: Path, device: Any, allow_modified: bool = False) -> tuple[Any, Any, dict, dict, dict, dict, tuple]:
     """Open a checkpoint or exported artifact for inference.
 
-    Returns (runner, task, data_meta, source run, model config, dynamic input axes). An artifact's manifest says
-    which axes the export made dynamic."""
+    Returns (runner, task, data_meta, source run, model config, data config ({} for an artifact), dynamic input
+    axes). An artifact's manifest says which axes the export made dynamic."""
     if _is_artifact(path):
         found = manifest.read(path)
         _check_verified(path, found, allow_modified)
@@ -75,11 +79,12 @@ def _open(path: Path, device: Any, allow_modified: bool = False) -> tuple[Any, A
         backend = artifact_backend(path, device, manifest.output_layout(found))
         _check_input_shape(path, backend, meta)
         dims = tuple(found.get("dynamic_dims", task.dynamic_dims))
-        return backend, task, meta, found.get("source_run", {}), found.get("model", {}), dims
+        return backend, task, meta, found.get("source_run", {}), found.get("model", {}), {}, dims
     restored = restore.rebuild(path)
     backend = EagerBackend(restored.model, device)
     task = restored.task
-    return backend, task, restored.meta, restored.source(), restored.config["model"], tuple(task.dynamic_dims)
+    config = restored.config
+    return backend, task, restored.meta, restored.source(), config["model"], config["data"], tuple(task.dynamic_dims)
 
 
 _OVERRIDE = "infer.allow_modified_artifact=true"

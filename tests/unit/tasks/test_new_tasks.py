@@ -17,7 +17,9 @@ from lab.data.datasets import build as build_data
 from lab.data.options import CsvConfig, TextConfig
 from lab.data.text import IGNORE_INDEX, decode, encode
 from lab.errors import ConfigError, UserError
+from lab.inference.inputs import Inputs
 from lab.models.common import build as build_model
+from lab.tasks.base import EvalContext, InferContext
 from lab.tasks.common import build as build_task
 from lab.tasks.language_model import LanguageModel, TokenMetrics
 from lab.tasks.regression import Regression
@@ -71,14 +73,19 @@ def test_token_loss_ignores_padding_and_is_fp32_under_low_precision_logits():
     assert scores["perplexity"] == pytest.approx(math.exp(scores["loss"]))
 
 
-def test_a_tokenizers_dict_batch_is_checked_by_its_input_ids_and_gets_no_text_samples():
+def test_a_tokenizers_dict_batch_is_checked_by_its_input_ids_and_gets_no_text_samples(tmp_path: Path):
     meta = {k: v for k, v in META.items() if k not in ("level", "vocab")}  # a tokenizer the core cannot run
     task = LanguageModel(meta)
     ids, labels = torch.tensor([[1, 2, 3]]), torch.tensor([[2, 3, IGNORE_INDEX]])
     assert task.check_first_batch({"input_ids": ids, "attention_mask": torch.ones_like(ids)}, labels).startswith("2 ")
     with pytest.raises(UserError, match="outside the vocabulary of 4"):
         task.check_first_batch({"input_ids": ids + 3, "attention_mask": torch.ones_like(ids)}, labels)
-    assert task.write_eval_artifacts(TokenMetrics(CPU), None) == ({}, [])  # type: ignore[arg-type]
+    # without a codec from its data option (DataConfig.text_codec) no text is spelt: no samples, no file
+    context = EvalContext(tmp_path, "t", torch.nn.Identity(), CPU, meta, codec=None)
+    assert task.write_eval_artifacts(TokenMetrics(CPU), context) == ({}, [])
+    prompted = OmegaConf.create({"prompt": "def ", "infer": {"seed": 0}})
+    with pytest.raises(UserError, match="no way to encode prompt="):
+        task.predict(None, InferContext(prompted, meta, tmp_path, Inputs.read))
 
 
 def _padded_batches(generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -1,8 +1,9 @@
 """The `hf` extension's options: `model=hf` (any transformers model for sequence classification or causal language
-modelling) and `data=hf` (tables and text through Hugging Face `datasets`).
+modelling), `data=hf` (tables and text through Hugging Face `datasets`) and the eval step `eval.lm_eval` (lm-eval's
+tasks on a causal LM checkpoint).
 
-This module is imported at every start, so it imports neither torch, datasets nor transformers: ``build`` imports
-``models`` (the model), ``data`` (tables) or ``text`` (text).
+This module is imported at every start, so it imports neither torch, datasets, transformers nor lm_eval: ``build``
+imports ``models`` (the model), ``data`` (tables) or ``text`` (text), and the eval step ``harness``.
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
 
+from lab import extras
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.data import DataConfig
 from lab.config.models import ModelConfig
-from lab.config.tools import ExportOptions, ExportStepConfig
+from lab.config.tools import EvalStepConfig, ExportOptions, ExportStepConfig
 
 if TYPE_CHECKING:
     from torch import nn
 
     from lab.data.common import DataModule
+    from lab.data.text import TextCodec
 
 KINDS = ("auto", "sequence_classification", "causal_lm")
 DTYPES = ("float32", "bfloat16")
@@ -227,6 +230,13 @@ class HfDataConfig(DataConfig, name="hf"):
 
         return data.build(self)
 
+    def text_codec(self, meta: dict[str, Any]) -> TextCodec | None:
+        if "tokenizer" not in meta:  # a table
+            return None
+        from lab.extensions.hf.text import TokenizerCodec
+
+        return TokenizerCodec(meta["tokenizer"])
+
     def prepare(self) -> None:
         from lab.extensions.hf import data
 
@@ -268,3 +278,36 @@ class HfExportConfig(ExportStepConfig, name="hf"):
 
     def run(self, export: Any) -> None:
         """Nothing to add to the core's formats: hf is a format of its own, written by `write_format`."""
+
+
+@dataclass
+class LmEvalConfig(EvalStepConfig):
+    """`eval.lm_eval`: EleutherAI's lm-evaluation-harness on a model=hf causal LM checkpoint (harness.py), after eval
+    scores its split. Off until `eval.lm_eval.tasks` names some; results go to lm_eval.json and the trackers."""
+
+    tasks: list[str] = field(default_factory=list)  # lm-eval task names (yours from include_path, or its own)
+    num_fewshot: int | None = None  # examples shown before each question; null = each task's own setting
+    limit: float | None = None  # examples scored per task (a fraction of it when < 1); null = all
+    include_path: str | None = None  # a folder of your task YAMLs (lm-eval's TaskManager include_path)
+    batch_size: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.tasks:
+            extras.require("eval.lm_eval.tasks", ("lm-eval",))
+        _require(self.num_fewshot is None or self.num_fewshot >= 0, "eval.lm_eval.num_fewshot must be >= 0 or null")
+        _require(self.limit is None or self.limit > 0, f"eval.lm_eval.limit must be > 0 or null, got {self.limit}")
+        _require(self.batch_size >= 1, f"eval.lm_eval.batch_size must be >= 1, got {self.batch_size}")
+
+    def refuse(self, restored: Any) -> str | None:
+        if not self.tasks:
+            return None
+        from lab.extensions.hf import harness
+
+        return harness.refuse(self, restored)
+
+    def run(self, evaluation: Any) -> None:
+        if self.tasks:
+            from lab.extensions.hf import harness
+
+            harness.run(self, evaluation)

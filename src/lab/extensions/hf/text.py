@@ -62,6 +62,24 @@ def load_tokenizer(cfg: Any) -> Any:
     return tokenizer
 
 
+class TokenizerCodec:
+    """task=language_model's prompts and samples in the run's tokenizer, as training tokenized text (no special
+    tokens added)."""
+
+    def __init__(self, tokenizer: str) -> None:
+        self.tokenizer = hub.load_tokenizer(tokenizer)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids)))
+
+    def spells(self, text: str) -> bool:
+        ids = self.encode(text)  # a byte-level BPE spells any text; a word-level one may give its unknown token
+        return bool(ids) and self.tokenizer.unk_token_id not in ids
+
+
 def kind(cfg: Any) -> str:
     """Return what the rows become: classification, packed (causal LM blocks) or supervised (prompt/response)."""
     if cfg.target_type == "class":

@@ -1,4 +1,4 @@
-"""The page's commands, which need a hub model, a dataset of tokens or a run of yours: each train line composed and
+"""The page's commands, which need a hub model, your data files or a run of yours: each train line composed and
 checked as a run checks it before it starts, each export line composed and checked, and the export's refusals
 (tests/integration/test_hf_model_train.py trains, evaluates and exports tiny models)."""
 
@@ -18,26 +18,25 @@ from lab.errors import ConfigError
 from lab.extensions.hf import export
 
 PAGE = Path(__file__).resolve().parents[1] / "README.md"
-DATA = " <data options>"  # the data side's dataset of tokens, not this page's
 TRAIN = [
     (
-        "python scripts/train.py model=hf model.name_or_path=google-bert/bert-base-uncased task=classification <data options>",  # noqa: E501
+        "python scripts/train.py model=hf model.name_or_path=google-bert/bert-base-uncased task=classification data=hf data.data_files=/data/reviews.jsonl data.text_column=text data.label_column=label",  # noqa: E501
         {"model.kind": "auto", "model.lora.r": None, "model.dtype": "float32", "task.name": "classification"},
     ),
     (
-        "python scripts/train.py model=hf model.name_or_path=/path/to/a/saved/model model.dtype=bfloat16 model.grad_checkpointing=true task=classification <data options>",  # noqa: E501
+        "python scripts/train.py model=hf model.name_or_path=/path/to/a/saved/model model.dtype=bfloat16 model.grad_checkpointing=true task=classification data=hf data.data_files=/data/reviews.jsonl data.text_column=text data.label_column=label",  # noqa: E501
         {"model.dtype": "bfloat16", "model.grad_checkpointing": True},
     ),
     (
-        "python scripts/train.py model=hf model.name_or_path=HuggingFaceTB/SmolLM2-135M model.revision=main task=language_model <data options>",  # noqa: E501
+        "python scripts/train.py model=hf model.name_or_path=HuggingFaceTB/SmolLM2-135M model.revision=main task=language_model data=hf data.data_files=/data/corpus.jsonl data.text_column=text",  # noqa: E501
         {"model.revision": "main", "task.name": "language_model"},
     ),
     (
-        "python scripts/train.py model=hf model.name_or_path=google-bert/bert-base-uncased model.lora.r=8 task=classification <data options>",  # noqa: E501
+        "python scripts/train.py model=hf model.name_or_path=google-bert/bert-base-uncased model.lora.r=8 task=classification data=hf data.data_files=/data/reviews.jsonl data.text_column=text data.label_column=label",  # noqa: E501
         {"model.lora.r": 8, "model.lora.alpha": 16, "model.lora.target_modules": None},
     ),
     (
-        "python scripts/train.py model=hf model.name_or_path=HuggingFaceTB/SmolLM2-135M model.lora.r=16 model.lora.alpha=32 model.lora.dropout=0.05 'model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj]' task=language_model <data options>",  # noqa: E501
+        "python scripts/train.py model=hf model.name_or_path=HuggingFaceTB/SmolLM2-135M model.lora.r=16 model.lora.alpha=32 model.lora.dropout=0.05 'model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj]' task=language_model data=hf data.data_files=/data/corpus.jsonl data.text_column=text",  # noqa: E501
         {"model.lora.r": 16, "model.lora.alpha": 32, "model.lora.dropout": 0.05,
          "model.lora.target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
     ),
@@ -52,7 +51,7 @@ EXPORT = [
 @pytest.mark.parametrize(("command", "expected"), TRAIN, ids=[str(i) for i in range(len(TRAIN))])
 def test_the_pages_train_commands_compose_and_validate(compose, command, expected):
     assert command in PAGE.read_text(), command
-    python, script, *overrides = shlex.split(command.removesuffix(DATA))
+    python, script, *overrides = shlex.split(command)
     assert (python, script) == ("python", "scripts/train.py")
     cfg = compose(overrides)
     validate(cfg)

@@ -44,7 +44,7 @@ class HfModelTextConfig(DataConfig):
         else:
             targets = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
             samples = [(ids[i, :LENGTH], targets[i]) for i in range(len(rows))]
-            meta |= {"input_shape": [LENGTH], "num_outputs": len(tok), "block_size": LENGTH, "level": "hf"}
+            meta |= {"input_shape": [LENGTH], "num_outputs": len(tok), "block_size": LENGTH}
         cut = len(samples) * 3 // 4
         return DataModule(samples[:cut], samples[cut:], samples[cut:], meta)
 
