@@ -8,4 +8,4 @@ for tables, ``text`` for tokenized text, ``streaming`` for `data.streaming=true`
 
 from __future__ import annotations
 
-EXTRAS: tuple[str, ...] = ("hf",)  # transformers, peft, datasets, pyarrow
+EXTRAS: tuple[str, ...] = ("hf",)  # transformers, peft, datasets, pyarrow, lm-eval
