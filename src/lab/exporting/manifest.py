@@ -40,7 +40,7 @@ def preprocessing(meta: dict[str, Any]) -> dict[str, Any]:
     if "image_size" in meta:
         c, size = meta["in_channels"], meta["image_size"]
         return {
-            "function": "lab.data.eval_transform(data_meta)",
+            "function": "lab.data.transforms.eval_transform(data_meta)",
             "color_mode": "L (grayscale)" if c == 1 else "RGB",
             "resize": f"{size}x{size}, bilinear (only when the image has another size)",
             "scale": "8-bit pixels / 255 -> [0, 1]",

@@ -89,7 +89,7 @@ def discover(spec: str, suffixes: Iterable[str] = ()) -> list[Path]:
 
 
 def image_transform(meta: Mapping[str, Any], resize: bool) -> Callable[[Image.Image], torch.Tensor]:
-    """Return validation's own PIL-to-tensor transform (`lab.data.eval_transform`), set by data_meta.
+    """Return validation's own PIL-to-tensor transform (`lab.data.transforms.eval_transform`), set by data_meta.
     It gives normalised float32 (C, H, W). With `resize=False` the image keeps its size."""
     if "mean" not in meta or "in_channels" not in meta:
         raise UserError("this model was not trained on images (no mean/in_channels in its data_meta)")

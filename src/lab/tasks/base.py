@@ -1,7 +1,7 @@
 """The Task interface: everything the trainer and the four workflows need to know about *what* is learned.
 
 The trainer and the workflows call only these methods. Classification, regression, language modelling and a fork's
-own task differ here and nowhere else. `lab.tasks.build` makes a task per run from its config node and the
+own task differ here and nowhere else. `lab.tasks.common.build` makes a task per run from its config node and the
 dataset's `meta`.
 """
 
@@ -161,7 +161,7 @@ class Task(Protocol[MetricsT]):
 
     def prepare(self, train_set: Any) -> None:
         """Take what the task needs from its training data, before training (e.g. balanced class weights).
-        `lab.tasks.build` calls it when given the training split; eval, export and infer skip it."""
+        `lab.tasks.common.build` calls it when given the training split; eval, export and infer skip it."""
 
     def check_first_batch(self, inputs: Any, targets: Any) -> str:
         """Raise UserError when the data cannot fit the task (labels out of range, non-finite targets, unknown
@@ -193,7 +193,7 @@ class Task(Protocol[MetricsT]):
 
 class BaseTask(Generic[MetricsT]):
     """Defaults for a new task: subclass it and write `loss`, and `metrics` for more than the mean loss.
-    `lab.tasks.build` sets `name`, `monitor` and `mode` from the task's option. By default the loss averages over
+    `lab.tasks.common.build` sets `name`, `monitor` and `mode` from the task's option. By default the loss averages over
     samples (change the `normaliser` word), the metric is the mean loss, eval writes eval.json only, and export
     parity is max |diff| alone. Infer runs the model on each input and records the outputs, one column group per
     output, named by `output_names` or the model's dict keys."""

@@ -1,5 +1,5 @@
 """The tasks the core ships, one option each (the keys every task has: lab.config.tasks). `build(meta)` makes the
-`lab.tasks.Task`."""
+`lab.tasks.base.Task`."""
 
 from __future__ import annotations
 

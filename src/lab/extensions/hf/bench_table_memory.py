@@ -4,7 +4,7 @@ CSVs of 1x, 5x and 10x --base-mb are generated (20, 100 and 200 MB by default). 
 child, so its figures exclude the imports the parent already holds:
   - prepare: ``scripts/prepare_data.py data=hf``. Peak memory, seconds, seconds per GB of CSV.
   - build: ``build()``, i.e. the split and the statistics pass. Peak memory, seconds.
-  - epoch: one epoch of shuffled batches through ``lab.data.make_loader``. Peak memory, samples/s.
+  - epoch: one epoch of shuffled batches through ``lab.data.loaders.make_loader``. Peak memory, samples/s.
 Memory that grows with the rows (row numbers at 4 bytes a row, the permutation at 8) is printed per row, next to
 the table's bytes a row. The epoch is also run with torch's DistributedSampler, which keeps the permutation as
 Python ints, for comparison.
