@@ -17,10 +17,14 @@ pytestmark = pytest.mark.slow
 TARGET = {"core lines": 9_000, "modules imported": 45, "files run": 30, "lines run": 5_000}
 # (modules imported and files run count the extensions' too: an extension with options has its package and options.py
 # imported at every start, and their classes' bodies count as run)
-# raised once, on purpose: the seams declared on their base classes (DataConfig.batch_mixing, ModelConfig.fsdp_units,
-# OptimizerConfig.parameter_groups, InMemoryDataset/OrderedDataset: +111 core lines) and the muon extension's
-# package and options (+2 modules) outweighed what the recipe and the callbacks removed
-REACHED = {"core lines": 15_200, "modules imported": 104, "files run": 77, "lines run": 11_860}
+# raised on purpose, twice. First: the seams declared on their base classes (DataConfig.batch_mixing,
+# ModelConfig.fsdp_units, OptimizerConfig.parameter_groups, InMemoryDataset/OrderedDataset: +111 core lines) and the
+# muon extension's package and options (+2 modules) outweighed what the recipe and the callbacks removed. Second: the
+# hf, cv and ray extensions (their packages and options/plugins: +6 modules), each kind's options moved next to its
+# code so the layers import one way (lab/<package>/options.py: +7 modules, +64 lines), what two extensions shared moved
+# into the core (lab.data.prepared, lab.network, lab.stopping's stop note: +290 lines) and the seams the new
+# extensions plug into (TrainNodeConfig, sweep parts, eval steps, export formats, text codecs: +360 lines)
+REACHED = {"core lines": 15_920, "modules imported": 117, "files run": 87, "lines run": 12_670}
 
 
 def test_the_core_and_the_default_run_stay_within_what_was_reached(tmp_path):
