@@ -152,7 +152,7 @@ def test_a_bad_value_keeps_its_one_line_and_shows_its_traceback_with_hydra_full_
 # --------------------------------------------------------------------------- Ctrl-C before training's own handler
 CTRL_C_WHILE_BUILDING_DATA = """
 import os, signal, time
-from lab.data.datasets import build as build_data
+from lab.workflows import train
 
 # a shell starts the script with Ctrl-C's default action; an xdist worker ignores SIGINT and its children inherit that
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -161,7 +161,7 @@ def ctrl_c(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C a few seconds in, while the data is being built
     time.sleep(60)
 
-build_data = ctrl_c
+train.build_data = ctrl_c  # where the train workflow looks the data builder up
 """
 
 

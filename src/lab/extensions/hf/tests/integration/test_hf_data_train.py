@@ -8,12 +8,23 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
-import lab.extensions.hf.tests.integration.token_bag  # noqa: F401  (registers model=token_bag)
+from helpers import forget_option
 from lab.config import validate
 from lab.extensions.hf.tests.tiny_data import tokenizer_dir
 from lab.workflows import evaluate, train
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _token_bag():
+    """model=token_bag for this module's runs only: later tests in this process see the shipped models alone."""
+    from lab.extensions.hf.tests.integration import token_bag  # defining the class registers model=token_bag
+
+    yield
+    forget_option(token_bag.TokenBag)
+
 
 TEXTS = ["the movie was good", "a film is awful", "good", "the film was bad", "what is the film", "why"]
 

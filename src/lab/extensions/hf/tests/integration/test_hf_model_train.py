@@ -75,7 +75,7 @@ def infers_lines(best: Path, tmp_path: Path) -> None:
     for name in ("lines.txt", "lines.jsonl"):
         out = tmp_path / f"infer-{name}"
         proc = run_script("infer.py", f"ckpt_path={best}", f"input={tmp_path / name}", "infer.top_k=2",
-                          f"hydra.run.dir={out}", "logger=none")  # fmt: skip
+                          f"hydra.run.dir={out}", "logger=none", patch=WITH_DATA)  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-4000:]
         records = json.loads((out / "predictions.json").read_text())["predictions"]
         assert [r["path"] for r in records] == [f"{tmp_path / name}:{i}" for i in (1, 2, 3)]
@@ -87,7 +87,7 @@ def infers_lines(best: Path, tmp_path: Path) -> None:
             assert record["label"] == ["neg", "pos"][int(probs.argmax())]
     (tmp_path / "bad.jsonl").write_text('{"text": "good"}\n{"words": "bad"}\n')
     refused = run_script("infer.py", f"ckpt_path={best}", f"input={tmp_path / 'bad.jsonl'}", "logger=none",
-                         f"hydra.run.dir={tmp_path / 'infer-bad'}")  # fmt: skip
+                         f"hydra.run.dir={tmp_path / 'infer-bad'}", patch=WITH_DATA)  # fmt: skip
     assert refused.returncode == 1 and f'input={tmp_path / "bad.jsonl"}:2 has no "text" string' in refused.stderr
 
 
