@@ -21,8 +21,7 @@ from lab.config.mistakes import describe
 from lab.config.trackers import moved_keys
 from lab.dotenv import load_dotenv
 from lab.errors import ConfigError, Interrupted, UserError
-from lab.sweeps.jobs import in_multirun
-from lab.sweeps.ownership import check_sweep_dir_before_hydra
+from lab.sweeps import in_multirun
 
 
 def full_errors() -> bool:
@@ -114,7 +113,10 @@ def main(hydra_main: Callable[[], Any], script: str) -> Any:
         load_dotenv()  # credentials from .env, before Hydra reads the environment; set variables win
         with user_errors():
             sys.argv = moved_keys(sys.argv)
-            check_sweep_dir_before_hydra(sys.argv)
+            if any("hydra.sweep.dir" in arg for arg in sys.argv[1:]):  # else no sweep code, nor Hydra's parsers
+                from lab.sweeps.ownership import check_sweep_dir_before_hydra
+
+                check_sweep_dir_before_hydra(sys.argv)
         with run_dirs.undone_on_refusal(), concise_config_errors(), ctrl_c_in_one_line(), run_dir_checked(script):
             return hydra_main()
 

@@ -151,7 +151,7 @@ def test_the_renamed_package_imports_composes_and_sweeps(renamed, tmp_path):
     imported = python("-c", f"import {NEW}.config, {NEW}.tracking; print({NEW}.config.__file__)")
     assert imported.stdout.strip() == str(repo / "src" / NEW / "config" / "__init__.py")
     composed = python("scripts/train.py", "--cfg", "all").stdout
-    assert f"${{{NEW}.direction:" in composed and f"_target_: {NEW}.sweeps.summary.SweepSummary" in composed
+    assert f"${{{NEW}.direction:" in composed and f"_target_: {NEW}.sweeps.SweepSummary" in composed
     # one sweep job: the renamed grid sweeper plugin, the summary callback and the training workflow
     sweep = tmp_path / "sweep"
     python("scripts/train.py", "-m", "debug=fast", "model=mlp", "logger=csv", "seed=1", f"hydra.sweep.dir={sweep}")

@@ -33,7 +33,6 @@ from omegaconf import DictConfig, OmegaConf
 from lab import upstream
 from lab.run_dir import attempt_subdir
 from lab.sweeps.jobs import expand, fail_fast, launch_numbered, launcher_width, outcome
-from lab.sweeps.ownership import claim
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +48,8 @@ class GridSweeper(upstream.hydra_basic_sweeper()):  # type: ignore[misc]  # Hydr
         batches = self.split_arguments(overrides, batch_size)
         self.overrides = [[job for params in batch for job in expand(self.config, params)] for batch in batches]
         jobs = [job for batch in self.overrides for job in batch]  # job n runs jobs[n]
+
+        from lab.sweeps.ownership import claim  # Hydra imports this module in a single run too
 
         sweep_dir = Path(self.config.hydra.sweep.dir)
         resuming = OmegaConf.select(self.config, "resume") == "auto"

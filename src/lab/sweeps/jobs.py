@@ -80,14 +80,6 @@ def combine(outcomes: Sequence[Outcome]) -> Outcome:
     return Outcome("completed", statistics.fmean(values) if len(values) == len(outcomes) else None, None)
 
 
-def in_multirun() -> bool:
-    """Whether this runs inside a job of a Hydra sweep (`-m`, or hydra.mode=MULTIRUN)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
 def fail_fast(config: DictConfig) -> bool:
     """Whether `sweep.fail_fast` asks to stop launching after a batch with a failed job."""
     return bool(OmegaConf.select(config, "sweep.fail_fast", default=False))

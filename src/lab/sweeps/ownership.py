@@ -236,37 +236,13 @@ def claim(
         handle.close()
 
 
-# ---------------------------------------------------------------------------------------------- resuming
-def sweep_of(run_dir: Path) -> Path | None:
-    """Return the sweep dir `run_dir` is a job of, or None for a single run.
-
-    It is read from Hydra's config, or else from the files, since a spawned DDP rank has no Hydra. A sweep dir holds
-    the sweep's multirun.yaml."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if HydraConfig.initialized():
-        hydra = HydraConfig.get()
-        return Path(hydra.sweep.dir).absolute() if hydra.mode == RunMode.MULTIRUN else None
-    near = run_dir.absolute().parents[:2]  # <sweep dir>/<job num>, or a subdir one level deeper
-    return next((folder for folder in near if (folder / SWEEP_CONFIG).is_file()), None)
-
-
-def sweep_resume_hint(sweep_dir: Path) -> str:
-    return (
-        f"resume the sweep: the same command with hydra.sweep.dir={sweep_dir} resume=auto "
-        "(its completed jobs are kept, the others continue from their last.pt)"
-    )
-
-
 # ---------------------------------------------------------------------------------------------- before Hydra
 def check_sweep_dir_before_hydra(argv: list[str]) -> None:
     """Apply `claim`'s refusals to an explicit `hydra.sweep.dir=` of a multirun, before Hydra writes anything.
 
     The command line is read as Hydra reads it, so a quoted value or a `+`/`++` prefix names the same dir. The
-    sweeper's claim still checks every sweep dir, default or set in a config, and holds the lock."""
-    if not any("hydra.sweep.dir" in arg for arg in argv[1:]):
-        return  # the common case, without loading Hydra's parsers
+    sweeper's claim still checks every sweep dir, default or set in a config, and holds the lock. lab.cli calls it
+    only for a command line that names `hydra.sweep.dir`."""
     command = read_command_line(argv)
     if command is None:
         return  # not a valid command line; Hydra reports it

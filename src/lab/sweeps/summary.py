@@ -1,4 +1,5 @@
-"""Write a multirun's table to `<sweep dir>/sweep_summary.{csv,md}` and print it, as a Hydra callback.
+"""Write a multirun's table to `<sweep dir>/sweep_summary.{csv,md}` and print it, for the Hydra callback
+`lab.sweeps.SweepSummary`.
 
 Each job writes `sweep_job.json` into its own run dir when it ends. That runs in the job's process, so it works
 under the basic, joblib and submitit launchers. At the end of the multirun the records are joined with each run's
@@ -22,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobReturn
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from lab import files
@@ -253,72 +253,66 @@ def sets_to_csv(sets: list[SetRow], metric: str) -> str:
     return out.getvalue()
 
 
-class SweepSummary(Callback):
-    def __init__(self, filename: str = "sweep_summary") -> None:
-        self.filename = filename
-        self._job_start = self._job_start_wall = 0.0
+def record_job(config: DictConfig, job_return: JobReturn, start: float, wall_s: float) -> None:
+    """Log a multirun job's failure and write its `sweep_job.json` (lab.sweeps.SweepSummary.on_job_end)."""
+    result = outcome(job_return)
+    job = config.hydra.job.num
+    if result.failed:
+        err = job_return._return_value
+        # a user mistake is one line; anything else keeps its traceback in the job's log
+        trace = None if isinstance(err, (ConfigError, UserError)) else (type(err), err, err.__traceback__)
+        log.error("job #%d failed: %s", job, result.error, exc_info=trace)
+    elif result.status != "completed":
+        log.info("job #%d %s: %s", job, result.status, result.error)
+    record = job_record(
+        job,
+        result.status,
+        result.value,
+        result.error,
+        list(job_return.overrides or []),
+        config.hydra.job.config.override_dirname.exclude_keys,
+        start=start,
+        wall_s=wall_s,
+        pid=os.getpid(),
+    )
+    write_record(Path(config.hydra.runtime.output_dir), record)
 
-    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._job_start, self._job_start_wall = time.monotonic(), time.time()
 
-    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        if config.hydra.mode.name != "MULTIRUN":
-            return
-        result = outcome(job_return)
-        job = config.hydra.job.num
-        if result.failed:
-            err = job_return._return_value
-            # a user mistake is one line; anything else keeps its traceback in the job's log
-            trace = None if isinstance(err, (ConfigError, UserError)) else (type(err), err, err.__traceback__)
-            log.error("job #%d failed: %s", job, result.error, exc_info=trace)
-        elif result.status != "completed":
-            log.info("job #%d %s: %s", job, result.status, result.error)
-        record = job_record(
-            job,
-            result.status,
-            result.value,
-            result.error,
-            list(job_return.overrides or []),
-            config.hydra.job.config.override_dirname.exclude_keys,
-            start=self._job_start_wall,
-            wall_s=time.monotonic() - self._job_start,
-            pid=os.getpid(),
-        )
-        write_record(Path(config.hydra.runtime.output_dir), record)
+def write_summary(config: DictConfig, filename: str) -> None:
+    """Write and print the multirun's tables; exit non-zero naming its failed jobs (SweepSummary.on_multirun_end)."""
+    sweep_dir = Path(config.hydra.sweep.dir)
+    metric = OmegaConf.select(config, "optimized_metric", default=None) or "value"
+    direction = OmegaConf.select(config, "sweep.direction", default="maximize")
+    exclude = config.hydra.job.config.override_dirname.exclude_keys
+    rows = sort_rows(collect(sweep_dir, metric, exclude), direction)
+    if not rows:
+        return
+    (sweep_dir / f"{filename}.csv").write_text(to_csv(rows, metric))
+    table = to_markdown(rows, metric)
+    md = sweep_dir / f"{filename}.md"
+    md.write_text(f"# Sweep {sweep_dir}\n\n{table}")
+    print(f"\nSweep summary ({len(rows)} jobs, sorted by {metric}, {direction}): {md}")
+    print(table)
+    key = part_key(config, rows)
+    if key is not None:  # the optimized metric is then each parameter set's mean over its parts
+        _sets(sweep_dir, filename, by_parameter_set(rows, key, direction), key, metric)
+    elif rows[0].status == "completed":
+        best = rows[0]
+        print(f"best: job #{best.job} {metric}={_fmt(best.value)}  {' '.join(best.overrides)}")
+    failed = [row for row in rows if row.status == "failed"]
+    if failed:
+        # SystemExit, since Hydra turns a callback's exception into a warning and exits 0
+        names = "; ".join(f"#{row.job} {row.error}" for row in failed)
+        sys.exit(f"error: {len(failed)} of {len(rows)} sweep jobs failed ({names}); overrides and logs: {md}")
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        metric = OmegaConf.select(config, "optimized_metric", default=None) or "value"
-        direction = OmegaConf.select(config, "sweep.direction", default="maximize")
-        exclude = config.hydra.job.config.override_dirname.exclude_keys
-        rows = sort_rows(collect(sweep_dir, metric, exclude), direction)
-        if not rows:
-            return
-        (sweep_dir / f"{self.filename}.csv").write_text(to_csv(rows, metric))
-        table = to_markdown(rows, metric)
-        md = sweep_dir / f"{self.filename}.md"
-        md.write_text(f"# Sweep {sweep_dir}\n\n{table}")
-        print(f"\nSweep summary ({len(rows)} jobs, sorted by {metric}, {direction}): {md}")
-        print(table)
-        key = part_key(config, rows)
-        if key is not None:  # the optimized metric is then each parameter set's mean over its parts
-            self._sets(sweep_dir, by_parameter_set(rows, key, direction), key, metric)
-        elif rows[0].status == "completed":
-            best = rows[0]
-            print(f"best: job #{best.job} {metric}={_fmt(best.value)}  {' '.join(best.overrides)}")
-        failed = [row for row in rows if row.status == "failed"]
-        if failed:
-            # SystemExit, since Hydra turns a callback's exception into a warning and exits 0
-            names = "; ".join(f"#{row.job} {row.error}" for row in failed)
-            sys.exit(f"error: {len(failed)} of {len(rows)} sweep jobs failed ({names}); overrides and logs: {md}")
 
-    def _sets(self, sweep_dir: Path, sets: list[SetRow], key: str, metric: str) -> None:
-        (sweep_dir / f"{self.filename}_sets.csv").write_text(sets_to_csv(sets, metric))
-        table = sets_to_markdown(sets, key, metric)
-        with (sweep_dir / f"{self.filename}.md").open("a") as md:
-            md.write(f"\n## Parameter sets\n\n{table}")
-        print(table)
-        best = sets[0]
-        if best.value is not None:
-            jobs = " ".join(str(r.job) for r in best.jobs)
-            print(f"best: jobs #{jobs} {metric}={_fmt(best.value)} (mean)  {' '.join(best.overrides)}")
+def _sets(sweep_dir: Path, filename: str, sets: list[SetRow], key: str, metric: str) -> None:
+    (sweep_dir / f"{filename}_sets.csv").write_text(sets_to_csv(sets, metric))
+    table = sets_to_markdown(sets, key, metric)
+    with (sweep_dir / f"{filename}.md").open("a") as md:
+        md.write(f"\n## Parameter sets\n\n{table}")
+    print(table)
+    best = sets[0]
+    if best.value is not None:
+        jobs = " ".join(str(r.job) for r in best.jobs)
+        print(f"best: jobs #{jobs} {metric}={_fmt(best.value)} (mean)  {' '.join(best.overrides)}")

@@ -22,7 +22,7 @@ from typing import Any
 from lab import stopping
 from lab.errors import Interrupted
 from lab.stopping import STOP_SIGNALS
-from lab.sweeps.ownership import sweep_of, sweep_resume_hint
+from lab.sweeps import sweep_of, sweep_resume_hint
 
 log = logging.getLogger(__name__)
 

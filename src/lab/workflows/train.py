@@ -26,7 +26,7 @@ from lab.models.common import build as build_model
 from lab.models.common import prepare as prepare_model
 from lab.optim.optimizers import build_optimizer, scaled_lr
 from lab.optim.schedulers import build_scheduler, planned_steps
-from lab.sweeps.jobs import in_multirun
+from lab.sweeps import in_multirun
 from lab.tasks.common import build as build_task
 from lab.tracking import provenance
 from lab.training import flops, oom, preemption

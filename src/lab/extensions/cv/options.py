@@ -8,7 +8,7 @@ from typing import Any
 
 from lab.config import TrainNodeConfig
 from lab.config.checks import require, seed
-from lab.sweeps.jobs import in_multirun
+from lab.sweeps import in_multirun
 
 
 @dataclass
