@@ -17,7 +17,6 @@ from typing import Any
 from lab import run_dir as run_dirs
 from lab import stopping, upstream
 from lab.config import validate
-from lab.config.mistakes import describe
 from lab.config.trackers import moved_keys
 from lab.dotenv import load_dotenv
 from lab.errors import ConfigError, Interrupted, UserError
@@ -203,6 +202,8 @@ def _report_config_mistakes(func: Callable[[], Any]) -> Any:
 def _exit_if_config_mistake(err: Exception) -> None:
     if full_errors() or _raised_by_the_job(err.__traceback__):
         return  # an error of the run itself (a bug, a failed job) is not a config mistake; Hydra reports it
+    from lab.config.mistakes import describe
+
     message = describe(err)
     if message is not None:
         sys.exit(f"error: {message}")

@@ -19,8 +19,10 @@ Hydra prints and exits. An option's `build` imports its component.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
@@ -31,7 +33,6 @@ from lab.config import options
 from lab.config.callbacks import CallbackConfig
 from lab.config.data import DataConfig, ImageDataConfig
 from lab.config.distributed import DistConfig, ProcessGroupConfig
-from lab.config.mistakes import undeclared_keys, unknown_key_message
 from lab.config.models import ModelConfig
 from lab.config.optim import OptimizerConfig, SchedulerConfig
 from lab.config.options import Option
@@ -143,13 +144,31 @@ def register() -> None:
         _STORED.add(option)
 
 
+def _undeclared_keys(node: DictConfig, path: str = "") -> Iterator[tuple[str, str, list[str], type | None]]:
+    """Yield (node path, key, declared keys, schema) for each key a typed node holds that its schema lacks.
+
+    Hydra's `+key=value` adds a key to any node, and OmegaConf.to_object would drop it silently."""
+    schema = OmegaConf.get_type(node)
+    fields = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
+    for key in node:
+        if fields is not None and key not in fields:
+            yield path, str(key), fields, schema
+        # OmegaConf types a DictConfig's keys wider (bytes, Enum...) than is_interpolation takes (str | int)
+        elif not (OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key)):  # type: ignore[arg-type]
+            child = node[key]
+            if isinstance(child, DictConfig):
+                yield from _undeclared_keys(child, f"{path}{key!s}.")
+
+
 def validate(cfg: DictConfig) -> None:
     """Run every schema's value checks (`__post_init__`) and raise ConfigError naming the bad key.
 
     Undeclared keys are refused first. Hydra's `+key=value` adds them to a typed node regardless of its schema, and
     `OmegaConf.to_object` would then drop them silently."""
-    undeclared = next(undeclared_keys(cfg), None)
+    undeclared = next(_undeclared_keys(cfg), None)
     if undeclared is not None:
+        from lab.config.mistakes import unknown_key_message  # a config without mistakes needs none of that module
+
         raise ConfigError(unknown_key_message(*undeclared))
     try:
         OmegaConf.to_object(cfg)

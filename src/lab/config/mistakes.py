@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from hydra.errors import HydraException, MissingConfigException
@@ -65,22 +65,6 @@ def unknown_option_message(group: str, option: str, options: Iterable[str]) -> s
     close = _nearest(option, names)
     hint = f"; did you mean {group}={close}?" if close else ""
     return f"{group}={option} is not an option of {group}{hint}\n  options of {group}: {', '.join(names)}"
-
-
-def undeclared_keys(node: DictConfig, path: str = "") -> Iterator[tuple[str, str, list[str], type | None]]:
-    """Yield (node path, key, declared keys, schema) for each key a typed node holds that its schema lacks.
-
-    Hydra's `+key=value` adds a key to any node, and OmegaConf.to_object would drop it silently."""
-    schema = OmegaConf.get_type(node)
-    fields = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
-    for key in node:
-        if fields is not None and key not in fields:
-            yield path, str(key), fields, schema
-        # OmegaConf types a DictConfig's keys wider (bytes, Enum...) than is_interpolation takes (str | int)
-        elif not (OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key)):  # type: ignore[arg-type]
-            child = node[key]
-            if isinstance(child, DictConfig):
-                yield from undeclared_keys(child, f"{path}{key!s}.")
 
 
 def _first_lines(text: str) -> list[str]:

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from lab.errors import UserError
-from lab.tasks import class_scores, class_weights, figures
 from lab.tasks.base import BaseTask, EvalContext, InferContext, Predictions
+
+if TYPE_CHECKING:
+    from lab.tasks.class_scores import ClassScores
 
 
 def cross_entropy(
@@ -50,7 +52,11 @@ class ClassificationMetrics:
         self.totals = torch.zeros(4, dtype=torch.float64, device=device)  # loss_sum, correct1, correctk, count
         # rows are the true class, columns the predicted class
         self.confusion = torch.zeros(num_classes, num_classes, dtype=torch.int64, device=device) if confusion else None
-        self.scores = class_scores.scores(extra, num_classes, device, per_class=confusion) if extra else None
+        self.scores: ClassScores | None = None
+        if extra:  # task.metrics, through torchmetrics
+            from lab.tasks import class_scores
+
+            self.scores = class_scores.scores(extra, num_classes, device, per_class=confusion)
 
     def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
         logits = logits.float()  # fp32 loss/softmax even under autocast
@@ -107,6 +113,8 @@ def build_classification(cfg: Any, meta: Mapping[str, Any]) -> Classification:
     if weights == "balanced":
         task.balanced = True  # `prepare` sets them from the training labels
     elif weights is not None:
+        from lab.tasks import class_weights
+
         task.class_weights = class_weights.given(list(weights), num_classes)
     return task
 
@@ -138,6 +146,8 @@ class Classification(BaseTask[ClassificationMetrics]):
     def prepare(self, train_set: torch.utils.data.Dataset) -> None:
         """Compute balanced class weights from the training split, if asked, before training."""
         if self.balanced:
+            from lab.tasks import class_weights
+
             self.class_weights, self._weights_on = class_weights.balanced(train_set, self.num_classes), {}
 
     def _class_weights(self, device: torch.device) -> torch.Tensor | None:
@@ -203,6 +213,8 @@ class Classification(BaseTask[ClassificationMetrics]):
         matrix = metrics.confusion_matrix()  # [true][predicted]
         figure = context.run_dir / "confusion_matrix.png"
         title = f"{context.title}, acc {metrics.compute()['acc']:.4f}"
+        from lab.tasks import figures  # only evaluation draws
+
         figures.confusion_matrix_png(matrix, self.class_names, figure, title)
         extra: dict[str, Any] = {"per_class_acc": per_class}
         if "per_class" in self.extra_metrics:  # per_class_{precision,recall,f1}, by class name

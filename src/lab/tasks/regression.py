@@ -10,7 +10,6 @@ from typing import Any
 import torch
 
 from lab.errors import UserError
-from lab.tasks import figures
 from lab.tasks.base import BaseTask, EvalContext, InferContext, Predictions
 
 
@@ -101,6 +100,8 @@ class Regression(BaseTask[RegressionMetrics]):
         predicted, true = metrics.predicted_and_true()
         scores = metrics.compute()
         title = f"{context.title}, RMSE {scores['rmse']:.4g}, R2 {scores['r2']:.3f}"
+        from lab.tasks import figures  # only evaluation draws
+
         figure = figures.predicted_vs_true_png(predicted, true, context.run_dir / "predicted_vs_true.png", title)
         extra = {"target": self.target_name, "target_mean": self.target_mean, "target_std": self.target_std}
         return extra, [figure]

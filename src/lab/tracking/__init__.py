@@ -5,14 +5,11 @@ and mirrors them to metrics.jsonl and summary.json. `provenance` records the git
 
 from lab.tracking.backends import Backend, RunInfo
 from lab.tracking.tracker import Tracker, from_config, job_identity
-from lab.tracking.wandb_backend import has_wandb_credentials, resolve_mode
 
 __all__ = [
     "Backend",
     "RunInfo",
     "Tracker",
     "from_config",
-    "has_wandb_credentials",
     "job_identity",
-    "resolve_mode",
 ]

@@ -7,8 +7,9 @@ import wandb
 from omegaconf import OmegaConf
 
 from lab.config.trackers import logger_config
-from lab.tracking import Tracker, has_wandb_credentials, resolve_mode
+from lab.tracking import Tracker
 from lab.tracking.options import WandbConfig
+from lab.tracking.wandb_backend import has_wandb_credentials, resolve_mode
 from wandb_reader import BLOCK, CorruptRunFile, find_run_files, read_payloads, read_run
 
 

@@ -30,8 +30,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lab.errors import ConfigError, Interrupted
 from lab.stopping import noting_stop_signals
-from lab.sweeps.jobs import NumberedLauncher, describe
 from lab.sweeps import sweep_resume_hint
+from lab.sweeps.jobs import NumberedLauncher, describe
 from lab.sweeps.ownership import read_jobs
 from lab.sweeps.summary import job_record, write_record
 

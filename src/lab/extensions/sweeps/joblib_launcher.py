@@ -42,8 +42,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from lab.errors import Interrupted
 from lab.extensions.sweeps.devices import on_a_gpu_of_its_own
 from lab.stopping import STOP_SIGNALS, noting_stop_signals
-from lab.sweeps.jobs import NumberedLauncher, describe, joblib_width
 from lab.sweeps import sweep_resume_hint
+from lab.sweeps.jobs import NumberedLauncher, describe, joblib_width
 from lab.sweeps.summary import job_record, write_record
 
 log = logging.getLogger(__name__)

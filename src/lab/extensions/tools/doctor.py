@@ -200,7 +200,7 @@ def check_disk(path: Path, min_free_gib: float) -> Check:
 def check_wandb() -> Check:
     """Report the mode `logger.wandb.mode=auto` resolves to, and why."""
     try:
-        from lab.tracking import has_wandb_credentials, resolve_mode
+        from lab.tracking.wandb_backend import has_wandb_credentials, resolve_mode
     except Exception as err:  # torch-free, but a broken install may still break it
         return warn("wandb", f"cannot resolve the mode: {str(err).splitlines()[0]}", INSTALL_FIX)
 
