@@ -56,7 +56,7 @@ def is_first(signum: int) -> bool:
 
 
 def tell_launcher(pid: int) -> None:
-    """Note that the launcher `pid` spawned this rank (lab.distributed.launch), so a stop is passed on to it."""
+    """Note that the launcher `pid` spawned this rank (lab.distributed.spawning), so a stop is passed on to it."""
     global _launcher
     _launcher = pid if pid != os.getpid() else None  # a launcher faked in-process has nothing to pass on
 

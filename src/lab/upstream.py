@@ -91,7 +91,7 @@ def hydra_config_repository_copied_shallowly() -> None:
 def torch_elastic_signal_handler_wrapped(wrap: Callable[[Callable[[int, Any], None]], Any]) -> Iterator[None]:
     """Replace torch elastic's stop-signal handler (`api._terminate_process_handler`) with `wrap(handler)`.
 
-    So the launcher acts on its first stop signal only (lab.distributed.launch)."""
+    So the launcher acts on its first stop signal only (lab.distributed.spawning)."""
     from torch.distributed.elastic.multiprocessing import api
 
     original = api._terminate_process_handler

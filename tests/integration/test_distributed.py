@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from helpers import REPO, made_once, max_abs_diff, run_script, script_env
-from lab.distributed import launch
+from lab.distributed import spawning
 from lab.errors import UserError
 
 pytestmark = pytest.mark.slow
@@ -183,7 +183,7 @@ def test_a_stopped_rank_is_killed_grace_s_after_its_peer_gave_up(tmp_path):
     marker = tmp_path / "failed_at"
     dist_cfg = SimpleNamespace(nproc=2, master_port=None, grace_s=1, strategy="ddp", max_restarts=0)
     with pytest.raises(UserError, match="rank 1 stopped responding"):
-        launch.spawn(_stop_or_time_out, (str(marker),), dist_cfg)
+        spawning.spawn(_stop_or_time_out, (str(marker),), dist_cfg)
     # torch's own wait between SIGTERM and SIGKILL is 30 s, which a stopped rank sits out; with dist.grace_s=1 the
     # launcher returns about 3 s after rank 0 failed (its exit, the kill, the report: 6 s on a loaded machine)
     assert time.time() - float(marker.read_text()) < 20
@@ -218,7 +218,7 @@ def test_torchrun_standalone_leaves_one_run_dir(tmp_path):
 
 
 def test_two_nodes_on_localhost_leave_one_run_dir(tmp_path):
-    port = launch.free_port()
+    port = spawning.free_port()
     nodes = [
         _torchrun(
             "--nnodes=2",

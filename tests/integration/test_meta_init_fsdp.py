@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from helpers import META_INIT_CASES, run_script
-from lab.distributed import launch, meta_init
+from lab.distributed import meta_init, spawning
 from lab.distributed.parallel import FSDP
 from lab.models.common import build as build_model
 
@@ -47,7 +47,7 @@ def _shard_and_draw(dtype: torch.dtype | None) -> dict:
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16])  # bf16: BatchNorm in its own fp32 unit first
 def test_two_ranks_draw_their_shards_of_the_whole_builds_weights(dtype) -> None:
     dist_cfg = SimpleNamespace(nproc=2, master_port=None, grace_s=5, strategy="fsdp", max_restarts=0)
-    results = launch.spawn(_shard_and_draw, (dtype,), dist_cfg)
+    results = spawning.spawn(_shard_and_draw, (dtype,), dist_cfg)
     assert set(results) == set(META_INIT_CASES)
     for case, (model_cfg, data_meta) in META_INIT_CASES.items():
         full, rng_after, held = results[case]

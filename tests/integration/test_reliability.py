@@ -190,7 +190,7 @@ def _kill_session(session: int) -> None:
 
 
 def _rank_pid(launcher: int, rank: int, limit_s: float = 120) -> int:
-    """The pid of a spawned rank: the launcher's forkserver (lab.distributed.launch) forks the workers one after
+    """The pid of a spawned rank: the launcher's forkserver (lab.distributed.spawning) forks the workers one after
     the other in rank order, so the rank-th lowest pid among its children."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:

@@ -110,7 +110,7 @@ def _sbatch_script() -> str:
 
 
 def test_the_two_node_sbatch_script_starts_one_torchrun_per_node_that_meet(tmp_path: Path) -> None:
-    from lab.distributed import launch
+    from lab.distributed import spawning
 
     script = _sbatch_script()
     options = dict(re.findall(r"^#SBATCH --([\w-]+)=?(\S*)", script, flags=re.M))
@@ -128,7 +128,7 @@ def test_the_two_node_sbatch_script_starts_one_torchrun_per_node_that_meet(tmp_p
         "SLURM_NNODES": "2",
         "SLURM_JOB_NODELIST": "gpu-a[01-02]",
         "TMPDIR": str(job),  # where the other ranks make their scratch dirs: checked below
-        **{"RECORD": str(record), "PORT": str(launch.free_port()), "REPO": str(REPO), "PYTHON": sys.executable},
+        **{"RECORD": str(record), "PORT": str(spawning.free_port()), "REPO": str(REPO), "PYTHON": sys.executable},
     }
     proc = subprocess.run(["bash", "-c", script], cwd=job, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]

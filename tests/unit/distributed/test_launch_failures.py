@@ -9,7 +9,7 @@ import torch.distributed.launcher.api
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from lab.config import ConfigError
-from lab.distributed import launch
+from lab.distributed import spawning
 from lab.errors import UserError
 
 CALLSTACK = 'Traceback (most recent call last):\n  File "/x/src/lab/data/folder.py", line 55, in load\n    raise\n'
@@ -27,7 +27,7 @@ def test_the_root_cause_is_named_not_the_rank_whose_collective_broke() -> None:
             1: _failure(100, "PIL.UnidentifiedImageError: cannot identify image file 'bad.png'", CALLSTACK),
         }
     )
-    assert launch._describe_failure(err, 2) == (
+    assert spawning._describe_failure(err, 2) == (
         "rank 1 failed: PIL.UnidentifiedImageError: cannot identify image file 'bad.png' "
         "(/x/src/lab/data/folder.py:55)",
         True,  # dist.max_restarts may restart a crash
@@ -42,26 +42,26 @@ def test_the_earliest_own_error_wins_and_user_errors_read_as_themselves() -> Non
         }
     )
     # a user's error is not restarted: it would fail again
-    assert launch._describe_failure(err, 2) == ("rank 1 failed: loss became nan at optimizer step 7 (epoch 1)", False)
+    assert spawning._describe_failure(err, 2) == ("rank 1 failed: loss became nan at optimizer step 7 (epoch 1)", False)
     only_symptoms = SimpleNamespace(failures={2: SimpleNamespace(timestamp=1, message="", exitcode=-9)})
-    assert launch._describe_failure(only_symptoms, 3) == ("rank 2 failed: exit code -9", True)
+    assert spawning._describe_failure(only_symptoms, 3) == ("rank 2 failed: exit code -9", True)
 
 
 def test_a_rank_its_peers_timed_out_waiting_for_is_named() -> None:
     timeout = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 15000ms for recv operation"
     err = SimpleNamespace(failures={0: _failure(100, timeout)})
-    assert launch._describe_failure(err, 2)[0].startswith(
+    assert spawning._describe_failure(err, 2)[0].startswith(
         "rank 1 stopped responding (hung, stopped or far too slow): rank 0 gave up waiting for it after dist.timeout_s"
     )
 
 
 @pytest.mark.parametrize(("gpus", "nproc", "message"), [(0, 64, "exceeds this machine's"), (2, 4, "2 GPU\\(s\\)")])
 def test_more_ranks_than_the_machine_has_is_refused(monkeypatch, gpus: int, nproc: int, message: str) -> None:
-    monkeypatch.setattr(launch.torch.cuda, "device_count", lambda: gpus)
-    monkeypatch.setattr(launch.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(spawning.torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(spawning.os, "cpu_count", lambda: 2)
     with pytest.raises(ConfigError, match=message):
-        launch.resolve_nproc(SimpleNamespace(nproc=nproc))
-    assert launch.resolve_nproc(SimpleNamespace(nproc="auto")) == (gpus or 2)
+        spawning.resolve_nproc(SimpleNamespace(nproc=nproc))
+    assert spawning.resolve_nproc(SimpleNamespace(nproc="auto")) == (gpus or 2)
 
 
 class _ChildFailed(ChildFailedError):
@@ -84,14 +84,14 @@ def test_a_crash_is_restarted_up_to_max_restarts_and_a_users_error_is_not(monkey
 
     def fake_launch(config, worker):
         def run(*args):
-            worker(*args)  # what each rank runs: it reads its attempt with launch.restart_count()
+            worker(*args)  # what each rank runs: it reads its attempt with spawning.restart_count()
             raise _ChildFailed({1: _failure(100, error, CALLSTACK)})
 
         return run
 
     monkeypatch.setattr(torch.distributed.launcher.api, "elastic_launch", fake_launch)
-    monkeypatch.setattr(launch, "_start_forkserver", lambda: None)  # a real process: not in the fast tier
+    monkeypatch.setattr(spawning, "_start_forkserver", lambda: None)  # a real process: not in the fast tier
     dist_cfg = SimpleNamespace(nproc=2, master_port=None, grace_s=1, strategy="ddp", max_restarts=2)
     with pytest.raises(UserError, match=error.split(": ", 1)[1]):
-        launch.spawn(lambda: seen.append(str(launch.restart_count())), (), dist_cfg)
+        spawning.spawn(lambda: seen.append(str(spawning.restart_count())), (), dist_cfg)
     assert seen == attempts

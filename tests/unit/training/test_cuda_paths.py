@@ -18,7 +18,7 @@ from torch.export import passes as export_passes
 import lab.training.trainer as trainer_module
 from helpers import in_process_trainer
 from lab import checkpointing, runtime
-from lab.distributed import launch, parallel
+from lab.distributed import parallel, spawning
 from lab.errors import ConfigError
 from lab.inference import backends
 from lab.optim.optimizers import build_optimizer
@@ -196,12 +196,12 @@ def test_spawned_ranks_share_the_cores_instead_of_each_taking_all(monkeypatch: p
         return run
 
     monkeypatch.setattr(torch.distributed.launcher.api, "elastic_launch", fake_launch)
-    monkeypatch.setattr(launch, "_start_forkserver", lambda: None)  # a real process: not in the fast tier
+    monkeypatch.setattr(spawning, "_start_forkserver", lambda: None)  # a real process: not in the fast tier
     cfg = compose(["dist=ddp", "dist.nproc=4"]).dist
-    assert launch.spawn(lambda: None, (), cfg) == "rank0"
+    assert spawning.spawn(lambda: None, (), cfg) == "rank0"
     assert seen["threads"] == "4" and "OMP_NUM_THREADS" not in os.environ  # restored for the next job
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    launch.spawn(lambda: None, (), cfg)
+    spawning.spawn(lambda: None, (), cfg)
     assert seen["threads"] == "3"  # the user's own setting wins
 
 
