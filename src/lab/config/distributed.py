@@ -43,6 +43,11 @@ class DistConfig(Option, group="dist", key="strategy"):
         process group."""
         raise NotImplementedError(f"{type(self).__name__} has no build()")
 
+    def model_on_meta(self, model_cfg: Any, data_meta: Any) -> Any:
+        """Return the model built on the meta device, to be initialised once sharded (lab.distributed.meta_init), or
+        None to build it whole, as every strategy but dist=fsdp does. It may refuse the model, before any record."""
+        return None
+
 
 @dataclass
 class ProcessGroupConfig(DistConfig, abstract=True):

@@ -41,12 +41,13 @@ log = logging.getLogger(__name__)
 
 
 def build(model_cfg: Any, data_meta: Mapping[str, Any], dist_cfg: Any) -> nn.Module | None:
-    """Under dist=fsdp, build the model on the meta device if `dist.meta_init` allows it and its init can be replayed.
+    """Under dist=fsdp, build the model on the meta device if `dist.meta_init` allows it and its init can be replayed
+    (FSDPConfig.model_on_meta).
 
     Returns None if the model is to be built whole as before: with auto, after logging one line saying why; with
     true it raises a `UserError` instead (what the option itself knows was already refused with the config).
-    Returns None for every other strategy. It runs before the run writes anything, so a refusal leaves no trace."""
-    mode = getattr(dist_cfg, "meta_init", False)  # only dist=fsdp has this key
+    It runs before the run writes anything, so a refusal leaves no trace."""
+    mode = dist_cfg.meta_init
     if mode is False:
         return None
     why = options.instantiate("model", model_cfg).meta_init_blocker()

@@ -67,6 +67,11 @@ class FSDPConfig(ProcessGroupConfig):
             rank, local_rank, world_size, self.timeout_s, self.sync_bn, reshard_after_forward=self.reshard_after_forward
         )
 
+    def model_on_meta(self, model_cfg: Any, data_meta: Any) -> Any:
+        from lab.distributed import meta_init
+
+        return meta_init.build(model_cfg, data_meta, self)
+
     def __post_init__(self) -> None:
         super().__post_init__()
         _require(

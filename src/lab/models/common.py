@@ -12,7 +12,6 @@ from torch import nn
 from lab.config import options
 from lab.errors import ConfigError
 from lab.models.freeze import freeze
-from lab.models.pretrained import check_shards, load_matching, read_weights
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +34,8 @@ def build(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
     option = options.instantiate("model", cfg)
     model = option.build(meta)
     if option.init_from is not None:
+        from lab.models.pretrained import load_matching, read_weights  # only a model that starts from a file
+
         what = f"model.init_from={option.init_from}"
         load_matching(model, read_weights(option.init_from, what), what)
     freeze(model, option)
@@ -49,6 +50,8 @@ def prepare(model_cfg: Any, data_cfg: Any) -> Any:
     option = options.instantiate("model", model_cfg)
     option.locate_weights()
     if option.init_from is not None:
+        from lab.models.pretrained import check_shards
+
         check_shards(option.init_from, f"model.init_from={option.init_from}")
     return adopt_preprocessing(data_cfg, option.preprocessing())
 

@@ -19,7 +19,7 @@ from lab.data import loaders
 from lab.data.common import DataModule, PoolSplitter, splitting_pool
 from lab.data.datasets import build as build_data
 from lab.distributed import env as dist_env
-from lab.distributed import launch, meta_init
+from lab.distributed import launch
 from lab.distributed.parallel import Parallel
 from lab.errors import ConfigError
 from lab.models.common import build as build_model
@@ -66,7 +66,7 @@ def _train(cfg: DictConfig, run_dir: Path, parallel: Parallel, identity: dict) -
             "use a dataset split by data.val_fraction (digits, diabetes, csv)"
         )
     datamodule = loaders.training_splits(built, cfg, parallel.world_size)
-    on_meta = meta_init.build(cfg.model, datamodule.meta, cfg.dist)  # dist=fsdp; may refuse, before any record
+    on_meta = options.instantiate("dist", cfg.dist).model_on_meta(cfg.model, datamodule.meta)  # dist=fsdp; may refuse
     # a run continued in its own dir goes on in its own records and wandb run
     continued = resume if run_dirs.inside(cfg.ckpt_path, run_dir) else None
     tracker = tracking.from_config(cfg, run_dir, "train", provenance.collect(), parallel.rank, identity, continued)
@@ -123,6 +123,8 @@ def _trainer(
     utilization = log_start(model, task, train_loader, run_dir, device, precision, tracker, parallel, peak)
     model, forward = parallel.wrap(model, device, precision, cfg.model)  # before the optimizer, as FSDP swaps params
     if on_meta is not None:
+        from lab.distributed import meta_init
+
         meta_init.materialise(model, device, init_rng, cfg.model)
     if parallel.world_size > 1:
         runtime.seed_everything((cfg.seed + parallel.rank) % 2**32)  # from here on dropout etc. differ per rank

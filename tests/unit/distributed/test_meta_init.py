@@ -201,12 +201,19 @@ def test_meta_init_auto_builds_such_a_model_whole_and_says_why(monkeypatch, capl
     ("dist_cfg", "model_cfg"),
     [
         (_fsdp(False), META_INIT_CASES["mlp"][0]),  # dist.meta_init=false: as before
-        (SimpleNamespace(strategy="ddp"), META_INIT_CASES["mlp"][0]),  # only FSDP shards
         (_fsdp("auto"), {"name": "mlp", "init_from": "/nowhere/best.pt"}),  # the option knows: no meta build tried
     ],
 )
 def test_the_whole_build_stays_where_meta_init_does_not_apply(dist_cfg, model_cfg) -> None:
     assert meta_init.build(model_cfg, META_INIT_CASES["mlp"][1], dist_cfg) is None
+
+
+@pytest.mark.parametrize("strategy", ["none", "ddp"])
+def test_only_fsdp_builds_on_the_meta_device(strategy) -> None:
+    dist_cfg = options.instantiate("dist", {"strategy": strategy})
+    assert dist_cfg.model_on_meta(*META_INIT_CASES["mlp"]) is None  # only FSDP shards
+    fsdp = options.instantiate("dist", {"strategy": "fsdp", "meta_init": "auto"})
+    assert fsdp.model_on_meta(*META_INIT_CASES["mlp"]) is not None
 
 
 def test_a_reset_parameters_that_leaves_a_tensor_unset_is_caught() -> None:
