@@ -23,8 +23,11 @@ TARGET = {"core lines": 9_000, "modules imported": 45, "files run": 30, "lines r
 # hf, cv and ray extensions (their packages and options/plugins: +6 modules), each kind's options moved next to its
 # code so the layers import one way (lab/<package>/options.py: +7 modules, +64 lines), what two extensions shared moved
 # into the core (lab.data.prepared, lab.network, lab.stopping's stop note: +290 lines) and the seams the new
-# extensions plug into (TrainNodeConfig, sweep parts, eval steps, export formats, text codecs: +360 lines)
-REACHED = {"core lines": 15_920, "modules imported": 117, "files run": 87, "lines run": 12_670}
+# extensions plug into (TrainNodeConfig, sweep parts, eval steps, export formats, text codecs: +360 lines). Core lines
+# raised a third time (+85), for what the default run no longer loads: the spawning of ranks split from
+# lab.distributed.launch (lab.distributed.spawning: its own imports and header), and the sweep callback and the
+# "is this a sweep job" helpers in lab.sweeps, so a single run imports neither lab.sweeps.summary nor .ownership
+REACHED = {"core lines": 16_005, "modules imported": 110, "files run": 81, "lines run": 11_120}
 
 
 def test_the_core_and_the_default_run_stay_within_what_was_reached(tmp_path):
