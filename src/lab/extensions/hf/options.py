@@ -78,6 +78,11 @@ class HfModelConfig(ModelConfig, name="hf"):
 
             save_run_tokenizer(meta["tokenizer"], run_dir)
 
+    def read_with_run(self, checkpoint: Path, config: dict[str, Any], meta: dict[str, Any]) -> None:
+        from lab.extensions.hf.hub import read_run_tokenizer
+
+        read_run_tokenizer(checkpoint, config, meta)
+
     def conflict(self, run: Any) -> str | None:
         if self.dtype == "bfloat16" and run.precision.dtype == "float16":
             # autocast would cast bfloat16 weights to float16, whose range is far smaller: two 16-bit formats at once,

@@ -168,3 +168,23 @@ def test_a_classifier_given_token_ids_alone_masks_their_padding(bert):
     with torch.no_grad():
         assert torch.equal(model(ids), model({"input_ids": ids, "attention_mask": mask}))
         assert not torch.equal(model(ids), model({"input_ids": ids, "attention_mask": torch.ones_like(ids)}))
+
+
+def test_a_checkpoint_in_its_run_dir_reads_the_run_tokenizer_and_one_copied_elsewhere_the_original(tmp_path):
+    """eval/export/infer take the tokenizer the run saved beside its checkpoints (the data's rebuild too); a
+    checkpoint without its run dir, or a run without a copy, keeps the original."""
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "bare" / "checkpoints").mkdir(parents=True)
+    tiny.tokenizer().save_pretrained(tmp_path / "run" / hub.TOKENIZER)
+    option = HfModelConfig(name_or_path="orig")
+    for checkpoint, expected in (
+        (tmp_path / "run" / "checkpoints" / "best.pt", str(tmp_path / "run" / hub.TOKENIZER)),
+        (tmp_path / "run" / "best.pt", "orig"),  # copied out of checkpoints/
+        (tmp_path / "bare" / "checkpoints" / "best.pt", "orig"),  # a run that saved no tokenizer
+    ):
+        config, meta = {"model": {"name_or_path": "orig"}, "data": {"tokenizer": "orig"}}, {"tokenizer": "orig"}
+        option.read_with_run(checkpoint, config, meta)
+        assert meta["tokenizer"] == config["data"]["tokenizer"] == expected
+    config, meta = {"data": {"tokenizer": None}}, {"vocab_size": 18}  # no text tokenized: nothing to point at
+    option.read_with_run(tmp_path / "run" / "checkpoints" / "best.pt", config, meta)
+    assert meta == {"vocab_size": 18} and config == {"data": {"tokenizer": None}}
