@@ -66,7 +66,7 @@ class ModelConfig(Option, group="model"):
         and infer from its checkpoints work once the original is gone. Called once, before the first step."""
 
     def read_with_run(self, checkpoint: Path, config: dict[str, Any], meta: dict[str, Any]) -> None:
-        """Point `config` and `meta` (in place) at what save_with_run saved, if `checkpoint` is in <run>/checkpoints/."""
+        """Point `config` and `meta` (in place) at what save_with_run saved, for `checkpoint` in <run>/checkpoints/."""
 
     def conflict(self, run: Any) -> str | None:
         """Return why this model cannot work with the run's checked `TrainConfig` (refusing the run), or None."""

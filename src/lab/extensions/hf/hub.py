@@ -58,13 +58,14 @@ def load_tokenizer(name_or_path: str, revision: str | None = None) -> Any:
     return AutoTokenizer.from_pretrained(**locate(name_or_path, revision, key="data.tokenizer"))
 
 
-def save_run_tokenizer(name_or_path: str, run_dir: Path) -> None:
-    """Save the tokenizer into `<run_dir>/tokenizer/`, whole or not at all; a resumed run keeps the copy it has."""
+def save_run_tokenizer(meta: dict[str, Any], run_dir: Path) -> None:
+    """Save the tokenizer `meta` names (if any) into `<run_dir>/tokenizer/`, whole or not at all; a resumed run keeps
+    the copy it has."""
     target = run_dir / TOKENIZER
-    if target.is_dir():
+    if not meta.get("tokenizer") or target.is_dir():
         return
     with staged(run_dir, TOKENIZER) as stage:
-        load_tokenizer(name_or_path).save_pretrained(stage)
+        load_tokenizer(meta["tokenizer"]).save_pretrained(stage)
         os.replace(stage, target)
 
 
