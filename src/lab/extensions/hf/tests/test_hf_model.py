@@ -16,8 +16,9 @@ from lab.models.common import build as build_model
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-CLASSES = {"input_shape": [8], "num_outputs": 3, "num_classes": 3, "vocab_size": 18, "pad_token_id": 0}
-TOKENS = {"input_shape": [8], "num_outputs": 18, "vocab_size": 18, "block_size": 8, "pad_token_id": 0}
+V = len(tiny.VOCAB)  # the tiny models' vocabulary
+CLASSES = {"input_shape": [8], "num_outputs": 3, "num_classes": 3, "vocab_size": V, "pad_token_id": 0}
+TOKENS = {"input_shape": [8], "num_outputs": V, "vocab_size": V, "block_size": 8, "pad_token_id": 0}
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def llama(tmp_path_factory):
 
 
 def batch(rows: int = 2, length: int = 8) -> dict[str, torch.Tensor]:
-    ids = torch.randint(3, 18, (rows, length), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(3, V, (rows, length), generator=torch.Generator().manual_seed(0))
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
@@ -54,7 +55,7 @@ def test_a_causal_lm_takes_a_dict_or_the_token_ids(llama):
     inputs = batch()
     with torch.no_grad():
         logits = model(inputs)
-        assert logits.shape == (2, 8, 18)
+        assert logits.shape == (2, 8, V)
         assert torch.equal(model(inputs["input_ids"]), logits)  # how the LM task continues a prompt
     units = option.fsdp_units(model)
     assert [type(unit).__name__ for unit in units] == ["LlamaDecoderLayer"] * 2
@@ -89,7 +90,7 @@ def test_lora_target_modules_and_a_causal_lm(llama):
     model = build_model(option, TOKENS)
     wrapped = {n.split(".")[-4] for n in trainable(model)}
     assert wrapped == {"q_proj", "k_proj", "o_proj"}
-    assert model(batch()).shape == (2, 8, 18)
+    assert model(batch()).shape == (2, 8, V)
 
 
 def test_lora_off_when_r_or_the_node_is_null(bert):

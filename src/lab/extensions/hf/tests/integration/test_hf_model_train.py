@@ -57,8 +57,8 @@ def test_lora_classification_trains_the_adapter_and_evaluates_from_its_checkpoin
     assert proc.returncode == 0, output[-4000:]
     # eval, export and infer read the run's copy of the tokenizer: the original may move once the run is done
     shutil.move(tokenizer, tmp_path / "moved")
-    assert "model.lora: r=4 on query, value: 1,090 of 22,052 parameters train" in output
-    assert "parameters: 1,090 trainable, 20,962 frozen" in output  # the start report
+    assert "model.lora: r=4 on query, value: 1,090 of 22,276 parameters train" in output
+    assert "parameters: 1,090 trainable, 21,186 frozen" in output  # the start report
     ckpt = torch.load(tmp_path / "run" / "checkpoints" / "best.pt", weights_only=True)
     assert any("lora_A" in key for key in ckpt["model"])
     assert ckpt["config"]["model"]["name_or_path"] == str(bert) and ckpt["config"]["model"]["revision"] is None
