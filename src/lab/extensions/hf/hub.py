@@ -59,13 +59,16 @@ def load_tokenizer(name_or_path: str, revision: str | None = None) -> Any:
 
 
 def save_run_tokenizer(meta: dict[str, Any], run_dir: Path) -> None:
-    """Save the tokenizer `meta` names (if any) into `<run_dir>/tokenizer/`, whole or not at all; a resumed run keeps
-    the copy it has."""
+    """Save the tokenizer `meta` names (if any) into `<run_dir>/tokenizer/` as the data used it (its padding token
+    too, when data.pad_token=eos gave it one), whole or not at all; a resumed run keeps the copy it has."""
     target = run_dir / TOKENIZER
     if not meta.get("tokenizer") or target.is_dir():
         return
+    tokenizer = load_tokenizer(meta["tokenizer"])
+    if tokenizer.pad_token is None and meta.get("pad_token_id") is not None:
+        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(int(meta["pad_token_id"]))
     with staged(run_dir, TOKENIZER) as stage:
-        load_tokenizer(meta["tokenizer"]).save_pretrained(stage)
+        tokenizer.save_pretrained(stage)
         os.replace(stage, target)
 
 

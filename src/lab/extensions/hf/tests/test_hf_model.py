@@ -189,3 +189,17 @@ def test_a_checkpoint_in_its_run_dir_reads_the_run_tokenizer_and_one_copied_else
     config, meta = {"data": {"tokenizer": None}}, {"vocab_size": 18}  # no text tokenized: nothing to point at
     option.read_with_run(tmp_path / "run" / "checkpoints" / "best.pt", config, meta)
     assert meta == {"vocab_size": 18} and config == {"data": {"tokenizer": None}}
+
+
+def test_the_run_saves_the_tokenizer_as_the_data_padded_with_it(tmp_path):
+    """data.pad_token=eos pads with the end-of-sequence token: the run's copy keeps it, so infer pads lines as
+    training padded batches; a tokenizer with a padding token is saved as it is, and a resumed run keeps its copy."""
+    for name, pad, token in (("eos", False, "[EOS]"), ("own", True, "[PAD]")):
+        tiny.tokenizer(pad=pad).save_pretrained(tmp_path / name)
+        hub.save_run_tokenizer(
+            {"tokenizer": str(tmp_path / name), "pad_token_id": tiny.VOCAB.index(token)}, tmp_path / name / "run"
+        )
+        saved = hub.load_tokenizer(str(tmp_path / name / "run" / hub.TOKENIZER))
+        assert saved.pad_token == token and saved.get_vocab() == tiny.tokenizer().get_vocab()
+    hub.save_run_tokenizer({"tokenizer": str(tmp_path / "own")}, tmp_path / "eos" / "run")  # resumed: kept
+    assert hub.load_tokenizer(str(tmp_path / "eos" / "run" / hub.TOKENIZER)).pad_token == "[EOS]"
