@@ -65,6 +65,9 @@ class ModelConfig(Option, group="model"):
         """Save into the training run's dir what this model reads besides its weights (a tokenizer), so eval, export
         and infer from its checkpoints work once the original is gone. Called once, before the first step."""
 
+    def read_with_run(self, checkpoint: Path, config: dict[str, Any], meta: dict[str, Any]) -> None:
+        """Point `config` and `meta` (in place) at what save_with_run saved, for `checkpoint` in <run>/checkpoints/."""
+
     def conflict(self, run: Any) -> str | None:
         """Return why this model cannot work with the run's checked `TrainConfig` (refusing the run), or None."""
         return None

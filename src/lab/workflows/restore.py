@@ -66,6 +66,7 @@ def rebuild(path: str | Path) -> Restored:
     model = build_model(options.instantiate("model", config["model"], drop_unknown=True).for_checkpoint(), meta)
     state_dicts.load_model_state(model, sharded.model_weights(ckpt))
     model.eval()
+    options.instantiate("model", config["model"], drop_unknown=True).read_with_run(path, config, meta)
     return Restored(
         path=path,
         model=model,

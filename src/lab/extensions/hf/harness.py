@@ -59,7 +59,7 @@ def run(settings: Any, evaluation: Any) -> None:
     network = evaluation.model.network
     if isinstance(network, PeftModel):  # its LoRA layers sit inside the transformers model it wraps
         network = network.get_base_model()
-    tokenizer = hub.load_tokenizer(restored.meta.get("tokenizer") or restored.config["model"]["name_or_path"])
+    tokenizer = hub.run_tokenizer(restored)
     found = lm_eval.simple_evaluate(
         model=HFLM(pretrained=network, tokenizer=tokenizer, batch_size=settings.batch_size),
         tasks=list(settings.tasks),

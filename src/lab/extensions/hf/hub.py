@@ -58,18 +58,37 @@ def load_tokenizer(name_or_path: str, revision: str | None = None) -> Any:
     return AutoTokenizer.from_pretrained(**locate(name_or_path, revision, key="data.tokenizer"))
 
 
-def save_run_tokenizer(name_or_path: str, run_dir: Path) -> None:
-    """Save the tokenizer into `<run_dir>/tokenizer/`, whole or not at all; a resumed run keeps the copy it has."""
+def save_run_tokenizer(meta: dict[str, Any], run_dir: Path) -> None:
+    """Save the tokenizer `meta` names (if any) into `<run_dir>/tokenizer/` as the data used it (its padding token
+    too, when data.pad_token=eos gave it one), whole or not at all; a resumed run keeps the copy it has."""
     target = run_dir / TOKENIZER
-    if target.is_dir():
+    if not meta.get("tokenizer") or target.is_dir():
         return
+    tokenizer = load_tokenizer(meta["tokenizer"])
+    if tokenizer.pad_token is None and meta.get("pad_token_id") is not None:
+        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(int(meta["pad_token_id"]))
     with staged(run_dir, TOKENIZER) as stage:
-        load_tokenizer(name_or_path).save_pretrained(stage)
+        tokenizer.save_pretrained(stage)
         os.replace(stage, target)
 
 
+def read_run_tokenizer(checkpoint: Path, config: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Point a checkpoint's data_meta and data config at its run's copy of the tokenizer, in place.
+
+    The run's copy comes first: it is exactly what the run trained with, where the original path may have changed
+    or gone and a hub id may now resolve to a newer revision or not be cached on this machine. Only a checkpoint in
+    its run dir (`<run dir>/checkpoints/`) has one; one copied elsewhere keeps the original, found offline first."""
+    name, run_dir = meta.get("tokenizer"), checkpoint.absolute().parent.parent
+    copy = run_dir / TOKENIZER
+    if not name or checkpoint.parent.name != "checkpoints" or not copy.is_dir():
+        return
+    meta["tokenizer"] = str(copy)
+    if (config.get("data") or {}).get("tokenizer") == name:  # the data it tokenized is rebuilt with the same copy
+        config["data"]["tokenizer"] = str(copy)
+
+
 def run_tokenizer(restored: Any) -> Any:
-    """Return a rebuilt checkpoint's tokenizer: the data's, else the model's."""
+    """Return a rebuilt checkpoint's tokenizer: the data's (the run's copy when it has one), else the model's."""
     settings = restored.config["model"]
     return load_tokenizer(restored.meta.get("tokenizer") or settings["name_or_path"], settings.get("revision"))
 

@@ -71,12 +71,16 @@ class HfModelConfig(ModelConfig, name="hf"):
             _require(0 <= self.lora.dropout < 1, f"model.lora.dropout must be in [0, 1), got {self.lora.dropout}")
 
     def save_with_run(self, run_dir: Path, meta: dict[str, Any]) -> None:
-        # A model hook, not a data one: export and infer read the tokenizer through the model, whichever data
-        # option tokenized (its data_meta names the tokenizer; no name, no text to tokenize).
-        if meta.get("tokenizer"):
-            from lab.extensions.hf.hub import save_run_tokenizer
+        # Model hooks, not data ones: eval, export and infer read the tokenizer through the model, whichever data
+        # option tokenized (its data_meta names the tokenizer; no name, no text tokenized: nothing to save or read).
+        from lab.extensions.hf.hub import save_run_tokenizer
 
-            save_run_tokenizer(meta["tokenizer"], run_dir)
+        save_run_tokenizer(meta, run_dir)
+
+    def read_with_run(self, checkpoint: Path, config: dict[str, Any], meta: dict[str, Any]) -> None:
+        from lab.extensions.hf.hub import read_run_tokenizer
+
+        read_run_tokenizer(checkpoint, config, meta)
 
     def conflict(self, run: Any) -> str | None:
         if self.dtype == "bfloat16" and run.precision.dtype == "float16":

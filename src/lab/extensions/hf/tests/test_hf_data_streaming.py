@@ -11,7 +11,7 @@ import pytest
 
 from lab.errors import ConfigError
 from lab.extensions.hf.options import HfDataConfig
-from lab.extensions.hf.tests.tiny_data import WORDS, tokenizer_dir
+from lab.extensions.hf.tests.tiny import WORDS, tokenizer_dir
 
 
 def _corpus(path: Path, rows: int) -> Path:

@@ -12,7 +12,7 @@ import torch
 
 from lab.errors import ConfigError
 from lab.extensions.hf.options import HfDataConfig
-from lab.extensions.hf.tests.tiny_data import hub_cache, tokenizer, tokenizer_dir, write_jsonl
+from lab.extensions.hf.tests.tiny import hub_cache, tokenizer, tokenizer_dir, write_jsonl
 
 REVIEWS = [("the movie was good", "pos"), ("a film is awful", "neg"), ("good", "pos"), ("the film was bad", "neg")] * 6
 

@@ -16,8 +16,9 @@ from lab.models.common import build as build_model
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-CLASSES = {"input_shape": [8], "num_outputs": 3, "num_classes": 3, "vocab_size": 18, "pad_token_id": 0}
-TOKENS = {"input_shape": [8], "num_outputs": 18, "vocab_size": 18, "block_size": 8, "pad_token_id": 0}
+V = len(tiny.VOCAB)  # the tiny models' vocabulary
+CLASSES = {"input_shape": [8], "num_outputs": 3, "num_classes": 3, "vocab_size": V, "pad_token_id": 0}
+TOKENS = {"input_shape": [8], "num_outputs": V, "vocab_size": V, "block_size": 8, "pad_token_id": 0}
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def llama(tmp_path_factory):
 
 
 def batch(rows: int = 2, length: int = 8) -> dict[str, torch.Tensor]:
-    ids = torch.randint(3, 18, (rows, length), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(3, V, (rows, length), generator=torch.Generator().manual_seed(0))
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
@@ -54,7 +55,7 @@ def test_a_causal_lm_takes_a_dict_or_the_token_ids(llama):
     inputs = batch()
     with torch.no_grad():
         logits = model(inputs)
-        assert logits.shape == (2, 8, 18)
+        assert logits.shape == (2, 8, V)
         assert torch.equal(model(inputs["input_ids"]), logits)  # how the LM task continues a prompt
     units = option.fsdp_units(model)
     assert [type(unit).__name__ for unit in units] == ["LlamaDecoderLayer"] * 2
@@ -89,7 +90,7 @@ def test_lora_target_modules_and_a_causal_lm(llama):
     model = build_model(option, TOKENS)
     wrapped = {n.split(".")[-4] for n in trainable(model)}
     assert wrapped == {"q_proj", "k_proj", "o_proj"}
-    assert model(batch()).shape == (2, 8, 18)
+    assert model(batch()).shape == (2, 8, V)
 
 
 def test_lora_off_when_r_or_the_node_is_null(bert):
@@ -168,3 +169,37 @@ def test_a_classifier_given_token_ids_alone_masks_their_padding(bert):
     with torch.no_grad():
         assert torch.equal(model(ids), model({"input_ids": ids, "attention_mask": mask}))
         assert not torch.equal(model(ids), model({"input_ids": ids, "attention_mask": torch.ones_like(ids)}))
+
+
+def test_a_checkpoint_in_its_run_dir_reads_the_run_tokenizer_and_one_copied_elsewhere_the_original(tmp_path):
+    """eval/export/infer take the tokenizer the run saved beside its checkpoints (the data's rebuild too); a
+    checkpoint without its run dir, or a run without a copy, keeps the original."""
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "bare" / "checkpoints").mkdir(parents=True)
+    tiny.tokenizer().save_pretrained(tmp_path / "run" / hub.TOKENIZER)
+    option = HfModelConfig(name_or_path="orig")
+    for checkpoint, expected in (
+        (tmp_path / "run" / "checkpoints" / "best.pt", str(tmp_path / "run" / hub.TOKENIZER)),
+        (tmp_path / "run" / "best.pt", "orig"),  # copied out of checkpoints/
+        (tmp_path / "bare" / "checkpoints" / "best.pt", "orig"),  # a run that saved no tokenizer
+    ):
+        config, meta = {"model": {"name_or_path": "orig"}, "data": {"tokenizer": "orig"}}, {"tokenizer": "orig"}
+        option.read_with_run(checkpoint, config, meta)
+        assert meta["tokenizer"] == config["data"]["tokenizer"] == expected
+    config, meta = {"data": {"tokenizer": None}}, {"vocab_size": 18}  # no text tokenized: nothing to point at
+    option.read_with_run(tmp_path / "run" / "checkpoints" / "best.pt", config, meta)
+    assert meta == {"vocab_size": 18} and config == {"data": {"tokenizer": None}}
+
+
+def test_the_run_saves_the_tokenizer_as_the_data_padded_with_it(tmp_path):
+    """data.pad_token=eos pads with the end-of-sequence token: the run's copy keeps it, so infer pads lines as
+    training padded batches; a tokenizer with a padding token is saved as it is, and a resumed run keeps its copy."""
+    for name, pad, token in (("eos", False, "[EOS]"), ("own", True, "[PAD]")):
+        tiny.tokenizer(pad=pad).save_pretrained(tmp_path / name)
+        hub.save_run_tokenizer(
+            {"tokenizer": str(tmp_path / name), "pad_token_id": tiny.VOCAB.index(token)}, tmp_path / name / "run"
+        )
+        saved = hub.load_tokenizer(str(tmp_path / name / "run" / hub.TOKENIZER))
+        assert saved.pad_token == token and saved.get_vocab() == tiny.tokenizer().get_vocab()
+    hub.save_run_tokenizer({"tokenizer": str(tmp_path / "own")}, tmp_path / "eos" / "run")  # resumed: kept
+    assert hub.load_tokenizer(str(tmp_path / "eos" / "run" / hub.TOKENIZER)).pad_token == "[EOS]"

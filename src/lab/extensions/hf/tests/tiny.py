@@ -1,16 +1,26 @@
-"""Tiny transformers models and a tokenizer, written to disk as `save_pretrained` writes them, so no test downloads.
+"""Tiny transformers models and a tokenizer, written to disk as `save_pretrained` writes them, so no test downloads;
+local data files and a hub dataset cache laid out as `datasets` leaves them.
 
 A BERT-like encoder (sequence classification) and a Llama-like decoder (causal LM), each in a directory with its
-tokenizer, as a hub snapshot holds them."""
+tokenizer, as a hub snapshot holds them; the tokenizer alone (with or without padding, with a chat template)."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
 POSITIVE, NEGATIVE = ("good", "great", "fine"), ("bad", "awful", "poor")
-WORDS = [*POSITIVE, *NEGATIVE, "the", "a", "movie", "film", "plot", "was", "is", "very", "quite"]
+FILLERS = ("the", "a", "movie", "film", "plot", "was", "is", "very", "quite")  # the sentences' other words
+WORDS = [*POSITIVE, *NEGATIVE, *FILLERS, "what", "why", "yes", "no"]  # and the questions' and answers'
 SPECIALS = ["[PAD]", "[UNK]", "[EOS]"]
+ROLES = ["user", "assistant", "system"]  # the chat template's
+VOCAB = [*SPECIALS, *WORDS, *ROLES]
+# renders each turn as "<role> content" and, asked for a generation prompt, ends with "assistant"
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
+    "{% if add_generation_prompt %}assistant {% endif %}"
+)
 
 
 def sentences(count: int, seed: int = 0) -> list[tuple[str, int]]:
@@ -25,15 +35,46 @@ def sentences(count: int, seed: int = 0) -> list[tuple[str, int]]:
     return rows
 
 
-def tokenizer():
-    """A word-level tokenizer over WORDS, with padding, unknown and end-of-sequence tokens."""
+def tokenizer(pad: bool = True, chat: bool = False):
+    """A word-level tokenizer over VOCAB, with unknown and end-of-sequence tokens (and padding, a chat template)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {token: i for i, token in enumerate([*SPECIALS, *WORDS])}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    core = Tokenizer(models.WordLevel({token: i for i, token in enumerate(VOCAB)}, unk_token="[UNK]"))
     core.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]")
+    made = PreTrainedTokenizerFast(
+        tokenizer_object=core, unk_token="[UNK]", eos_token="[EOS]", **({"pad_token": "[PAD]"} if pad else {})
+    )
+    if chat:
+        made.chat_template = CHAT_TEMPLATE
+    return made
+
+
+def tokenizer_dir(path: Path, pad: bool = True, chat: bool = False) -> Path:
+    tokenizer(pad, chat).save_pretrained(path)
+    return path
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def hub_cache(cache: Path, name: str, rows: list[dict]) -> None:
+    """Lay out `rows` in `cache` as load_dataset leaves a hub dataset it downloaded (datasets' packaged Cache
+    module reads that layout offline): a local json load, moved under the dataset's name."""
+    import datasets
+    from datasets.naming import camelcase_to_snakecase
+
+    files = write_jsonl(cache.parent / f"{camelcase_to_snakecase(name.split('/')[-1])}.jsonl", rows)
+    datasets.load_dataset("json", data_files=str(files), cache_dir=str(cache))
+    (built,) = [p for p in (cache / "json").glob("*/*/*") if p.is_dir()]
+    *owner, short = name.split("/")
+    target = cache / "___".join([*owner, camelcase_to_snakecase(short)]) / "default" / built.parent.name / built.name
+    target.parent.mkdir(parents=True)
+    built.rename(target)
+    for arrow in target.glob("json-*.arrow"):
+        arrow.rename(target / arrow.name.replace("json-", f"{camelcase_to_snakecase(short)}-"))
 
 
 def bert_dir(path: Path) -> Path:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from helpers import plugins_env, run_script, script_env
-from lab.extensions.hf.tests.tiny_data import WORDS, hub_cache, tokenizer_dir, write_jsonl
+from lab.extensions.hf.tests.tiny import WORDS, hub_cache, tokenizer_dir, write_jsonl
 from warm_python import run_python
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import plugins_env, run_script
-from lab.extensions.hf.tests.tiny_data import WORDS, tokenizer_dir
+from lab.extensions.hf.tests.tiny import WORDS, tokenizer_dir
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import torch
 
 from helpers import forget_option
 from lab.config import validate
-from lab.extensions.hf.tests.tiny_data import tokenizer_dir
+from lab.extensions.hf.tests.tiny import tokenizer_dir
 from lab.workflows import evaluate, train
 
 

@@ -1,10 +1,12 @@
-"""model=hf through the real scripts, on tiny models and a tokenizer the test writes (tiny.py) and the test-only
-dataset option data=hf_model_text (hf_model_data.py): LoRA classification trained and evaluated from its checkpoint,
-a causal LM with LoRA killed with SIGKILL and resumed bitwise with resume=auto, a hub id read from the Hugging Face
-cache offline, and a missing one refused before anything is written; each exported by export.formats=[hf]."""
+"""model=hf through the real scripts, on tiny models and a tokenizer the test writes (tiny.py) and data=hf over
+jsonl files the test writes: LoRA classification trained, then evaluated, exported and inferred from its checkpoint
+with the original tokenizer gone (the run's copy serves); a causal LM with LoRA killed with SIGKILL and resumed
+bitwise with resume=auto; a hub id read from the Hugging Face cache offline, and a missing one refused before
+anything is written; each exported by export.formats=[hf]."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -21,8 +23,6 @@ sys.path.insert(0, str(HERE.parent))  # tiny.py, shared with the in-process test
 import tiny  # noqa: E402
 
 pytestmark = pytest.mark.slow
-# the data option is defined by the test: each process imports it before the script runs
-WITH_DATA = f"import sys; sys.path[:0] = [{str(HERE)!r}, {str(HERE.parent)!r}]; import hf_model_data"
 
 
 @pytest.fixture(scope="module")
@@ -36,23 +36,35 @@ def saved(shared_dir) -> Path:
 
 
 def train(run_dir: Path, *overrides: str, env: dict[str, str] | None = None):
-    return run_script("train.py", f"hydra.run.dir={run_dir}", "logger=none", *overrides, patch=WITH_DATA, env=env)
+    return run_script("train.py", f"hydra.run.dir={run_dir}", "logger=none", *overrides, env=env)
+
+
+def reviews(tmp_path: Path, count: int) -> list[str]:
+    """data=hf over `count` of tiny.py's sentences in a jsonl file: text, and label neg or pos."""
+    rows = "".join(json.dumps({"text": text, "label": ["neg", "pos"][label]}) + "\n" for text, label in
+                   tiny.sentences(count))  # fmt: skip
+    (tmp_path / "reviews.jsonl").write_text(rows)
+    files = f"data.data_files={tmp_path / 'reviews.jsonl'}"
+    return ["data=hf", files, "data.text_column=text", "data.batch_size=8", f"data.cache_dir={tmp_path / 'cache'}"]
 
 
 def test_lora_classification_trains_the_adapter_and_evaluates_from_its_checkpoint(saved, tmp_path):
-    bert = saved / "bert"
-    data = ["data=hf_model_text", f"data.tokenizer={bert}", "task=classification", "trainer.max_epochs=1"]
+    bert, tokenizer = saved / "bert", tmp_path / "tok"
+    tiny.tokenizer().save_pretrained(tokenizer)
+    data = [*reviews(tmp_path, 96), f"data.tokenizer={tokenizer}", "task=classification", "trainer.max_epochs=1"]
     proc = train(tmp_path / "run", "model=hf", f"model.name_or_path={bert}", "model.lora.r=4", *data)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
-    assert "model.lora: r=4 on query, value: 1,090 of 22,052 parameters train" in output
-    assert "parameters: 1,090 trainable, 20,962 frozen" in output  # the start report
+    # eval, export and infer read the run's copy of the tokenizer: the original may move once the run is done
+    shutil.move(tokenizer, tmp_path / "moved")
+    assert "model.lora: r=4 on query, value: 1,090 of 22,276 parameters train" in output
+    assert "parameters: 1,090 trainable, 21,186 frozen" in output  # the start report
     ckpt = torch.load(tmp_path / "run" / "checkpoints" / "best.pt", weights_only=True)
     assert any("lora_A" in key for key in ckpt["model"])
     assert ckpt["config"]["model"]["name_or_path"] == str(bert) and ckpt["config"]["model"]["revision"] is None
     evaluated = run_script(
         "eval.py", f"ckpt_path={tmp_path / 'run/checkpoints/best.pt'}", f"hydra.run.dir={tmp_path / 'eval'}",
-        "logger=none", patch=WITH_DATA,
+        "logger=none",
     )  # fmt: skip
     assert evaluated.returncode == 0, evaluated.stderr[-4000:]
     assert (tmp_path / "eval" / "eval.json").is_file()
@@ -75,7 +87,7 @@ def infers_lines(best: Path, tmp_path: Path) -> None:
     for name in ("lines.txt", "lines.jsonl"):
         out = tmp_path / f"infer-{name}"
         proc = run_script("infer.py", f"ckpt_path={best}", f"input={tmp_path / name}", "infer.top_k=2",
-                          f"hydra.run.dir={out}", "logger=none", patch=WITH_DATA)  # fmt: skip
+                          f"hydra.run.dir={out}", "logger=none")  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-4000:]
         records = json.loads((out / "predictions.json").read_text())["predictions"]
         assert [r["path"] for r in records] == [f"{tmp_path / name}:{i}" for i in (1, 2, 3)]
@@ -87,13 +99,13 @@ def infers_lines(best: Path, tmp_path: Path) -> None:
             assert record["label"] == ["neg", "pos"][int(probs.argmax())]
     (tmp_path / "bad.jsonl").write_text('{"text": "good"}\n{"words": "bad"}\n')
     refused = run_script("infer.py", f"ckpt_path={best}", f"input={tmp_path / 'bad.jsonl'}", "logger=none",
-                         f"hydra.run.dir={tmp_path / 'infer-bad'}", patch=WITH_DATA)  # fmt: skip
+                         f"hydra.run.dir={tmp_path / 'infer-bad'}")  # fmt: skip
     assert refused.returncode == 1 and f'input={tmp_path / "bad.jsonl"}:2 has no "text" string' in refused.stderr
 
 
 def export(best: Path, out: Path, *overrides: str, env: dict[str, str] | None = None):
     return run_script("export.py", f"ckpt_path={best}", "export.formats=[hf]", f"hydra.run.dir={out}", "logger=none",
-                      *overrides, patch=WITH_DATA, env=env)  # fmt: skip
+                      *overrides, env=env)  # fmt: skip
 
 
 def exported_loads_as_trained(best: Path, tmp_path: Path) -> None:
@@ -129,8 +141,9 @@ def test_a_causal_lm_with_lora_killed_and_resumed_is_bitwise_the_straight_run(sa
     llama = saved / "llama"
     recipe = [
         *("model=hf", f"model.name_or_path={llama}", "model.lora.r=2", "model.lora.dropout=0.1"),
-        *("data=hf_model_text", "data.kind=causal_lm", f"data.tokenizer={llama}", "task=language_model"),
-        *("task.samples=0", "trainer.max_epochs=2", "trainer.ckpt_every_n_steps=3"),
+        # 134 training rows of 6 tokens (5 words and the end of sequence): 66 blocks, 8 steps an epoch
+        *(*reviews(tmp_path, 192), "data.block_size=12", "task=language_model", "task.samples=0"),
+        *("trainer.max_epochs=2", "trainer.ckpt_every_n_steps=3"),
     ]
     straight = train(tmp_path / "straight", *recipe)
     assert straight.returncode == 0, straight.stderr[-4000:]
@@ -171,7 +184,7 @@ def test_a_hub_id_comes_from_the_cache_offline_and_a_missing_one_is_refused_befo
     (snapshot.parents[1] / "refs").mkdir()
     (snapshot.parents[1] / "refs" / "main").write_text("a" * 40)
     env = plugins_env() | {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
-    data = ["data=hf_model_text", f"data.tokenizer={saved / 'bert'}", "task=classification", "trainer.max_epochs=1"]
+    data = [*reviews(tmp_path, 64), "task=classification", "trainer.max_epochs=1"]  # the model's tokenizer, cached
     proc = train(tmp_path / "cached", "model=hf", "model.name_or_path=someone/tiny-bert", *data, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     from transformers import AutoTokenizer

@@ -2,12 +2,14 @@
 (hub ids and /data paths replaced by those) fine-tune a BERT classifier on a jsonl and a Llama through LoRA on a
 text corpus; eval scores each checkpoint, the LM's also with lm-eval on the page's local task (a classifier's
 refused); and the LM continues infer's prompt= greedily exactly as transformers' own generate does from the
-exported weights."""
+exported weights. Each model's tokenizer files are deleted once it has trained: eval, lm-eval, infer and export read
+the run's copy."""
 
 from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -59,18 +61,22 @@ def test_the_page_fine_tunes_evaluates_and_infers(saved, compose, tmp_path, monk
     rows = [{"text": text, "label": ["neg", "pos"][label]} for text, label in tiny.sentences(64)]
     for name in ("reviews", "corpus"):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name in ("bert", "llama"):  # copies whose tokenizers can go (the shared ones serve other tests)
+        shutil.copytree(saved / name, tmp_path / name)
     places = {
-        "google-bert/bert-base-uncased": saved / "bert",
-        "HuggingFaceTB/SmolLM2-135M": saved / "llama",
+        "google-bert/bert-base-uncased": tmp_path / "bert",
+        "HuggingFaceTB/SmolLM2-135M": tmp_path / "llama",
         "/data/": f"{tmp_path}/",
     }
     cache = f"data.cache_dir={tmp_path / 'cache'}"
     classifier = fine_tune(compose, tmp_path / "classify", [*page_overrides(CLASSIFY, places), cache, *SMALL])
+    without_tokenizer(tmp_path / "bert")
     best = "outputs/train/<run>/checkpoints/best.pt"
     report = evaluated(compose, page_overrides(EVAL, places | {best: classifier}), tmp_path / "classify-eval")
     assert 0 <= report["metrics"]["acc"] <= 1
     lm_run = [*page_overrides(CAUSAL, places), cache, "data.block_size=24", *SMALL]  # the prompt and 20 new tokens fit
     lm = fine_tune(compose, tmp_path / "lm", lm_run)
+    without_tokenizer(tmp_path / "llama")
     places[best] = lm
     report = evaluated(compose, page_overrides(EVAL, places), tmp_path / "lm-eval")
     # eval's sample prompts ("def ", "The "...) are not words of tiny.py's word-level tokenizer: none is spelt
@@ -84,6 +90,14 @@ def test_the_page_fine_tunes_evaluates_and_infers(saved, compose, tmp_path, monk
         misspelt = [o.replace("my_task", "my_tsak") for o in page_overrides(LM_EVAL, places)]
         evaluated(compose, misspelt, tmp_path / "unknown")
     continues_as_transformers_generates(compose, lm, tmp_path)
+
+
+def without_tokenizer(model: Path) -> None:
+    """Delete a model directory's tokenizer files, keeping its config (eval rebuilds the architecture from it).
+    transformers would then make a BERT an empty word-piece tokenizer and refuse the Llama: only the run's copy
+    tokenizes as the run did."""
+    for file in model.glob("tokenizer*"):
+        file.unlink()
 
 
 def fine_tune(compose, run_dir: Path, overrides: list[str]) -> Path:
