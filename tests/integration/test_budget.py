@@ -17,14 +17,16 @@ pytestmark = pytest.mark.slow
 TARGET = {"core lines": 9_000, "modules imported": 45, "files run": 30, "lines run": 5_000}
 # (modules imported and files run count the extensions' too: an extension with options has its package and options.py
 # imported at every start, and their classes' bodies count as run)
-# raised on purpose, twice. First: the seams declared on their base classes (DataConfig.batch_mixing,
+# raised on purpose, three times. First: the seams declared on their base classes (DataConfig.batch_mixing,
 # ModelConfig.fsdp_units, OptimizerConfig.parameter_groups, InMemoryDataset/OrderedDataset: +111 core lines) and the
 # muon extension's package and options (+2 modules) outweighed what the recipe and the callbacks removed. Second: the
 # hf, cv and ray extensions (their packages and options/plugins: +6 modules), each kind's options moved next to its
 # code so the layers import one way (lab/<package>/options.py: +7 modules, +64 lines), what two extensions shared moved
 # into the core (lab.data.prepared, lab.network, lab.stopping's stop note: +290 lines) and the seams the new
-# extensions plug into (TrainNodeConfig, sweep parts, eval steps, export formats, text codecs: +360 lines)
-REACHED = {"core lines": 15_920, "modules imported": 117, "files run": 87, "lines run": 12_670}
+# extensions plug into (TrainNodeConfig, sweep parts, eval steps, export formats, text codecs: +360 lines). Third: what
+# a model's checkpoints hold, a seam (ModelConfig.checkpoint_state/restore_state) its six callers go through, so a
+# LoRA checkpoint holds the adapter alone (+21 lines)
+REACHED = {"core lines": 15_937, "modules imported": 117, "files run": 87, "lines run": 12_700}
 
 
 def test_the_core_and_the_default_run_stay_within_what_was_reached(tmp_path):

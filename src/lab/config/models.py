@@ -74,14 +74,11 @@ class ModelConfig(Option, group="model"):
         return dataclasses.replace(self, init_from=None)
 
     def checkpoint_state(self, model: nn.Module, state: dict[str, Any]) -> dict[str, Any]:
-        """Return a checkpoint's entries for `model`, given its whole wrapper-free state dict `state`: by default
-        {"model": state}. An option may keep under "model" only what trains, and under a key of its own where
-        build() finds the rest again; `restore_state` puts it back."""
+        """Return a checkpoint's entries for `model`'s whole state dict `state`: by default {"model": state}."""
         return {"model": state}
 
     def restore_state(self, model: nn.Module, ckpt: dict[str, Any], key: str = "model") -> dict[str, Any]:
-        """Return the whole state dict that loads strictly into `model` (as build() made it) from checkpoint `ckpt`'s
-        entry `key` (`raw_model`: what an EMA run resumes from). By default that entry as it is."""
+        """Return the whole state dict for `model` (as build() made it) from `ckpt[key]`: by default that entry."""
         return ckpt[key]
 
     def head(self, model: nn.Module) -> nn.Module | None:

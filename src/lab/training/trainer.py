@@ -79,8 +79,7 @@ class Trainer:
         model_option: ModelConfig | None = None,
     ) -> None:
         """`callbacks` is `cfg.callbacks`, each entry an option's node or the option, built here. `utilization` holds
-        a first batch's FLOPs and the devices' peak, for train/mfu (`lab.training.flops`). `model_option` (the model
-        option that built `model`) decides what its checkpoints hold; by default every weight."""
+        a first batch's FLOPs and the devices' peak, for train/mfu (`lab.training.flops`)."""
         # a plain dataclass, not a DictConfig: OmegaConf attribute access costs microseconds, several times per step
         self.cfg = cast(TrainerConfig, OmegaConf.to_object(cfg)) if isinstance(cfg, DictConfig) else cfg
         self.model = model  # the plain module, which checkpoints hold

@@ -80,8 +80,8 @@ def build_hf(cfg: Any, meta: Mapping[str, Any]) -> HfModel:
     fresh: set[str] = set()  # weights the base's files lack, which from_pretrained initialised (a new head)
     try:
         if cfg.pretrained:
-            network, info = auto.from_pretrained(**located, dtype=dtype, output_loading_info=True, **settings)
-            fresh = set(info["missing_keys"])
+            loaded: Any = auto.from_pretrained(**located, dtype=dtype, output_loading_info=True, **settings)
+            network, fresh = loaded[0], set(loaded[1]["missing_keys"])
         else:
             config = AutoConfig.from_pretrained(**located, **settings)
             network = auto.from_config(config, dtype=dtype)
@@ -100,7 +100,7 @@ def build_hf(cfg: Any, meta: Mapping[str, Any]) -> HfModel:
         network = _with_lora(network, cfg.lora, head)
     model = HfModel(network, causal=head == "causal_lm")
     if cfg.uses_lora and cfg.pretrained:
-        _keep_adapter(model, own, cfg.name_or_path, _revision(located, cfg.revision))
+        _keep_adapter(model, own, cfg.name_or_path, base_revision(located, cfg.revision))
     return model
 
 
@@ -114,7 +114,7 @@ def _keep_adapter(model: HfModel, own: set[int], name_or_path: str, revision: st
     model.base = {"name_or_path": name_or_path, "revision": revision, "fingerprint": digest}
 
 
-def _revision(located: Mapping[str, Any], requested: str | None) -> str | None:
+def base_revision(located: Mapping[str, Any], requested: str | None) -> str | None:
     """Return the commit of a hub id read from the cache (its snapshot folder), else the revision asked for; None
     for a local directory."""
     name = located["pretrained_model_name_or_path"]

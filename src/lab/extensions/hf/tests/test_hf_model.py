@@ -227,3 +227,43 @@ def test_a_classifier_given_token_ids_alone_masks_their_padding(bert):
     with torch.no_grad():
         assert torch.equal(model(ids), model({"input_ids": ids, "attention_mask": mask}))
         assert not torch.equal(model(ids), model({"input_ids": ids, "attention_mask": torch.ones_like(ids)}))
+
+
+def test_the_ema_of_a_lora_model_is_checkpointed_as_its_adapter_and_continues_from_it(bert):
+    from types import SimpleNamespace
+
+    from lab.distributed.parallel import Parallel
+    from lab.training.ema import EMA
+
+    option = HfModelConfig(name_or_path=bert, lora=LoraSettings(r=4))
+    trained, ckpt = adapter_checkpoint(option)
+    trainer = SimpleNamespace(model=trained, parallel=Parallel(), state=SimpleNamespace(option=option))
+    ema = EMA(trained, decay=0.5)
+    with torch.no_grad():
+        for p in trained.parameters():
+            if p.requires_grad:
+                p.add_(1.0)
+    ema.update()
+    ema.on_save_checkpoint(trainer, ckpt)
+    assert ckpt["model"].keys() == ckpt["raw_model"].keys()  # the average, kept as the weights are
+    assert not torch.equal(ckpt["model"][next(iter(ckpt["model"]))], ckpt["raw_model"][next(iter(ckpt["model"]))])
+    continued = EMA(trained, decay=0.5)
+    continued.on_load_checkpoint(trainer, ckpt)
+    assert all(torch.equal(a, b) for a, b in zip(continued.state_dict().values(), ema.state_dict().values()))
+
+
+def test_a_lora_checkpoint_names_the_cached_commit_of_a_hub_id(bert, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from lab.extensions.hf.models import base_revision
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    commit = "c0ffee" * 6 + "c0ff"
+    repo = tmp_path / "models--someone--tiny-bert"
+    shutil.copytree(bert, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    assert base_revision({"pretrained_model_name_or_path": "someone/tiny-bert"}, None) == commit  # the snapshot folder
+    assert base_revision({"pretrained_model_name_or_path": "someone/tiny-bert"}, "main") == commit
+    assert base_revision({"pretrained_model_name_or_path": "someone/other"}, "v1") == "v1"  # not cached: as asked
+    assert base_revision({"pretrained_model_name_or_path": bert}, None) is None  # a local directory
