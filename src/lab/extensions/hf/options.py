@@ -91,8 +91,8 @@ class HfModelConfig(ModelConfig, name="hf"):
             # its checkpoints hold the adapter alone, completed on load from the base model's files, which the
             # sharded save and load do not do (yet)
             return (
-                f"model.lora with dist={run.dist.name}: a LoRA run's checkpoints hold the adapter alone, which sharded "
-                "checkpoints do not support yet; use dist=ddp (the frozen base is not in the optimizer either)"
+                f"model.lora with dist={run.dist.strategy}: a LoRA run's checkpoints hold the adapter alone, which "
+                "sharded checkpoints do not support yet; use dist=ddp (the frozen base is not in the optimizer either)"
             )
         return None
 
