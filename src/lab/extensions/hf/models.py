@@ -159,8 +159,8 @@ def restore_state(model: HfModel, ckpt: dict[str, Any], key: str) -> dict[str, A
         raise UserError(
             f"the checkpoint's LoRA adapter was trained on base model {recorded['name_or_path']} (revision "
             f"{recorded['revision']}, weights {recorded['fingerprint']}) but {found['name_or_path']} now holds other "
-            f"weights (revision {found['revision']}, weights {found['fingerprint']}): put that base model back there, "
-            "or pass model.name_or_path/model.revision of it"
+            f"weights (revision {found['revision']}, weights {found['fingerprint']}): the adapter needs its own base "
+            "model there, as training read it"
         )
     own = model.state_dict()
     return {**{k: v for k, v in own.items() if k not in model.kept}, **saved}
