@@ -636,16 +636,18 @@ def _refuse_another_model(path: Path, ckpt: dict, model_cfg: Any) -> None:
     import torch
 
     from lab.checkpointing.state_dicts import misfit, strip_wrapper_prefixes
+    from lab.config import options
     from lab.models.common import build as build_model
 
     if "model" not in ckpt:
         return  # a sharded checkpoint; its shards are checked as they load
     try:
         with torch.device("meta"):
-            own = build_model(model_cfg, ckpt.get("data_meta") or {}).state_dict()
+            model = build_model(model_cfg, ckpt.get("data_meta") or {})
     except Exception:
         return  # a model that cannot be built this way is checked when its weights load
-    why = misfit(own, strip_wrapper_prefixes(ckpt["model"]))
+    weights = options.instantiate("model", model_cfg).restore_state(model, ckpt)
+    why = misfit(model.state_dict(), strip_wrapper_prefixes(weights))
     if why is not None:
         saved = (ckpt.get("config") or {}).get("model") or {}
         raise UserError(

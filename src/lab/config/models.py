@@ -76,6 +76,14 @@ class ModelConfig(Option, group="model"):
         """Return the architecture without init_from, so eval/export/infer never read those weights again."""
         return dataclasses.replace(self, init_from=None)
 
+    def checkpoint_state(self, model: nn.Module, state: dict[str, Any]) -> dict[str, Any]:
+        """Return a checkpoint's entries for `model`'s whole state dict `state`: by default {"model": state}."""
+        return {"model": state}
+
+    def restore_state(self, model: nn.Module, ckpt: dict[str, Any], key: str = "model") -> dict[str, Any]:
+        """Return the whole state dict for `model` (as build() made it) from `ckpt[key]`: by default that entry."""
+        return ckpt[key]
+
     def head(self, model: nn.Module) -> nn.Module | None:
         """Return `model`'s classifier (by default the last `nn.Linear`) for freeze=[backbone] and head_lr_scale."""
         from torch import nn

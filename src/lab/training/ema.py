@@ -70,12 +70,14 @@ class EMA(Callback):
     def on_save_checkpoint(self, trainer: Any, checkpoint: dict[str, Any]) -> None:
         """Store the validated average as `model`, which eval, export and infer load. A resume loads `raw_model`."""
         trainer.parallel.sync_buffers(self.module)  # rank 0's BatchNorm statistics, as for the model
-        checkpoint["raw_model"], checkpoint["model"] = checkpoint["model"], self.state_dict()
+        average = trainer.state.option.checkpoint_state(trainer.model, self.state_dict())["model"]  # as the weights
+        checkpoint["raw_model"], checkpoint["model"] = checkpoint["model"], average
 
     def on_load_checkpoint(self, trainer: Any, checkpoint: dict[str, Any]) -> None:
         """Continue the average from the checkpoint's `model`: an EMA run's average, or the resumed weights of a
         run without EMA. A sharded checkpoint has no `model`, so take the weights already loaded into the model."""
-        self.load_state_dict(checkpoint["model"] if "model" in checkpoint else trainer.model.state_dict())
+        saved = "model" in checkpoint and trainer.state.option.restore_state(trainer.model, checkpoint)
+        self.load_state_dict(saved or trainer.model.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
         return self.module.state_dict()

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from lab.checkpointing import capture_rng, restore_rng
+from lab.config.models import ModelConfig
 from lab.distributed.parallel import Parallel
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class TrainingState:
     parallel: Parallel
     device: torch.device  # whose CUDA generator is saved and restored
     progress: Progress = field(default_factory=Progress)
+    option: ModelConfig = field(default_factory=ModelConfig)  # the model option: what its checkpoints hold
 
     def payload(self, consolidate: bool = True) -> dict[str, Any]:
         """Return the training state to checkpoint. It is a collective, so every rank must call it. Under FSDP the
@@ -62,10 +64,10 @@ class TrainingState:
         if self.parallel.shards_checkpoints:
             tensors = {"shards": self.parallel.sharded_state(self.model, self.optimizer)}
             if consolidate:
-                tensors["model"] = self.parallel.model_state(self.model)
+                tensors |= self.option.checkpoint_state(self.model, self.parallel.model_state(self.model))
         else:
             tensors = {
-                "model": self.parallel.model_state(self.model),
+                **self.option.checkpoint_state(self.model, self.parallel.model_state(self.model)),
                 "optimizer": self.parallel.optimizer_state(self.model, self.optimizer),
             }
         return {
@@ -84,7 +86,8 @@ class TrainingState:
             self.parallel.load_sharded_state(self.model, self.optimizer, ckpt["shards"])
         else:
             # if a callback put other weights in `model` (the EMA's average), training goes on from `raw_model`
-            self.parallel.load_model_state(self.model, ckpt.get("raw_model", ckpt["model"]))
+            weights = self.option.restore_state(self.model, ckpt, "raw_model" if "raw_model" in ckpt else "model")
+            self.parallel.load_model_state(self.model, weights)
             self.parallel.load_optimizer_state(self.model, self.optimizer, ckpt["optimizer"])
         self.scheduler.load_state_dict(ckpt["scheduler"])
         if ckpt.get("scaler"):

@@ -27,6 +27,7 @@ from torch import nn
 from tqdm import tqdm
 
 from lab.checkpointing import CheckpointManager, read
+from lab.config.models import ModelConfig
 from lab.config.training import TrainerConfig
 from lab.data.batches import size as batch_size
 from lab.data.batches import split as split_batch
@@ -75,6 +76,7 @@ class Trainer:
         forward: nn.Module | None = None,
         callbacks: Mapping[str, Any] | None = None,
         utilization: Utilization | None = None,
+        model_option: ModelConfig | None = None,
     ) -> None:
         """`callbacks` is `cfg.callbacks`, each entry an option's node or the option, built here. `utilization` holds
         a first batch's FLOPs and the devices' peak, for train/mfu (`lab.training.flops`)."""
@@ -90,7 +92,8 @@ class Trainer:
         self.tracker, self.checkpoints = tracker, checkpoints
         self.should_stop = False  # set by a callback (early stopping) to end the run after this epoch's checkpoint
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.grad_scaler)
-        self.state = TrainingState(model, optimizer, scheduler, self.scaler, self.parallel, device)
+        owner = model_option or ModelConfig()
+        self.state = TrainingState(model, optimizer, scheduler, self.scaler, self.parallel, device, option=owner)
         # fp16 steps the GradScaler skipped, counted on the device, since reading the scale every step would sync
         self.skipped_steps = torch.zeros((), dtype=torch.int64, device=device)
         self.bad_steps = BadSteps(self.cfg.max_bad_steps, self.parallel) if self.cfg.max_bad_steps else None
@@ -232,7 +235,8 @@ class Trainer:
 
     def test(self, loader: Any) -> dict[str, float]:
         """Score the best checkpoint on the held-out test split, once, after training."""
-        self.parallel.load_model_state(self.model, read(self.checkpoints.best)["model"])
+        best = self.state.option.restore_state(self.model, read(self.checkpoints.best))
+        self.parallel.load_model_state(self.model, best)
         metrics = {f"test/{k}": v for k, v in self.score(loader, self.cfg.limit_val_batches).items()}
         self.tracker.log(metrics, step=self.progress.global_step)
         log.info("test (best checkpoint): %s", "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))

@@ -62,9 +62,10 @@ def rebuild(path: str | Path) -> Restored:
     if not isinstance(meta, dict) or not meta:
         raise UserError(f"{path} has no data_meta: cannot rebuild the model and the preprocessing it expects")
     meta = upgrade_meta(meta)
-    # the architecture alone; the checkpoint holds every weight, so a moved pretrained file is never read
-    model = build_model(options.instantiate("model", config["model"], drop_unknown=True).for_checkpoint(), meta)
-    state_dicts.load_model_state(model, sharded.model_weights(ckpt))
+    # the architecture, with what the option's checkpoints do not hold (for_checkpoint); a moved init_from is not read
+    option = options.instantiate("model", config["model"], drop_unknown=True).for_checkpoint()
+    model = build_model(option, meta)
+    state_dicts.load_model_state(model, option.restore_state(model, {**ckpt, "model": sharded.model_weights(ckpt)}))
     model.eval()
     options.instantiate("model", config["model"], drop_unknown=True).read_with_run(path, config, meta)
     return Restored(

@@ -161,4 +161,5 @@ def _trainer(
         checkpoints=checkpoints,
         callbacks=cfg.callbacks,
         utilization=utilization,
+        model_option=options.instantiate("model", cfg.model),
     )

@@ -45,9 +45,10 @@ def write(restored: Any, val_loader: Any, folder: Path, merge_lora: bool, tolera
     network: Any = restored.model.network  # a transformers model, or PEFT's around it
     lora = bool((settings.get("lora") or {}).get("r"))
     if lora and not merge_lora:
-        # the architecture was rebuilt from its config, so PEFT did not see where the base weights come from
-        network.peft_config["default"].base_model_name_or_path = settings["name_or_path"]
-        network.peft_config["default"].revision = settings.get("revision")
+        # the base the checkpoint was trained on, at the commit it was read at when it came from the hub's cache
+        base = restored.model.base or settings
+        network.peft_config["default"].base_model_name_or_path = base["name_or_path"]
+        network.peft_config["default"].revision = base.get("revision")
     elif lora:
         network = network.merge_and_unload()
     names = restored.meta.get("class_names")

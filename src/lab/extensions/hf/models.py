@@ -3,18 +3,24 @@
 The tasks call ``model(inputs)`` with the data's dict (``input_ids``, ``attention_mask``...) or, to continue a
 prompt, a tensor of token ids, and take a tensor of logits: ``HfModel`` makes a transformers model fit that. With
 ``model.lora.r`` the network is wrapped in a PEFT LoRA adapter, which freezes every base weight.
+
+A LoRA model's checkpoints hold only the weights that did not come from the base model's files (the adapter, a new
+head, token embeddings grown for the tokenizer), with the base's id, revision and a fingerprint of its weights: a
+later load builds the base again from its files and refuses one whose weights changed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from lab.errors import ConfigError
+from lab.errors import ConfigError, UserError
 from lab.extensions.hf import hub
 
 log = logging.getLogger(__name__)
@@ -27,6 +33,9 @@ class HfModel(nn.Module):
         super().__init__()
         self.network, self.causal = network, causal
         self.pad: int | None = network.config.pad_token_id  # to mask the padding of token ids given alone
+        # with an adapter over pretrained weights: the state keys checkpoints hold, and the base they need
+        self.kept: frozenset[str] | None = None
+        self.base: dict[str, Any] | None = None
 
     def forward(
         self, inputs: Mapping[str, torch.Tensor] | torch.Tensor | None = None, **named: torch.Tensor
@@ -68,9 +77,11 @@ def build_hf(cfg: Any, meta: Mapping[str, Any]) -> HfModel:
         settings["attn_implementation"] = cfg.attn_implementation
     auto = AutoModelForSequenceClassification if head == "sequence_classification" else AutoModelForCausalLM
     dtype = getattr(torch, cfg.dtype)
+    fresh: set[str] = set()  # weights the base's files lack, which from_pretrained initialised (a new head)
     try:
         if cfg.pretrained:
-            network = auto.from_pretrained(**located, dtype=dtype, **settings)
+            loaded: Any = auto.from_pretrained(**located, dtype=dtype, output_loading_info=True, **settings)
+            network, fresh = loaded[0], set(loaded[1]["missing_keys"])
         else:
             config = AutoConfig.from_pretrained(**located, **settings)
             network = auto.from_config(config, dtype=dtype)
@@ -79,16 +90,85 @@ def build_hf(cfg: Any, meta: Mapping[str, Any]) -> HfModel:
         raise ConfigError(
             f"model=hf model.name_or_path={cfg.name_or_path}: transformers could not build it ({what})"
         ) from err
-    _fit_tokenizer(network, meta)
+    own = {id(p) for name, p in network.named_parameters(remove_duplicate=False) if name in fresh}
+    if _fit_tokenizer(network, meta):
+        grown = (network.get_input_embeddings(), network.get_output_embeddings())
+        own |= {id(p) for module in grown if module is not None for p in module.parameters()}
     if cfg.grad_checkpointing:
         network.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     if cfg.uses_lora:
         network = _with_lora(network, cfg.lora, head)
-    return HfModel(network, causal=head == "causal_lm")
+    model = HfModel(network, causal=head == "causal_lm")
+    if cfg.uses_lora and cfg.pretrained:
+        _keep_adapter(model, own, cfg.name_or_path, base_revision(located, cfg.revision))
+    return model
 
 
-def _fit_tokenizer(network: Any, meta: Mapping[str, Any]) -> None:
-    """Give the model the data tokenizer's padding id and room for every id the tokenizer makes."""
+def _keep_adapter(model: HfModel, own: set[int], name_or_path: str, revision: str | None) -> None:
+    """Have `model`'s checkpoints hold what trains and the tensors in `own` (not from the base's files), not the
+    base, and record the base with a fingerprint of its weights (none on the meta device, which holds no values)."""
+    parameters = model.named_parameters(remove_duplicate=False)
+    model.kept = frozenset(name for name, p in parameters if p.requires_grad or id(p) in own)
+    base = {key: value for key, value in model.state_dict().items() if key not in model.kept}
+    digest = None if any(value.is_meta for value in base.values()) else fingerprint(base)
+    model.base = {"name_or_path": name_or_path, "revision": revision, "fingerprint": digest}
+
+
+def base_revision(located: Mapping[str, Any], requested: str | None) -> str | None:
+    """Return the commit of a hub id read from the cache (its snapshot folder), else the revision asked for; None
+    for a local directory."""
+    name = located["pretrained_model_name_or_path"]
+    if Path(name).is_dir():
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(name, "config.json", revision=requested)
+    return Path(cached).parent.name if isinstance(cached, str) else requested
+
+
+def fingerprint(state: Mapping[str, torch.Tensor], samples: int = 4096) -> str:
+    """Return a digest of each tensor's name, shape, dtype and `samples` evenly spaced values: enough to tell
+    another model's weights apart without reading every value of a large one."""
+    digest = hashlib.sha256()
+    for key in sorted(state):
+        tensor = state[key].detach()
+        flat = tensor.reshape(-1)
+        picked = flat[:: max(1, flat.numel() // samples)][:samples].float().cpu().contiguous()
+        digest.update(f"{key}{tuple(tensor.shape)}{tensor.dtype}".encode())
+        digest.update(picked.numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def checkpoint_state(model: HfModel, state: dict[str, Any]) -> dict[str, Any]:
+    """Return the checkpoint entries of `model`'s whole state dict: every weight, or the adapter and its base."""
+    if model.kept is None:
+        return {"model": state}
+    return {"model": {k: v for k, v in state.items() if k in model.kept}, "model_base": model.base}
+
+
+def restore_state(model: HfModel, ckpt: dict[str, Any], key: str) -> dict[str, Any]:
+    """Return the whole state dict for `model` (its base built from the files) from a checkpoint's entry `key`.
+
+    A checkpoint of every weight is returned as it is. An adapter's is completed by the base weights `model` holds,
+    once the base's fingerprint matches the checkpoint's; its own keys then load strictly."""
+    saved, recorded = ckpt[key], ckpt.get("model_base")
+    if recorded is None or model.kept is None:
+        return saved  # a checkpoint of every weight, or a model not built for an adapter (the strict load says so)
+    found = model.base or {}
+    if found.get("fingerprint") is not None and found["fingerprint"] != recorded["fingerprint"]:
+        raise UserError(
+            f"the checkpoint's LoRA adapter was trained on base model {recorded['name_or_path']} (revision "
+            f"{recorded['revision']}, weights {recorded['fingerprint']}) but {found['name_or_path']} now holds other "
+            f"weights (revision {found['revision']}, weights {found['fingerprint']}): the adapter needs its own base "
+            "model there, as training read it"
+        )
+    own = model.state_dict()
+    return {**{k: v for k, v in own.items() if k not in model.kept}, **saved}
+
+
+def _fit_tokenizer(network: Any, meta: Mapping[str, Any]) -> bool:
+    """Give the model the data tokenizer's padding id and room for every id the tokenizer makes; return whether
+    the token embeddings grew."""
     pad = meta.get("pad_token_id")
     if pad is not None and network.config.pad_token_id is None:
         # a decoder's classification head reads the last token that is not padding, found by this id
@@ -99,6 +179,8 @@ def _fit_tokenizer(network: Any, meta: Mapping[str, Any]) -> None:
         # the tokenizer added tokens (a padding token, say): their embeddings start random and train
         log.info("model=hf: token embeddings resized from %d to the tokenizer's %d", rows, vocab)
         network.resize_token_embeddings(vocab)
+        return True
+    return False
 
 
 def _with_lora(network: Any, lora: Any, head: str) -> Any:

@@ -4,10 +4,14 @@ architecture a checkpoint rebuilds); the offline-first lookup and its one-line r
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
+
 import pytest
 import tiny
 import torch
 
+from lab.checkpointing import load_model_state, storage
 from lab.errors import ConfigError, UserError
 from lab.extensions.hf import hub
 from lab.extensions.hf.options import HfModelConfig, LoraSettings
@@ -122,14 +126,69 @@ def test_dtype_checkpointing_and_attention_reach_the_model(llama):
     assert all(p.grad is not None for p in model.parameters())
 
 
-def test_a_checkpoint_rebuilds_the_architecture_without_the_weights(bert):
-    option = HfModelConfig(name_or_path=bert, lora=LoraSettings(r=4))
+def test_a_checkpoint_without_lora_rebuilds_the_architecture_without_the_weights(bert):
+    option = HfModelConfig(name_or_path=bert)
     trained = build_model(option, CLASSES).eval()
-    rebuilt = build_model(option.for_checkpoint(), CLASSES).eval()
     assert not option.for_checkpoint().pretrained
+    assert option.checkpoint_state(trained, trained.state_dict()).keys() == {"model"}  # every weight, as any model
+    rebuilt = build_model(option.for_checkpoint(), CLASSES).eval()
     rebuilt.load_state_dict(trained.state_dict())
     with torch.no_grad():
         assert torch.equal(rebuilt(batch()), trained(batch()))
+
+
+def adapter_checkpoint(option: HfModelConfig) -> tuple[torch.nn.Module, dict]:
+    """Return a LoRA model whose trainable weights moved off their start (as training moves them) and a
+    checkpoint of it, as train.py writes one."""
+    trained = build_model(option, CLASSES).eval()
+    with torch.no_grad():
+        for p in trained.parameters():
+            if p.requires_grad:
+                p.add_(0.1)
+    ckpt = {"config": {"model": dataclasses.asdict(option), "data": {}}, "data_meta": CLASSES}
+    return trained, ckpt | option.checkpoint_state(trained, trained.state_dict())
+
+
+def test_a_lora_checkpoint_holds_the_adapter_and_its_base_and_loads_over_the_base(bert):
+    option = HfModelConfig(name_or_path=bert, lora=LoraSettings(r=4))
+    trained, ckpt = adapter_checkpoint(option)
+    kept = set(ckpt["model"])
+    # what trains, and the head as first drawn (PEFT keeps it beside the copy that trains): none came from the files
+    head = {f"network.base_model.model.classifier.original_module.{p}" for p in ("weight", "bias")}
+    assert kept == set(trainable(trained)) | head and all("lora_" in k or ".classifier." in k for k in kept)
+    assert len(kept) < len(trained.state_dict()) and not any(".base_layer." in k for k in kept)  # no base weight
+    assert ckpt["model_base"]["name_or_path"] == bert and ckpt["model_base"]["revision"] is None  # a directory
+    rebuilt_option = option.for_checkpoint()
+    assert rebuilt_option.pretrained  # the base is read again from its files
+    rebuilt = build_model(rebuilt_option, CLASSES).eval()
+    load_model_state(rebuilt, rebuilt_option.restore_state(rebuilt, ckpt))
+    with torch.no_grad():
+        assert torch.equal(rebuilt(batch()), trained(batch()))
+    lost = {**ckpt, "model": {k: v for k, v in ckpt["model"].items() if "lora_A" not in k}}
+    with pytest.raises(UserError, match=r"missing keys .*lora_A"):  # the adapter's keys still load strictly
+        load_model_state(rebuilt, rebuilt_option.restore_state(rebuilt, lost))
+
+
+def test_a_lora_checkpoint_refuses_a_changed_base_in_one_line_before_writing(bert, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from lab.workflows import restore
+
+    base = tmp_path / "base"
+    shutil.copytree(bert, base)
+    option = HfModelConfig(name_or_path=str(base), lora=LoraSettings(r=4))
+    _, ckpt = adapter_checkpoint(option)
+    storage.save(tmp_path / "best.pt", ckpt)
+    assert isinstance(restore.rebuild(tmp_path / "best.pt").model, torch.nn.Module)  # the same base loads
+    weights = load_file(base / "model.safetensors")
+    weights["embeddings.word_embeddings.weight"] += 1  # another model now at that path
+    save_file(weights, base / "model.safetensors", metadata={"format": "pt"})
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(UserError) as refused:
+        restore.rebuild(tmp_path / "best.pt")
+    line, recorded = str(refused.value), ckpt["model_base"]["fingerprint"]
+    assert "\n" not in line and f"base model {base}" in line and recorded in line and "now holds other weights" in line
+    assert sorted(tmp_path.rglob("*")) == before
 
 
 def test_freeze_and_init_from_work_as_for_every_model(bert, tmp_path):
@@ -203,3 +262,43 @@ def test_the_run_saves_the_tokenizer_as_the_data_padded_with_it(tmp_path):
         assert saved.pad_token == token and saved.get_vocab() == tiny.tokenizer().get_vocab()
     hub.save_run_tokenizer({"tokenizer": str(tmp_path / "own")}, tmp_path / "eos" / "run")  # resumed: kept
     assert hub.load_tokenizer(str(tmp_path / "eos" / "run" / hub.TOKENIZER)).pad_token == "[EOS]"
+
+
+def test_the_ema_of_a_lora_model_is_checkpointed_as_its_adapter_and_continues_from_it(bert):
+    from types import SimpleNamespace
+
+    from lab.distributed.parallel import Parallel
+    from lab.training.ema import EMA
+
+    option = HfModelConfig(name_or_path=bert, lora=LoraSettings(r=4))
+    trained, ckpt = adapter_checkpoint(option)
+    trainer = SimpleNamespace(model=trained, parallel=Parallel(), state=SimpleNamespace(option=option))
+    ema = EMA(trained, decay=0.5)
+    with torch.no_grad():
+        for p in trained.parameters():
+            if p.requires_grad:
+                p.add_(1.0)
+    ema.update()
+    ema.on_save_checkpoint(trainer, ckpt)
+    assert ckpt["model"].keys() == ckpt["raw_model"].keys()  # the average, kept as the weights are
+    assert not torch.equal(ckpt["model"][next(iter(ckpt["model"]))], ckpt["raw_model"][next(iter(ckpt["model"]))])
+    continued = EMA(trained, decay=0.5)
+    continued.on_load_checkpoint(trainer, ckpt)
+    assert all(torch.equal(a, b) for a, b in zip(continued.state_dict().values(), ema.state_dict().values()))
+
+
+def test_a_lora_checkpoint_names_the_cached_commit_of_a_hub_id(bert, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from lab.extensions.hf.models import base_revision
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    commit = "c0ffee" * 6 + "c0ff"
+    repo = tmp_path / "models--someone--tiny-bert"
+    shutil.copytree(bert, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    assert base_revision({"pretrained_model_name_or_path": "someone/tiny-bert"}, None) == commit  # the snapshot folder
+    assert base_revision({"pretrained_model_name_or_path": "someone/tiny-bert"}, "main") == commit
+    assert base_revision({"pretrained_model_name_or_path": "someone/other"}, "v1") == "v1"  # not cached: as asked
+    assert base_revision({"pretrained_model_name_or_path": bert}, None) is None  # a local directory
