@@ -69,9 +69,9 @@ def build_hf(cfg: Any, meta: Mapping[str, Any]) -> HfModel:
     auto = AutoModelForSequenceClassification if head == "sequence_classification" else AutoModelForCausalLM
     dtype = getattr(torch, cfg.dtype)
     try:
-        if cfg.pretrained:
+        if cfg.pretrained and torch.get_default_device().type != "meta":
             network = auto.from_pretrained(**located, dtype=dtype, **settings)
-        else:
+        else:  # random weights, or none on the meta device (dist=fsdp: each rank reads its shards, sharded_load.py)
             config = AutoConfig.from_pretrained(**located, **settings)
             network = auto.from_config(config, dtype=dtype)
     except (OSError, ValueError, KeyError) as err:
