@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from torch import nn
 
 from lab.extensions.hf import hub
 from lab.extensions.hf.models import _pretrained
+
+log = logging.getLogger(__name__)
 
 INDEX, SINGLE = "model.safetensors.index.json", "model.safetensors"
 
@@ -133,16 +136,18 @@ def materialise(cfg: Any, model: nn.Module, device: torch.device, rng_state: tor
     network = _pretrained(model)
     files = weight_files(cfg.name_or_path, cfg.revision)
     assert files is not None  # blocker() made sure
-    with contextlib.ExitStack() as stack, torch.no_grad():
-        handles = {path: stack.enter_context(safe_open(path, framework="pt")) for path in set(files.values())}
+    with torch.no_grad():
         for aliases, tensor in _stored(network):
             name = _file_name(network, aliases, files)
             assert name is not None  # blocker() made sure
             local, index = _local_part(tensor)
             if local.numel():
-                local.copy_(handles[files[name]].get_slice(name)[index])
+                # a file opened per tensor: the mapped pages read stay resident only while it is open
+                with safe_open(files[name], framework="pt") as handle:
+                    local.copy_(handle.get_slice(name)[index])
     _compute_buffers(network)
     _draw_lora(model, rng_state)
+    log.info("model=hf: each rank read its shards of the weights from %d safetensors file(s)", len(set(files.values())))
 
 
 def _local_part(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[slice, ...]]:

@@ -83,3 +83,23 @@ def test_two_ranks_read_their_shards_of_the_weights_from_pretrained_loads(tmp_pa
         for name, parameter in whole.named_parameters():
             assert all(rank[name][0] for rank in held), f"{case}: {name} is not a DTensor"
             assert sum(rank[name][1] for rank in held) == parameter.numel(), f"{case}: {name}"
+
+
+PAGE = Path(__file__).resolve().parents[2] / "README.md"
+BENCH = ["python -m lab.extensions.hf.bench_fsdp_memory", "python -m lab.extensions.hf.bench_fsdp_memory --dtype bfloat16"]
+
+
+def test_the_pages_benchmark_measures_both_ways_at_a_tiny_size(capsys) -> None:
+    """The page's `bench_fsdp_memory` lines, the second at a tiny size: both ways keep the same shards, half the
+    model on each rank, and the table gives each rank's peaks and the ratios."""
+    from lab.extensions.hf import bench_fsdp_memory
+
+    page = PAGE.read_text()
+    assert all(f"  {line}  " in page for line in BENCH)
+    bench_fsdp_memory.main(["--hidden", "64", "--layers", "2", "--vocab", "256", "--dtype", "bfloat16"])
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("whole ", "shards "))]
+    assert [row[:2] for row in rows] == [["whole", "0"], ["whole", "1"], ["shards", "0"], ["shards", "1"]]
+    kept = [float(row[4]) for row in rows]
+    assert kept[:2] == kept[2:] and kept[0] > 0
+    assert "peak RSS ratio whole / shards" in out and "peak own ratio whole / shards" in out
