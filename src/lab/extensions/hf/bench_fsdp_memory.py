@@ -97,7 +97,9 @@ def _rank(rank: int, way: str, folder: str, vocab: int, dtype: str, port: int, o
         model, _ = parallel.wrap(build_model(model_cfg, meta), cpu, precision, model_cfg)
     else:
         rng = torch.random.get_rng_state()
-        model, _ = parallel.wrap(meta_init.build(model_cfg, meta, SimpleNamespace(meta_init=True)), cpu, precision, model_cfg)
+        model, _ = parallel.wrap(
+            meta_init.build(model_cfg, meta, SimpleNamespace(meta_init=True)), cpu, precision, model_cfg
+        )
         options.instantiate("model", model_cfg).materialise(model, cpu, rng)
     figures = {"peak_kb": _kb("VmHWM") - before, "own_kb": sampler.stop() - own}
     figures["held_bytes"] = sum(p.to_local().numel() * p.element_size() for p in model.parameters())

@@ -48,7 +48,11 @@ def weight_files(name_or_path: str, revision: str | None) -> dict[str, Path] | N
 
     def find(filename: str) -> Path | None:
         found = cached_file(
-            where, filename, **located, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
+            where,
+            filename,
+            **located,
+            _raise_exceptions_for_missing_entries=False,
+            _raise_exceptions_for_connection_errors=False,
         )
         return Path(found) if found else None
 
@@ -56,6 +60,8 @@ def weight_files(name_or_path: str, revision: str | None) -> dict[str, Path] | N
     if index is not None:
         weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
         files = {filename: find(filename) for filename in set(weight_map.values())}
+        if None in files.values():  # a part not downloaded
+            return None
         return {name: files[filename] for name, filename in weight_map.items()}  # type: ignore[misc]
     single = find(SINGLE)
     if single is None:
@@ -81,11 +87,9 @@ def _stored(network: Any) -> Iterator[tuple[list[str], nn.Parameter | torch.Tens
     it has there as the checkpoint names it: tied weights have two, PEFT's `base_layer` is not in the name."""
     names: dict[int, list[str]] = {}
     tensors: dict[int, torch.Tensor] = {}
-    persistent = dict(network.named_buffers(remove_duplicate=False)).keys() - set(
-        name for name, _ in network.named_non_persistent_buffers()
-    )
+    computed = {name for name, _ in network.named_non_persistent_buffers()}
     items = [*network.named_parameters(remove_duplicate=False)]
-    items += [(name, b) for name, b in network.named_buffers(remove_duplicate=False) if name in persistent]
+    items += [(name, b) for name, b in network.named_buffers(remove_duplicate=False) if name not in computed]
     for name, tensor in items:
         if ".lora_" in name:
             continue
@@ -196,20 +200,24 @@ def _draw_lora(model: nn.Module, rng_state: torch.Tensor) -> None:
     """Draw the LoRA adapters' initial weights as PEFT did when it wrapped the base on the CPU, from `rng_state`:
     per adapted layer, in module order, lora_A's and lora_B's `nn.Linear` constructors, then its
     `reset_lora_parameters`. Each rank draws them whole and keeps its shard. No LoRA: nothing is drawn."""
-    peft = next((m for m in model.modules() if hasattr(m, "peft_config")), None)
+    from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
+
+    peft = next((m for m in model.modules() if isinstance(m, PeftModel)), None)
     if peft is None:
         return
     torch.random.set_rng_state(rng_state)
     with torch.no_grad():
-        for layer in (m for m in model.modules() if hasattr(m, "reset_lora_parameters")):
+        for layer in (m for m in model.modules() if isinstance(m, LoraLayer)):
             for adapter in layer.lora_A:
-                parts = (layer.lora_A[adapter], layer.lora_B[adapter])
-                shards = {(part, name): p for part in parts for name, p in part._parameters.items() if p is not None}
+                parts: tuple[Any, Any] = (layer.lora_A[adapter], layer.lora_B[adapter])  # nn.Linear each
+                shards = {(part, name): p for part in parts for name, p in part.named_parameters(recurse=False)}
                 with _whole(parts[0]), _whole(parts[1]):
                     for part in parts:
                         part.reset_parameters()
-                    layer.reset_lora_parameters(adapter, peft.peft_config[adapter].init_lora_weights)
-                    whole = {(part, name): part._parameters[name] for part, name in shards}
+                    init = getattr(peft.peft_config[adapter], "init_lora_weights", True)  # a LoraConfig's
+                    layer.reset_lora_parameters(adapter, init)
+                    whole = {(part, name): getattr(part, name).detach() for part, name in shards}
                 for key, shard in shards.items():
                     local, index = _local_part(shard)
                     local.copy_(whole[key][index])

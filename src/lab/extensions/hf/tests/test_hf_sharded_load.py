@@ -69,5 +69,5 @@ def test_what_the_files_cannot_give_is_built_whole_with_a_log_line_or_refused(ll
     with caplog.at_level(logging.INFO, logger="lab.distributed.meta_init"):
         assert meta_init.build(cfg, meta, AUTO) is None
     assert "the whole model is built on every rank before sharding" in caplog.text and why in caplog.text
-    with pytest.raises(UserError, match="dist.meta_init=true cannot build this model on the meta device"):
+    with pytest.raises(UserError, match=r"dist\.meta_init=true cannot build this model on the meta device"):
         meta_init.build(cfg, meta, TRUE)

@@ -19,7 +19,7 @@ from lab.distributed.parallel import FSDP
 from lab.models.common import build as build_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tiny.py, shared with the in-process tests
-import tiny  # noqa: E402
+import tiny
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -86,7 +86,10 @@ def test_two_ranks_read_their_shards_of_the_weights_from_pretrained_loads(tmp_pa
 
 
 PAGE = Path(__file__).resolve().parents[2] / "README.md"
-BENCH = ["python -m lab.extensions.hf.bench_fsdp_memory", "python -m lab.extensions.hf.bench_fsdp_memory --dtype bfloat16"]
+BENCH = [
+    "python -m lab.extensions.hf.bench_fsdp_memory",
+    "python -m lab.extensions.hf.bench_fsdp_memory --dtype bfloat16",
+]
 
 
 def test_the_pages_benchmark_measures_both_ways_at_a_tiny_size(capsys) -> None:
