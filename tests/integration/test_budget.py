@@ -23,8 +23,10 @@ TARGET = {"core lines": 9_000, "modules imported": 45, "files run": 30, "lines r
 # hf, cv and ray extensions (their packages and options/plugins: +6 modules), each kind's options moved next to its
 # code so the layers import one way (lab/<package>/options.py: +7 modules, +64 lines), what two extensions shared moved
 # into the core (lab.data.prepared, lab.network, lab.stopping's stop note: +290 lines) and the seams the new
-# extensions plug into (TrainNodeConfig, sweep parts, eval steps, export formats, text codecs: +360 lines)
-REACHED = {"core lines": 15_920, "modules imported": 117, "files run": 87, "lines run": 12_670}
+# extensions plug into (TrainNodeConfig, sweep parts, eval steps, export formats, text codecs: +360 lines). Third:
+# ModelConfig.meta_model_blocker/materialise, the seams model=hf's per-rank read of its safetensors shards under
+# dist=fsdp plugs into (+15 core lines; with hf's options.py overriding them, +22 lines run)
+REACHED = {"core lines": 15_931, "modules imported": 117, "files run": 87, "lines run": 12_692}
 
 
 def test_the_core_and_the_default_run_stay_within_what_was_reached(tmp_path):

@@ -63,19 +63,17 @@ class ModelConfig(Option, group="model"):
         return None
 
     def meta_model_blocker(self, model: nn.Module) -> str | None:
-        """Return why `materialise` cannot give the meta-built `model` its weights, or None. By default: why the
-        replay of its init cannot (lab.distributed.meta_init.blocker)."""
-        from lab.distributed.meta_init import blocker
+        """Return why `materialise` cannot fill the meta-built `model`'s weights, or None (by default: the replay's)."""
+        from lab.distributed import meta_init
 
-        return blocker(model)
+        return meta_init.blocker(model)
 
     def materialise(self, model: nn.Module, device: torch.device, rng_state: torch.Tensor) -> None:
-        """Give the meta-built `model`, sharded by dist=fsdp, storage on `device` and its initial weights. By default
-        the replay of its init from `rng_state` (lab.distributed.meta_init.materialise); an option that reads its
-        weights from files overrides this and `meta_model_blocker`."""
-        from lab.distributed.meta_init import materialise
+        """Give the meta-built `model`, sharded by dist=fsdp, storage on `device` and its initial weights: by default
+        the replay of its init from `rng_state`. An option reading its weights from files overrides both seams."""
+        from lab.distributed import meta_init
 
-        materialise(model, device, rng_state, self)
+        meta_init.materialise(model, device, rng_state, self)
 
     def save_with_run(self, run_dir: Path, meta: dict[str, Any]) -> None:
         """Save into the training run's dir what this model reads besides its weights (a tokenizer), so eval, export

@@ -18,7 +18,6 @@ every rank computed the same full tensor, so nothing is sent.
 A model qualifies when its option sets `ModelConfig.replayable_init` and `blocker` finds nothing in its module tree
 the replay cannot redo. The flag promises the build draws nothing outside those two steps, which a test proves
 bitwise. `init_from` and pretrained weights never qualify. Otherwise `dist.meta_init` decides (see `build`).
-An option that reads its weights from files instead overrides `ModelConfig.meta_model_blocker` and `materialise`.
 """
 
 from __future__ import annotations
