@@ -98,7 +98,8 @@ def _fit_tokenizer(network: Any, meta: Mapping[str, Any]) -> None:
     if vocab > rows:
         # the tokenizer added tokens (a padding token, say): their embeddings start random and train
         log.info("model=hf: token embeddings resized from %d to the tokenizer's %d", rows, vocab)
-        network.resize_token_embeddings(vocab)
+        # the meta device (dist=fsdp) has no values to take the mean of; a resized model is built whole there anyway
+        network.resize_token_embeddings(vocab, mean_resizing=torch.get_default_device().type != "meta")
 
 
 def _with_lora(network: Any, lora: Any, head: str) -> Any:

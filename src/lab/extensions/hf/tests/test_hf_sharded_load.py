@@ -1,6 +1,6 @@
 """model=hf's meta-device build for dist=fsdp, in one process: weights split over several safetensors files (an
 index) read into the meta-built model equal from_pretrained's; what cannot be read so (pytorch_model.bin, a new
-head) falls back to the whole build with one log line, or is refused under dist.meta_init=true."""
+head, resized embeddings) falls back to the whole build with one log line, or is refused under dist.meta_init=true."""
 
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ def test_weights_in_parts_are_read_into_the_meta_built_model_as_from_pretrained_
     [
         ("bin", TOKENS, "has no *.safetensors weights (pytorch_model.bin?)"),
         ("llama", CLASSES, "score.weight is not in model.name_or_path="),  # a new head, drawn at random
+        ("llama", {**TOKENS, "vocab_size": 20}, "embed_tokens.weight is [20, 32] in the model but [18, 32] in its"),
     ],
 )
 def test_what_the_files_cannot_give_is_built_whole_with_a_log_line_or_refused(llamas, caplog, folder, meta, why):
