@@ -170,22 +170,15 @@ def _compute_buffers(network: Any) -> None:
     `_init_weights` on each module owning one. Its own parameters are swapped for scratch ones meanwhile, so their
     values (just read) stay, and the draws come from a forked generator, as the global one must not move."""
     owners = {name.rpartition(".")[0] for name, _ in network.named_non_persistent_buffers()}
-    for owner in owners:
+    for owner in sorted(owners):
         module = network.get_submodule(owner)
-        kept = dict(module._parameters)
-        module._parameters.update(
-            {name: nn.Parameter(torch.empty(p.shape, dtype=p.dtype)) for name, p in kept.items() if p is not None}
-        )
-        try:
-            with torch.random.fork_rng(devices=[]):
-                network._init_weights(module)
-        finally:
-            module._parameters.update(kept)
+        with _whole(module), torch.random.fork_rng(devices=[]):
+            network._init_weights(module)
 
 
 @contextlib.contextmanager
 def _whole(module: nn.Module) -> Iterator[None]:
-    """Swap the module's own parameters for whole CPU ones while inside; its shards come back on leaving."""
+    """Swap the module's own parameters for whole CPU ones while inside; its own (shards) come back on leaving."""
     kept = {name: p for name, p in module._parameters.items() if p is not None}
     module._parameters.update(
         {name: nn.Parameter(torch.empty(p.shape, dtype=p.dtype), p.requires_grad) for name, p in kept.items()}
