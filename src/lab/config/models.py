@@ -17,6 +17,7 @@ from lab.config.options import Option
 from lab.errors import UserError
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
 
@@ -60,6 +61,19 @@ class ModelConfig(Option, group="model"):
         if not self.replayable_init:
             return f"model={self.name} draws its initial weights in ways the replay does not reproduce"
         return None
+
+    def meta_model_blocker(self, model: nn.Module) -> str | None:
+        """Return why `materialise` cannot fill the meta-built `model`'s weights, or None (by default: the replay's)."""
+        from lab.distributed import meta_init
+
+        return meta_init.blocker(model)
+
+    def materialise(self, model: nn.Module, device: torch.device, rng_state: torch.Tensor) -> None:
+        """Give the meta-built `model`, sharded by dist=fsdp, storage on `device` and its initial weights: by default
+        the replay of its init from `rng_state`. An option reading its weights from files overrides both seams."""
+        from lab.distributed import meta_init
+
+        meta_init.materialise(model, device, rng_state, self)
 
     def save_with_run(self, run_dir: Path, meta: dict[str, Any]) -> None:
         """Save into the training run's dir what this model reads besides its weights (a tokenizer), so eval, export

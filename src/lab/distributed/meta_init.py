@@ -50,12 +50,13 @@ def build(model_cfg: Any, data_meta: Mapping[str, Any], dist_cfg: Any) -> nn.Mod
     mode = dist_cfg.meta_init
     if mode is False:
         return None
-    why = options.instantiate("model", model_cfg).meta_init_blocker()
+    option = options.instantiate("model", model_cfg)
+    why = option.meta_init_blocker()
     model = None
     if why is None:
         with torch.device("meta"):  # no memory and no random draws; those come in materialise
             model = build_model(model_cfg, data_meta)
-        why = blocker(model)
+        why = option.meta_model_blocker(model)
     if why is None:
         return model
     if mode is True:

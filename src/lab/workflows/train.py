@@ -123,9 +123,7 @@ def _trainer(
     utilization = log_start(model, task, train_loader, run_dir, device, precision, tracker, parallel, peak)
     model, forward = parallel.wrap(model, device, precision, cfg.model)  # before the optimizer, as FSDP swaps params
     if on_meta is not None:
-        from lab.distributed import meta_init
-
-        meta_init.materialise(model, device, init_rng, cfg.model)
+        options.instantiate("model", cfg.model).materialise(model, device, init_rng)
     if parallel.world_size > 1:
         runtime.seed_everything((cfg.seed + parallel.rank) % 2**32)  # from here on dropout etc. differ per rank
 

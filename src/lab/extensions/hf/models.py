@@ -79,10 +79,10 @@ def build_hf(cfg: Any, meta: Mapping[str, Any]) -> HfModel:
     dtype = getattr(torch, cfg.dtype)
     fresh: set[str] = set()  # weights the base's files lack, which from_pretrained initialised (a new head)
     try:
-        if cfg.pretrained:
+        if cfg.pretrained and torch.get_default_device().type != "meta":
             loaded: Any = auto.from_pretrained(**located, dtype=dtype, output_loading_info=True, **settings)
             network, fresh = loaded[0], set(loaded[1]["missing_keys"])
-        else:
+        else:  # random weights, or none on the meta device (dist=fsdp: each rank reads its shards, sharded_load.py)
             config = AutoConfig.from_pretrained(**located, **settings)
             network = auto.from_config(config, dtype=dtype)
     except (OSError, ValueError, KeyError) as err:
@@ -178,7 +178,8 @@ def _fit_tokenizer(network: Any, meta: Mapping[str, Any]) -> bool:
     if vocab > rows:
         # the tokenizer added tokens (a padding token, say): their embeddings start random and train
         log.info("model=hf: token embeddings resized from %d to the tokenizer's %d", rows, vocab)
-        network.resize_token_embeddings(vocab)
+        # the meta device (dist=fsdp) has no values to take the mean of; a resized model is built whole there anyway
+        network.resize_token_embeddings(vocab, mean_resizing=torch.get_default_device().type != "meta")
         return True
     return False
 

@@ -23,6 +23,7 @@ from lab.config.models import ModelConfig
 from lab.config.tools import EvalStepConfig, ExportOptions, ExportStepConfig
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
     from lab.data.common import DataModule
@@ -104,8 +105,21 @@ class HfModelConfig(ModelConfig, name="hf"):
     def uses_lora(self) -> bool:
         return self.lora is not None and self.lora.r is not None
 
+    # dist=fsdp: built on the meta device, each rank reads only its shards of the safetensors files (sharded_load.py)
     def meta_init_blocker(self) -> str | None:
-        return "model=hf builds through transformers' from_pretrained, whose init the replay does not reproduce"
+        from lab.extensions.hf.sharded_load import unreadable
+
+        return super().meta_init_blocker() if self.init_from is not None else unreadable(self)
+
+    def meta_model_blocker(self, model: nn.Module) -> str | None:
+        from lab.extensions.hf.sharded_load import blocker
+
+        return blocker(self, model)
+
+    def materialise(self, model: nn.Module, device: torch.device, rng_state: torch.Tensor) -> None:
+        from lab.extensions.hf.sharded_load import materialise
+
+        materialise(self, model, device, rng_state)
 
     def build(self, meta: dict[str, Any]) -> nn.Module:
         from lab.extensions.hf.models import build_hf
