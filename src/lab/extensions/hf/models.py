@@ -106,7 +106,8 @@ def build_hf(cfg: Any, meta: Mapping[str, Any]) -> HfModel:
 
 def _keep_adapter(model: HfModel, own: set[int], name_or_path: str, revision: str | None) -> None:
     """Have `model`'s checkpoints hold what trains and the tensors in `own` (not from the base's files), not the
-    base, and record the base with a fingerprint of its weights (none on the meta device, which holds no values)."""
+    base, and record the base with a fingerprint of its weights (on the meta device, which holds no values, taken at
+    the first consolidated save: `checkpoint_state`)."""
     parameters = model.named_parameters(remove_duplicate=False)
     model.kept = frozenset(name for name, p in parameters if p.requires_grad or id(p) in own)
     base = {key: value for key, value in model.state_dict().items() if key not in model.kept}
@@ -143,6 +144,12 @@ def checkpoint_state(model: HfModel, state: dict[str, Any]) -> dict[str, Any]:
     """Return the checkpoint entries of `model`'s whole state dict: every weight, or the adapter and its base."""
     if model.kept is None:
         return {"model": state}
+    if model.base is not None and model.base["fingerprint"] is None:
+        # built on the meta device (dist=fsdp read each rank's shards): the base's values are whole first here, in
+        # the consolidated state rank 0 saves (the other ranks' is empty), and the frozen base has not changed
+        base = [key for key in model.state_dict() if key not in model.kept]
+        if base and all(key in state and not state[key].is_meta for key in base):
+            model.base = {**model.base, "fingerprint": fingerprint({key: state[key] for key in base})}
     return {"model": {k: v for k, v in state.items() if k in model.kept}, "model_base": model.base}
 
 

@@ -92,13 +92,6 @@ class HfModelConfig(ModelConfig, name="hf"):
                 f"model.dtype=bfloat16 cannot train with precision={run.precision.name} (float16 autocast and its "
                 "loss scaler): use precision=bf16, or model.dtype=float32"
             )
-        if self.uses_lora and self.pretrained and run.dist.shards_weights:
-            # its checkpoints hold the adapter alone, completed on load from the base model's files, which the
-            # sharded save and load do not do (yet)
-            return (
-                f"model.lora with dist={run.dist.strategy}: a LoRA run's checkpoints hold the adapter alone, which "
-                "sharded checkpoints do not support yet; use dist=ddp (the frozen base is not in the optimizer either)"
-            )
         return None
 
     @property

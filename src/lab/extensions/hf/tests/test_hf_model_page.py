@@ -109,17 +109,3 @@ def test_bfloat16_weights_with_float16_autocast_are_refused_in_one_line(compose,
         "model.dtype=bfloat16 cannot train with precision=fp16 (float16 autocast and its loss scaler): use "
         "precision=bf16, or model.dtype=float32"
     )
-
-
-@pytest.mark.parametrize(
-    ("overrides", "refused"),
-    [(["model.lora.r=4", "dist=fsdp"], True), (["model.lora.r=4", "dist=ddp"], False), (["dist=fsdp"], False)],
-)
-def test_lora_under_sharded_checkpoints_is_refused_in_one_line(compose, overrides, refused):
-    cfg = compose(["model=hf", "model.name_or_path=/models/tiny", *overrides])
-    if not refused:
-        validate(cfg)
-        return
-    with pytest.raises(ConfigError) as caught:
-        validate(cfg)
-    assert str(caught.value).startswith("model.lora with dist=fsdp: a LoRA run's checkpoints hold the adapter alone")

@@ -20,8 +20,9 @@ from lab.models.common import build as build_model
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-TOKENS = {"input_shape": [8], "num_outputs": 18, "vocab_size": 18, "block_size": 8, "pad_token_id": 0}
-CLASSES = {"input_shape": [8], "num_outputs": 3, "num_classes": 3, "vocab_size": 18, "pad_token_id": 0}
+V = len(tiny.VOCAB)  # the tiny models' vocabulary
+TOKENS = {"input_shape": [8], "num_outputs": V, "vocab_size": V, "block_size": 8, "pad_token_id": 0}
+CLASSES = {"input_shape": [8], "num_outputs": 3, "num_classes": 3, "vocab_size": V, "pad_token_id": 0}
 AUTO, TRUE = SimpleNamespace(meta_init="auto"), SimpleNamespace(meta_init=True)
 
 
@@ -62,7 +63,11 @@ def test_weights_in_parts_are_read_into_the_meta_built_model_as_from_pretrained_
     [
         ("bin", TOKENS, "has no *.safetensors weights (pytorch_model.bin?)"),
         ("llama", CLASSES, "score.weight is not in model.name_or_path="),  # a new head, drawn at random
-        ("llama", {**TOKENS, "vocab_size": 20}, "embed_tokens.weight is [20, 32] in the model but [18, 32] in its"),
+        (
+            "llama",
+            {**TOKENS, "vocab_size": V + 2},
+            f"embed_tokens.weight is [{V + 2}, 32] in the model but [{V}, 32] in its",
+        ),
     ],
 )
 def test_what_the_files_cannot_give_is_built_whole_with_a_log_line_or_refused(llamas, caplog, folder, meta, why):

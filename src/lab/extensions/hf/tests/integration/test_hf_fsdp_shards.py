@@ -1,6 +1,6 @@
 """model=hf under dist=fsdp over 2 gloo ranks: built on the meta device, sharded per block, each rank reading only
 its shards of the safetensors file; the gathered weights (LoRA's included) and the computed buffers equal
-from_pretrained's whole build bitwise."""
+from_pretrained's whole build bitwise, and a LoRA checkpoint records the same base as the whole build's."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from lab.config import options
-from lab.distributed import launch, meta_init
+from lab.distributed import meta_init, spawning
 from lab.distributed.parallel import FSDP
 from lab.models.common import build as build_model
 
@@ -58,9 +58,13 @@ def _read_shards(llama: str) -> dict:
         start = torch.random.get_rng_state()
         model = meta_init.build(model_cfg, TOKENS, fsdp)  # meta_init=True: refused rather than built whole
         sharded, _ = parallel.wrap(model, torch.device("cpu"), SimpleNamespace(autocast_dtype=None), model_cfg)
-        options.instantiate("model", model_cfg).materialise(sharded, torch.device("cpu"), start)
+        option = options.instantiate("model", model_cfg)
+        option.materialise(sharded, torch.device("cpu"), start)
         held = {name: (isinstance(p, DTensor), p.to_local().numel()) for name, p in sharded.named_parameters()}
-        results[case] = (_state(sharded, parallel.model_state(sharded)), parallel.gather(held))
+        full = parallel.model_state(sharded)
+        # what a checkpoint records of a LoRA run's base: its fingerprint, taken from the consolidated weights
+        base = option.checkpoint_state(sharded, full).get("model_base")
+        results[case] = (_state(sharded, full), parallel.gather(held), base)
     dist.destroy_process_group()
     return results
 
@@ -68,11 +72,13 @@ def _read_shards(llama: str) -> dict:
 def test_two_ranks_read_their_shards_of_the_weights_from_pretrained_loads(tmp_path) -> None:
     llama = str(tiny.llama_dir(tmp_path / "llama"))
     dist_cfg = SimpleNamespace(nproc=2, master_port=None, grace_s=5, strategy="fsdp", max_restarts=0)
-    results = launch.spawn(_read_shards, (llama,), dist_cfg)
+    results = spawning.spawn(_read_shards, (llama,), dist_cfg)
     for case, model_cfg in cases(llama).items():
-        got, held = results[case]
+        got, held, base = results[case]
         torch.manual_seed(SEED)
         whole = build_model(model_cfg, TOKENS)
+        # a LoRA checkpoint saved under dist=fsdp names the base eval, export and infer build whole
+        assert base == getattr(whole, "base", None), case
         expected = _state(whole, whole.state_dict())
         for part in ("weights", "buffers"):
             assert list(got[part]) == list(expected[part]), case
