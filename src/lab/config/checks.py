@@ -16,6 +16,12 @@ def one_of(key: str, value: object, options: tuple[str, ...]) -> None:
     require(value in options, f"{key}={value!r} is not valid; choose one of {', '.join(options)}")
 
 
+def at_least(key: str, value: float | None, low: float, *, strict: bool = False, or_null: bool = False) -> None:
+    """Require `value >= low` (`> low` if strict), or None if `or_null`; NaN always fails."""
+    ok = (or_null and value is None) or (value is not None and (value > low if strict else value >= low))
+    require(ok, f"{key} must be {'>' if strict else '>='} {low}{' or null' if or_null else ''}, got {value}")
+
+
 def in_range(
     key: str, value: float, low: float, high: float, *, open_low: bool = False, open_high: bool = False, hint: str = ""
 ) -> None:

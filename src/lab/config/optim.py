@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
 
-from lab.config.checks import in_range
+from lab.config.checks import at_least, in_range
 from lab.config.checks import require as _require
 from lab.config.options import Option
 
@@ -90,7 +90,7 @@ class SchedulerConfig(Option, group="scheduler"):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _require(self.warmup_steps >= 0, f"scheduler.warmup_steps must be >= 0, got {self.warmup_steps}")
+        at_least("scheduler.warmup_steps", self.warmup_steps, 0)
 
     def build(self, optimizer: torch.optim.Optimizer, total_steps: int) -> Any:
         """Return the schedule of `optimizer`'s LR over `total_steps` optimizer steps."""

@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 
 from lab import extras
 from lab.config import options
+from lab.config.checks import at_least, seed, wandb_tags
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
-from lab.config.checks import seed, wandb_tags
 from lab.config.options import Option
 from lab.config.trackers import LoggerConfig, logger_config
 from lab.config.training import PathsConfig
@@ -37,13 +37,9 @@ class CheckpointDataConfig:
     num_workers: int | None = None
 
     def __post_init__(self) -> None:
-        for key in ("batch_size", "eval_batch_size"):
-            value = getattr(self, key)
-            _require(value is None or value >= 1, f"data.{key} must be >= 1 or null, got {value}")
-        _require(
-            self.num_workers is None or self.num_workers >= 0,
-            f"data.num_workers must be >= 0 or null, got {self.num_workers}",
-        )
+        at_least("data.batch_size", self.batch_size, 1, or_null=True)
+        at_least("data.eval_batch_size", self.eval_batch_size, 1, or_null=True)
+        at_least("data.num_workers", self.num_workers, 0, or_null=True)
 
 
 @dataclass
@@ -128,9 +124,9 @@ class ExportOptions:
             not mixed or len(self.formats) == 1,
             f"export.formats={mixed[0] if mixed else ''} is written alone: export {self.formats} in separate runs",
         )
-        _require(self.tolerance > 0, f"export.tolerance must be > 0, got {self.tolerance}")
-        _require(self.opset is None or self.opset >= 18, f"export.opset must be >= 18 or null, got {self.opset}")
-        _require(self.parity_samples >= 1, f"export.parity_samples must be >= 1, got {self.parity_samples}")
+        at_least("export.tolerance", self.tolerance, 0, strict=True)
+        at_least("export.opset", self.opset, 18, or_null=True)
+        at_least("export.parity_samples", self.parity_samples, 1)
         dims = self.dynamic_dims
         _require(
             dims is None or (0 in dims and all(d >= 0 for d in dims) and len(set(dims)) == len(dims)),
@@ -229,10 +225,10 @@ class InferOptions:
     resize: bool | None = None
 
     def __post_init__(self) -> None:
-        _require(self.top_k >= 1, f"infer.top_k must be >= 1, got {self.top_k}")
-        _require(self.batch_size >= 1, f"infer.batch_size must be >= 1, got {self.batch_size}")
-        _require(self.max_new_tokens >= 1, f"infer.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        _require(self.temperature > 0, f"infer.temperature must be > 0, got {self.temperature}")
+        at_least("infer.top_k", self.top_k, 1)
+        at_least("infer.batch_size", self.batch_size, 1)
+        at_least("infer.max_new_tokens", self.max_new_tokens, 1)
+        at_least("infer.temperature", self.temperature, 0, strict=True)
         seed("infer.seed", self.seed)
 
 

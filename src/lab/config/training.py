@@ -9,9 +9,9 @@ from omegaconf import MISSING, OmegaConf
 
 from lab.config import callbacks as callback_options
 from lab.config import options
+from lab.config.checks import at_least, seed, wandb_tags
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
-from lab.config.checks import seed, wandb_tags
 from lab.config.distributed import meta_init_refused
 from lab.config.options import Option
 from lab.config.trackers import LoggerConfig, logger_config
@@ -47,31 +47,22 @@ class TrainerConfig:
     unfreeze_at_epoch: int | None = None
 
     def __post_init__(self) -> None:
-        _require(self.max_epochs >= 1, f"trainer.max_epochs must be >= 1, got {self.max_epochs}")
-        _require(
-            self.unfreeze_at_epoch is None or self.unfreeze_at_epoch >= 1,
-            f"trainer.unfreeze_at_epoch must be >= 1 or null, got {self.unfreeze_at_epoch}",
-        )
+        at_least("trainer.max_epochs", self.max_epochs, 1)
+        at_least("trainer.unfreeze_at_epoch", self.unfreeze_at_epoch, 1, or_null=True)
         _require(
             self.max_steps == -1 or self.max_steps >= 1,
             f"trainer.max_steps must be -1 (no limit) or >= 1, got {self.max_steps}",
         )
-        _require(self.grad_accum_steps >= 1, f"trainer.grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
-        _require(
-            self.grad_clip is None or self.grad_clip > 0, f"trainer.grad_clip must be > 0 or null, got {self.grad_clip}"
-        )
-        _require(self.log_every_n_steps >= 1, f"trainer.log_every_n_steps must be >= 1, got {self.log_every_n_steps}")
-        _require(
-            self.val_every_n_epochs >= 1, f"trainer.val_every_n_epochs must be >= 1, got {self.val_every_n_epochs}"
-        )
-        _require(
-            self.ckpt_every_n_steps >= 0, f"trainer.ckpt_every_n_steps must be >= 0, got {self.ckpt_every_n_steps}"
-        )
+        at_least("trainer.grad_accum_steps", self.grad_accum_steps, 1)
+        at_least("trainer.grad_clip", self.grad_clip, 0, strict=True, or_null=True)
+        at_least("trainer.log_every_n_steps", self.log_every_n_steps, 1)
+        at_least("trainer.val_every_n_epochs", self.val_every_n_epochs, 1)
+        at_least("trainer.ckpt_every_n_steps", self.ckpt_every_n_steps, 0)
         for key in ("limit_train_batches", "limit_val_batches"):
             value = getattr(self, key)
             _require(value == -1 or value >= 1, f"trainer.{key} must be -1 (all) or >= 1, got {value}")
-        _require(self.overfit_batches >= 0, f"trainer.overfit_batches must be >= 0, got {self.overfit_batches}")
-        _require(self.max_bad_steps >= 0, f"trainer.max_bad_steps must be >= 0, got {self.max_bad_steps}")
+        at_least("trainer.overfit_batches", self.overfit_batches, 0)
+        at_least("trainer.max_bad_steps", self.max_bad_steps, 0)
         _one_of("trainer.device", self.device, ("auto", "cpu", "cuda", "mps"))
         _one_of("trainer.progress_bar", self.progress_bar, ("auto", "on", "off"))
         _require(
