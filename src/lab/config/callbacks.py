@@ -24,7 +24,6 @@ from typing import Any
 from omegaconf import MISSING
 
 from lab.config.options import Option, instantiate
-from lab.errors import ConfigError
 
 
 @dataclass
@@ -49,11 +48,3 @@ def chosen(callbacks: Mapping[str, Any]) -> dict[str, CallbackConfig]:
         key: instantiate("callback", spec if isinstance(spec, Option) else {"name": key, **spec})
         for key, spec in callbacks.items()
     }
-
-
-def check(callbacks: Mapping[str, Any], run: Any) -> None:
-    """Refuse an unknown callback or key, a wrong value, or a callback that conflicts with the rest of `run`."""
-    for option in chosen(callbacks).values():
-        why = option.conflict(run)
-        if why is not None:
-            raise ConfigError(why)

@@ -166,9 +166,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         seed("seed", self.seed)
         wandb_tags("tags", self.tags)
-        # Refuse an unknown callback or key, or one that cannot work with the rest, before any work.
-        callback_options.check(self.callbacks, self)
-        for option in (self.model, self.optimizer):  # an option that cannot work with the rest
+        # An unknown callback or key, or an option that cannot work with the rest, refused before any work.
+        for option in (*callback_options.chosen(self.callbacks).values(), self.model, self.optimizer):
             why = option.conflict(self)
             _require(why is None, str(why))
         _require(
