@@ -96,12 +96,6 @@ SCHEMAS: dict[str, type] = {
     "export_schema": ExportConfig,
     "infer_schema": InferConfig,
 }
-# Group options that are just a schema's defaults, so no empty YAML is needed. The presets extend the schema.
-PLAIN_OPTIONS = {
-    ("trainer", "default"): TrainerConfig,
-}
-# Group options that change nothing: `logger=none` keeps every tracker off, as the schema's default does.
-EMPTY_OPTIONS = (("logger", "none"),)
 
 
 _STORED: set[type] = set()  # option classes register() has stored
@@ -128,10 +122,8 @@ def register() -> None:
     new = [(group, name, option) for group in options.groups() for name, option in options.options(group).items()]
     new = [(group, name, option) for group, name, option in new if option not in _STORED]
     if not _STORED:
-        for (group, name), schema in PLAIN_OPTIONS.items():
-            cs.store(group=group, name=name, node=schema)
-        for group, name in EMPTY_OPTIONS:
-            cs.store(group=group, name=name, node={})
+        cs.store(group="trainer", name="default", node=TrainerConfig)  # the schema's defaults: no empty YAML
+        cs.store(group="logger", name="none", node={})  # every tracker off, as the schema's default has them
     # On every call: some schemas hold a node per option (the logger's trackers, the export's steps), and the options
     # may have changed since the last call (an extension imported late, a test's fork option removed).
     SCHEMAS["train_schema"] = train_schema()  # with the extensions' top-level nodes
