@@ -61,9 +61,8 @@ class DataConfig(Option, group="data"):
         raise NotImplementedError(f"{type(self).__name__} has no build()")
 
     def prepare(self) -> None:
-        """Write data.path from data.source once, for `scripts/prepare_data.py`; by default raise ConfigError.
-
-        An option read from prepared files overrides this and `verify`. The others read their files as they are."""
+        """Write data.path from data.source once, for `scripts/prepare_data.py`: an option read from prepared files
+        overrides this and `verify`; the others read their files as they are, and refuse."""
         prepared = [
             n
             for n, o in options.options("data").items()
@@ -88,9 +87,8 @@ class DataConfig(Option, group="data"):
         self.prepare()  # datasets without prepared files refuse in the same words
 
     def batch_mixing(self) -> tuple[float, float] | None:
-        """Return (MixUp alpha, CutMix alpha) if training batches are mixed, or None (the default) if not.
-
-        Mixing (`lab.data.augment.MixBatch`) turns targets into class probabilities, so other tasks refuse it."""
+        """Return (MixUp alpha, CutMix alpha) if training batches are mixed, or None (the default) if not. Mixing
+        (`lab.data.augment.MixBatch`) turns targets into class probabilities, so other tasks refuse it."""
         return None
 
 
@@ -122,9 +120,8 @@ class ImageDataConfig(DataConfig, abstract=True):
         _require(
             self.image_size is None or self.image_size >= 1, f"data.image_size must be >= 1, got {self.image_size}"
         )
-        _require(
-            self.crop_pct is None or 0 < self.crop_pct <= 1, f"data.crop_pct must be in (0, 1], got {self.crop_pct}"
-        )
+        if self.crop_pct is not None:
+            _in_range("data.crop_pct", self.crop_pct, 0, 1, open_low=True)
         if self.interpolation is not None:
             _one_of("data.interpolation", self.interpolation, ("bilinear", "bicubic", "nearest"))
         _require((self.mean is None) == (self.std is None), "set both data.mean and data.std, or neither")
