@@ -1,21 +1,9 @@
 """Every config schema and option a run can choose (`lab.config.options`), each default written here, once.
 
-An option of the model, data, task, optimizer, scheduler or dist group is a dataclass that subclasses its kind's
-base config and builds its component. `register` stores it in Hydra's ConfigStore as `<group>/<name>`. So
-`model=cnn` needs no YAML, `--help` lists it, and Hydra types the node by the option: unknown keys, wrong types and
-another option's keys fail while composing. Trackers (trackers.py) are not one-of: each is stored as
-`logger/<name>`, which turns it on, and types its settings node `logger.<name>`.
-
-A YAML in `conf/<group>/` is a preset: `defaults: [<option>]` plus what differs. For example
-`conf/model/wide_cnn.yaml` would hold `defaults: [cnn]` and `channels: [64, 128, 256]`. The entry configs
-(`conf/train.yaml`...) extend the root schemas in `SCHEMAS`. Value checks (`lr > 0`...) live in `__post_init__`
-and run once, in `validate`, before any work starts. tests/unit/config/test_defaults_once.py fails on a YAML value
-that repeats a default.
-
-A fork adds options as modules in this package; `register` imports every module here. This package must not import
-torch: every entry script imports it, and `--help` and `--cfg job` stay fast only if nothing heavy loads before
-Hydra prints and exits. An option's `build` imports its component.
-"""
+`register` stores each option in Hydra's ConfigStore as `<group>/<name>` and the entry schemas (`SCHEMAS`) at the
+root; `validate` runs every value check once, before any work (docs/architecture.md, "Plug-in seams"). A fork adds
+options as modules in this package. This package must not import torch: every entry script imports it, and `--help`
+and `--cfg job` stay fast only if nothing heavy loads before Hydra prints and exits."""
 
 from __future__ import annotations
 
@@ -102,13 +90,12 @@ _STORED: set[type] = set()  # option classes register() has stored
 
 
 def register() -> None:
-    """Store the entry schemas at the root of Hydra's ConfigStore and every option in its group.
+    """Import every module of this package and every `options.py` of lab's packages and extensions, then store the
+    entry schemas and every option not yet stored.
 
-    Every module of this package and every `options` module of lab's packages and extensions is imported first, so
-    the components', a fork's and the extensions' options are stored too. It runs when this package is imported, and
-    again for options not yet stored when Hydra builds its search path (hydra_plugins/lab_sweepers/extensions.py).
-    That second call is needed because an options module imported first imports this package halfway through its
-    own body."""
+    It runs when this package is imported, and again when Hydra builds its search path
+    (hydra_plugins/lab_sweepers/extensions.py): an options module imported first imports this package halfway
+    through its own body, before its own options exist."""
     for module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{module.name}")
     # Each package's options module, the core's (lab/<package>/options.py) then the extensions'. Found, not named:
@@ -137,9 +124,7 @@ def register() -> None:
 
 
 def _undeclared_keys(node: DictConfig, path: str = "") -> Iterator[tuple[str, str, list[str], type | None]]:
-    """Yield (node path, key, declared keys, schema) for each key a typed node holds that its schema lacks.
-
-    Hydra's `+key=value` adds a key to any node, and OmegaConf.to_object would drop it silently."""
+    """Yield (node path, key, declared keys, schema) for each key a typed node holds that its schema lacks."""
     schema = OmegaConf.get_type(node)
     fields = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
     for key in node:
@@ -155,8 +140,8 @@ def _undeclared_keys(node: DictConfig, path: str = "") -> Iterator[tuple[str, st
 def validate(cfg: DictConfig) -> None:
     """Run every schema's value checks (`__post_init__`) and raise ConfigError naming the bad key.
 
-    Undeclared keys are refused first. Hydra's `+key=value` adds them to a typed node regardless of its schema, and
-    `OmegaConf.to_object` would then drop them silently."""
+    Undeclared keys are refused first: Hydra's `+key=value` adds them to a typed node regardless of its schema, and
+    `OmegaConf.to_object` would drop them silently."""
     undeclared = next(_undeclared_keys(cfg), None)
     if undeclared is not None:
         from lab.config.mistakes import unknown_key_message  # a config without mistakes needs none of that module

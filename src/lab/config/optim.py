@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
     from lab.config.models import ModelConfig
 
-# --------------------------------------------------------------------------- optimizer
 # No real run comes near this (SGD on large batches uses up to ~10), so above it lr is a typo (1e3 for 1e-3)
 MAX_LR = 100.0
 
@@ -80,7 +79,6 @@ class OptimizerConfig(Option, group="optimizer"):
         return None
 
 
-# --------------------------------------------------------------------------- scheduler
 @dataclass
 class SchedulerConfig(Option, group="scheduler"):
     """Keys every schedule has; `build` returns a `schedulers.Schedule`, such as `schedulers.warmup_lambda`'s."""

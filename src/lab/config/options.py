@@ -8,16 +8,11 @@
             from lab.models.unet import UNet
             return UNet(self.width, meta["num_outputs"])
 
-Subclassing registers the option (`__init_subclass__`). `lab.config.register` stores every option in Hydra's
-ConfigStore as `<group>/<name>`, so Hydra types the group's node by it while composing. Unknown keys, wrong types
-and another option's keys are refused, `--help` lists it, and no YAML is needed. A YAML in `conf/<group>/` is a
-*preset*: `defaults: [<option>]` plus the values that differ.
-
-The name is the class name in snake_case without a `Config` suffix (`ImageFolder` -> `image_folder`, `CNNConfig`
--> `cnn`). `name=` in the class line overrides it (`none` is a Python word). A kind's base says `group=`, e.g.
-`model`. A shared intermediate class says `abstract=True`. A kind whose options are not one-of overrides
-`Option.stored_as` and says `key=""`: a tracker is stored as the preset `logger/<name>`, and its settings node does
-not name it. This module imports no torch.
+Subclassing registers it, and `lab.config.register` stores it in Hydra's ConfigStore as `<group>/<name>`: Hydra
+types the group's node by it, no YAML needed (a YAML in `conf/<group>/` is a *preset*: `defaults: [<option>]` plus
+what differs). Its name is the class name in snake_case without a `Config` suffix (`ImageFolder` -> `image_folder`),
+or `name=` in the class line (`none` is a Python word). A kind's base says `group=`, a shared intermediate class
+`abstract=True`. This module imports no torch.
 """
 
 from __future__ import annotations

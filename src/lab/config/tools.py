@@ -19,7 +19,6 @@ from lab.config.options import Option
 from lab.config.trackers import LoggerConfig, logger_config
 from lab.config.training import PathsConfig
 
-# --------------------------------------------------------------------------- eval / export / infer
 _CKPT_HINT = "e.g. ckpt_path=outputs/train/<run>/checkpoints/best.pt"
 
 

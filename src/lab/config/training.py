@@ -17,7 +17,6 @@ from lab.config.options import Option
 from lab.config.trackers import LoggerConfig, logger_config
 
 
-# --------------------------------------------------------------------------- trainer
 @dataclass
 class TrainerConfig:
     max_epochs: int = 10
@@ -71,7 +70,6 @@ class TrainerConfig:
         )
 
 
-# --------------------------------------------------------------------------- precision
 @dataclass
 class PrecisionConfig(Option, group="precision"):
     """The `precision` group; lab.runtime.resolve_precision turns the chosen policy into autocast and GradScaler."""
@@ -116,7 +114,6 @@ class Fp16Config(PrecisionConfig):
     grad_scaler: bool = True
 
 
-# --------------------------------------------------------------------------- sweeps (Hydra multirun)
 @dataclass
 class SweepConfig:
     fail_fast: bool = False  # true: launch no further jobs after one fails; false: run them all, exit non-zero
@@ -127,7 +124,6 @@ class SweepConfig:
         _one_of("sweep.direction", self.direction, ("maximize", "minimize"))
 
 
-# --------------------------------------------------------------------------- paths
 @dataclass
 class PathsConfig:
     """Where this machine keeps data and outputs; relative paths start at the directory a script is run from.
@@ -138,7 +134,6 @@ class PathsConfig:
     outputs: str = "outputs"  # run dirs: <outputs>/<task_name>/<stamp>; sweeps: <outputs>/<task_name>/multirun/<stamp>
 
 
-# --------------------------------------------------------------------------- top level
 @dataclass
 class TrainConfig:
     task_name: str = "train"
@@ -202,7 +197,6 @@ class TrainConfig:
         )
 
 
-# --------------------------------------------------------------------------- an extension's top-level node
 @dataclass
 class TrainNodeConfig(Option, group="train_node", key=""):
     """A top-level node of the train config that an extension adds, named by its option (`<name>.<key>=...`).
