@@ -1,8 +1,6 @@
-"""Schemas of the entry points that read a checkpoint (conf/eval.yaml, conf/export.yaml, conf/infer.yaml).
-
-Also the `export_step` kind: steps every export runs once its formats are written and checked, such as an
-extension's INT8 quantization, each with its settings in `export.<name>`; and the `eval_step` kind, steps eval runs
-once the split is scored (`eval.<name>`)."""
+"""Schemas of the entry points that read a checkpoint (conf/eval.yaml, conf/export.yaml, conf/infer.yaml), and the
+`eval_step` and `export_step` kinds: what eval and export run after their own work, each with its settings in
+`eval.<name>` / `export.<name>`."""
 
 from __future__ import annotations
 
@@ -55,10 +53,9 @@ class EvalOptions:
 
 @dataclass
 class EvalStepConfig(Option, group="eval_step", key=""):
-    """A step eval runs once the split is scored, such as an extension's benchmark harness; settings `eval.<name>`.
-
-    Like an export step: an option with no YAML whose settings say whether it is on. `run` gets a
-    `lab.workflows.evaluate.Evaluation` and adds its eval.json sections, logged numbers and files to it."""
+    """A step eval runs once the split is scored (an extension's benchmark harness). Like an export step, its settings
+    `eval.<name>` say whether it is on. `run` adds its eval.json sections, logged numbers and files to its
+    `lab.workflows.evaluate.Evaluation`."""
 
     @classmethod
     def stored_as(cls, name: str) -> None:
@@ -94,7 +91,6 @@ class EvalConfig:
         _one_of("device", self.device, ("auto", "cpu", "cuda", "mps"))
 
 
-EXPORT_FORMATS = ("onnx", "pt2", "torchscript")
 ONNX = ("onnx", "onnxscript", "onnxruntime")  # export.formats=onnx needs these for torch.onnx and the parity run
 
 
@@ -113,7 +109,7 @@ class ExportOptions:
 
     def __post_init__(self) -> None:
         own = [fmt for step in self.steps() for fmt in step.formats]  # an extension's formats, written by its step
-        known = (*EXPORT_FORMATS, *own)
+        known = ("onnx", "pt2", "torchscript", *own)
         _require(len(self.formats) >= 1, f"export.formats must name at least one of {', '.join(known)}")
         for name in self.formats:
             _one_of("export.formats", name, known)
@@ -142,10 +138,8 @@ class ExportOptions:
 
 @dataclass
 class ExportStepConfig(Option, group="export_step", key=""):
-    """A step every export runs, in name order, once its formats are written and checked.
-
-    It is an option whose settings node is `export.<name>`, with no YAML, and its settings say whether it is on.
-    Nobody chooses it by name, so it is not stored as a group option.
+    """A step every export runs, in name order, once its formats are written and checked. Its settings node
+    `export.<name>` says whether it is on; nobody chooses it by name, so it is not stored as a group option.
 
         @dataclass
         class Int8Config(ExportStepConfig):    # export.int8.quantize=dynamic
