@@ -32,12 +32,9 @@ def in_range(
     require(above and below, f"{key} must be in {span}, got {value}{f' ({hint})' if hint else ''}")
 
 
-# numpy's RandomState, which lab.runtime.seed_everything seeds, takes seeds 0 .. 2**32 - 1 only
-SEED_MAX = 2**32 - 1
-
-
 def seed(key: str, value: int) -> None:
-    require(0 <= value <= SEED_MAX, f"{key} must be in [0, 2**32 - 1] (the seeds numpy takes), got {value}")
+    # numpy's RandomState, which lab.runtime.seed_everything seeds, takes seeds 0 .. 2**32 - 1 only
+    require(0 <= value <= 2**32 - 1, f"{key} must be in [0, 2**32 - 1] (the seeds numpy takes), got {value}")
 
 
 # wandb refuses a run whose tag is empty or longer than this (validate_run_tags). Checking here fails in seconds
