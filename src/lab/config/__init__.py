@@ -26,25 +26,12 @@ from lab.config.optim import OptimizerConfig, SchedulerConfig
 from lab.config.options import Option
 from lab.config.tasks import TaskConfig
 from lab.config.tools import EvalConfig, EvalStepConfig, ExportConfig, ExportStepConfig, InferConfig
-from lab.config.trackers import LoggerConfig, TrackerConfig, logger_config
-from lab.config.training import (
-    AmpConfig,
-    Bf16Config,
-    Fp16Config,
-    Fp32Config,
-    PrecisionConfig,
-    TrainConfig,
-    TrainerConfig,
-    TrainNodeConfig,
-    train_nodes,
-    train_schema,
-)
+from lab.config.trackers import LoggerConfig, TrackerConfig
+from lab.config.training import PrecisionConfig, TrainConfig, TrainerConfig, TrainNodeConfig, train_nodes, train_schema
 from lab.errors import ConfigError
 
 __all__ = [
     "SCHEMAS",
-    "AmpConfig",
-    "Bf16Config",
     "CallbackConfig",
     "ConfigError",
     "DataConfig",
@@ -53,8 +40,6 @@ __all__ = [
     "EvalStepConfig",
     "ExportConfig",
     "ExportStepConfig",
-    "Fp16Config",
-    "Fp32Config",
     "ImageDataConfig",
     "InferConfig",
     "LoggerConfig",
@@ -69,7 +54,6 @@ __all__ = [
     "TrainConfig",
     "TrainNodeConfig",
     "TrainerConfig",
-    "logger_config",
     "options",
     "register",
     "train_nodes",
