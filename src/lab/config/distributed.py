@@ -1,9 +1,6 @@
 """The `dist` kind: the keys every strategy has; each strategy is an option (lab/distributed/options.py) named under
-`strategy`.
-
-A key of another strategy (`dist=none dist.nproc=4`) is refused while composing. Each option builds its strategy
-object (lab.distributed.parallel) and says what the rest of the run needs to know (`spawns_ranks`,
-`shards_weights`), so no code compares a strategy's name."""
+`strategy`. It builds its strategy object (lab.distributed.parallel) and says what the rest of the run needs to know
+(`spawns_ranks`, `shards_weights`), so no code compares a strategy's name."""
 
 from __future__ import annotations
 

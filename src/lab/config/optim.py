@@ -1,9 +1,5 @@
-"""The `optimizer` and `scheduler` kinds: the keys every optimizer and schedule has. Each is an option holding its
-defaults (the core's: lab/optim/options.py).
-
-A key of another option (`scheduler=step scheduler.min_lr_ratio=0.1`) is refused while composing. An optimizer's
-`build(groups)` makes the torch optimizer; a schedule's `build(optimizer, total_steps)` makes a
-`lab.optim.schedulers.Schedule`."""
+"""The `optimizer` and `scheduler` kinds: the keys every optimizer and schedule has. Each is an option (the core's:
+lab/optim/options.py) whose `build` makes the torch optimizer or the `lab.optim.schedulers.Schedule`."""
 
 from __future__ import annotations
 
@@ -59,9 +55,8 @@ class OptimizerConfig(Option, group="optimizer"):
     def parameter_groups(
         self, model: nn.Module, model_option: ModelConfig, scales: dict[str, float], include_frozen: bool
     ) -> list[dict[str, Any]]:
-        """Return the parameter groups `build` gets: `optim.optimizers.parameter_groups`, with LR multipliers `scales`.
-
-        An optimizer that updates some parameters its own way splits them further; `model_option` names the head."""
+        """Return the parameter groups `build` gets: `optim.optimizers.parameter_groups`, with LR multipliers `scales`
+        (an optimizer that updates some parameters its own way splits them further; `model_option` names the head)."""
         from lab.optim.optimizers import parameter_groups
 
         return parameter_groups(model, self.weight_decay, self.lr, scales, include_frozen)
