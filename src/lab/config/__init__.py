@@ -122,9 +122,8 @@ def _undeclared_keys(node: DictConfig, path: str = "") -> Iterator[tuple[str, st
 
 
 def validate(cfg: DictConfig) -> None:
-    """Run every schema's value checks (`__post_init__`) and raise ConfigError naming the bad key.
-
-    Undeclared keys are refused first: Hydra's `+key=value` adds them to a typed node regardless of its schema, and
+    """Run every schema's value checks (`__post_init__`) and raise ConfigError naming the bad key. Undeclared keys
+    are refused first: Hydra's `+key=value` adds them to a typed node regardless of its schema, and
     `OmegaConf.to_object` would drop them silently."""
     undeclared = next(_undeclared_keys(cfg), None)
     if undeclared is not None:

@@ -30,10 +30,9 @@ def _nearest(word: str, candidates: Iterable[str]) -> str | None:
 
 
 def unknown_key_message(path: str, key: str, keys: Iterable[Any], option: type | None = None) -> str:
-    """Say `trainer.max_epoch is not a key of trainer; did you mean trainer.max_epochs?`, then list the keys.
-
-    `path` is the node's path ("trainer." or "" at the top). `option` is the option class that types the node; if
-    given, the message names it and the options that do have the key (`data=digits data.num_samples=5`)."""
+    """Say `trainer.max_epoch is not a key of trainer; did you mean trainer.max_epochs?`, then list the keys of the
+    node at `path` ("trainer." or ""). The `option` class typing the node, if any, is named, with the options that do
+    have the key (`data=digits data.num_samples=5`)."""
     names = [str(k) for k in keys]
     close = _nearest(key, names) or _in_a_child(option, key)
     node = path[:-1] or "the config"

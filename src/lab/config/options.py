@@ -86,9 +86,8 @@ class Option:
 
     @classmethod
     def stored_as(cls, name: str) -> tuple[str, Any] | None:
-        """Return the (group, node) under which `lab.config.register` stores the option `name` in the ConfigStore.
-
-        A kind whose options are not one-of overrides this; None means not stored (every export step is present)."""
+        """Return the (group, node) under which `lab.config.register` stores the option `name` in the ConfigStore; a
+        kind whose options are not one-of overrides this, None meaning not stored (every export step is present)."""
         return cls.config_group, cls
 
     def check_installed(self) -> None:
@@ -153,10 +152,8 @@ def option_class(group: str, name: str | None) -> type[Option]:
 
 
 def instantiate(group: str, node: Any, drop_unknown: bool = False) -> Any:
-    """Build the option object for a config node of `group`, checking its values.
-
-    The node is a composed config or the dict saved in a checkpoint. With `drop_unknown`, keys the option no longer
-    declares are dropped, so configs saved by an older version still load."""
+    """Build the option object for a config node of `group` (composed, or the dict a checkpoint saved), checking its
+    values. With `drop_unknown`, keys the option no longer declares are dropped: older configs still load."""
     if isinstance(node, Option):
         return node
     values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
@@ -178,9 +175,8 @@ _NODE_SCHEMAS: dict[tuple[type, tuple[tuple[str, type], ...]], type] = {}
 
 
 def node_per_option(base: type, group: str, node: str, schema_name: str, reserved: tuple[str, ...] = ()) -> type:
-    """Extend `base` with a node per option of `group`, named and typed by it (`logger.wandb`, `export.int8`).
-
-    For kinds whose options are all present at once. Made once per set of options and kept in `base`'s module as
+    """Extend `base` with a node per option of `group`, named and typed by it (`logger.wandb`, `export.int8`), for
+    kinds whose options are all present at once. Made once per set of options and kept in `base`'s module as
     `schema_name`, so a pickled config finds its class."""
     found = tuple(options(group).items())
     if (base, found) not in _NODE_SCHEMAS:

@@ -22,10 +22,9 @@ _CKPT_HINT = "e.g. ckpt_path=outputs/train/<run>/checkpoints/best.pt"
 
 @dataclass
 class CheckpointDataConfig:
-    """What eval/export may change in a checkpoint's `data` config: where the files are and how they are batched.
-
-    null keeps the checkpoint's value. What the model sees (dataset, image size, normalization, split seeds) stays
-    as trained, so a split means the same samples it meant in training."""
+    """What eval/export may change in a checkpoint's `data` config (null: as trained): where the files are and how
+    they are batched. What the model sees (dataset, image size, normalization, split seeds) stays as trained, so a
+    split means the same samples it meant in training."""
 
     root: str | None = None
     download: bool | None = None

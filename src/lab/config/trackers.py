@@ -56,9 +56,8 @@ def trackers() -> dict[str, type[TrackerConfig]]:
 
 @dataclass
 class LoggerConfig:
-    """What every tracker shares; `logger_schema` adds a `logger.<name>` node per tracker.
-
-    The run dir's metrics.jsonl, summary.json and provenance/ are written whichever trackers are on."""
+    """What every tracker shares; `logger_schema` adds a `logger.<name>` node per tracker. The run dir's
+    metrics.jsonl, summary.json and provenance/ are written whichever trackers are on."""
 
     # {tracker: on}, a key per registered tracker. Set by logger=wandb (default) | csv | <another> | none, a list
     # (logger=[wandb,csv]), or logger.backends.<name>=true|false on top of what is chosen.

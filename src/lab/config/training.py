@@ -126,9 +126,8 @@ class SweepConfig:
 
 @dataclass
 class PathsConfig:
-    """Where this machine keeps data and outputs; relative paths start at the directory a script is run from.
-
-    Set them per machine in conf/local/default.yaml (git-ignored, composed last), not in a diff."""
+    """Where this machine keeps data and outputs (relative: to the directory a script is run from). Set them per
+    machine in conf/local/default.yaml (git-ignored, composed last), not in a diff."""
 
     data: str = "data"  # data.root's default: where datasets' files are, or are downloaded to
     outputs: str = "outputs"  # run dirs: <outputs>/<task_name>/<stamp>; sweeps: <outputs>/<task_name>/multirun/<stamp>
@@ -199,9 +198,8 @@ class TrainConfig:
 
 @dataclass
 class TrainNodeConfig(Option, group="train_node", key=""):
-    """A top-level node of the train config that an extension adds, named by its option (`<name>.<key>=...`).
-
-    Every one is present with its defaults, as its settings say whether it is on; nobody chooses it by name."""
+    """A top-level node of the train config that an extension adds, named by its option (`<name>.<key>=...`). Every
+    one is present with its defaults, as its settings say whether it is on; nobody chooses it by name."""
 
     @classmethod
     def stored_as(cls, name: str) -> None:
