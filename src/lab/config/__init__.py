@@ -75,11 +75,9 @@ _STORED: set[type] = set()  # option classes register() has stored
 
 def register() -> None:
     """Import every module of this package and every `options.py` of lab's packages and extensions, then store the
-    entry schemas and every option not yet stored.
-
-    It runs when this package is imported, and again when Hydra builds its search path
-    (hydra_plugins/lab_sweepers/extensions.py): an options module imported first imports this package halfway
-    through its own body, before its own options exist."""
+    entry schemas and every option not yet stored. It runs on this package's import and again when Hydra builds its
+    search path (hydra_plugins/lab_sweepers/extensions.py): an options module imported first imports this package
+    halfway through its own body, before its own options exist."""
     for module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{module.name}")
     # Each package's options module, the core's (lab/<package>/options.py) then the extensions'. Found, not named:

@@ -50,7 +50,6 @@ class TrackerConfig(Option, group="tracker", key=""):
 
 
 def trackers() -> dict[str, type[TrackerConfig]]:
-    """Return every registered tracker by name."""
     return options.options("tracker")  # type: ignore[return-value]
 
 
