@@ -1,21 +1,9 @@
 """Every config schema and option a run can choose (`lab.config.options`), each default written here, once.
 
-An option of the model, data, task, optimizer, scheduler or dist group is a dataclass that subclasses its kind's
-base config and builds its component. `register` stores it in Hydra's ConfigStore as `<group>/<name>`. So
-`model=cnn` needs no YAML, `--help` lists it, and Hydra types the node by the option: unknown keys, wrong types and
-another option's keys fail while composing. Trackers (trackers.py) are not one-of: each is stored as
-`logger/<name>`, which turns it on, and types its settings node `logger.<name>`.
-
-A YAML in `conf/<group>/` is a preset: `defaults: [<option>]` plus what differs. For example
-`conf/model/wide_cnn.yaml` would hold `defaults: [cnn]` and `channels: [64, 128, 256]`. The entry configs
-(`conf/train.yaml`...) extend the root schemas in `SCHEMAS`. Value checks (`lr > 0`...) live in `__post_init__`
-and run once, in `validate`, before any work starts. tests/unit/config/test_defaults_once.py fails on a YAML value
-that repeats a default.
-
-A fork adds options as modules in this package; `register` imports every module here. This package must not import
-torch: every entry script imports it, and `--help` and `--cfg job` stay fast only if nothing heavy loads before
-Hydra prints and exits. An option's `build` imports its component.
-"""
+`register` stores each option in Hydra's ConfigStore as `<group>/<name>` and the entry schemas (`SCHEMAS`) at the
+root; `validate` runs every value check once, before any work (docs/architecture.md, "Plug-in seams"). A fork adds
+options as modules in this package. This package must not import torch: every entry script imports it, and `--help`
+and `--cfg job` stay fast only if nothing heavy loads before Hydra prints and exits."""
 
 from __future__ import annotations
 
@@ -38,25 +26,12 @@ from lab.config.optim import OptimizerConfig, SchedulerConfig
 from lab.config.options import Option
 from lab.config.tasks import TaskConfig
 from lab.config.tools import EvalConfig, EvalStepConfig, ExportConfig, ExportStepConfig, InferConfig
-from lab.config.trackers import LoggerConfig, TrackerConfig, logger_config
-from lab.config.training import (
-    AmpConfig,
-    Bf16Config,
-    Fp16Config,
-    Fp32Config,
-    PrecisionConfig,
-    TrainConfig,
-    TrainerConfig,
-    TrainNodeConfig,
-    train_nodes,
-    train_schema,
-)
+from lab.config.trackers import LoggerConfig, TrackerConfig
+from lab.config.training import PrecisionConfig, TrainConfig, TrainerConfig, TrainNodeConfig, train_nodes, train_schema
 from lab.errors import ConfigError
 
 __all__ = [
     "SCHEMAS",
-    "AmpConfig",
-    "Bf16Config",
     "CallbackConfig",
     "ConfigError",
     "DataConfig",
@@ -65,8 +40,6 @@ __all__ = [
     "EvalStepConfig",
     "ExportConfig",
     "ExportStepConfig",
-    "Fp16Config",
-    "Fp32Config",
     "ImageDataConfig",
     "InferConfig",
     "LoggerConfig",
@@ -81,7 +54,6 @@ __all__ = [
     "TrainConfig",
     "TrainNodeConfig",
     "TrainerConfig",
-    "logger_config",
     "options",
     "register",
     "train_nodes",
@@ -96,25 +68,16 @@ SCHEMAS: dict[str, type] = {
     "export_schema": ExportConfig,
     "infer_schema": InferConfig,
 }
-# Group options that are just a schema's defaults, so no empty YAML is needed. The presets extend the schema.
-PLAIN_OPTIONS = {
-    ("trainer", "default"): TrainerConfig,
-}
-# Group options that change nothing: `logger=none` keeps every tracker off, as the schema's default does.
-EMPTY_OPTIONS = (("logger", "none"),)
 
 
 _STORED: set[type] = set()  # option classes register() has stored
 
 
 def register() -> None:
-    """Store the entry schemas at the root of Hydra's ConfigStore and every option in its group.
-
-    Every module of this package and every `options` module of lab's packages and extensions is imported first, so
-    the components', a fork's and the extensions' options are stored too. It runs when this package is imported, and
-    again for options not yet stored when Hydra builds its search path (hydra_plugins/lab_sweepers/extensions.py).
-    That second call is needed because an options module imported first imports this package halfway through its
-    own body."""
+    """Import every module of this package and every `options.py` of lab's packages and extensions, then store the
+    entry schemas and every option not yet stored. It runs on this package's import and again when Hydra builds its
+    search path (hydra_plugins/lab_sweepers/extensions.py): an options module imported first imports this package
+    halfway through its own body, before its own options exist."""
     for module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{module.name}")
     # Each package's options module, the core's (lab/<package>/options.py) then the extensions'. Found, not named:
@@ -128,10 +91,8 @@ def register() -> None:
     new = [(group, name, option) for group in options.groups() for name, option in options.options(group).items()]
     new = [(group, name, option) for group, name, option in new if option not in _STORED]
     if not _STORED:
-        for (group, name), schema in PLAIN_OPTIONS.items():
-            cs.store(group=group, name=name, node=schema)
-        for group, name in EMPTY_OPTIONS:
-            cs.store(group=group, name=name, node={})
+        cs.store(group="trainer", name="default", node=TrainerConfig)  # the schema's defaults: no empty YAML
+        cs.store(group="logger", name="none", node={})  # every tracker off, as the schema's default has them
     # On every call: some schemas hold a node per option (the logger's trackers, the export's steps), and the options
     # may have changed since the last call (an extension imported late, a test's fork option removed).
     SCHEMAS["train_schema"] = train_schema()  # with the extensions' top-level nodes
@@ -145,9 +106,7 @@ def register() -> None:
 
 
 def _undeclared_keys(node: DictConfig, path: str = "") -> Iterator[tuple[str, str, list[str], type | None]]:
-    """Yield (node path, key, declared keys, schema) for each key a typed node holds that its schema lacks.
-
-    Hydra's `+key=value` adds a key to any node, and OmegaConf.to_object would drop it silently."""
+    """Yield (node path, key, declared keys, schema) for each key a typed node holds that its schema lacks."""
     schema = OmegaConf.get_type(node)
     fields = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
     for key in node:
@@ -161,10 +120,9 @@ def _undeclared_keys(node: DictConfig, path: str = "") -> Iterator[tuple[str, st
 
 
 def validate(cfg: DictConfig) -> None:
-    """Run every schema's value checks (`__post_init__`) and raise ConfigError naming the bad key.
-
-    Undeclared keys are refused first. Hydra's `+key=value` adds them to a typed node regardless of its schema, and
-    `OmegaConf.to_object` would then drop them silently."""
+    """Run every schema's value checks (`__post_init__`) and raise ConfigError naming the bad key. Undeclared keys
+    are refused first: Hydra's `+key=value` adds them to a typed node regardless of its schema, and
+    `OmegaConf.to_object` would drop them silently."""
     undeclared = next(_undeclared_keys(cfg), None)
     if undeclared is not None:
         from lab.config.mistakes import unknown_key_message  # a config without mistakes needs none of that module

@@ -8,11 +8,8 @@
             from lab.training.print_lr import PrintLr
             return PrintLr(self.every)
 
-Several callbacks can be on at once, so each option lands in its own node, `callbacks.<name>`.
-`+callbacks.<name>={key: value}` also turns one on, as a sweeper may in its jobs' overrides. This is the one way
-to add to the Trainer. The core's callbacks (lab/training/options.py) and those of an extension (its `options.py`),
-a fork, a test or a notebook are all options. The Trainer builds them once it is set up, in the order
-they are named. With `callback=[ema,mine]`, yours sees the EMA's weights back in the model and its val_raw/ metrics.
+Several can be on at once, so each lands in its own node, `callbacks.<name>` (`+callbacks.<name>={key: value}`
+turns one on too, as a sweeper may). The Trainer builds them once it is set up, in the order named.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from typing import Any
 from omegaconf import MISSING
 
 from lab.config.options import Option, instantiate
-from lab.errors import ConfigError
 
 
 @dataclass
@@ -32,10 +28,8 @@ class CallbackConfig(Option, group="callback", package="callbacks.{name}"):
     name: str = MISSING
 
     def build(self, trainer: Any) -> Any:
-        """Return the `lab.training.callbacks.Callback` for `trainer`, which is set up but not fitting yet.
-
-        Return None for no callback on this rank, e.g. on ranks other than 0 for a rank-0-only callback. Import
-        the code here, since this module imports no torch."""
+        """Return the `lab.training.callbacks.Callback` for `trainer`, set up but not fitting yet, or None for none on
+        this rank (a rank-0-only callback). Import the code here: this module imports no torch."""
         raise NotImplementedError(f"the {self.name} callback option needs a build(trainer) that returns the callback")
 
     def conflict(self, run: Any) -> str | None:
@@ -49,11 +43,3 @@ def chosen(callbacks: Mapping[str, Any]) -> dict[str, CallbackConfig]:
         key: instantiate("callback", spec if isinstance(spec, Option) else {"name": key, **spec})
         for key, spec in callbacks.items()
     }
-
-
-def check(callbacks: Mapping[str, Any], run: Any) -> None:
-    """Refuse an unknown callback or key, a wrong value, or a callback that conflicts with the rest of `run`."""
-    for option in chosen(callbacks).values():
-        why = option.conflict(run)
-        if why is not None:
-            raise ConfigError(why)

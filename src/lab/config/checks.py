@@ -16,6 +16,12 @@ def one_of(key: str, value: object, options: tuple[str, ...]) -> None:
     require(value in options, f"{key}={value!r} is not valid; choose one of {', '.join(options)}")
 
 
+def at_least(key: str, value: float | None, low: float, *, strict: bool = False, or_null: bool = False) -> None:
+    """Require `value >= low` (`> low` if strict), or None if `or_null`; NaN always fails."""
+    ok = (or_null and value is None) or (value is not None and (value > low if strict else value >= low))
+    require(ok, f"{key} must be {'>' if strict else '>='} {low}{' or null' if or_null else ''}, got {value}")
+
+
 def in_range(
     key: str, value: float, low: float, high: float, *, open_low: bool = False, open_high: bool = False, hint: str = ""
 ) -> None:
@@ -26,12 +32,9 @@ def in_range(
     require(above and below, f"{key} must be in {span}, got {value}{f' ({hint})' if hint else ''}")
 
 
-# numpy's RandomState, which lab.runtime.seed_everything seeds, takes seeds 0 .. 2**32 - 1 only
-SEED_MAX = 2**32 - 1
-
-
 def seed(key: str, value: int) -> None:
-    require(0 <= value <= SEED_MAX, f"{key} must be in [0, 2**32 - 1] (the seeds numpy takes), got {value}")
+    # numpy's RandomState, which lab.runtime.seed_everything seeds, takes seeds 0 .. 2**32 - 1 only
+    require(0 <= value <= 2**32 - 1, f"{key} must be in [0, 2**32 - 1] (the seeds numpy takes), got {value}")
 
 
 # wandb refuses a run whose tag is empty or longer than this (validate_run_tags). Checking here fails in seconds

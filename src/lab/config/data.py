@@ -11,10 +11,10 @@ from typing import Any
 from omegaconf import MISSING
 
 from lab.config import options
+from lab.config.checks import at_least, seed
 from lab.config.checks import in_range as _in_range
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
-from lab.config.checks import seed
 from lab.config.options import Option
 from lab.errors import ConfigError
 
@@ -42,13 +42,10 @@ class DataConfig(Option, group="data"):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _require(self.batch_size >= 1, f"data.batch_size must be >= 1, got {self.batch_size}")
-        _require(
-            self.eval_batch_size is None or self.eval_batch_size >= 1,
-            f"data.eval_batch_size must be >= 1 or null, got {self.eval_batch_size}",
-        )
+        at_least("data.batch_size", self.batch_size, 1)
+        at_least("data.eval_batch_size", self.eval_batch_size, 1, or_null=True)
         _one_of("data.loader", self.loader, ("torch", "device"))
-        _require(self.num_workers >= 0, f"data.num_workers must be >= 0, got {self.num_workers}")
+        at_least("data.num_workers", self.num_workers, 0)
         if self.multiprocessing_context is not None:
             methods = tuple(multiprocessing.get_all_start_methods())  # this platform's
             _one_of("data.multiprocessing_context", self.multiprocessing_context, methods)
@@ -64,9 +61,8 @@ class DataConfig(Option, group="data"):
         raise NotImplementedError(f"{type(self).__name__} has no build()")
 
     def prepare(self) -> None:
-        """Write data.path from data.source once, for `scripts/prepare_data.py`; by default raise ConfigError.
-
-        An option read from prepared files overrides this and `verify`. The others read their files as they are."""
+        """Write data.path from data.source once, for `scripts/prepare_data.py`: an option read from prepared files
+        overrides this and `verify`; the others read their files as they are, and refuse."""
         prepared = [
             n
             for n, o in options.options("data").items()
@@ -91,9 +87,8 @@ class DataConfig(Option, group="data"):
         self.prepare()  # datasets without prepared files refuse in the same words
 
     def batch_mixing(self) -> tuple[float, float] | None:
-        """Return (MixUp alpha, CutMix alpha) if training batches are mixed, or None (the default) if not.
-
-        Mixing (`lab.data.augment.MixBatch`) turns targets into class probabilities, so other tasks refuse it."""
+        """Return (MixUp alpha, CutMix alpha) if training batches are mixed, or None (the default) if not. Mixing
+        (`lab.data.augment.MixBatch`) turns targets into class probabilities, so other tasks refuse it."""
         return None
 
 
@@ -120,17 +115,13 @@ class ImageDataConfig(DataConfig, abstract=True):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _require(
-            self.num_classes is None or self.num_classes >= 2,
-            f"data.num_classes must be >= 2 or null, got {self.num_classes}",
-        )
-        _require(self.in_channels >= 1, f"data.in_channels must be >= 1, got {self.in_channels}")
+        at_least("data.num_classes", self.num_classes, 2, or_null=True)
+        at_least("data.in_channels", self.in_channels, 1)
         _require(
             self.image_size is None or self.image_size >= 1, f"data.image_size must be >= 1, got {self.image_size}"
         )
-        _require(
-            self.crop_pct is None or 0 < self.crop_pct <= 1, f"data.crop_pct must be in (0, 1], got {self.crop_pct}"
-        )
+        if self.crop_pct is not None:
+            _in_range("data.crop_pct", self.crop_pct, 0, 1, open_low=True)
         if self.interpolation is not None:
             _one_of("data.interpolation", self.interpolation, ("bilinear", "bicubic", "nearest"))
         _require((self.mean is None) == (self.std is None), "set both data.mean and data.std, or neither")

@@ -1,9 +1,6 @@
 """The `dist` kind: the keys every strategy has; each strategy is an option (lab/distributed/options.py) named under
-`strategy`.
-
-A key of another strategy (`dist=none dist.nproc=4`) is refused while composing. Each option builds its strategy
-object (lab.distributed.parallel) and says what the rest of the run needs to know (`spawns_ranks`,
-`shards_weights`), so no code compares a strategy's name."""
+`strategy`. It builds its strategy object (lab.distributed.parallel) and says what the rest of the run needs to know
+(`spawns_ranks`, `shards_weights`), so no code compares a strategy's name."""
 
 from __future__ import annotations
 
@@ -12,6 +9,7 @@ from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
+from lab.config.checks import at_least
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
 from lab.config.options import Option
@@ -33,10 +31,7 @@ class DistConfig(Option, group="dist", key="strategy"):
     def __post_init__(self) -> None:
         super().__post_init__()
         _one_of("dist.lr_scaling", self.lr_scaling, ("none", "linear", "sqrt"))
-        _require(
-            self.base_batch_size is None or self.base_batch_size >= 1,
-            f"dist.base_batch_size must be >= 1 or null, got {self.base_batch_size}",
-        )
+        at_least("dist.base_batch_size", self.base_batch_size, 1, or_null=True)
 
     def build(self, rank: int = 0, local_rank: int = 0, world_size: int = 1) -> Any:
         """Return this rank's strategy object (a `lab.distributed.parallel.Parallel`), once the rank is in its
@@ -65,14 +60,14 @@ class ProcessGroupConfig(DistConfig, abstract=True):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _require(self.max_restarts >= 0, f"dist.max_restarts must be >= 0, got {self.max_restarts}")
-        _require(self.grace_s >= 1, f"dist.grace_s must be >= 1, got {self.grace_s}")
+        at_least("dist.max_restarts", self.max_restarts, 0)
+        at_least("dist.grace_s", self.grace_s, 1)
         _require(
             self.nproc == "auto" or (isinstance(self.nproc, int) and self.nproc >= 1),
             f"dist.nproc must be auto or an int >= 1, got {self.nproc!r}",
         )
         _one_of("dist.backend", self.backend, ("auto", "nccl", "gloo"))
-        _require(self.timeout_s > 0, f"dist.timeout_s must be > 0, got {self.timeout_s}")
+        at_least("dist.timeout_s", self.timeout_s, 0, strict=True)
 
 
 def meta_init_refused(why: str) -> str:

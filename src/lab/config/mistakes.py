@@ -12,6 +12,7 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
+from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
@@ -29,10 +30,9 @@ def _nearest(word: str, candidates: Iterable[str]) -> str | None:
 
 
 def unknown_key_message(path: str, key: str, keys: Iterable[Any], option: type | None = None) -> str:
-    """Say `trainer.max_epoch is not a key of trainer; did you mean trainer.max_epochs?`, then list the keys.
-
-    `path` is the node's path ("trainer." or "" at the top). `option` is the option class that types the node; if
-    given, the message names it and the options that do have the key (`data=digits data.num_samples=5`)."""
+    """Say `trainer.max_epoch is not a key of trainer; did you mean trainer.max_epochs?`, then list the keys of the
+    node at `path` ("trainer." or ""). The `option` class typing the node, if any, is named, with the options that do
+    have the key (`data=digits data.num_samples=5`)."""
     names = [str(k) for k in keys]
     close = _nearest(key, names) or _in_a_child(option, key)
     node = path[:-1] or "the config"
@@ -77,15 +77,6 @@ def _first_lines(text: str) -> list[str]:
     return lines
 
 
-def _top_level_groups() -> list[str]:
-    """Return the running app's config groups when Hydra is up, including ones like `experiment` that are no key."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    if not GlobalHydra.instance().is_initialized():
-        return []
-    return [g for g in GlobalHydra.instance().config_loader().list_groups("") if g != "hydra"]
-
-
 def describe(err: BaseException) -> str | None:
     """Describe a mistake Hydra or OmegaConf found in one or two lines, or return None so a bug is never rewritten."""
     refusal: BaseException | None = err
@@ -104,8 +95,8 @@ def describe(err: BaseException) -> str | None:
         full_key = str(cause.full_key)
         path = full_key[: len(full_key) - len(key)] if full_key.endswith(key) else ""
         keys = [str(k) for k in cause.parent_node if k != "hydra"]
-        if not path:
-            keys += [g for g in _top_level_groups() if g not in keys]
+        if not path and GlobalHydra.instance().is_initialized():  # the app's groups too, `experiment`: no key
+            keys += [g for g in GlobalHydra.instance().config_loader().list_groups("") if g not in (*keys, "hydra")]
         return unknown_key_message(path, key, keys, OmegaConf.get_type(cause.parent_node))
     lines = _first_lines(str(err))
     reason = _first_lines(str(cause))[:1] if isinstance(cause, OmegaConfBaseException) else []

@@ -1,7 +1,5 @@
 """The `model` kind: the keys and seams every model has. Each model is an option (the core's: lab/models/options.py)
-whose `build(meta)` makes the `nn.Module` for the data.
-
-`meta` describes the data (`input_shape`, `num_outputs`...). The network code is imported only inside `build`."""
+whose `build(meta)` makes the `nn.Module` for the data `meta` describes, importing the network code only there."""
 
 from __future__ import annotations
 
@@ -47,15 +45,13 @@ class ModelConfig(Option, group="model"):
             raise UserError(f"model.init_from={self.init_from}: no such file (pass <run dir>/checkpoints/best.pt)")
 
     def preprocessing(self) -> dict[str, Any] | None:
-        """Return what the pretrained weights expect of their inputs, or None to keep the data's own.
-
-        Keys are image_size, interpolation, crop_pct, mean and std. An image dataset takes those it leaves null."""
+        """Return what the pretrained weights expect of their inputs (image_size, interpolation, crop_pct, mean, std),
+        which an image dataset takes where it leaves them null, or None to keep the data's own."""
         return None
 
     def meta_init_blocker(self) -> str | None:
-        """Return why dist=fsdp cannot build this model on the meta device and replay its init, or None.
-
-        None still requires the module tree to pass lab.distributed.meta_init.blocker."""
+        """Return why dist=fsdp cannot build this model on the meta device and replay its init, or None (its module
+        tree must still pass lab.distributed.meta_init.blocker)."""
         if self.init_from is not None:
             return "model.init_from loads weights while the model is built"
         if not self.replayable_init:
@@ -105,17 +101,14 @@ class ModelConfig(Option, group="model"):
         return next((m for m in reversed(list(model.modules())) if isinstance(m, nn.Linear)), None)
 
     def layer_groups(self, model: nn.Module) -> list[list[str]] | None:
-        """Return `model`'s parameter names in layer groups from stem to classifier, for optimizer.layer_decay.
-
-        None means the model does not name its layers in order, and optimizer.layer_decay is refused."""
+        """Return `model`'s parameter names in layer groups from stem to classifier, for optimizer.layer_decay, or
+        None (the model does not name its layers in order: optimizer.layer_decay is refused)."""
         return None
 
     def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
-        """Return the submodules dist=fsdp shards as units of their own.
-
-        A unit's weights are gathered only inside its own forward; the rest stay in the root unit, gathered for the
-        whole forward. By default: every top-level child with parameters, and each item of a ModuleList or
-        ModuleDict. A model whose forward reads a child's weight directly (GPT's tied embedding) leaves it out."""
+        """Return the submodules dist=fsdp shards as units of their own (by default every top-level child with
+        parameters, and each item of a ModuleList or ModuleDict). A unit's weights are gathered only inside its own
+        forward, so a model whose forward reads a child's weight directly (GPT's tied embedding) leaves it out."""
         from torch import nn
 
         children, units = list(model.children()), []
@@ -128,14 +121,12 @@ class ModelConfig(Option, group="model"):
         return units
 
     def input_readers(self, meta: dict[str, Any]) -> dict[str, Any]:
-        """Return infer's readers of input= files beyond the core's, by suffix (`lab.inference.inputs.Reader`).
-
-        A text model reads .txt lines with its tokenizer. None beyond the core's by default."""
+        """Return infer's readers of input= files beyond the core's, by suffix (`lab.inference.inputs.Reader`): a
+        text model reads .txt lines with its tokenizer."""
         return {}
 
     def init_module(self, model: nn.Module) -> Callable[[nn.Module], None] | None:
-        """Return the model's own per-module init, which its `__init__` ends with as `self.apply(<it>)`.
-
-        dist=fsdp's meta-device init replays it module by module, so it must touch that module's own tensors only.
-        None means the modules' `reset_parameters()` draw all the weights."""
+        """Return the model's own per-module init, which its `__init__` ends with as `self.apply(<it>)`, or None (the
+        modules' `reset_parameters()` draw all the weights). dist=fsdp's meta-device init replays it module by
+        module, so it must touch that module's own tensors only."""
         return None

@@ -1,9 +1,5 @@
-"""The `optimizer` and `scheduler` kinds: the keys every optimizer and schedule has. Each is an option holding its
-defaults (the core's: lab/optim/options.py).
-
-A key of another option (`scheduler=step scheduler.min_lr_ratio=0.1`) is refused while composing. An optimizer's
-`build(groups)` makes the torch optimizer; a schedule's `build(optimizer, total_steps)` makes a
-`lab.optim.schedulers.Schedule`."""
+"""The `optimizer` and `scheduler` kinds: the keys every optimizer and schedule has. Each is an option (the core's:
+lab/optim/options.py) whose `build` makes the torch optimizer or the `lab.optim.schedulers.Schedule`."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
 
-from lab.config.checks import in_range
+from lab.config.checks import at_least, in_range
 from lab.config.checks import require as _require
 from lab.config.options import Option
 
@@ -23,7 +19,6 @@ if TYPE_CHECKING:
 
     from lab.config.models import ModelConfig
 
-# --------------------------------------------------------------------------- optimizer
 # No real run comes near this (SGD on large batches uses up to ~10), so above it lr is a typo (1e3 for 1e-3)
 MAX_LR = 100.0
 
@@ -60,9 +55,8 @@ class OptimizerConfig(Option, group="optimizer"):
     def parameter_groups(
         self, model: nn.Module, model_option: ModelConfig, scales: dict[str, float], include_frozen: bool
     ) -> list[dict[str, Any]]:
-        """Return the parameter groups `build` gets: `optim.optimizers.parameter_groups`, with LR multipliers `scales`.
-
-        An optimizer that updates some parameters its own way splits them further; `model_option` names the head."""
+        """Return the parameter groups `build` gets: `optim.optimizers.parameter_groups`, with LR multipliers `scales`
+        (an optimizer that updates some parameters its own way splits them further; `model_option` names the head)."""
         from lab.optim.optimizers import parameter_groups
 
         return parameter_groups(model, self.weight_decay, self.lr, scales, include_frozen)
@@ -80,7 +74,6 @@ class OptimizerConfig(Option, group="optimizer"):
         return None
 
 
-# --------------------------------------------------------------------------- scheduler
 @dataclass
 class SchedulerConfig(Option, group="scheduler"):
     """Keys every schedule has; `build` returns a `schedulers.Schedule`, such as `schedulers.warmup_lambda`'s."""
@@ -90,7 +83,7 @@ class SchedulerConfig(Option, group="scheduler"):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _require(self.warmup_steps >= 0, f"scheduler.warmup_steps must be >= 0, got {self.warmup_steps}")
+        at_least("scheduler.warmup_steps", self.warmup_steps, 0)
 
     def build(self, optimizer: torch.optim.Optimizer, total_steps: int) -> Any:
         """Return the schedule of `optimizer`'s LR over `total_steps` optimizer steps."""

@@ -8,16 +8,11 @@
             from lab.models.unet import UNet
             return UNet(self.width, meta["num_outputs"])
 
-Subclassing registers the option (`__init_subclass__`). `lab.config.register` stores every option in Hydra's
-ConfigStore as `<group>/<name>`, so Hydra types the group's node by it while composing. Unknown keys, wrong types
-and another option's keys are refused, `--help` lists it, and no YAML is needed. A YAML in `conf/<group>/` is a
-*preset*: `defaults: [<option>]` plus the values that differ.
-
-The name is the class name in snake_case without a `Config` suffix (`ImageFolder` -> `image_folder`, `CNNConfig`
--> `cnn`). `name=` in the class line overrides it (`none` is a Python word). A kind's base says `group=`, e.g.
-`model`. A shared intermediate class says `abstract=True`. A kind whose options are not one-of overrides
-`Option.stored_as` and says `key=""`: a tracker is stored as the preset `logger/<name>`, and its settings node does
-not name it. This module imports no torch.
+Subclassing registers it, and `lab.config.register` stores it in Hydra's ConfigStore as `<group>/<name>`: Hydra
+types the group's node by it, no YAML needed (a YAML in `conf/<group>/` is a *preset*: `defaults: [<option>]` plus
+what differs). Its name is the class name in snake_case without a `Config` suffix (`ImageFolder` -> `image_folder`),
+or `name=` in the class line (`none` is a Python word). A kind's base says `group=`, a shared intermediate class
+`abstract=True`. This module imports no torch.
 """
 
 from __future__ import annotations
@@ -91,9 +86,8 @@ class Option:
 
     @classmethod
     def stored_as(cls, name: str) -> tuple[str, Any] | None:
-        """Return the (group, node) under which `lab.config.register` stores the option `name` in the ConfigStore.
-
-        A kind whose options are not one-of overrides this; None means not stored (every export step is present)."""
+        """Return the (group, node) under which `lab.config.register` stores the option `name` in the ConfigStore; a
+        kind whose options are not one-of overrides this, None meaning not stored (every export step is present)."""
         return cls.config_group, cls
 
     def check_installed(self) -> None:
@@ -158,10 +152,8 @@ def option_class(group: str, name: str | None) -> type[Option]:
 
 
 def instantiate(group: str, node: Any, drop_unknown: bool = False) -> Any:
-    """Build the option object for a config node of `group`, checking its values.
-
-    The node is a composed config or the dict saved in a checkpoint. With `drop_unknown`, keys the option no longer
-    declares are dropped, so configs saved by an older version still load."""
+    """Build the option object for a config node of `group` (composed, or the dict a checkpoint saved), checking its
+    values. With `drop_unknown`, keys the option no longer declares are dropped: older configs still load."""
     if isinstance(node, Option):
         return node
     values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
@@ -183,9 +175,8 @@ _NODE_SCHEMAS: dict[tuple[type, tuple[tuple[str, type], ...]], type] = {}
 
 
 def node_per_option(base: type, group: str, node: str, schema_name: str, reserved: tuple[str, ...] = ()) -> type:
-    """Extend `base` with a node per option of `group`, named and typed by it (`logger.wandb`, `export.int8`).
-
-    For kinds whose options are all present at once. Made once per set of options and kept in `base`'s module as
+    """Extend `base` with a node per option of `group`, named and typed by it (`logger.wandb`, `export.int8`), for
+    kinds whose options are all present at once. Made once per set of options and kept in `base`'s module as
     `schema_name`, so a pickled config finds its class."""
     found = tuple(options(group).items())
     if (base, found) not in _NODE_SCHEMAS:

@@ -15,14 +15,12 @@ from lab.config.options import Option
 
 @dataclass
 class TaskConfig(Option, group="task"):
-    """What is learned; `monitor` and `mode` drive best.pt, the plateau scheduler and sweeps.
-
-    `monitor` is a validation metric without "val/"; `target_type` tells table datasets how to read their target."""
+    """What is learned; `monitor` and `mode` drive best.pt, the plateau scheduler and sweeps."""
 
     name: str = MISSING
-    monitor: str = MISSING
+    monitor: str = MISSING  # a validation metric without "val/"
     mode: str = MISSING  # max | min
-    target_type: str = MISSING  # class | value | tokens
+    target_type: str = MISSING  # class | value | tokens: how table datasets read their target
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -35,9 +33,8 @@ class TaskConfig(Option, group="task"):
         )
 
     def metric_names(self) -> tuple[str, ...] | None:
-        """Return the validation metrics the task reports (without "val/"), so a bad `monitor` fails before training.
-
-        None means unknown until the first validation, as for a fork's task."""
+        """Return the validation metrics the task reports (without "val/"), so a bad `monitor` fails before training,
+        or None: unknown until the first validation, as for a fork's task."""
         return None
 
     def build(self, meta: dict[str, Any]) -> Any:

@@ -1,8 +1,6 @@
-"""Schemas of the entry points that read a checkpoint (conf/eval.yaml, conf/export.yaml, conf/infer.yaml).
-
-Also the `export_step` kind: steps every export runs once its formats are written and checked, such as an
-extension's INT8 quantization, each with its settings in `export.<name>`; and the `eval_step` kind, steps eval runs
-once the split is scored (`eval.<name>`)."""
+"""Schemas of the entry points that read a checkpoint (conf/eval.yaml, conf/export.yaml, conf/infer.yaml), and the
+`eval_step` and `export_step` kinds: what eval and export run after their own work, each with its settings in
+`eval.<name>` / `export.<name>`."""
 
 from __future__ import annotations
 
@@ -12,23 +10,21 @@ from typing import Any, ClassVar
 
 from lab import extras
 from lab.config import options
+from lab.config.checks import at_least, seed, wandb_tags
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
-from lab.config.checks import seed, wandb_tags
 from lab.config.options import Option
 from lab.config.trackers import LoggerConfig, logger_config
 from lab.config.training import PathsConfig
 
-# --------------------------------------------------------------------------- eval / export / infer
 _CKPT_HINT = "e.g. ckpt_path=outputs/train/<run>/checkpoints/best.pt"
 
 
 @dataclass
 class CheckpointDataConfig:
-    """What eval/export may change in a checkpoint's `data` config: where the files are and how they are batched.
-
-    null keeps the checkpoint's value. What the model sees (dataset, image size, normalization, split seeds) stays
-    as trained, so a split means the same samples it meant in training."""
+    """What eval/export may change in a checkpoint's `data` config (null: as trained): where the files are and how
+    they are batched. What the model sees (dataset, image size, normalization, split seeds) stays as trained, so a
+    split means the same samples it meant in training."""
 
     root: str | None = None
     download: bool | None = None
@@ -37,13 +33,9 @@ class CheckpointDataConfig:
     num_workers: int | None = None
 
     def __post_init__(self) -> None:
-        for key in ("batch_size", "eval_batch_size"):
-            value = getattr(self, key)
-            _require(value is None or value >= 1, f"data.{key} must be >= 1 or null, got {value}")
-        _require(
-            self.num_workers is None or self.num_workers >= 0,
-            f"data.num_workers must be >= 0 or null, got {self.num_workers}",
-        )
+        at_least("data.batch_size", self.batch_size, 1, or_null=True)
+        at_least("data.eval_batch_size", self.eval_batch_size, 1, or_null=True)
+        at_least("data.num_workers", self.num_workers, 0, or_null=True)
 
 
 @dataclass
@@ -60,10 +52,9 @@ class EvalOptions:
 
 @dataclass
 class EvalStepConfig(Option, group="eval_step", key=""):
-    """A step eval runs once the split is scored, such as an extension's benchmark harness; settings `eval.<name>`.
-
-    Like an export step: an option with no YAML whose settings say whether it is on. `run` gets a
-    `lab.workflows.evaluate.Evaluation` and adds its eval.json sections, logged numbers and files to it."""
+    """A step eval runs once the split is scored (an extension's benchmark harness). Like an export step, its settings
+    `eval.<name>` say whether it is on. `run` adds its eval.json sections, logged numbers and files to its
+    `lab.workflows.evaluate.Evaluation`."""
 
     @classmethod
     def stored_as(cls, name: str) -> None:
@@ -99,7 +90,6 @@ class EvalConfig:
         _one_of("device", self.device, ("auto", "cpu", "cuda", "mps"))
 
 
-EXPORT_FORMATS = ("onnx", "pt2", "torchscript")
 ONNX = ("onnx", "onnxscript", "onnxruntime")  # export.formats=onnx needs these for torch.onnx and the parity run
 
 
@@ -118,7 +108,7 @@ class ExportOptions:
 
     def __post_init__(self) -> None:
         own = [fmt for step in self.steps() for fmt in step.formats]  # an extension's formats, written by its step
-        known = (*EXPORT_FORMATS, *own)
+        known = ("onnx", "pt2", "torchscript", *own)
         _require(len(self.formats) >= 1, f"export.formats must name at least one of {', '.join(known)}")
         for name in self.formats:
             _one_of("export.formats", name, known)
@@ -128,9 +118,9 @@ class ExportOptions:
             not mixed or len(self.formats) == 1,
             f"export.formats={mixed[0] if mixed else ''} is written alone: export {self.formats} in separate runs",
         )
-        _require(self.tolerance > 0, f"export.tolerance must be > 0, got {self.tolerance}")
-        _require(self.opset is None or self.opset >= 18, f"export.opset must be >= 18 or null, got {self.opset}")
-        _require(self.parity_samples >= 1, f"export.parity_samples must be >= 1, got {self.parity_samples}")
+        at_least("export.tolerance", self.tolerance, 0, strict=True)
+        at_least("export.opset", self.opset, 18, or_null=True)
+        at_least("export.parity_samples", self.parity_samples, 1)
         dims = self.dynamic_dims
         _require(
             dims is None or (0 in dims and all(d >= 0 for d in dims) and len(set(dims)) == len(dims)),
@@ -147,10 +137,8 @@ class ExportOptions:
 
 @dataclass
 class ExportStepConfig(Option, group="export_step", key=""):
-    """A step every export runs, in name order, once its formats are written and checked.
-
-    It is an option whose settings node is `export.<name>`, with no YAML, and its settings say whether it is on.
-    Nobody chooses it by name, so it is not stored as a group option.
+    """A step every export runs, in name order, once its formats are written and checked. Its settings node
+    `export.<name>` says whether it is on; nobody chooses it by name, so it is not stored as a group option.
 
         @dataclass
         class Int8Config(ExportStepConfig):    # export.int8.quantize=dynamic
@@ -229,10 +217,10 @@ class InferOptions:
     resize: bool | None = None
 
     def __post_init__(self) -> None:
-        _require(self.top_k >= 1, f"infer.top_k must be >= 1, got {self.top_k}")
-        _require(self.batch_size >= 1, f"infer.batch_size must be >= 1, got {self.batch_size}")
-        _require(self.max_new_tokens >= 1, f"infer.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        _require(self.temperature > 0, f"infer.temperature must be > 0, got {self.temperature}")
+        at_least("infer.top_k", self.top_k, 1)
+        at_least("infer.batch_size", self.batch_size, 1)
+        at_least("infer.max_new_tokens", self.max_new_tokens, 1)
+        at_least("infer.temperature", self.temperature, 0, strict=True)
         seed("infer.seed", self.seed)
 
 

@@ -11,17 +11,10 @@ Each tracker backend is an option of the `tracker` kind, in src/lab/tracking/opt
             from lab.tracking.aim_backend import AimBackend
             return AimBackend
 
-Trackers are not one-of like `model=`: a run turns on any number of them. So every registered tracker gets, with
-no YAML and no table to edit:
-
-- a switch `logger.backends.<name>` (true: it records this run), in the order of their names;
-- a settings node `logger.<name>`, typed by its option (unknown keys and wrong types fail while composing);
-- a preset `logger=<name>` turning its switch on (stored by `lab.config.register`): `logger=[wandb,csv]`
-  merges several, `logger=none` turns every one off.
-
-The backend gets its settings object as `RunInfo.settings` (lab.tracking.backends). The keys of `LoggerConfig`
-apply to every tracker, so a tracker may not be named like one of them, nor `none`. This module imports no torch
-and no tracker: an option's `backend()` imports its class.
+Trackers are not one-of: a run turns on any number. So every registered tracker gets, with no YAML and no table to
+edit, a switch `logger.backends.<name>`, a settings node `logger.<name>` typed by its option (its backend gets it as
+`RunInfo.settings`) and a preset `logger=<name>` turning its switch on (`logger=[wandb,csv]`, `logger=none`). A tracker
+may not be named like a key of `LoggerConfig`, nor `none`. This module imports no torch and no tracker.
 """
 
 from __future__ import annotations
@@ -57,16 +50,13 @@ class TrackerConfig(Option, group="tracker", key=""):
 
 
 def trackers() -> dict[str, type[TrackerConfig]]:
-    """Return every registered tracker by name."""
     return options.options("tracker")  # type: ignore[return-value]
 
 
-# --------------------------------------------------------------------------- the logger node
 @dataclass
 class LoggerConfig:
-    """What every tracker shares; `logger_schema` adds a `logger.<name>` node per tracker.
-
-    The run dir's metrics.jsonl, summary.json and provenance/ are written whichever trackers are on."""
+    """What every tracker shares; `logger_schema` adds a `logger.<name>` node per tracker. The run dir's
+    metrics.jsonl, summary.json and provenance/ are written whichever trackers are on."""
 
     # {tracker: on}, a key per registered tracker. Set by logger=wandb (default) | csv | <another> | none, a list
     # (logger=[wandb,csv]), or logger.backends.<name>=true|false on top of what is chosen.

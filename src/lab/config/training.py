@@ -9,15 +9,14 @@ from omegaconf import MISSING, OmegaConf
 
 from lab.config import callbacks as callback_options
 from lab.config import options
+from lab.config.checks import at_least, seed, wandb_tags
 from lab.config.checks import one_of as _one_of
 from lab.config.checks import require as _require
-from lab.config.checks import seed, wandb_tags
 from lab.config.distributed import meta_init_refused
 from lab.config.options import Option
 from lab.config.trackers import LoggerConfig, logger_config
 
 
-# --------------------------------------------------------------------------- trainer
 @dataclass
 class TrainerConfig:
     max_epochs: int = 10
@@ -47,31 +46,22 @@ class TrainerConfig:
     unfreeze_at_epoch: int | None = None
 
     def __post_init__(self) -> None:
-        _require(self.max_epochs >= 1, f"trainer.max_epochs must be >= 1, got {self.max_epochs}")
-        _require(
-            self.unfreeze_at_epoch is None or self.unfreeze_at_epoch >= 1,
-            f"trainer.unfreeze_at_epoch must be >= 1 or null, got {self.unfreeze_at_epoch}",
-        )
+        at_least("trainer.max_epochs", self.max_epochs, 1)
+        at_least("trainer.unfreeze_at_epoch", self.unfreeze_at_epoch, 1, or_null=True)
         _require(
             self.max_steps == -1 or self.max_steps >= 1,
             f"trainer.max_steps must be -1 (no limit) or >= 1, got {self.max_steps}",
         )
-        _require(self.grad_accum_steps >= 1, f"trainer.grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
-        _require(
-            self.grad_clip is None or self.grad_clip > 0, f"trainer.grad_clip must be > 0 or null, got {self.grad_clip}"
-        )
-        _require(self.log_every_n_steps >= 1, f"trainer.log_every_n_steps must be >= 1, got {self.log_every_n_steps}")
-        _require(
-            self.val_every_n_epochs >= 1, f"trainer.val_every_n_epochs must be >= 1, got {self.val_every_n_epochs}"
-        )
-        _require(
-            self.ckpt_every_n_steps >= 0, f"trainer.ckpt_every_n_steps must be >= 0, got {self.ckpt_every_n_steps}"
-        )
+        at_least("trainer.grad_accum_steps", self.grad_accum_steps, 1)
+        at_least("trainer.grad_clip", self.grad_clip, 0, strict=True, or_null=True)
+        at_least("trainer.log_every_n_steps", self.log_every_n_steps, 1)
+        at_least("trainer.val_every_n_epochs", self.val_every_n_epochs, 1)
+        at_least("trainer.ckpt_every_n_steps", self.ckpt_every_n_steps, 0)
         for key in ("limit_train_batches", "limit_val_batches"):
             value = getattr(self, key)
             _require(value == -1 or value >= 1, f"trainer.{key} must be -1 (all) or >= 1, got {value}")
-        _require(self.overfit_batches >= 0, f"trainer.overfit_batches must be >= 0, got {self.overfit_batches}")
-        _require(self.max_bad_steps >= 0, f"trainer.max_bad_steps must be >= 0, got {self.max_bad_steps}")
+        at_least("trainer.overfit_batches", self.overfit_batches, 0)
+        at_least("trainer.max_bad_steps", self.max_bad_steps, 0)
         _one_of("trainer.device", self.device, ("auto", "cpu", "cuda", "mps"))
         _one_of("trainer.progress_bar", self.progress_bar, ("auto", "on", "off"))
         _require(
@@ -80,7 +70,6 @@ class TrainerConfig:
         )
 
 
-# --------------------------------------------------------------------------- precision
 @dataclass
 class PrecisionConfig(Option, group="precision"):
     """The `precision` group; lab.runtime.resolve_precision turns the chosen policy into autocast and GradScaler."""
@@ -125,7 +114,6 @@ class Fp16Config(PrecisionConfig):
     grad_scaler: bool = True
 
 
-# --------------------------------------------------------------------------- sweeps (Hydra multirun)
 @dataclass
 class SweepConfig:
     fail_fast: bool = False  # true: launch no further jobs after one fails; false: run them all, exit non-zero
@@ -136,18 +124,15 @@ class SweepConfig:
         _one_of("sweep.direction", self.direction, ("maximize", "minimize"))
 
 
-# --------------------------------------------------------------------------- paths
 @dataclass
 class PathsConfig:
-    """Where this machine keeps data and outputs; relative paths start at the directory a script is run from.
-
-    Set them per machine in conf/local/default.yaml (git-ignored, composed last), not in a diff."""
+    """Where this machine keeps data and outputs (relative: to the directory a script is run from). Set them per
+    machine in conf/local/default.yaml (git-ignored, composed last), not in a diff."""
 
     data: str = "data"  # data.root's default: where datasets' files are, or are downloaded to
     outputs: str = "outputs"  # run dirs: <outputs>/<task_name>/<stamp>; sweeps: <outputs>/<task_name>/multirun/<stamp>
 
 
-# --------------------------------------------------------------------------- top level
 @dataclass
 class TrainConfig:
     task_name: str = "train"
@@ -175,9 +160,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         seed("seed", self.seed)
         wandb_tags("tags", self.tags)
-        # Refuse an unknown callback or key, or one that cannot work with the rest, before any work.
-        callback_options.check(self.callbacks, self)
-        for option in (self.model, self.optimizer):  # an option that cannot work with the rest
+        # An unknown callback or key, or an option that cannot work with the rest, refused before any work.
+        for option in (*callback_options.chosen(self.callbacks).values(), self.model, self.optimizer):
             why = option.conflict(self)
             _require(why is None, str(why))
         _require(
@@ -212,12 +196,10 @@ class TrainConfig:
         )
 
 
-# --------------------------------------------------------------------------- an extension's top-level node
 @dataclass
 class TrainNodeConfig(Option, group="train_node", key=""):
-    """A top-level node of the train config that an extension adds, named by its option (`<name>.<key>=...`).
-
-    Every one is present with its defaults, as its settings say whether it is on; nobody chooses it by name."""
+    """A top-level node of the train config that an extension adds, named by its option (`<name>.<key>=...`). Every
+    one is present with its defaults, as its settings say whether it is on; nobody chooses it by name."""
 
     @classmethod
     def stored_as(cls, name: str) -> None:

@@ -23,7 +23,7 @@ from hydra.core.plugins import Plugins
 from omegaconf import OmegaConf
 
 from helpers import CONF_DIR, CONF_DIRS
-from lab.config import PLAIN_OPTIONS, SCHEMAS, TrainConfig, options
+from lab.config import SCHEMAS, TrainConfig, options
 
 Key = tuple[str, ...]
 # A sweeper's `params` are what it sweeps (the search space of hparams_search=optuna): a preset's content, not a
@@ -142,7 +142,7 @@ def _schema_of(conf_dir: Path, rel: str) -> tuple[Key, type, frozenset[str]] | N
         return plugin
     for name in _extended(conf_dir, rel):
         schema = SCHEMAS.get(name.lstrip("/"))
-        if schema is not None and schema not in PLAIN_OPTIONS.values():
+        if schema is not None:
             return (), schema, frozenset()
     return None
 
