@@ -79,11 +79,9 @@ def table_module(
         y = ((y - t_mean) / t_std).float()
         meta.update(num_outputs=1, target_mean=t_mean, target_std=t_std)
 
-    def part(index: torch.Tensor | None) -> TableDataset | None:
-        return None if index is None else TableDataset(x[index], y[index])
-
     train, val = TableDataset(x[train_idx], y[train_idx]), TableDataset(x[val_idx], y[val_idx])
-    return DataModule(train=train, val=val, test=part(test_idx), meta=meta)
+    test = None if test_idx is None else TableDataset(x[test_idx], y[test_idx])
+    return DataModule(train=train, val=val, test=test, meta=meta)
 
 
 def build_diabetes(cfg: Any) -> DataModule:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 
 import torch
@@ -72,15 +73,9 @@ class TensorImageDataset(InMemoryDataset):
                 f"data.loader=device cannot run this dataset's augmentation ({type(self.augment).__name__}) as "
                 "batched tensor ops on the device; use data.loader=torch"
             )
-        return TensorImageDataset(
-            self.images.to(device),
-            self.labels.to(device),
-            scale=self.scale,
-            mean=self.mean.tolist(),
-            std=self.std.tolist(),
-            augment=self.augment,
-            source_indices=self.source_indices,
-        )
+        moved = copy.copy(self)
+        vars(moved).update({key: getattr(self, key).to(device) for key in ("images", "labels", "mean", "std")})
+        return moved
 
     def subset(
         self,
@@ -88,12 +83,11 @@ class TensorImageDataset(InMemoryDataset):
         augment: Callable[..., torch.Tensor] | None = None,  # (x) or (x, generator)
     ) -> TensorImageDataset:
         """Return a new dataset of rows `index` with its own augment. Rows are copied, so the parent can be freed."""
-        return TensorImageDataset(
-            self.images[index],
-            self.labels[index],
-            scale=self.scale,
-            mean=self.mean.tolist(),
-            std=self.std.tolist(),
+        part = copy.copy(self)
+        vars(part).update(
+            images=self.images[index],
+            labels=self.labels[index],
             augment=augment,
             source_indices=self.source_indices[index],
         )
+        return part
