@@ -60,11 +60,6 @@ def build_digits(cfg: DigitsConfig) -> DataModule:
     )
 
 
-def _mnist_files(raw: Path) -> list[Path]:
-    kinds = ("images-idx3-ubyte", "labels-idx1-ubyte")
-    return [raw / f"{split}-{kind}" for split in ("train", "t10k") for kind in kinds]
-
-
 def build_mnist(cfg: MnistConfig) -> DataModule:
     """Build MNIST or Fashion-MNIST (the option's `torchvision_class`) from the raw idx files.
     Val is carved from the official train set."""
@@ -74,7 +69,8 @@ def build_mnist(cfg: MnistConfig) -> DataModule:
     check_fixed_shape(cfg, cfg.name, 1, 28)
     num_classes = resolve_num_classes(cfg, cfg.name, 10)
     raw = Path(cfg.root).expanduser() / cls.__name__ / "raw"
-    missing = [p.name for p in _mnist_files(raw) if not p.is_file()]
+    names = [f"{split}-{kind}" for split in ("train", "t10k") for kind in ("images-idx3-ubyte", "labels-idx1-ubyte")]
+    missing = [name for name in names if not (raw / name).is_file()]
     if missing and not cfg.download:
         raise ConfigError(
             f"data.name={cfg.name}: missing {', '.join(missing)} in {raw}; "

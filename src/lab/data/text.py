@@ -82,22 +82,17 @@ class TokenWindows(InMemoryDataset):
         return TokenWindows(self.ids.to(device), self.block_size)
 
 
-def stdlib_corpus(max_chars: int) -> str:
-    """Return Python's standard-library sources in sorted path order, up to max_chars characters."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    parts, size = [], 0
-    for path in sorted(root.glob("*.py")):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        parts.append(text)
-        size += len(text)
-        if size >= max_chars:
-            break
-    return "".join(parts)[:max_chars]
-
-
 def read_corpus(cfg: Any) -> str:
+    """Return data.path's text, or Python's standard-library sources in sorted path order, up to data.max_chars."""
     if cfg.path is None:
-        return stdlib_corpus(cfg.max_chars)
+        parts, size = [], 0
+        for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            parts.append(text)
+            size += len(text)
+            if size >= cfg.max_chars:
+                break
+        return "".join(parts)[: cfg.max_chars]
     path = Path(cfg.path).expanduser()
     if not path.is_file():
         raise ConfigError(
