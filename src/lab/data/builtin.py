@@ -11,15 +11,7 @@ import torch
 
 from lab.config.data import ImageDataConfig
 from lab.data import bundled
-from lab.data.common import (
-    DataModule,
-    check_fixed_shape,
-    make_meta,
-    resolve_num_classes,
-    resolve_stats,
-    split_indices,
-    train_val_test,
-)
+from lab.data.common import DataModule, make_meta, resolve_num_classes, resolve_stats, split_indices, train_val_test
 from lab.data.tensor_dataset import TensorImageDataset
 from lab.data.transforms import RandomShiftFlip
 from lab.errors import ConfigError
@@ -35,10 +27,33 @@ def _train_augment(cfg: ImageDataConfig, padding: int, flip: bool) -> RandomShif
     return RandomShiftFlip(padding, flip) if cfg.augment else None
 
 
+def _fixed_shape(cfg: ImageDataConfig, dataset: str, in_channels: int, image_size: int) -> int:
+    """Raise ConfigError unless the config agrees with a dataset's fixed image shape and 10 classes; return 10."""
+    if cfg.in_channels != in_channels:
+        raise ConfigError(
+            f"data.in_channels={cfg.in_channels} but {dataset} images have {in_channels} channel(s); "
+            f"set data.in_channels={in_channels}"
+        )
+    if cfg.image_size != image_size:
+        raise ConfigError(
+            f"data.image_size={cfg.image_size} but {dataset} images are {image_size}x{image_size}; "
+            f"set data.image_size={image_size}"
+        )
+    return resolve_num_classes(cfg, dataset, 10)
+
+
+def _with_official_test(
+    cfg: ImageDataConfig, train: TensorImageDataset, test: TensorImageDataset, padding: int, flip: bool, meta: dict
+) -> DataModule:
+    """Carve val from the official training set (data.val_fraction, split_seed); test is the official test set."""
+    train_idx, val_idx = split_indices(train.labels, cfg.val_fraction, cfg.split_seed)
+    augment = _train_augment(cfg, padding, flip)
+    return DataModule(train=train.subset(train_idx, augment), val=train.subset(val_idx), test=test, meta=meta)
+
+
 def build_digits(cfg: DigitsConfig) -> DataModule:
     """Build sklearn's bundled 8x8 digits (1,797 images, values 0..16), split by split_seed."""
-    check_fixed_shape(cfg, "digits", 1, 8)
-    num_classes = resolve_num_classes(cfg, "digits", 10)
+    num_classes = _fixed_shape(cfg, "digits", 1, 8)
     pixels, targets = bundled.digits()
     images = torch.from_numpy(pixels.astype(np.uint8)).unsqueeze(1)  # (N,1,8,8), values 0..16
     labels = torch.from_numpy(targets).long()
@@ -66,8 +81,7 @@ def build_mnist(cfg: MnistConfig) -> DataModule:
     from torchvision import datasets  # lazy, as torchvision is slow to import
 
     cls = getattr(datasets, cfg.torchvision_class)
-    check_fixed_shape(cfg, cfg.name, 1, 28)
-    num_classes = resolve_num_classes(cfg, cfg.name, 10)
+    num_classes = _fixed_shape(cfg, cfg.name, 1, 28)
     raw = Path(cfg.root).expanduser() / cls.__name__ / "raw"
     names = [f"{split}-{kind}" for split in ("train", "t10k") for kind in ("images-idx3-ubyte", "labels-idx1-ubyte")]
     missing = [name for name in names if not (raw / name).is_file()]
@@ -84,13 +98,8 @@ def build_mnist(cfg: MnistConfig) -> DataModule:
         official_train.data.unsqueeze(1), official_train.targets, scale=255.0, mean=mean, std=std
     )
     test = TensorImageDataset(official_test.data.unsqueeze(1), official_test.targets, scale=255.0, mean=mean, std=std)
-    train_idx, val_idx = split_indices(train_full.labels, cfg.val_fraction, cfg.split_seed)
-    return DataModule(
-        train=train_full.subset(train_idx, _train_augment(cfg, padding=2, flip=False)),
-        val=train_full.subset(val_idx),
-        test=test,
-        meta=make_meta(num_classes, 1, 28, mean, std, cfg.class_names, cfg.crop_pct, cfg.interpolation),
-    )
+    meta = make_meta(num_classes, 1, 28, mean, std, cfg.class_names, cfg.crop_pct, cfg.interpolation)
+    return _with_official_test(cfg, train_full, test, padding=2, flip=False, meta=meta)
 
 
 # The official CIFAR format is a pickle, and a plain unpickler calls whatever the file names. These files hold
@@ -150,8 +159,7 @@ def _cifar_dir(cfg: Cifar10Config) -> Path:
 
 def build_cifar10(cfg: Cifar10Config) -> DataModule:
     """Build CIFAR-10 from the python-format batches, with val carved from the 50k train images."""
-    check_fixed_shape(cfg, "cifar10", 3, 32)
-    num_classes = resolve_num_classes(cfg, "cifar10", 10)
+    num_classes = _fixed_shape(cfg, "cifar10", 3, 32)
     folder = _cifar_dir(cfg)
     parts = [_read_cifar_batch(folder / f"data_batch_{i}") for i in range(1, 6)]
     class_names = [name.decode() for name in _unpickle_cifar(folder / "batches.meta")[b"label_names"]]
@@ -161,13 +169,8 @@ def build_cifar10(cfg: Cifar10Config) -> DataModule:
         torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), scale=255.0, mean=mean, std=std
     )
     test = TensorImageDataset(*_read_cifar_batch(folder / "test_batch"), scale=255.0, mean=mean, std=std)
-    train_idx, val_idx = split_indices(train_full.labels, cfg.val_fraction, cfg.split_seed)
-    return DataModule(
-        train=train_full.subset(train_idx, _train_augment(cfg, padding=4, flip=True)),
-        val=train_full.subset(val_idx),
-        test=test,
-        meta=make_meta(num_classes, 3, 32, mean, std, class_names, cfg.crop_pct, cfg.interpolation),
-    )
+    meta = make_meta(num_classes, 3, 32, mean, std, class_names, cfg.crop_pct, cfg.interpolation)
+    return _with_official_test(cfg, train_full, test, padding=4, flip=True, meta=meta)
 
 
 def build_synthetic(cfg: SyntheticConfig) -> DataModule:
