@@ -1,8 +1,7 @@
-"""Tables: scikit-learn's bundled diabetes data and a user's own CSV file.
+"""Tables: scikit-learn's bundled diabetes data and a user's own CSV file; items `(float32 features (F,), target)`.
 
-Features are standardised with the train split's mean and std. So is a numeric target, and its statistics go into
-meta so metrics and predictions are reported in the target's own units. A class target becomes label indices, with
-the class names in meta. Items are `(float32 features (F,), target)`.
+Features, and a numeric target, are standardised with the train split's statistics, kept in meta so metrics and
+predictions are reported in the target's own units. A class target becomes label indices, its names in meta.
 """
 
 from __future__ import annotations

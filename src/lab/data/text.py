@@ -1,12 +1,8 @@
 """Text for language modelling: a corpus as token ids (characters or bytes), cut into windows of block_size.
 
-`data.path` names any text file. Without one, the corpus is Python's own standard-library sources in a fixed order:
-real text that every machine has offline. Splits are contiguous parts of the corpus (train, then val, then test),
-so no validation window was trained on. Items are `(ids[:-1], ids[1:])`, the inputs and next-token targets, int64
-of length block_size. The vocabulary goes into meta, where `encode`/`decode` read it.
-
-`encode`/`decode` also handle byte-level BPE (meta level `bpe`). A BPE dataset puts its tokenizer's JSON in `meta`,
-so a checkpoint encodes prompts without the dataset's files.
+Splits are contiguous parts of the corpus (train, then val, then test), so no validation window was trained on.
+`encode`/`decode` read the vocabulary from meta, byte-level BPE too (level `bpe`: the tokenizer's JSON in meta), so
+a checkpoint encodes prompts without the dataset's files.
 """
 
 from __future__ import annotations
