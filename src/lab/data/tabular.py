@@ -38,11 +38,9 @@ class TableDataset(InMemoryDataset):
         return list(zip(x.unbind(0), y.unbind(0)))
 
     def fetch(self, index: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return rows `index` as one batch. There is no augmentation, so `generator` is unused."""
-        return self.features[index], self.targets[index]
+        return self.features[index], self.targets[index]  # no augmentation: `generator` is unused
 
     def to(self, device: torch.device) -> TableDataset:
-        """Return this split on `device`, for data.loader=device."""
         return TableDataset(self.features.to(device), self.targets.to(device))
 
 

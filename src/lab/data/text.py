@@ -74,7 +74,6 @@ class TokenWindows(InMemoryDataset):
         return windows[:, :-1], windows[:, 1:]
 
     def to(self, device: torch.device) -> TokenWindows:
-        """Return this split on `device`, for data.loader=device."""
         return TokenWindows(self.ids.to(device), self.block_size)
 
 
