@@ -15,16 +15,12 @@ import numpy as np
 from lab.errors import UserError
 
 
-def _data_file(name: str) -> Path:
+def _table(name: str, delimiter: str | None = None) -> np.ndarray:
     spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
     path = Path(spec.origin).parent / "datasets" / "data" / name if spec and spec.origin else None
     if path is None or not path.is_file():
         raise UserError(f"scikit-learn's bundled {name} was not found: pip install scikit-learn (requirements.txt)")
-    return path
-
-
-def _table(name: str, delimiter: str | None = None) -> np.ndarray:
-    with gzip.open(_data_file(name), mode="rt", encoding="utf-8") as file:
+    with gzip.open(path, mode="rt", encoding="utf-8") as file:
         return np.loadtxt(file, delimiter=delimiter)
 
 

@@ -90,20 +90,6 @@ def dataset_len(dataset: Dataset) -> int:
     return len(dataset)  # type: ignore[arg-type]
 
 
-def check_fixed_shape(cfg: ImageDataConfig, dataset: str, in_channels: int, image_size: int) -> None:
-    """Raise ConfigError unless a dataset's fixed image shape agrees with the config the model is built from."""
-    if cfg.in_channels != in_channels:
-        raise ConfigError(
-            f"data.in_channels={cfg.in_channels} but {dataset} images have {in_channels} channel(s); "
-            f"set data.in_channels={in_channels}"
-        )
-    if cfg.image_size != image_size:
-        raise ConfigError(
-            f"data.image_size={cfg.image_size} but {dataset} images are {image_size}x{image_size}; "
-            f"set data.image_size={image_size}"
-        )
-
-
 def resolve_num_classes(cfg: ImageDataConfig, dataset: str, actual: int) -> int:
     if cfg.num_classes is not None and cfg.num_classes != actual:
         raise ConfigError(

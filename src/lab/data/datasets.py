@@ -8,7 +8,6 @@ import json
 from typing import Any
 
 from lab.config import options
-from lab.config.data import DataConfig
 from lab.data.common import DataModule, pool_splitter
 
 _last_built: tuple[str, DataModule] | None = None  # (data config, what it built), for build(reuse=True)
@@ -26,18 +25,14 @@ def build(cfg: Any, reuse: bool = False) -> DataModule:
     global _last_built
     option = options.instantiate("data", cfg)
     if not reuse or pool_splitter() is not None:  # a job's own split of the pool (a fold) is no other job's
-        return _with_mixing(option, option.build())
-    key = json.dumps(dataclasses.asdict(option), sort_keys=True, default=str)
-    if _last_built is None or _last_built[0] != key:
-        _last_built = None  # never two datasets in memory at once
-        _last_built = (key, _with_mixing(option, option.build()))
-    module = _last_built[1]
-    return dataclasses.replace(module, meta=copy.deepcopy(module.meta))
-
-
-def _with_mixing(option: DataConfig, module: DataModule) -> DataModule:
-    """Make the training loader's collate mix batches when the option asks (data.mixup_alpha / cutmix_alpha)."""
-    mixing = option.batch_mixing()
+        module = option.build()
+    else:
+        key = json.dumps(dataclasses.asdict(option), sort_keys=True, default=str)
+        if _last_built is None or _last_built[0] != key:
+            _last_built = None  # never two datasets in memory at once
+            _last_built = (key, option.build())
+        module = dataclasses.replace(_last_built[1], meta=copy.deepcopy(_last_built[1].meta))
+    mixing = option.batch_mixing()  # data.mixup_alpha / cutmix_alpha: the training loader's collate mixes batches
     if mixing is None:
         return module
     from lab.data.augment import MixBatch

@@ -1,14 +1,11 @@
 """data.loader=device: keep splits as tensors on the training device and batch them there, without a DataLoader.
 
-Each split moves once. An epoch is one permutation, sliced into batches, each fetched with one gather and augmented
-by batched tensor ops. So there are no worker processes, no per-sample Python, no collate and no host-to-device copy
-per step. A dataset opts in by subclassing `common.InMemoryDataset` (`to` and `fetch`), as the shipped in-memory
-datasets (images, tables, text) do.
-
-The order is the DataLoader path's: DistributedSampler's permutation of `epoch_generator_seed(seed, epoch)`, padded
-the same way, rank r taking every r-th index. So without augmentation both loaders give the same batches.
-Augmentation is seeded per batch from the rank's seed, epoch and position, so a resumed run starts at its batch
-without drawing anything before it.
+Each split moves once; an epoch is one permutation, sliced into batches, each fetched with one gather and augmented
+by batched tensor ops: no worker processes, per-sample Python, collate or host-to-device copy per step. The order is
+the DataLoader path's (DistributedSampler's permutation of `epoch_generator_seed(seed, epoch)`, padded the same way,
+rank r taking every r-th index), so without augmentation both loaders give the same batches. Augmentation is seeded
+per batch from the rank's seed, epoch and position, so a resumed run starts at its batch without drawing anything
+before it.
 """
 
 from __future__ import annotations

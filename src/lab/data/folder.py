@@ -64,7 +64,15 @@ def _class_dirs(split_dir: Path) -> list[str]:
     return sorted(p.name for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def _scan(split_dir: Path, class_names: list[str], every_class: bool = False) -> list[tuple[str, int]]:
+def _scan(split_dir: Path, class_names: list[str], train: bool = False) -> list[tuple[str, int]]:
+    """Return the (path, class index) samples of a split. Val's and test's class folders must match train's, so
+    label indices agree."""
+    names = class_names if train else _class_dirs(split_dir)
+    if names != class_names:
+        raise ConfigError(
+            f"{split_dir.name}/ has classes {names} but train/ has {class_names}; "
+            "every split needs the same class sub-folders (an empty folder is fine)"
+        )
     samples = []
     for label, name in enumerate(class_names):
         files = sorted(
@@ -72,24 +80,12 @@ def _scan(split_dir: Path, class_names: list[str], every_class: bool = False) ->
             for p in (split_dir / name).iterdir()
             if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")
         )
-        if every_class and not files:  # a class the model never sees in training cannot be learned
+        if train and not files:  # a class the model never sees in training cannot be learned
             raise ConfigError(f"no .png/.jpg/.jpeg images in {split_dir / name}; remove the folder or add images")
         samples += [(str(p), label) for p in files]
     if not samples:
         raise ConfigError(f"no .png/.jpg/.jpeg images under {split_dir}; expected layout {LAYOUT}")
     return samples
-
-
-def _split_samples(root: Path, split: str, class_names: list[str]) -> list[tuple[str, int]]:
-    """Return the samples of val or test. Their class folders must match train's, so label indices agree."""
-    split_dir = root / split
-    names = _class_dirs(split_dir)
-    if names != class_names:
-        raise ConfigError(
-            f"{split}/ has classes {names} but train/ has {class_names}; "
-            "every split needs the same class sub-folders (an empty folder is fine)"
-        )
-    return _scan(split_dir, class_names)
 
 
 def folder_splits(cfg: ImageFolderConfig, root: Path) -> tuple[list[str], dict[str, list[tuple[str, int]] | None]]:
@@ -103,14 +99,14 @@ def folder_splits(cfg: ImageFolderConfig, root: Path) -> tuple[list[str], dict[s
         raise ConfigError(
             f"found {len(class_names)} class folder(s) in {root / 'train'}; need at least 2 (expected layout {LAYOUT})"
         )
-    train_samples = _scan(root / "train", class_names, every_class=True)
+    train_samples = _scan(root / "train", class_names, train=True)
     if (root / "val").is_dir():
-        val_samples = _split_samples(root, "val", class_names)
+        val_samples = _scan(root / "val", class_names)
     else:  # stratified hold-out of train/, the same files for every run and its eval (data.split_seed)
         labels = torch.tensor([label for _, label in train_samples])
         kept, held = split_indices(labels, cfg.val_fraction, cfg.split_seed)
         train_samples, val_samples = [train_samples[i] for i in kept], [train_samples[i] for i in held]
-    test_samples = _split_samples(root, "test", class_names) if (root / "test").is_dir() else None
+    test_samples = _scan(root / "test", class_names) if (root / "test").is_dir() else None
     return class_names, {"train": train_samples, "val": val_samples, "test": test_samples}
 
 

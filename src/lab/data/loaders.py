@@ -48,12 +48,6 @@ def seed_worker(worker_id: int) -> None:
     np.random.seed(seed)
 
 
-def _reseed(seed: int) -> None:
-    torch.manual_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-
-
 class EpochSampler(Sampler):
     """Sample one epoch of the wrapped shuffle, from sample `start` on.
 
@@ -98,7 +92,10 @@ class EpochSeededDataset(Dataset):
 
     def __getitems__(self, keys: Sequence[tuple[int, int, int]]) -> list[Any]:
         tag, position, _ = keys[0]
-        _reseed(stream_seed(tag, position))
+        seed = stream_seed(tag, position)
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
         indices = [index for _, _, index in keys]
         fetch = getattr(self.dataset, "__getitems__", None)
         return fetch(indices) if fetch is not None else [self.dataset[i] for i in indices]
@@ -186,8 +183,17 @@ def make_loader(
         )
         if cfg.num_workers > 0:
             dataset = EpochSeededDataset(dataset)
+    context = None
     if cfg.num_workers > 0:
-        report_worker_deaths_where_batches_are_read()
+        # torch's SIGCHLD handler raises a dead worker's RuntimeError at whatever line the main process is on (inside
+        # an `except`, a context manager's exit, the write of summary.json), where no handler can be sure to catch it.
+        # Kept out through a private torch flag: the loader notices a dead worker itself while waiting for a batch
+        # (within 5 s), and `worker_deaths` reports it there
+        upstream.torch_loader_sigchld_handler_kept_out()
+        # data.multiprocessing_context, else the platform's default (the first listed), not the process's current
+        # one: a process started by spawn (dist=ddp's ranks) or loky (joblib's jobs) inherits that. Workers would
+        # then each start a fresh interpreter importing torch (seconds per loader), or, under loky, fail to start
+        context = cfg.multiprocessing_context or multiprocessing.get_all_start_methods()[0]
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -196,20 +202,12 @@ def make_loader(
         drop_last=train,
         num_workers=cfg.num_workers,
         persistent_workers=bool(cfg.persistent_workers and cfg.num_workers > 0),
-        multiprocessing_context=worker_start_method(cfg) if cfg.num_workers > 0 else None,
+        multiprocessing_context=context,
         worker_init_fn=seed_worker,
         generator=generator,
         pin_memory=pin_memory,
         collate_fn=collate if train else None,
     )
-
-
-def worker_start_method(cfg: DataCfg) -> str:
-    """Return data.multiprocessing_context, else the platform's default start method (the first listed).
-    Not the process's current default: a process started by spawn (dist=ddp's ranks) or loky (joblib's jobs)
-    inherits that. Workers would then each start a fresh interpreter importing torch (seconds per loader), or,
-    under loky, fail to start at all."""
-    return cfg.multiprocessing_context or multiprocessing.get_all_start_methods()[0]
 
 
 # How torch's DataLoader reports a dead worker in the main process, e.g.
@@ -219,19 +217,6 @@ WORKER_DIED = "DataLoader worker (pid"
 _BROKEN_PIPES = (ConnectionResetError, BrokenPipeError, EOFError)
 
 
-def report_worker_deaths_where_batches_are_read() -> None:
-    """Keep torch's SIGCHLD handler from being installed, through a private torch flag (`lab.upstream`).
-    That handler raises a dead worker's RuntimeError at whatever line the main process is on (inside an `except`,
-    a context manager's exit, the write of summary.json), where no handler can be sure to catch it. The loader
-    notices a dead worker itself while waiting for a batch (within 5 s), and `worker_deaths` reports it there."""
-    upstream.torch_loader_sigchld_handler_kept_out()
-
-
-def _from_the_loader(err: BaseException) -> bool:
-    frames = traceback.walk_tb(err.__traceback__)
-    return any(str(frame.f_globals.get("__name__", "")).startswith("torch.utils.data") for frame, _ in frames)
-
-
 @contextlib.contextmanager
 def worker_deaths(next_step: str) -> Iterator[None]:
     """End the run with one UserError line when a loader worker died (OOM killer, kill -9 or a crash).
@@ -239,7 +224,11 @@ def worker_deaths(next_step: str) -> Iterator[None]:
     try:
         yield
     except (RuntimeError, *_BROKEN_PIPES) as err:
-        died = str(err).startswith(WORKER_DIED) if isinstance(err, RuntimeError) else _from_the_loader(err)
+        if isinstance(err, RuntimeError):
+            died = str(err).startswith(WORKER_DIED)
+        else:  # a broken pipe raised inside torch's loader, not one of the run's own connections
+            frames = traceback.walk_tb(err.__traceback__)
+            died = any(str(frame.f_globals.get("__name__", "")).startswith("torch.utils.data") for frame, _ in frames)
         if not died:
             raise
         what = str(err).strip() if isinstance(err, RuntimeError) else f"the connection to it broke: {err}"

@@ -1,21 +1,9 @@
-"""Prepared data: a folder that ``scripts/prepare_data.py`` writes once, and its manifest.
+"""Prepared data: a folder that ``scripts/prepare_data.py`` writes once, and its manifest (docs/architecture.md,
+"Prepared data folder").
 
-The folder holds tar shards, token files or Arrow tables, which training reads without holding them in memory. The
-manifest says the folder is whole and current. It is the core's because two extensions write such folders (big_data's
-shards and tokens, hf's Arrow tables), and extensions never import each other. No torch: options import it.
-
-:class:`Preparer` writes each part under a temp name, renames it when complete, and records its size and sha256 in
-``parts.jsonl``. Rerunning the same prepare (same kind, settings and source) keeps the recorded parts, so an
-interrupted prepare resumes. ``manifest.json`` is written last, atomically. It lists the parts, their checksums,
-the source's fingerprint and ``info``, what training needs (sample counts, class names, a tokenizer). A folder
-without it is partial.
-
-:func:`read_manifest` refuses, in one line that names the fix, a folder that is missing or partial, of another
-kind or format version, prepared from a source that changed since, or whose parts are missing or the wrong size.
-Sizes are checked at every start; checksums only with ``scripts/prepare_data.py ... --verify``.
-
-Nothing here deletes or overwrites what it did not write. A folder holding other files, or another prepare's
-parts, is refused before the first write.
+It is the core's because two extensions write such folders (big_data's shards and tokens, hf's Arrow tables), and
+extensions never import each other. No torch: options import it. Nothing here deletes or overwrites what it did not
+write. Part sizes are checked at every start; checksums only with ``scripts/prepare_data.py ... --verify``.
 """
 
 from __future__ import annotations
@@ -64,10 +52,6 @@ def source_label(source: str | Path) -> str:
     """Name a source for the manifest: an existing path made absolute so it matches from any directory, else as is."""
     path = Path(source).expanduser()
     return str(path.resolve()) if path.exists() else str(source)
-
-
-def _how(command: str) -> str:
-    return f"prepare it with: {command}"
 
 
 class Preparer:
@@ -171,36 +155,40 @@ def read_manifest(
     shown = fetched_from or path
     manifest_path = folder / MANIFEST
     if not folder.is_dir():
-        raise ConfigError(f"data.path={shown} does not exist; {_how(command)}")
+        raise ConfigError(f"data.path={shown} does not exist; prepare it with: {command}")
     if not manifest_path.is_file():
         if (folder / PROGRESS).is_file():
             raise ConfigError(
                 f"data.path={shown} is a partial prepare (interrupted: no {MANIFEST}); run the same prepare again to "
                 f"finish it: {command}"
             )
-        raise ConfigError(f"data.path={shown} has no {MANIFEST}, so it is not prepared data; {_how(command)}")
+        raise ConfigError(
+            f"data.path={shown} has no {MANIFEST}, so it is not prepared data; prepare it with: {command}"
+        )
     try:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise ConfigError(f"{shown}/{MANIFEST} is unreadable ({err}); prepare the data again") from None
     if manifest.get("kind") != kind:
-        raise ConfigError(f"data.path={shown} holds {manifest.get('kind')} data, not {kind}; {_how(command)}")
+        raise ConfigError(
+            f"data.path={shown} holds {manifest.get('kind')} data, not {kind}; prepare it with: {command}"
+        )
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ConfigError(
             f"data.path={shown} was prepared in format {manifest.get('format_version')}, this version reads "
             f"{FORMAT_VERSION}; prepare it again into a new folder: {command}"
         )
-    if source is not None and manifest["source"] is not None and source_label(source) != manifest["source"]:
-        raise ConfigError(
-            f"data.path={shown} was prepared from {manifest['source']}, not data.source={source}; give the source it "
-            f"was prepared from, or prepare this one into another data.path: {command}"
-        )
-    check_source = source is not None and manifest["source"] is not None and Path(source).expanduser().exists()
-    if check_source and fingerprint(source) != manifest["source_fingerprint"]:  # type: ignore[arg-type]
-        raise ConfigError(
-            f"data.path={shown} is stale: {source} has changed since it was prepared; prepare it again into a "
-            f"new folder: {command}"
-        )
+    if source is not None and manifest["source"] is not None:
+        if source_label(source) != manifest["source"]:
+            raise ConfigError(
+                f"data.path={shown} was prepared from {manifest['source']}, not data.source={source}; give the source "
+                f"it was prepared from, or prepare this one into another data.path: {command}"
+            )
+        if Path(source).expanduser().exists() and fingerprint(source) != manifest["source_fingerprint"]:
+            raise ConfigError(
+                f"data.path={shown} is stale: {source} has changed since it was prepared; prepare it again into a "
+                f"new folder: {command}"
+            )
     if fetched_from is None:
         for part in manifest["parts"]:
             check_part(folder / part["name"], part, shown)

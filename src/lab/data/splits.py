@@ -1,11 +1,8 @@
-"""Held-out splits computed with numpy alone.
-
-They are the same index sets as scikit-learn's `train_test_split(..., shuffle=True, random_state=seed)`, stratified
-or not. Importing `sklearn.model_selection` takes about a second (scipy comes with it), and every training, eval
-and export run would pay it. The algorithm is short. A stratified split draws each class's share of the held-out
-set (the approximate mode of the multivariate hypergeometric, ties broken by the random state), then permutes
-within each class. Matching scikit-learn's draws keeps every split a run used the same as before.
-tests/unit/data/test_splits.py compares the two on many cases.
+"""Held-out splits computed with numpy alone: the index sets of scikit-learn's `train_test_split(..., shuffle=True,
+random_state=seed)`, stratified or not, without importing `sklearn.model_selection` (about a second, scipy with it)
+in every run. A stratified split draws each class's share of the held-out set (the approximate mode of the
+multivariate hypergeometric, ties broken by the random state), then permutes within each class. Matching
+scikit-learn's draws keeps every split a run used the same; tests/unit/data/test_splits.py compares the two.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""Tables: scikit-learn's bundled diabetes data and a user's own CSV file.
+"""Tables: scikit-learn's bundled diabetes data and a user's own CSV file; items `(float32 features (F,), target)`.
 
-Features are standardised with the train split's mean and std. So is a numeric target, and its statistics go into
-meta so metrics and predictions are reported in the target's own units. A class target becomes label indices, with
-the class names in meta. Items are `(float32 features (F,), target)`.
+Features, and a numeric target, are standardised with the train split's statistics, kept in meta so metrics and
+predictions are reported in the target's own units. A class target becomes label indices, its names in meta.
 """
 
 from __future__ import annotations
@@ -39,11 +38,9 @@ class TableDataset(InMemoryDataset):
         return list(zip(x.unbind(0), y.unbind(0)))
 
     def fetch(self, index: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return rows `index` as one batch. There is no augmentation, so `generator` is unused."""
-        return self.features[index], self.targets[index]
+        return self.features[index], self.targets[index]  # no augmentation: `generator` is unused
 
     def to(self, device: torch.device) -> TableDataset:
-        """Return this split on `device`, for data.loader=device."""
         return TableDataset(self.features.to(device), self.targets.to(device))
 
 
@@ -79,11 +76,9 @@ def table_module(
         y = ((y - t_mean) / t_std).float()
         meta.update(num_outputs=1, target_mean=t_mean, target_std=t_std)
 
-    def part(index: torch.Tensor | None) -> TableDataset | None:
-        return None if index is None else TableDataset(x[index], y[index])
-
     train, val = TableDataset(x[train_idx], y[train_idx]), TableDataset(x[val_idx], y[val_idx])
-    return DataModule(train=train, val=val, test=part(test_idx), meta=meta)
+    test = None if test_idx is None else TableDataset(x[test_idx], y[test_idx])
+    return DataModule(train=train, val=val, test=test, meta=meta)
 
 
 def build_diabetes(cfg: Any) -> DataModule:

@@ -1,12 +1,8 @@
 """Text for language modelling: a corpus as token ids (characters or bytes), cut into windows of block_size.
 
-`data.path` names any text file. Without one, the corpus is Python's own standard-library sources in a fixed order:
-real text that every machine has offline. Splits are contiguous parts of the corpus (train, then val, then test),
-so no validation window was trained on. Items are `(ids[:-1], ids[1:])`, the inputs and next-token targets, int64
-of length block_size. The vocabulary goes into meta, where `encode`/`decode` read it.
-
-`encode`/`decode` also handle byte-level BPE (meta level `bpe`). A BPE dataset puts its tokenizer's JSON in `meta`,
-so a checkpoint encodes prompts without the dataset's files.
+Splits are contiguous parts of the corpus (train, then val, then test), so no validation window was trained on.
+`encode`/`decode` read the vocabulary from meta, byte-level BPE too (level `bpe`: the tokenizer's JSON in meta), so
+a checkpoint encodes prompts without the dataset's files.
 """
 
 from __future__ import annotations
@@ -78,26 +74,20 @@ class TokenWindows(InMemoryDataset):
         return windows[:, :-1], windows[:, 1:]
 
     def to(self, device: torch.device) -> TokenWindows:
-        """Return this split on `device`, for data.loader=device."""
         return TokenWindows(self.ids.to(device), self.block_size)
 
 
-def stdlib_corpus(max_chars: int) -> str:
-    """Return Python's standard-library sources in sorted path order, up to max_chars characters."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    parts, size = [], 0
-    for path in sorted(root.glob("*.py")):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        parts.append(text)
-        size += len(text)
-        if size >= max_chars:
-            break
-    return "".join(parts)[:max_chars]
-
-
 def read_corpus(cfg: Any) -> str:
+    """Return data.path's text, or Python's standard-library sources in sorted path order, up to data.max_chars."""
     if cfg.path is None:
-        return stdlib_corpus(cfg.max_chars)
+        parts, size = [], 0
+        for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            parts.append(text)
+            size += len(text)
+            if size >= cfg.max_chars:
+                break
+        return "".join(parts)[: cfg.max_chars]
     path = Path(cfg.path).expanduser()
     if not path.is_file():
         raise ConfigError(

@@ -1,8 +1,6 @@
 """Image to normalized tensor transforms, and cheap batched augmentation for in-memory tensors.
 
-`eval_transform` is the single definition of what the model expects. It makes image_folder's val/test items, and
-inference on user images calls it with the `meta` saved in the checkpoint. Transforms are classes, not closures,
-so DataLoader workers can pickle them under spawn.
+Transforms are classes, not closures, so DataLoader workers can pickle them under spawn.
 """
 
 from __future__ import annotations
@@ -19,13 +17,9 @@ from PIL import Image
 from lab.errors import ConfigError
 
 
-def normalize(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """Normalize (C,H,W) or (N,C,H,W) float images in [0,1] with per-channel ``mean``/``std`` of shape (C,)."""
-    return (x - mean.view(-1, 1, 1)) / std.view(-1, 1, 1)
-
-
 def normalize_(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """Normalize in place, for a batch the caller owns. On CPU each new tensor is fresh memory to fault in."""
+    """Normalize (C,H,W) or (N,C,H,W) float images in [0,1] in place, with per-channel `mean`/`std` of shape (C,).
+    In place, for a batch the caller owns: on CPU each new tensor is fresh memory to fault in."""
     return x.sub_(mean.view(-1, 1, 1)).div_(std.view(-1, 1, 1))
 
 
@@ -37,14 +31,6 @@ def pil_mode(in_channels: int) -> str:
     raise ConfigError(f"data.in_channels={in_channels} cannot be read from image files; use 1 (grayscale) or 3 (RGB)")
 
 
-def pil_to_unit_tensor(img: Image.Image) -> torch.Tensor:
-    """Convert an 8-bit PIL image (L or RGB) to a float32 (C,H,W) tensor in [0,1]."""
-    array = np.asarray(img, dtype=np.uint8)
-    if array.ndim == 2:
-        array = array[:, :, None]
-    return torch.from_numpy(array.copy()).permute(2, 0, 1).float().div_(255.0)
-
-
 def to_mode(img: Image.Image, mode: str) -> Image.Image:
     """Convert to L or RGB. 16-bit grayscale is rescaled first, since PIL's own conversion clips it at 255."""
     if img.mode.startswith("I;16"):
@@ -53,21 +39,18 @@ def to_mode(img: Image.Image, mode: str) -> Image.Image:
 
 
 class ToNormalizedTensor:
-    """Turn a PIL image already in the right mode and size into a normalized float32 tensor."""
+    """Turn an 8-bit PIL image already in the right mode and size into a normalized float32 (C,H,W) tensor."""
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         self.mean = torch.tensor(list(mean), dtype=torch.float32)
         self.std = torch.tensor(list(std), dtype=torch.float32)
 
     def __call__(self, img: Image.Image) -> torch.Tensor:
-        return normalize(pil_to_unit_tensor(img), self.mean, self.std)
-
-
-INTERPOLATIONS = ("bilinear", "bicubic", "nearest")  # data.interpolation, PIL's resampling filters
-
-
-def resample(interpolation: str) -> Image.Resampling:
-    return Image.Resampling[interpolation.upper()]
+        array = np.asarray(img, dtype=np.uint8)
+        if array.ndim == 2:
+            array = array[:, :, None]
+        x = torch.from_numpy(array.copy()).permute(2, 0, 1).float().div_(255.0)
+        return normalize_(x, self.mean, self.std)
 
 
 class EvalTransform:
@@ -87,7 +70,8 @@ class EvalTransform:
         interpolation: str = "bilinear",
     ) -> None:
         self.mode = pil_mode(in_channels)
-        self.size, self.crop_pct, self.resample = image_size, crop_pct, resample(interpolation)
+        self.size, self.crop_pct = image_size, crop_pct
+        self.resample = Image.Resampling[interpolation.upper()]
         self.to_tensor = ToNormalizedTensor(mean, std)
 
     def __call__(self, img: Image.Image) -> torch.Tensor:
@@ -111,8 +95,8 @@ class EvalTransform:
 
 
 def eval_transform(meta: Mapping[str, Any], resize: bool = True) -> EvalTransform:
-    """Build the deterministic PIL-to-tensor transform for a dataset's `meta`.
-    `resize=False` keeps each image's size, for inference with a fully convolutional model."""
+    """The one definition of what the model expects, for a dataset's `meta`: image_folder's val/test items, and
+    inference with the `meta` a checkpoint saved. `resize=False` keeps each image's size (fully convolutional)."""
     return EvalTransform(
         meta["in_channels"],
         int(meta["image_size"]) if resize else None,
