@@ -11,16 +11,13 @@ can pickle them under spawn.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from PIL import Image
 from torch.utils.data import default_collate
 
 from lab.data.transforms import TrainImageTransform, to_mode
-
-if TYPE_CHECKING:
-    from lab.data.options import ImageFolderConfig
 
 
 class PolicyImageTransform:
@@ -45,7 +42,7 @@ class PolicyImageTransform:
 
 
 def train_transform(
-    cfg: ImageFolderConfig,
+    cfg: Any,  # image_folder's option, not named: lab.data.options imports this module
     in_channels: int,
     image_size: int,
     mean: Sequence[float],

@@ -1,5 +1,6 @@
 """Builders for the in-memory datasets: digits, MNIST / Fashion-MNIST, CIFAR-10 and synthetic noise, and the
-`TensorImageDataset` they hold their images in."""
+`TensorImageDataset` they hold their images in. A builder types its option `Any` beyond the kind's keys:
+lab.data.options imports this module, and naming its classes back would close an import circle."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import copy
 import pickle
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,9 +26,6 @@ from lab.data.common import (
 )
 from lab.data.transforms import RandomShiftFlip, normalize_
 from lab.errors import ConfigError, UserError
-
-if TYPE_CHECKING:
-    from lab.data.options import Cifar10Config, DigitsConfig, MnistConfig, SyntheticConfig
 
 # CIFAR-10's per-channel statistics over its official training set, pixels in [0,1]. MNIST's are in its option
 CIFAR10_STATS = ([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616])
@@ -142,7 +140,7 @@ def _with_official_test(
     return DataModule(train=train.subset(train_idx, augment), val=train.subset(val_idx), test=test, meta=meta)
 
 
-def build_digits(cfg: DigitsConfig) -> DataModule:
+def build_digits(cfg: Any) -> DataModule:
     """Build sklearn's bundled 8x8 digits (1,797 images, values 0..16), split by split_seed."""
     num_classes = _fixed_shape(cfg, "digits", 1, 8)
     pixels, targets = bundled.digits()
@@ -166,7 +164,7 @@ def build_digits(cfg: DigitsConfig) -> DataModule:
     )
 
 
-def build_mnist(cfg: MnistConfig) -> DataModule:
+def build_mnist(cfg: Any) -> DataModule:
     """Build MNIST or Fashion-MNIST (the option's `torchvision_class`) from the raw idx files.
     Val is carved from the official train set."""
     from torchvision import datasets  # lazy, as torchvision is slow to import
@@ -229,7 +227,7 @@ def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(data.copy()), torch.tensor(batch[b"labels"], dtype=torch.long)
 
 
-def _cifar_dir(cfg: Cifar10Config) -> Path:
+def _cifar_dir(cfg: Any) -> Path:
     root = Path(cfg.root).expanduser()
     folder = root / "cifar-10-batches-py"
     names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch", "batches.meta"]
@@ -248,7 +246,7 @@ def _cifar_dir(cfg: Cifar10Config) -> Path:
     return folder
 
 
-def build_cifar10(cfg: Cifar10Config) -> DataModule:
+def build_cifar10(cfg: Any) -> DataModule:
     """Build CIFAR-10 from the python-format batches, with val carved from the 50k train images."""
     num_classes = _fixed_shape(cfg, "cifar10", 3, 32)
     folder = _cifar_dir(cfg)
@@ -264,7 +262,7 @@ def build_cifar10(cfg: Cifar10Config) -> DataModule:
     return _with_official_test(cfg, train_full, test, padding=4, flip=True, meta=meta)
 
 
-def build_synthetic(cfg: SyntheticConfig) -> DataModule:
+def build_synthetic(cfg: Any) -> DataModule:
     """Build Gaussian noise images with random labels, for throughput benchmarks (nothing to learn)."""
     num_classes = cfg.num_classes or 10
     c, s = cfg.in_channels, cfg.image_size

@@ -1,12 +1,13 @@
 """Read user image folders: `root/train/<class>/*.png|jpg|jpeg`, optional `root/val` and `root/test`.
-Without `root/val`, a stratified `data.val_fraction` of train is held out."""
+Without `root/val`, a stratified `data.val_fraction` of train is held out. The option is typed `Any`: lab.data.options
+imports this module, and naming its class back would close an import circle."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from PIL import Image
@@ -16,9 +17,6 @@ from lab.data.augment import train_transform
 from lab.data.common import DataModule, make_meta, resolve_num_classes, resolve_stats, split_indices
 from lab.data.transforms import eval_transform, pil_mode
 from lab.errors import ConfigError, UserError
-
-if TYPE_CHECKING:
-    from lab.data.options import ImageFolderConfig
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +86,7 @@ def _scan(split_dir: Path, class_names: list[str], train: bool = False) -> list[
     return samples
 
 
-def folder_splits(cfg: ImageFolderConfig, root: Path) -> tuple[list[str], dict[str, list[tuple[str, int]] | None]]:
+def folder_splits(cfg: Any, root: Path) -> tuple[list[str], dict[str, list[tuple[str, int]] | None]]:
     """Return (class names, {split: [(path, class index)]}) of the image folder `root`; test is None if absent.
     data=image_folder and a prepare that converts such a folder both read this, so they split alike."""
     if not (root / "train").is_dir():
@@ -111,7 +109,7 @@ def folder_splits(cfg: ImageFolderConfig, root: Path) -> tuple[list[str], dict[s
 
 
 def image_pipeline(
-    cfg: ImageFolderConfig, class_names: list[str]
+    cfg: Any, class_names: list[str]
 ) -> tuple[dict, Callable[[Image.Image], torch.Tensor], Callable[[Image.Image], torch.Tensor]]:
     """Return (meta, training transform, evaluation transform) for image files of `class_names`, as cfg says."""
     c, s = cfg.in_channels, cfg.image_size or DEFAULT_SIZE
@@ -122,7 +120,7 @@ def image_pipeline(
     return meta, train_tf, evaluate
 
 
-def build_image_folder(cfg: ImageFolderConfig) -> DataModule:
+def build_image_folder(cfg: Any) -> DataModule:
     root = Path(cfg.root).expanduser()
     try:
         class_names, samples = folder_splits(cfg, root)
