@@ -1,12 +1,8 @@
 """Define the interface of the trackers a run can write to (`logger.backends`), one small class each.
 
-The Tracker creates and starts a `Backend` on rank 0 only, with the run's `RunInfo`: the resolved config, git
-provenance, names, run dir and the tracker's own settings. The backend then gets every metric event, the summary,
-files to attach and checkpoints, and is finished once with the run's status. Only `start` and `log` must do
-something. The classmethod `check` may refuse bad settings before the run writes anything.
-
-Each backend lives in its own module, imported only when chosen, since wandb's import is slow. A tracker is its
-option (a `TrackerConfig` subclass whose `backend()` returns the class) plus that class; nothing else names it.
+The Tracker creates and starts a `Backend` on rank 0 only. Each backend lives in its own module, imported only when
+chosen, since wandb's import is slow. A tracker is its option (a `TrackerConfig` subclass whose `backend()` returns
+the class) plus that class; nothing else names it.
 """
 
 from __future__ import annotations
@@ -28,9 +24,6 @@ from lab.files import _FIXES, atomic_path
 log = logging.getLogger(__name__)
 
 
-GIT_KEYS = ("git_commit", "git_branch", "git_dirty")
-
-
 @dataclass
 class RunInfo:
     """What every backend is told about the run it records."""
@@ -50,7 +43,7 @@ class RunInfo:
     @property
     def git(self) -> dict[str, Any]:
         """Return the commit, branch and dirty flag of the code that runs."""
-        return {key: self.provenance.get(key) for key in GIT_KEYS}
+        return {key: self.provenance.get(key) for key in ("git_commit", "git_branch", "git_dirty")}
 
 
 class TrackerStopped(RuntimeError):
@@ -140,9 +133,7 @@ def plain(value: Any) -> Any:
 
 def number(value: Any) -> float | None:
     """Return a metric value as a float, or None for strings and tensors with more than one value."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)):  # bool too
         return float(value)
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         return number(value.item())
