@@ -153,47 +153,35 @@ def open_record(
     drops a last line cut short by the last attempt, and the records after `resumed_step` (`step_of(line)` reads a
     line's step): the last attempt got past its last checkpoint, and those steps are logged again."""
     if continuing:
-        drop_partial_line(path)
-        if resumed_step is not None and step_of is not None:
-            drop_records_after(path, resumed_step, step_of)
+        _drop_unrecorded(path, resumed_step, step_of)
     return open(path, "a" if continuing else "w", buffering=1, **kwargs)
 
 
-def drop_records_after(path: Path, step: int, step_of: Callable[[str], int | None]) -> None:
-    """Rewrite `path` without the lines after `step`. Lines with no step, such as a header, are kept."""
-    try:
-        with open(path, newline="") as handle:  # keep line ends as written (csv's \r\n)
-            lines = handle.read().splitlines(keepends=True)
-    except FileNotFoundError:
-        return
-    kept = [line for line in lines if (line_step := step_of(line)) is None or line_step <= step]
-    if len(kept) == len(lines):
-        return
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as handle:
-        handle.write("".join(kept))
-    log.info("%s: dropped %d records after step %d, where this run resumes", path, len(lines) - len(kept), step)
-
-
-def drop_partial_line(path: Path) -> None:
-    """Truncate `path` after its last newline, so the next record is not glued onto a line a kill cut short."""
+def _drop_unrecorded(path: Path, step: int | None, step_of: Callable[[str], int | None] | None) -> None:
+    """Truncate `path` after its last newline, so the next record is not glued onto a line a kill cut short. Then
+    rewrite it without the lines after `step`; lines with no step, such as a header, are kept."""
     try:
         handle = open(path, "rb+")  # noqa: SIM115 (closed below)
     except FileNotFoundError:
         return
     with handle:
-        end = handle.seek(0, os.SEEK_END)
-        keep = end
-        while keep > 0:  # backwards a block at a time, so only the tail of a long file is read
-            start = max(0, keep - 65536)
-            handle.seek(start)
-            newline = handle.read(keep - start).rfind(b"\n")
-            if newline >= 0:
-                keep = start + newline + 1
-                break
-            keep = start
-        if keep < end:
+        data = handle.read()
+        keep = data.rfind(b"\n") + 1
+        if keep < len(data):
             handle.truncate(keep)
-            log.warning("%s: dropped a last line cut short (%d bytes) by the previous attempt's end", path, end - keep)
+            log.warning(
+                "%s: dropped a last line cut short (%d bytes) by the previous attempt's end", path, len(data) - keep
+            )
+    if step is None or step_of is None:
+        return
+    with open(path, newline="") as text:  # keep line ends as written (csv's \r\n)
+        lines = text.read().splitlines(keepends=True)
+    kept = [line for line in lines if (line_step := step_of(line)) is None or line_step <= step]
+    if len(kept) == len(lines):
+        return
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as rewritten:
+        rewritten.write("".join(kept))
+    log.info("%s: dropped %d records after step %d, where this run resumes", path, len(lines) - len(kept), step)
 
 
 @contextlib.contextmanager
