@@ -229,19 +229,14 @@ def serve(requests: Connection, answers: Connection) -> None:
                 if method == "finish":
                     started[name] = None
         except Exception as err:
-            _answer(answers, "error" if wait else "late_error", _picklable(err))
+            try:
+                pickle.loads(pickle.dumps(err))
+            except Exception:  # it cannot be pickled back: send its type and message
+                err = RuntimeError(f"{type(err).__name__}: {err}")
+            _answer(answers, "error" if wait else "late_error", err)
             continue
         if wait:
             _answer(answers, "result", result)
-
-
-def _picklable(err: Exception) -> Exception:
-    """Return the error if it can be pickled back, else a RuntimeError with its type and message."""
-    try:
-        pickle.loads(pickle.dumps(err))
-        return err
-    except Exception:
-        return RuntimeError(f"{type(err).__name__}: {err}")
 
 
 def main() -> None:
