@@ -16,7 +16,6 @@ Patch = contextlib.AbstractContextManager[None]  # a private API replaced while 
 
 @contextlib.contextmanager
 def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    """Set `owner.name` to `value` for the duration."""
     original = getattr(owner, name)
     setattr(owner, name, value)
     try:
