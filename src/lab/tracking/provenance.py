@@ -102,12 +102,10 @@ def git_diff(root: Path = REPO_ROOT, skip: Path | None = None) -> tuple[str, dic
     for name in filter(None, listed.split("\0")):
         path = root / name
         reason = _not_recordable(name, path, root, skip, run_dirs)
-        data = b""
-        if reason is None:
-            try:
-                data = path.read_bytes()
-            except OSError:
-                reason = "unreadable"
+        try:
+            data = path.read_bytes() if reason is None else b""
+        except OSError:
+            reason, data = "unreadable", b""
         if reason is None and SECRET_CONTENT.search(data.decode(errors="replace")):
             reason = CREDENTIALS
         if reason is None and not (name.startswith(CODE_FOLDERS) and name.endswith(CODE_SUFFIXES)):
