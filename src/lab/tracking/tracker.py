@@ -86,17 +86,13 @@ class Tracker:
             self._each(call)  # the start is joined and its error raised, so this returns the trackers at once
         return self._backends
 
-    def _call(self, backend: trackers.Backend, call: Callable[[trackers.Backend], Any]) -> Any:
-        """Return `call(backend)`. A tracker whose child process died is dropped with one warning."""
-        try:
-            return call(backend)
-        except trackers.TrackerStopped as err:
-            self._stopped(backend, err)
-            return None
-
     def _each(self, call: Callable[[trackers.Backend], Any]) -> None:
+        """Run `call(backend)` for every tracker. A tracker whose child process died is dropped with one warning."""
         for backend in list(self.backends):
-            self._call(backend, call)
+            try:
+                call(backend)
+            except trackers.TrackerStopped as err:
+                self._stopped(backend, err)
 
     def _stopped(self, backend: trackers.Backend, err: Exception) -> None:
         if backend in self._backends:
@@ -171,8 +167,7 @@ class Tracker:
     def run_ref(self) -> dict[str, str | None]:
         """Return how other runs refer to this one: its run dir and wandb id and path (None without wandb)."""
         ref: dict[str, Any] = {"run_dir": str(self.run_dir), "wandb_id": None, "wandb_path": None}
-        for backend in list(self.backends):
-            ref.update(self._call(backend, lambda backend: backend.ref()) or {})
+        self._each(lambda backend: ref.update(backend.ref()))
         return ref
 
     @contextlib.contextmanager
