@@ -103,11 +103,6 @@ def backend(name: str, logger: Any = None) -> type[Backend]:
     return tracker_settings(logger, name).backend()
 
 
-def folder(name: str, logger: Any = None) -> str | None:
-    """Return the run-dir folder the tracker `name` writes, or None. An unknown name gets None; `create` refuses it."""
-    return backend(name, logger).folder if name in trackers() else None
-
-
 def in_start_order(logger: Any) -> list[str]:
     """Return the trackers a `logger` config turns on, those slow to start first."""
     names = chosen(logger)

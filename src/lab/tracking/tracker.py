@@ -121,13 +121,15 @@ class Tracker:
         self._started = time.monotonic()
         if not self.is_writer:
             return self
-        run, chosen = self.run, trackers.chosen(self.logger_cfg)
-        for name in filter(trackers.trackers().__contains__, chosen):  # before writing
+        run, folders = self.run, [self.run_dir, self.run_dir / "provenance"]
+        for name in filter(trackers.trackers().__contains__, trackers.chosen(self.logger_cfg)):  # before writing
             settings = trackers.tracker_settings(self.logger_cfg, name)
-            trackers.backend(name, self.logger_cfg).check(dataclasses.replace(run, settings=settings))
-        folders = [trackers.folder(name, self.logger_cfg) for name in chosen]
-        for folder in [self.run_dir, self.run_dir / "provenance", *(self.run_dir / f for f in folders if f)]:
-            check_writable(folder)  # refuse a read-only dir before anything is written
+            backend_class = settings.backend()
+            backend_class.check(dataclasses.replace(run, settings=settings))
+            if backend_class.folder:
+                folders.append(self.run_dir / backend_class.folder)
+        for folder in folders:  # refuse a read-only dir before anything is written
+            check_writable(folder)
         with writing(self.run_dir):
             self.run_dir.mkdir(parents=True, exist_ok=True)
             # `tail -f metrics.jsonl` shows each event as it happens
