@@ -1,14 +1,9 @@
 """Load tracker credentials and settings from a `.env` file (see `.env.example`) at the start of every entry script.
 
-It reads `KEY=value` lines, `export KEY=value` too, `#` comments, and values in optional single or double quotes.
-A variable already set is never overridden, so `WANDB_API_KEY=... python ...` and CI secrets win. `.env` in the
-current directory is read first, then `.env` at the checkout's root; the first wins per variable. `NO_DOTENV=1`
-skips both, for tests that need their own environment. `.env` is git-ignored, so credentials stay out of commits.
-No torch import, for start-up speed.
-
-Only `WANDB_*` is loaded (CSV takes no variables), never wandb's internal `WANDB_X_*`/`WANDB__*` settings. A `.env`
-lies wherever the command runs from, and other variables could change what runs: `PYTHONPATH` or `LD_PRELOAD`
-would load code into this process and the tracker's child. Other keys are ignored with one line naming them.
+`.env` in the current directory is read first, then at the checkout's root. A variable already set is never
+overridden, so `WANDB_API_KEY=... python ...` and CI secrets win; `NO_DOTENV=1` skips both. Only `WANDB_*` is loaded,
+never wandb's internal `WANDB_X_*`/`WANDB__*`: a `.env` lies wherever the command runs from, and other variables
+could change what runs (`PYTHONPATH` or `LD_PRELOAD` would load code into this process and the tracker's child).
 """
 
 from __future__ import annotations
@@ -51,17 +46,13 @@ def _unquote(value: str) -> str:
     return re.split(r"\s+#", value, maxsplit=1)[0]  # unquoted, a ` #` starts a comment
 
 
-def default_files() -> list[Path]:
-    return [Path.cwd() / ".env", REPO_ROOT / ".env"]
-
-
 def load_dotenv(files: Iterable[str | Path] | None = None) -> dict[str, str]:
     """Set the files' variables the environment lacks, the first file winning; return those set."""
     if os.environ.get("NO_DOTENV", "") not in ("", "0"):
         return {}
     loaded: dict[str, str] = {}
     seen: set[Path] = set()
-    for file in default_files() if files is None else map(Path, files):
+    for file in [Path.cwd() / ".env", REPO_ROOT / ".env"] if files is None else map(Path, files):
         path = file.resolve()
         if path in seen or not path.is_file():
             continue

@@ -1,15 +1,8 @@
 """Find which extra of pyproject.toml brings a distribution, and refuse an option whose packages are missing.
 
-pyproject.toml declares the dependencies once: the core, and an extra per concern (`pretrained`, `data`, `export`,
-`sweeps`, `slurm`, `trackers`, `dev`). An option that needs packages outside the core names them in `requires`
-(lab.config.options.Option). Choosing it without them is refused while the config is checked, before anything is
-written, naming the extra:
-
-    model=timm needs timm, which is not installed: make install EXTRAS=pretrained (or pip install -c
-    requirements.txt -e '.[pretrained]')
-
-The extras are read from the installed project's Requires-Dist metadata, so no copy of the lists lives here.
-Standard library only, since this is imported while composing, before torch.
+An option names its packages in `requires` (lab.config.options.Option); choosing it without them is refused while
+the config is checked, naming the extra. The extras are read from the installed project's Requires-Dist metadata,
+so no copy of the lists lives here. Standard library only, since this is imported while composing, before torch.
 """
 
 from __future__ import annotations

@@ -35,15 +35,11 @@ _TORCH_WRITE_FAILED = re.compile(r"PytorchStreamWriter|inline_container|cannot b
 _LOW_SPACE = 1 << 20  # bytes; a disk this close to full explains a failed write
 
 
-def temp_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp")
-
-
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temp path next to `path`; it is synced and renamed over `path` only if the block succeeds."""
     path = Path(path)
-    tmp = temp_path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
     in_flight = sys.exc_info()[1]  # a failure being handled as we write (summary.json) is not this write's
     try:
         yield tmp
@@ -73,7 +69,7 @@ def staged(folder: str | Path, name: str) -> Iterator[Path]:
     and then moved into `folder` with `publish`. Whatever is still staged when the block ends is removed; after a
     kill, `remove_stale_temps` removes it. A failed write is one UserError naming the path, as in `atomic_path`."""
     folder = Path(folder)
-    stage = temp_path(folder / name)
+    stage = folder / f".{name}.tmp"
     in_flight = sys.exc_info()[1]
     try:
         _remove(stage)  # a killed run's leftovers, never verified

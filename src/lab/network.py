@@ -9,9 +9,7 @@ from urllib.parse import urlparse
 
 
 def reachable(url: str, timeout: float = 3.0) -> bool:
-    """Tell whether a TCP connection to the URL's host opens.
-
-    A compute node without a network answers at once, where the hub client would retry for a minute per file."""
+    """Tell whether a TCP connection to the URL's host opens; a compute node without a network answers at once."""
     parsed = urlparse(url)
     try:
         with socket.create_connection((parsed.hostname or "", parsed.port or 443), timeout=timeout):

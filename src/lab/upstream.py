@@ -1,8 +1,7 @@
 """Wrap every private API of Hydra and torch the template uses, each in one function here, with why.
 
-tests/unit/test_upstream.py checks each against the installed versions, so an upgrade that moves one fails there,
-naming it, instead of somewhere in a run. docs/architecture.md lists them. The private modules are imported inside
-the functions, because every entry script imports this module before torch.
+tests/unit/test_upstream.py checks each against the installed versions (docs/architecture.md §6). The private
+modules are imported inside the functions, because every entry script imports this module before torch.
 """
 
 from __future__ import annotations
@@ -12,25 +11,30 @@ import copy
 from collections.abc import Callable, Iterator
 from typing import Any
 
+Patch = contextlib.AbstractContextManager[None]  # a private API replaced while its `with` block runs
+
 
 @contextlib.contextmanager
-def hydra_run_job_wrapped(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
+def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def hydra_run_job_wrapped(wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Patch:
     """Replace `hydra._internal.hydra.run_job` with `wrap(run_job)` for the duration.
 
     A single run calls it with keywords only. It is the one place where the resolved `hydra.run.dir` is known before
     Hydra creates the dir (lab.cli.run_dir_checked)."""
     from hydra._internal import hydra as hydra_internal
 
-    original = hydra_internal.run_job
-    hydra_internal.run_job = wrap(original)
-    try:
-        yield
-    finally:
-        hydra_internal.run_job = original
+    return _patched(hydra_internal, "run_job", wrap(hydra_internal.run_job))
 
 
-@contextlib.contextmanager
-def hydra_report_wrapped(wrap: Callable[[Callable[[], Any]], Any]) -> Iterator[None]:
+def hydra_report_wrapped(wrap: Callable[[Callable[[], Any]], Any]) -> Patch:
     """Make `hydra._internal.utils.run_and_report(func)`, which reports composing errors and exits, call `wrap(func)`.
 
     So a config mistake is reported in one line before Hydra's 5-12 line report (lab.cli.concise_config_errors)."""
@@ -41,11 +45,7 @@ def hydra_report_wrapped(wrap: Callable[[Callable[[], Any]], Any]) -> Iterator[N
     def run_and_report(func: Callable[[], Any]) -> Any:
         return original(lambda: wrap(func))
 
-    hydra_utils.run_and_report = run_and_report
-    try:
-        yield
-    finally:
-        hydra_utils.run_and_report = original
+    return _patched(hydra_utils, "run_and_report", run_and_report)
 
 
 def hydra_args_parser() -> Any:
@@ -87,34 +87,25 @@ def hydra_config_repository_copied_shallowly() -> None:
     CachingConfigRepository.__init__ = __init__  # type: ignore[method-assign]  # patched, see the docstring
 
 
-@contextlib.contextmanager
-def torch_elastic_signal_handler_wrapped(wrap: Callable[[Callable[[int, Any], None]], Any]) -> Iterator[None]:
+def torch_elastic_signal_handler_wrapped(wrap: Callable[[Callable[[int, Any], None]], Any]) -> Patch:
     """Replace torch elastic's stop-signal handler (`api._terminate_process_handler`) with `wrap(handler)`.
 
     So the launcher acts on its first stop signal only (lab.distributed.spawning)."""
     from torch.distributed.elastic.multiprocessing import api
 
-    original = api._terminate_process_handler
-    api._terminate_process_handler = wrap(original)
-    try:
-        yield
-    finally:
-        api._terminate_process_handler = original
+    return _patched(api, "_terminate_process_handler", wrap(api._terminate_process_handler))
 
 
-@contextlib.contextmanager
-def torch_spawn_waits_capped(seconds: float) -> Iterator[None]:
+def torch_spawn_waits_capped(seconds: float) -> Patch:
     """Cap at `seconds` torch.multiprocessing's fixed 30 s wait between SIGTERM and SIGKILL of the other ranks.
 
     The wait comes once a rank has failed, whatever LaunchConfig says (`ProcessContext._join_procs_with_timeout`)."""
     from torch.multiprocessing.spawn import ProcessContext
 
     join = ProcessContext._join_procs_with_timeout
-    ProcessContext._join_procs_with_timeout = lambda context, timeout: join(context, min(timeout, seconds))  # type: ignore[method-assign,assignment]
-    try:
-        yield
-    finally:
-        ProcessContext._join_procs_with_timeout = join  # type: ignore[method-assign]
+    return _patched(
+        ProcessContext, "_join_procs_with_timeout", lambda context, timeout: join(context, min(timeout, seconds))
+    )
 
 
 def torch_loader_sigchld_handler_kept_out() -> None:

@@ -1,12 +1,8 @@
 """Define the interface of the trackers a run can write to (`logger.backends`), one small class each.
 
-The Tracker creates and starts a `Backend` on rank 0 only, with the run's `RunInfo`: the resolved config, git
-provenance, names, run dir and the tracker's own settings. The backend then gets every metric event, the summary,
-files to attach and checkpoints, and is finished once with the run's status. Only `start` and `log` must do
-something. The classmethod `check` may refuse bad settings before the run writes anything.
-
-Each backend lives in its own module, imported only when chosen, since wandb's import is slow. A tracker is its
-option (a `TrackerConfig` subclass whose `backend()` returns the class) plus that class; nothing else names it.
+The Tracker creates and starts a `Backend` on rank 0 only. Each backend lives in its own module, imported only when
+chosen, since wandb's import is slow. A tracker is its option (a `TrackerConfig` subclass whose `backend()` returns
+the class) plus that class; nothing else names it.
 """
 
 from __future__ import annotations
@@ -28,9 +24,6 @@ from lab.files import _FIXES, atomic_path
 log = logging.getLogger(__name__)
 
 
-GIT_KEYS = ("git_commit", "git_branch", "git_dirty")
-
-
 @dataclass
 class RunInfo:
     """What every backend is told about the run it records."""
@@ -50,7 +43,7 @@ class RunInfo:
     @property
     def git(self) -> dict[str, Any]:
         """Return the commit, branch and dirty flag of the code that runs."""
-        return {key: self.provenance.get(key) for key in GIT_KEYS}
+        return {key: self.provenance.get(key) for key in ("git_commit", "git_branch", "git_dirty")}
 
 
 class TrackerStopped(RuntimeError):
@@ -110,11 +103,6 @@ def backend(name: str, logger: Any = None) -> type[Backend]:
     return tracker_settings(logger, name).backend()
 
 
-def folder(name: str, logger: Any = None) -> str | None:
-    """Return the run-dir folder the tracker `name` writes, or None. An unknown name gets None; `create` refuses it."""
-    return backend(name, logger).folder if name in trackers() else None
-
-
 def in_start_order(logger: Any) -> list[str]:
     """Return the trackers a `logger` config turns on, those slow to start first."""
     names = chosen(logger)
@@ -140,9 +128,7 @@ def plain(value: Any) -> Any:
 
 def number(value: Any) -> float | None:
     """Return a metric value as a float, or None for strings and tensors with more than one value."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)):  # bool too
         return float(value)
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         return number(value.item())
@@ -162,47 +148,35 @@ def open_record(
     drops a last line cut short by the last attempt, and the records after `resumed_step` (`step_of(line)` reads a
     line's step): the last attempt got past its last checkpoint, and those steps are logged again."""
     if continuing:
-        drop_partial_line(path)
-        if resumed_step is not None and step_of is not None:
-            drop_records_after(path, resumed_step, step_of)
+        _drop_unrecorded(path, resumed_step, step_of)
     return open(path, "a" if continuing else "w", buffering=1, **kwargs)
 
 
-def drop_records_after(path: Path, step: int, step_of: Callable[[str], int | None]) -> None:
-    """Rewrite `path` without the lines after `step`. Lines with no step, such as a header, are kept."""
-    try:
-        with open(path, newline="") as handle:  # keep line ends as written (csv's \r\n)
-            lines = handle.read().splitlines(keepends=True)
-    except FileNotFoundError:
-        return
-    kept = [line for line in lines if (line_step := step_of(line)) is None or line_step <= step]
-    if len(kept) == len(lines):
-        return
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as handle:
-        handle.write("".join(kept))
-    log.info("%s: dropped %d records after step %d, where this run resumes", path, len(lines) - len(kept), step)
-
-
-def drop_partial_line(path: Path) -> None:
-    """Truncate `path` after its last newline, so the next record is not glued onto a line a kill cut short."""
+def _drop_unrecorded(path: Path, step: int | None, step_of: Callable[[str], int | None] | None) -> None:
+    """Truncate `path` after its last newline, so the next record is not glued onto a line a kill cut short. Then
+    rewrite it without the lines after `step`; lines with no step, such as a header, are kept."""
     try:
         handle = open(path, "rb+")  # noqa: SIM115 (closed below)
     except FileNotFoundError:
         return
     with handle:
-        end = handle.seek(0, os.SEEK_END)
-        keep = end
-        while keep > 0:  # backwards a block at a time, so only the tail of a long file is read
-            start = max(0, keep - 65536)
-            handle.seek(start)
-            newline = handle.read(keep - start).rfind(b"\n")
-            if newline >= 0:
-                keep = start + newline + 1
-                break
-            keep = start
-        if keep < end:
+        data = handle.read()
+        keep = data.rfind(b"\n") + 1
+        if keep < len(data):
             handle.truncate(keep)
-            log.warning("%s: dropped a last line cut short (%d bytes) by the previous attempt's end", path, end - keep)
+            log.warning(
+                "%s: dropped a last line cut short (%d bytes) by the previous attempt's end", path, len(data) - keep
+            )
+    if step is None or step_of is None:
+        return
+    with open(path, newline="") as text:  # keep line ends as written (csv's \r\n)
+        lines = text.read().splitlines(keepends=True)
+    kept = [line for line in lines if (line_step := step_of(line)) is None or line_step <= step]
+    if len(kept) == len(lines):
+        return
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as rewritten:
+        rewritten.write("".join(kept))
+    log.info("%s: dropped %d records after step %d, where this run resumes", path, len(lines) - len(kept), step)
 
 
 @contextlib.contextmanager

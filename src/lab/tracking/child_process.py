@@ -1,19 +1,12 @@
 """Run trackers slow to start (wandb) in a child Python process, so their work uses another core.
 
-wandb's import and `wandb.init` are about 1 s of Python that holds the GIL. In a thread they would slow the data
-and model set-up by as much. In a child process the first optimizer step comes about as soon as without a tracker
-(bench/startup.py). Each event then costs this process one pickle and one pipe write.
+wandb's import and `wandb.init` are about 1 s of Python that holds the GIL: in a thread they would slow the data and
+model set-up by as much (bench/startup.py). One child serves the whole process and every slow tracker, each call
+naming its tracker. It is kept for the next tracker, so a sweep's jobs keep wandb imported, and ends when this
+process ends, after wandb's last writes, so the run files are complete when the command returns.
 
-One child serves the whole process and every slow tracker; each call names its tracker. The first tracker that asks
-starts it, and it is kept for the next, so a sweep's jobs keep wandb imported. It ends when this process ends, which
-waits for wandb's last writes, so the run files are complete when the command returns.
-
-Calls arrive in order. Only `finish` and `ref` wait for an answer. What the child logs is logged here. An error in
-the child is raised by the call it answers, or by the next call that does not wait; `finish` logs an earlier error
-as a warning and still happens. The child ignores SIGINT and SIGTERM and has its own process group, so the run that
-handles a signal can still finish its tracker through it. A child that died (an OOM kill, `kill -9`) raises
-TrackerStopped at the next call. The Tracker then goes on without that tracker and never calls it again; a new
-child serves the next record.
+Only `finish` and `ref` wait for an answer. An error in the child is raised by the call it answers, or by the next
+call that does not wait. A child that died (an OOM kill, `kill -9`) raises TrackerStopped at the next call.
 """
 
 from __future__ import annotations
@@ -22,6 +15,7 @@ import atexit
 import contextlib
 import logging
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -235,21 +229,14 @@ def serve(requests: Connection, answers: Connection) -> None:
                 if method == "finish":
                     started[name] = None
         except Exception as err:
-            _answer(answers, "error" if wait else "late_error", _picklable(err))
+            try:
+                pickle.loads(pickle.dumps(err))
+            except Exception:  # it cannot be pickled back: send its type and message
+                err = RuntimeError(f"{type(err).__name__}: {err}")
+            _answer(answers, "error" if wait else "late_error", err)
             continue
         if wait:
             _answer(answers, "result", result)
-
-
-def _picklable(err: Exception) -> Exception:
-    """Return the error if it can be pickled back, else a RuntimeError with its type and message."""
-    import pickle
-
-    try:
-        pickle.loads(pickle.dumps(err))
-        return err
-    except Exception:
-        return RuntimeError(f"{type(err).__name__}: {err}")
 
 
 def main() -> None:

@@ -1,9 +1,7 @@
 """Write plain files anything can read to `<run dir>/csv/`: `metrics.csv` and `config.yaml`.
 
-`metrics.csv` has a row per event: `step`, `epoch`, then one column per metric. When a new metric appears (say,
-validation or `test/*`), the file is rewritten once with the wider header and earlier rows get empty cells.
-`config.yaml` is the resolved config with the git commit, branch and dirty flag under `provenance`. A run continuing
-in its own dir appends to `metrics.csv`, after dropping a last line a killed attempt cut short.
+`metrics.csv` has a row per event: `step`, `epoch`, then one column per metric. `config.yaml` is the resolved config
+with the git commit, branch and dirty flag under `provenance`.
 """
 
 from __future__ import annotations
@@ -47,8 +45,19 @@ class CsvBackend(Backend):
     def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
         row = {"step": step, "epoch": epoch, **{key: plain(value) for key, value in metrics.items()}}
         new = [key for key in row if key not in self.columns]
-        if new:
-            self._widen(new)
+        if new:  # rewrite the file with the wider header, earlier rows getting empty cells: once per new metric name
+            self._file.close()
+            with open(self.path, newline="") as handle:
+                rows = list(csv.DictReader(handle))
+            self.columns = [*self.columns, *new]
+            partial = self.path.with_name(self.path.name + ".tmp")
+            with open(partial, "w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=self.columns, restval="")
+                writer.writeheader()
+                writer.writerows(rows)
+            os.replace(partial, self.path)
+            self._file = open_record(self.path, continuing=True, newline="")
+            self._start_writer()
         self._writer.writerow(row)
 
     def finish(self, status: str) -> dict[str, Any]:
@@ -59,18 +68,3 @@ class CsvBackend(Backend):
         self._writer = csv.DictWriter(self._file, fieldnames=self.columns, restval="")
         if not self.path.stat().st_size:
             self._writer.writeheader()
-
-    def _widen(self, new: list[str]) -> None:
-        """Rewrite the file with the new columns in the header. This is rare: once per new metric name."""
-        self._file.close()
-        with open(self.path, newline="") as handle:
-            rows = list(csv.DictReader(handle))
-        self.columns = [*self.columns, *new]
-        partial = self.path.with_name(self.path.name + ".tmp")
-        with open(partial, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=self.columns, restval="")
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(partial, self.path)
-        self._file = open_record(self.path, continuing=True, newline="")
-        self._start_writer()

@@ -1,17 +1,10 @@
 """Record where a run came from: git commit, dirty flag, the code's changes, package versions, host.
 
-`collect()` runs on every rank at every start. It asks git for the commit and branch, and whether anything differs
-from the commit, untracked files included, since a model added as new files is a change of the code.
-
-`record()` runs on rank 0 and writes `<run dir>/provenance/`. `env.json` holds the collected values and says which
-untracked files were recorded, hashed or left out. `git.diff` is `git diff HEAD` plus the untracked, not-ignored
-`.py` and `.yaml` files under src/, conf/ and scripts/ as new-file patches. So `git checkout <commit> && git apply
-git.diff` gives the code the run ran.
-
-git.diff is uploaded to wandb, so nothing that looks like a credential goes in. A file with a credential's name or
-content (private keys, provider tokens, `password = ...`) is only named, as is a tracked file's change that adds
-one. Other untracked files are named with their SHA-256. Recorded files are capped, each and in total. A run
-continued in its own dir records each later start in `provenance/attempt-<n>/`. No torch import at module level.
+`collect()` runs on every rank at every start; `record()` runs on rank 0 and writes `<run dir>/provenance/`, so
+`git checkout <commit> && git apply git.diff` gives the code the run ran. Untracked files count as a change, since a
+model added as new files is one. git.diff is uploaded to wandb, so nothing that looks like a credential goes in: a
+file with a credential's name or content, or a tracked file's change that adds one, is only named. No torch import
+at module level.
 """
 
 from __future__ import annotations
@@ -88,17 +81,10 @@ def git_info(root: Path = REPO_ROOT) -> dict:
     if head is None:
         return {"git_commit": None, "git_branch": None, "git_dirty": None, "git_note": f"{root} is not a git checkout"}
     commit, *_, branch = head.split()
-    entries = iter((_git("status", "--porcelain", "-z", "--untracked-files=all", cwd=root) or "").split("\0"))
+    entries = (_git("status", "--porcelain", "-z", "--untracked-files=all", cwd=root) or "").split("\0")
     run_dirs: dict[Path, bool] = {}
-    dirty = False
-    for entry in filter(None, entries):
-        state, name = entry[:2], entry[3:]
-        if state != "??":
-            dirty = True
-            break
-        if not _in_run_dir(root / name, root, run_dirs):
-            dirty = True
-            break
+    # a tracked file's change, or an untracked file outside a run dir (`??` is git's mark of an untracked file)
+    dirty = any(e[:2] != "??" or not _in_run_dir(root / e[3:], root, run_dirs) for e in filter(None, entries))
     return {"git_commit": commit, "git_branch": branch, "git_dirty": dirty}
 
 
@@ -116,14 +102,10 @@ def git_diff(root: Path = REPO_ROOT, skip: Path | None = None) -> tuple[str, dic
     for name in filter(None, listed.split("\0")):
         path = root / name
         reason = _not_recordable(name, path, root, skip, run_dirs)
-        if reason is None and path.lstat().st_size > MAX_FILE_BYTES:  # data, weights, logs: never read whole
-            reason = f"over {_size(MAX_FILE_BYTES)}"
-        data = b""
-        if reason is None:
-            try:
-                data = path.read_bytes()
-            except OSError:
-                reason = "unreadable"
+        try:
+            data = path.read_bytes() if reason is None else b""
+        except OSError:
+            reason, data = "unreadable", b""
         if reason is None and SECRET_CONTENT.search(data.decode(errors="replace")):
             reason = CREDENTIALS
         if reason is None and not (name.startswith(CODE_FOLDERS) and name.endswith(CODE_SUFFIXES)):
@@ -164,7 +146,7 @@ def _size(count: int) -> str:
 
 
 def _not_recordable(name: str, path: Path, root: Path, skip: Path | None, run_dirs: dict[Path, bool]) -> str | None:
-    """Return why an untracked file is left out by its name or kind, or None."""
+    """Return why an untracked file is left out by its name, kind or size, or None."""
     if name.endswith("/"):  # a nested git repository has its own history, not ours to copy
         return "a nested git repository"
     if skip is not None and path.is_relative_to(skip):
@@ -176,11 +158,13 @@ def _not_recordable(name: str, path: Path, root: Path, skip: Path | None, run_di
     if not _PLAIN_PATH.match(name):
         return "a name git would quote"
     try:
-        mode = path.lstat().st_mode
+        info = path.lstat()
     except OSError:
         return "unreadable"
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(info.st_mode):
         return "not a regular file"
+    if info.st_size > MAX_FILE_BYTES:  # data, weights, logs: never read whole
+        return f"over {_size(MAX_FILE_BYTES)}"
     return None
 
 
@@ -253,10 +237,10 @@ def _attempt_folder(base: Path, continuing: bool) -> Path:
     return base / f"attempt-{max(attempts, default=1) + 1}"
 
 
-def versions() -> dict:
+def collect() -> dict:
     import torch
 
-    return {
+    versions = {
         "python": sys.version.split()[0],
         "torch": str(torch.__version__),  # TorchVersion is not weights_only-loadable
         "cuda": torch.version.cuda,
@@ -264,7 +248,4 @@ def versions() -> dict:
         "platform": platform.platform(),
         "host": socket.gethostname(),
     }
-
-
-def collect() -> dict:
-    return {**git_info(), "versions": versions()}
+    return {**git_info(), "versions": versions}

@@ -1,14 +1,9 @@
 """Send a run's records to the chosen trackers (`logger.backends`) and mirror them in the run dir.
 
-Every workflow calls `start()`, `log(metrics, step)`, `summary(values)` and `finish()`, or uses `with
-tracker.session():`. Whatever the logger, the run dir gets `metrics.jsonl` (one JSON object per event),
-`summary.json` and `provenance/`. Each tracker is a small class in `lab.tracking.backends`, imported only when
-chosen. It gets the resolved config, the git commit and every metric.
-
-One run keeps one set of files. A resume in the run's own dir passes `continuing=True`, so its files are appended
-to after dropping a last line a killed attempt cut short. It also passes `resume_id`, so wandb continues the same
-run. Any other run starts its files afresh. A tracker's bad settings (say, a server that does not answer) are
-refused before anything is written. A tracker that stops mid-run gets one warning, and the run goes on without it.
+Whatever the logger, the run dir gets `metrics.jsonl`, `summary.json` and `provenance/`. A resume in the run's own
+dir passes `continuing=True` (its files are appended to) and `resume_id` (wandb continues the same run); any other
+run starts its files afresh. A tracker's bad settings are refused before anything is written. A tracker that stops
+mid-run gets one warning, and the run goes on without it.
 """
 
 from __future__ import annotations
@@ -50,11 +45,20 @@ class Tracker:
         continuing: bool = False,
         resumed_step: int | None = None,
     ) -> None:
-        self.run_dir = Path(run_dir)
-        self.logger_cfg, self.job_type, self.config = logger_cfg, job_type, config or {}
-        self.name, self.group, self.tags, self.rank = name, group, list(tags), rank
-        self.provenance = provenance or {}
-        self.resume_id, self.continuing, self.resumed_step = resume_id, continuing, resumed_step
+        self.run = RunInfo(
+            run_dir=Path(run_dir),
+            job_type=job_type,
+            config=config or {},
+            provenance=provenance or {},
+            name=name,
+            group=group,
+            tags=list(tags),
+            resume_id=resume_id,
+            continuing=continuing,
+            resumed_step=resumed_step,
+        )
+        self.run_dir, self.config, self.provenance = self.run.run_dir, self.run.config, self.run.provenance
+        self.logger_cfg, self.rank = logger_cfg, rank
         self._backends: list[trackers.Backend] = []
         self._starting: threading.Thread | None = None  # set by start(background=True) until the backends are up
         self._start_error: BaseException | None = None
@@ -71,27 +75,24 @@ class Tracker:
     @property
     def backends(self) -> list[trackers.Backend]:
         """Return the started trackers, first waiting for a background start and raising its error."""
-        self._join_start()
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
         if self._start_error is not None:
             err, self._start_error = self._start_error, None
             raise err
         deferred, self._deferred = self._deferred, []
         for call in deferred:
-            for backend in list(self._backends):
-                self._call(backend, call)
+            self._each(call)  # the start is joined and its error raised, so this returns the trackers at once
         return self._backends
 
-    def _call(self, backend: trackers.Backend, call: Callable[[trackers.Backend], Any]) -> Any:
-        """Return `call(backend)`. A tracker whose child process died is dropped with one warning."""
-        try:
-            return call(backend)
-        except trackers.TrackerStopped as err:
-            self._stopped(backend, err)
-            return None
-
     def _each(self, call: Callable[[trackers.Backend], Any]) -> None:
+        """Run `call(backend)` for every tracker. A tracker whose child process died is dropped with one warning."""
         for backend in list(self.backends):
-            self._call(backend, call)
+            try:
+                call(backend)
+            except trackers.TrackerStopped as err:
+                self._stopped(backend, err)
 
     def _stopped(self, backend: trackers.Backend, err: Exception) -> None:
         if backend in self._backends:
@@ -120,30 +121,22 @@ class Tracker:
         self._started = time.monotonic()
         if not self.is_writer:
             return self
-        run = RunInfo(
-            run_dir=self.run_dir,
-            job_type=self.job_type,
-            config=self.config,
-            provenance=self.provenance,
-            name=self.name,
-            group=self.group,
-            tags=self.tags,
-            resume_id=self.resume_id,
-            continuing=self.continuing,
-            resumed_step=self.resumed_step,
-        )
+        run, folders = self.run, [self.run_dir, self.run_dir / "provenance"]
         for name in filter(trackers.trackers().__contains__, trackers.chosen(self.logger_cfg)):  # before writing
             settings = trackers.tracker_settings(self.logger_cfg, name)
-            trackers.backend(name, self.logger_cfg).check(dataclasses.replace(run, settings=settings))
-        for folder in self._folders():  # refuse a read-only dir before anything is written
+            backend_class = settings.backend()
+            backend_class.check(dataclasses.replace(run, settings=settings))
+            if backend_class.folder:
+                folders.append(self.run_dir / backend_class.folder)
+        for folder in folders:  # refuse a read-only dir before anything is written
             check_writable(folder)
         with writing(self.run_dir):
             self.run_dir.mkdir(parents=True, exist_ok=True)
             # `tail -f metrics.jsonl` shows each event as it happens
             self._metrics_file = open_record(
-                self.run_dir / "metrics.jsonl", self.continuing, self.resumed_step, step_of=_jsonl_step
+                self.run_dir / "metrics.jsonl", run.continuing, run.resumed_step, step_of=_jsonl_step
             )
-            written = prov.record(self.run_dir, self.provenance, self.continuing)
+            written = prov.record(self.run_dir, self.provenance, run.continuing)
         # trackers that keep files get this start's provenance once they start
         self._deferred += [operator.methodcaller("save_file", path) for path in written]
         if background:
@@ -157,11 +150,6 @@ class Tracker:
             raise err
         self.backends  # noqa: B018 (attaches the provenance files now)
         return self
-
-    def _folders(self) -> list[Path]:
-        """Return the run dir and the folders in it this run writes to."""
-        chosen = [trackers.folder(name, self.logger_cfg) for name in trackers.chosen(self.logger_cfg)]
-        return [self.run_dir, self.run_dir / "provenance", *(self.run_dir / name for name in chosen if name)]
 
     def _start_backends(self, run: RunInfo) -> None:
         try:
@@ -178,16 +166,10 @@ class Tracker:
         except BaseException as err:  # raised where the trackers are next used
             self._start_error = err
 
-    def _join_start(self) -> None:
-        if self._starting is not None:
-            self._starting.join()
-            self._starting = None
-
     def run_ref(self) -> dict[str, str | None]:
         """Return how other runs refer to this one: its run dir and wandb id and path (None without wandb)."""
         ref: dict[str, Any] = {"run_dir": str(self.run_dir), "wandb_id": None, "wandb_path": None}
-        for backend in list(self.backends):
-            ref.update(self._call(backend, lambda backend: backend.ref()) or {})
+        self._each(lambda backend: ref.update(backend.ref()))
         return ref
 
     @contextlib.contextmanager

@@ -1,10 +1,7 @@
-"""Record each job as one Weights & Biases run.
+"""Record each job as one Weights & Biases run (step = the global optimizer step).
 
-The run holds the resolved config, the git commit, branch and dirty flag, the metrics (step = global optimizer
-step), the summary, attached run-dir files and checkpoint artifacts. wandb is imported only when this backend
-starts, and never blocks a run. Without credentials it writes offline (sync later with `wandb sync`). A server that
-does not answer within `logger.wandb.init_timeout` falls back to offline with one warning. A resumed run
-(`resume_id`) continues the wandb run of that id.
+wandb is imported only when this backend starts, and never blocks a run: without credentials it writes offline, and
+a server that does not answer within `logger.wandb.init_timeout` falls back to offline with one warning.
 """
 
 from __future__ import annotations
@@ -42,10 +39,9 @@ def resolve_mode(mode: str) -> str:
     if mode != "auto":
         return mode
     env = os.environ.get("WANDB_MODE", "").lower()
+    env = {"dryrun": "offline", "run": "online"}.get(env, env)  # wandb's legacy spellings
     if env in ("online", "offline", "disabled"):
         return env
-    if env in ("dryrun", "run"):  # wandb's legacy spellings
-        return {"dryrun": "offline", "run": "online"}[env]
     return "online" if has_wandb_credentials() else "offline"
 
 
@@ -55,51 +51,7 @@ class WandbBackend(Backend):
     slow_to_start = True  # import and init take about 1 s of Python
     wandb_run: Any = None
 
-    def start(self) -> None:
-        self.wandb_run = self._init()  # the Tracker then attaches the provenance files (save_file)
-
-    def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
-        self.wandb_run.log({**metrics, **({"epoch": epoch} if epoch is not None else {})}, step=step)
-
-    def log_histograms(self, histograms: Mapping[str, tuple[list[float], list[float]]], step: int) -> None:
-        import wandb
-
-        # wandb types np_histogram as arrays but takes lists too; it calls tolist() only on what has it
-        histogram = {key: wandb.Histogram(np_histogram=hist) for key, hist in histograms.items()}  # type: ignore[arg-type]
-        self.wandb_run.log(histogram, step=step)
-
-    def summary(self, values: Mapping[str, Any]) -> None:
-        self.wandb_run.summary.update(dict(values))
-
-    def save_file(self, path: Path) -> None:
-        """Copy a run-dir file into wandb's files folder to upload; a symlink would follow a log still being written."""
-        target = Path(self.wandb_run.dir) / Path(path).resolve().relative_to(self.run.run_dir.resolve())
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
-
-    def log_checkpoint(self, path: Path, alias: str) -> None:
-        """Upload a checkpoint as a `model` artifact. Offline runs keep it for `wandb sync`."""
-        import wandb
-
-        artifact = wandb.Artifact(f"model-{self.wandb_run.id}", type="model", metadata={"file": Path(path).name})
-        artifact.add_file(str(path))
-        self.wandb_run.log_artifact(artifact, aliases=[alias, "latest"])
-
-    def finish(self, status: str) -> dict[str, Any]:
-        run = self.wandb_run
-        ref = {"wandb_id": run.id, "wandb_path": run.path, "wandb_dir": str(Path(run.dir).parent)}
-        log_file = self.run.run_dir / f"{self.run.job_type}.log"
-        if log_file.is_file():
-            self.save_file(log_file)
-        run.summary.update({"status": status})
-        run.finish(exit_code=0 if status == "completed" else 1)
-        return ref
-
-    def ref(self) -> dict[str, Any]:
-        run = self.wandb_run
-        return {"wandb_id": run.id, "wandb_path": run.path} if run is not None else {}
-
-    def _init(self) -> Any:
+    def start(self) -> None:  # the Tracker then attaches the provenance files (save_file)
         import wandb
 
         cfg, run = self.run.settings, self.run
@@ -146,4 +98,45 @@ class WandbBackend(Backend):
             ", resumed" if run.resume_id else "",
             wandb_run.dir,
         )
-        return wandb_run
+        self.wandb_run = wandb_run
+
+    def log(self, metrics: Mapping[str, Any], step: int, epoch: int | None) -> None:
+        self.wandb_run.log({**metrics, **({"epoch": epoch} if epoch is not None else {})}, step=step)
+
+    def log_histograms(self, histograms: Mapping[str, tuple[list[float], list[float]]], step: int) -> None:
+        import wandb
+
+        # wandb types np_histogram as arrays but takes lists too; it calls tolist() only on what has it
+        histogram = {key: wandb.Histogram(np_histogram=hist) for key, hist in histograms.items()}  # type: ignore[arg-type]
+        self.wandb_run.log(histogram, step=step)
+
+    def summary(self, values: Mapping[str, Any]) -> None:
+        self.wandb_run.summary.update(dict(values))
+
+    def save_file(self, path: Path) -> None:
+        """Copy a run-dir file into wandb's files folder to upload; a symlink would follow a log still being written."""
+        target = Path(self.wandb_run.dir) / Path(path).resolve().relative_to(self.run.run_dir.resolve())
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+
+    def log_checkpoint(self, path: Path, alias: str) -> None:
+        """Upload a checkpoint as a `model` artifact. Offline runs keep it for `wandb sync`."""
+        import wandb
+
+        artifact = wandb.Artifact(f"model-{self.wandb_run.id}", type="model", metadata={"file": Path(path).name})
+        artifact.add_file(str(path))
+        self.wandb_run.log_artifact(artifact, aliases=[alias, "latest"])
+
+    def finish(self, status: str) -> dict[str, Any]:
+        run = self.wandb_run
+        ref = {"wandb_id": run.id, "wandb_path": run.path, "wandb_dir": str(Path(run.dir).parent)}
+        log_file = self.run.run_dir / f"{self.run.job_type}.log"
+        if log_file.is_file():
+            self.save_file(log_file)
+        run.summary.update({"status": status})
+        run.finish(exit_code=0 if status == "completed" else 1)
+        return ref
+
+    def ref(self) -> dict[str, Any]:
+        run = self.wandb_run
+        return {"wandb_id": run.id, "wandb_path": run.path} if run is not None else {}

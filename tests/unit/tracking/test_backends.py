@@ -159,12 +159,12 @@ def test_ctrl_c_records_the_run_as_interrupted(tmp_path):
 
 
 # the trackers writing a folder of the run dir from this process: csv, and those the extensions add
-IN_PROCESS = [name for name in trackers() if backends.folder(name) and not backends.backend(name).slow_to_start]
+IN_PROCESS = [name for name in trackers() if backends.backend(name).folder and not backends.backend(name).slow_to_start]
 
 
 @pytest.mark.parametrize("name", IN_PROCESS)
 def test_a_folder_that_cannot_be_written_is_one_line_before_anything_is_written(tmp_path, monkeypatch, name):
-    run_dir, folder = tmp_path / "run", backends.folder(name)
+    run_dir, folder = tmp_path / "run", backends.backend(name).folder
     (run_dir / folder).mkdir(parents=True)
     if os.geteuid() == 0:  # root writes whatever the mode says: have the OS answer as it would a user
         real_access = os.access
