@@ -20,9 +20,9 @@ from lab import runtime
 from lab.config import options
 from lab.errors import UserError
 from lab.exporting import manifest
-from lab.inference import EagerBackend, Inputs, artifact_backend, write_predictions
-from lab.inference.backends import fits, shape_text
-from lab.inference.inputs import keeps_size
+from lab.inference.backends import EagerBackend, artifact_backend, fits, shape_text
+from lab.inference.inputs import Inputs, keeps_size
+from lab.inference.predict import write_predictions
 from lab.tasks.base import InferContext
 from lab.tasks.common import build as build_task
 from lab.workflows import restore
