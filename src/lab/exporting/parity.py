@@ -97,7 +97,8 @@ def compare(
     reason in `error`. Several outputs are compared one by one, each under its name in `layout`."""
     count = 0
     agree: float | None = 0.0  # None once a batch has no agreement
-    sizes, shapes = _sizes(batches), _shapes(batches)
+    sizes = sorted({len(b) for b in batches})
+    shapes = [list(shape) for shape in sorted({tuple(b.shape[1:]) for b in batches})]
     layout = layout or model_outputs.check(reference[0])
     each = dict.fromkeys(layout.names, 0.0)  # max |diff| per output
     for inputs, expected in zip(batches, reference):
@@ -131,11 +132,3 @@ def _mismatch(got: Any, expected: Any, layout: model_outputs.Layout) -> str:
             which = "outputs" if layout.single else f"output {name!r}"
             return f"{which} {tuple(out.shape)}, eager's {tuple(ref.shape)}"
     return ""
-
-
-def _sizes(batches: Sequence[torch.Tensor]) -> list[int]:
-    return sorted({len(b) for b in batches})
-
-
-def _shapes(batches: Sequence[torch.Tensor]) -> list[list[int]]:
-    return [list(shape) for shape in sorted({tuple(b.shape[1:]) for b in batches})]
