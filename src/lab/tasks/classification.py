@@ -1,6 +1,5 @@
-"""Classification: cross-entropy, and top-1/top-5 accuracy summed exactly over a split.
-Evaluation runs add the confusion matrix and per-class accuracy. `task.metrics` adds F1, AUROC, average precision
-and per-class scores through torchmetrics (`class_scores`)."""
+"""Classification: cross-entropy, and top-1/top-5 accuracy summed exactly over a split; evaluation adds the confusion
+matrix and per-class accuracy, `task.metrics` torchmetrics' scores (`class_scores`)."""
 
 from __future__ import annotations
 
@@ -34,15 +33,10 @@ def cross_entropy(
 
 class ClassificationMetrics:
     """Accumulate classification metrics as running sums on the device, with no host sync per batch.
-    `compute` divides once by the true sample count, so a short last batch weighs what its samples weigh.
 
     `confusion=True` also counts (true, predicted) pairs. It is off by default: training validates every epoch and
-    only needs the scalars, while a K x K matrix for K = 1000 classes is a megabyte-sized add per batch.
-
-    `extra` names `task.metrics` (f1, auroc, average_precision, per_class). `scores` computes them with
-    torchmetrics, whose states sync themselves in `compute`; `Parallel.reduce_metrics` leaves them alone, as they
-    are not tensor attributes. per_class needs `confusion=True`.
-    """
+    only needs the scalars, while a K x K matrix for K = 1000 classes is a megabyte-sized add per batch. `extra`
+    names `task.metrics`, which `scores` computes with torchmetrics (per_class needs `confusion=True`)."""
 
     def __init__(
         self, num_classes: int, device: torch.device, confusion: bool = False, extra: Sequence[str] = ()
@@ -227,8 +221,6 @@ class Classification(BaseTask[ClassificationMetrics]):
         return float((reference.argmax(-1) == outputs.argmax(-1)).float().mean())
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
-        """Predict the top-k labels with probabilities for images (a file, folder or glob), image tensors
-        (.npy/.pt), or table rows (.csv/.npy) for a model trained on a table."""
         from lab.tasks.outputs import top_k_records
 
         inputs, options = context.inputs(), context.cfg.infer
