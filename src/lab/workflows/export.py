@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from lab.config.tools import ExportStepConfig
+from lab.config.tools import ExportOptions, ExportStepConfig
 from lab.data.loaders import make_loader
 from lab.errors import UserError
 from lab.exporting import manifest, parity, steps, writers
@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
-    opts = cfg.export
     restored = restore.rebuild(cfg.ckpt_path)
+    opts = cast(ExportOptions, OmegaConf.to_object(cfg.export))  # the export node with its steps' settings, typed
     own = steps.own_format(opts)
     if own is not None:
         return _own_format(cfg, run_dir, restored, own)
