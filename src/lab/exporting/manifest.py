@@ -84,7 +84,7 @@ def build(
     opset: int | None,
     tolerance: float,
     sections: dict[str, Any],
-    layout: model_outputs.Layout | None = None,
+    layout: model_outputs.Layout,
 ) -> dict[str, Any]:
     """Build the manifest from eager's `output` on the first parity batch, named by `layout`, and steps' `sections`."""
     return {
@@ -97,7 +97,7 @@ def build(
         "task": task_config,
         "model": model_config,
         "input": _tensor_spec(INPUT_NAME, example, dynamic_dims, example.ndim),
-        **_output_specs(output, layout or model_outputs.check(output), dynamic_dims, example.ndim),
+        **_output_specs(output, layout, dynamic_dims, example.ndim),
         "dynamic_dims": list(dynamic_dims),  # input axes of any size; infer keeps image sizes if H and W are
         "dynamic_axes": {
             axis_name(d, example.ndim): f"dim {d} of the input (and of the output where it has it), any size"

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from lab.config.tools import ExportOptions, ExportStepConfig
+from lab.config.tools import ExportOptions
 from lab.errors import UserError
 from lab.tasks.outputs import Layout
 
@@ -45,8 +45,3 @@ def run(opts: ExportOptions, export: Export) -> Export:
     for step in opts.steps():
         step.run(export)
     return export
-
-
-def own_format(opts: ExportOptions) -> ExportStepConfig | None:
-    """Return the step that writes `export.formats`' one format itself (an extension's), or None for the core's."""
-    return next((step for step in opts.steps() if opts.formats[0] in step.formats), None)

@@ -35,7 +35,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
     restored = restore.rebuild(cfg.ckpt_path)
     opts = cast(ExportOptions, OmegaConf.to_object(cfg.export))  # the export node with its steps' settings, typed
-    own = steps.own_format(opts)
+    # the step that writes export.formats' one format itself (an extension's), or None for the core's
+    own = next((step for step in opts.steps() if opts.formats[0] in step.formats), None)
     if own is not None:
         return _own_format(cfg, run_dir, restored, own)
     data_cfg = restore.data_config(restored, cfg.data)

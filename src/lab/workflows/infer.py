@@ -31,10 +31,6 @@ from lab.workflows.common import hydra_run_dir, linked_tracker
 log = logging.getLogger(__name__)
 
 
-def _is_artifact(path: Path) -> bool:
-    return path.suffix in (".onnx", ".pt2") or path.name.endswith(".torchscript.pt")
-
-
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
     run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
     model_path = Path(cfg.ckpt_path).expanduser()
@@ -71,7 +67,7 @@ def _open(path: Path, device: Any, allow_modified: bool = False) -> tuple[Any, A
 
     Returns (runner, task, data_meta, source run, model config, data config ({} for an artifact), dynamic input
     axes). An artifact's manifest says which axes the export made dynamic."""
-    if _is_artifact(path):
+    if path.suffix in (".onnx", ".pt2") or path.name.endswith(".torchscript.pt"):
         found = manifest.read(path)
         _check_verified(path, found, allow_modified)
         meta = restore.upgrade_meta(found["data_meta"])
