@@ -1,7 +1,5 @@
-"""A small decoder-only transformer (GPT) that maps int64 tokens (B, T <= block_size) to logits (B, T, vocab).
-
-Token and position embeddings, pre-norm blocks of causal self-attention and an MLP, and an output projection tied
-to the token embedding. Attention uses `scaled_dot_product_attention`, which picks flash kernels where it can."""
+"""A small decoder-only transformer (GPT) that maps int64 tokens (B, T <= block_size) to logits (B, T, vocab): pre-norm
+blocks, the output projection tied to the token embedding, `scaled_dot_product_attention` (flash where it can)."""
 
 from __future__ import annotations
 

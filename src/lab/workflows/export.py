@@ -1,11 +1,10 @@
-"""Export a checkpoint to each format, check each against the eager model, and write the manifest.
+"""Export a checkpoint to each format, check each against the eager model, and write the manifest; return the worst
+max |output difference|.
 
 Each artifact is written into a staging folder (lab.files.staged) and run there by the runner inference uses, on
-real validation samples. Only an artifact that matches the eager model is moved to its final name. So a killed
-export leaves no partial or unchecked file under a final name, and the manifest's `artifacts` lists only files that
-passed. One above `export.tolerance` is never published; its figures go under `failed` and the run exits non-zero.
-A model with several outputs (lab.tasks.outputs) is exported with each output named and compared on its own.
-Returns the worst max |output difference|.
+real validation samples; only one that matches the eager model is moved to its final name. So a killed export
+leaves no unchecked file under a final name. One above `export.tolerance` is never published; its figures go under
+`failed` and the run exits non-zero.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Run a checkpoint or exported model on inputs and write predictions.csv and .json.
+"""Run a checkpoint or exported model on inputs and write predictions.csv and .json; return the number of records.
 
-The backend follows `ckpt_path`. A training checkpoint runs the eager model rebuilt by lab.workflows.restore.
-model.onnx runs in onnxruntime, model.pt2 in torch.export and model.torchscript.pt in torch.jit, each with the task
-and data_meta of the export_manifest.json next to it. The task reads the inputs (lab.inference.inputs) and turns
-outputs into records, writing any further files (masks) into the run dir. Images keep their size when the model
-takes any height and width (`infer.resize`). Returns the number of records.
+The backend follows `ckpt_path`: a training checkpoint runs the eager model rebuilt by lab.workflows.restore, an
+exported file its runtime's runner, with the task and data_meta of the export_manifest.json next to it.
 """
 
 from __future__ import annotations
@@ -63,10 +60,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
 
 
 def _open(path: Path, device: Any, allow_modified: bool = False) -> tuple[Any, Any, dict, dict, dict, dict, tuple]:
-    """Open a checkpoint or exported artifact for inference.
-
-    Returns (runner, task, data_meta, source run, model config, data config ({} for an artifact), dynamic input
-    axes). An artifact's manifest says which axes the export made dynamic."""
+    """Open a checkpoint or exported artifact: (runner, task, data_meta, source run, model config, data config ({}
+    for an artifact), dynamic input axes (an artifact's as its manifest says))."""
     if path.suffix in (".onnx", ".pt2") or path.name.endswith(".torchscript.pt"):
         found = manifest.read(path)
         _check_verified(path, found, allow_modified)
