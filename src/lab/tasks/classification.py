@@ -3,7 +3,7 @@ matrix and per-class accuracy, `task.metrics` torchmetrics' scores (`class_score
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,24 +93,6 @@ class ClassificationMetrics:
         """Return each class's recall (correct / samples of that class), or None for a class absent from the split."""
         matrix = self.confusion_matrix()
         return [row[i] / sum(row) if sum(row) else None for i, row in enumerate(matrix)]
-
-
-def build_classification(cfg: Any, meta: Mapping[str, Any]) -> Classification:
-    if "num_classes" not in meta:
-        raise UserError(
-            "task=classification needs class labels, but this dataset gives none (no num_classes in its meta); "
-            "pick the task that fits the data (task=regression for values, task=language_model for text)"
-        )
-    num_classes, weights = int(meta["num_classes"]), cfg.class_weights
-    extra = list(getattr(cfg, "metrics", ()))  # task.metrics, absent from configs saved before it existed
-    task = Classification(num_classes, float(cfg.label_smoothing), meta.get("class_names"), extra)
-    if weights == "balanced":
-        task.balanced = True  # `prepare` sets them from the training labels
-    elif weights is not None:
-        from lab.tasks import class_weights
-
-        task.class_weights = class_weights.given(list(weights), num_classes)
-    return task
 
 
 class Classification(BaseTask[ClassificationMetrics]):

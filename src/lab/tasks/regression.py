@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +54,6 @@ class RegressionMetrics:
         """Return every (predicted, true) pair seen, in the target's units (needs `keep=True`)."""
         pairs = torch.cat(self.pairs) * self.std + self.mean if self.pairs else torch.zeros(0, 2)
         return pairs[:, 0].tolist(), pairs[:, 1].tolist()
-
-
-def build_regression(cfg: Any, meta: Mapping[str, Any]) -> Regression:
-    return Regression(float(meta.get("target_mean", 0.0)), float(meta.get("target_std", 1.0)), meta.get("target_name"))
 
 
 class Regression(BaseTask[RegressionMetrics]):
