@@ -13,7 +13,6 @@ import torch
 
 from lab.errors import UserError
 from lab.exporting.writers import INPUT_NAME, OUTPUT_NAME, axis_name
-from lab.files import write_json
 from lab.tasks import outputs as model_outputs
 
 FORMAT_VERSION = 1
@@ -130,12 +129,6 @@ def output_layout(manifest: dict[str, Any]) -> model_outputs.Layout | None:
     if "outputs" not in manifest:
         return None
     return model_outputs.Layout(manifest["output_structure"], tuple(spec["name"] for spec in manifest["outputs"]))
-
-
-def write(folder: Path, manifest: dict[str, Any]) -> Path:
-    path = folder / MANIFEST
-    write_json(path, manifest)
-    return path
 
 
 def read(artifact: str | Path) -> dict[str, Any]:

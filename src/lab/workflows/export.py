@@ -21,7 +21,7 @@ from lab.config.tools import ExportOptions, ExportStepConfig
 from lab.data.loaders import make_loader
 from lab.errors import UserError
 from lab.exporting import manifest, parity, steps, writers
-from lab.files import publish, remove_stale_temps, staged
+from lab.files import publish, remove_stale_temps, staged, write_json
 from lab.inference.backends import EagerBackend, artifact_backend
 from lab.tasks import outputs as model_outputs
 from lab.workflows import restore
@@ -81,8 +81,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
             make_loader, datamodule.train, data_cfg, train=False, generator=None, pin_memory=False
         )
         added = steps.run(opts, steps.Export(run_dir, task, example, val_loader, train, artifacts))
-        path = manifest.write(
-            run_dir,
+        path = run_dir / manifest.MANIFEST
+        write_json(
+            path,
             manifest.build(
                 meta=restored.meta,
                 task_config=restore.task_config(restored.config),
