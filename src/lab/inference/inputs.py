@@ -91,16 +91,19 @@ def read_image(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[It
     yield str(path), tensor, size
 
 
-def read_tensor(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
-    """Read a .npy array of inputs (any numeric dtype) or a `torch.save`d tensor (weights_only=True)."""
+def _load(path: Path, what: str) -> Any:
+    """Read a .npy array (no pickles) or a `torch.save`d tensor (weights_only=True)."""
     try:
         if path.suffix.lower() == ".npy":
-            data = np.load(path, allow_pickle=False)
-        else:
-            data = torch.load(path, map_location="cpu", weights_only=True)
+            return np.load(path, allow_pickle=False)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise UserError(f"input={path}: cannot read the tensor file ({str(err).splitlines()[0]})") from err
-    yield from _array_items(path, data, meta, resize)
+        raise UserError(f"input={path}: cannot read {what} ({str(err).splitlines()[0]})") from err
+
+
+def read_tensor(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
+    """Read a .npy array of inputs (any numeric dtype) or a `torch.save`d tensor."""
+    yield from _array_items(path, _load(path, "the tensor file"), meta, resize)
 
 
 def read_csv(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
@@ -134,14 +137,7 @@ def _table_rows(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[I
             raise UserError(f"input={path} lacks the feature column(s) {missing} the model was trained on")
         matrix = numeric_columns(rows, header, names, path)
     elif path.suffix.lower() in (".npy", ".pt"):
-        try:
-            data = (
-                np.load(path, allow_pickle=False)
-                if path.suffix.lower() == ".npy"
-                else torch.load(path, weights_only=True)
-            )
-        except Exception as err:
-            raise UserError(f"input={path}: cannot read the array ({str(err).splitlines()[0]})") from err
+        data = _load(path, "the array")
         matrix = np.asarray(data.numpy() if isinstance(data, torch.Tensor) else data, dtype=np.float64)
         matrix = matrix[None] if matrix.ndim == 1 else matrix
         if matrix.ndim != 2 or matrix.shape[1] != len(names):
