@@ -102,7 +102,6 @@ class Classification(BaseTask[ClassificationMetrics]):
     monitor = "acc"  # higher is better; best.pt tracks val/acc
     mode = "max"
     normaliser = "samples"  # with task.class_weights, the summed weights of the batch's labels (`weight`)
-    dynamic_dims = (0,)
 
     def __init__(
         self,

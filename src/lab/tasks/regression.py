@@ -61,7 +61,6 @@ class Regression(BaseTask[RegressionMetrics]):
     monitor = "rmse"
     mode = "min"
     normaliser = "elements"  # every target value (one per sample for a single target)
-    dynamic_dims = (0,)
 
     def __init__(self, target_mean: float = 0.0, target_std: float = 1.0, target_name: str | None = None) -> None:
         self.target_mean, self.target_std = target_mean, target_std
@@ -100,9 +99,6 @@ class Regression(BaseTask[RegressionMetrics]):
         figure = figures.predicted_vs_true_png(predicted, true, context.run_dir / "predicted_vs_true.png", title)
         extra = {"target": self.target_name, "target_mean": self.target_mean, "target_std": self.target_std}
         return extra, [figure]
-
-    def agreement(self, reference: torch.Tensor, outputs: torch.Tensor) -> float | None:
-        return None  # no decision to agree on, so parity is the max |difference| alone
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
         """Predict values in the target's units for table rows (.csv with the feature columns, or .npy/.pt (N, F))."""
