@@ -202,9 +202,9 @@ def test_a_perturbed_export_fails_the_parity_check(best, tmp_path):
 
 KILL_DURING_PARITY = """
 import os, signal, time
-from lab import exporting
+from lab.exporting import parity
 
-compare, calls = exporting.compare, []
+compare, calls = parity.compare, []
 
 def killed_at_the_second_check(*args, **kwargs):
     calls.append(1)
@@ -213,7 +213,7 @@ def killed_at_the_second_check(*args, **kwargs):
         time.sleep(60)
     return compare(*args, **kwargs)
 
-exporting.compare = killed_at_the_second_check
+parity.compare = killed_at_the_second_check
 """
 
 
@@ -228,7 +228,7 @@ def test_an_export_killed_mid_check_leaves_no_final_named_file_it_did_not_verify
     assert (run_dir / "model.onnx").is_file()  # verified before the kill: published
     assert not (run_dir / "model.pt2").exists()  # complete on disk but unverified: only under its staging name
     assert not (run_dir / "export_manifest.json").exists()
-    from lab.inference import OnnxBackend
+    from lab.inference.backends import OnnxBackend
 
     assert OnnxBackend(run_dir / "model.onnx")(torch.zeros(3, 1, 8, 8)).shape == (3, 10)  # a whole file
     left = [".model.pt2.tmp"] if how == "SIGKILL" else []

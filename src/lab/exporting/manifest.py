@@ -13,7 +13,6 @@ import torch
 
 from lab.errors import UserError
 from lab.exporting.writers import INPUT_NAME, OUTPUT_NAME, axis_name
-from lab.files import write_json
 from lab.tasks import outputs as model_outputs
 
 FORMAT_VERSION = 1
@@ -84,7 +83,7 @@ def build(
     opset: int | None,
     tolerance: float,
     sections: dict[str, Any],
-    layout: model_outputs.Layout | None = None,
+    layout: model_outputs.Layout,
 ) -> dict[str, Any]:
     """Build the manifest from eager's `output` on the first parity batch, named by `layout`, and steps' `sections`."""
     return {
@@ -97,7 +96,7 @@ def build(
         "task": task_config,
         "model": model_config,
         "input": _tensor_spec(INPUT_NAME, example, dynamic_dims, example.ndim),
-        **_output_specs(output, layout or model_outputs.check(output), dynamic_dims, example.ndim),
+        **_output_specs(output, layout, dynamic_dims, example.ndim),
         "dynamic_dims": list(dynamic_dims),  # input axes of any size; infer keeps image sizes if H and W are
         "dynamic_axes": {
             axis_name(d, example.ndim): f"dim {d} of the input (and of the output where it has it), any size"
@@ -130,12 +129,6 @@ def output_layout(manifest: dict[str, Any]) -> model_outputs.Layout | None:
     if "outputs" not in manifest:
         return None
     return model_outputs.Layout(manifest["output_structure"], tuple(spec["name"] for spec in manifest["outputs"]))
-
-
-def write(folder: Path, manifest: dict[str, Any]) -> Path:
-    path = folder / MANIFEST
-    write_json(path, manifest)
-    return path
 
 
 def read(artifact: str | Path) -> dict[str, Any]:

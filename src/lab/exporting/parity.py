@@ -55,10 +55,8 @@ def take(loader: DataLoader, samples: int) -> list[torch.Tensor]:
 
 
 def sample_batches(loader: DataLoader, samples: int, dynamic_dims: Sequence[int] = (0,)) -> list[torch.Tensor]:
-    """Return the loader's first `samples` inputs, plus batches of another size along each dynamic axis.
-
-    The extra batches are a batch of one, and per other dynamic axis a batch of 3 resized there (`other_size`). So
-    a size baked in at export fails parity instead of passing silently."""
+    """Return the loader's first `samples` inputs, plus a batch of one and, per other dynamic axis, a batch of 3
+    resized there (`other_size`), so a size baked in at export fails parity instead of passing silently."""
     batches = take(loader, samples)
     if not batches:
         raise ValueError("the validation loader is empty: no samples to check parity on")
@@ -73,10 +71,8 @@ def sample_batches(loader: DataLoader, samples: int, dynamic_dims: Sequence[int]
 
 
 def other_size(inputs: torch.Tensor, dim: int) -> torch.Tensor | None:
-    """Return `inputs` at another size along `dim`, or None for a sequence of one.
-
-    A token sequence, bounded by the traced length, is cut to half. Other axes (height, width) are doubled by
-    nearest-neighbour upsampling, so sizes a strided model divided evenly still divide."""
+    """Return `inputs` at another size along `dim`, or None for a sequence of one: a token sequence (bounded by the
+    traced length) cut to half, other axes doubled by nearest-neighbour upsampling (a strided model still divides)."""
     if axis_limit(inputs, dim) is not None:
         return inputs.narrow(dim, 0, inputs.shape[dim] // 2) if inputs.shape[dim] > 1 else None
     return inputs.repeat_interleave(2, dim=dim)
@@ -97,7 +93,8 @@ def compare(
     reason in `error`. Several outputs are compared one by one, each under its name in `layout`."""
     count = 0
     agree: float | None = 0.0  # None once a batch has no agreement
-    sizes, shapes = _sizes(batches), _shapes(batches)
+    sizes = sorted({len(b) for b in batches})
+    shapes = [list(shape) for shape in sorted({tuple(b.shape[1:]) for b in batches})]
     layout = layout or model_outputs.check(reference[0])
     each = dict.fromkeys(layout.names, 0.0)  # max |diff| per output
     for inputs, expected in zip(batches, reference):
@@ -131,11 +128,3 @@ def _mismatch(got: Any, expected: Any, layout: model_outputs.Layout) -> str:
             which = "outputs" if layout.single else f"output {name!r}"
             return f"{which} {tuple(out.shape)}, eager's {tuple(ref.shape)}"
     return ""
-
-
-def _sizes(batches: Sequence[torch.Tensor]) -> list[int]:
-    return sorted({len(b) for b in batches})
-
-
-def _shapes(batches: Sequence[torch.Tensor]) -> list[list[int]]:
-    return [list(shape) for shape in sorted({tuple(b.shape[1:]) for b in batches})]

@@ -8,13 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
-from lab.config.tools import ExportOptions, ExportStepConfig
+from lab.config.tools import ExportOptions
 from lab.errors import UserError
 from lab.tasks.outputs import Layout
 
@@ -33,26 +32,16 @@ class Export:
     figures: dict[str, float] = field(default_factory=dict)  # export/... metrics a step adds, logged and summarised
 
 
-def check(opts: ExportOptions | DictConfig, outputs: Any, layout: Layout) -> None:
+def check(opts: ExportOptions, outputs: Any, layout: Layout) -> None:
     """Raise a UserError, before any work, if a step of the `export` node cannot take a model with these outputs."""
-    for step in _options(opts).steps():
+    for step in opts.steps():
         why = step.refuse_model(outputs, layout)
         if why is not None:
             raise UserError(why)
 
 
-def run(opts: ExportOptions | DictConfig, export: Export) -> Export:
+def run(opts: ExportOptions, export: Export) -> Export:
     """Run every export step of the `export` node `opts` on `export`."""
-    for step in _options(opts).steps():
+    for step in opts.steps():
         step.run(export)
     return export
-
-
-def own_format(opts: ExportOptions | DictConfig) -> ExportStepConfig | None:
-    """Return the step that writes `export.formats`' one format itself (an extension's), or None for the core's."""
-    options = _options(opts)
-    return next((step for step in options.steps() if options.formats[0] in step.formats), None)
-
-
-def _options(opts: ExportOptions | DictConfig) -> ExportOptions:
-    return cast(ExportOptions, OmegaConf.to_object(opts)) if isinstance(opts, DictConfig) else opts

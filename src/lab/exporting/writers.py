@@ -1,10 +1,7 @@
 """Write model files from a plain eval-mode module: ONNX (dynamo exporter), torch.export (.pt2), TorchScript.
 
-Every writer gets the module `lab.workflows.restore` built, never a DDP or torch.compile wrapper, never
-channels_last. It puts it in eval mode itself, so dropout is off and BatchNorm uses its running statistics. The axes
-named by the task's `dynamic_dims` (or `export.dynamic_dims`) accept any size in ONNX and torch.export: always the
-batch, and perhaps a token sequence or a fully convolutional model's height and width. The parity check then runs
-other sizes along each. A model with several outputs keeps them: named ONNX outputs, the same structure elsewhere.
+Every writer gets the module `lab.workflows.restore` built (no DDP, torch.compile or channels_last) and puts it in
+eval mode itself. The axes named by `dynamic_dims` accept any size in ONNX and torch.export.
 """
 
 from __future__ import annotations
@@ -73,9 +70,8 @@ def axis_name(dim: int, ndim: int) -> str:
 
 
 def axis_limit(example: torch.Tensor, dim: int) -> int | None:
-    """Return the largest size dynamic axis `dim` may take, or None if unbounded.
-
-    A token sequence is bounded by the example's length, the context the model was built for."""
+    """Return the largest size dynamic axis `dim` may take: a token sequence's is the example's length (the
+    context the model was built for); others are unbounded (None)."""
     return int(example.shape[dim]) if example.ndim == 2 and dim == 1 else None
 
 

@@ -23,8 +23,6 @@ from lab.errors import UserError
 from lab.exporting.writers import axis_name
 from lab.tasks.outputs import Layout, apply
 
-log = logging.getLogger(__name__)
-
 
 class Backend(Protocol):
     name: str
@@ -61,6 +59,7 @@ class ModuleBackend:
 
     module: Any
     device: torch.device
+    input_shape: InputShape | None = None  # none declared: a module, a traced module (a .pt2 sets its own)
 
     @torch.inference_mode()
     def __call__(self, inputs: torch.Tensor) -> Any:
@@ -71,7 +70,6 @@ class EagerBackend(ModuleBackend):
     """Run the PyTorch module itself, in eval mode."""
 
     name = "eager"
-    input_shape: InputShape | None = None  # a module declares none
 
     def __init__(self, model: nn.Module, device: torch.device | None = None) -> None:
         self.device = device or torch.device("cpu")
@@ -192,7 +190,6 @@ class TorchScriptBackend(ModuleBackend):
     """Run a TorchScript archive (`torch.jit.load`). TorchScript is deprecated, and kept for old deployments."""
 
     name = "torchscript"
-    input_shape: InputShape | None = None  # a traced module keeps no declared input shape
 
     def __init__(self, path: str | Path, device: torch.device | None = None) -> None:
         self.device = device or torch.device("cpu")

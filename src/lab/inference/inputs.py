@@ -1,25 +1,14 @@
-"""Read what `input=` names into model-ready tensors, with one reader per kind of file, chosen by its suffix.
-
-| suffix | reader | one input per |
-|---|---|---|
-| `.png` `.jpg` `.jpeg` | `read_image` | file: L/RGB as the model's channels, [0, 1], data_meta's `mean`/`std` |
-| `.npy` | `read_npy` | row of the array (any numeric dtype) |
-| `.pt` | `read_pt` | row of the tensor (`torch.save`d, read with `weights_only=True`) |
-| `.csv` | `read_csv` | row: a table model's feature columns by name, else every column, numeric |
+"""Read what `input=` names into model-ready tensors, with one reader per kind of file, chosen by its suffix
+(`READERS`: images, `.npy`, `.pt`, `.csv`; a table model's files all go to `_table_rows`).
 
 What an array (`.npy`/`.pt`) means depends on the model. For an image model (data_meta has `mean`/`std`), uint8
 (N, C, H, W) is raw pixels, preprocessed exactly like image files; any other dtype is already-normalised inputs,
-taken as float32. For a table model it is (N, features) rows, standardised like the CSV. For any other model it is
-(N, *input_shape) inputs: float32 whatever the stored dtype, or int64 for token ids (data_meta has `vocab_size`).
-One sample without the N axis is fine too.
+taken as float32. For any other model it is (N, *input_shape) inputs: float32 whatever the stored dtype, or int64
+for token ids (data_meta has `vocab_size`). One sample without the N axis is fine too.
 
-`resize` is the one choice about image sizes. True, for a model that needs the training size (e.g. a classifier
-with a flattening head), resizes every image to data_meta's `image_size` and refuses float arrays of another size.
-False, for a fully convolutional model (the task's `dynamic_dims` hold H and W), keeps each input's own size.
-Either way `Inputs.sizes[name]` is the input's original (H, W), so a dense task can write its mask at that size.
-
-A folder is searched recursively for images, and a glob matches images. An unreadable image is reported and
-skipped (`Inputs.skipped`); the others are still predicted.
+`resize` True (a model that needs the training size) resizes every image to data_meta's `image_size` and refuses
+float arrays of another size; False (`dynamic_dims` hold H and W) keeps each input's own size. Either way
+`Inputs.sizes[name]` is the input's original (H, W), so a dense task can write its mask at that size.
 """
 
 from __future__ import annotations
@@ -42,8 +31,6 @@ from lab.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
 
-TENSOR_SUFFIXES = (".npy", ".pt")
-TABLE_SUFFIXES = (".csv",)
 _ACCEPTED = (
     "an image (.png/.jpg/.jpeg), a folder of images, a glob like 'imgs/*.png', a .npy/.pt tensor file or .csv rows"
 )
@@ -98,53 +85,29 @@ def image_transform(meta: Mapping[str, Any], resize: bool) -> Callable[[Image.Im
 
 def read_image(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
     """Read one image file. It is decoded here, so a truncated file raises OSError now, which the caller skips."""
-    if "feature_names" in meta:  # a table model, whose reader names the files it takes
-        yield from _table_rows(path, meta)
-        return
     with Image.open(path) as image:
         size = (image.height, image.width)
         tensor = image_transform(meta, resize)(image)
     yield str(path), tensor, size
 
 
-def _load(path: Path) -> Any:
+def _load(path: Path, what: str) -> Any:
+    """Read a .npy array (no pickles) or a `torch.save`d tensor (weights_only=True)."""
     try:
         if path.suffix.lower() == ".npy":
             return np.load(path, allow_pickle=False)
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise UserError(f"input={path}: cannot read the tensor file ({str(err).splitlines()[0]})") from err
+        raise UserError(f"input={path}: cannot read {what} ({str(err).splitlines()[0]})") from err
 
 
-def _table_rows(path: Path, meta: Mapping[str, Any]) -> Iterator[Item]:
-    """Read a table model's rows: the training features, standardised (`rows`)."""
-    from lab.inference.rows import read_rows
-
-    for name, row in read_rows(str(path), meta):
-        yield name, row, None
-
-
-def read_npy(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
-    """Read a .npy array of inputs, of any numeric dtype. The module docstring says what it means per model."""
-    if "feature_names" in meta:
-        yield from _table_rows(path, meta)
-    else:
-        yield from _array_items(path, _load(path), meta, resize)
-
-
-def read_pt(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
-    """Read a `torch.save`d tensor of inputs, with weights_only=True."""
-    if "feature_names" in meta:
-        yield from _table_rows(path, meta)
-    else:
-        yield from _array_items(path, _load(path), meta, resize)
+def read_tensor(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
+    """Read a .npy array of inputs (any numeric dtype) or a `torch.save`d tensor."""
+    yield from _array_items(path, _load(path, "the tensor file"), meta, resize)
 
 
 def read_csv(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
-    """Read CSV rows: a table model's feature columns by name (standardised), else every column as one input."""
-    if "feature_names" in meta:
-        yield from _table_rows(path, meta)
-        return
+    """Read CSV rows, every column as one input (a table model's rows: `_table_rows`)."""
     from lab.data.tabular import INPUT_ENCODING_FIX, numeric_columns
     from lab.data.tabular import read_csv as read_table
 
@@ -156,11 +119,46 @@ def read_csv(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item
     yield from _array_items(path, matrix, meta, resize)
 
 
+def _table_rows(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
+    """Read a table model's rows: a .csv with the training features as named columns, or a .npy/.pt array (N, F)
+    in the training column order, standardised with data_meta's statistics."""
+    names = list(meta["feature_names"])
+    if not path.is_file():
+        raise UserError(
+            f"input={path} does not exist; give a .csv with columns {names} or a .npy of shape (N, {len(names)})"
+        )
+    if path.suffix.lower() == ".csv":
+        from lab.data.tabular import INPUT_ENCODING_FIX, numeric_columns
+        from lab.data.tabular import read_csv as read_table
+
+        header, rows = read_table(path, fix=INPUT_ENCODING_FIX)
+        missing = [n for n in names if n not in header]
+        if missing:
+            raise UserError(f"input={path} lacks the feature column(s) {missing} the model was trained on")
+        matrix = numeric_columns(rows, header, names, path)
+    elif path.suffix.lower() in (".npy", ".pt"):
+        data = _load(path, "the array")
+        matrix = np.asarray(data.numpy() if isinstance(data, torch.Tensor) else data, dtype=np.float64)
+        matrix = matrix[None] if matrix.ndim == 1 else matrix
+        if matrix.ndim != 2 or matrix.shape[1] != len(names):
+            raise UserError(
+                f"input={path} has shape {tuple(np.shape(data))}; the model takes rows of {len(names)} features "
+                f"({', '.join(names)}): give shape (N, {len(names)})"
+            )
+    else:
+        raise UserError(f"input={path}: give a .csv with columns {names} or a .npy / .pt array (N, {len(names)})")
+    if not np.isfinite(matrix).all():
+        raise UserError(f"input={path} holds NaN or inf values; a prediction for them would mean nothing")
+    x = (torch.from_numpy(matrix) - torch.tensor(meta["feature_mean"])) / torch.tensor(meta["feature_std"])
+    for i, row in enumerate(x.float()):
+        yield f"{path}[{i}]", row, None
+
+
 # suffix -> reader, the one place that decides how a file becomes inputs
 READERS: dict[str, Reader] = {
     **dict.fromkeys(IMAGE_SUFFIXES, read_image),
-    ".npy": read_npy,
-    ".pt": read_pt,
+    ".npy": read_tensor,
+    ".pt": read_tensor,
     ".csv": read_csv,
 }
 
@@ -243,9 +241,12 @@ class Inputs:
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
         for path in self.files:
-            reader = self.readers.get(path.suffix.lower()) or READERS.get(path.suffix.lower())
+            own = self.readers.get(path.suffix.lower())
+            reader = own or READERS.get(path.suffix.lower())
             if reader is None:
                 raise UserError(f"input={path} is not {_ACCEPTED}")
+            if own is None and "feature_names" in self.meta:  # a table model, whose reader names the files it takes
+                reader = _table_rows
             try:
                 for name, tensor, size in reader(path, self.meta, self.resize):
                     if size is not None:

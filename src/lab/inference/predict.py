@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import csv
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from lab.files import atomic_path, write_json
-
-log = logging.getLogger(__name__)
 
 
 def _csv_row(record: dict[str, Any]) -> dict[str, Any]:

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-
-from lab.models.common import image_channels
 
 
 def conv_block(in_channels: int, out_channels: int) -> nn.Sequential:
@@ -65,13 +63,3 @@ class SmallCNN(nn.Module):
 def _checkpoint_contexts(block: nn.Module) -> tuple[Any, Any]:
     # (first forward, recomputation in backward)
     return nullcontext(), _preserved_buffers(block)
-
-
-def build_cnn(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
-    return SmallCNN(
-        in_channels=image_channels(meta, "cnn"),
-        channels=[int(c) for c in cfg.channels],
-        num_classes=int(meta["num_outputs"]),
-        dropout=float(cfg.dropout),
-        grad_checkpointing=bool(cfg.grad_checkpointing),
-    )

@@ -28,9 +28,8 @@ def image_channels(meta: Mapping[str, Any], model: str) -> int:
 
 
 def build(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
-    """Build option `cfg`'s model for the data `meta` describes, loading `cfg.init_from` and applying `cfg.freeze`.
-
-    `cfg` is a composed node, a checkpoint's saved dict or the option object."""
+    """Build option `cfg`'s model (a composed node, a checkpoint's saved dict or the option object) for the data `meta`
+    describes, loading `cfg.init_from` and applying `cfg.freeze`."""
     option = options.instantiate("model", cfg)
     model = option.build(meta)
     if option.init_from is not None:

@@ -1,19 +1,12 @@
-"""A small decoder-only transformer (GPT) that maps int64 tokens (B, T <= block_size) to logits (B, T, vocab).
-
-Token and position embeddings, pre-norm blocks of causal self-attention and an MLP, and an output projection tied
-to the token embedding. Attention uses `scaled_dot_product_attention`, which picks flash kernels where it can."""
+"""A small decoder-only transformer (GPT) that maps int64 tokens (B, T <= block_size) to logits (B, T, vocab): pre-norm
+blocks, the output projection tied to the token embedding, `scaled_dot_product_attention` (flash where it can)."""
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-
-from lab.errors import ConfigError
 
 
 class CausalSelfAttention(nn.Module):
@@ -81,19 +74,3 @@ class GPT(nn.Module):
             x = checkpoint(block, x, use_reentrant=False) if recompute else block(x)
         # Weight tying: the output projection is the token embedding. Fewer parameters, better small LMs.
         return F.linear(self.ln_f(x), self.tok_emb.weight)
-
-
-def build_gpt(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
-    if "vocab_size" not in meta or "block_size" not in meta:
-        raise ConfigError(
-            "model=gpt takes token sequences: use it with a text dataset (data=text), not images or tables"
-        )
-    return GPT(
-        vocab_size=int(meta["vocab_size"]),
-        block_size=int(meta["block_size"]),
-        n_layer=int(cfg.n_layer),
-        n_head=int(cfg.n_head),
-        n_embd=int(cfg.n_embd),
-        dropout=float(cfg.dropout),
-        grad_checkpointing=bool(cfg.grad_checkpointing),
-    )

@@ -11,17 +11,12 @@ from typing import Any
 from torch import nn
 
 
-def make_mlp(in_features: int, hidden_dims: list[int], num_classes: int, dropout: float) -> nn.Sequential:
-    layers: list[nn.Module] = [nn.Flatten()]
-    width = in_features
-    for hidden in hidden_dims:
-        layers += [nn.Linear(width, hidden), nn.ReLU(inplace=True), nn.Dropout(dropout)]
-        width = hidden
-    layers.append(nn.Linear(width, num_classes))
-    return nn.Sequential(*layers)
-
-
-def build_mlp(cfg: Any, meta: Mapping[str, Any]) -> nn.Module:
+def build_mlp(cfg: Any, meta: Mapping[str, Any]) -> nn.Sequential:
     # Sized from meta, not with Lazy modules, so parameter counts and torchinfo work before any forward.
-    in_features = math.prod(int(d) for d in meta["input_shape"])
-    return make_mlp(in_features, [int(h) for h in cfg.hidden_dims], int(meta["num_outputs"]), float(cfg.dropout))
+    layers: list[nn.Module] = [nn.Flatten()]
+    width = math.prod(int(d) for d in meta["input_shape"])
+    for hidden in cfg.hidden_dims:
+        layers += [nn.Linear(width, int(hidden)), nn.ReLU(inplace=True), nn.Dropout(float(cfg.dropout))]
+        width = int(hidden)
+    layers.append(nn.Linear(width, int(meta["num_outputs"])))
+    return nn.Sequential(*layers)

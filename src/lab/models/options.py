@@ -53,9 +53,12 @@ class CNNConfig(ModelConfig):
         _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
 
     def build(self, meta: dict[str, Any]) -> nn.Module:
-        from lab.models.cnn import build_cnn
+        from lab.models.cnn import SmallCNN
+        from lab.models.common import image_channels
 
-        return build_cnn(self, meta)
+        return SmallCNN(
+            image_channels(meta, "cnn"), self.channels, int(meta["num_outputs"]), self.dropout, self.grad_checkpointing
+        )
 
 
 @dataclass
@@ -79,9 +82,17 @@ class GPTConfig(ModelConfig):
         _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
 
     def build(self, meta: dict[str, Any]) -> nn.Module:
-        from lab.models.gpt import build_gpt
+        from lab.errors import ConfigError
+        from lab.models.gpt import GPT
 
-        return build_gpt(self, meta)
+        if "vocab_size" not in meta or "block_size" not in meta:
+            raise ConfigError(
+                "model=gpt takes token sequences: use it with a text dataset (data=text), not images or tables"
+            )
+        vocab_size, block_size = int(meta["vocab_size"]), int(meta["block_size"])
+        return GPT(
+            vocab_size, block_size, self.n_layer, self.n_head, self.n_embd, self.dropout, self.grad_checkpointing
+        )
 
     def fsdp_units(self, model: nn.Module) -> list[nn.Module]:
         # Each block. The embeddings and final norm stay in the root unit, since the output projection reads the

@@ -1,9 +1,8 @@
 """Load weights from a pretrained file or another run's checkpoint (`model.init_from`) into a new model.
 
-The new model's head, and maybe its stem, can differ. Every tensor whose name and shape match is loaded. A first
-convolution made for 3 channels is adapted to the data's channels. Any other mismatch, such as a classifier for
-another class count, keeps its fresh initialisation. Counts of what was loaded, adapted and skipped are logged, so
-a head that silently stayed random gets noticed.
+Every tensor whose name and shape match is loaded; a first convolution made for 3 channels is adapted to the data's
+channels; any other mismatch (a classifier for another class count) keeps its fresh initialisation. The counts are
+logged, so a head that silently stayed random gets noticed.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""LR schedules with linear warmup, behind one interface so the trainer need not know which one it has.
+"""LR schedules with linear warmup, behind one interface (`Schedule`) so the trainer need not know which one it has.
 
-A schedule is an option of the `scheduler` group (`lab.config.optim`) whose `build` returns a `Schedule`. The
-trainer calls `step()` after each optimizer step and `step_validation(metrics)` after each validation (only
-ReduceLROnPlateau acts on it), and saves its state dict in checkpoints.
-"""
+The trainer calls `step()` after each optimizer step and `step_validation(metrics)` after each validation (only
+ReduceLROnPlateau acts on it), and saves its state dict in checkpoints."""
 
 from __future__ import annotations
 
@@ -33,19 +31,6 @@ class Schedule(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
-def warmup_multiplier(warmup_steps: int, decay: Callable[[int], float]) -> Callable[[int], float]:
-    """Return the LR multiplier per optimizer step: linear warmup over `warmup_steps`, then `decay`.
-
-    Plain functions on purpose: LambdaLR then checkpoints only its step counter, so a resumed run follows the
-    schedule of its *current* config (e.g. more epochs) from the step where it stopped.
-    """
-
-    def multiplier(step: int) -> float:
-        return (step + 1) / warmup_steps if step < warmup_steps else decay(step - warmup_steps)
-
-    return multiplier
-
-
 def cosine_decay(steps: int, min_lr_ratio: float) -> Callable[[int], float]:
     """Decay from 1 to min_lr_ratio over `steps`, the steps after warmup; the last step lands on min_lr_ratio."""
 
@@ -70,7 +55,7 @@ class PerStep:
         self.step = scheduler.step  # bound once: called every optimizer step
 
     def step_validation(self, metrics: dict[str, float]) -> None:
-        """Do nothing: the schedule depends on the step count only."""
+        pass  # the schedule depends on the step count only
 
     def get_last_lr(self) -> list[float]:
         # torch allows a Tensor lr (capturable), but build_optimizer gives floats
@@ -134,8 +119,15 @@ class WarmupPlateau:
 
 
 def warmup_lambda(optimizer: torch.optim.Optimizer, warmup_steps: int, decay: Callable[[int], float]) -> PerStep:
-    """Build a per-step schedule: linear warmup, then `decay` (cosine, step or constant)."""
-    return PerStep(LambdaLR(optimizer, warmup_multiplier(warmup_steps, decay)))
+    """Build a per-step schedule: linear warmup over `warmup_steps`, then `decay` (cosine, step or constant).
+
+    Plain functions on purpose: LambdaLR then checkpoints only its step counter, so a resumed run follows the
+    schedule of its *current* config (e.g. more epochs) from the step where it stopped."""
+
+    def multiplier(step: int) -> float:
+        return (step + 1) / warmup_steps if step < warmup_steps else decay(step - warmup_steps)
+
+    return PerStep(LambdaLR(optimizer, multiplier))
 
 
 def one_cycle(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int) -> PerStep:

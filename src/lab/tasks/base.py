@@ -1,9 +1,5 @@
 """The Task interface: everything the trainer and the four workflows need to know about *what* is learned.
-
-The trainer and the workflows call only these methods. Classification, regression, language modelling and a fork's
-own task differ here and nowhere else. `lab.tasks.common.build` makes a task per run from its config node and the
-dataset's `meta`.
-"""
+`lab.tasks.common.build` makes a task per run from its config node and the dataset's `meta`."""
 
 from __future__ import annotations
 
@@ -36,10 +32,8 @@ def count(n: float, device: torch.device) -> torch.Tensor:
 
 
 def normalised_weight(normaliser: str, targets: Any, ignore_index: int = -100) -> torch.Tensor:
-    """Return the weight of one batch under `normaliser`, a float32 scalar on the targets' own device.
-    The trainer passes the targets as the loader gives them (on CPU, or on the device when the data lives there)
-    and moves the result itself. Samples and elements use the cached `count` tensors; "tokens" counts on the
-    targets with one small reduction."""
+    """Return the weight of one batch under `normaliser`, a float32 scalar on the targets' own device (CPU, or
+    the device when the data lives there): the trainer moves it."""
     tensor = _first_tensor(targets)
     device = tensor.device if tensor is not None else torch.device("cpu")
     if normaliser == "samples":
@@ -110,9 +104,8 @@ class EvalContext:
 
 @dataclass
 class InferContext:
-    """What `Task.predict` gets besides the runner.
-    That is the infer config (`input`, `prompt`, `infer.*`), the checkpoint's data `meta`, where the run writes
-    (`run_dir`, for masks and generated files) and whether `inputs` resizes images to the training size."""
+    """What `Task.predict` gets besides the runner: the infer config (`input`, `prompt`, `infer.*`), the
+    checkpoint's data `meta`, where the run writes (masks, generated files) and whether `inputs` resizes images."""
 
     cfg: Any
     meta: dict[str, Any]
@@ -123,8 +116,7 @@ class InferContext:
     codec: Any = None  # the data option's text_codec(meta) (lab.data.text.TextCodec); None: meta's own
 
     def inputs(self) -> Any:
-        """Read the files `input=` names (`lab.inference.inputs`), raising UserError if none are named.
-        Returns an iterable of (name, model-ready tensor) with `sizes[name]` (original spatial size) and `skipped`."""
+        """Read the files `input=` names: (name, model-ready tensor) pairs, with `sizes[name]` and `skipped`."""
         if not self.cfg.input:
             raise UserError("input= is required: images, a folder or glob of them, a .npy/.pt tensor or .csv rows")
         return self.read(self.cfg.input, self.meta, resize=self.resize)
@@ -207,8 +199,6 @@ class BaseTask(Generic[MetricsT]):
     # Outputs of at most this many values go into predictions.csv as output_0, output_1... Bigger ones (a mask, a
     # feature map) go to <run dir>/outputs/<n>.npy, named in the record's output_file
     max_csv_outputs = 32
-    # Names of a tuple's or list's outputs in the ONNX file, the manifest and predictions.csv (None means output_0,
-    # output_1...). A dict's keys name its own
     output_names: tuple[str, ...] | None = None
 
     def prepare(self, train_set: Any) -> None:

@@ -1,16 +1,11 @@
-"""Classification metrics beyond accuracy (`task.metrics`), computed by torchmetrics.
+"""Classification metrics beyond accuracy (`task.metrics`), computed exactly by torchmetrics: macro F1, macro
+one-vs-rest ROC AUC, macro average precision, and (eval only) each class's precision, recall and F1.
 
-They are macro F1, macro one-vs-rest ROC AUC, macro average precision, and (eval only) each class's precision,
-recall and F1. All are exact.
-
-Under DDP each is reduced once. `Parallel.reduce_metrics` all-reduces the tensor attributes of
-`ClassificationMetrics`. The torchmetrics states live inside `ClassScores.collection`, which is not a tensor, so
-that reduction skips them. torchmetrics reduces them itself in `compute()` (`sync_on_compute`), uneven shards
-included. That is a collective, so every rank calls `compute` (`lab.training.evaluation.score`). The evaluation
-shards hold no padded duplicates (cut to `ShardSampler.num_valid` before `update`), so each sample counts once.
-
+Under DDP each is reduced once: `Parallel.reduce_metrics` skips `ClassScores.collection` (not a tensor attribute),
+and torchmetrics reduces it in `compute()` (`sync_on_compute`, uneven shards included), a collective, so every rank
+calls `compute`. Evaluation shards hold no padded duplicates (`ShardSampler.num_valid`): each sample counts once.
 AUROC and average precision keep every sample's probabilities until `compute` (`thresholds=None`, exact as in
-scikit-learn). That is N x K float32 on the device: 200 MB for ImageNet's 50k x 1000 validation split.
+scikit-learn): N x K float32 on the device, 200 MB for ImageNet's 50k x 1000 validation split.
 """
 
 from __future__ import annotations
@@ -25,8 +20,7 @@ PER_CLASS = ("precision", "recall", "f1")  # eval.json's per_class_<name>, keyed
 
 
 class ClassScores:
-    """The torchmetrics `names` lists (`task.metrics`) for `num_classes` classes, on `device`.
-    `per_class` adds each class's precision, recall and F1, for an evaluation run (`Task.metrics(full=True)`)."""
+    """The torchmetrics `names` lists (`task.metrics`); `per_class` adds each class's precision, recall and F1."""
 
     def __init__(self, names: Sequence[str], num_classes: int, device: torch.device, per_class: bool) -> None:
         # Imported here: torchmetrics takes about 2 s to import, which a run without task.metrics skips
@@ -83,7 +77,6 @@ class ClassScores:
         return self._result
 
     def compute(self) -> dict[str, float]:
-        """Return the scalars under their `task.metrics` names."""
         result = self._computed()
         return {name: float(result[name]) for name in self.names}
 

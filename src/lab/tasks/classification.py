@@ -1,10 +1,9 @@
-"""Classification: cross-entropy, and top-1/top-5 accuracy summed exactly over a split.
-Evaluation runs add the confusion matrix and per-class accuracy. `task.metrics` adds F1, AUROC, average precision
-and per-class scores through torchmetrics (`class_scores`)."""
+"""Classification: cross-entropy, and top-1/top-5 accuracy summed exactly over a split; evaluation adds the confusion
+matrix and per-class accuracy, `task.metrics` torchmetrics' scores (`class_scores`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,15 +33,10 @@ def cross_entropy(
 
 class ClassificationMetrics:
     """Accumulate classification metrics as running sums on the device, with no host sync per batch.
-    `compute` divides once by the true sample count, so a short last batch weighs what its samples weigh.
 
     `confusion=True` also counts (true, predicted) pairs. It is off by default: training validates every epoch and
-    only needs the scalars, while a K x K matrix for K = 1000 classes is a megabyte-sized add per batch.
-
-    `extra` names `task.metrics` (f1, auroc, average_precision, per_class). `scores` computes them with
-    torchmetrics, whose states sync themselves in `compute`; `Parallel.reduce_metrics` leaves them alone, as they
-    are not tensor attributes. per_class needs `confusion=True`.
-    """
+    only needs the scalars, while a K x K matrix for K = 1000 classes is a megabyte-sized add per batch. `extra`
+    names `task.metrics`, which `scores` computes with torchmetrics (per_class needs `confusion=True`)."""
 
     def __init__(
         self, num_classes: int, device: torch.device, confusion: bool = False, extra: Sequence[str] = ()
@@ -101,24 +95,6 @@ class ClassificationMetrics:
         return [row[i] / sum(row) if sum(row) else None for i, row in enumerate(matrix)]
 
 
-def build_classification(cfg: Any, meta: Mapping[str, Any]) -> Classification:
-    if "num_classes" not in meta:
-        raise UserError(
-            "task=classification needs class labels, but this dataset gives none (no num_classes in its meta); "
-            "pick the task that fits the data (task=regression for values, task=language_model for text)"
-        )
-    num_classes, weights = int(meta["num_classes"]), cfg.class_weights
-    extra = list(getattr(cfg, "metrics", ()))  # task.metrics, absent from configs saved before it existed
-    task = Classification(num_classes, float(cfg.label_smoothing), meta.get("class_names"), extra)
-    if weights == "balanced":
-        task.balanced = True  # `prepare` sets them from the training labels
-    elif weights is not None:
-        from lab.tasks import class_weights
-
-        task.class_weights = class_weights.given(list(weights), num_classes)
-    return task
-
-
 class Classification(BaseTask[ClassificationMetrics]):
     """Cross-entropy over class logits (N, K), monitoring top-1 accuracy."""
 
@@ -126,7 +102,6 @@ class Classification(BaseTask[ClassificationMetrics]):
     monitor = "acc"  # higher is better; best.pt tracks val/acc
     mode = "max"
     normaliser = "samples"  # with task.class_weights, the summed weights of the batch's labels (`weight`)
-    dynamic_dims = (0,)
 
     def __init__(
         self,
@@ -227,8 +202,6 @@ class Classification(BaseTask[ClassificationMetrics]):
         return float((reference.argmax(-1) == outputs.argmax(-1)).float().mean())
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
-        """Predict the top-k labels with probabilities for images (a file, folder or glob), image tensors
-        (.npy/.pt), or table rows (.csv/.npy) for a model trained on a table."""
         from lab.tasks.outputs import top_k_records
 
         inputs, options = context.inputs(), context.cfg.infer

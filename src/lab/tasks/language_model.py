@@ -45,12 +45,6 @@ class TokenMetrics:
         return {"loss": loss / count, "perplexity": math.exp(min(loss / count, 700)), "token_acc": correct / count}
 
 
-def build_language_model(cfg: Any, meta: Mapping[str, Any]) -> LanguageModel:
-    if "vocab_size" not in meta:
-        raise UserError("task=language_model needs token sequences: use a text dataset (data=text or data=tokens)")
-    return LanguageModel(dict(meta), int(cfg.samples), int(cfg.sample_tokens))
-
-
 class LanguageModel(BaseTask[TokenMetrics]):
     name = "language_model"
     monitor = "loss"

@@ -74,9 +74,23 @@ class ClassificationConfig(TaskConfig):
         return ("loss", "acc", "acc_top5", *(name for name in self.metrics if name in CLASSIFICATION_SCALARS))
 
     def build(self, meta: dict[str, Any]) -> Task:
-        from lab.tasks.classification import build_classification
+        from lab.errors import UserError
+        from lab.tasks.classification import Classification
 
-        return build_classification(self, meta)
+        if "num_classes" not in meta:
+            raise UserError(
+                "task=classification needs class labels, but this dataset gives none (no num_classes in its meta); "
+                "pick the task that fits the data (task=regression for values, task=language_model for text)"
+            )
+        num_classes = int(meta["num_classes"])
+        task = Classification(num_classes, float(self.label_smoothing), meta.get("class_names"), self.metrics)
+        if self.class_weights == "balanced":
+            task.balanced = True  # `prepare` sets them from the training labels
+        elif self.class_weights is not None:
+            from lab.tasks import class_weights
+
+            task.class_weights = class_weights.given(list(self.class_weights), num_classes)
+        return task
 
 
 @dataclass
@@ -91,9 +105,11 @@ class RegressionConfig(TaskConfig):
         return ("loss", "rmse", "mae", "r2")
 
     def build(self, meta: dict[str, Any]) -> Task:
-        from lab.tasks.regression import build_regression
+        from lab.tasks.regression import Regression
 
-        return build_regression(self, meta)
+        return Regression(
+            float(meta.get("target_mean", 0.0)), float(meta.get("target_std", 1.0)), meta.get("target_name")
+        )
 
 
 @dataclass
@@ -114,6 +130,9 @@ class LanguageModelConfig(TaskConfig):
         return ("loss", "perplexity", "token_acc")
 
     def build(self, meta: dict[str, Any]) -> Task:
-        from lab.tasks.language_model import build_language_model
+        from lab.errors import UserError
+        from lab.tasks.language_model import LanguageModel
 
-        return build_language_model(self, meta)
+        if "vocab_size" not in meta:
+            raise UserError("task=language_model needs token sequences: use a text dataset (data=text or data=tokens)")
+        return LanguageModel(dict(meta), int(self.samples), int(self.sample_tokens))

@@ -1,12 +1,6 @@
 """What a model may return: one tensor (every shipped model), a tuple or list of tensors, or a dict of tensors keyed
-by name (e.g. a class head and a box head).
-
-The task's `loss`, `metrics`, `agreement` and own `predict` get the outputs as the model returns them. Export names
-each output in the ONNX file and the manifest: a dict by its keys, a tuple by the task's `output_names`, else
-output_0, output_1... It compares each with eager's, and every runner returns the model's structure.
-`BaseTask.predict` writes one column group per output. Anything else (a nested tuple, a None, a dict keyed by
-numbers) can be neither exported nor written, so `check` refuses it at the first training step.
-"""
+by name. Anything else (a nested tuple, a None, a dict keyed by numbers) can be neither exported nor written, so
+`check` refuses it at the first training step."""
 
 from __future__ import annotations
 
@@ -163,11 +157,9 @@ def per_input(outputs: Any, count: int, task: Any) -> Iterable[Any]:
 
 
 def output_record(output: torch.Tensor | dict[str, torch.Tensor], run_dir: Path, index: int, max_csv: int) -> dict:
-    """Turn one input's raw outputs into record fields.
-    Up to `max_csv` values go in the flat list "output" (plus "output_shape" when not 1-d), which predictions.csv
-    spreads over output_0, output_1... A bigger output (a mask, a feature map) goes to <run_dir>/outputs/<index>.npy
-    as float32, named in "output_file" with its shape. A dict of outputs gives these fields per output name: cls,
-    cls_shape, cls_file..."""
+    """Turn one input's raw outputs into record fields: up to `max_csv` values in the flat list "output" (plus
+    "output_shape" when not 1-d), a bigger output as float32 in <run_dir>/outputs/<index>.npy ("output_file",
+    "output_shape"). A dict of outputs gives these fields per output name: cls, cls_shape, cls_file..."""
     if isinstance(output, dict):
         return {
             key: value

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,16 +56,11 @@ class RegressionMetrics:
         return pairs[:, 0].tolist(), pairs[:, 1].tolist()
 
 
-def build_regression(cfg: Any, meta: Mapping[str, Any]) -> Regression:
-    return Regression(float(meta.get("target_mean", 0.0)), float(meta.get("target_std", 1.0)), meta.get("target_name"))
-
-
 class Regression(BaseTask[RegressionMetrics]):
     name = "regression"
     monitor = "rmse"
     mode = "min"
     normaliser = "elements"  # every target value (one per sample for a single target)
-    dynamic_dims = (0,)
 
     def __init__(self, target_mean: float = 0.0, target_std: float = 1.0, target_name: str | None = None) -> None:
         self.target_mean, self.target_std = target_mean, target_std
@@ -105,9 +99,6 @@ class Regression(BaseTask[RegressionMetrics]):
         figure = figures.predicted_vs_true_png(predicted, true, context.run_dir / "predicted_vs_true.png", title)
         extra = {"target": self.target_name, "target_mean": self.target_mean, "target_std": self.target_std}
         return extra, [figure]
-
-    def agreement(self, reference: torch.Tensor, outputs: torch.Tensor) -> float | None:
-        return None  # no decision to agree on, so parity is the max |difference| alone
 
     def predict(self, backend: Any, context: InferContext) -> Predictions:
         """Predict values in the target's units for table rows (.csv with the feature columns, or .npy/.pt (N, F))."""

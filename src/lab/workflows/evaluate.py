@@ -1,9 +1,7 @@
 """Evaluate a checkpoint on one split, writing eval.json and the task's artifacts (confusion matrix, plots, samples).
 
-It uses the code training validates with (`lab.training.evaluation` and the task's metrics), with the checkpoint's
-data config, precision, channels_last and backend switches. So scoring best.pt on `val` reproduces the validation
-metrics training logged for it. Then each eval step (`eval.<name>`, an extension's `EvalStepConfig`) runs on the
-checkpoint. Returns `<split>/<the task's monitor>`.
+It uses the code and switches training validates with, so scoring best.pt on `val` reproduces the validation
+metrics training logged for it. Then each eval step (`eval.<name>`) runs. Returns `<split>/<the task's monitor>`.
 """
 
 from __future__ import annotations

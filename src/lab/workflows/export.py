@@ -1,11 +1,10 @@
-"""Export a checkpoint to each format, check each against the eager model, and write the manifest.
+"""Export a checkpoint to each format, check each against the eager model, and write the manifest; return the worst
+max |output difference|.
 
 Each artifact is written into a staging folder (lab.files.staged) and run there by the runner inference uses, on
-real validation samples. Only an artifact that matches the eager model is moved to its final name. So a killed
-export leaves no partial or unchecked file under a final name, and the manifest's `artifacts` lists only files that
-passed. One above `export.tolerance` is never published; its figures go under `failed` and the run exits non-zero.
-A model with several outputs (lab.tasks.outputs) is exported with each output named and compared on its own.
-Returns the worst max |output difference|.
+real validation samples; only one that matches the eager model is moved to its final name. So a killed export
+leaves no unchecked file under a final name. One above `export.tolerance` is never published; its figures go under
+`failed` and the run exits non-zero.
 """
 
 from __future__ import annotations
@@ -18,13 +17,12 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from lab import exporting
-from lab.config.tools import ExportStepConfig
+from lab.config.tools import ExportOptions, ExportStepConfig
 from lab.data.loaders import make_loader
 from lab.errors import UserError
-from lab.exporting import manifest, steps
-from lab.files import publish, remove_stale_temps, staged
-from lab.inference import EagerBackend, artifact_backend
+from lab.exporting import manifest, parity, steps, writers
+from lab.files import publish, remove_stale_temps, staged, write_json
+from lab.inference.backends import EagerBackend, artifact_backend
 from lab.tasks import outputs as model_outputs
 from lab.workflows import restore
 from lab.workflows.common import hydra_run_dir, linked_tracker
@@ -34,9 +32,10 @@ log = logging.getLogger(__name__)
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     run_dir = Path(run_dir) if run_dir is not None else hydra_run_dir()
-    opts = cfg.export
     restored = restore.rebuild(cfg.ckpt_path)
-    own = steps.own_format(opts)
+    opts = cast(ExportOptions, OmegaConf.to_object(cfg.export))  # the export node with its steps' settings, typed
+    # the step that writes export.formats' one format itself (an extension's), or None for the core's
+    own = next((step for step in opts.steps() if opts.formats[0] in step.formats), None)
     if own is not None:
         return _own_format(cfg, run_dir, restored, own)
     data_cfg = restore.data_config(restored, cfg.data)
@@ -46,8 +45,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
     val_loader = make_loader(datamodule.val, data_cfg, train=False, generator=None, pin_memory=False)
     task = restored.task
     dims = tuple(opts.dynamic_dims) if opts.dynamic_dims is not None else tuple(task.dynamic_dims)
-    batches = exporting.sample_batches(val_loader, opts.parity_samples, dims)
-    example = batches[0][: exporting.EXAMPLE_BATCH]
+    batches = parity.sample_batches(val_loader, opts.parity_samples, dims)
+    example = batches[0][: writers.EXAMPLE_BATCH]
     eager = EagerBackend(restored.model)  # CPU, fp32, eval mode; every artifact must match it
     reference = [eager(b) for b in batches]
     layout = model_outputs.check(reference[0], task)
@@ -67,13 +66,13 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
             log.warning("removed %s: left by an export that was killed before its checks ended", stale)
         artifacts, failed, opset = {}, {}, None
         for fmt in opts.formats:
-            with staged(run_dir, exporting.WRITERS[fmt][0]) as stage:
-                written = exporting.write(fmt, restored.model, example, stage, opts.opset, dims, names)
+            with staged(run_dir, writers.WRITERS[fmt][0]) as stage:
+                written = writers.write(fmt, restored.model, example, stage, opts.opset, dims, names)
                 opset = written.opset or opset
                 backend = artifact_backend(written.files[0], layout=layout)
-                parity = exporting.compare(backend, batches, reference, opts.tolerance, task.agreement, layout)
-                entry = _record(fmt, written, parity)
-                if parity.passed:
+                checked = parity.compare(backend, batches, reference, opts.tolerance, task.agreement, layout)
+                entry = _record(fmt, written, checked)
+                if checked.passed:
                     publish(written.files, run_dir)
                     artifacts[fmt] = entry
                 else:
@@ -82,8 +81,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
             make_loader, datamodule.train, data_cfg, train=False, generator=None, pin_memory=False
         )
         added = steps.run(opts, steps.Export(run_dir, task, example, val_loader, train, artifacts))
-        path = manifest.write(
-            run_dir,
+        path = run_dir / manifest.MANIFEST
+        write_json(
+            path,
             manifest.build(
                 meta=restored.meta,
                 task_config=restore.task_config(restored.config),
@@ -158,34 +158,34 @@ def _agreement(parity: dict[str, Any]) -> str:
     return "" if share is None else f" (top-1 agreement {share:.4f})"
 
 
-def _record(fmt: str, written: exporting.Written, parity: exporting.Parity) -> dict[str, Any]:
+def _record(fmt: str, written: writers.Written, checked: parity.Parity) -> dict[str, Any]:
     """Return the manifest entry of one staged artifact, with file names as they will be once published."""
-    main = written.files[0]
+    main, figures = written.files[0], checked.as_dict()
     entry: dict[str, Any] = {
         "file": main.name,
         "files": [f.name for f in written.files],
         "bytes": sum(f.stat().st_size for f in written.files),
         "sha256": manifest.sha256(main),
-        "parity": parity.as_dict(),
+        "parity": figures,
         "notes": written.notes,
     }
     log.info(
         "%s: %s, max |outputs - eager| %.3g%s on %d validation samples (batch sizes %s, input shapes %s)%s%s",
         fmt,
         main.name,
-        parity.max_abs_diff,
-        _per_output(parity.as_dict()),
-        parity.samples,
-        parity.batch_sizes,
-        parity.input_shapes,
-        _agreement(parity.as_dict()),
-        _error(parity.as_dict()),
+        checked.max_abs_diff,
+        _per_output(figures),
+        checked.samples,
+        checked.batch_sizes,
+        checked.input_shapes,
+        _agreement(figures),
+        _error(figures),
     )
-    if parity.passed:
+    if checked.passed:
         entry["status"] = "ok"
     else:  # never published, so nothing downstream can pick it up
         entry["status"] = "failed_parity"
-        log.error("%s: above export.tolerance=%g, %s not written", fmt, parity.tolerance, main.name)
+        log.error("%s: above export.tolerance=%g, %s not written", fmt, checked.tolerance, main.name)
     return entry
 
 

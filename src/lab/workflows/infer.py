@@ -1,10 +1,7 @@
-"""Run a checkpoint or exported model on inputs and write predictions.csv and .json.
+"""Run a checkpoint or exported model on inputs and write predictions.csv and .json; return the number of records.
 
-The backend follows `ckpt_path`. A training checkpoint runs the eager model rebuilt by lab.workflows.restore.
-model.onnx runs in onnxruntime, model.pt2 in torch.export and model.torchscript.pt in torch.jit, each with the task
-and data_meta of the export_manifest.json next to it. The task reads the inputs (lab.inference.inputs) and turns
-outputs into records, writing any further files (masks) into the run dir. Images keep their size when the model
-takes any height and width (`infer.resize`). Returns the number of records.
+The backend follows `ckpt_path`: a training checkpoint runs the eager model rebuilt by lab.workflows.restore, an
+exported file its runtime's runner, with the task and data_meta of the export_manifest.json next to it.
 """
 
 from __future__ import annotations
@@ -20,19 +17,15 @@ from lab import runtime
 from lab.config import options
 from lab.errors import UserError
 from lab.exporting import manifest
-from lab.inference import EagerBackend, Inputs, artifact_backend, write_predictions
-from lab.inference.backends import fits, shape_text
-from lab.inference.inputs import keeps_size
+from lab.inference.backends import EagerBackend, artifact_backend, fits, shape_text
+from lab.inference.inputs import Inputs, keeps_size
+from lab.inference.predict import write_predictions
 from lab.tasks.base import InferContext
 from lab.tasks.common import build as build_task
 from lab.workflows import restore
 from lab.workflows.common import hydra_run_dir, linked_tracker
 
 log = logging.getLogger(__name__)
-
-
-def _is_artifact(path: Path) -> bool:
-    return path.suffix in (".onnx", ".pt2") or path.name.endswith(".torchscript.pt")
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
@@ -67,11 +60,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
 
 
 def _open(path: Path, device: Any, allow_modified: bool = False) -> tuple[Any, Any, dict, dict, dict, dict, tuple]:
-    """Open a checkpoint or exported artifact for inference.
-
-    Returns (runner, task, data_meta, source run, model config, data config ({} for an artifact), dynamic input
-    axes). An artifact's manifest says which axes the export made dynamic."""
-    if _is_artifact(path):
+    """Open a checkpoint or exported artifact: (runner, task, data_meta, source run, model config, data config ({}
+    for an artifact), dynamic input axes (an artifact's as its manifest says))."""
+    if path.suffix in (".onnx", ".pt2") or path.name.endswith(".torchscript.pt"):
         found = manifest.read(path)
         _check_verified(path, found, allow_modified)
         meta = restore.upgrade_meta(found["data_meta"])

@@ -15,12 +15,13 @@ import torch
 from PIL import Image
 from torch import nn
 
-from lab import exporting
 from lab.data.common import make_meta
 from lab.data.transforms import eval_transform
 from lab.errors import UserError
-from lab.exporting.writers import write_pt2, write_torchscript
-from lab.inference import EagerBackend, ExportedProgramBackend, Inputs, TorchScriptBackend, discover
+from lab.exporting.parity import compare, sample_batches
+from lab.exporting.writers import EXAMPLE_BATCH, write_pt2, write_torchscript
+from lab.inference.backends import EagerBackend, ExportedProgramBackend, TorchScriptBackend
+from lab.inference.inputs import Inputs, discover
 from lab.models.cnn import SmallCNN
 from lab.tasks.classification import Classification
 from lab.tasks.outputs import top_k_records
@@ -52,29 +53,29 @@ def test_parity_passes_for_the_same_model_and_fails_above_the_tolerance() -> Non
     eager = EagerBackend(SmallCNN(1, [4, 8], 3, dropout=0.0))
     batches = _batches()
     reference = [eager(b) for b in batches]
-    same = exporting.compare(eager, batches, reference, tolerance=1e-4, agreement=Classification(3).agreement)
+    same = compare(eager, batches, reference, tolerance=1e-4, agreement=Classification(3).agreement)
     assert same.passed and same.max_abs_diff == 0 and same.top1_agreement == 1 and same.samples == 8
-    assert exporting.compare(eager, batches, reference, tolerance=1e-4).top1_agreement is None  # no decision
+    assert compare(eager, batches, reference, tolerance=1e-4).top1_agreement is None  # no decision
     assert same.batch_sizes == [1, 3, 4]
 
-    broken = exporting.compare(Shifted(eager, 1e-3), batches, reference, tolerance=1e-4)
+    broken = compare(Shifted(eager, 1e-3), batches, reference, tolerance=1e-4)
     assert not broken.passed and broken.max_abs_diff == pytest.approx(1e-3, rel=1e-3)
     assert broken.as_dict()["passed"] is False
-    assert exporting.compare(Shifted(eager, 1e-3), batches, reference, tolerance=1e-2).passed
+    assert compare(Shifted(eager, 1e-3), batches, reference, tolerance=1e-2).passed
 
 
 def test_parity_fails_on_nan_and_on_wrong_shapes() -> None:
     eager = EagerBackend(SmallCNN(1, [4], 3, dropout=0.0))
     batches = _batches()
     reference = [eager(b) for b in batches]
-    assert not exporting.compare(Shifted(eager, math.nan), batches, reference, tolerance=1.0).passed
-    assert not exporting.compare(lambda x: eager(x)[:, :2], batches, reference, tolerance=1.0).passed
+    assert not compare(Shifted(eager, math.nan), batches, reference, tolerance=1.0).passed
+    assert not compare(lambda x: eager(x)[:, :2], batches, reference, tolerance=1.0).passed
 
 
 def test_sample_batches_take_the_requested_samples_plus_a_batch_of_one() -> None:
     data = torch.utils.data.TensorDataset(torch.randn(10, 1, 8, 8), torch.zeros(10, dtype=torch.long))
     loader = torch.utils.data.DataLoader(data, batch_size=4)
-    batches = exporting.sample_batches(loader, 6)
+    batches = sample_batches(loader, 6)
     assert [len(b) for b in batches] == [4, 2, 1]
     assert torch.equal(batches[-1][0], data.tensors[0][0])
 
@@ -95,7 +96,7 @@ def test_writers_export_the_eval_mode_model_with_a_dynamic_batch(tmp_path, write
                 module.running_mean.uniform_(-1, 1)
                 module.running_var.uniform_(0.5, 2)
     model.train()
-    written = writer(model, torch.randn(exporting.EXAMPLE_BATCH, 1, 8, 8), tmp_path / name, None)
+    written = writer(model, torch.randn(EXAMPLE_BATCH, 1, 8, 8), tmp_path / name, None)
     runner = backend(written.files[0])
     reference = EagerBackend(model)
     for size in (1, 5):
@@ -147,7 +148,7 @@ class _RunsCode:
 def test_a_pt2_whose_pickled_part_names_code_is_refused_and_runs_nothing(tmp_path) -> None:
     """torch.export.load retries a part it cannot read weights-only with a full unpickle; the runner forbids that."""
     model = nn.Sequential(nn.Linear(4, 2))
-    good = write_pt2(model, torch.randn(exporting.EXAMPLE_BATCH, 4), tmp_path / "model.pt2").files[0]
+    good = write_pt2(model, torch.randn(EXAMPLE_BATCH, 4), tmp_path / "model.pt2").files[0]
     assert ExportedProgramBackend(good)(torch.zeros(3, 4)).shape == (3, 2)
     marker = tmp_path / "marker"
     evil = tmp_path / "evil.pt2"
@@ -166,10 +167,10 @@ def test_a_pt2_whose_pickled_part_names_code_is_refused_and_runs_nothing(tmp_pat
 # --------------------------------------------------------------------------- declared input shapes
 def test_exported_runners_refuse_a_batch_of_another_shape_in_one_line(tmp_path) -> None:
     from lab.exporting.writers import write_onnx
-    from lab.inference import OnnxBackend
+    from lab.inference.backends import OnnxBackend
 
     model = nn.Sequential(nn.Linear(10, 3))
-    example = torch.randn(exporting.EXAMPLE_BATCH, 10)
+    example = torch.randn(EXAMPLE_BATCH, 10)
     runners = [
         OnnxBackend(write_onnx(model, example, tmp_path / "model.onnx").files[0]),
         ExportedProgramBackend(write_pt2(model, example, tmp_path / "model.pt2").files[0]),
@@ -185,7 +186,7 @@ def test_exported_runners_refuse_a_batch_of_another_shape_in_one_line(tmp_path) 
 
 def test_an_onnxruntime_failure_is_one_line_naming_the_inputs(tmp_path) -> None:
     from lab.exporting.writers import write_onnx
-    from lab.inference import OnnxBackend
+    from lab.inference.backends import OnnxBackend
 
     runner = OnnxBackend(write_onnx(nn.Linear(4, 2), torch.randn(2, 4), tmp_path / "model.onnx").files[0])
     with pytest.raises(UserError) as failed:

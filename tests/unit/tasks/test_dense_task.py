@@ -14,8 +14,9 @@ from PIL import Image
 from torch import nn
 
 from lab.errors import UserError
-from lab.inference import EagerBackend, Inputs, write_predictions
-from lab.inference.inputs import keeps_size
+from lab.inference.backends import EagerBackend
+from lab.inference.inputs import Inputs, keeps_size
+from lab.inference.predict import write_predictions
 from lab.tasks.base import BaseTask, InferContext, MeanLoss, count, normalised_weight
 from lab.training.start import check_first_batch
 

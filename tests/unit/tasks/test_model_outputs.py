@@ -15,10 +15,13 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from helpers import in_process_trainer
-from lab import exporting
 from lab.errors import UserError
 from lab.exporting import manifest
-from lab.inference import EagerBackend, Inputs, artifact_backend, write_predictions
+from lab.exporting.parity import compare
+from lab.exporting.writers import EXAMPLE_BATCH, write
+from lab.inference.backends import EagerBackend, artifact_backend
+from lab.inference.inputs import Inputs
+from lab.inference.predict import write_predictions
 from lab.tasks import outputs as model_outputs
 from lab.tasks.base import BaseTask, InferContext
 from lab.tasks.outputs import per_input
@@ -126,15 +129,15 @@ def test_every_format_exports_each_output_named_and_runs_back_to_the_models_stru
     layout = model_outputs.check(reference[0], Named())
     names = ("logits", "boxes") if returns == "tuple" else ("cls", "box")
     assert layout.names == names
-    example = batches[0][: exporting.EXAMPLE_BATCH]
+    example = batches[0][:EXAMPLE_BATCH]
     for fmt in ("onnx", "pt2", "torchscript"):
-        written = exporting.write(fmt, model, example, tmp_path, names=layout.names)
+        written = write(fmt, model, example, tmp_path, names=layout.names)
         runner = artifact_backend(written.files[0], layout=layout)
         got = runner(batches[0])
         assert type(got) is type(reference[0]), fmt  # tuple or dict, from onnxruntime's flat list too
         for out, ref in zip(model_outputs.tensors(got), model_outputs.tensors(reference[0])):
             torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
-        parity = exporting.compare(runner, batches, reference, 1e-4, layout=layout)
+        parity = compare(runner, batches, reference, 1e-4, layout=layout)
         assert parity.passed and set(parity.as_dict()["max_abs_diff_per_output"]) == set(names), fmt
     import onnxruntime as ort
 
@@ -175,7 +178,7 @@ def test_one_tensor_keeps_its_manifest_keys_and_parity_figures():
     batches = [torch.randn(4, 6)]
     eager = EagerBackend(model)
     reference = [eager(b) for b in batches]
-    parity = exporting.compare(eager, batches, reference, 1e-4)
+    parity = compare(eager, batches, reference, 1e-4)
     assert "max_abs_diff_per_output" not in parity.as_dict()
     spec = _manifest(batches[0][:2], reference[0], model_outputs.check(reference[0]))
     assert spec["output"] == {"name": "output", "shape": ["batch", 3], "dtype": "float32"} and "outputs" not in spec
@@ -192,14 +195,14 @@ def test_parity_names_the_output_that_differs_or_a_structure_that_changed():
         out = eager(x)
         return {**out, "box": out["box"] + 1e-2}
 
-    parity = exporting.compare(shifted_box, batches, reference, 1e-4)
+    parity = compare(shifted_box, batches, reference, 1e-4)
     assert not parity.passed and parity.max_abs_diff_per_output["cls"] == 0
     assert parity.max_abs_diff_per_output["box"] == pytest.approx(1e-2, rel=1e-3)
 
-    as_tuple = exporting.compare(lambda x: tuple(eager(x).values()), batches, reference, 1e-4)
+    as_tuple = compare(lambda x: tuple(eager(x).values()), batches, reference, 1e-4)
     assert as_tuple.error == "inputs of shape (4, 6): outputs a tuple of 2, eager's a dict of cls, box"
     assert as_tuple.max_abs_diff_per_output == {"cls": float("inf"), "box": float("inf")}
-    narrow = exporting.compare(lambda x: {**eager(x), "box": eager(x)["box"][:, :2]}, batches, reference, 1e-4)
+    narrow = compare(lambda x: {**eager(x), "box": eager(x)["box"][:, :2]}, batches, reference, 1e-4)
     assert narrow.error == "inputs of shape (4, 6): output 'box' (4, 2), eager's (4, 4)"
 
 

@@ -21,12 +21,12 @@ import torch
 from torch.utils.data import DataLoader
 
 from lab.data import batches as batching
-from lab.exporting import manifest, take
-from lab.exporting.parity import Runner
+from lab.exporting import manifest
+from lab.exporting.parity import Runner, take
 from lab.exporting.steps import Export
 from lab.extensions.int8 import quantize
 from lab.files import publish, staged
-from lab.inference import OnnxBackend
+from lab.inference.backends import OnnxBackend
 
 log = logging.getLogger(__name__)
 

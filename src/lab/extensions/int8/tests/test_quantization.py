@@ -21,7 +21,7 @@ from lab.exporting.steps import Export
 from lab.exporting.writers import write_onnx
 from lab.extensions.int8 import int8_report
 from lab.extensions.int8.options import Int8Config
-from lab.inference import OnnxBackend
+from lab.inference.backends import OnnxBackend
 from lab.models.cnn import SmallCNN
 from lab.tasks.classification import Classification
 
