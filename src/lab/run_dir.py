@@ -34,7 +34,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import IO, Any, cast
 
 import yaml
 
@@ -295,16 +295,48 @@ def discard_hydra_files(run_dir: Path) -> bool:
 
 
 # -------------------------------------------------------------------------------------------- while a run writes
-def is_held(run_dir: Path) -> bool:
-    """Whether a running process holds the lock of `run_dir`. A lock file left by a dead process does not hold."""
-    if not (run_dir / LOCK).is_file():
+def is_held(folder: Path) -> bool:
+    """Whether a running process holds `<folder>/.lock` (a run or sweep dir's). A lock file left by a dead process
+    does not hold."""
+    if not (folder / LOCK).is_file():
         return False
-    with open(run_dir / LOCK) as lock:
+    with open(folder / LOCK) as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
     return False
+
+
+def holder(folder: Path) -> str:
+    try:
+        return (folder / LOCK).read_text().strip() or "another process"
+    except OSError:
+        return "another process"
+
+
+def take_lock(folder: Path) -> IO | None:
+    """Lock `<folder>/.lock` with our pid in it; None if another process holds it. Retries if a holder that ended
+    removed the file meanwhile."""
+    path = folder / LOCK
+    while True:
+        handle = open(path, "a+")  # noqa: SIM115 (held open, as the lock lives as long as it)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            return None  # the lock file is the holder's, not ours to remove
+        try:
+            same = os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()}\n")
+            handle.flush()
+            return handle
+        handle.close()
 
 
 @contextlib.contextmanager
@@ -313,24 +345,18 @@ def claim(run_dir: Path, resuming_here: bool, overwrite: bool) -> Iterator[None]
     checkpoints that this run neither resumes nor overwrites. A refused claim leaves no lock file."""
     _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
-    lock_path = run_dir / LOCK
-    with open(lock_path, "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(_in_use(run_dir)) from None  # the lock file is the holder's, not ours to remove
-        try:
-            lock.seek(0)
-            lock.truncate()
-            lock.write(f"pid {os.getpid()}\n")
-            lock.flush()
-            _held.append(lock)
-            _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)  # again, now no one else writes
-            yield
-        finally:
-            if lock in _held:
-                _held.remove(lock)
-            lock_path.unlink(missing_ok=True)  # the run dir keeps only the run's files
+    lock = take_lock(run_dir)
+    if lock is None:
+        raise UserError(_in_use(run_dir))
+    _held.append(lock)
+    try:
+        _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)  # again, now no one else writes
+        yield
+    finally:
+        if lock in _held:
+            _held.remove(lock)
+        (run_dir / LOCK).unlink(missing_ok=True)  # the run dir keeps only the run's files
+        lock.close()
 
 
 # The run-dir locks this process holds. A forked child (a DataLoader worker) shares the lock's open file, and flock
@@ -349,10 +375,9 @@ os.register_at_fork(after_in_child=_release_in_child)
 
 
 def _in_use(run_dir: Path) -> str:
-    holder = (run_dir / LOCK).read_text().strip() or "another process"
     return (
-        f"{run_dir} is in use by a running job ({holder}); two runs never share a run dir: leave hydra.run.dir "
-        "unset (every run gets its own) or wait for that job to end"
+        f"{run_dir} is in use by a running job ({holder(run_dir)}); two runs never share a run dir: leave "
+        "hydra.run.dir unset (every run gets its own) or wait for that job to end"
     )
 
 

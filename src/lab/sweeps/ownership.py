@@ -13,7 +13,6 @@ Every refusal comes before the sweep writes anything. No torch here, since the e
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import json
 import logging
@@ -22,18 +21,16 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import yaml
 
 from lab.errors import UserError
-from lab.run_dir import RUN_RECORDS, SWEEP_CONFIG, read_command_line
+from lab.run_dir import HYDRA_DIR, LOCK, RUN_RECORDS, SWEEP_CONFIG, holder, is_held, read_command_line, take_lock
 
 log = logging.getLogger(__name__)
 
-LOCK = ".lock"
 JOB_RECORD = "sweep_job.json"  # what became of a job, written to its run dir when it ends (lab.sweeps.summary)
-HYDRA_SUBDIR = ".hydra"  # where Hydra records a job's config and overrides when the job starts
 RESUME_KEYS = ("resume", "ckpt_path")  # how a job starts, not which job it is
 
 
@@ -59,7 +56,7 @@ def _read_record(job_dir: Path) -> dict[str, Any] | None:
 
 def _read_job(job_dir: Path) -> RecordedJob | None:
     record = _read_record(job_dir)
-    hydra_dir = job_dir / HYDRA_SUBDIR
+    hydra_dir = job_dir / HYDRA_DIR
     try:
         overrides = yaml.safe_load((hydra_dir / "overrides.yaml").read_text()) or []
     except (OSError, yaml.YAMLError):
@@ -79,7 +76,7 @@ def job_dirs(sweep_dir: Path) -> Iterator[Path]:
 
     A job dir's own subtree (checkpoints, wandb, ...) is not searched."""
     for folder, subdirs, files in os.walk(sweep_dir):
-        if folder != str(sweep_dir) and (HYDRA_SUBDIR in subdirs or JOB_RECORD in files):
+        if folder != str(sweep_dir) and (HYDRA_DIR in subdirs or JOB_RECORD in files):
             subdirs.clear()
             yield Path(folder)
         else:
@@ -108,13 +105,8 @@ def _parser() -> Any:
 # ---------------------------------------------------------------------------------------------- refusals
 def check(sweep_dir: Path, resuming: bool) -> None:
     """Refuse a sweep dir a running sweep holds, or one with an earlier sweep's jobs unless `resuming`. Read-only."""
-    lock = sweep_dir / LOCK
-    if lock.is_file():
-        with open(lock) as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise UserError(_in_use(sweep_dir)) from None
+    if is_held(sweep_dir):
+        raise UserError(_in_use(sweep_dir))
     _refuse_earlier_sweep(sweep_dir, resuming)
 
 
@@ -138,16 +130,12 @@ def _refuse_earlier_sweep(sweep_dir: Path, resuming: bool) -> None:
 
 
 def _is_job_dir(path: Path) -> bool:
-    return path.is_dir() and ((path / HYDRA_SUBDIR).is_dir() or (path / JOB_RECORD).is_file())
+    return path.is_dir() and ((path / HYDRA_DIR).is_dir() or (path / JOB_RECORD).is_file())
 
 
 def _in_use(sweep_dir: Path) -> str:
-    try:
-        holder = (sweep_dir / LOCK).read_text().strip() or "another process"
-    except OSError:
-        holder = "another process"
     return (
-        f"{sweep_dir} is in use by a running sweep ({holder}); two sweeps never share a sweep dir: leave "
+        f"{sweep_dir} is in use by a running sweep ({holder(sweep_dir)}); two sweeps never share a sweep dir: leave "
         "hydra.sweep.dir unset (every sweep gets its own), pick another dir, or wait for that sweep to end"
     )
 
@@ -181,29 +169,6 @@ def _listed(overrides: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- the lock
-def _lock(sweep_dir: Path) -> IO:
-    """Lock `<sweep dir>/.lock` with our pid in it, retrying if a sweep that ended removed the file meanwhile."""
-    path = sweep_dir / LOCK
-    while True:
-        handle = open(path, "a+")  # noqa: SIM115 (held open, as the lock lives as long as it)
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise UserError(_in_use(sweep_dir)) from None
-        try:
-            same = os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"pid {os.getpid()}\n")
-            handle.flush()
-            return handle
-        handle.close()
-
-
 @contextlib.contextmanager
 def claim(
     sweep_dir: Path, resuming: bool, jobs: Sequence[Sequence[str]] | None = None
@@ -216,7 +181,9 @@ def claim(
     try:
         check(sweep_dir, resuming)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        handle = _lock(sweep_dir)
+        handle = take_lock(sweep_dir)
+        if handle is None:
+            raise UserError(_in_use(sweep_dir))
     except UserError as err:
         sys.exit(f"error: {err}")
     except OSError as err:  # a read-only outputs dir, a full disk
