@@ -155,15 +155,29 @@ def _killed_export(run_dir: Path, overrides: Sequence[str]) -> bool:
         return False
     if "summary.json" in held and _status(run_dir) != "interrupted":
         return False
-    try:
-        from omegaconf import OmegaConf  # no torch; Hydra imports it anyway
-
-        entry = OmegaConf.load(run_dir / HYDRA_DIR / "hydra.yaml").hydra.job.config_name
-        earlier = read_command_line(["export.py", *OmegaConf.load(run_dir / HYDRA_DIR / "overrides.yaml")])
-    except Exception:  # no readable record of what ran there, so not known to be this export
-        return False
+    recorded = hydra_overrides(run_dir)
+    if hydra_job(run_dir)[0] != "export" or recorded is None:
+        return False  # no readable record of what ran there, so not known to be this export
+    earlier = read_command_line(["export.py", *recorded])
     ours = read_command_line(["export.py", *overrides])  # this run's task overrides, as Hydra records them
-    return entry == "export" and earlier is not None and ours is not None and earlier.values == ours.values
+    return earlier is not None and ours is not None and earlier.values == ours.values
+
+
+def hydra_job(run_dir: Path) -> tuple[Any, Any, Any]:
+    """Return the entry config, mode and job number in `run_dir/.hydra/hydra.yaml`; Nones if it cannot be read."""
+    try:
+        hydra = yaml.safe_load((run_dir / HYDRA_DIR / "hydra.yaml").read_text())["hydra"]
+        return hydra["job"].get("config_name"), hydra.get("mode"), hydra["job"].get("num")
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return None, None, None
+
+
+def hydra_overrides(run_dir: Path) -> list[str] | None:
+    """Return the task overrides in `run_dir/.hydra/overrides.yaml`, or None if it cannot be read."""
+    try:
+        return [str(o) for o in yaml.safe_load((run_dir / HYDRA_DIR / "overrides.yaml").read_text()) or []]
+    except (OSError, yaml.YAMLError, TypeError):
+        return None
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -478,11 +492,8 @@ def never_saved(run_dir: Path) -> bool:
         return False  # Hydra made this dir for this process, or no run of the command line wrote it
     if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
         return False
-    try:
-        hydra = yaml.safe_load((run_dir / HYDRA_DIR / "hydra.yaml").read_text())["hydra"]
-        a_training_run = hydra["job"]["config_name"] == "train" and hydra["mode"] == "RUN"  # not a sweep job's
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return False  # no record we can read, so not ours to start again
+    # not a sweep job's; without a record we can read, not ours to start again
+    a_training_run = hydra_job(run_dir)[:2] == ("train", "RUN")
     return a_training_run and _status(run_dir) in (None, "interrupted", "failed")
 
 

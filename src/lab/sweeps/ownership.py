@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from lab import run_dir as run_dirs
 from lab.errors import UserError
-from lab.run_dir import HYDRA_DIR, LOCK, RUN_RECORDS, SWEEP_CONFIG, holder, is_held, read_command_line, take_lock
+from lab.run_dir import HYDRA_DIR, LOCK, RUN_RECORDS, SWEEP_CONFIG
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +55,13 @@ def _read_record(job_dir: Path) -> dict[str, Any] | None:
 
 def _read_job(job_dir: Path) -> RecordedJob | None:
     record = _read_record(job_dir)
-    hydra_dir = job_dir / HYDRA_DIR
-    try:
-        overrides = yaml.safe_load((hydra_dir / "overrides.yaml").read_text()) or []
-    except (OSError, yaml.YAMLError):
+    overrides = run_dirs.hydra_overrides(job_dir)
+    if overrides is None:
         overrides = record["overrides"] if record else None
     num = record["job"] if record else None
     if num is None:  # killed before it recorded its end; Hydra's record of its start says which job it was
-        with contextlib.suppress(OSError, yaml.YAMLError, KeyError, TypeError):
-            hydra = yaml.safe_load((hydra_dir / "hydra.yaml").read_text())["hydra"]
-            num = hydra["job"]["num"] if hydra["mode"] == "MULTIRUN" else None  # not a single run put here
+        _, mode, num = run_dirs.hydra_job(job_dir)
+        num = num if mode == "MULTIRUN" else None  # not a single run put here
     if num is None or overrides is None:
         return None
     return RecordedJob(int(num), job_dir, tuple(str(o) for o in overrides), record)
@@ -105,7 +101,7 @@ def _parser() -> Any:
 # ---------------------------------------------------------------------------------------------- refusals
 def check(sweep_dir: Path, resuming: bool) -> None:
     """Refuse a sweep dir a running sweep holds, or one with an earlier sweep's jobs unless `resuming`. Read-only."""
-    if is_held(sweep_dir):
+    if run_dirs.is_held(sweep_dir):
         raise UserError(_in_use(sweep_dir))
     _refuse_earlier_sweep(sweep_dir, resuming)
 
@@ -135,8 +131,8 @@ def _is_job_dir(path: Path) -> bool:
 
 def _in_use(sweep_dir: Path) -> str:
     return (
-        f"{sweep_dir} is in use by a running sweep ({holder(sweep_dir)}); two sweeps never share a sweep dir: leave "
-        "hydra.sweep.dir unset (every sweep gets its own), pick another dir, or wait for that sweep to end"
+        f"{sweep_dir} is in use by a running sweep ({run_dirs.holder(sweep_dir)}); two sweeps never share a sweep "
+        "dir: leave hydra.sweep.dir unset (every sweep gets its own), pick another dir, or wait for that sweep to end"
     )
 
 
@@ -181,7 +177,7 @@ def claim(
     try:
         check(sweep_dir, resuming)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        handle = take_lock(sweep_dir)
+        handle = run_dirs.take_lock(sweep_dir)
         if handle is None:
             raise UserError(_in_use(sweep_dir))
     except UserError as err:
@@ -210,7 +206,7 @@ def check_sweep_dir_before_hydra(argv: list[str]) -> None:
     The command line is read as Hydra reads it, so a quoted value or a `+`/`++` prefix names the same dir. The
     sweeper's claim still checks every sweep dir, default or set in a config, and holds the lock. lab.cli calls it
     only for a command line that names `hydra.sweep.dir`."""
-    command = read_command_line(argv)
+    command = run_dirs.read_command_line(argv)
     if command is None:
         return  # not a valid command line; Hydra reports it
     values = command.values
