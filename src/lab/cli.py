@@ -88,7 +88,7 @@ def run_workflow(cfg: Any, workflow: str) -> Any:
     from hydra.core.hydra_config import HydraConfig
 
     if HydraConfig.initialized() and in_multirun():  # first, so a refusal or Ctrl-C can undo it
-        run_dirs.register_hydra_dir(Path(HydraConfig.get().runtime.output_dir))  # a single run's: run_dir_checked
+        run_dirs.hydra_dirs.append(Path(HydraConfig.get().runtime.output_dir))  # a single run's: run_dir_checked
     with user_errors():
         validate(cfg)
         run = importlib.import_module(f"lab.workflows.{workflow}").run
@@ -144,7 +144,7 @@ def run_dir_checked(script: str) -> Iterator[None]:
             config.hydra.run.dir = str(run_dir)
             if attempt_subdir is not None:
                 config.hydra.output_subdir = attempt_subdir  # a run continued in place keeps its first `.hydra/`
-        run_dirs.register_hydra_dir(run_dir)
+        run_dirs.hydra_dirs.append(run_dir)
         try:
             return hydra_run_job(config=config, **kwargs)
         except OSError as err:  # the task's own errors never get here; run_job keeps them in its JobReturn

@@ -1,24 +1,10 @@
 """Decide who may write a run dir, which run `resume=` continues, and undo a refused start.
 
-A run dir is the user's record of a run. Nothing here deletes or rewrites what another run, or the user, put there.
-
-- Before Hydra writes, `check` refuses a run dir that cannot be written (under a file, read-only, a name too long),
-  that a running job holds, or that holds another run or a sweep. Only training may write into a dir that holds a
-  run: to continue it in place (`resume=auto`, `resume=<that dir>`, a `ckpt_path` inside it, a SLURM requeue) or
-  to replace it with `overwrite=true`. An export killed before it finished may be continued by the same command.
-  A run continued in place keeps its `.hydra/`; Hydra writes the new attempt's config into `.hydra/attempt-<n>/`.
-- While a run writes, `claim` holds an exclusive lock on `<run dir>/.lock`. The OS releases it when the process
-  dies, so a killed run never leaves a lock that holds. Training takes its dir through `owned`.
-- When a start is refused after Hydra wrote, `undone_on_refusal` removes what Hydra wrote for this process and cuts
-  appended logs back. It does so only while the dir holds nothing else new, so a run's own records are kept.
-  Nothing is removed with rmtree.
-
-`resume=auto` continues the unfinished run in this process's own run dir (an explicit `hydra.run.dir`, as in the
-sbatch pattern, or a sweep job's dir), else the newest unfinished run of the same task and config next to it.
-Unfinished means a `checkpoints/last.pt` whose training did not complete: interrupted, failed, or killed before it
-wrote summary.json. A requeued SLURM job (`SLURM_RESTART_COUNT` > 0) continues in its own dir the same way. A
-torchrun job that may restart its workers records its id in `torchrun.json`. A restarted worker
-(`TORCHELASTIC_RESTART_COUNT` > 0) continues its job's run dir, from `last.pt` or from the start if none was saved.
+A run dir is the user's record of a run: nothing here deletes or rewrites what another run, or the user, put there.
+Before Hydra writes, `check` refuses a dir that cannot be written, that a running job holds, or that holds another run
+or a sweep. While a run writes, `claim` holds `<run dir>/.lock`. `undone_on_refusal` removes what Hydra wrote for a
+start refused after it wrote, never with rmtree. `continued_run` decides which run `resume=auto`, a SLURM requeue or a
+torchrun restart continues. docs/architecture.md ("Run dirs are owned") has the rules in full.
 
 No torch import at module level: the entry scripts call this before Hydra starts.
 """
@@ -74,7 +60,7 @@ class _Before:
 
 
 _before: dict[Path, _Before] = {}  # explicit run dirs, by resolved path; a dir not here was new (a timestamped one)
-_hydra_dirs: list[Path] = []  # the run dirs Hydra made or used for this process (noted by lab.cli)
+hydra_dirs: list[Path] = []  # the run dirs Hydra made or used for this process (noted by lab.cli), to undo
 
 
 def check(run_dir: Path, script: str, config: Mapping[str, Any]) -> str | None:
@@ -89,7 +75,7 @@ def check(run_dir: Path, script: str, config: Mapping[str, Any]) -> str | None:
     held = [name for name in RUN_RECORDS if (run_dir / name).exists()]
     if not held:
         return None
-    if script == "export" and _killed_export(run_dir, config.get("overrides") or ()):
+    if script == "export" and _killed_export(run_dir, held, config.get("overrides") or ()):
         return attempt_subdir(run_dir)
     if script != "train":
         raise UserError(
@@ -103,20 +89,15 @@ def check(run_dir: Path, script: str, config: Mapping[str, Any]) -> str | None:
         )
     if _continues_in_place(run_dir, config):
         return attempt_subdir(run_dir)
-    if _flag(config.get("overwrite")):
+    if config.get("overwrite") is True or str(config.get("overwrite")).lower() == "true":
         return None
     raise UserError(_foreign_run(run_dir, held, config.get("resume")))
 
 
-@dataclass(frozen=True)
-class CommandLine:
-    multirun: bool  # -m/--multirun, hydra.mode=MULTIRUN or a hparams_search (which sets it)
-    values: dict[str, Any]  # key -> value of each override that is not a sweep (the last of a key wins, as in Hydra)
-
-
-def read_command_line(argv: list[str]) -> CommandLine | None:
+def read_command_line(argv: list[str]) -> tuple[bool, dict[str, Any]] | None:
     """Parse an entry script's command line as Hydra will, so `'quoted'` values and `+`/`++` prefixes name the same
-    key; None when Hydra will refuse it (it says why)."""
+    key; None when Hydra will refuse it (it says why). Returns whether it is a multirun (`-m`, hydra.mode=MULTIRUN
+    or a hparams_search, which sets it) and the value of each key that is not swept (the last wins, as in Hydra)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -127,11 +108,7 @@ def read_command_line(argv: list[str]) -> CommandLine | None:
         return None
     values = {o.key_or_group: o.value() for o in parsed if not o.is_delete() and not o.is_sweep_override()}
     multirun = args.multirun or str(values.get("hydra.mode", "")).upper() == "MULTIRUN"
-    return CommandLine(multirun or values.get("hparams_search") is not None, values)
-
-
-def _flag(value: Any) -> bool:
-    return value is True or str(value).lower() == "true"
+    return multirun or values.get("hparams_search") is not None, values
 
 
 def _continues_in_place(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
@@ -145,13 +122,10 @@ def _continues_in_place(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
     return ckpt_path is not None and _same(Path(str(ckpt_path)).parent, run_dir / "checkpoints")
 
 
-def _killed_export(run_dir: Path, overrides: Sequence[str]) -> bool:
-    """Whether `run_dir` holds an export by this same command that was stopped before it finished.
-
-    Such a dir has no manifest, and no summary.json or one that says `interrupted`. Running the command again
-    continues it there (`lab.workflows.export` removes the staging folders). Any other run is refused."""
-    held = {name for name in RUN_RECORDS if (run_dir / name).exists()}
-    if not held <= {HYDRA_DIR, "metrics.jsonl", "summary.json"} or (run_dir / "export_manifest.json").exists():
+def _killed_export(run_dir: Path, held: list[str], overrides: Sequence[str]) -> bool:
+    """Whether `run_dir` holds an export by this same command stopped before it finished: no manifest, and no
+    summary.json or one that says `interrupted` (`lab.workflows.export` removes the staging folders)."""
+    if not set(held) <= {HYDRA_DIR, "metrics.jsonl", "summary.json"} or (run_dir / "export_manifest.json").exists():
         return False
     if "summary.json" in held and _status(run_dir) != "interrupted":
         return False
@@ -160,7 +134,7 @@ def _killed_export(run_dir: Path, overrides: Sequence[str]) -> bool:
         return False  # no readable record of what ran there, so not known to be this export
     earlier = read_command_line(["export.py", *recorded])
     ours = read_command_line(["export.py", *overrides])  # this run's task overrides, as Hydra records them
-    return earlier is not None and ours is not None and earlier.values == ours.values
+    return earlier is not None and ours is not None and earlier[1] == ours[1]
 
 
 def hydra_job(run_dir: Path) -> tuple[Any, Any, Any]:
@@ -267,11 +241,6 @@ def _hydra_files(run_dir: Path) -> tuple[dict[str, int], frozenset[str]]:
 
 
 # ------------------------------------------------------------------------------------- a refused start, undone
-def register_hydra_dir(run_dir: Path) -> None:
-    """Note the run dir Hydra made or used for this process, for `undone_on_refusal` to clean."""
-    _hydra_dirs.append(run_dir)
-
-
 @contextlib.contextmanager
 def undone_on_refusal() -> Iterator[None]:
     """Remove what Hydra wrote if the script exits non-zero (a refusal, Ctrl-C) before the run wrote records."""
@@ -279,7 +248,7 @@ def undone_on_refusal() -> Iterator[None]:
         yield
     except SystemExit as stop:
         if stop.code not in (0, None):
-            for run_dir in _hydra_dirs:
+            for run_dir in hydra_dirs:
                 discard_hydra_files(run_dir)
         raise
 
@@ -418,11 +387,8 @@ def record_torchrun_job(run_dir: Path) -> None:
     from lab.distributed import env
 
     job = env.torchrun_job()
-    if job is None:
-        return
-    record = run_dir / TORCHRUN_RECORD
-    if _torchrun_job_of(run_dir) != job:
-        record.write_text(json.dumps({"rdzv_id": job}) + "\n")
+    if job is not None and _torchrun_job_of(run_dir) != job:
+        (run_dir / TORCHRUN_RECORD).write_text(json.dumps({"rdzv_id": job}) + "\n")
 
 
 def _torchrun_job_of(run_dir: Path) -> str | None:
@@ -433,10 +399,8 @@ def _torchrun_job_of(run_dir: Path) -> str | None:
 
 
 def _restarted_job() -> str | None:
-    """Return the torchrun job this process restarts, or None.
-
-    Either torchrun restarted its workers, or a requeued SLURM job runs torchrun again under the same rendezvous
-    id (`--rdzv-id=$SLURM_JOB_ID` in docs/distributed.md's sbatch script)."""
+    """Return the torchrun job this process restarts: torchrun restarted its workers, or a requeued SLURM job runs
+    torchrun again under the same rendezvous id (`--rdzv-id=$SLURM_JOB_ID`, docs/distributed.md); else None."""
     from lab.distributed import env
 
     job = env.torchrun_job()
@@ -450,11 +414,8 @@ def restart_of(run_dir: Path) -> bool:
 
 
 def restarted_run(run_dir: Path, siblings: bool = True) -> Path | None:
-    """Return the run dir of the torchrun job this process restarts.
-
-    That is `run_dir` itself (an explicit hydra.run.dir), else the newest dir next to it that records the same
-    job, since Hydra made a new timestamped dir for this attempt. Returns None when no dir records the job (the
-    first attempt failed before writing it) and for any process that is not a restart."""
+    """Return the run dir of the torchrun job this process restarts: `run_dir` itself (an explicit hydra.run.dir),
+    else the newest dir next to the timestamped one Hydra made for this attempt that records the job; else None."""
     from lab.distributed import env
 
     if _restarted_job() is None:
@@ -477,16 +438,12 @@ def requeued() -> bool:
 def unfinished(run_dir: Path) -> bool:
     """Whether `run_dir` has a `last.pt` whose training did not complete: interrupted, failed (its last.pt is
     good), or killed before it wrote summary.json."""
-    if not (run_dir / "checkpoints" / "last.pt").is_file():
-        return False
-    return _status(run_dir) in (None, "interrupted", "failed")
+    return (run_dir / "checkpoints" / "last.pt").is_file() and _status(run_dir) in (None, "interrupted", "failed")
 
 
 def never_saved(run_dir: Path) -> bool:
-    """Whether `run_dir` held a training run that was stopped before it saved a checkpoint or finished.
-
-    Nothing of it can be continued, so `resume=auto` or a requeue starts it again there as the same run. Its first
-    attempt's `.hydra/` and log are kept."""
+    """Whether `run_dir` held a training run stopped before it saved a checkpoint or finished, which `resume=auto`
+    or a requeue starts again there as the same run (its first attempt's `.hydra/` and log kept)."""
     before = _before.get(run_dir.resolve())
     if before is None or HYDRA_DIR not in before.entries:
         return False  # Hydra made this dir for this process, or no run of the command line wrote it
@@ -535,21 +492,16 @@ def newest_unfinished(runs_root: Path, config: Mapping[str, Any], exclude: Path)
 def continued_run(resume: str | None, run_dir: Path, config: Mapping[str, Any], siblings: bool = True) -> Path | None:
     """Return the run dir this run continues in, or None for a new run. `run_dir` is the one Hydra made.
 
-    A restarted torchrun worker continues its own job's dir (`restarted_run`); with no last.pt there yet, it starts
-    over in that dir. `resume=auto` and a requeued SLURM job continue the unfinished run in `run_dir`. Failing that,
-    `resume=auto` with `siblings` looks for the newest unfinished run of the same task and config next to it.
-    `resume=<run dir>` continues that run.
-    """
-    restarted = restarted_run(run_dir, siblings)
-    if restarted is not None:
-        if (restarted / "checkpoints" / "last.pt").is_file():
-            _require_same_config(restarted, config)
-        return restarted
-    if (resume == "auto" or requeued()) and unfinished(run_dir):
-        _require_same_config(run_dir, config)
-        return run_dir
-    if (resume == "auto" or requeued()) and never_saved(run_dir):
-        return run_dir  # killed before its first last.pt, so it starts over in its own dir
+    A restarted torchrun worker continues its own job's dir; `resume=auto` and a requeued SLURM job the unfinished
+    run in `run_dir`, else (`resume=auto` with `siblings`) the newest unfinished run of this config next to it.
+    With no last.pt there yet, a run starts over in its dir. `resume=<run dir>` continues that run."""
+    found = restarted_run(run_dir, siblings)
+    if found is None and (resume == "auto" or requeued()) and (unfinished(run_dir) or never_saved(run_dir)):
+        found = run_dir
+    if found is not None:
+        if (found / "checkpoints" / "last.pt").is_file():
+            _require_same_config(found, config)
+        return found
     if resume is None:
         return None
     if resume == "auto":

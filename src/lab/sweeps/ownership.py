@@ -209,6 +209,6 @@ def check_sweep_dir_before_hydra(argv: list[str]) -> None:
     command = run_dirs.read_command_line(argv)
     if command is None:
         return  # not a valid command line; Hydra reports it
-    values = command.values
-    if command.multirun and isinstance(values.get("hydra.sweep.dir"), str):
+    multirun, values = command
+    if multirun and isinstance(values.get("hydra.sweep.dir"), str):
         check(Path(values["hydra.sweep.dir"]).expanduser(), resuming=values.get("resume") == "auto")
