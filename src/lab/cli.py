@@ -7,7 +7,6 @@ import errno
 import functools
 import importlib
 import os
-import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,17 +47,14 @@ def user_errors() -> Iterator[None]:
         sys.exit(f"error: {one_line(err)}")
 
 
-# Training saves last.pt on a stop signal itself (the Interrupted above). Elsewhere nothing is saved on the way out,
-# and since files are written atomically or staged (lab.files), nothing partial is left under a final name.
-CTRL_C = stopping.stopped_at_once(signal.SIGINT)
-
-
 @contextlib.contextmanager
 def ctrl_c_in_one_line() -> Iterator[None]:
     """End on a stop signal with one line and exit code 128 + the signal (130 for Ctrl-C), not a traceback.
 
     This covers signals no handler of ours catches: imports, composing, building, an eval or export. Only training
-    saves first (lab.training.preemption). It still ends a whole sweep. HYDRA_FULL_ERROR=1 shows where it arrived."""
+    saves first (lab.training.preemption). Elsewhere nothing is saved on the way out, and since files are written
+    atomically or staged (lab.files), nothing partial is left under a final name. It still ends a whole sweep.
+    HYDRA_FULL_ERROR=1 shows where it arrived."""
     try:
         yield
     except KeyboardInterrupt as stop:
@@ -75,11 +71,8 @@ def one_line(err: BaseException) -> str:
     if "Original Traceback" not in text:
         return text
     last = [line for line in text.splitlines() if line.strip()][-1]
-    ours = (
-        f"{UserError.__module__}.",
-        "UserError",
-        "ConfigError",
-    )  # the package's name is not spelt out, since forks rename it
+    # the package's name is not spelt out, since forks rename it
+    ours = (f"{UserError.__module__}.", "UserError", "ConfigError")
     return last.split(": ", 1)[1] if last.startswith(ours) else last
 
 
@@ -129,6 +122,7 @@ def run_dir_checked(script: str) -> Iterator[None]:
     then fails to write there (a full disk, no permission), the run ends in one line and what it wrote is removed."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict, read_write
+    from omegaconf.errors import OmegaConfBaseException
 
     def checked(hydra_run_job: Callable[..., Any]) -> Callable[..., Any]:
         return functools.partial(run_job, hydra_run_job)
@@ -136,7 +130,13 @@ def run_dir_checked(script: str) -> Iterator[None]:
     def run_job(hydra_run_job: Callable[..., Any], *, config: Any, **kwargs: Any) -> Any:
         HydraConfig.instance().set_config(config)  # as run_job does first, so `${hydra:...}` in the dir resolves
         with user_errors():
-            run_dir = _resolved_run_dir(config)
+            try:
+                run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir"))).expanduser().absolute()
+            except OmegaConfBaseException as err:  # an unset ${oc.env:...}, or a missing key
+                why = str(err).splitlines()[0]
+                raise UserError(
+                    f"hydra.run.dir cannot be resolved ({why}): set what it names, or name the dir"
+                ) from None
             starts = {key: OmegaConf.select(config, key) for key in ("resume", "overwrite", "ckpt_path")}
             starts["overrides"] = list(OmegaConf.select(config, "hydra.overrides.task") or ())
             attempt_subdir = run_dirs.check(run_dir, script, starts)
@@ -149,27 +149,15 @@ def run_dir_checked(script: str) -> Iterator[None]:
             return hydra_run_job(config=config, **kwargs)
         except OSError as err:  # the task's own errors never get here; run_job keeps them in its JobReturn
             where = err.filename or run_dir
-            sys.exit(f"error: hydra.run.dir={run_dir}: Hydra could not write {where} ({err.strerror}); {_fix(err)}")
+            full = err.errno in (errno.ENOSPC, errno.EDQUOT)
+            fix = "free some space there, or choose another" if full else "choose a writable"
+            sys.exit(
+                f"error: hydra.run.dir={run_dir}: Hydra could not write {where} ({err.strerror}); {fix} "
+                "hydra.run.dir (or paths.outputs)"
+            )
 
     with upstream.hydra_run_job_wrapped(checked):
         yield
-
-
-def _resolved_run_dir(config: Any) -> Path:
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        return Path(str(OmegaConf.select(config, "hydra.run.dir"))).expanduser().absolute()
-    except OmegaConfBaseException as err:  # an unset ${oc.env:...}, or a missing key
-        why = str(err).splitlines()[0]
-        raise UserError(f"hydra.run.dir cannot be resolved ({why}): set what it names, or name the dir") from None
-
-
-def _fix(err: OSError) -> str:
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "free some space there, or choose another hydra.run.dir (or paths.outputs)"
-    return "choose a writable hydra.run.dir (or paths.outputs)"
 
 
 @contextlib.contextmanager
@@ -183,29 +171,27 @@ def concise_config_errors() -> Iterator[None]:
     wrap that function during the call (lab.upstream.hydra_report_wrapped); other errors go to Hydra's report
     unchanged. What `--help` composes is not wrapped by Hydra and arrives here.
     """
-    try:
-        with upstream.hydra_report_wrapped(_report_config_mistakes):
-            yield
-    except Exception as err:
-        _exit_if_config_mistake(err)
-        raise
+    with _exit_on_config_mistake(), upstream.hydra_report_wrapped(_report_config_mistakes):
+        yield
 
 
 def _report_config_mistakes(func: Callable[[], Any]) -> Any:
-    try:
+    with _exit_on_config_mistake():
         return func()
+
+
+@contextlib.contextmanager
+def _exit_on_config_mistake() -> Iterator[None]:
+    try:
+        yield
     except Exception as err:
-        _exit_if_config_mistake(err)
-        raise
+        if full_errors() or _raised_by_the_job(err.__traceback__):
+            raise  # an error of the run itself (a bug, a failed job) is not a config mistake; Hydra reports it
+        from lab.config.mistakes import describe
 
-
-def _exit_if_config_mistake(err: Exception) -> None:
-    if full_errors() or _raised_by_the_job(err.__traceback__):
-        return  # an error of the run itself (a bug, a failed job) is not a config mistake; Hydra reports it
-    from lab.config.mistakes import describe
-
-    message = describe(err)
-    if message is not None:
+        message = describe(err)
+        if message is None:
+            raise
         sys.exit(f"error: {message}")
 
 
