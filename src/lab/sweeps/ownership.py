@@ -1,13 +1,9 @@
-"""Decide who may write a sweep dir, and what `resume=auto` continues in it, as for a run dir.
+"""Decide who may write a sweep dir, and what `resume=auto` continues in it, as `lab.run_dir` does for a run dir.
 
-One sweep writes a sweep dir at a time, holding an exclusive lock on `<sweep dir>/.lock`. The OS releases it when
-the process dies. A new sweep refuses a dir that holds an earlier sweep's jobs, whose records it would overwrite or
-mix into its summary. With `resume=auto` it continues that sweep instead: completed jobs are kept and skipped, the
-others run again in their own dirs, and a job list that differs from the recorded one is refused. A job is its
-overrides (`.hydra/overrides.yaml`), less the keys that only say how it starts (`resume`, `ckpt_path`).
-
-Every refusal comes before the sweep writes anything. No torch here, since the entry scripts call
-`check_sweep_dir_before_hydra` before Hydra starts.
+One sweep at a time holds `<sweep dir>/.lock`. A new sweep refuses a dir with an earlier sweep's jobs, whose records
+it would overwrite or mix into its summary, unless `resume=auto` continues that sweep: completed jobs are kept, the
+others run again in their own dirs, and another job list is refused. Every refusal comes before the sweep writes.
+No torch here, since the entry scripts call `check_sweep_dir_before_hydra` before Hydra starts.
 """
 
 from __future__ import annotations
