@@ -113,8 +113,9 @@ def read_command_line(argv: list[str]) -> tuple[bool, dict[str, Any]] | None:
 
 def _continues_in_place(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
     resume, ckpt_path = overrides.get("resume"), overrides.get("ckpt_path")
-    if restart_of(run_dir):
-        return True  # a torchrun restart of the job there, with or without a last.pt
+    job = _restarted_job()
+    if job is not None and _torchrun_job_of(run_dir) == job:
+        return True  # a torchrun restart of the job there (same rendezvous id), with or without a last.pt
     if resume == "auto" or requeued():
         return unfinished(run_dir) or never_saved(run_dir)
     if resume is not None:
@@ -407,31 +408,24 @@ def _restarted_job() -> str | None:
     return job if job is not None and (env.torchrun_restart() > 0 or requeued()) else None
 
 
-def restart_of(run_dir: Path) -> bool:
-    """Whether this process restarts the torchrun job (same rendezvous id) that runs in `run_dir`."""
-    job = _restarted_job()
-    return job is not None and _torchrun_job_of(run_dir) == job
-
-
 def restarted_run(run_dir: Path, siblings: bool = True) -> Path | None:
     """Return the run dir of the torchrun job this process restarts: `run_dir` itself (an explicit hydra.run.dir),
     else the newest dir next to the timestamped one Hydra made for this attempt that records the job; else None."""
-    from lab.distributed import env
-
-    if _restarted_job() is None:
+    job = _restarted_job()
+    if job is None:
         return None
-    if restart_of(run_dir):
+    if _torchrun_job_of(run_dir) == job:
         return run_dir
     if siblings and run_dir.parent.is_dir():
-        found = [d for d in run_dir.parent.iterdir() if d.is_dir() and d != run_dir and restart_of(d)]
+        found = [d for d in run_dir.parent.iterdir() if d.is_dir() and d != run_dir and _torchrun_job_of(d) == job]
         if found:
             return max(found, key=lambda d: (d / TORCHRUN_RECORD).stat().st_mtime)
-    log.warning("restarted torchrun job %s: no run dir records it; starting a new run", env.torchrun_job())
+    log.warning("restarted torchrun job %s: no run dir records it; starting a new run", job)
     return None
 
 
 def requeued() -> bool:
-    """Whether this is a SLURM job started again after a preemption or time limit. It continues in its own dir."""
+    """Whether this is a SLURM job started again after a preemption or time limit (it continues in its own dir)."""
     return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
 
 
@@ -534,12 +528,10 @@ def _require_same_config(run_dir: Path, config: Mapping[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------- training's run dir
 @contextlib.contextmanager
 def owned(cfg: Any, run_dir: Path, siblings: bool = True) -> Iterator[Path]:
-    """Yield the dir a training run writes, and hold it while the run trains.
-
-    That is the run `resume=` continues (its last.pt becomes `cfg.ckpt_path`), else `run_dir`. Only the writing
-    process decides this and holds the dir: a spawning parent, or rank 0 under torchrun/srun, which passes its
-    decision to the other ranks (`lab.distributed.launch`). A checkpoint that would train nothing, or does not
-    fit the model, is refused before anything is written."""
+    """Yield the dir a training run writes, the run `resume=` continues (its last.pt then `cfg.ckpt_path`) or else
+    `run_dir`, and hold it while the run trains. Only the writing process decides and holds it: a spawning parent, or
+    rank 0 under torchrun/srun, which passes its decision on (`lab.distributed.launch`). A checkpoint that would
+    train nothing, or does not fit the model, is refused before anything is written."""
     from omegaconf import OmegaConf
 
     from lab.checkpointing.storage import require_file
@@ -582,10 +574,8 @@ def inside(ckpt_path: str | None, run_dir: Path) -> bool:
 
 
 def _refuse_finished(path: Path, trainer_cfg: Any, callbacks: Any) -> dict:
-    """Refuse a checkpoint that would train nothing, before any tracker or file is opened.
-
-    That is one whose training is over or stopped early, or one that holds the model alone (a dist=fsdp run's
-    best.pt). Returns the checkpoint memory-mapped, since only its progress is read here."""
+    """Refuse a checkpoint that would train nothing (its training over or stopped early, or the model alone: a
+    dist=fsdp run's best.pt), before any tracker or file is opened. Returns it memory-mapped (only progress is read)."""
     import torch
 
     from lab.checkpointing.storage import read
