@@ -42,15 +42,11 @@ class RecordedJob:
         return self.record["status"] if self.record else None
 
 
-def _read_record(job_dir: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((job_dir / JOB_RECORD).read_text())
-    except (OSError, ValueError):  # missing, or cut short by a kill
-        return None
-
-
 def _read_job(job_dir: Path) -> RecordedJob | None:
-    record = _read_record(job_dir)
+    try:
+        record = json.loads((job_dir / JOB_RECORD).read_text())
+    except (OSError, ValueError):  # missing, or cut short by a kill
+        record = None
     overrides = run_dirs.hydra_overrides(job_dir)
     if overrides is None:
         overrides = record["overrides"] if record else None
