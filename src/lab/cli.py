@@ -31,10 +31,9 @@ def full_errors() -> bool:
 def user_errors() -> Iterator[None]:
     """Turn user mistakes into one clear line and a non-zero exit instead of a traceback.
 
-    Inside a sweep the error is re-raised instead. Hydra records an exception as that job's failure and goes on,
-    but a SystemExit would end the whole sweep. The sweep summary reports the job's error (lab/sweeps/summary.py).
-    With HYDRA_FULL_ERROR=1 it is re-raised too, so Hydra shows where it came from.
-    """
+    Inside a sweep the error is re-raised: Hydra records an exception as that job's failure (the sweep summary
+    reports it) and goes on, where a SystemExit would end the whole sweep; with HYDRA_FULL_ERROR=1 as well, so Hydra
+    shows where it came from."""
     try:
         with ctrl_c_in_one_line():
             yield
@@ -80,7 +79,7 @@ def run_workflow(cfg: Any, workflow: str) -> Any:
     """Validate the config, then import (torch-heavy) and run lab.workflows.<workflow>."""
     from hydra.core.hydra_config import HydraConfig
 
-    if HydraConfig.initialized() and in_multirun():  # first, so a refusal or Ctrl-C can undo it
+    if in_multirun():  # first, so a refusal or Ctrl-C can undo it
         run_dirs.hydra_dirs.append(Path(HydraConfig.get().runtime.output_dir))  # a single run's: run_dir_checked
     with user_errors():
         validate(cfg)
@@ -95,10 +94,8 @@ def run_workflow(cfg: Any, workflow: str) -> Any:
 
 
 def main(hydra_main: Callable[[], Any], script: str) -> Any:
-    """Run an entry script's `@hydra.main` function, reporting config mistakes in one or two lines.
-
-    A run dir that `script` may not write is refused before Hydra writes into it. A start refused after Hydra wrote
-    leaves the run dir as it found it (lab.run_dir)."""
+    """Run an entry script's `@hydra.main` function, reporting config mistakes in one or two lines, refusing a run
+    dir `script` may not write before Hydra writes there, and undoing what Hydra wrote for a refused start."""
     # SIGTERM/SIGUSR1/SIGUSR2 stop the set-up, an eval or an export as Ctrl-C does: through every `with` on the way
     # out, so the run-dir lock is released and a started tracker's summary says "interrupted"
     with stopping.raised_at_once():
@@ -162,15 +159,11 @@ def run_dir_checked(script: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def concise_config_errors() -> Iterator[None]:
-    """Report a mistake in the config or overrides in one line and exit 1, instead of Hydra's 5-12 line report.
+    """Report a mistake in the config or overrides (an unknown key or option, a wrong type, an unparsable override)
+    in one line and exit 1, instead of Hydra's 5-12 line report; HYDRA_FULL_ERROR=1 still gets Hydra's.
 
-    The line names the mistake, the nearest valid name and what is allowed (lab.config.mistakes). Mistakes are an
-    unknown key or option, a wrong type, or an unparsable override. HYDRA_FULL_ERROR=1 still gets Hydra's report.
-
-    Hydra reports composing errors itself through one function that prints and exits, so nothing reaches us. We
-    wrap that function during the call (lab.upstream.hydra_report_wrapped); other errors go to Hydra's report
-    unchanged. What `--help` composes is not wrapped by Hydra and arrives here.
-    """
+    Hydra reports composing errors through one function that prints and exits, so that function is wrapped for the
+    call (lab.upstream.hydra_report_wrapped). What `--help` composes is not wrapped by Hydra and arrives here."""
     with _exit_on_config_mistake(), upstream.hydra_report_wrapped(_report_config_mistakes):
         yield
 

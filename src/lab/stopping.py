@@ -40,9 +40,8 @@ class StopRequested(KeyboardInterrupt):
 
 
 def is_first(signum: int) -> bool:
-    """Note the stop signal `signum` and return whether it is this process's first.
-
-    A second Ctrl-C more than a moment after the first ends the process at once (SystemExit 130)."""
+    """Note the stop signal `signum` and return whether it is this process's first. A second Ctrl-C more than a
+    moment after the first ends the process at once (SystemExit 130)."""
     global _first, _first_at
     if _first is None:
         _first, _first_at = signum, time.monotonic()
@@ -62,9 +61,7 @@ def tell_launcher(pid: int) -> None:
 
 
 def forget() -> None:
-    """Clear the pending stop when a new stretch of training starts (lab.training.preemption).
-
-    A real pending stop would have ended the process before it."""
+    """Clear the pending stop when a new stretch of training starts (a real one would have ended the process)."""
     global _first
     _first = None
 
