@@ -286,7 +286,15 @@ def write_summary(config: DictConfig, filename: str) -> None:
     print(table)
     key = part_key(config, rows)
     if key is not None:  # the optimized metric is then each parameter set's mean over its parts
-        _sets(sweep_dir, filename, by_parameter_set(rows, key, direction), key, metric)
+        sets = by_parameter_set(rows, key, direction)
+        (sweep_dir / f"{filename}_sets.csv").write_text(sets_to_csv(sets, metric))
+        table = sets_to_markdown(sets, key, metric)
+        with md.open("a") as md_file:
+            md_file.write(f"\n## Parameter sets\n\n{table}")
+        print(table)
+        if sets[0].value is not None:
+            jobs = " ".join(str(r.job) for r in sets[0].jobs)
+            print(f"best: jobs #{jobs} {metric}={_fmt(sets[0].value)} (mean)  {' '.join(sets[0].overrides)}")
     elif rows[0].status == "completed":
         best = rows[0]
         print(f"best: job #{best.job} {metric}={_fmt(best.value)}  {' '.join(best.overrides)}")
@@ -295,15 +303,3 @@ def write_summary(config: DictConfig, filename: str) -> None:
         # SystemExit, since Hydra turns a callback's exception into a warning and exits 0
         names = "; ".join(f"#{row.job} {row.error}" for row in failed)
         sys.exit(f"error: {len(failed)} of {len(rows)} sweep jobs failed ({names}); overrides and logs: {md}")
-
-
-def _sets(sweep_dir: Path, filename: str, sets: list[SetRow], key: str, metric: str) -> None:
-    (sweep_dir / f"{filename}_sets.csv").write_text(sets_to_csv(sets, metric))
-    table = sets_to_markdown(sets, key, metric)
-    with (sweep_dir / f"{filename}.md").open("a") as md:
-        md.write(f"\n## Parameter sets\n\n{table}")
-    print(table)
-    best = sets[0]
-    if best.value is not None:
-        jobs = " ".join(str(r.job) for r in best.jobs)
-        print(f"best: jobs #{jobs} {metric}={_fmt(best.value)} (mean)  {' '.join(best.overrides)}")
