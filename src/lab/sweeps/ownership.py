@@ -60,9 +60,8 @@ def _read_job(job_dir: Path) -> RecordedJob | None:
 
 
 def job_dirs(sweep_dir: Path) -> Iterator[Path]:
-    """Yield the job dirs under `sweep_dir`: dirs with a `.hydra/` or a sweep_job.json, for any `hydra.sweep.subdir`.
-
-    A job dir's own subtree (checkpoints, wandb, ...) is not searched."""
+    """Yield the job dirs under `sweep_dir`, for any `hydra.sweep.subdir`: dirs with a `.hydra/` or a sweep_job.json,
+    whose own subtrees (checkpoints, wandb, ...) are not searched."""
     for folder, subdirs, files in os.walk(sweep_dir):
         if folder != str(sweep_dir) and (HYDRA_DIR in subdirs or JOB_RECORD in files):
             subdirs.clear()
@@ -161,11 +160,11 @@ def _listed(overrides: list[str]) -> str:
 def claim(
     sweep_dir: Path, resuming: bool, jobs: Sequence[Sequence[str]] | None = None
 ) -> Iterator[dict[int, RecordedJob]]:
-    """Hold `sweep_dir` for this sweep while the block runs.
+    """Hold `sweep_dir` for this sweep while the block runs. Yields, when `resuming` with a known job list `jobs`
+    (the grid sweeper), the jobs an earlier run of this sweep started, by number; else an empty dict.
 
-    When `resuming` with a known job list `jobs` (the grid sweeper), yields the jobs an earlier run of this sweep
-    started, by number; else an empty dict. A refusal ends the sweep with one line and exit code 1 before anything
-    is written, since a sweeper runs inside Hydra, whose report is many lines. A refused claim leaves no lock file."""
+    A refusal ends the sweep with one line and exit code 1 before anything is written (a sweeper runs inside Hydra,
+    whose report is many lines), and leaves no lock file."""
     try:
         check(sweep_dir, resuming)
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -193,11 +192,8 @@ def claim(
 
 # ---------------------------------------------------------------------------------------------- before Hydra
 def check_sweep_dir_before_hydra(argv: list[str]) -> None:
-    """Apply `claim`'s refusals to an explicit `hydra.sweep.dir=` of a multirun, before Hydra writes anything.
-
-    The command line is read as Hydra reads it, so a quoted value or a `+`/`++` prefix names the same dir. The
-    sweeper's claim still checks every sweep dir, default or set in a config, and holds the lock. lab.cli calls it
-    only for a command line that names `hydra.sweep.dir`."""
+    """Apply `claim`'s refusals to an explicit `hydra.sweep.dir=` of a multirun (read as Hydra reads it), before
+    Hydra writes anything. The sweeper's claim still checks every sweep dir, default or set in a config."""
     command = run_dirs.read_command_line(argv)
     if command is None:
         return  # not a valid command line; Hydra reports it
