@@ -7,7 +7,6 @@ import errno
 import functools
 import importlib
 import os
-import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,10 +31,9 @@ def full_errors() -> bool:
 def user_errors() -> Iterator[None]:
     """Turn user mistakes into one clear line and a non-zero exit instead of a traceback.
 
-    Inside a sweep the error is re-raised instead. Hydra records an exception as that job's failure and goes on,
-    but a SystemExit would end the whole sweep. The sweep summary reports the job's error (lab/sweeps/summary.py).
-    With HYDRA_FULL_ERROR=1 it is re-raised too, so Hydra shows where it came from.
-    """
+    Inside a sweep the error is re-raised: Hydra records an exception as that job's failure (the sweep summary
+    reports it) and goes on, where a SystemExit would end the whole sweep; with HYDRA_FULL_ERROR=1 as well, so Hydra
+    shows where it came from."""
     try:
         with ctrl_c_in_one_line():
             yield
@@ -48,17 +46,14 @@ def user_errors() -> Iterator[None]:
         sys.exit(f"error: {one_line(err)}")
 
 
-# Training saves last.pt on a stop signal itself (the Interrupted above). Elsewhere nothing is saved on the way out,
-# and since files are written atomically or staged (lab.files), nothing partial is left under a final name.
-CTRL_C = stopping.stopped_at_once(signal.SIGINT)
-
-
 @contextlib.contextmanager
 def ctrl_c_in_one_line() -> Iterator[None]:
     """End on a stop signal with one line and exit code 128 + the signal (130 for Ctrl-C), not a traceback.
 
     This covers signals no handler of ours catches: imports, composing, building, an eval or export. Only training
-    saves first (lab.training.preemption). It still ends a whole sweep. HYDRA_FULL_ERROR=1 shows where it arrived."""
+    saves first (lab.training.preemption). Elsewhere nothing is saved on the way out, and since files are written
+    atomically or staged (lab.files), nothing partial is left under a final name. It still ends a whole sweep.
+    HYDRA_FULL_ERROR=1 shows where it arrived."""
     try:
         yield
     except KeyboardInterrupt as stop:
@@ -75,11 +70,8 @@ def one_line(err: BaseException) -> str:
     if "Original Traceback" not in text:
         return text
     last = [line for line in text.splitlines() if line.strip()][-1]
-    ours = (
-        f"{UserError.__module__}.",
-        "UserError",
-        "ConfigError",
-    )  # the package's name is not spelt out, since forks rename it
+    # the package's name is not spelt out, since forks rename it
+    ours = (f"{UserError.__module__}.", "UserError", "ConfigError")
     return last.split(": ", 1)[1] if last.startswith(ours) else last
 
 
@@ -87,8 +79,8 @@ def run_workflow(cfg: Any, workflow: str) -> Any:
     """Validate the config, then import (torch-heavy) and run lab.workflows.<workflow>."""
     from hydra.core.hydra_config import HydraConfig
 
-    if HydraConfig.initialized() and in_multirun():  # first, so a refusal or Ctrl-C can undo it
-        run_dirs.register_hydra_dir(Path(HydraConfig.get().runtime.output_dir))  # a single run's: run_dir_checked
+    if in_multirun():  # first, so a refusal or Ctrl-C can undo it
+        run_dirs.hydra_dirs.append(Path(HydraConfig.get().runtime.output_dir))  # a single run's: run_dir_checked
     with user_errors():
         validate(cfg)
         run = importlib.import_module(f"lab.workflows.{workflow}").run
@@ -102,10 +94,8 @@ def run_workflow(cfg: Any, workflow: str) -> Any:
 
 
 def main(hydra_main: Callable[[], Any], script: str) -> Any:
-    """Run an entry script's `@hydra.main` function, reporting config mistakes in one or two lines.
-
-    A run dir that `script` may not write is refused before Hydra writes into it. A start refused after Hydra wrote
-    leaves the run dir as it found it (lab.run_dir)."""
+    """Run an entry script's `@hydra.main` function, reporting config mistakes in one or two lines, refusing a run
+    dir `script` may not write before Hydra writes there, and undoing what Hydra wrote for a refused start."""
     # SIGTERM/SIGUSR1/SIGUSR2 stop the set-up, an eval or an export as Ctrl-C does: through every `with` on the way
     # out, so the run-dir lock is released and a started tracker's summary says "interrupted"
     with stopping.raised_at_once():
@@ -129,6 +119,7 @@ def run_dir_checked(script: str) -> Iterator[None]:
     then fails to write there (a full disk, no permission), the run ends in one line and what it wrote is removed."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict, read_write
+    from omegaconf.errors import OmegaConfBaseException
 
     def checked(hydra_run_job: Callable[..., Any]) -> Callable[..., Any]:
         return functools.partial(run_job, hydra_run_job)
@@ -136,7 +127,13 @@ def run_dir_checked(script: str) -> Iterator[None]:
     def run_job(hydra_run_job: Callable[..., Any], *, config: Any, **kwargs: Any) -> Any:
         HydraConfig.instance().set_config(config)  # as run_job does first, so `${hydra:...}` in the dir resolves
         with user_errors():
-            run_dir = _resolved_run_dir(config)
+            try:
+                run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir"))).expanduser().absolute()
+            except OmegaConfBaseException as err:  # an unset ${oc.env:...}, or a missing key
+                why = str(err).splitlines()[0]
+                raise UserError(
+                    f"hydra.run.dir cannot be resolved ({why}): set what it names, or name the dir"
+                ) from None
             starts = {key: OmegaConf.select(config, key) for key in ("resume", "overwrite", "ckpt_path")}
             starts["overrides"] = list(OmegaConf.select(config, "hydra.overrides.task") or ())
             attempt_subdir = run_dirs.check(run_dir, script, starts)
@@ -144,68 +141,50 @@ def run_dir_checked(script: str) -> Iterator[None]:
             config.hydra.run.dir = str(run_dir)
             if attempt_subdir is not None:
                 config.hydra.output_subdir = attempt_subdir  # a run continued in place keeps its first `.hydra/`
-        run_dirs.register_hydra_dir(run_dir)
+        run_dirs.hydra_dirs.append(run_dir)
         try:
             return hydra_run_job(config=config, **kwargs)
         except OSError as err:  # the task's own errors never get here; run_job keeps them in its JobReturn
             where = err.filename or run_dir
-            sys.exit(f"error: hydra.run.dir={run_dir}: Hydra could not write {where} ({err.strerror}); {_fix(err)}")
+            full = err.errno in (errno.ENOSPC, errno.EDQUOT)
+            fix = "free some space there, or choose another" if full else "choose a writable"
+            sys.exit(
+                f"error: hydra.run.dir={run_dir}: Hydra could not write {where} ({err.strerror}); {fix} "
+                "hydra.run.dir (or paths.outputs)"
+            )
 
     with upstream.hydra_run_job_wrapped(checked):
         yield
 
 
-def _resolved_run_dir(config: Any) -> Path:
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        return Path(str(OmegaConf.select(config, "hydra.run.dir"))).expanduser().absolute()
-    except OmegaConfBaseException as err:  # an unset ${oc.env:...}, or a missing key
-        why = str(err).splitlines()[0]
-        raise UserError(f"hydra.run.dir cannot be resolved ({why}): set what it names, or name the dir") from None
-
-
-def _fix(err: OSError) -> str:
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "free some space there, or choose another hydra.run.dir (or paths.outputs)"
-    return "choose a writable hydra.run.dir (or paths.outputs)"
-
-
 @contextlib.contextmanager
 def concise_config_errors() -> Iterator[None]:
-    """Report a mistake in the config or overrides in one line and exit 1, instead of Hydra's 5-12 line report.
+    """Report a mistake in the config or overrides (an unknown key or option, a wrong type, an unparsable override)
+    in one line and exit 1, instead of Hydra's 5-12 line report; HYDRA_FULL_ERROR=1 still gets Hydra's.
 
-    The line names the mistake, the nearest valid name and what is allowed (lab.config.mistakes). Mistakes are an
-    unknown key or option, a wrong type, or an unparsable override. HYDRA_FULL_ERROR=1 still gets Hydra's report.
-
-    Hydra reports composing errors itself through one function that prints and exits, so nothing reaches us. We
-    wrap that function during the call (lab.upstream.hydra_report_wrapped); other errors go to Hydra's report
-    unchanged. What `--help` composes is not wrapped by Hydra and arrives here.
-    """
-    try:
-        with upstream.hydra_report_wrapped(_report_config_mistakes):
-            yield
-    except Exception as err:
-        _exit_if_config_mistake(err)
-        raise
+    Hydra reports composing errors through one function that prints and exits, so that function is wrapped for the
+    call (lab.upstream.hydra_report_wrapped). What `--help` composes is not wrapped by Hydra and arrives here."""
+    with _exit_on_config_mistake(), upstream.hydra_report_wrapped(_report_config_mistakes):
+        yield
 
 
 def _report_config_mistakes(func: Callable[[], Any]) -> Any:
-    try:
+    with _exit_on_config_mistake():
         return func()
+
+
+@contextlib.contextmanager
+def _exit_on_config_mistake() -> Iterator[None]:
+    try:
+        yield
     except Exception as err:
-        _exit_if_config_mistake(err)
-        raise
+        if full_errors() or _raised_by_the_job(err.__traceback__):
+            raise  # an error of the run itself (a bug, a failed job) is not a config mistake; Hydra reports it
+        from lab.config.mistakes import describe
 
-
-def _exit_if_config_mistake(err: Exception) -> None:
-    if full_errors() or _raised_by_the_job(err.__traceback__):
-        return  # an error of the run itself (a bug, a failed job) is not a config mistake; Hydra reports it
-    from lab.config.mistakes import describe
-
-    message = describe(err)
-    if message is not None:
+        message = describe(err)
+        if message is None:
+            raise
         sys.exit(f"error: {message}")
 
 

@@ -1,24 +1,10 @@
 """Decide who may write a run dir, which run `resume=` continues, and undo a refused start.
 
-A run dir is the user's record of a run. Nothing here deletes or rewrites what another run, or the user, put there.
-
-- Before Hydra writes, `check` refuses a run dir that cannot be written (under a file, read-only, a name too long),
-  that a running job holds, or that holds another run or a sweep. Only training may write into a dir that holds a
-  run: to continue it in place (`resume=auto`, `resume=<that dir>`, a `ckpt_path` inside it, a SLURM requeue) or
-  to replace it with `overwrite=true`. An export killed before it finished may be continued by the same command.
-  A run continued in place keeps its `.hydra/`; Hydra writes the new attempt's config into `.hydra/attempt-<n>/`.
-- While a run writes, `claim` holds an exclusive lock on `<run dir>/.lock`. The OS releases it when the process
-  dies, so a killed run never leaves a lock that holds. Training takes its dir through `owned`.
-- When a start is refused after Hydra wrote, `undone_on_refusal` removes what Hydra wrote for this process and cuts
-  appended logs back. It does so only while the dir holds nothing else new, so a run's own records are kept.
-  Nothing is removed with rmtree.
-
-`resume=auto` continues the unfinished run in this process's own run dir (an explicit `hydra.run.dir`, as in the
-sbatch pattern, or a sweep job's dir), else the newest unfinished run of the same task and config next to it.
-Unfinished means a `checkpoints/last.pt` whose training did not complete: interrupted, failed, or killed before it
-wrote summary.json. A requeued SLURM job (`SLURM_RESTART_COUNT` > 0) continues in its own dir the same way. A
-torchrun job that may restart its workers records its id in `torchrun.json`. A restarted worker
-(`TORCHELASTIC_RESTART_COUNT` > 0) continues its job's run dir, from `last.pt` or from the start if none was saved.
+A run dir is the user's record of a run: nothing here deletes or rewrites what another run, or the user, put there.
+Before Hydra writes, `check` refuses a dir that cannot be written, that a running job holds, or that holds another run
+or a sweep. While a run writes, `claim` holds `<run dir>/.lock`. `undone_on_refusal` removes what Hydra wrote for a
+start refused after it wrote, never with rmtree. `continued_run` decides which run `resume=auto`, a SLURM requeue or a
+torchrun restart continues. docs/architecture.md ("Run dirs are owned") has the rules in full.
 
 No torch import at module level: the entry scripts call this before Hydra starts.
 """
@@ -34,7 +20,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import IO, Any, cast
 
 import yaml
 
@@ -74,7 +60,7 @@ class _Before:
 
 
 _before: dict[Path, _Before] = {}  # explicit run dirs, by resolved path; a dir not here was new (a timestamped one)
-_hydra_dirs: list[Path] = []  # the run dirs Hydra made or used for this process (noted by lab.cli)
+hydra_dirs: list[Path] = []  # the run dirs Hydra made or used for this process (noted by lab.cli), to undo
 
 
 def check(run_dir: Path, script: str, config: Mapping[str, Any]) -> str | None:
@@ -89,7 +75,7 @@ def check(run_dir: Path, script: str, config: Mapping[str, Any]) -> str | None:
     held = [name for name in RUN_RECORDS if (run_dir / name).exists()]
     if not held:
         return None
-    if script == "export" and _killed_export(run_dir, config.get("overrides") or ()):
+    if script == "export" and _killed_export(run_dir, held, config.get("overrides") or ()):
         return attempt_subdir(run_dir)
     if script != "train":
         raise UserError(
@@ -103,20 +89,15 @@ def check(run_dir: Path, script: str, config: Mapping[str, Any]) -> str | None:
         )
     if _continues_in_place(run_dir, config):
         return attempt_subdir(run_dir)
-    if _flag(config.get("overwrite")):
+    if config.get("overwrite") is True or str(config.get("overwrite")).lower() == "true":
         return None
     raise UserError(_foreign_run(run_dir, held, config.get("resume")))
 
 
-@dataclass(frozen=True)
-class CommandLine:
-    multirun: bool  # -m/--multirun, hydra.mode=MULTIRUN or a hparams_search (which sets it)
-    values: dict[str, Any]  # key -> value of each override that is not a sweep (the last of a key wins, as in Hydra)
-
-
-def read_command_line(argv: list[str]) -> CommandLine | None:
+def read_command_line(argv: list[str]) -> tuple[bool, dict[str, Any]] | None:
     """Parse an entry script's command line as Hydra will, so `'quoted'` values and `+`/`++` prefixes name the same
-    key; None when Hydra will refuse it (it says why)."""
+    key; None when Hydra will refuse it (it says why). Returns whether it is a multirun (`-m`, hydra.mode=MULTIRUN
+    or a hparams_search, which sets it) and the value of each key that is not swept (the last wins, as in Hydra)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -127,17 +108,14 @@ def read_command_line(argv: list[str]) -> CommandLine | None:
         return None
     values = {o.key_or_group: o.value() for o in parsed if not o.is_delete() and not o.is_sweep_override()}
     multirun = args.multirun or str(values.get("hydra.mode", "")).upper() == "MULTIRUN"
-    return CommandLine(multirun or values.get("hparams_search") is not None, values)
-
-
-def _flag(value: Any) -> bool:
-    return value is True or str(value).lower() == "true"
+    return multirun or values.get("hparams_search") is not None, values
 
 
 def _continues_in_place(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
     resume, ckpt_path = overrides.get("resume"), overrides.get("ckpt_path")
-    if restart_of(run_dir):
-        return True  # a torchrun restart of the job there, with or without a last.pt
+    job = _restarted_job()
+    if job is not None and _torchrun_job_of(run_dir) == job:
+        return True  # a torchrun restart of the job there (same rendezvous id), with or without a last.pt
     if resume == "auto" or requeued():
         return unfinished(run_dir) or never_saved(run_dir)
     if resume is not None:
@@ -145,25 +123,36 @@ def _continues_in_place(run_dir: Path, overrides: Mapping[str, Any]) -> bool:
     return ckpt_path is not None and _same(Path(str(ckpt_path)).parent, run_dir / "checkpoints")
 
 
-def _killed_export(run_dir: Path, overrides: Sequence[str]) -> bool:
-    """Whether `run_dir` holds an export by this same command that was stopped before it finished.
-
-    Such a dir has no manifest, and no summary.json or one that says `interrupted`. Running the command again
-    continues it there (`lab.workflows.export` removes the staging folders). Any other run is refused."""
-    held = {name for name in RUN_RECORDS if (run_dir / name).exists()}
-    if not held <= {HYDRA_DIR, "metrics.jsonl", "summary.json"} or (run_dir / "export_manifest.json").exists():
+def _killed_export(run_dir: Path, held: list[str], overrides: Sequence[str]) -> bool:
+    """Whether `run_dir` holds an export by this same command stopped before it finished: no manifest, and no
+    summary.json or one that says `interrupted` (`lab.workflows.export` removes the staging folders)."""
+    if not set(held) <= {HYDRA_DIR, "metrics.jsonl", "summary.json"} or (run_dir / "export_manifest.json").exists():
         return False
     if "summary.json" in held and _status(run_dir) != "interrupted":
         return False
-    try:
-        from omegaconf import OmegaConf  # no torch; Hydra imports it anyway
-
-        entry = OmegaConf.load(run_dir / HYDRA_DIR / "hydra.yaml").hydra.job.config_name
-        earlier = read_command_line(["export.py", *OmegaConf.load(run_dir / HYDRA_DIR / "overrides.yaml")])
-    except Exception:  # no readable record of what ran there, so not known to be this export
-        return False
+    recorded = hydra_overrides(run_dir)
+    if hydra_job(run_dir)[0] != "export" or recorded is None:
+        return False  # no readable record of what ran there, so not known to be this export
+    earlier = read_command_line(["export.py", *recorded])
     ours = read_command_line(["export.py", *overrides])  # this run's task overrides, as Hydra records them
-    return entry == "export" and earlier is not None and ours is not None and earlier.values == ours.values
+    return earlier is not None and ours is not None and earlier[1] == ours[1]
+
+
+def hydra_job(run_dir: Path) -> tuple[Any, Any, Any]:
+    """Return the entry config, mode and job number in `run_dir/.hydra/hydra.yaml`; Nones if it cannot be read."""
+    try:
+        hydra = yaml.safe_load((run_dir / HYDRA_DIR / "hydra.yaml").read_text())["hydra"]
+        return hydra["job"].get("config_name"), hydra.get("mode"), hydra["job"].get("num")
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return None, None, None
+
+
+def hydra_overrides(run_dir: Path) -> list[str] | None:
+    """Return the task overrides in `run_dir/.hydra/overrides.yaml`, or None if it cannot be read."""
+    try:
+        return [str(o) for o in yaml.safe_load((run_dir / HYDRA_DIR / "overrides.yaml").read_text()) or []]
+    except (OSError, yaml.YAMLError, TypeError):
+        return None
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -253,11 +242,6 @@ def _hydra_files(run_dir: Path) -> tuple[dict[str, int], frozenset[str]]:
 
 
 # ------------------------------------------------------------------------------------- a refused start, undone
-def register_hydra_dir(run_dir: Path) -> None:
-    """Note the run dir Hydra made or used for this process, for `undone_on_refusal` to clean."""
-    _hydra_dirs.append(run_dir)
-
-
 @contextlib.contextmanager
 def undone_on_refusal() -> Iterator[None]:
     """Remove what Hydra wrote if the script exits non-zero (a refusal, Ctrl-C) before the run wrote records."""
@@ -265,7 +249,7 @@ def undone_on_refusal() -> Iterator[None]:
         yield
     except SystemExit as stop:
         if stop.code not in (0, None):
-            for run_dir in _hydra_dirs:
+            for run_dir in hydra_dirs:
                 discard_hydra_files(run_dir)
         raise
 
@@ -295,16 +279,48 @@ def discard_hydra_files(run_dir: Path) -> bool:
 
 
 # -------------------------------------------------------------------------------------------- while a run writes
-def is_held(run_dir: Path) -> bool:
-    """Whether a running process holds the lock of `run_dir`. A lock file left by a dead process does not hold."""
-    if not (run_dir / LOCK).is_file():
+def is_held(folder: Path) -> bool:
+    """Whether a running process holds `<folder>/.lock` (a run or sweep dir's). A lock file left by a dead process
+    does not hold."""
+    if not (folder / LOCK).is_file():
         return False
-    with open(run_dir / LOCK) as lock:
+    with open(folder / LOCK) as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
     return False
+
+
+def holder(folder: Path) -> str:
+    try:
+        return (folder / LOCK).read_text().strip() or "another process"
+    except OSError:
+        return "another process"
+
+
+def take_lock(folder: Path) -> IO | None:
+    """Lock `<folder>/.lock` with our pid in it; None if another process holds it. Retries if a holder that ended
+    removed the file meanwhile."""
+    path = folder / LOCK
+    while True:
+        handle = open(path, "a+")  # noqa: SIM115 (held open, as the lock lives as long as it)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            return None  # the lock file is the holder's, not ours to remove
+        try:
+            same = os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()}\n")
+            handle.flush()
+            return handle
+        handle.close()
 
 
 @contextlib.contextmanager
@@ -313,24 +329,18 @@ def claim(run_dir: Path, resuming_here: bool, overwrite: bool) -> Iterator[None]
     checkpoints that this run neither resumes nor overwrites. A refused claim leaves no lock file."""
     _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
-    lock_path = run_dir / LOCK
-    with open(lock_path, "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(_in_use(run_dir)) from None  # the lock file is the holder's, not ours to remove
-        try:
-            lock.seek(0)
-            lock.truncate()
-            lock.write(f"pid {os.getpid()}\n")
-            lock.flush()
-            _held.append(lock)
-            _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)  # again, now no one else writes
-            yield
-        finally:
-            if lock in _held:
-                _held.remove(lock)
-            lock_path.unlink(missing_ok=True)  # the run dir keeps only the run's files
+    lock = take_lock(run_dir)
+    if lock is None:
+        raise UserError(_in_use(run_dir))
+    _held.append(lock)
+    try:
+        _refuse_foreign_checkpoints(run_dir, resuming_here, overwrite)  # again, now no one else writes
+        yield
+    finally:
+        if lock in _held:
+            _held.remove(lock)
+        (run_dir / LOCK).unlink(missing_ok=True)  # the run dir keeps only the run's files
+        lock.close()
 
 
 # The run-dir locks this process holds. A forked child (a DataLoader worker) shares the lock's open file, and flock
@@ -349,10 +359,9 @@ os.register_at_fork(after_in_child=_release_in_child)
 
 
 def _in_use(run_dir: Path) -> str:
-    holder = (run_dir / LOCK).read_text().strip() or "another process"
     return (
-        f"{run_dir} is in use by a running job ({holder}); two runs never share a run dir: leave hydra.run.dir "
-        "unset (every run gets its own) or wait for that job to end"
+        f"{run_dir} is in use by a running job ({holder(run_dir)}); two runs never share a run dir: leave "
+        "hydra.run.dir unset (every run gets its own) or wait for that job to end"
     )
 
 
@@ -379,11 +388,8 @@ def record_torchrun_job(run_dir: Path) -> None:
     from lab.distributed import env
 
     job = env.torchrun_job()
-    if job is None:
-        return
-    record = run_dir / TORCHRUN_RECORD
-    if _torchrun_job_of(run_dir) != job:
-        record.write_text(json.dumps({"rdzv_id": job}) + "\n")
+    if job is not None and _torchrun_job_of(run_dir) != job:
+        (run_dir / TORCHRUN_RECORD).write_text(json.dumps({"rdzv_id": job}) + "\n")
 
 
 def _torchrun_job_of(run_dir: Path) -> str | None:
@@ -394,70 +400,51 @@ def _torchrun_job_of(run_dir: Path) -> str | None:
 
 
 def _restarted_job() -> str | None:
-    """Return the torchrun job this process restarts, or None.
-
-    Either torchrun restarted its workers, or a requeued SLURM job runs torchrun again under the same rendezvous
-    id (`--rdzv-id=$SLURM_JOB_ID` in docs/distributed.md's sbatch script)."""
+    """Return the torchrun job this process restarts: torchrun restarted its workers, or a requeued SLURM job runs
+    torchrun again under the same rendezvous id (`--rdzv-id=$SLURM_JOB_ID`, docs/distributed.md); else None."""
     from lab.distributed import env
 
     job = env.torchrun_job()
     return job if job is not None and (env.torchrun_restart() > 0 or requeued()) else None
 
 
-def restart_of(run_dir: Path) -> bool:
-    """Whether this process restarts the torchrun job (same rendezvous id) that runs in `run_dir`."""
-    job = _restarted_job()
-    return job is not None and _torchrun_job_of(run_dir) == job
-
-
 def restarted_run(run_dir: Path, siblings: bool = True) -> Path | None:
-    """Return the run dir of the torchrun job this process restarts.
-
-    That is `run_dir` itself (an explicit hydra.run.dir), else the newest dir next to it that records the same
-    job, since Hydra made a new timestamped dir for this attempt. Returns None when no dir records the job (the
-    first attempt failed before writing it) and for any process that is not a restart."""
-    from lab.distributed import env
-
-    if _restarted_job() is None:
+    """Return the run dir of the torchrun job this process restarts: `run_dir` itself (an explicit hydra.run.dir),
+    else the newest dir next to the timestamped one Hydra made for this attempt that records the job; else None."""
+    job = _restarted_job()
+    if job is None:
         return None
-    if restart_of(run_dir):
+    if _torchrun_job_of(run_dir) == job:
         return run_dir
     if siblings and run_dir.parent.is_dir():
-        found = [d for d in run_dir.parent.iterdir() if d.is_dir() and d != run_dir and restart_of(d)]
+        found = [d for d in run_dir.parent.iterdir() if d.is_dir() and d != run_dir and _torchrun_job_of(d) == job]
         if found:
             return max(found, key=lambda d: (d / TORCHRUN_RECORD).stat().st_mtime)
-    log.warning("restarted torchrun job %s: no run dir records it; starting a new run", env.torchrun_job())
+    log.warning("restarted torchrun job %s: no run dir records it; starting a new run", job)
     return None
 
 
 def requeued() -> bool:
-    """Whether this is a SLURM job started again after a preemption or time limit. It continues in its own dir."""
+    """Whether this is a SLURM job started again after a preemption or time limit (it continues in its own dir)."""
     return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
 
 
 def unfinished(run_dir: Path) -> bool:
     """Whether `run_dir` has a `last.pt` whose training did not complete: interrupted, failed (its last.pt is
     good), or killed before it wrote summary.json."""
-    if not (run_dir / "checkpoints" / "last.pt").is_file():
-        return False
-    return _status(run_dir) in (None, "interrupted", "failed")
+    return (run_dir / "checkpoints" / "last.pt").is_file() and _status(run_dir) in (None, "interrupted", "failed")
 
 
 def never_saved(run_dir: Path) -> bool:
-    """Whether `run_dir` held a training run that was stopped before it saved a checkpoint or finished.
-
-    Nothing of it can be continued, so `resume=auto` or a requeue starts it again there as the same run. Its first
-    attempt's `.hydra/` and log are kept."""
+    """Whether `run_dir` held a training run stopped before it saved a checkpoint or finished, which `resume=auto`
+    or a requeue starts again there as the same run (its first attempt's `.hydra/` and log kept)."""
     before = _before.get(run_dir.resolve())
     if before is None or HYDRA_DIR not in before.entries:
         return False  # Hydra made this dir for this process, or no run of the command line wrote it
     if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
         return False
-    try:
-        hydra = yaml.safe_load((run_dir / HYDRA_DIR / "hydra.yaml").read_text())["hydra"]
-        a_training_run = hydra["job"]["config_name"] == "train" and hydra["mode"] == "RUN"  # not a sweep job's
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return False  # no record we can read, so not ours to start again
+    # not a sweep job's; without a record we can read, not ours to start again
+    a_training_run = hydra_job(run_dir)[:2] == ("train", "RUN")
     return a_training_run and _status(run_dir) in (None, "interrupted", "failed")
 
 
@@ -499,21 +486,16 @@ def newest_unfinished(runs_root: Path, config: Mapping[str, Any], exclude: Path)
 def continued_run(resume: str | None, run_dir: Path, config: Mapping[str, Any], siblings: bool = True) -> Path | None:
     """Return the run dir this run continues in, or None for a new run. `run_dir` is the one Hydra made.
 
-    A restarted torchrun worker continues its own job's dir (`restarted_run`); with no last.pt there yet, it starts
-    over in that dir. `resume=auto` and a requeued SLURM job continue the unfinished run in `run_dir`. Failing that,
-    `resume=auto` with `siblings` looks for the newest unfinished run of the same task and config next to it.
-    `resume=<run dir>` continues that run.
-    """
-    restarted = restarted_run(run_dir, siblings)
-    if restarted is not None:
-        if (restarted / "checkpoints" / "last.pt").is_file():
-            _require_same_config(restarted, config)
-        return restarted
-    if (resume == "auto" or requeued()) and unfinished(run_dir):
-        _require_same_config(run_dir, config)
-        return run_dir
-    if (resume == "auto" or requeued()) and never_saved(run_dir):
-        return run_dir  # killed before its first last.pt, so it starts over in its own dir
+    A restarted torchrun worker continues its own job's dir; `resume=auto` and a requeued SLURM job the unfinished
+    run in `run_dir`, else (`resume=auto` with `siblings`) the newest unfinished run of this config next to it.
+    With no last.pt there yet, a run starts over in its dir. `resume=<run dir>` continues that run."""
+    found = restarted_run(run_dir, siblings)
+    if found is None and (resume == "auto" or requeued()) and (unfinished(run_dir) or never_saved(run_dir)):
+        found = run_dir
+    if found is not None:
+        if (found / "checkpoints" / "last.pt").is_file():
+            _require_same_config(found, config)
+        return found
     if resume is None:
         return None
     if resume == "auto":
@@ -546,12 +528,10 @@ def _require_same_config(run_dir: Path, config: Mapping[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------- training's run dir
 @contextlib.contextmanager
 def owned(cfg: Any, run_dir: Path, siblings: bool = True) -> Iterator[Path]:
-    """Yield the dir a training run writes, and hold it while the run trains.
-
-    That is the run `resume=` continues (its last.pt becomes `cfg.ckpt_path`), else `run_dir`. Only the writing
-    process decides this and holds the dir: a spawning parent, or rank 0 under torchrun/srun, which passes its
-    decision to the other ranks (`lab.distributed.launch`). A checkpoint that would train nothing, or does not
-    fit the model, is refused before anything is written."""
+    """Yield the dir a training run writes, the run `resume=` continues (its last.pt then `cfg.ckpt_path`) or else
+    `run_dir`, and hold it while the run trains. Only the writing process decides and holds it: a spawning parent, or
+    rank 0 under torchrun/srun, which passes its decision on (`lab.distributed.launch`). A checkpoint that would
+    train nothing, or does not fit the model, is refused before anything is written."""
     from omegaconf import OmegaConf
 
     from lab.checkpointing.storage import require_file
@@ -594,10 +574,8 @@ def inside(ckpt_path: str | None, run_dir: Path) -> bool:
 
 
 def _refuse_finished(path: Path, trainer_cfg: Any, callbacks: Any) -> dict:
-    """Refuse a checkpoint that would train nothing, before any tracker or file is opened.
-
-    That is one whose training is over or stopped early, or one that holds the model alone (a dist=fsdp run's
-    best.pt). Returns the checkpoint memory-mapped, since only its progress is read here."""
+    """Refuse a checkpoint that would train nothing (its training over or stopped early, or the model alone: a
+    dist=fsdp run's best.pt), before any tracker or file is opened. Returns it memory-mapped (only progress is read)."""
     import torch
 
     from lab.checkpointing.storage import read

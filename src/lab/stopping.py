@@ -40,9 +40,8 @@ class StopRequested(KeyboardInterrupt):
 
 
 def is_first(signum: int) -> bool:
-    """Note the stop signal `signum` and return whether it is this process's first.
-
-    A second Ctrl-C more than a moment after the first ends the process at once (SystemExit 130)."""
+    """Note the stop signal `signum` and return whether it is this process's first. A second Ctrl-C more than a
+    moment after the first ends the process at once (SystemExit 130)."""
     global _first, _first_at
     if _first is None:
         _first, _first_at = signum, time.monotonic()
@@ -62,9 +61,7 @@ def tell_launcher(pid: int) -> None:
 
 
 def forget() -> None:
-    """Clear the pending stop when a new stretch of training starts (lab.training.preemption).
-
-    A real pending stop would have ended the process before it."""
+    """Clear the pending stop when a new stretch of training starts (a real one would have ended the process)."""
     global _first
     _first = None
 
@@ -75,17 +72,22 @@ def stop_at_once(signum: int, frame: FrameType | None) -> None:
 
 
 @contextlib.contextmanager
-def raised_at_once() -> Iterator[None]:
-    """Make the first stop signal raise StopRequested in the block; in the main thread only, as Python requires."""
+def _handled(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """Handle the stop signals with `handler` in the block; in the main thread only, as Python requires."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, stop_at_once) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, earlier in previous.items():
+            signal.signal(sig, earlier)
+
+
+def raised_at_once() -> contextlib.AbstractContextManager[None]:
+    """Make the first stop signal raise StopRequested in the block."""
+    return _handled(stop_at_once)
 
 
 def signal_number(interrupt: KeyboardInterrupt) -> int:
@@ -113,13 +115,8 @@ class StopNote:
 @contextlib.contextmanager
 def noting_stop_signals(on_signal: Callable[[int], None] | None = None) -> Iterator[StopNote]:
     """While a launcher's jobs run, note the first stop signal (the launcher then starts no further job) and call
-    `on_signal` with each one. The jobs save last.pt and stop.
-
-    Outside the main thread, where signal handlers cannot be set, it does nothing."""
+    `on_signal` with each one. The jobs save last.pt and stop. Outside the main thread it does nothing."""
     stop = StopNote()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
 
     def note(signum: int, frame: FrameType | None) -> None:
         if stop.signum is None:
@@ -128,9 +125,5 @@ def noting_stop_signals(on_signal: Callable[[int], None] | None = None) -> Itera
         if on_signal is not None:
             on_signal(signum)
 
-    previous = {sig: signal.signal(sig, note) for sig in STOP_SIGNALS}
-    try:
+    with _handled(note):
         yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

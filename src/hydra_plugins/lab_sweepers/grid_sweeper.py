@@ -1,19 +1,15 @@
 """Run a grid sweep (`hydra/sweeper=lab_grid`, the default) in which a failed job does not end the sweep.
 
-Hydra's BasicSweeper re-raises the first failed job's exception after each batch. That skips `on_multirun_end`, so
-there is no sweep summary, and drops later batches. Here every job runs, the sweep returns normally, and the summary
-callback reports failures and sets the exit code. With `sweep.fail_fast=true` no batch starts after a failed job.
+Hydra's BasicSweeper re-raises the first failed job's exception after each batch, which skips `on_multirun_end` (no
+sweep summary) and drops later batches. Here every job runs and the summary callback reports failures and sets the
+exit code; with `sweep.fail_fast=true` no batch starts after a failed job.
 
-Before a batch runs, every job's overrides are checked. Hydra composes each job's config for that, at 0.3 s a time.
-Here a batch composes once per distinct choice of config groups, and applies the other jobs' plain values (`seed=3`)
-to a copy as Hydra would. So an unknown key or a wrong type still stops the sweep before any job starts.
+Before a batch runs, every job's overrides are checked. Hydra composes each job's config for that, at 0.3 s a time;
+here a batch composes once per distinct choice of config groups and applies the other jobs' plain values (`seed=3`)
+to a copy as Hydra would, so an unknown key or a wrong type still stops the sweep before any job starts.
 
-A parameter set may run as several jobs, one per part, such as the folds of a cross-validation (lab.sweeps.jobs.expand):
-each is a job of its own, numbered in turn.
-
-The sweep dir is this sweep's alone (lab.sweeps.ownership). A dir holding an earlier sweep is refused, unless
-`resume=auto` continues it. Then completed jobs are kept and not run again, since Hydra would rewrite their
-`.hydra/`. The others run again in their own dirs under their own numbers.
+A sweep continued with `resume=auto` (lab.sweeps.ownership) keeps its completed jobs and does not run them again,
+since Hydra would rewrite their `.hydra/`.
 """
 
 from __future__ import annotations

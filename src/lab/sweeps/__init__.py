@@ -32,11 +32,9 @@ def sweep_of(run_dir: Path) -> Path | None:
     It is read from Hydra's config, or else from the files, since a spawned DDP rank has no Hydra. A sweep dir holds
     the sweep's multirun.yaml."""
     from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
     if HydraConfig.initialized():
-        hydra = HydraConfig.get()
-        return Path(hydra.sweep.dir).absolute() if hydra.mode == RunMode.MULTIRUN else None
+        return Path(HydraConfig.get().sweep.dir).absolute() if in_multirun() else None
     near = run_dir.absolute().parents[:2]  # <sweep dir>/<job num>, or a subdir one level deeper
     return next((folder for folder in near if (folder / SWEEP_CONFIG).is_file()), None)
 

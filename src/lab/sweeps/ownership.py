@@ -1,19 +1,14 @@
-"""Decide who may write a sweep dir, and what `resume=auto` continues in it, as for a run dir.
+"""Decide who may write a sweep dir, and what `resume=auto` continues in it, as `lab.run_dir` does for a run dir.
 
-One sweep writes a sweep dir at a time, holding an exclusive lock on `<sweep dir>/.lock`. The OS releases it when
-the process dies. A new sweep refuses a dir that holds an earlier sweep's jobs, whose records it would overwrite or
-mix into its summary. With `resume=auto` it continues that sweep instead: completed jobs are kept and skipped, the
-others run again in their own dirs, and a job list that differs from the recorded one is refused. A job is its
-overrides (`.hydra/overrides.yaml`), less the keys that only say how it starts (`resume`, `ckpt_path`).
-
-Every refusal comes before the sweep writes anything. No torch here, since the entry scripts call
-`check_sweep_dir_before_hydra` before Hydra starts.
+One sweep at a time holds `<sweep dir>/.lock`. A new sweep refuses a dir with an earlier sweep's jobs, whose records
+it would overwrite or mix into its summary, unless `resume=auto` continues that sweep: completed jobs are kept, the
+others run again in their own dirs, and another job list is refused. Every refusal comes before the sweep writes.
+No torch here, since the entry scripts call `check_sweep_dir_before_hydra` before Hydra starts.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import json
 import logging
@@ -22,18 +17,15 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-import yaml
-
+from lab import run_dir as run_dirs
 from lab.errors import UserError
-from lab.run_dir import RUN_RECORDS, SWEEP_CONFIG, read_command_line
+from lab.run_dir import HYDRA_DIR, LOCK, RUN_RECORDS, SWEEP_CONFIG
 
 log = logging.getLogger(__name__)
 
-LOCK = ".lock"
 JOB_RECORD = "sweep_job.json"  # what became of a job, written to its run dir when it ends (lab.sweeps.summary)
-HYDRA_SUBDIR = ".hydra"  # where Hydra records a job's config and overrides when the job starts
 RESUME_KEYS = ("resume", "ckpt_path")  # how a job starts, not which job it is
 
 
@@ -50,36 +42,28 @@ class RecordedJob:
         return self.record["status"] if self.record else None
 
 
-def _read_record(job_dir: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((job_dir / JOB_RECORD).read_text())
-    except (OSError, ValueError):  # missing, or cut short by a kill
-        return None
-
-
 def _read_job(job_dir: Path) -> RecordedJob | None:
-    record = _read_record(job_dir)
-    hydra_dir = job_dir / HYDRA_SUBDIR
     try:
-        overrides = yaml.safe_load((hydra_dir / "overrides.yaml").read_text()) or []
-    except (OSError, yaml.YAMLError):
+        record = json.loads((job_dir / JOB_RECORD).read_text())
+    except (OSError, ValueError):  # missing, or cut short by a kill
+        record = None
+    overrides = run_dirs.hydra_overrides(job_dir)
+    if overrides is None:
         overrides = record["overrides"] if record else None
     num = record["job"] if record else None
     if num is None:  # killed before it recorded its end; Hydra's record of its start says which job it was
-        with contextlib.suppress(OSError, yaml.YAMLError, KeyError, TypeError):
-            hydra = yaml.safe_load((hydra_dir / "hydra.yaml").read_text())["hydra"]
-            num = hydra["job"]["num"] if hydra["mode"] == "MULTIRUN" else None  # not a single run put here
+        _, mode, num = run_dirs.hydra_job(job_dir)
+        num = num if mode == "MULTIRUN" else None  # not a single run put here
     if num is None or overrides is None:
         return None
     return RecordedJob(int(num), job_dir, tuple(str(o) for o in overrides), record)
 
 
 def job_dirs(sweep_dir: Path) -> Iterator[Path]:
-    """Yield the job dirs under `sweep_dir`: dirs with a `.hydra/` or a sweep_job.json, for any `hydra.sweep.subdir`.
-
-    A job dir's own subtree (checkpoints, wandb, ...) is not searched."""
+    """Yield the job dirs under `sweep_dir`, for any `hydra.sweep.subdir`: dirs with a `.hydra/` or a sweep_job.json,
+    whose own subtrees (checkpoints, wandb, ...) are not searched."""
     for folder, subdirs, files in os.walk(sweep_dir):
-        if folder != str(sweep_dir) and (HYDRA_SUBDIR in subdirs or JOB_RECORD in files):
+        if folder != str(sweep_dir) and (HYDRA_DIR in subdirs or JOB_RECORD in files):
             subdirs.clear()
             yield Path(folder)
         else:
@@ -108,13 +92,8 @@ def _parser() -> Any:
 # ---------------------------------------------------------------------------------------------- refusals
 def check(sweep_dir: Path, resuming: bool) -> None:
     """Refuse a sweep dir a running sweep holds, or one with an earlier sweep's jobs unless `resuming`. Read-only."""
-    lock = sweep_dir / LOCK
-    if lock.is_file():
-        with open(lock) as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise UserError(_in_use(sweep_dir)) from None
+    if run_dirs.is_held(sweep_dir):
+        raise UserError(_in_use(sweep_dir))
     _refuse_earlier_sweep(sweep_dir, resuming)
 
 
@@ -138,17 +117,13 @@ def _refuse_earlier_sweep(sweep_dir: Path, resuming: bool) -> None:
 
 
 def _is_job_dir(path: Path) -> bool:
-    return path.is_dir() and ((path / HYDRA_SUBDIR).is_dir() or (path / JOB_RECORD).is_file())
+    return path.is_dir() and ((path / HYDRA_DIR).is_dir() or (path / JOB_RECORD).is_file())
 
 
 def _in_use(sweep_dir: Path) -> str:
-    try:
-        holder = (sweep_dir / LOCK).read_text().strip() or "another process"
-    except OSError:
-        holder = "another process"
     return (
-        f"{sweep_dir} is in use by a running sweep ({holder}); two sweeps never share a sweep dir: leave "
-        "hydra.sweep.dir unset (every sweep gets its own), pick another dir, or wait for that sweep to end"
+        f"{sweep_dir} is in use by a running sweep ({run_dirs.holder(sweep_dir)}); two sweeps never share a sweep "
+        "dir: leave hydra.sweep.dir unset (every sweep gets its own), pick another dir, or wait for that sweep to end"
     )
 
 
@@ -181,42 +156,21 @@ def _listed(overrides: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- the lock
-def _lock(sweep_dir: Path) -> IO:
-    """Lock `<sweep dir>/.lock` with our pid in it, retrying if a sweep that ended removed the file meanwhile."""
-    path = sweep_dir / LOCK
-    while True:
-        handle = open(path, "a+")  # noqa: SIM115 (held open, as the lock lives as long as it)
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise UserError(_in_use(sweep_dir)) from None
-        try:
-            same = os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"pid {os.getpid()}\n")
-            handle.flush()
-            return handle
-        handle.close()
-
-
 @contextlib.contextmanager
 def claim(
     sweep_dir: Path, resuming: bool, jobs: Sequence[Sequence[str]] | None = None
 ) -> Iterator[dict[int, RecordedJob]]:
-    """Hold `sweep_dir` for this sweep while the block runs.
+    """Hold `sweep_dir` for this sweep while the block runs. Yields, when `resuming` with a known job list `jobs`
+    (the grid sweeper), the jobs an earlier run of this sweep started, by number; else an empty dict.
 
-    When `resuming` with a known job list `jobs` (the grid sweeper), yields the jobs an earlier run of this sweep
-    started, by number; else an empty dict. A refusal ends the sweep with one line and exit code 1 before anything
-    is written, since a sweeper runs inside Hydra, whose report is many lines. A refused claim leaves no lock file."""
+    A refusal ends the sweep with one line and exit code 1 before anything is written (a sweeper runs inside Hydra,
+    whose report is many lines), and leaves no lock file."""
     try:
         check(sweep_dir, resuming)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        handle = _lock(sweep_dir)
+        handle = run_dirs.take_lock(sweep_dir)
+        if handle is None:
+            raise UserError(_in_use(sweep_dir))
     except UserError as err:
         sys.exit(f"error: {err}")
     except OSError as err:  # a read-only outputs dir, a full disk
@@ -238,14 +192,11 @@ def claim(
 
 # ---------------------------------------------------------------------------------------------- before Hydra
 def check_sweep_dir_before_hydra(argv: list[str]) -> None:
-    """Apply `claim`'s refusals to an explicit `hydra.sweep.dir=` of a multirun, before Hydra writes anything.
-
-    The command line is read as Hydra reads it, so a quoted value or a `+`/`++` prefix names the same dir. The
-    sweeper's claim still checks every sweep dir, default or set in a config, and holds the lock. lab.cli calls it
-    only for a command line that names `hydra.sweep.dir`."""
-    command = read_command_line(argv)
+    """Apply `claim`'s refusals to an explicit `hydra.sweep.dir=` of a multirun (read as Hydra reads it), before
+    Hydra writes anything. The sweeper's claim still checks every sweep dir, default or set in a config."""
+    command = run_dirs.read_command_line(argv)
     if command is None:
         return  # not a valid command line; Hydra reports it
-    values = command.values
-    if command.multirun and isinstance(values.get("hydra.sweep.dir"), str):
+    multirun, values = command
+    if multirun and isinstance(values.get("hydra.sweep.dir"), str):
         check(Path(values["hydra.sweep.dir"]).expanduser(), resuming=values.get("resume") == "auto")

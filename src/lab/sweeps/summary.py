@@ -1,10 +1,8 @@
-"""Write a multirun's table to `<sweep dir>/sweep_summary.{csv,md}` and print it, for the Hydra callback
-`lab.sweeps.SweepSummary`.
+"""Write a multirun's table to `<sweep dir>/sweep_summary.{csv,md}` and print it (callback `lab.sweeps.SweepSummary`).
 
-Each job writes `sweep_job.json` into its own run dir when it ends. That runs in the job's process, so it works
-under the basic, joblib and submitit launchers. At the end of the multirun the records are joined with each run's
-`summary.json`, sorted by the optimized metric and written out. A sweep with failed jobs then exits non-zero naming
-them, after every job ran (`sweep.fail_fast=true` stops earlier).
+Each job writes `sweep_job.json` into its own run dir when it ends, in the job's process, so it works under the basic,
+joblib and submitit launchers. At the end the records are joined with each run's `summary.json`, sorted by the
+optimized metric and written out; a sweep with failed jobs then exits non-zero naming them.
 """
 
 from __future__ import annotations
@@ -155,16 +153,19 @@ def _fmt(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
-def to_csv(rows: list[Row], metric: str) -> str:
+def _csv(header: list[str], rows: list[list[Any]]) -> str:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["rank", "job", "status", metric, "best_epoch", "wall_s", "overrides", "run_dir", "error"])
-    for rank, row in enumerate(rows, 1):
-        overrides = " ".join(row.overrides)
-        writer.writerow(
-            [rank, row.job, row.status, row.value, row.best_epoch, row.wall_s, overrides, row.run_dir, row.error]
-        )
+    csv.writer(out, lineterminator="\n").writerows([header, *rows])
     return out.getvalue()
+
+
+def to_csv(rows: list[Row], metric: str) -> str:
+    header = ["rank", "job", "status", metric, "best_epoch", "wall_s", "overrides", "run_dir", "error"]
+    cells = [
+        [n, r.job, r.status, r.value, r.best_epoch, r.wall_s, " ".join(r.overrides), r.run_dir, r.error]
+        for n, r in enumerate(rows, 1)
+    ]
+    return _csv(header, cells)
 
 
 def to_markdown(rows: list[Row], metric: str) -> str:
@@ -243,14 +244,12 @@ def sets_to_markdown(sets: list[SetRow], key: str, metric: str) -> str:
 
 def sets_to_csv(sets: list[SetRow], metric: str) -> str:
     names = sorted({k for s in sets for k in s.stats})
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    stat_columns = [f"{k}_{w}" for k in names for w in ("mean", "std")]
-    writer.writerow(["rank", "jobs", "status", metric, *stat_columns, "overrides"])
+    header = ["rank", "jobs", "status", metric, *[f"{k}_{w}" for k in names for w in ("mean", "std")], "overrides"]
+    cells = []
     for rank, s in enumerate(sets, 1):
         stats = [v for k in names for v in (s.stats.get(k) or ("", ""))]
-        writer.writerow([rank, " ".join(str(r.job) for r in s.jobs), s.status, s.value, *stats, " ".join(s.overrides)])
-    return out.getvalue()
+        cells.append([rank, " ".join(str(r.job) for r in s.jobs), s.status, s.value, *stats, " ".join(s.overrides)])
+    return _csv(header, cells)
 
 
 def record_job(config: DictConfig, job_return: JobReturn, start: float, wall_s: float) -> None:
@@ -264,17 +263,9 @@ def record_job(config: DictConfig, job_return: JobReturn, start: float, wall_s: 
         log.error("job #%d failed: %s", job, result.error, exc_info=trace)
     elif result.status != "completed":
         log.info("job #%d %s: %s", job, result.status, result.error)
-    record = job_record(
-        job,
-        result.status,
-        result.value,
-        result.error,
-        list(job_return.overrides or []),
-        config.hydra.job.config.override_dirname.exclude_keys,
-        start=start,
-        wall_s=wall_s,
-        pid=os.getpid(),
-    )
+    exclude = config.hydra.job.config.override_dirname.exclude_keys
+    overrides = list(job_return.overrides or [])
+    record = job_record(job, result.status, result.value, result.error, overrides, exclude, start, wall_s, os.getpid())
     write_record(Path(config.hydra.runtime.output_dir), record)
 
 
@@ -295,7 +286,15 @@ def write_summary(config: DictConfig, filename: str) -> None:
     print(table)
     key = part_key(config, rows)
     if key is not None:  # the optimized metric is then each parameter set's mean over its parts
-        _sets(sweep_dir, filename, by_parameter_set(rows, key, direction), key, metric)
+        sets = by_parameter_set(rows, key, direction)
+        (sweep_dir / f"{filename}_sets.csv").write_text(sets_to_csv(sets, metric))
+        table = sets_to_markdown(sets, key, metric)
+        with md.open("a") as md_file:
+            md_file.write(f"\n## Parameter sets\n\n{table}")
+        print(table)
+        if sets[0].value is not None:
+            jobs = " ".join(str(r.job) for r in sets[0].jobs)
+            print(f"best: jobs #{jobs} {metric}={_fmt(sets[0].value)} (mean)  {' '.join(sets[0].overrides)}")
     elif rows[0].status == "completed":
         best = rows[0]
         print(f"best: job #{best.job} {metric}={_fmt(best.value)}  {' '.join(best.overrides)}")
@@ -304,15 +303,3 @@ def write_summary(config: DictConfig, filename: str) -> None:
         # SystemExit, since Hydra turns a callback's exception into a warning and exits 0
         names = "; ".join(f"#{row.job} {row.error}" for row in failed)
         sys.exit(f"error: {len(failed)} of {len(rows)} sweep jobs failed ({names}); overrides and logs: {md}")
-
-
-def _sets(sweep_dir: Path, filename: str, sets: list[SetRow], key: str, metric: str) -> None:
-    (sweep_dir / f"{filename}_sets.csv").write_text(sets_to_csv(sets, metric))
-    table = sets_to_markdown(sets, key, metric)
-    with (sweep_dir / f"{filename}.md").open("a") as md:
-        md.write(f"\n## Parameter sets\n\n{table}")
-    print(table)
-    best = sets[0]
-    if best.value is not None:
-        jobs = " ".join(str(r.job) for r in best.jobs)
-        print(f"best: jobs #{jobs} {metric}={_fmt(best.value)} (mean)  {' '.join(best.overrides)}")

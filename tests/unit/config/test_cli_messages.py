@@ -189,4 +189,6 @@ def test_ctrl_c_while_hydra_composes_is_one_line_too(monkeypatch, capsys) -> Non
     with pytest.raises(SystemExit) as stopped:
         cli.main(composing, "eval")
     assert stopped.value.code == 130
-    assert capsys.readouterr().err.splitlines() == [cli.CTRL_C]
+    assert capsys.readouterr().err.splitlines() == [
+        "interrupted by Ctrl-C (SIGINT); stopped at once, nothing more was saved"
+    ]
