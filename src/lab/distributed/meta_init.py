@@ -1,23 +1,10 @@
 """Run dist=fsdp without the whole model on any rank: build on the meta device, shard, then init shard by shard.
 
-The weights come out exactly as the ordinary build draws them for the same seed. Building on the meta device
-allocates nothing and draws no random numbers, so `materialise` draws them in the order the ordinary build (on the
-CPU) did, one module at a time:
-
-1. Construction. For each module in `model.modules()` order, its own parameters and buffers are made in full on the
-   CPU, and its `reset_parameters()` redraws them from the global generator. A constructor runs its children's
-   first, then its own `reset_parameters()`, so for a module that owns tensors and whose children own none, this is
-   the order its constructor ran in.
-2. The model's own post-construction init, if its option names one (`ModelConfig.init_module(model)`). Its
-   `__init__` ends with it as `self.apply(<it>)`, so it is replayed in `apply`'s order, children before parent.
-
-A module's full tensors exist only while its shard is cut from them and copied into the sharded parameter, so no
-rank holds more than one module's full tensors beyond its shards. `distribute_tensor` gets `src_data_rank=None`:
-every rank computed the same full tensor, so nothing is sent.
-
-A model qualifies when its option sets `ModelConfig.replayable_init` and `blocker` finds nothing in its module tree
-the replay cannot redo. The flag promises the build draws nothing outside those two steps, which a test proves
-bitwise. `init_from` and pretrained weights never qualify. Otherwise `dist.meta_init` decides (see `build`).
+The meta build allocates nothing and draws no random numbers, so `materialise` replays the ordinary (CPU) build's
+draws one module at a time: 1. construction, each module's `reset_parameters()` in `model.modules()` order; 2. the
+option's `init_module`, in `apply`'s order. The weights come out bitwise the same for the same seed, and no rank
+holds more than one module's full tensors beyond its shards. Which models qualify (`ModelConfig.replayable_init`,
+`blocker`; never `init_from` or pretrained weights) and why: docs/architecture.md, "Meta-device init under FSDP".
 """
 
 from __future__ import annotations
@@ -203,7 +190,7 @@ def _copy_into_shards(module: nn.Module, full: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
         for name, target in _own_tensors(module).items():
             value = full[name]
-            if isinstance(target, DTensor):
+            if isinstance(target, DTensor):  # src_data_rank=None: every rank drew the same full tensor, none is sent
                 shard = distribute_tensor(value, target.device_mesh, target.placements, src_data_rank=None)
                 target.to_local().copy_(shard.to_local())
             else:
