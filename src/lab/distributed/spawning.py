@@ -28,6 +28,7 @@ from lab.errors import ConfigError, Interrupted, UserError
 
 log = logging.getLogger(__name__)
 _FORWARDED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"
+_SIGNALS = {signal.Signals[name] for name in _FORWARDED_SIGNALS.split(",")}
 
 
 def free_port() -> int:
@@ -84,7 +85,9 @@ def spawn(
     because the agent's store keeps the failed attempt's keys, including the dead rank 0's address. Under torchrun,
     whose restarts are the agent's, each restart joins under keys of its own (`_restart_store`)."""
     nproc = resolve_nproc(dist_cfg)
-    threads = threads_per_rank(nproc)
+    # OMP_NUM_THREADS for each rank: the user's setting, else this machine's cores shared out. torchrun sets it (to 1)
+    # but the elastic launcher does not, and N ranks each using every core oversubscribe it.
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
     for attempt in range(dist_cfg.max_restarts + 1):
         try:
             with _environment(OMP_NUM_THREADS=threads):
@@ -114,7 +117,7 @@ def _attempt(attempt: int, launcher: int, worker: Callable[..., Any], *args: Any
     """Run one rank of attempt `attempt`, telling it the attempt through its own environment (`restart_count()`),
     since the forkserver's children inherit the environment of the first attempt. A stop signal the rank gets goes
     on to the launcher (pid `launcher`), which stops every rank with it, as if it got it itself."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _forwarded_signals())  # blocked in the forkserver (_start_forkserver)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # blocked in the forkserver (_start_forkserver)
     stopping.tell_launcher(launcher)
     os.environ[RESTART_COUNT] = str(attempt)
     try:
@@ -122,10 +125,6 @@ def _attempt(attempt: int, launcher: int, worker: Callable[..., Any], *args: Any
             return worker(*args)
     except KeyboardInterrupt as stop:  # stopped before training (or Ctrl-C again); the launcher reports it
         sys.exit(128 + stopping.signal_number(stop))
-
-
-def _forwarded_signals() -> set[signal.Signals]:
-    return {signal.Signals[name] for name in _FORWARDED_SIGNALS.split(",")}
 
 
 def _start_forkserver() -> None:
@@ -137,7 +136,7 @@ def _start_forkserver() -> None:
     from multiprocessing import forkserver, resource_tracker
 
     for start in (resource_tracker.ensure_running, forkserver.ensure_running):
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _forwarded_signals())
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
         try:
             start()
         finally:
@@ -216,7 +215,7 @@ def _first_signal_only() -> Iterator[None]:
     them to save. Each rank passes on what it gets (`_attempt`), and a later signal would raise torch's
     SignalException again inside that wait, ending the launcher before its ranks. torch's handler is patched for the
     launch, and the previous handlers come back afterwards, since torch's, left installed, would raise outside it."""
-    before = {sig: signal.getsignal(sig) for sig in _forwarded_signals()}
+    before = {sig: signal.getsignal(sig) for sig in _SIGNALS}
     got: list[int] = []
 
     def first_only(torch_handler: Callable[[int, Any], None]) -> Callable[[int, Any], None]:
@@ -263,12 +262,6 @@ def _plain_traceback(record: logging.LogRecord) -> bool:
         record.exc_text = logging.Formatter().formatException(record.exc_info)
         record.exc_info = None
     return True
-
-
-def threads_per_rank(nproc: int) -> str:
-    """Return OMP_NUM_THREADS for each spawned rank: the user's setting, else this machine's cores shared out.
-    torchrun sets it (to 1) but the elastic launcher does not, and N ranks each using every core oversubscribe it."""
-    return os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
 
 
 @contextlib.contextmanager
