@@ -1,10 +1,6 @@
-"""Start the processes: spawn local workers with torch's elastic launcher, or join a torchrun/SLURM job.
-
-`python scripts/train.py dist=ddp` spawns `dist.nproc` workers through `elastic_launch` (the engine behind
-torchrun), with a c10d rendezvous on a free local port (lab.distributed.spawning, imported only then). Under
-torchrun/srun the processes already exist and only join the process group. `start` does either. Either way, a
-failing rank ends the whole job with that rank's error.
-"""
+"""Start the processes: spawn local workers (lab.distributed.spawning, imported only then), or join a torchrun/SLURM
+job, whose processes exist already and only join the process group. Either way, a failing rank ends the whole job
+with that rank's error."""
 
 from __future__ import annotations
 
@@ -55,7 +51,8 @@ def joined(train: Callable[..., Any], cfg: Any, run_dir: Path, *args: Any) -> An
             shutil.rmtree(run_dir, ignore_errors=True)  # the scratch dir this non-zero rank made (keep_hydra_outputs)
         return train(cfg, shared_dir, parallel, *args)
     finally:
-        shutdown()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def init(dist_cfg: Any, device_name: str = "auto") -> Parallel:
@@ -101,8 +98,3 @@ def _restart_store(timeout: datetime.timedelta) -> dict[str, Any]:
     store, rank, world_size = next(dist.rendezvous("env://", timeout=timeout))
     store.set_timeout(timeout)
     return {"store": dist.PrefixStore(f"lab/restart{restart}", store), "rank": rank, "world_size": world_size}
-
-
-def shutdown() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()

@@ -55,9 +55,6 @@ class ShardSampler(Sampler[int]):
         return len(self.indices)
 
 
-_BATCH_NORMS = (nn.modules.batchnorm._BatchNorm,)  # BatchNorm1d/2d/3d and SyncBatchNorm
-
-
 def _sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:
     """For dist.sync_bn, compute batch statistics over all ranks (DDP and FSDP alike). SyncBatchNorm needs CUDA."""
     if device.type != "cuda":
@@ -308,7 +305,8 @@ class FSDP(ProcessGroup):
         # params compute in the precision group's dtype; gradients are reduced in fp32 for accuracy
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
         reshard = self.reshard_after_forward
-        norms = [m for m in model.modules() if isinstance(m, _BATCH_NORMS) and any(True for _ in m.parameters())]
+        batch_norm = nn.modules.batchnorm._BatchNorm  # BatchNorm1d/2d/3d and SyncBatchNorm
+        norms = [m for m in model.modules() if isinstance(m, batch_norm) and any(True for _ in m.parameters())]
         if dtype is not None:
             for norm in norms:
                 fully_shard(norm, reshard_after_forward=reshard, mp_policy=MixedPrecisionPolicy())
