@@ -79,12 +79,8 @@ def init(dist_cfg: Any, device_name: str = "auto") -> Parallel:
     if gpu is not None:
         torch.cuda.set_device(gpu)  # before the process group, since NCCL binds each rank to its device
     timeout = datetime.timedelta(seconds=dist_cfg.timeout_s)
-    dist.init_process_group(
-        backend=backend,
-        timeout=timeout,
-        device_id=torch.device("cuda", gpu) if backend == "nccl" and gpu is not None else None,
-        **_restart_store(timeout),
-    )
+    device_id = torch.device("cuda", gpu) if backend == "nccl" and gpu is not None else None
+    dist.init_process_group(backend=backend, timeout=timeout, device_id=device_id, **_restart_store(timeout))
     return dist_cfg.build(rank=dist.get_rank(), local_rank=local_rank, world_size=dist.get_world_size())
 
 

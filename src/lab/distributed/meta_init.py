@@ -28,12 +28,10 @@ log = logging.getLogger(__name__)
 
 
 def build(model_cfg: Any, data_meta: Mapping[str, Any], dist_cfg: Any) -> nn.Module | None:
-    """Under dist=fsdp, build the model on the meta device if `dist.meta_init` allows it and its init can be replayed
-    (FSDPConfig.model_on_meta).
-
-    Returns None if the model is to be built whole as before: with auto, after logging one line saying why; with
-    true it raises a `UserError` instead (what the option itself knows was already refused with the config).
-    It runs before the run writes anything, so a refusal leaves no trace."""
+    """Return the model built on the meta device if `dist.meta_init` allows it and its init can be replayed
+    (FSDPConfig.model_on_meta). Else None, to build it whole, after one line saying why (auto), or a `UserError`
+    (true; what the option itself knows was refused with the config). It runs before the run writes anything, so a
+    refusal leaves no trace."""
     mode = dist_cfg.meta_init
     if mode is False:
         return None
@@ -184,7 +182,6 @@ def _reset(module: nn.Module) -> None:
 
 
 def _copy_into_shards(module: nn.Module, full: dict[str, torch.Tensor]) -> None:
-    """Copy each full tensor into the module's tensor of that name, or into its local shard if it is a DTensor."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     with torch.no_grad():

@@ -191,8 +191,7 @@ def _launch(
     )
     started = time.time()
     try:
-        # elastic_launch leaves its TORCHELASTIC_SIGNALS_TO_HANDLE in os.environ; restore it, as a multirun worker
-        # goes on to other jobs
+        # elastic_launch leaves its TORCHELASTIC_SIGNALS_TO_HANDLE in os.environ (_environment restores it)
         with (
             _environment(TORCHELASTIC_SIGNALS_TO_HANDLE=_FORWARDED_SIGNALS),
             _first_signal_only(),
