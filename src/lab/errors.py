@@ -12,9 +12,8 @@ class UserError(RuntimeError):
 
 
 class Interrupted(Exception):
-    """The run stopped on a signal (SIGTERM, SIGUSR1, SIGINT) after saving last.pt.
-
-    `exit_code` is 128 + the signal number. `run_status` is what summary.json and wandb record."""
+    """The run stopped on a signal (SIGTERM, SIGUSR1, SIGINT) after saving last.pt. `exit_code` is 128 + the signal
+    number; `run_status` is what summary.json and wandb record."""
 
     run_status = "interrupted"
 
