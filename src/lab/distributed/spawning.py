@@ -80,10 +80,9 @@ def spawn(
 
     With dist.max_restarts=N, a failed attempt (a crash or a lost rank, not a config/data error or a stop signal)
     starts all workers again, up to N times, and they resume from last.pt (`restart_count()`). Each attempt is an
-    elastic launch of its own, on a fresh rendezvous. Restarting within one launch (the agent's own max_restarts)
-    intermittently failed to connect the gloo process group ("connectFullMesh: Connection refused") or hung in it,
-    because the agent's store keeps the failed attempt's keys, including the dead rank 0's address. Under torchrun,
-    whose restarts are the agent's, each restart joins under keys of its own (`_restart_store`)."""
+    elastic launch of its own, on a fresh rendezvous: restarting within one launch (the agent's own max_restarts)
+    intermittently failed to connect the gloo process group, or hung in it, on the failed attempt's keys in the
+    agent's store (under torchrun, whose restarts are the agent's, `launch._restart_store` says how)."""
     nproc = resolve_nproc(dist_cfg)
     # OMP_NUM_THREADS for each rank: the user's setting, else this machine's cores shared out. torchrun sets it (to 1)
     # but the elastic launcher does not, and N ranks each using every core oversubscribe it.
