@@ -1,12 +1,7 @@
 """Explain a CUDA out-of-memory error: where memory went and what to change, instead of a wall of traceback.
 
-    with explained(cfg):          # lab.cli.run_workflow wraps every workflow (and spawned DDP ranks) in it
-        run(cfg)
-
-On `torch.OutOfMemoryError` the log gets a report. It says where it happened (training step N or evaluation), the
-memory allocated now and at peak, reserved by the caching allocator and free on the device. It adds the usage
-rows of `torch.cuda.memory_summary()`, the largest live allocations, and overrides to try, worked out from the
-run's config. The run then ends with a one-line `UserError` and a non-zero exit.
+`lab.cli.run_workflow` wraps every workflow (and spawned DDP ranks) in `explained(cfg)`: the log gets the report,
+with overrides to try worked out from the run's config, and the run ends with a one-line `UserError`.
 """
 
 from __future__ import annotations
@@ -80,23 +75,18 @@ def memory_report(device: int | None = None) -> list[str]:
     ]
     summary = torch.cuda.memory_summary(device, abbreviated=True).splitlines()
     lines += [line for line in summary if any(row in line for row in SUMMARY_ROWS)]
-    largest = largest_allocations(device)
-    if largest:
-        sizes = ", ".join(_size(size) for size in largest)
-        lines.append(f"largest live allocations: {sizes}")
-    return lines
-
-
-def largest_allocations(device: int, count: int = 8) -> list[int]:
-    """Return the sizes in bytes of the `count` largest blocks the caching allocator holds on `device`."""
-    sizes = [
+    live = [
         block["size"]
         for segment in torch.cuda.memory_snapshot()
         if segment.get("device", device) == device
         for block in segment["blocks"]
         if block["state"] == "active_allocated"
     ]
-    return sorted(sizes, reverse=True)[:count]
+    if live:
+        largest = sorted(live, reverse=True)[:8]
+        sizes = ", ".join(f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB" for n in largest)
+        lines.append(f"largest live allocations: {sizes}")
+    return lines
 
 
 def next_steps(cfg: Any, evaluating: bool = False) -> list[str]:
@@ -130,7 +120,3 @@ def next_steps(cfg: Any, evaluating: bool = False) -> list[str]:
                 "but unused (fragmentation)"
             )
     return steps
-
-
-def _size(num_bytes: int) -> str:
-    return f"{num_bytes / GIB:.2f} GiB" if num_bytes >= GIB else f"{num_bytes / 2**20:.1f} MiB"
