@@ -54,7 +54,7 @@ class EMA(Callback):
 
     def on_validation_end(self, trainer: Any, metrics: dict[str, float], epoch: int) -> None:
         self.swap()  # the optimizer's own weights back in the model, scored beside the average
-        raw = trainer.score(trainer.val_loader, trainer.cfg.limit_val_batches)
+        raw = trainer.score(trainer.val_loader)
         metrics.update({f"val_raw/{name}": value for name, value in raw.items()})
 
     def on_save_checkpoint(self, trainer: Any, checkpoint: dict[str, Any]) -> None:

@@ -222,20 +222,17 @@ class Trainer:
         return 0 < self.cfg.max_steps <= self.progress.global_step
 
     # ------------------------------------------------------------------ evaluation
-    def score(
-        self, loader: torch.utils.data.DataLoader, limit: int = -1, model: nn.Module | None = None
-    ) -> dict[str, float]:
-        """Return the task's exact metrics over `loader`, reduced over ranks. Pass `model` to score another plain
-        module instead of the trained one (the EMA copy)."""
-        forward = self.parallel.evaluation_forward(self.model, self.forward) if model is None else model
+    def score(self, loader: torch.utils.data.DataLoader) -> dict[str, float]:
+        """Return the task's exact metrics over `loader` (`trainer.limit_val_batches` of it), reduced over ranks."""
+        forward = self.parallel.evaluation_forward(self.model, self.forward)
         args = (self.task, self.parallel, self.device, self.precision, self.cfg.channels_last)
-        return score(self.model if model is None else model, forward, loader, *args, limit=limit)
+        return score(self.model, forward, loader, *args, limit=self.cfg.limit_val_batches)
 
     def test(self, loader: Any) -> dict[str, float]:
         """Score the best checkpoint on the held-out test split, once, after training."""
         best = self.state.option.restore_state(self.model, read(self.checkpoints.best))
         self.parallel.load_model_state(self.model, best)
-        metrics = {f"test/{k}": v for k, v in self.score(loader, self.cfg.limit_val_batches).items()}
+        metrics = {f"test/{k}": v for k, v in self.score(loader).items()}
         self.tracker.log(metrics, step=self.progress.global_step)
         log.info("test (best checkpoint): %s", "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         return metrics
@@ -245,7 +242,7 @@ class Trainer:
         with self.window.paused():
             self._call("on_validation_start")
             assert self.val_loader is not None  # fit() validates only when there is a validation split
-            metrics = {f"val/{k}": v for k, v in self.score(self.val_loader, self.cfg.limit_val_batches).items()}
+            metrics = {f"val/{k}": v for k, v in self.score(self.val_loader).items()}
             monitor = f"val/{self.task.monitor}"
             if monitor not in metrics:
                 raise UserError(
