@@ -32,7 +32,6 @@ class StepWindow:
         self.grad_norm: torch.Tensor | None = None  # at the last optimizer step
 
     def add(self, loss_sum: torch.Tensor, weight: torch.Tensor, step: int, epoch: int, samples: int) -> None:
-        """Add one micro-batch: its summed loss and weight (kept on the device), its step, epoch and sample count."""
         self.loss_sums.append(loss_sum.detach())
         self.weights.append(weight)
         self.steps.append(step)
