@@ -26,22 +26,20 @@ SUMMARY_ROWS = ("CUDA OOMs", "Metric", "Allocated memory", "Active memory", "GPU
 
 @contextlib.contextmanager
 def explained(cfg: Any) -> Iterator[None]:
+    """On an OOM, log the memory report and the next steps, then end the run with a one-line `UserError`."""
     try:
         yield
     except torch.OutOfMemoryError as err:
-        raise UserError(explain(err, cfg)) from err
-
-
-def explain(err: BaseException, cfg: Any) -> str:
-    """Log the memory report and the next steps for `err`; return the one-line message the run ends with."""
-    where, evaluating = _where(err.__traceback__)
-    steps = next_steps(cfg, evaluating)
-    cause = str(err).strip().splitlines()[0] if str(err).strip() else "CUDA out of memory"
-    report = [f"CUDA out of memory{where}: {cause}", *memory_report(), "next steps, most effective first:"]
-    report += [f"  {step}" for step in steps]
-    log.error("%s", "\n".join(report))
-    first = f": try {steps[0]}" if steps else ""
-    return f"CUDA out of memory{where}{first} (the memory report and more steps are in the log above)"
+        where, evaluating = _where(err.__traceback__)
+        steps = next_steps(cfg, evaluating)
+        cause = str(err).strip().splitlines()[0] if str(err).strip() else "CUDA out of memory"
+        report = [f"CUDA out of memory{where}: {cause}", *memory_report(), "next steps, most effective first:"]
+        report += [f"  {step}" for step in steps]
+        log.error("%s", "\n".join(report))
+        first = f": try {steps[0]}" if steps else ""
+        raise UserError(
+            f"CUDA out of memory{where}{first} (the memory report and more steps are in the log above)"
+        ) from err
 
 
 def _where(tb: TracebackType | None) -> tuple[str, bool]:
@@ -60,11 +58,11 @@ def _where(tb: TracebackType | None) -> tuple[str, bool]:
     return where, evaluating
 
 
-def memory_report(device: int | None = None) -> list[str]:
+def memory_report() -> list[str]:
     """Return report lines: current and peak memory, the allocator's usage rows and the largest live allocations."""
     if not torch.cuda.is_available():
         return ["(no CUDA device is visible to report on)"]
-    device = torch.cuda.current_device() if device is None else device
+    device = torch.cuda.current_device()
     free, total = torch.cuda.mem_get_info(device)
     allocated, peak = torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
     reserved, peak_reserved = torch.cuda.memory_reserved(device), torch.cuda.max_memory_reserved(device)
@@ -89,7 +87,7 @@ def memory_report(device: int | None = None) -> list[str]:
     return lines
 
 
-def next_steps(cfg: Any, evaluating: bool = False) -> list[str]:
+def next_steps(cfg: Any, evaluating: bool) -> list[str]:
     """Return the overrides worth trying for this run's config, most effective first."""
 
     def get(key: str) -> Any:
