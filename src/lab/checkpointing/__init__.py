@@ -5,8 +5,8 @@ its data from a file (eval, export, infer) lives in `lab.workflows.restore`."""
 from lab.checkpointing import sharded
 from lab.checkpointing.manager import CheckpointManager
 from lab.checkpointing.rng import capture_rng, restore_rng
-from lab.checkpointing.state_dicts import load_model_state, misfit, strip_wrapper_prefixes, unwrap
-from lab.checkpointing.storage import FORMAT_VERSION, copy, read, require_file, save
+from lab.checkpointing.state_dicts import load_model_state, strip_wrapper_prefixes, unwrap
+from lab.checkpointing.storage import FORMAT_VERSION, copy, read, save
 
 __all__ = [
     "FORMAT_VERSION",
@@ -14,9 +14,7 @@ __all__ = [
     "capture_rng",
     "copy",
     "load_model_state",
-    "misfit",
     "read",
-    "require_file",
     "restore_rng",
     "save",
     "sharded",

@@ -34,14 +34,12 @@ class CheckpointManager:
     """Write `<run dir>/checkpoints/last.pt` after every epoch (and every `every_n_steps` optimizer steps if > 0).
 
     It is copied to `best.pt` when the monitored metric improved. `extras` (resolved config, data_meta, provenance)
-    go into every file, since eval, export and infer rebuild the model and its data from them. `run_ref` (the
-    trackers' names for the run: run dir, wandb id) joins the provenance at the first save, not before, because
-    wandb may still be starting in its child process while the first steps run.
+    go into every file. `run_ref` (the trackers' names for the run: run dir, wandb id) joins the provenance at the
+    first save, not before, because wandb may still be starting in its child process while the first steps run.
 
-    A state with `shards` (dist=fsdp) becomes a sharded checkpoint (`lab.checkpointing.sharded`). Every rank writes
-    its shards to a new directory under `checkpoints/shards/`, in the background with `async_save`. Once it is
-    complete, rank 0 points `last.pt` at it and removes the directory it replaces. `best.pt` is then one
-    consolidated file of the model alone (the state's `model`), which eval, export and infer read."""
+    A state with `shards` (dist=fsdp) is written to a new directory under `checkpoints/shards/`, in the background
+    with `async_save`; once it is complete, rank 0 points `last.pt` at it and removes the one it replaces. `best.pt`
+    is then one consolidated file of the model alone."""
 
     def __init__(
         self,
@@ -60,8 +58,10 @@ class CheckpointManager:
         if parallel.is_main:
             for stale in remove_stale_temps(self.dir):
                 log.warning("removed %s: a save that never completed (the process was killed mid-write)", stale)
+            named = None  # the shard directory last.pt names (relative to checkpoints/), read without any tensor
             try:
-                named = self._named_shards()
+                if self.last.is_file():
+                    named = torch.load(self.last, map_location="cpu", weights_only=True, mmap=True).get("shards")
             except Exception:  # an unreadable last.pt is refused when read, so keep its shards
                 return
             for stale in self._prune(keep=named):
@@ -112,7 +112,12 @@ class CheckpointManager:
     def _save_sharded(self, state: dict[str, Any], best: bool, final: bool, background: bool) -> None:
         header = {key: value for key, value in state.items() if key not in ("shards", "model")}
         # a new directory each time (rank 0 names it for all), so the one last.pt names is never written over
-        name = self.parallel.broadcast(self._new_shards_name(state["progress"]["global_step"]))
+        name, step = "", state["progress"]["global_step"]
+        if self.parallel.is_main:
+            name, n = f"step-{step:09d}", 1
+            while (self.dir / sharded.DIR / name).exists():  # a stop signal right after a periodic save
+                name, n = f"step-{step:09d}.{n}", n + 1
+        name = self.parallel.broadcast(name)
         if self.parallel.is_main and best:
             storage.save(self.best, {**header, "model": state["model"], **self.extras})
         shards = f"{sharded.DIR}/{name}"
@@ -137,21 +142,6 @@ class CheckpointManager:
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()
-
-    def _new_shards_name(self, global_step: int) -> str:
-        if not self.parallel.is_main:
-            return ""  # rank 0's choice is broadcast
-        taken = self.dir / sharded.DIR
-        name, n = f"step-{global_step:09d}", 1
-        while (taken / name).exists():  # the same step saved twice (a stop signal right after a periodic save)
-            name, n = f"step-{global_step:09d}.{n}", n + 1
-        return name
-
-    def _named_shards(self) -> str | None:
-        """Return the shard directory last.pt names (relative to checkpoints/), without loading any tensor."""
-        if not self.last.is_file():
-            return None
-        return torch.load(self.last, map_location="cpu", weights_only=True, mmap=True).get("shards")
 
     def _prune(self, keep: str | None) -> list[Path]:
         """Remove the shard directories other than `keep`: the one last.pt named before, or a killed save's. Only

@@ -1,16 +1,10 @@
 """Sharded checkpoints (dist=fsdp), written with torch.distributed.checkpoint (DCP).
 
-Every rank writes its own shards of the weights and optimizer moments, in the foreground or the background, and no
-rank gathers the whole model. A checkpoint is then two things (docs/run-dirs.md). The usual `last.pt` holds all but
-the sharded tensors (progress, schedule, RNG, config, data_meta, provenance) plus `shards`, the path of a DCP
-directory relative to the file's own directory (`shards/<name>`). DCP renames its `.metadata` into place last, once
-every rank's shards are written. A directory without it is incomplete, never read, and removed at the next start.
-`last.pt` moves to a new directory only once that is complete, so a save killed midway leaves the previous
-checkpoint whole.
-
-DCP reads the tensors back resharded to whatever the reader holds: FSDP shards on any number of ranks, or whole
-tensors (DDP, one process, eval/export/infer). Reads go through `lab.checkpointing.dcp_reading`, so nothing in a
-shard directory can run code. It is imported only then, as torch.distributed.checkpoint is slow to import.
+Every rank writes its own shards of the weights and optimizer moments, and no rank gathers the whole model;
+`last.pt` names the DCP directory (`shards/<name>`, relative to its own folder). DCP renames its `.metadata` into
+place last, so a directory without it is incomplete, never read, and removed at the next start. DCP reads the
+tensors back resharded to whatever the reader holds, through `lab.checkpointing.dcp_reading` (nothing in a shard
+directory can run code), imported only then, as torch.distributed.checkpoint is slow to import.
 """
 
 from __future__ import annotations

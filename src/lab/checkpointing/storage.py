@@ -1,10 +1,7 @@
-"""Checkpoint files: atomic writes and `weights_only` reads.
+"""Checkpoint files: atomic writes and `weights_only` reads (the format: docs/architecture.md, Checkpoint format).
 
-The format (docs/run-dirs.md) is {format_version, model, optimizer, scheduler, scaler, progress, rng, config,
-data_meta, provenance}: only tensors and plain containers, so `torch.load(path, weights_only=True)` reads it
-without running pickled code. A sharded checkpoint (dist=fsdp, `lab.checkpointing.sharded`) holds `shards`, the
-directory of its model and optimizer tensors, instead of `optimizer` and (but in best.pt and the final save) `model`.
-"""
+Only tensors and plain containers, so `torch.load(path, weights_only=True)` reads a file without running pickled
+code."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """Callbacks, the Trainer's one extension seam: a `Callback` hears what happens in training and may add to it.
 
-Switch one on with `callback=<name>`, an option in `lab.config.callbacks`. The core's EMA and early stopping are
-callbacks, as are an extension's, a fork's or a test's. The Trainer builds them once it is set up and knows none by
-name. What `trainer.*` keys switch on (a fine-tuning's unfreeze, train/mfu) is the Trainer's own, not a callback.
-
-Subclass `Callback` and override the hooks you need. Every callback must be one (`lab.config.callbacks` refuses
-anything else), because the Trainer calls each hook on all of them. Per-step hooks are looked up once, when `fit()`
-starts, and only overridden ones are called, so a callback that doesn't hook the step costs it nothing.
+Switch one on with `callback=<name>`, an option in `lab.config.callbacks`. Subclass `Callback` and override the
+hooks you need: only overridden ones are called, so a callback that doesn't hook the step costs it nothing.
 """
 
 from __future__ import annotations
@@ -71,7 +66,7 @@ def hooks(callbacks: list[Callback], name: str) -> list[Callable[..., Any]]:
 
 
 def build(callbacks: Mapping[str, Any], trainer: Any) -> list[Any]:
-    """Build the callbacks `cfg.callbacks` turns on for `trainer`; raise TypeError for one that is not a `Callback`."""
+    """Build the callbacks `cfg.callbacks` turns on for `trainer`, refusing one that is not a `Callback`."""
     built = {name: option.build(trainer) for name, option in callback_options.chosen(callbacks).items()}
     for name, callback in built.items():
         if callback is not None and not isinstance(callback, Callback):

@@ -1,9 +1,8 @@
 """Stop training when the task's monitor stops improving (`callback=early_stopping`).
 
-An improvement beats the reference value by more than `min_delta` in the task's direction. The reference moves
-only then, as in Keras and Lightning, so a slow but steady climb keeps training. The count and the reference live
-in `Progress`, so they are checkpointed and a resume continues the count exactly. After `patience` validations
-without improvement, the callback sets `trainer.should_stop` and the run ends after this epoch's checkpoint.
+An improvement beats the reference value by more than `min_delta`. The reference moves only then, as in Keras and
+Lightning, so a slow but steady climb keeps training. The count and the reference live in `Progress`, so a resume
+continues the count exactly.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Keep an exponential moving average of the model's weights in a copy of the model (`callback=ema`).
 
-Every `every_n_steps` optimizer steps, `ema = decay * ema + (1 - decay) * weights` for the trainable parameters,
-in one fused `torch._foreach_lerp_` on the device with no host sync. Buffers (BatchNorm running statistics) are
-copied as they are. Frozen parameters never change, so they need no update.
-
-For validation the average swaps values with the model in place, so the DDP and compiled views score it too.
-`val/<metric>` is the average's score. best.pt is chosen by it and holds it as `model`, so eval, export and infer
-use it unchanged. The optimizer's own weights are scored after, as `val_raw/<metric>`, to show what the average
-buys. Checkpoints keep them as `raw_model`, which a resume loads. Under DDP every rank holds the same parameters and
-so the same average. FSDP shards them, so it is refused at config time (`EMAConfig.conflict`).
+One fused `torch._foreach_lerp_` of the trainable parameters per update, with no host sync; buffers (BatchNorm
+statistics) are copied as they are. For validation the average swaps values with the model in place, so the DDP
+and compiled views score it too: `val/<metric>` and best.pt are the average's, `val_raw/<metric>` the optimizer's
+own weights, which checkpoints keep as `raw_model` for a resume. FSDP shards the weights, so it is refused at config
+time (`EMAConfig.conflict`).
 """
 
 from __future__ import annotations
@@ -25,8 +21,6 @@ from lab.training.callbacks import Callback
 
 class EMA(Callback):
     def __init__(self, model: nn.Module, decay: float, every_n_steps: int = 1) -> None:
-        if not 0 < decay < 1:
-            raise ValueError(f"EMA decay must be in (0, 1), got {decay}")
         self.decay, self.every_n_steps = decay, every_n_steps
         # a copy of the plain module (no DDP or torch.compile), evaluated as it is, in eval mode, without autograd
         self.module = copy.deepcopy(model).eval().requires_grad_(False)
@@ -35,10 +29,6 @@ class EMA(Callback):
         self._sources: list[torch.Tensor] = [p for _, p in pairs]
         self._buffers = list(self.module.buffers())
         self._source_buffers = list(model.buffers())
-
-    def describe(self) -> str:
-        every = "every optimizer step" if self.every_n_steps == 1 else f"every {self.every_n_steps} optimizer steps"
-        return f"EMA of the weights (decay {self.decay}, {every})"
 
     @torch.no_grad()
     def update(self) -> None:
@@ -64,7 +54,7 @@ class EMA(Callback):
 
     def on_validation_end(self, trainer: Any, metrics: dict[str, float], epoch: int) -> None:
         self.swap()  # the optimizer's own weights back in the model, scored beside the average
-        raw = trainer.score(trainer.val_loader, trainer.cfg.limit_val_batches)
+        raw = trainer.score(trainer.val_loader)
         metrics.update({f"val_raw/{name}": value for name, value in raw.items()})
 
     def on_save_checkpoint(self, trainer: Any, checkpoint: dict[str, Any]) -> None:

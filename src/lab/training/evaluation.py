@@ -26,12 +26,9 @@ def accumulate_metrics(
     limit: int = -1,
     channels_last: bool = False,
 ) -> Any:
-    """Feed the loader through the model in eval mode, without autograd, into the task accumulator `metrics`.
-
-    `forward` is the callable to run, such as a compiled or DDP-wrapped view of `model`. Each module's train/eval
-    mode is restored afterwards, so frozen BatchNorm layers stay in eval mode while the rest trains. Returns
-    `metrics` for the caller to `compute()`.
-    """
+    """Feed the loader through `forward` (`model`, or a compiled or DDP-wrapped view of it) in eval mode into the
+    task accumulator `metrics`, and return it. Each module's train/eval mode is restored afterwards, so frozen
+    BatchNorm layers stay in eval mode while the rest trains."""
     forward = model if forward is None else forward  # not `or`: a compiled module has no truth value
     modes = [(module, module.training) for module in model.modules()]
     model.eval()

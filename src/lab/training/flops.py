@@ -1,13 +1,9 @@
 """Model FLOPs utilization (MFU): the share of the devices' dense peak that training turns into model arithmetic.
 
-A step's FLOPs are counted once, at the start, by `torch.utils.flop_counter.FlopCounterMode` over one forward and
-backward of a real batch. It counts matmuls, convolutions and attention, which is what the peak figures measure.
-Each log line computes `train/mfu = flops_per_sample * samples/s / (peak * world_size)` from the throughput the step
-window already measured, so the step itself pays nothing. Recomputation (gradient checkpointing) is not counted,
-because MFU measures the model's FLOPs, not the hardware's.
-
-The peak is `trainer.peak_flops` (FLOP/s of one device) when set, else the table below for the GPU's name and the
-precision's dtype. A CPU or an unlisted GPU has no peak, so no MFU, and the count is skipped too.
+A step's FLOPs are counted once, at the start, over one forward and backward of a real batch (matmuls,
+convolutions and attention, what the peak figures measure; recomputation is not counted: MFU measures the model's
+FLOPs, not the hardware's). Each log line divides them by the throughput the step window measured, so the step
+pays nothing. A CPU or an unlisted GPU, without `trainer.peak_flops`, has no peak, so no MFU and no count.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Explain a CUDA out-of-memory error: where memory went and what to change, instead of a wall of traceback.
 
-    with explained(cfg):          # lab.cli.run_workflow wraps every workflow (and spawned DDP ranks) in it
-        run(cfg)
-
-On `torch.OutOfMemoryError` the log gets a report. It says where it happened (training step N or evaluation), the
-memory allocated now and at peak, reserved by the caching allocator and free on the device. It adds the usage
-rows of `torch.cuda.memory_summary()`, the largest live allocations, and overrides to try, worked out from the
-run's config. The run then ends with a one-line `UserError` and a non-zero exit.
+`lab.cli.run_workflow` wraps every workflow (and spawned DDP ranks) in `explained(cfg)`: the log gets the report,
+with overrides to try worked out from the run's config, and the run ends with a one-line `UserError`.
 """
 
 from __future__ import annotations
@@ -31,22 +26,20 @@ SUMMARY_ROWS = ("CUDA OOMs", "Metric", "Allocated memory", "Active memory", "GPU
 
 @contextlib.contextmanager
 def explained(cfg: Any) -> Iterator[None]:
+    """On an OOM, log the memory report and the next steps, then end the run with a one-line `UserError`."""
     try:
         yield
     except torch.OutOfMemoryError as err:
-        raise UserError(explain(err, cfg)) from err
-
-
-def explain(err: BaseException, cfg: Any) -> str:
-    """Log the memory report and the next steps for `err`; return the one-line message the run ends with."""
-    where, evaluating = _where(err.__traceback__)
-    steps = next_steps(cfg, evaluating)
-    cause = str(err).strip().splitlines()[0] if str(err).strip() else "CUDA out of memory"
-    report = [f"CUDA out of memory{where}: {cause}", *memory_report(), "next steps, most effective first:"]
-    report += [f"  {step}" for step in steps]
-    log.error("%s", "\n".join(report))
-    first = f": try {steps[0]}" if steps else ""
-    return f"CUDA out of memory{where}{first} (the memory report and more steps are in the log above)"
+        where, evaluating = _where(err.__traceback__)
+        steps = next_steps(cfg, evaluating)
+        cause = str(err).strip().splitlines()[0] if str(err).strip() else "CUDA out of memory"
+        report = [f"CUDA out of memory{where}: {cause}", *memory_report(), "next steps, most effective first:"]
+        report += [f"  {step}" for step in steps]
+        log.error("%s", "\n".join(report))
+        first = f": try {steps[0]}" if steps else ""
+        raise UserError(
+            f"CUDA out of memory{where}{first} (the memory report and more steps are in the log above)"
+        ) from err
 
 
 def _where(tb: TracebackType | None) -> tuple[str, bool]:
@@ -65,11 +58,11 @@ def _where(tb: TracebackType | None) -> tuple[str, bool]:
     return where, evaluating
 
 
-def memory_report(device: int | None = None) -> list[str]:
+def memory_report() -> list[str]:
     """Return report lines: current and peak memory, the allocator's usage rows and the largest live allocations."""
     if not torch.cuda.is_available():
         return ["(no CUDA device is visible to report on)"]
-    device = torch.cuda.current_device() if device is None else device
+    device = torch.cuda.current_device()
     free, total = torch.cuda.mem_get_info(device)
     allocated, peak = torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
     reserved, peak_reserved = torch.cuda.memory_reserved(device), torch.cuda.max_memory_reserved(device)
@@ -80,26 +73,21 @@ def memory_report(device: int | None = None) -> list[str]:
     ]
     summary = torch.cuda.memory_summary(device, abbreviated=True).splitlines()
     lines += [line for line in summary if any(row in line for row in SUMMARY_ROWS)]
-    largest = largest_allocations(device)
-    if largest:
-        sizes = ", ".join(_size(size) for size in largest)
-        lines.append(f"largest live allocations: {sizes}")
-    return lines
-
-
-def largest_allocations(device: int, count: int = 8) -> list[int]:
-    """Return the sizes in bytes of the `count` largest blocks the caching allocator holds on `device`."""
-    sizes = [
+    live = [
         block["size"]
         for segment in torch.cuda.memory_snapshot()
         if segment.get("device", device) == device
         for block in segment["blocks"]
         if block["state"] == "active_allocated"
     ]
-    return sorted(sizes, reverse=True)[:count]
+    if live:
+        largest = sorted(live, reverse=True)[:8]
+        sizes = ", ".join(f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB" for n in largest)
+        lines.append(f"largest live allocations: {sizes}")
+    return lines
 
 
-def next_steps(cfg: Any, evaluating: bool = False) -> list[str]:
+def next_steps(cfg: Any, evaluating: bool) -> list[str]:
     """Return the overrides worth trying for this run's config, most effective first."""
 
     def get(key: str) -> Any:
@@ -130,7 +118,3 @@ def next_steps(cfg: Any, evaluating: bool = False) -> list[str]:
                 "but unused (fragmentation)"
             )
     return steps
-
-
-def _size(num_bytes: int) -> str:
-    return f"{num_bytes / GIB:.2f} GiB" if num_bytes >= GIB else f"{num_bytes / 2**20:.1f} MiB"

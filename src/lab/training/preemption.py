@@ -21,12 +21,9 @@ from typing import Any
 
 from lab import stopping
 from lab.errors import Interrupted
-from lab.stopping import STOP_SIGNALS
 from lab.sweeps import sweep_of, sweep_resume_hint
 
 log = logging.getLogger(__name__)
-
-__all__ = ["STOP_SIGNALS", "StopSignals", "interrupted", "resume_hint"]
 
 
 def interrupted(signum: int, step: int, checkpoint: str) -> Interrupted:
@@ -59,7 +56,7 @@ class StopSignals:
         self.received = None
         stopping.forget()
         if threading.current_thread() is threading.main_thread():
-            self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in stopping.STOP_SIGNALS}
         return self
 
     def __exit__(self, kind: type | None, value: BaseException | None, traceback: TracebackType | None) -> None:

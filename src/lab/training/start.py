@@ -21,25 +21,6 @@ from lab.training.flops import Utilization, count_flops
 log = logging.getLogger(__name__)
 
 
-def parameter_counts(model: nn.Module) -> dict[str, int]:
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
-    return {"trainable": trainable, "frozen": frozen}
-
-
-def warn_if_frozen(model: nn.Module) -> None:
-    """Warn about frozen parameters. If freezing was a mistake (a backbone left frozen), nothing else tells you."""
-    frozen = [name for name, p in model.named_parameters() if not p.requires_grad]
-    if frozen:
-        shown = ", ".join(frozen[:8]) + (" ..." if len(frozen) > 8 else "")
-        log.warning(
-            "!!! %d parameter tensors are FROZEN (requires_grad=False) and will not train: %s (fine when model.freeze "
-            "names them)",
-            len(frozen),
-            shown,
-        )
-
-
 def model_summary(model: nn.Module, example: Any, device: torch.device) -> str:
     """Return torchinfo's layer table for one example batch, restoring train/eval mode afterwards."""
     import torchinfo
@@ -76,7 +57,8 @@ def check_first_batch(inputs: Any, targets: Any, task: Any) -> str:
             f"mean {x.mean():.3f} std {x.std() if x.numel() > 1 else 0.0:.3f}"
         )
     checked = task.check_first_batch(inputs, targets)
-    return f"first batch: {'; '.join(described)}; targets {_shapes(targets)}" + (f": {checked}" if checked else "")
+    shapes = ", ".join(f"{tuple(t.shape)} {t.dtype}" for _, t in _tensors(targets, "targets"))
+    return f"first batch: {'; '.join(described)}; targets {shapes}" + (f": {checked}" if checked else "")
 
 
 def _tensors(data: Any, name: str) -> list[tuple[str, torch.Tensor]]:
@@ -84,10 +66,6 @@ def _tensors(data: Any, name: str) -> list[tuple[str, torch.Tensor]]:
         return [(name, data)]
     items = data.items() if isinstance(data, Mapping) else enumerate(data)
     return [pair for key, value in items for pair in _tensors(value, f"{name}[{key}]")]
-
-
-def _shapes(data: Any) -> str:
-    return ", ".join(f"{tuple(t.shape)} {t.dtype}" for _, t in _tensors(data, "targets"))
 
 
 def log_start(
@@ -117,7 +95,6 @@ def log_start(
     summary = model_summary(model, example, where)
     (run_dir / "model_summary.txt").write_text(summary + "\n")
     tracker.save_file(run_dir / "model_summary.txt")
-    counts = parameter_counts(model)
     log.info(
         "device %s, precision %s, %d process(es) (%s)",
         device,
@@ -127,8 +104,19 @@ def log_start(
     )
     log.info("%s", first_batch)
     log.info("model:\n%s", summary)
-    log.info("parameters: %s trainable, %s frozen", f"{counts['trainable']:,}", f"{counts['frozen']:,}")
-    warn_if_frozen(model)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    frozen_count = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    log.info("parameters: %s trainable, %s frozen", f"{trainable:,}", f"{frozen_count:,}")
+    # if freezing was a mistake (a backbone left frozen), nothing else tells you
+    frozen = [name for name, p in model.named_parameters() if not p.requires_grad]
+    if frozen:
+        shown = ", ".join(frozen[:8]) + (" ..." if len(frozen) > 8 else "")
+        log.warning(
+            "!!! %d parameter tensors are FROZEN (requires_grad=False) and will not train: %s (fine when model.freeze "
+            "names them)",
+            len(frozen),
+            shown,
+        )
     if peak_flops is None:
         return None
     on_device_inputs, on_device_targets = batches.to_device((inputs, targets), device)

@@ -1,9 +1,6 @@
-"""Everything a resume needs, and how it turns into a checkpoint's state and back.
-
-The Trainer steps the model. `TrainingState` owns what a checkpoint captures of training: weights, optimizer
-moments, the LR schedule, the loss scale, the position in training and every rank's RNG streams. The run's config
-and data_meta are added by the `CheckpointManager`.
-"""
+"""Everything a resume needs: what a checkpoint captures of training (weights, optimizer moments, the LR schedule,
+the loss scale, the position, every rank's RNG streams) and how a resume restores it. The `CheckpointManager` adds
+the run's config and data_meta."""
 
 from __future__ import annotations
 
@@ -61,15 +58,12 @@ class TrainingState:
         (best.pt, the final last.pt) rank 0 also gets the whole `model`. Elsewhere they are whole."""
         rng = self.parallel.gather(capture_rng(self.device))
         self.parallel.sync_buffers(self.model)  # rank 0 writes, and its BatchNorm statistics are the validated ones
-        if self.parallel.shards_checkpoints:
-            tensors = {"shards": self.parallel.sharded_state(self.model, self.optimizer)}
-            if consolidate:
-                tensors |= self.option.checkpoint_state(self.model, self.parallel.model_state(self.model))
-        else:
-            tensors = {
-                **self.option.checkpoint_state(self.model, self.parallel.model_state(self.model)),
-                "optimizer": self.parallel.optimizer_state(self.model, self.optimizer),
-            }
+        sharding = self.parallel.shards_checkpoints
+        tensors = {"shards": self.parallel.sharded_state(self.model, self.optimizer)} if sharding else {}
+        if consolidate or not sharding:
+            tensors |= self.option.checkpoint_state(self.model, self.parallel.model_state(self.model))
+        if not sharding:
+            tensors["optimizer"] = self.parallel.optimizer_state(self.model, self.optimizer)
         return {
             **tensors,
             "scheduler": self.scheduler.state_dict(),

@@ -1,13 +1,8 @@
 """The training loop: autocast, loss scaling, accumulation, clipping, validation, best tracking, checkpoints.
 
-The Trainer knows no task, schedule, strategy or extra by name. The task supplies the loss and metrics, the
-schedule steps itself (`lab.optim.schedulers.Schedule`), `Parallel` says how ranks accumulate, reduce and evaluate,
-and the `CheckpointManager` says where and when checkpoints go. Callbacks (`lab.training.callbacks`) hook in.
-`trainer.*` keys switch on the Trainer's own features: a fine-tuning's unfreeze, and train/mfu.
-
-Read `train_step` top to bottom: forward, loss and backward per micro-batch, then clip, step, zero_grad and
-schedule. The host syncs with the device only at logging, validation and checkpoint time, so the step runs as fast
-as a hand-written loop.
+The Trainer knows no task, schedule, strategy or extra by name; callbacks (`lab.training.callbacks`) hook in. Read
+`train_step` top to bottom. The host syncs with the device only at logging, validation and checkpoint time, so the
+step runs as fast as a hand-written loop.
 """
 
 from __future__ import annotations
@@ -147,7 +142,9 @@ class Trainer:
         cfg, progress = self.cfg, self.progress
         total, position = len(self.train_batches), progress.batch_in_epoch
         batches = self.train_batches.epoch(epoch, start=position)
-        bar = self._bar(epoch, position, total)
+        bar: tqdm | None = None
+        if self.show_bar:
+            bar = tqdm(total=total, initial=position, desc=f"epoch {epoch + 1}/{cfg.max_epochs}", leave=False)
         while position < total:
             fetch_start = time.perf_counter()  # the wait for data (train/data_wait)
             # an accumulation group's batches, as loaded (the last group of an epoch may be short)
@@ -166,8 +163,9 @@ class Trainer:
                 self._save(best=False)
             # the stop signal any rank got (the largest number if two differ), or 0
             signum = self.parallel.largest_at_last_call(self.stop.received or 0)
-            if signum:
-                self._save_and_stop(signum)
+            if signum:  # every rank saves at this step (a collective under FSDP); the run ends "interrupted"
+                self._save(best=False, wait=True)
+                raise interrupted(signum, progress.global_step, str(self.checkpoints.last))
             if self._done():
                 break
         if bar is not None:
@@ -224,20 +222,17 @@ class Trainer:
         return 0 < self.cfg.max_steps <= self.progress.global_step
 
     # ------------------------------------------------------------------ evaluation
-    def score(
-        self, loader: torch.utils.data.DataLoader, limit: int = -1, model: nn.Module | None = None
-    ) -> dict[str, float]:
-        """Return the task's exact metrics over `loader`, reduced over ranks. Pass `model` to score another plain
-        module instead of the trained one (the EMA copy)."""
-        forward = self.parallel.evaluation_forward(self.model, self.forward) if model is None else model
+    def score(self, loader: torch.utils.data.DataLoader) -> dict[str, float]:
+        """Return the task's exact metrics over `loader` (`trainer.limit_val_batches` of it), reduced over ranks."""
+        forward = self.parallel.evaluation_forward(self.model, self.forward)
         args = (self.task, self.parallel, self.device, self.precision, self.cfg.channels_last)
-        return score(self.model if model is None else model, forward, loader, *args, limit=limit)
+        return score(self.model, forward, loader, *args, limit=self.cfg.limit_val_batches)
 
     def test(self, loader: Any) -> dict[str, float]:
         """Score the best checkpoint on the held-out test split, once, after training."""
         best = self.state.option.restore_state(self.model, read(self.checkpoints.best))
         self.parallel.load_model_state(self.model, best)
-        metrics = {f"test/{k}": v for k, v in self.score(loader, self.cfg.limit_val_batches).items()}
+        metrics = {f"test/{k}": v for k, v in self.score(loader).items()}
         self.tracker.log(metrics, step=self.progress.global_step)
         log.info("test (best checkpoint): %s", "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         return metrics
@@ -247,7 +242,7 @@ class Trainer:
         with self.window.paused():
             self._call("on_validation_start")
             assert self.val_loader is not None  # fit() validates only when there is a validation split
-            metrics = {f"val/{k}": v for k, v in self.score(self.val_loader, self.cfg.limit_val_batches).items()}
+            metrics = {f"val/{k}": v for k, v in self.score(self.val_loader).items()}
             monitor = f"val/{self.task.monitor}"
             if monitor not in metrics:
                 raise UserError(
@@ -326,17 +321,6 @@ class Trainer:
         if path is not None:
             self.checkpoints.adopt_best(path)
 
-    def _save_and_stop(self, signum: int) -> None:
-        """After a stop signal reached any rank, save on every rank at this step (a collective under FSDP). Then
-        end the run as "interrupted", with exit code 128 + the signal."""
-        self._save(best=False, wait=True)
-        raise interrupted(signum, self.progress.global_step, str(self.checkpoints.last))
-
-    def _bar(self, epoch: int, position: int, total: int) -> tqdm | None:
-        if self.show_bar:
-            return tqdm(total=total, initial=position, desc=f"epoch {epoch + 1}/{self.cfg.max_epochs}", leave=False)
-        return None
-
     def _unfreeze(self, epoch: int) -> None:
         """From epoch `trainer.unfreeze_at_epoch` on, train the parameters model.freeze froze, BatchNorm statistics
         too. The optimizer has held them from the start (`build_optimizer(..., include_frozen=True)`) but, without
@@ -357,6 +341,6 @@ class Trainer:
         log.info("epoch %d: %d frozen parameter tensors unfrozen (trainer.unfreeze_at_epoch)", epoch + 1, len(frozen))
 
     def _call(self, hook: str, *args: Any) -> None:
-        """Run a hook on every callback that overrides it. A callback may raise to stop the run, e.g. pruning."""
+        """Run a hook on every callback that overrides it (a callback may raise to stop the run)."""
         for method in hooks(self.callbacks, hook):
             method(self, *args)

@@ -1,6 +1,5 @@
-"""The gradient norm and the GradScaler step, the two parts of an optimizer update that need more than a line.
-
-Neither syncs with the host. The norm and the skip flag stay on the device until a log line reads them."""
+"""The gradient norm and the GradScaler step, with no host sync: both stay on the device until a log line reads
+them."""
 
 from __future__ import annotations
 
@@ -19,13 +18,9 @@ def clip_grad_norm(model: nn.Module, max_norm: float | None) -> torch.Tensor:
 def scaled_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> torch.Tensor:
     """Step through the GradScaler and update its scale. Return whether fp16 overflow skipped the update."""
     # read the scale as a device tensor, since get_scale() copies it to the host. It drops only on a skipped step.
-    scale_before = _scale(scaler).clone()
-    scaler.step(optimizer)  # skips the update when fp16 gradients overflowed
-    scaler.update()
-    return _scale(scaler) < scale_before
-
-
-def _scale(scaler: torch.amp.GradScaler) -> torch.Tensor:
     scale = scaler._get_scale_async()
     assert scale is not None, "scaled_step needs an enabled GradScaler"
-    return scale
+    before = scale.clone()
+    scaler.step(optimizer)  # skips the update when fp16 gradients overflowed
+    scaler.update()  # in place, so `scale` holds the new value
+    return scale < before

@@ -32,28 +32,24 @@ class StepWindow:
         self.grad_norm: torch.Tensor | None = None  # at the last optimizer step
 
     def add(self, loss_sum: torch.Tensor, weight: torch.Tensor, step: int, epoch: int, samples: int) -> None:
-        """Add one micro-batch: its summed loss and weight (kept on the device), its step, epoch and sample count."""
         self.loss_sums.append(loss_sum.detach())
         self.weights.append(weight)
         self.steps.append(step)
         self.epochs.append(epoch)
         self.samples += samples
 
-    def losses_over_ranks(self, parallel: Parallel) -> tuple[list[float], list[float]]:
-        """Return each micro-batch's mean loss over all ranks and its total weight, as host floats after one
-        all-reduce. A window's few dozen values cost less as Python numbers than as a dozen tensor ops: this runs
-        once per log line and checkpoint, but on CPU each op costs microseconds."""
-        if not self.loss_sums:
-            return [], []
-        sums = parallel.all_reduce_sum_(torch.stack([*self.loss_sums, *self.weights]).double()).tolist()
-        weights = sums[len(self.loss_sums) :]
-        return [total / weight for total, weight in zip(sums, weights)], weights
-
     def checked_losses(self, parallel: Parallel, skips_nonfinite: bool) -> tuple[list[float], list[float]]:
-        """Return the carried losses and weights followed by `losses_over_ranks`. Raise a `UserError` at the first
-        non-finite loss unless such steps are skipped (`skips_nonfinite`: a GradScaler, or trainer.max_bad_steps).
-        Every rank sees the same values, so every rank stops."""
-        losses, weights = self.losses_over_ranks(parallel)
+        """Return the carried losses and weights, then each micro-batch's mean loss over all ranks and its total
+        weight. Raise a `UserError` at the first non-finite loss unless such steps are skipped (`skips_nonfinite`: a
+        GradScaler, or trainer.max_bad_steps). Every rank sees the same values, so every rank stops."""
+        losses: list[float] = []
+        weights: list[float] = []
+        if self.loss_sums:
+            # host floats after one all-reduce: a window's few dozen values cost less as Python numbers than as a
+            # dozen tensor ops (this runs once per log line and checkpoint, but on CPU each op costs microseconds)
+            sums = parallel.all_reduce_sum_(torch.stack([*self.loss_sums, *self.weights]).double()).tolist()
+            weights = sums[len(self.loss_sums) :]
+            losses = [total / weight for total, weight in zip(sums, weights)]
         bad = next((index for index, loss in enumerate(losses) if not math.isfinite(loss)), None)
         if bad is not None and not skips_nonfinite:
             raise UserError(
@@ -63,38 +59,25 @@ class StepWindow:
             )
         return [*self.carried["losses"], *losses], [*self.carried["weights"], *weights]
 
-    @staticmethod
-    def mean_loss(losses: list[float], weights: list[float]) -> float:
-        """Return the weighted mean of the finite losses, leaving out fp16 steps the GradScaler skipped."""
-        finite = [(loss, weight) for loss, weight in zip(losses, weights) if math.isfinite(loss)]
-        if not finite:
-            return math.nan
-        return math.fsum(loss * weight for loss, weight in finite) / math.fsum(weight for _, weight in finite)
-
     def train_metrics(
         self, losses: list[float], weights: list[float], world_size: int, lr: float, device: torch.device
     ) -> dict[str, float]:
-        """Return the log line's figures for this window, given `losses` and `weights` from `checked_losses`."""
-        throughput, data_wait = self.rates(world_size)
+        """Return the log line's figures for this window, given `losses` and `weights` from `checked_losses`. The
+        loss is the weighted mean of the finite losses, leaving out fp16 steps the GradScaler skipped."""
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        finite = [(loss, weight) for loss, weight in zip(losses, weights) if math.isfinite(loss)]
+        total = math.fsum(weight for _, weight in finite)
+        norm = self.grad_norm
+        if norm is not None and hasattr(norm, "full_tensor"):  # a DTensor under FSDP
+            norm = norm.full_tensor()
         return {
-            "train/loss": self.mean_loss(losses, weights),
+            "train/loss": math.fsum(loss * weight for loss, weight in finite) / total if finite else math.nan,
             "train/lr": lr,
-            "train/grad_norm": self.grad_norm_value(),
-            "train/throughput": throughput,
-            "train/data_wait": data_wait,
+            "train/grad_norm": math.nan if norm is None else float(norm),
+            "train/throughput": self.samples * world_size / elapsed,
+            "train/data_wait": min(1.0, self.data_time / elapsed),
             "train/mem_peak_mb": peak_memory_mb(device),
         }
-
-    def rates(self, world_size: int) -> tuple[float, float]:
-        """Return samples/s over all ranks and the fraction of time spent waiting for data."""
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        return self.samples * world_size / elapsed, min(1.0, self.data_time / elapsed)
-
-    def grad_norm_value(self) -> float:
-        norm = self.grad_norm
-        if norm is None:
-            return math.nan
-        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # a DTensor under FSDP
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import signal
 
-from lab.training.preemption import STOP_SIGNALS, StopSignals
+from lab.stopping import STOP_SIGNALS
+from lab.training.preemption import StopSignals
 
 
 def test_sigusr2_stops_training_then_reaches_submitits_handler_for_the_requeue() -> None:
