@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeAlias
 
 from lab.config import callbacks as callback_options
 
-if TYPE_CHECKING:
-    from lab.training.trainer import Trainer
+# The `lab.training.trainer.Trainer` running the fit. Not imported, not even for type checking: the trainer imports
+# this module, and the two would form an import circle.
+Trainer: TypeAlias = Any
 
 
 class Callback:
