@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from lab.data import batches
-from lab.distributed import meta_init
 from lab.distributed.parallel import Parallel
 from lab.errors import UserError
 from lab.runtime import Precision
@@ -123,6 +122,8 @@ def log_start(
     if not on_meta:
         batch_flops = count_flops(model, task, on_device_inputs, on_device_targets, device, precision)
     else:
+        from lab.distributed import meta_init  # only a model built on the meta device (dist.meta_init) needs it
+
         try:
             with meta_init.on_fake_device(model, device) as stand_in:
                 batch_flops = count_flops(stand_in, task, on_device_inputs, on_device_targets, device, precision)
