@@ -160,13 +160,19 @@ def _drop_unrecorded(path: Path, step: int | None, step_of: Callable[[str], int 
     except FileNotFoundError:
         return
     with handle:
-        data = handle.read()
-        keep = data.rfind(b"\n") + 1
-        if keep < len(data):
+        end = handle.seek(0, os.SEEK_END)
+        keep = end
+        while keep > 0:  # backwards a block at a time: a long run's record is not read whole to find its last line
+            start = max(0, keep - 65536)
+            handle.seek(start)
+            newline = handle.read(keep - start).rfind(b"\n")
+            if newline >= 0:
+                keep = start + newline + 1
+                break
+            keep = start
+        if keep < end:
             handle.truncate(keep)
-            log.warning(
-                "%s: dropped a last line cut short (%d bytes) by the previous attempt's end", path, len(data) - keep
-            )
+            log.warning("%s: dropped a last line cut short (%d bytes) by the previous attempt's end", path, end - keep)
     if step is None or step_of is None:
         return
     with open(path, newline="") as text:  # keep line ends as written (csv's \r\n)
