@@ -5,6 +5,7 @@ them with why)."""
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,33 @@ def test_hydras_config_repository_is_copied_shallowly():
     delegate.sources = [object()]
     copied = CachingConfigRepository(delegate)
     assert copied.delegate is not delegate and copied.delegate.sources is delegate.sources and copied.cache == {}
+
+
+@dataclass
+class Probe:  # module-level, so a pickled config finds it
+    width: int = 3
+
+
+def test_a_deferred_store_entry_is_listed_and_made_once_when_first_loaded(monkeypatch):
+    import pickle
+
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    made = []
+    structured = OmegaConf.structured
+    monkeypatch.setattr(OmegaConf, "structured", lambda schema: made.append(schema) or structured(schema))
+    store = ConfigStore.instance()
+    monkeypatch.setattr(store, "repo", {})
+    upstream.hydra_store_deferred("probe", Probe, group="lab_test/deep", package="elsewhere")
+    assert store.list("lab_test/deep") == ["probe.yaml"] and made == [], "update lab.upstream.hydra_store_deferred"
+    first = store.load("lab_test/deep/probe.yaml")
+    first.node.width = 5  # a composition's changes stay in its own copy
+    second = store.load("lab_test/deep/probe.yaml")
+    assert made == [Probe] and OmegaConf.get_type(second.node) is Probe and second.node.width == 3
+    assert (second.name, second.group, second.package) == ("probe.yaml", "lab_test/deep", "elsewhere")
+    sent = pickle.loads(pickle.dumps(store.repo))  # a launcher's workers receive the store pickled
+    assert sent["lab_test"]["deep"]["probe.yaml"].node == second.node and made == [Probe]
 
 
 def test_torchs_elastic_signal_handler_is_wrapped_and_restored():

@@ -13,11 +13,10 @@ import pkgutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from lab import upstream
-from lab.config import options
+from lab.config import options, tools, trackers
 from lab.config.callbacks import CallbackConfig
 from lab.config.data import DataConfig, ImageDataConfig
 from lab.config.distributed import DistConfig, ProcessGroupConfig
@@ -87,21 +86,23 @@ def register() -> None:
         importlib.import_module(
             ".".join((__name__.rpartition(".")[0], *path.relative_to(package).with_suffix("").parts))
         )
-    cs = ConfigStore.instance()
     new = [(group, name, option) for group in options.groups() for name, option in options.options(group).items()]
     new = [(group, name, option) for group, name, option in new if option not in _STORED]
     if not _STORED:
-        cs.store(group="trainer", name="default", node=TrainerConfig)  # the schema's defaults: no empty YAML
-        cs.store(group="logger", name="none", node={})  # every tracker off, as the schema's default has them
+        upstream.hydra_store_deferred("default", TrainerConfig, group="trainer")  # the schema's defaults: no YAML
+        upstream.hydra_store_deferred("none", {}, group="logger")  # every tracker off, as the schema's default has them
     # On every call: some schemas hold a node per option (the logger's trackers, the export's steps), and the options
     # may have changed since the last call (an extension imported late, a test's fork option removed).
     SCHEMAS["train_schema"] = train_schema()  # with the extensions' top-level nodes
+    # Made now, not when first composed (ConfigStore entries are made then): a config pickled for a launcher's
+    # workers names these classes, and a worker has only what importing this package makes.
+    trackers.logger_schema(), tools.eval_options(), tools.export_options()
     for root, root_schema in SCHEMAS.items():
-        cs.store(name=root, node=root_schema)
+        upstream.hydra_store_deferred(root, root_schema)
     for group, name, option in new:
         stored = option.stored_as(name)
         if stored is not None:
-            cs.store(group=stored[0], name=name, node=stored[1], package=options.package(group, name))
+            upstream.hydra_store_deferred(name, stored[1], group=stored[0], package=options.package(group, name))
         _STORED.add(option)
 
 
