@@ -65,7 +65,7 @@ class StatsConfig(CallbackConfig):
         _require(self.every_n_steps >= 1, f"callbacks.stats.every_n_steps must be >= 1, got {self.every_n_steps}")
 
     def conflict(self, run: Any) -> str | None:
-        if getattr(run.dist, "strategy", None) == "fsdp":
+        if getattr(run.dist, "shards_weights", False):
             return (
                 "callback=stats does not work with dist=fsdp (each rank holds only a shard of the weights and "
                 "gradients); collect the statistics with dist=ddp or dist=none"
