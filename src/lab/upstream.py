@@ -112,9 +112,9 @@ class _DeferredNode(ConfigNode):
 def hydra_store_deferred(name: str, schema: Any, group: str | None = None, package: str | None = None) -> None:
     """Store `schema` in Hydra's ConfigStore as `ConfigStore.store` does, making its node only when first read.
 
-    `store` makes each node at once (`OmegaConf.structured`, 1-2 ms an option): 0.06 s of every command's
-    start-up for 50 options, of which a run loads ten. Hydra reads a stored entry through `ConfigStore.load`, which takes its
-    `node`, and lists a group through the folders of `ConfigStore.repo`, which this writes as `store` does."""
+    `store` makes each node at once (`OmegaConf.structured`, 1-2 ms an option): 0.06 s of every command's start-up
+    for 50 options, of which a run loads ten. Hydra reads an entry through `ConfigStore.load` (its `node`) and lists
+    a group through the folders of `ConfigStore.repo`, which this writes as `store` does."""
     folder = ConfigStore.instance().repo
     for part in group.split("/") if group else ():
         folder = folder.setdefault(part, {})
