@@ -14,6 +14,9 @@ from typing import Any
 
 from hydra.core.config_store import ConfigNode, ConfigStore
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from lab.errors import ConfigError
 
 Patch = contextlib.AbstractContextManager[None]  # a private API replaced while its `with` block runs
 
@@ -101,7 +104,17 @@ class _DeferredNode(ConfigNode):
     @property
     def node(self) -> Any:  # type: ignore[override]  # ConfigNode's field, made on first read here
         if self._node is None:
-            self._node = OmegaConf.structured(self._schema)
+            try:
+                self._node = OmegaConf.structured(self._schema)
+            except OmegaConfBaseException as err:  # a fork's option with a field type OmegaConf cannot hold
+                name = self.name.removesuffix(".yaml")
+                chosen = f"{self.group}={name}" if self.group else name
+                where = f"{self._schema.__module__}.{self._schema.__qualname__}.{err.full_key}"
+                raise ConfigError(
+                    f"{chosen}: {str(err).splitlines()[0]} ({where}); type "
+                    "its fields with what OmegaConf holds: str, int, float, bool, Enum, a dataclass, or a list, "
+                    "dict or Optional of them"
+                ) from None
         return self._node
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -5,9 +5,11 @@ them with why)."""
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from lab import upstream
 
@@ -98,6 +100,23 @@ def test_a_deferred_store_entry_is_listed_and_made_once_when_first_loaded(monkey
     assert (second.name, second.group, second.package) == ("probe.yaml", "lab_test/deep", "elsewhere")
     sent = pickle.loads(pickle.dumps(store.repo))  # a launcher's workers receive the store pickled
     assert sent["lab_test"]["deep"]["probe.yaml"].node == second.node and made == [Probe]
+
+
+@dataclass
+class Unheld:  # a field type OmegaConf cannot hold
+    sizes: set = field(default_factory=set)
+
+
+def test_a_deferred_entry_omegaconf_cannot_hold_is_refused_naming_the_option_when_chosen(monkeypatch):
+    from hydra.core.config_store import ConfigStore
+
+    from lab.errors import ConfigError
+
+    store = ConfigStore.instance()
+    monkeypatch.setattr(store, "repo", {})
+    upstream.hydra_store_deferred("unheld", Unheld, group="model")  # refused only when a run chooses it
+    with pytest.raises(ConfigError, match=r"^model=unheld: .*set \(\S*Unheld\.sizes\); type its"):
+        store.load("model/unheld.yaml")
 
 
 def test_torchs_elastic_signal_handler_is_wrapped_and_restored():
