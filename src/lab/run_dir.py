@@ -323,6 +323,12 @@ def take_lock(folder: Path) -> IO | None:
         handle.close()
 
 
+def release_lock(folder: Path, handle: IO) -> None:
+    """Remove `<folder>/.lock` while holding it (a waiting `take_lock` retries on a new file), then release it."""
+    (folder / LOCK).unlink(missing_ok=True)
+    handle.close()
+
+
 @contextlib.contextmanager
 def claim(run_dir: Path, resuming_here: bool, overwrite: bool) -> Iterator[None]:
     """Hold `run_dir` for this process, refusing it if another process holds it or it holds another run's
@@ -339,7 +345,7 @@ def claim(run_dir: Path, resuming_here: bool, overwrite: bool) -> Iterator[None]
     finally:
         if lock in _held:
             _held.remove(lock)
-        (run_dir / LOCK).unlink(missing_ok=True)  # the run dir keeps only the run's files
+        release_lock(run_dir, lock)
         lock.close()
 
 

@@ -35,8 +35,9 @@ TARGET = {"core lines": 9_000, "modules imported": 45, "files run": 30, "lines r
 # lines) and by importing lab.distributed.meta_init only for a meta-built model; then raised by 6 lines, on purpose:
 # a continued record's cut-short last line is found by reading its tail again, not the whole file; and by 49, on
 # purpose: ConfigStore entries made when a composition first loads them (lab.upstream.hydra_store_deferred), which
-# takes 0.06 s off every command's start-up, with a one-line refusal naming an option OmegaConf cannot hold
-REACHED = {"core lines": 15_197, "modules imported": 108, "files run": 80, "lines run": 10_758}
+# takes 0.06 s off every command's start-up, with a one-line refusal naming an option OmegaConf cannot hold; and by 3
+# for `release_lock`, which closes a run dir's lock as the sweep dir's was (it had been left to garbage collection)
+REACHED = {"core lines": 15_200, "modules imported": 108, "files run": 80, "lines run": 10_764}
 
 
 def test_the_core_and_the_default_run_stay_within_what_was_reached(tmp_path):

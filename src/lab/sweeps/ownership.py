@@ -21,7 +21,7 @@ from typing import Any
 
 from lab import run_dir as run_dirs
 from lab.errors import UserError
-from lab.run_dir import HYDRA_DIR, LOCK, RUN_RECORDS, SWEEP_CONFIG
+from lab.run_dir import HYDRA_DIR, RUN_RECORDS, SWEEP_CONFIG
 
 log = logging.getLogger(__name__)
 
@@ -186,8 +186,7 @@ def claim(
             sys.exit(f"error: {err}")
         yield started
     finally:
-        (sweep_dir / LOCK).unlink(missing_ok=True)  # ours, since we hold it
-        handle.close()
+        run_dirs.release_lock(sweep_dir, handle)
 
 
 # ---------------------------------------------------------------------------------------------- before Hydra

@@ -7,12 +7,12 @@ with the git commit, branch and dirty flag under `provenance`.
 from __future__ import annotations
 
 import csv
-import os
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
+from lab.files import atomic_path
 from lab.tracking.backends import Backend, open_record, plain, writing
 
 
@@ -50,12 +50,10 @@ class CsvBackend(Backend):
             with open(self.path, newline="") as handle:
                 rows = list(csv.DictReader(handle))
             self.columns = [*self.columns, *new]
-            partial = self.path.with_name(self.path.name + ".tmp")
-            with open(partial, "w", newline="") as handle:
+            with atomic_path(self.path) as partial, open(partial, "w", newline="") as handle:
                 writer = csv.DictWriter(handle, fieldnames=self.columns, restval="")
                 writer.writeheader()
                 writer.writerows(rows)
-            os.replace(partial, self.path)
             self._file = open_record(self.path, continuing=True, newline="")
             self._start_writer()
         self._writer.writerow(row)

@@ -19,9 +19,10 @@ from omegaconf import OmegaConf
 
 from helpers import REPO, script_env
 from lab.errors import UserError
+from lab.run_dir import LOCK
 from lab.sweeps import ownership
 from lab.sweeps.jobs import NumberedLauncher, launch_numbered, launcher_width
-from lab.sweeps.ownership import LOCK, check_resumable, check_sweep_dir_before_hydra, claim
+from lab.sweeps.ownership import check_resumable, check_sweep_dir_before_hydra, claim
 from lab.sweeps.summary import collect, job_record, write_record
 
 
