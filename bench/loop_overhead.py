@@ -53,16 +53,24 @@ TASK_ROWS = {  # --all-tasks: the shipped experiment of each task
 }
 
 
-def hand_written(model, loader, optimizer, scheduler, device, epochs: int, loss_fn) -> int:
-    """The loop a careful user writes by hand: nothing but the math."""
+def hand_written(model, loader, optimizer, scheduler, device, epochs: int, loss_fn, precision) -> int:
+    """The loop a careful user writes by hand: nothing but the math, in the run's precision (autocast, and a
+    GradScaler where the precision needs one, as torch's AMP recipe writes it)."""
     model.train()
+    scaler = torch.amp.GradScaler(device.type) if precision.grad_scaler else None
     steps = 0
     for _ in range(epochs):
         for inputs, targets in loader:
             inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
-            loss = loss_fn(model(inputs), targets)
-            loss.backward()
-            optimizer.step()
+            with precision.autocast(device):
+                loss = loss_fn(model(inputs), targets)
+            if scaler is None:
+                loss.backward()
+                optimizer.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
             steps += 1
@@ -130,7 +138,9 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> None:
         return optimizer, build_scheduler(cfg.scheduler, optimizer, total_steps)
 
     plain_opt, plain_sched = fresh(plain_model)
-    hand_written(plain_model, loader, plain_opt, plain_sched, device, 1, loss_fn)  # warm-up (allocator, kernels)
+    hand_written(
+        plain_model, loader, plain_opt, plain_sched, device, 1, loss_fn, precision
+    )  # warm-up (allocator, kernels)
     best = {"hand-written": 0.0, "template steps": 0.0, "template fit": 0.0}
 
     def timed(name: str, fn) -> None:
@@ -144,7 +154,9 @@ def measure(args: argparse.Namespace, overrides: list[str]) -> None:
         for _ in range(args.repeats):
             timed(
                 "hand-written",
-                lambda: hand_written(plain_model, loader, plain_opt, plain_sched, device, args.epochs, loss_fn),
+                lambda: hand_written(
+                    plain_model, loader, plain_opt, plain_sched, device, args.epochs, loss_fn, precision
+                ),
             )
             for name in ("template steps", "template fit"):
                 optimizer, scheduler = fresh(template_model)
