@@ -218,28 +218,61 @@ def _installed_fork(repo: Path, venv: Path) -> Path:
 
 PAGE_SECTION = "## Add your own model, dataset or task"  # of docs/extending.md
 # a fork's first model option, named to sort before every shipped one: a test that spells the shipped list of
-# options fails on it
-FIRST_MODEL = """from dataclasses import dataclass
+# options fails on it; and its first table, which only a regression learns from, so it is refused beside the default
+# task: the suite composes it with what it declares it needs (`example_overrides`)
+FIRST_OPTIONS = """from __future__ import annotations
 
-from {name}.config import ModelConfig
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from {name}.config import ConfigError, DataConfig, ModelConfig
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from {name}.data.common import DataModule
 
 
 @dataclass
 class Aardvark(ModelConfig):
     \"\"\"A fork's own model: one linear layer over the flattened input.\"\"\"
 
-    def build(self, meta):
-        import math
-
+    def build(self, meta: dict[str, Any]) -> nn.Module:
         from torch import nn
 
         return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(meta["input_shape"]), meta["num_outputs"]))
+
+
+@dataclass
+class AardvarkRows(DataConfig):
+    \"\"\"A fork's own table of values to regress.\"\"\"
+
+    example_overrides = ("task=regression",)
+
+    num_samples: int = 256
+    target_type: str = "${{task.target_type}}"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.target_type != "value":
+            raise ConfigError(f"data=aardvark_rows holds values to regress: add task=regression ({{self.target_type}})")
+
+    def build(self) -> DataModule:
+        import torch
+        from torch.utils.data import TensorDataset
+
+        from {name}.data.common import DataModule
+
+        x = torch.randn(self.num_samples, 4, generator=torch.Generator().manual_seed(self.split_seed))
+        rows = TensorDataset(x, x.sum(1))
+        return DataModule(rows, rows, None, {{"input_shape": [4], "num_outputs": 1}})
 """
 
 
 def _add_a_forks_options(repo: Path) -> list[str]:
-    """What a fork adds first: the files of docs/extending.md's "Add your own" (as the renamed page spells them) and
-    a model named to sort first. Returns the paths written."""
+    """What a fork adds first: the files of docs/extending.md's "Add your own" (as the renamed page spells them), a
+    model named to sort first and a table that needs its task. Returns the paths written."""
     text = (repo / "docs" / "extending.md").read_text()
     start = text.index(PAGE_SECTION)
     section = text[start : text.index("\n## ", start + len(PAGE_SECTION))]
@@ -247,7 +280,7 @@ def _add_a_forks_options(repo: Path) -> list[str]:
         path: f"# {path}\n{body}"
         for path, body in re.findall(r"```(?:python|yaml)\n# (\S+)\n(.*?)```", section, flags=re.S)
     }
-    files[f"src/{NEW}/config/aardvark.py"] = FIRST_MODEL.format(name=NEW)
+    files[f"src/{NEW}/config/aardvark.py"] = FIRST_OPTIONS.format(name=NEW)
     for path, content in files.items():
         assert not (repo / path).exists(), path
         (repo / path).write_text(content)

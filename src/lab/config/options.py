@@ -49,6 +49,10 @@ class Option:
     # Distributions it needs beyond the core (pyproject.toml's extras). Choosing it without them fails the config
     # check, naming the extra to install (lab.extras).
     requires: ClassVar[tuple[str, ...]] = ()
+    # What a run choosing it passes beside it: its mandatory values, a task it needs (`("task=multi_label",)`).
+    # The suite composes and validates every option with these and the other groups' defaults
+    # (tests/unit/config/test_config.py), so an option that needs a companion keeps a fork's fast tier green.
+    example_overrides: ClassVar[tuple[str, ...]] = ()
     if TYPE_CHECKING:  # every option is a dataclass (its kind's base is one)
         __dataclass_fields__: ClassVar[dict[str, Any]]
 

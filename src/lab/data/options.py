@@ -108,6 +108,8 @@ class ImageFolderConfig(ImageDataConfig):
     train/'s sub-folders, so num_classes stays null. data.root=/path/to/images is required; if root/train is
     missing, the run stops and shows the expected layout."""
 
+    example_overrides = ("data.root=/path/to/images",)
+
     num_workers: int = 4
     in_channels: int = 3
     # null = the pretrained model's input size, else 64. Fixed-size datasets never leave image_size null.
@@ -191,6 +193,8 @@ class CsvConfig(DataConfig):
 
     Feature columns are numeric, all but the target unless data.features lists them, and standardised with the train
     split's statistics. The target is a class label (task=classification) or a value (task=regression)."""
+
+    example_overrides = ("data.path=table.csv", "data.target=y")
 
     path: str = MISSING  # the .csv file (header row required)
     target: str = MISSING  # target column's name

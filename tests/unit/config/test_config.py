@@ -23,26 +23,17 @@ from helpers import CONF_DIR, GROUPS, PYTHON, REPO, TRAIN_SCRIPT, compose_config
 from lab.config import ConfigError, TrainConfig, options, validate
 from lab.config.trackers import trackers
 
-# Options whose YAML leaves a mandatory value (???) for the user: the override a real run would pass. The other
-# options' mandatory keys (an extension's, a fork's) get a value of their own name: required_overrides.
-REQUIRED_OVERRIDES: dict[tuple[str, str], list[str]] = {
-    ("data", "image_folder"): ["data.root=/path/to/images"],
-    ("data", "csv"): ["data.path=table.csv", "data.target=y"],
-    ("data", "hf"): ["data.path=/path/to/arrow"],  # or data.dataset, or data.data_files: one of the three
-}
-
 
 def required_overrides(group: str, option: str) -> list[str]:
-    """What a real run of `<group>=<option>` would pass for its mandatory values (???)."""
-    if (group, option) in REQUIRED_OVERRIDES:
-        return REQUIRED_OVERRIDES[(group, option)]
+    """What a real run of `<group>=<option>` passes beside it: the option's `example_overrides`, and a value of its
+    own name for each mandatory key (???) they leave unset."""
     cls = options.options(group).get(option)
     if cls is None:  # a preset (a YAML): its values are written in it
         return []
     node = options.package(group, option) or group
-    return [
-        f"{node}.{field.name}={field.name}" for field in cls.__dataclass_fields__.values() if field.default == MISSING
-    ]
+    given = {override.partition("=")[0] for override in cls.example_overrides}
+    mandatory = [field.name for field in cls.__dataclass_fields__.values() if field.default == MISSING]
+    return [*cls.example_overrides, *(f"{node}.{key}={key}" for key in mandatory if f"{node}.{key}" not in given)]
 
 
 ALL_OPTIONS = [(group, option) for group in GROUPS for option in group_options(group)]
@@ -139,12 +130,15 @@ def test_every_option_class_defaults_reach_the_composed_config(group: str, optio
     """``<group>=<name>`` with no YAML: the node is the option class's defaults, typed by it."""
     cfg = _compose_readonly((f"{group}={option}", *required_overrides(group, option)))
     cls = options.option_class(group, option)
-    node = OmegaConf.select(cfg, options.package(group, option) or group)  # a callback lands in callbacks.<name>
+    path = options.package(group, option) or group  # a callback lands in callbacks.<name>
+    node = OmegaConf.select(cfg, path)
     assert OmegaConf.get_type(node) is cls
     expected = OmegaConf.to_container(OmegaConf.structured(cls), resolve=False)
     actual = OmegaConf.to_container(node, resolve=False)
-    for key in {k for override in required_overrides(group, option) for k in [override.split("=")[0]]}:
-        actual.pop(key.split(".", 1)[1]), expected.pop(key.split(".", 1)[1])
+    for override in required_overrides(group, option):  # its own keys they set (not another group's, e.g. task=)
+        key = override.partition("=")[0]
+        if key.startswith(f"{path}."):
+            actual.pop(key[len(path) + 1 :]), expected.pop(key[len(path) + 1 :])
     assert actual == expected
 
 

@@ -182,6 +182,7 @@ class HfDataConfig(DataConfig, name="hf"):
     task=language_model, blocks of data.block_size tokens (prompt tokens excluded from the loss)."""
 
     requires = ("datasets", "pyarrow")
+    example_overrides = ("data.path=/path/to/arrow",)  # or data.dataset, or data.data_files: one of the three
 
     path: str | None = None  # the save_to_disk folder or the prepared folder
     dataset: str | None = None  # a hub dataset id (load_dataset's path), e.g. stanfordnlp/imdb
