@@ -84,6 +84,21 @@ def test_a_new_model_dataset_and_task_are_new_files_only_and_run_through_every_s
     assert len(predictions) == 5 and all(len(p["output"]) == 3 for p in predictions)
 
 
+def test_the_pages_files_and_the_readmes_model_pass_the_projects_lint(tmp_path):
+    """A fork that copies them keeps `make lint` green: ruff and mypy with the project's settings (every function
+    typed, a fork's too). README's model is the page's, word for word."""
+    fork, _ = _fork(tmp_path)
+    shutil.copy(REPO / "pyproject.toml", fork / "pyproject.toml")
+    files = _files(_section())
+    readme = re.findall(r"```python\n# (\S+)\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    assert readme and all(files.get(path) == f"# {path}\n{body}" for path, body in readme)
+    for tool in (["ruff", "check"], ["ruff", "format", "--check"], ["mypy"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", *tool, *files], cwd=fork, capture_output=True, text=True, timeout=600
+        )
+        assert proc.returncode == 0, f"{' '.join(tool)}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
+
+
 def test_a_new_option_takes_its_keys_without_plus_and_a_preset_yaml_holds_only_what_differs(tmp_path):
     fork, env = _fork(tmp_path)
     options = ["task=multilabel", "data=bits", "model=gated_mlp"]
