@@ -107,6 +107,13 @@ def eval_transform(meta: Mapping[str, Any], resize: bool = True) -> EvalTransfor
     )
 
 
+def keeps_size(meta: Mapping[str, Any], dynamic_dims: Any) -> bool:
+    """Check whether the model takes images at any size: every axis after the channels of its input is dynamic.
+    Then infer keeps each image's own size instead of resizing it."""
+    spatial = range(2, 1 + len(meta.get("input_shape", ())))
+    return len(spatial) > 0 and all(d in dynamic_dims for d in spatial)
+
+
 class TrainImageTransform:
     """Lightly augment user image folders: a mild random resized crop and a horizontal flip."""
 

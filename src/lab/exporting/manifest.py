@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from lab.data.transforms import keeps_size
 from lab.errors import UserError
 from lab.exporting.writers import INPUT_NAME, OUTPUT_NAME, axis_name
 from lab.tasks import outputs as model_outputs
@@ -34,14 +35,13 @@ def _version(package: str) -> str | None:
         return None
 
 
-def preprocessing(meta: dict[str, Any]) -> dict[str, Any]:
+def preprocessing(meta: dict[str, Any], dynamic_dims: Any) -> dict[str, Any]:
     """Describe how raw inputs become the input tensor, for a non-Python runtime; data_meta has the numbers."""
     if "image_size" in meta:
-        c, size = meta["in_channels"], meta["image_size"]
         return {
             "function": "lab.data.transforms.eval_transform(data_meta)",
-            "color_mode": "L (grayscale)" if c == 1 else "RGB",
-            "resize": f"{size}x{size}, bilinear (only when the image has another size)",
+            "color_mode": "L (grayscale)" if meta["in_channels"] == 1 else "RGB",
+            "resize": _resize(meta, dynamic_dims),
             "scale": "8-bit pixels / 255 -> [0, 1]",
             "mean": meta["mean"],
             "std": meta["std"],
@@ -66,6 +66,16 @@ def _tensor_spec(name: str, tensor: torch.Tensor, dynamic_dims: tuple[int, ...],
     shape = [axis_name(d, names_ndim) if d in dynamic_dims else int(n) for d, n in enumerate(tensor.shape)]
     spec = {"name": name, "shape": shape, "dtype": str(tensor.dtype).removeprefix("torch.")}
     return {**spec, "layout": "NCHW"} if name == INPUT_NAME and tensor.ndim == 4 else spec
+
+
+def _resize(meta: dict[str, Any], dynamic_dims: Any) -> str:
+    """What `lab.data.transforms.EvalTransform` does to an image's size, in words."""
+    if keeps_size(meta, dynamic_dims):
+        return "none: the model takes any height and width (infer keeps each image's size)"
+    size, crop, how = meta["image_size"], meta.get("crop_pct"), meta.get("interpolation", "bilinear")
+    if crop is None:
+        return f"{size}x{size}, {how} (only when the image has another size)"
+    return f"shorter side to floor({size} / crop_pct {crop}), {how}, then the centre {size}x{size} crop"
 
 
 def build(
@@ -102,7 +112,7 @@ def build(
             axis_name(d, example.ndim): f"dim {d} of the input (and of the output where it has it), any size"
             for d in dynamic_dims
         },
-        "preprocessing": preprocessing(meta),
+        "preprocessing": preprocessing(meta, dynamic_dims),
         "class_names": meta.get("class_names"),
         "data_meta": meta,
         "opset": opset,

@@ -40,13 +40,6 @@ Item = tuple[str, torch.Tensor, "tuple[int, ...] | None"]
 Reader = Callable[[Path, Mapping[str, Any], bool], Iterator[Item]]
 
 
-def keeps_size(meta: Mapping[str, Any], dynamic_dims: Any) -> bool:
-    """Check whether the model takes images at any size: every axis after the channels of its input is dynamic.
-    Then infer keeps each image's own size instead of resizing it."""
-    spatial = range(2, 1 + len(meta.get("input_shape", ())))
-    return len(spatial) > 0 and all(d in dynamic_dims for d in spatial)
-
-
 def _is_image(path: Path) -> bool:
     return path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
 

@@ -15,10 +15,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from lab import runtime
 from lab.config import options
+from lab.data.transforms import keeps_size
 from lab.errors import UserError
 from lab.exporting import manifest
 from lab.inference.backends import EagerBackend, artifact_backend, fits, shape_text
-from lab.inference.inputs import Inputs, keeps_size
+from lab.inference.inputs import Inputs
 from lab.inference.predict import write_predictions
 from lab.tasks.base import InferContext
 from lab.tasks.common import build as build_task

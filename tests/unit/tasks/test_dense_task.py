@@ -13,9 +13,11 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
+from lab.data.transforms import keeps_size
 from lab.errors import UserError
+from lab.exporting import manifest
 from lab.inference.backends import EagerBackend
-from lab.inference.inputs import Inputs, keeps_size
+from lab.inference.inputs import Inputs
 from lab.inference.predict import write_predictions
 from lab.tasks.base import BaseTask, InferContext, MeanLoss, count, normalised_weight
 from lab.training.start import check_first_batch
@@ -101,6 +103,11 @@ def test_a_dense_task_keeps_each_image_at_its_own_size_and_writes_its_outputs_in
     inputs = Inputs.read(str(tmp_path), IMAGE_META, resize=False)
     shapes = {name.rsplit("/", 1)[-1]: tuple(t.shape) for name, t in inputs}
     assert shapes == {"small.png": (1, 8, 8), "wide.png": (1, 12, 20)}  # not resized to the training 8x8
+    # the export manifest tells a non-Python runtime the same: no resize here, the crop of a fixed-size model there
+    assert manifest.preprocessing(IMAGE_META, PixelTask.dynamic_dims)["resize"].startswith("none: ")
+    fixed = manifest.preprocessing({**IMAGE_META, "crop_pct": 0.875, "interpolation": "bicubic"}, (0,))["resize"]
+    assert fixed == "shorter side to floor(8 / crop_pct 0.875), bicubic, then the centre 8x8 crop"
+    assert manifest.preprocessing(IMAGE_META, (0,))["resize"] == "8x8, bilinear (only when the image has another size)"
     assert inputs.sizes[str(tmp_path / "wide.png")] == (12, 20)
     resized = dict(Inputs.read(str(tmp_path / "wide.png"), IMAGE_META, resize=True))
     assert next(iter(resized.values())).shape == (1, 8, 8)
