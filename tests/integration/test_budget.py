@@ -1,6 +1,7 @@
 """The core's weight, measured by `bench/footprint.py` (docs/performance.md) and held: what a forker reads grows only
 on purpose. REACHED is where the code stands (lower it when a change shrinks the core, never raise it silently);
-TARGET is issue 38's budget it is on its way to."""
+TARGET is issue 38's budget it is on its way to. It is the template's own budget: in a fork (`make rename` writes its
+`.template.json`) every module it adds is its own code, so the test stands aside there."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ import pytest
 
 from helpers import REPO, script_env
 
-pytestmark = pytest.mark.slow
+FORK = REPO / ".template.json"  # scripts/rename.py's record of the template commit a fork stands on
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(FORK.exists(), reason="a fork (.template.json): its code is its own, not the template's budget"),
+]
 
 TARGET = {"core lines": 9_000, "modules imported": 45, "files run": 30, "lines run": 5_000}
 # (modules imported and files run count the extensions' too: an extension with options has its package and options.py
@@ -56,4 +61,7 @@ def test_the_core_and_the_default_run_stay_within_what_was_reached(tmp_path):
         "lines run": int(re.search(r"whose functions ran: \d+ \(([\d,]+) lines\)", text).group(1).replace(",", "")),
     }
     over = {name: (value, REACHED[name]) for name, value in figures.items() if value > REACHED[name]}
-    assert not over, f"grew past what was reached (figure, reached): {over}; targets {TARGET}"
+    assert not over, (
+        f"grew past what was reached (figure, reached): {over}; targets {TARGET}. In a fork, `make rename "
+        "NAME=<yours>` records it as one (.template.json), and this template's budget no longer applies"
+    )

@@ -217,6 +217,7 @@ def _installed_fork(repo: Path, venv: Path) -> Path:
 
 
 PAGE_SECTION = "## Add your own model, dataset or task"  # of docs/extending.md
+BUDGET = ["tests/integration/test_budget.py", "-rs"]  # -rs: its skip is reported, so the test can read it
 # a fork's first model option, named to sort before every shipped one: a test that spells the shipped list of
 # options fails on it; and its first table, which only a regression learns from, so it is refused beside the default
 # task: the suite composes it with what it declares it needs (`example_overrides`)
@@ -293,7 +294,7 @@ def test_a_renamed_forks_suite_passes_with_its_first_options_before_anything_is_
     README's example options and a model named to sort first added, as a fork's first days add them. The fast tier
     and the template-update tests run there, so a test that spells the template's name or its shipped options, or
     one that assumes it runs in the template (the fork's `.template.json` carried into a scenario), turns this red
-    here and not only in a user's fork."""
+    here and not only in a user's fork; the template's budget test stands aside there."""
     repo = _copy(tmp_path / "fork")
     proc = _make_rename(repo, f"--no-install --python {sys.executable}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -302,6 +303,8 @@ def test_a_renamed_forks_suite_passes_with_its_first_options_before_anything_is_
     # the outer run's pytest-xdist worker variables would tell the inner pytest it is a worker
     env = {k: v for k, v in _env(repo).items() if not k.startswith("PYTEST_") and k != "PYTHONPATH"}
     base = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "worksteal"]
-    for selection in (["-m", "not integration"], ["tests/integration/test_template_update.py"]):
+    # the template's budget stands aside in a fork, which has just added its own modules
+    for selection in (["-m", "not integration"], ["tests/integration/test_template_update.py", *BUDGET]):
         suite = subprocess.run([*base, *selection], cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
         assert suite.returncode == 0, suite.stdout[-4000:] + suite.stderr[-2000:]
+    assert "SKIPPED" in suite.stdout and "a fork (.template.json)" in suite.stdout, suite.stdout[-2000:]
