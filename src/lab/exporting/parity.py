@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from lab.data import batches as batching
+from lab.errors import UserError
 from lab.exporting.writers import axis_limit, check_dims
 from lab.tasks import outputs as model_outputs
 
@@ -46,6 +47,12 @@ def take(loader: DataLoader, samples: int) -> list[torch.Tensor]:
     batches, taken = [], 0
     for batch in loader:
         inputs, _ = batching.split(batch)
+        if not isinstance(inputs, torch.Tensor):
+            what = f"a dict of {', '.join(inputs)}" if isinstance(inputs, dict) else type(inputs).__name__
+            raise UserError(
+                f"export traces a model that takes one input tensor, and this data gives {what}: put them in one "
+                "tensor (a mask as a feature or channel), or export the checkpoint's model with your own script"
+            )
         inputs = inputs[: samples - taken].cpu()
         batches.append(inputs)
         taken += len(inputs)

@@ -45,25 +45,30 @@ def _is_image(path: Path) -> bool:
 
 
 def discover(spec: str, suffixes: Iterable[str] = ()) -> list[Path]:
-    """Return the files `input=` names, sorted: `suffixes` are a model's own, beside READERS'. Raises UserError when
-    it names nothing usable."""
-    path = Path(spec).expanduser()
+    """Return the files `input=` names, sorted: `suffixes` are a model's own, beside READERS'. A folder or a glob
+    gives its images, and the files of a model's own suffixes. Raises UserError when it names nothing usable."""
+    path, own = Path(spec).expanduser(), {suffix.lower() for suffix in suffixes}
+    kinds = "/".join([*IMAGE_SUFFIXES, *sorted(own - set(IMAGE_SUFFIXES))])
+
+    def wanted(p: Path) -> bool:
+        return _is_image(p) or (p.is_file() and p.suffix.lower() in own and not p.name.startswith("."))
+
     if path.is_file():
-        if path.suffix.lower() in READERS or path.suffix.lower() in suffixes:
+        if path.suffix.lower() in READERS or path.suffix.lower() in own:
             return [path]
         raise UserError(f"input={spec} is not {_ACCEPTED}")
     if path.is_dir():
         # Hidden folders (.ipynb_checkpoints, ...) hold copies, not inputs
         files = sorted(
-            p for p in path.rglob("*") if _is_image(p) and not any(s.startswith(".") for s in p.relative_to(path).parts)
+            p for p in path.rglob("*") if wanted(p) and not any(s.startswith(".") for s in p.relative_to(path).parts)
         )
         if not files:
-            raise UserError(f"input={spec}: no .png/.jpg/.jpeg images in this folder or below it")
+            raise UserError(f"input={spec}: no {kinds} files in this folder or below it")
         return files
     if glob.has_magic(spec):
-        files = sorted(p for p in map(Path, glob.glob(os.path.expanduser(spec), recursive=True)) if _is_image(p))
+        files = sorted(p for p in map(Path, glob.glob(os.path.expanduser(spec), recursive=True)) if wanted(p))
         if not files:
-            raise UserError(f"input={spec}: the pattern matches no .png/.jpg/.jpeg image")
+            raise UserError(f"input={spec}: the pattern matches no {kinds} file")
         return files
     raise UserError(f"input={spec} does not exist; give {_ACCEPTED}")
 

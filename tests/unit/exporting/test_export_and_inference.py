@@ -80,6 +80,16 @@ def test_sample_batches_take_the_requested_samples_plus_a_batch_of_one() -> None
     assert torch.equal(batches[-1][0], data.tensors[0][0])
 
 
+def test_sample_batches_refuse_a_dict_of_inputs_in_one_line() -> None:
+    """A model whose forward takes a dict (tokens and a mask) cannot be traced by the writers: one line, not a
+    TypeError from slicing a dict."""
+    rows = [{"tokens": torch.zeros(5), "mask": torch.ones(5), "targets": torch.tensor(0)} for _ in range(4)]
+    with pytest.raises(
+        UserError, match=r"^export traces a model that takes one input tensor, .* a dict of tokens, mask"
+    ):
+        sample_batches(torch.utils.data.DataLoader(rows, batch_size=2), 4)
+
+
 # --------------------------------------------------------------------------- writers
 @pytest.mark.parametrize(
     ("writer", "backend", "name"),
@@ -217,8 +227,18 @@ def test_discover_files_folders_and_globs(tmp_path) -> None:
         with pytest.raises(UserError, match=message):
             discover(str(spec))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(UserError, match=r"no \.png/\.jpg/\.jpeg images"):
+    with pytest.raises(UserError, match=r"no \.png/\.jpg/\.jpeg files"):
         discover(str(tmp_path / "empty"))
+    # a model's own readers (ModelConfig.input_readers): their files are found in folders and globs too
+    (tmp_path / "sub" / "c.seq").write_text("x")
+    assert discover(str(tmp_path), [".seq"]) == [
+        tmp_path / "a.png",
+        tmp_path / "sub" / "b.JPG",
+        tmp_path / "sub" / "c.seq",
+    ]
+    assert discover(f"{tmp_path}/**/*.seq", [".seq"]) == [tmp_path / "sub" / "c.seq"]
+    with pytest.raises(UserError, match=r"no \.png/\.jpg/\.jpeg/\.seq files"):
+        discover(str(tmp_path / "empty"), [".seq"])
 
 
 def test_images_use_the_eval_transform_and_corrupt_ones_are_skipped(tmp_path) -> None:
