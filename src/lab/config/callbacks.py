@@ -32,10 +32,6 @@ class CallbackConfig(Option, group="callback", package="callbacks.{name}"):
         this rank (a rank-0-only callback). Import the code here: this module imports no torch."""
         raise NotImplementedError(f"the {self.name} callback option needs a build(trainer) that returns the callback")
 
-    def conflict(self, run: Any) -> str | None:
-        """Return why this callback cannot work with the run's checked `TrainConfig` (refusing the run), or None."""
-        return None
-
 
 def chosen(callbacks: Mapping[str, Any]) -> dict[str, CallbackConfig]:
     """Return each entry of `cfg.callbacks` (a node or an option object) as its option, values checked."""

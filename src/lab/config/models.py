@@ -78,10 +78,6 @@ class ModelConfig(Option, group="model"):
     def read_with_run(self, checkpoint: Path, config: dict[str, Any], meta: dict[str, Any]) -> None:
         """Point `config` and `meta` (in place) at what save_with_run saved, for `checkpoint` in <run>/checkpoints/."""
 
-    def conflict(self, run: Any) -> str | None:
-        """Return why this model cannot work with the run's checked `TrainConfig` (refusing the run), or None."""
-        return None
-
     def for_checkpoint(self) -> ModelConfig:
         """Return the architecture without init_from, so eval/export/infer never read those weights again."""
         return dataclasses.replace(self, init_from=None)

@@ -69,10 +69,6 @@ class OptimizerConfig(Option, group="optimizer"):
         """Return a start-of-run line saying which parameters get what, or None if the LR line says it all."""
         return None
 
-    def conflict(self, run: Any) -> str | None:
-        """Return why this optimizer cannot work with the run's checked `TrainConfig` (refusing the run), or None."""
-        return None
-
 
 @dataclass
 class SchedulerConfig(Option, group="scheduler"):

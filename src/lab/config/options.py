@@ -94,6 +94,11 @@ class Option:
         kind whose options are not one-of overrides this, None meaning not stored (every export step is present)."""
         return cls.config_group, cls
 
+    def conflict(self, chosen_in: Any) -> str | None:
+        """Return why this option cannot work with the rest of the checked config it was chosen in (a run's
+        `TrainConfig`; the `export` node for an export step), refusing it before any work, or None."""
+        return None
+
     def check_installed(self) -> None:
         """Refuse this option, naming the extra to install, when a distribution of `requires` is missing."""
         if self.requires:

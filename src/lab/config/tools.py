@@ -165,10 +165,6 @@ class ExportStepConfig(Option, group="export_step", key=""):
         return its entry (`parity` with `max_abs_diff`); raise a UserError if it differs by more than `tolerance`."""
         raise NotImplementedError(f"{type(self).__name__} names formats {self.formats} but has no write_format")
 
-    def conflict(self, export: ExportOptions) -> str | None:
-        """Return why these settings cannot work with the rest of the checked `export` node (refusing it), or None."""
-        return None
-
     def refuse_model(self, outputs: Any, layout: Any) -> str | None:
         """Return why these settings cannot export a model with eager `outputs` of `layout` (refusing it), or None."""
         return None

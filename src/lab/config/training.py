@@ -161,7 +161,8 @@ class TrainConfig:
         seed("seed", self.seed)
         wandb_tags("tags", self.tags)
         # An unknown callback or key, or an option that cannot work with the rest, refused before any work.
-        for option in (*callback_options.chosen(self.callbacks).values(), self.model, self.optimizer):
+        chosen = (self.data, self.task, self.model, self.optimizer, self.scheduler, self.precision, self.dist)
+        for option in (*callback_options.chosen(self.callbacks).values(), *chosen):
             why = option.conflict(self)
             _require(why is None, str(why))
         _require(

@@ -311,6 +311,17 @@ def test_a_key_added_with_plus_is_refused_by_validate(compose) -> None:
             validate(compose(overrides))
 
 
+@pytest.mark.parametrize("group", ["data", "task", "model", "optimizer", "scheduler", "precision", "dist"])
+def test_every_chosen_option_may_refuse_the_run_it_is_chosen_in(compose, monkeypatch, group: str) -> None:
+    """`Option.conflict(run)`, asked of each chosen option once the run's values are checked: a fork's task that
+    needs a file, or an optimizer that cannot shard, refuses the run before any work."""
+    cfg = compose()
+    chosen = OmegaConf.get_type(cfg[group])  # the node is typed by the chosen option's class
+    monkeypatch.setattr(chosen, "conflict", lambda self, run: f"{group} is {getattr(run, group) is self}: refused")
+    with pytest.raises(ConfigError, match=rf"^{group} is True: refused"):
+        validate(cfg)
+
+
 def test_seed_zero_is_a_valid_seed(compose) -> None:
     cfg = compose(["seed=0"])
     validate(cfg)
