@@ -40,18 +40,14 @@ Item = tuple[str, torch.Tensor, "tuple[int, ...] | None"]
 Reader = Callable[[Path, Mapping[str, Any], bool], Iterator[Item]]
 
 
-def _is_image(path: Path) -> bool:
-    return path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
-
-
 def discover(spec: str, suffixes: Iterable[str] = ()) -> list[Path]:
     """Return the files `input=` names, sorted: `suffixes` are a model's own, beside READERS'. A folder or a glob
     gives its images, and the files of a model's own suffixes. Raises UserError when it names nothing usable."""
     path, own = Path(spec).expanduser(), {suffix.lower() for suffix in suffixes}
-    kinds = "/".join([*IMAGE_SUFFIXES, *sorted(own - set(IMAGE_SUFFIXES))])
+    kinds = [*IMAGE_SUFFIXES, *sorted(own - set(IMAGE_SUFFIXES))]
 
     def wanted(p: Path) -> bool:
-        return _is_image(p) or (p.is_file() and p.suffix.lower() in own and not p.name.startswith("."))
+        return p.is_file() and p.suffix.lower() in kinds and not p.name.startswith(".")
 
     if path.is_file():
         if path.suffix.lower() in READERS or path.suffix.lower() in own:
@@ -63,12 +59,12 @@ def discover(spec: str, suffixes: Iterable[str] = ()) -> list[Path]:
             p for p in path.rglob("*") if wanted(p) and not any(s.startswith(".") for s in p.relative_to(path).parts)
         )
         if not files:
-            raise UserError(f"input={spec}: no {kinds} files in this folder or below it")
+            raise UserError(f"input={spec}: no {'/'.join(kinds)} files in this folder or below it")
         return files
     if glob.has_magic(spec):
         files = sorted(p for p in map(Path, glob.glob(os.path.expanduser(spec), recursive=True)) if wanted(p))
         if not files:
-            raise UserError(f"input={spec}: the pattern matches no {kinds} file")
+            raise UserError(f"input={spec}: the pattern matches no {'/'.join(kinds)} file")
         return files
     raise UserError(f"input={spec} does not exist; give {_ACCEPTED}")
 
