@@ -94,9 +94,9 @@ class Option:
         kind whose options are not one-of overrides this, None meaning not stored (every export step is present)."""
         return cls.config_group, cls
 
-    def conflict(self, chosen_in: Any) -> str | None:
-        """Return why this option cannot work with the rest of the checked config it was chosen in (a run's
-        `TrainConfig`; the `export` node for an export step), refusing it before any work, or None."""
+    def conflict(self, run: Any) -> str | None:
+        """Return why this option cannot work with the rest of the checked config it was chosen in (`run`: a run's
+        `TrainConfig`, or the `export` node for an export step), refusing it before any work, or None."""
         return None
 
     def check_installed(self) -> None:
