@@ -111,6 +111,7 @@ def measure(args: argparse.Namespace, row: str) -> dict[str, float]:
     lab.config.validate(cfg)
     runtime.seed_everything(cfg.seed)
     device = runtime.select_device(cfg.trainer.device)
+    precision = runtime.resolve_precision(cfg.precision, device)  # the hand-written loops' too
     datamodule = build_data(cfg.data)
     task = build_task(cfg.task, datamodule.meta)
     batch = cfg.data.batch_size
@@ -129,7 +130,7 @@ def measure(args: argparse.Namespace, row: str) -> dict[str, float]:
 
     plain = {name: (model, *fresh(model)) for name, model in plain_models.items()}
     for name, (model, optimizer, scheduler) in plain.items():  # warm-up (allocator, kernels)
-        hand_written(model, baselines[name], optimizer, scheduler, device, 1, cross_entropy)
+        hand_written(model, baselines[name], optimizer, scheduler, device, 1, cross_entropy, precision)
     names = {name: f"hand-written + DataLoader({name})" for name in baselines}
     rates: dict[str, list[float]] = {**{label: [] for label in names.values()}, TEMPLATE: []}
     loader_rates: dict[str, list[float]] = {name: [] for name in [*baselines, "DeviceLoader"]}
@@ -157,7 +158,7 @@ def measure(args: argparse.Namespace, row: str) -> dict[str, float]:
         for _ in range(args.repeats):
             for name, (model, optimizer, scheduler) in plain.items():
                 loader = baselines[name]
-                run = (model, loader, optimizer, scheduler, device, args.epochs, cross_entropy)
+                run = (model, loader, optimizer, scheduler, device, args.epochs, cross_entropy, precision)
                 timed(rates[names[name]], lambda run=run: hand_written(*run) * batch)  # drop_last: full batches
                 timed(loader_rates[name], lambda loader=loader: moved(loader, device))
             timed(rates[TEMPLATE], template)
