@@ -75,7 +75,7 @@ def _resize(meta: dict[str, Any], dynamic_dims: Any) -> str:
     size, crop, how = meta["image_size"], meta.get("crop_pct"), meta.get("interpolation", "bilinear")
     if crop is None:
         return f"{size}x{size}, {how} (only when the image has another size)"
-    return f"shorter side to floor({size} / crop_pct {crop}), {how}, then the centre {size}x{size} crop"
+    return f"shorter side to {int(size / crop)} px ({how}), then the centre {size}x{size} crop (crop_pct {crop})"
 
 
 def build(

@@ -45,6 +45,7 @@ def discover(spec: str, suffixes: Iterable[str] = ()) -> list[Path]:
     gives its images, and the files of a model's own suffixes. Raises UserError when it names nothing usable."""
     path, own = Path(spec).expanduser(), {suffix.lower() for suffix in suffixes}
     kinds = [*IMAGE_SUFFIXES, *sorted(own - set(IMAGE_SUFFIXES))]
+    what = f"{'/'.join(kinds)} {'file' if own else 'image'}"
 
     def wanted(p: Path) -> bool:
         return p.is_file() and p.suffix.lower() in kinds and not p.name.startswith(".")
@@ -59,12 +60,12 @@ def discover(spec: str, suffixes: Iterable[str] = ()) -> list[Path]:
             p for p in path.rglob("*") if wanted(p) and not any(s.startswith(".") for s in p.relative_to(path).parts)
         )
         if not files:
-            raise UserError(f"input={spec}: no {'/'.join(kinds)} files in this folder or below it")
+            raise UserError(f"input={spec}: no {what}s in this folder or below it")
         return files
     if glob.has_magic(spec):
         files = sorted(p for p in map(Path, glob.glob(os.path.expanduser(spec), recursive=True)) if wanted(p))
         if not files:
-            raise UserError(f"input={spec}: the pattern matches no {'/'.join(kinds)} file")
+            raise UserError(f"input={spec}: the pattern matches no {what}")
         return files
     raise UserError(f"input={spec} does not exist; give {_ACCEPTED}")
 

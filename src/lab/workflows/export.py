@@ -170,7 +170,7 @@ def _record(fmt: str, written: writers.Written, checked: parity.Parity) -> dict[
         "notes": written.notes,
     }
     log.info(
-        "%s: %s, max |outputs - eager| %.3g%s on %d inputs from the validation samples (batch sizes %s, shapes %s)%s%s",
+        "%s: %s, max |outputs - eager| %.3g%s on %d validation samples (batch sizes %s, input shapes %s)%s%s",
         fmt,
         main.name,
         checked.max_abs_diff,

@@ -227,7 +227,7 @@ def test_discover_files_folders_and_globs(tmp_path) -> None:
         with pytest.raises(UserError, match=message):
             discover(str(spec))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(UserError, match=r"no \.png/\.jpg/\.jpeg files"):
+    with pytest.raises(UserError, match=r"no \.png/\.jpg/\.jpeg images in this folder"):
         discover(str(tmp_path / "empty"))
     # a model's own readers (ModelConfig.input_readers): their files are found in folders and globs too
     (tmp_path / "sub" / "c.seq").write_text("x")

@@ -106,7 +106,7 @@ def test_a_dense_task_keeps_each_image_at_its_own_size_and_writes_its_outputs_in
     # the export manifest tells a non-Python runtime the same: no resize here, the crop of a fixed-size model there
     assert manifest.preprocessing(IMAGE_META, PixelTask.dynamic_dims)["resize"].startswith("none: ")
     fixed = manifest.preprocessing({**IMAGE_META, "crop_pct": 0.875, "interpolation": "bicubic"}, (0,))["resize"]
-    assert fixed == "shorter side to floor(8 / crop_pct 0.875), bicubic, then the centre 8x8 crop"
+    assert fixed == "shorter side to 9 px (bicubic), then the centre 8x8 crop (crop_pct 0.875)"
     assert manifest.preprocessing(IMAGE_META, (0,))["resize"] == "8x8, bilinear (only when the image has another size)"
     assert inputs.sizes[str(tmp_path / "wide.png")] == (12, 20)
     resized = dict(Inputs.read(str(tmp_path / "wide.png"), IMAGE_META, resize=True))
