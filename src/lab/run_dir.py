@@ -346,7 +346,6 @@ def claim(run_dir: Path, resuming_here: bool, overwrite: bool) -> Iterator[None]
         if lock in _held:
             _held.remove(lock)
         release_lock(run_dir, lock)
-        lock.close()
 
 
 # The run-dir locks this process holds. A forked child (a DataLoader worker) shares the lock's open file, and flock
