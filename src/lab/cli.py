@@ -102,11 +102,20 @@ def main(hydra_main: Callable[[], Any], script: str) -> Any:
         load_dotenv()  # credentials from .env, before Hydra reads the environment; set variables win
         with user_errors():
             sys.argv = moved_keys(sys.argv)
-            if any("hydra.sweep.dir" in arg for arg in sys.argv[1:]):  # else no sweep code, nor Hydra's parsers
+            if any("hydra.sweep.dir" in arg for arg in sys.argv[1:]):  # else no sweep code
                 from lab.sweeps.ownership import check_sweep_dir_before_hydra
 
                 check_sweep_dir_before_hydra(sys.argv)
-        with run_dirs.undone_on_refusal(), concise_config_errors(), ctrl_c_in_one_line(), run_dir_checked(script):
+            command = run_dirs.read_command_line(sys.argv)
+        single_run = command is not None and not command[0]  # a sweep, or a line Hydra refuses, is Hydra's alone
+        composed_once = upstream.hydra_run_composed_once() if single_run else contextlib.nullcontext()
+        with (
+            run_dirs.undone_on_refusal(),
+            concise_config_errors(),
+            ctrl_c_in_one_line(),
+            run_dir_checked(script),
+            composed_once,
+        ):
             return hydra_main()
 
 

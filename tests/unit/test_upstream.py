@@ -75,6 +75,51 @@ def test_hydras_config_repository_is_copied_shallowly():
     assert copied.delegate is not delegate and copied.delegate.sources is delegate.sources and copied.cache == {}
 
 
+def _hydra_app_run(conf: Path, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[str, str, int]:
+    """Run a Hydra app in this process; return its config and Hydra's node, as YAML, and how many times it composed."""
+    import hydra
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    seen, compositions = [], []
+    compose = ConfigLoaderImpl._load_configuration_impl
+    monkeypatch.setattr(
+        ConfigLoaderImpl, "_load_configuration_impl", lambda *a, **k: compositions.append(1) or compose(*a, **k)
+    )
+
+    def task(cfg: Any) -> None:
+        hydra_node = OmegaConf.to_yaml(HydraConfig.get())
+        seen.append((OmegaConf.to_yaml(cfg), hydra_node.replace(str(conf), "<conf>")))
+
+    monkeypatch.setattr("sys.argv", ["app.py", *argv])
+    hydra.main(config_path=str(conf), config_name="app", version_base=None)(task)()
+    return (*seen[0], len(compositions))
+
+
+def test_a_single_run_is_composed_once_into_the_config_hydra_composes_twice(tmp_path, monkeypatch):
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.hydra import Hydra
+
+    assert parameters(Hydra.get_mode) == ["self", "config_name", "overrides"], "update hydra_run_composed_once"
+    assert parameters(ConfigLoaderImpl.load_configuration)[:4] == ["self", "config_name", "overrides", "run_mode"]
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "small.yaml").write_text("width: 3\n")
+    (tmp_path / "app.yaml").write_text("defaults:\n  - model: small\n  - _self_\nlr: 0.1\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["lr=0.2", "+model.depth=2", f"hydra.run.dir={tmp_path / 'run'}"]
+    config, hydra_node, compositions = _hydra_app_run(tmp_path, argv, monkeypatch)
+    assert compositions == 2  # Hydra's own: get_mode's and run's
+    with upstream.hydra_run_composed_once():
+        assert _hydra_app_run(tmp_path, argv, monkeypatch) == (config, hydra_node, 1)
+    assert "hydra.mode=RUN" in hydra_node and "depth: 2" in config
+    with upstream.hydra_run_composed_once(), pytest.raises(SystemExit):  # Hydra's own report of a composing error
+        _hydra_app_run(tmp_path, ["model=large"], monkeypatch)
+    assert (
+        Hydra.get_mode.__name__ == "get_mode" and ConfigLoaderImpl.load_configuration.__name__ == "load_configuration"
+    )
+
+
 @dataclass
 class Probe:  # module-level, so a pickled config finds it
     width: int = 3
