@@ -539,7 +539,6 @@ def owned(cfg: Any, run_dir: Path, siblings: bool = True) -> Iterator[Path]:
     train nothing, or does not fit the model, is refused before anything is written."""
     from omegaconf import OmegaConf
 
-    from lab.checkpointing.storage import require_file
     from lab.distributed import env
 
     writer = not env.launched_as_worker() or env.rank() == 0
@@ -552,10 +551,7 @@ def owned(cfg: Any, run_dir: Path, siblings: bool = True) -> Iterator[Path]:
     # yet starts again in that dir, from the start or from the user's ckpt_path.
     if last is not None and last.is_file():
         cfg.ckpt_path = str(last)
-    require_file(cfg.ckpt_path)  # fail before starting processes
-    if writer and cfg.ckpt_path:
-        saved = _refuse_finished(Path(cfg.ckpt_path), cfg.trainer, cfg.callbacks)
-        _refuse_another_model(Path(cfg.ckpt_path), saved, cfg.model)
+    _refuse_unresumable(cfg, writer)  # before processes start and records open
     here = continued is not None or inside(cfg.ckpt_path, run_dir)
     target = continued or run_dir
     with claim(target, resuming_here=here, overwrite=cfg.overwrite) if writer else contextlib.nullcontext():
@@ -578,13 +574,23 @@ def inside(ckpt_path: str | None, run_dir: Path) -> bool:
     return ckpt_path is not None and Path(ckpt_path).resolve().parent == (run_dir / "checkpoints").resolve()
 
 
-def _refuse_finished(path: Path, trainer_cfg: Any, callbacks: Any) -> dict:
-    """Refuse a checkpoint that would train nothing (its training over or stopped early, or the model alone: a
-    dist=fsdp run's best.pt), before any tracker or file is opened. Returns it memory-mapped (only progress is read)."""
+def _refuse_unresumable(cfg: Any, writer: bool) -> None:
+    """Refuse `cfg.ckpt_path` if this run cannot resume from it: on every rank, a path that is not a checkpoint file;
+    where the run dir is decided (`writer`), a checkpoint that would train nothing (its training over or stopped
+    early, or the model alone: a dist=fsdp run's best.pt), or weights that would not load into this run's model
+    (built on the meta device: no memory, no random draws). One function, so the checkpoint is read once,
+    memory-mapped: only its progress and its weights' shapes are read."""
     import torch
 
-    from lab.checkpointing.storage import read
+    from lab.checkpointing.state_dicts import misfit, strip_wrapper_prefixes
+    from lab.checkpointing.storage import read, require_file
+    from lab.config import options
+    from lab.models.common import build as build_model
 
+    require_file(cfg.ckpt_path)
+    if not (writer and cfg.ckpt_path):
+        return
+    path = Path(cfg.ckpt_path)
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         progress = ckpt["progress"]
@@ -597,39 +603,27 @@ def _refuse_finished(path: Path, trainer_cfg: Any, callbacks: Any) -> dict:
             "shards of its last.pt): resume from last.pt, or start a new run from these weights with "
             f"model.init_from={path}"
         )
-    if not training_left(progress, trainer_cfg.max_epochs, trainer_cfg.max_steps):
+    if not training_left(progress, cfg.trainer.max_epochs, cfg.trainer.max_steps):
         raise UserError(
             f"{path} has finished training (epoch {progress['epoch']} of trainer.max_epochs="
-            f"{trainer_cfg.max_epochs}, step {progress['global_step']}): raise trainer.max_epochs (or max_steps) "
+            f"{cfg.trainer.max_epochs}, step {progress['global_step']}): raise trainer.max_epochs (or max_steps) "
             "to train further, or score it with scripts/eval.py"
         )
-    stopping, stale = callbacks.get("early_stopping"), progress.get("stale_validations", 0)
+    stopping, stale = cfg.callbacks.get("early_stopping"), progress.get("stale_validations", 0)
     if stopping is not None and stale >= stopping.patience:
         raise UserError(
             f"{path} stopped early at epoch {progress['epoch']} ({stale} validations without improvement, "
             f"callbacks.early_stopping.patience={stopping.patience}): raise the patience (or drop "
             "callback=early_stopping) to train further, or score it with scripts/eval.py"
         )
-    return ckpt
-
-
-def _refuse_another_model(path: Path, ckpt: dict, model_cfg: Any) -> None:
-    """Refuse weights that would not load into this run's model, before the run's records are touched. The model
-    is built on the meta device (no memory, no random draws) for the checkpoint's data."""
-    import torch
-
-    from lab.checkpointing.state_dicts import misfit, strip_wrapper_prefixes
-    from lab.config import options
-    from lab.models.common import build as build_model
-
     if "model" not in ckpt:
         return  # a sharded checkpoint; its shards are checked as they load
     try:
         with torch.device("meta"):
-            model = build_model(model_cfg, ckpt.get("data_meta") or {})
+            model = build_model(cfg.model, ckpt.get("data_meta") or {})
     except Exception:
         return  # a model that cannot be built this way is checked when its weights load
-    weights = options.instantiate("model", model_cfg).restore_state(model, ckpt)
+    weights = options.instantiate("model", cfg.model).restore_state(model, ckpt)
     why = misfit(model.state_dict(), strip_wrapper_prefixes(weights))
     if why is not None:
         saved = (ckpt.get("config") or {}).get("model") or {}

@@ -8,6 +8,7 @@ import logging
 import pickle
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from lab.config import validate
 from lab.config.training import TrainerConfig
 from lab.distributed.parallel import Parallel
 from lab.errors import ConfigError, UserError
-from lab.run_dir import _refuse_finished
+from lab.run_dir import _refuse_unresumable
 from lab.training.state import epoch_position
 
 
@@ -185,10 +186,10 @@ def test_resuming_from_a_model_only_best_pt_is_refused_naming_last_pt_and_init_f
     model, optimizer = _model_and_optimizer()
     manager = CheckpointManager(tmp_path, Parallel())
     manager.save(_state(model, optimizer, 1, consolidate=True), best=True)
-    trainer_cfg = OmegaConf.structured(TrainerConfig(max_epochs=5))
+    run = SimpleNamespace(trainer=OmegaConf.structured(TrainerConfig(max_epochs=5)), callbacks={}, model=None)
     with pytest.raises(UserError, match=r"holds the model weights alone .* resume from last.pt, .*model.init_from="):
-        _refuse_finished(manager.best, trainer_cfg, {})
-    _refuse_finished(manager.last, trainer_cfg, {})  # the sharded last.pt resumes
+        _refuse_unresumable(SimpleNamespace(**vars(run), ckpt_path=str(manager.best)), writer=True)
+    _refuse_unresumable(SimpleNamespace(**vars(run), ckpt_path=str(manager.last)), writer=True)  # sharded: resumes
 
 
 @pytest.mark.parametrize(

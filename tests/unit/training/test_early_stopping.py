@@ -14,7 +14,7 @@ from test_trainer import _trainer
 from lab import checkpointing
 from lab.config import validate
 from lab.errors import ConfigError, UserError
-from lab.run_dir import _refuse_finished
+from lab.run_dir import _refuse_unresumable
 from lab.training.early_stopping import EarlyStopping
 from lab.training.options import EarlyStoppingConfig
 from lab.training.state import Progress
@@ -91,9 +91,12 @@ def test_the_count_survives_a_resume_and_a_stopped_run_is_not_resumed(tmp_path: 
     stopped = tmp_path / "straight" / "checkpoints" / "last.pt"
     again = _stopping(tmp_path / "again", max_epochs=10)
     again.tracker.finish()
+    # a toy model (nn.Linear) of no model option: the weights' check finds no model to build and lets it be
+    run = SimpleNamespace(ckpt_path=str(stopped), trainer=again.cfg, callbacks=NEVER_ENOUGH, model=None)
     with pytest.raises(UserError, match=r"stopped early at epoch 3 .*raise the patience"):
-        _refuse_finished(stopped, again.cfg, NEVER_ENOUGH)  # before any file is opened
-    _refuse_finished(stopped, again.cfg, {})  # without callback=early_stopping it trains further
+        _refuse_unresumable(run, writer=True)  # before any file is opened
+    run.callbacks = {}
+    _refuse_unresumable(run, writer=True)  # without callback=early_stopping it trains further
 
 
 def test_callback_early_stopping_alone_waits_5_validations_and_a_bad_value_is_one_config_error(compose) -> None:
