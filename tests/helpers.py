@@ -111,6 +111,13 @@ def extension_pages() -> list[Path]:
     return sorted((REPO / "src" / "lab" / "extensions").glob("*/README.md"))
 
 
+def extensions_listed() -> set[str]:
+    """The template's extensions, as docs/architecture.md's table lists them: a page may still name one of them, and
+    its files, after `make drop` removed it (the page then tells of what the fork dropped, not of a typo)."""
+    table = (REPO / "docs" / "architecture.md").read_text()
+    return set(re.findall(r"^\| \[`(\w+)`\]\(\.\./src/lab/extensions/", table, flags=re.M))
+
+
 def doc_pages() -> list[Path]:
     """Every page of the documentation: the core's, then each extension's."""
     return core_pages() + extension_pages()

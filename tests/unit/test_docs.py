@@ -7,7 +7,7 @@ import re
 
 import yaml
 
-from helpers import REPO, core_pages
+from helpers import REPO, core_pages, extensions_listed
 
 README = REPO / "README.md"
 # paths a page names that are not in this repository on purpose: what a fork or the Add-your-own example creates
@@ -38,12 +38,19 @@ def test_every_page_is_in_the_nav_and_linked_from_the_readme():
         assert f"](docs/{page.name})" in readme, f"README.md links no docs/{page.name}"
 
 
+def _dropped(path: str) -> bool:
+    """Whether `path` is in a folder of the template's extensions that this tree dropped (`make drop`)."""
+    match = re.match(r"src/lab/extensions/(\w+)/", path)
+    return match is not None and match.group(1) in extensions_listed() and not (REPO / match.group(0)).is_dir()
+
+
 def test_every_repository_path_a_page_names_exists():
     pattern = re.compile(r"`((?:src|conf|scripts|bench|tests|container|docs)/[\w./<>-]*)`")
     missing = [
         f"{page.name}: {path}"
         for page in core_pages()
         for path in pattern.findall(page.read_text())
-        if not any(part in path for part in NEW_FILES) and not (REPO / path).exists()
+        if not any(part in path for part in NEW_FILES) and not (REPO / path).exists() and not _dropped(path)
     ]
     assert not missing, f"the pages name paths that do not exist: {missing}"
+    assert not _dropped("src/lab/extensions/reprot/page.py"), "a misspelt extension is no dropped one"
