@@ -60,7 +60,7 @@ def hydra_run_composed_once() -> Iterator[None]:
     """Make a single run compose its config once, where Hydra composes it twice.
 
     Hydra 1.3 composes the whole config in multirun mode (`Hydra.get_mode`) only to read `hydra.mode`; unset, it adds
-    the override `hydra.mode=RUN` and `Hydra.run` composes again: 0.3 s of every run's start-up. Here `get_mode`
+    the override `hydra.mode=RUN` and `Hydra.run` composes again: 0.1 s of every run's start-up. Here `get_mode`
     composes in run mode and applies that override itself, and `run` takes the config as it was composed
     (`ConfigLoaderImpl.load_configuration`). A config that fails to compose goes through Hydra's own `get_mode`, so
     what is reported stays Hydra's. Only for a command line that is not a sweep (lab.cli.main)."""
