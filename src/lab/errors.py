@@ -11,6 +11,11 @@ class UserError(RuntimeError):
     """A mistake in the inputs (missing file, bad shape, diverged loss); the message says what to change."""
 
 
+class UnreadableInput(UserError):
+    """An input file a reader of infer cannot read (`ModelConfig.input_readers`): infer records it as skipped, with
+    this message, and predicts the other files."""
+
+
 class Interrupted(Exception):
     """The run stopped on a signal (SIGTERM, SIGUSR1, SIGINT) after saving last.pt. `exit_code` is 128 + the signal
     number; `run_status` is what summary.json and wandb record."""

@@ -194,6 +194,27 @@ def test_missing_checkpoint_is_one_clear_error(train, tmp_path):
     assert "Traceback" not in run.output
 
 
+def test_a_device_loader_for_a_split_not_in_memory_is_refused_before_the_run_writes(train, tmp_path):
+    from PIL import Image
+
+    for cls in ("a", "b"):
+        (tmp_path / "images" / "train" / cls).mkdir(parents=True)
+        for i in range(8):
+            Image.new("RGB", (8, 8), (40 * i, 200 if cls == "a" else 0, 0)).save(
+                tmp_path / "images/train" / cls / f"{i}.png"
+            )
+    run = train(
+        "data=image_folder", f"data.root={tmp_path / 'images'}", "data.image_size=8", "data.batch_size=4",
+        "data.loader=device", "model=mlp", "logger=none", check=False,
+    )  # fmt: skip
+    assert run.proc.returncode == 1, run.output[-3000:]
+    assert run.proc.stderr.strip().splitlines()[-1] == (
+        "error: data.loader=device: the train split (ImageFolderDataset) is not held in memory as tensors (an "
+        "InMemoryDataset of lab.data.common); use data.loader=torch"
+    )
+    assert not run.dir.exists(), sorted(run.dir.rglob("*"))  # nothing written: not even Hydra's .hydra/
+
+
 def test_two_runs_started_together_get_their_own_directories(tmp_path):
     command = [sys.executable, str(REPO / "scripts/train.py"), "debug=fast", "model=mlp", "logger=none"]
     procs = [

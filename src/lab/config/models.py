@@ -118,7 +118,8 @@ class ModelConfig(Option, group="model"):
 
     def input_readers(self, meta: dict[str, Any]) -> dict[str, Any]:
         """Return infer's readers of input= files beyond the core's, by suffix (`lab.inference.inputs.Reader`): a
-        text model reads .txt lines with its tokenizer."""
+        text model reads .txt lines with its tokenizer. A reader raises `lab.errors.UnreadableInput` for a file it
+        cannot read: infer skips it, naming it, and predicts the rest."""
         return {}
 
     def init_module(self, model: nn.Module) -> Callable[[nn.Module], None] | None:

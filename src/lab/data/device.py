@@ -26,6 +26,17 @@ from lab.runtime import epoch_generator_seed
 MEMORY_SHARE = 0.5
 
 
+def in_memory(dataset: Dataset, split: str) -> InMemoryDataset:
+    """Return the split's tensors (a Subset's parent), refusing a split not held in memory as tensors."""
+    held = dataset.dataset if isinstance(dataset, Subset) else dataset
+    if not isinstance(held, InMemoryDataset):
+        raise UserError(
+            f"data.loader=device: the {split} split ({type(held).__name__}) is not held in memory as tensors "
+            "(an InMemoryDataset of lab.data.common); use data.loader=torch"
+        )
+    return held
+
+
 def resident(dataset: Dataset, device: torch.device, split: str) -> tuple[Any, torch.Tensor | None]:
     """Return (`dataset` on `device`, the rows it stands for or None).
     A Subset (trainer.overfit_batches) moves its parent and keeps its indices. Raises UserError when the dataset
@@ -33,12 +44,7 @@ def resident(dataset: Dataset, device: torch.device, split: str) -> tuple[Any, t
     rows = None
     if isinstance(dataset, Subset):
         rows = torch.as_tensor(list(dataset.indices), dtype=torch.long, device=device)
-        dataset = dataset.dataset
-    if not isinstance(dataset, InMemoryDataset):
-        raise UserError(
-            f"data.loader=device: the {split} split ({type(dataset).__name__}) is not held in memory as tensors "
-            "(no to()/fetch()); use data.loader=torch"
-        )
+    dataset = in_memory(dataset, split)
     if device.type == "cuda":
         need = sum(v.nbytes for v in vars(dataset).values() if isinstance(v, torch.Tensor))
         free, _ = torch.cuda.mem_get_info(device)

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, Subset
 from lab import upstream
 from lab.data.batches import check_batch_fits, stream_seed
 from lab.data.common import DataCfg, DataModule, dataset_len
-from lab.data.device import DeviceEvalLoader, DeviceLoader
+from lab.data.device import DeviceEvalLoader, DeviceLoader, in_memory
 from lab.errors import UserError
 from lab.runtime import epoch_generator_seed
 
@@ -102,10 +102,15 @@ class EpochSeededDataset(Dataset):
 
 
 def training_splits(datamodule: DataModule, cfg: Any, world_size: int) -> DataModule:
-    """Return the splits a run reads (`cfg` is the run's config), raising ConfigError if a rank gets no full batch.
+    """Return the splits a run reads (`cfg` is the run's config), raising ConfigError if a rank gets no full batch
+    and UserError if data.loader=device cannot hold a split.
     With trainer.overfit_batches, training and validation share a few samples: a model that cannot fit them is
     wired wrong. The global batch (per device x ranks) sizes them, so each rank has its own fixed batches."""
     batch_size, batches = cfg.data.batch_size, cfg.trainer.overfit_batches
+    if cfg.data.loader == "device":  # refused here, before the run's records are opened
+        for split in ("train", "val", "test"):
+            if getattr(datamodule, split) is not None:
+                in_memory(getattr(datamodule, split), split)
     if not batches:
         check_batch_fits(math.ceil(dataset_len(datamodule.train) / world_size), batch_size)
         return datamodule

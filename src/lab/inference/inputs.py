@@ -27,13 +27,25 @@ from PIL import Image
 
 from lab.data.folder import IMAGE_SUFFIXES
 from lab.data.transforms import eval_transform
-from lab.errors import ConfigError, UserError
+from lab.errors import ConfigError, UnreadableInput, UserError
 
 log = logging.getLogger(__name__)
 
 _ACCEPTED = (
     "an image (.png/.jpg/.jpeg), a folder of images, a glob like 'imgs/*.png', a .npy/.pt tensor file or .csv rows"
 )
+
+
+def _accepted(own: Iterable[str]) -> str:
+    """What `input=` may name: `_ACCEPTED`, with the suffixes of a model's own readers when it has some."""
+    extra = sorted({suffix.lower() for suffix in own} - set(IMAGE_SUFFIXES))
+    if not extra:
+        return _ACCEPTED
+    return (
+        f"an image (.png/.jpg/.jpeg) or a {'/'.join(extra)} file, a folder of them, a glob like 'inputs/*{extra[0]}', "
+        "a .npy/.pt tensor file or .csv rows"
+    )
+
 
 # (name, model-ready tensor of one input, its original spatial size or None)
 Item = tuple[str, torch.Tensor, "tuple[int, ...] | None"]
@@ -53,7 +65,7 @@ def discover(spec: str, suffixes: Iterable[str] = ()) -> list[Path]:
     if path.is_file():
         if path.suffix.lower() in READERS or path.suffix.lower() in own:
             return [path]
-        raise UserError(f"input={spec} is not {_ACCEPTED}")
+        raise UserError(f"input={spec} is not {_accepted(own)}")
     if path.is_dir():
         # Hidden folders (.ipynb_checkpoints, ...) hold copies, not inputs
         files = sorted(
@@ -67,7 +79,7 @@ def discover(spec: str, suffixes: Iterable[str] = ()) -> list[Path]:
         if not files:
             raise UserError(f"input={spec}: the pattern matches no {what}")
         return files
-    raise UserError(f"input={spec} does not exist; give {_ACCEPTED}")
+    raise UserError(f"input={spec} does not exist; give {_accepted(own)}")
 
 
 def image_transform(meta: Mapping[str, Any], resize: bool) -> Callable[[Image.Image], torch.Tensor]:
@@ -218,8 +230,8 @@ def _model_array(path: Path, data: torch.Tensor, meta: Mapping[str, Any], resize
 @dataclass
 class Inputs:
     """Iterate (name, model-ready tensor) over the inputs of `files`, each read by its suffix's reader.
-    `sizes[name]` is an input's original spatial size (H, W), when it has one. Unreadable images land in `skipped`,
-    and the others are still read."""
+    `sizes[name]` is an input's original spatial size (H, W), when it has one. Unreadable images, and files a
+    model's own reader refuses with `UnreadableInput`, land in `skipped`, and the others are still read."""
 
     files: list[Path]
     meta: Mapping[str, Any]
@@ -239,7 +251,7 @@ class Inputs:
             own = self.readers.get(path.suffix.lower())
             reader = own or READERS.get(path.suffix.lower())
             if reader is None:
-                raise UserError(f"input={path} is not {_ACCEPTED}")
+                raise UserError(f"input={path} is not {_accepted(self.readers)}")
             if own is None and "feature_names" in self.meta:  # a table model, whose reader names the files it takes
                 reader = _table_rows
             try:
@@ -247,6 +259,9 @@ class Inputs:
                     if size is not None:
                         self.sizes[name] = size
                     yield name, tensor
+            except UnreadableInput as err:  # a model's own reader says so
+                log.warning("skipped %s: %s", path, err)
+                self.skipped.append({"path": str(path), "error": str(err)})
             # OSError covers unidentified and truncated images. Some PIL decoders raise SyntaxError on bad chunks
             except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
                 if reader is not read_image:

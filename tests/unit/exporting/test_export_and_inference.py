@@ -17,7 +17,7 @@ from torch import nn
 
 from lab.data.common import make_meta
 from lab.data.transforms import eval_transform
-from lab.errors import UserError
+from lab.errors import UnreadableInput, UserError
 from lab.exporting.parity import compare, sample_batches
 from lab.exporting.writers import EXAMPLE_BATCH, write_pt2, write_torchscript
 from lab.inference.backends import EagerBackend, ExportedProgramBackend, TorchScriptBackend
@@ -239,6 +239,30 @@ def test_discover_files_folders_and_globs(tmp_path) -> None:
     assert discover(f"{tmp_path}/**/*.seq", [".seq"]) == [tmp_path / "sub" / "c.seq"]
     with pytest.raises(UserError, match=r"no \.png/\.jpg/\.jpeg/\.seq files"):
         discover(str(tmp_path / "empty"), [".seq"])
+    for spec, message in [  # and the messages name them
+        (tmp_path / "missing.seq", r"does not exist; give an image \(\.png/\.jpg/\.jpeg\) or a \.seq file, a folder"),
+        (tmp_path / "notes.txt", r"is not an image \(\.png/\.jpg/\.jpeg\) or a \.seq file, .* like 'inputs/\*\.seq'"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            discover(str(spec), [".seq"])
+
+
+def test_a_file_a_models_own_reader_cannot_read_is_skipped_and_the_rest_predicted(tmp_path) -> None:
+    def read_seq(path, meta, resize):
+        if path.read_text() == "truncated":
+            raise UnreadableInput(f"{path}: cannot read it as a .seq file (EOFError)")
+        yield str(path), torch.ones(3), None
+
+    (tmp_path / "bad.seq").write_text("truncated")
+    (tmp_path / "good.seq").write_text("1 1 1")
+    samples = Inputs.read(str(tmp_path), {}, readers={".seq": read_seq})
+    assert [name for name, _ in samples] == [str(tmp_path / "good.seq")]
+    assert samples.skipped == [
+        {
+            "path": str(tmp_path / "bad.seq"),
+            "error": f"{tmp_path / 'bad.seq'}: cannot read it as a .seq file (EOFError)",
+        }
+    ]
 
 
 def test_images_use_the_eval_transform_and_corrupt_ones_are_skipped(tmp_path) -> None:
