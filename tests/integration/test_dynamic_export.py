@@ -1,5 +1,6 @@
 """export.dynamic_dims end to end: the default CNN (global average pooling: any image size) exported with dynamic
-height and width, parity run at a second size along them, and infer keeping an image at its own size."""
+height and width, parity run at a second size along them, and infer keeping an image at its own size; a fork's
+sequence model exported with a dynamic time axis, and infer taking sequences of another length."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers import compose_config
+from helpers import compose_config, plugins_env, run_script
 from lab.config import validate
 from lab.inference.inputs import image_transform
 from lab.workflows import export, infer, restore
@@ -50,3 +51,28 @@ def test_height_and_width_exported_dynamic_and_infer_keeps_the_images_size(finis
         probs = restored.model.eval()(tensor[None]).softmax(-1)[0]
     # onnxruntime against eager torch, printed to 6 decimals: equal within the export's own parity tolerance
     assert float(row["top1_prob"]) == pytest.approx(float(probs.max()), abs=1e-5)
+
+
+@pytest.mark.slow
+def test_a_sequence_model_exported_with_a_dynamic_time_axis_infers_on_sequences_of_another_length(tmp_path):
+    def run(script: str, name: str, *overrides: str) -> None:
+        args = (f"hydra.run.dir={tmp_path / name}", "logger=none", *overrides)
+        proc = run_script(script, *args, patch="import sequences\n", env=plugins_env())
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+    run("train.py", "train", "data=sequence_rows", "model=sequence_net", "debug=fast")  # (N, 12, 4) sequences
+    best = tmp_path / "train/checkpoints/best.pt"
+    run("export.py", "export", f"ckpt_path={best}", "export.formats=[pt2]", "export.dynamic_dims=[0,1]")
+    manifest = json.loads((tmp_path / "export/export_manifest.json").read_text())
+    assert manifest["input"]["shape"] == ["batch", "dim1", 4] and manifest["dynamic_dims"] == [0, 1]
+
+    sequences = np.random.default_rng(0).normal(size=(3, 7, 4)).astype(np.float32)  # 7 steps, not the trained 12
+    np.save(tmp_path / "short.npy", sequences)
+    run("infer.py", "infer", f"ckpt_path={tmp_path / 'export/model.pt2'}", f"input={tmp_path / 'short.npy'}")
+    with (tmp_path / "infer/predictions.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    # the fork's model (plugins/sequences.py: each step encoded, the steps averaged) by hand, from its weights
+    w = torch.load(best, map_location="cpu", weights_only=True)["model"]
+    steps = torch.relu(torch.from_numpy(sequences) @ w["step.0.weight"].T + w["step.0.bias"])
+    probs = (steps.mean(1) @ w["head.weight"].T + w["head.bias"]).softmax(-1)
+    assert [float(row["top1_prob"]) for row in rows] == pytest.approx(probs.max(-1).values.tolist(), abs=1e-5)

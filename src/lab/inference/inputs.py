@@ -8,15 +8,17 @@ for token ids (data_meta has `vocab_size`). One sample without the N axis is fin
 
 `resize` True (a model that needs the training size) resizes every image to data_meta's `image_size` and refuses
 float arrays of another size; False (`dynamic_dims` hold H and W) keeps each input's own size. Either way
-`Inputs.sizes[name]` is the input's original (H, W), so a dense task can write its mask at that size.
+`Inputs.sizes[name]` is the input's original (H, W), so a dense task can write its mask at that size. An array's
+axes named in `Inputs.dynamic_dims` (the task's, or an export's) take any size too: a sequence model's time axis.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,13 +110,13 @@ def _load(path: Path, what: str) -> Any:
         raise UserError(f"input={path}: cannot read {what} ({str(err).splitlines()[0]})") from err
 
 
-def read_tensor(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
-    """Read a .npy array of inputs (any numeric dtype) or a `torch.save`d tensor."""
-    yield from _array_items(path, _load(path, "the tensor file"), meta, resize)
+def read_tensor(path: Path, meta: Mapping[str, Any], resize: bool, dims: Sequence[int] = (0,)) -> Iterator[Item]:
+    """Read a .npy array of inputs (any numeric dtype) or a `torch.save`d tensor; `dims` take any size."""
+    yield from _array_items(path, _load(path, "the tensor file"), meta, resize, dims)
 
 
-def read_csv(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
-    """Read CSV rows, every column as one input (a table model's rows: `_table_rows`)."""
+def read_csv(path: Path, meta: Mapping[str, Any], resize: bool, dims: Sequence[int] = (0,)) -> Iterator[Item]:
+    """Read CSV rows, every column as one input (a table model's rows: `_table_rows`); `dims` take any size."""
     from lab.data.tabular import INPUT_ENCODING_FIX, numeric_columns
     from lab.data.tabular import read_csv as read_table
 
@@ -123,7 +125,7 @@ def read_csv(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item
         matrix = numeric_columns(rows, header, header, path)
     except ConfigError as err:
         raise UserError(f"input={path}: {err}") from err
-    yield from _array_items(path, matrix, meta, resize)
+    yield from _array_items(path, matrix, meta, resize, dims)
 
 
 def _table_rows(path: Path, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
@@ -170,7 +172,7 @@ READERS: dict[str, Reader] = {
 }
 
 
-def _array_items(path: Path, data: Any, meta: Mapping[str, Any], resize: bool) -> Iterator[Item]:
+def _array_items(path: Path, data: Any, meta: Mapping[str, Any], resize: bool, dims: Sequence[int]) -> Iterator[Item]:
     if isinstance(data, np.ndarray):
         if not (np.issubdtype(data.dtype, np.number) or data.dtype == np.bool_):
             raise UserError(f"input={path} holds {data.dtype} values; give numbers")
@@ -182,7 +184,7 @@ def _array_items(path: Path, data: Any, meta: Mapping[str, Any], resize: bool) -
         batch = _image_array(path, data, meta, resize)
         size = (int(data.shape[-2]), int(data.shape[-1]))  # as stored, before any resize
     else:
-        batch = _model_array(path, data, meta, resize)
+        batch = _model_array(path, data, meta, resize, dims)
         size = tuple(int(d) for d in batch.shape[2:]) or None
     for index, row in enumerate(batch):
         yield f"{path}[{index}]", row, size
@@ -209,15 +211,16 @@ def _image_array(path: Path, data: torch.Tensor, meta: Mapping[str, Any], resize
     return data.float()
 
 
-def _model_array(path: Path, data: torch.Tensor, meta: Mapping[str, Any], resize: bool) -> torch.Tensor:
+def _model_array(
+    path: Path, data: torch.Tensor, meta: Mapping[str, Any], resize: bool, dims: Sequence[int]
+) -> torch.Tensor:
     """Return (N, *input_shape) model inputs: float32 whatever the stored dtype, int64 for token ids.
-    With `resize` off, only the number of axes and the channel axis must match; other axes take any size."""
+    The axes in `dims` take any size, and with `resize` off every axis after the first (the channels) does too."""
     shape = [int(d) for d in meta["input_shape"]]
-    wanted = f"(N, {', '.join(map(str, shape))})"
+    free = {d for d in dims if d > 0} | (set() if resize else set(range(2, len(shape) + 1)))
+    wanted = f"(N, {', '.join('any' if d in free else str(n) for d, n in enumerate(shape, start=1))})"
     data = data.unsqueeze(0) if data.ndim == len(shape) else data
-    fits = data.ndim == len(shape) + 1 and (
-        list(data.shape[1:]) == shape or (not resize and len(shape) > 1 and data.shape[1] == shape[0])
-    )
+    fits = data.ndim == len(shape) + 1 and all(d in free or data.shape[d] == n for d, n in enumerate(shape, start=1))
     if not fits:
         raise UserError(f"input={path} has shape {tuple(data.shape)}; the model takes {wanted}")
     if "vocab_size" in meta:
@@ -239,12 +242,18 @@ class Inputs:
     skipped: list[dict[str, str]] = field(default_factory=list)
     sizes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     readers: Mapping[str, Reader] = field(default_factory=dict)  # a model's own (ModelConfig.input_readers)
+    dynamic_dims: Sequence[int] = (0,)  # an array's axes of any size: the task's, or the export's
 
     @classmethod
     def read(
-        cls, spec: str, meta: Mapping[str, Any], resize: bool = True, readers: Mapping[str, Reader] | None = None
+        cls,
+        spec: str,
+        meta: Mapping[str, Any],
+        resize: bool = True,
+        readers: Mapping[str, Reader] | None = None,
+        dynamic_dims: Sequence[int] = (0,),
     ) -> Inputs:
-        return cls(discover(spec, readers or ()), meta, resize, readers=readers or {})
+        return cls(discover(spec, readers or ()), meta, resize, readers=readers or {}, dynamic_dims=dynamic_dims)
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
         for path in self.files:
@@ -254,6 +263,8 @@ class Inputs:
                 raise UserError(f"input={path} is not {_accepted(self.readers)}")
             if own is None and "feature_names" in self.meta:  # a table model, whose reader names the files it takes
                 reader = _table_rows
+            elif reader in (read_tensor, read_csv):  # arrays of another length along a dynamic axis are fine
+                reader = functools.partial(reader, dims=self.dynamic_dims)
             try:
                 for name, tensor, size in reader(path, self.meta, self.resize):
                     if size is not None:

@@ -41,7 +41,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> int:
     readers = options.instantiate("model", model_config, drop_unknown=True).input_readers(meta) if model_config else {}
     # an exported artifact's manifest keeps no data config: the core's codec from its meta
     codec = options.instantiate("data", data_config, drop_unknown=True).text_codec(meta) if data_config else None
-    read = functools.partial(Inputs.read, readers=readers)
+    read = functools.partial(Inputs.read, readers=readers, dynamic_dims=dims)
     context = InferContext(cfg, meta, run_dir, read, resize=bool(resize), codec=codec)
 
     tracker, _ = linked_tracker(cfg, run_dir, "infer", source, model_config)

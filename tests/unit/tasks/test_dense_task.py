@@ -149,6 +149,17 @@ def test_npy_of_any_numeric_dtype_is_read_as_float32_and_uint8_images_as_pixels(
     assert [t.shape for _, t in Inputs([tmp_path / "x.npy"], meta, resize=False)] == [(1, 4, 8)] * 2
 
 
+def test_an_arrays_dynamic_axes_take_any_size_and_its_other_axes_the_trained_one(tmp_path) -> None:
+    meta = {"input_shape": [12, 4], "num_outputs": 3}  # (T, F) sequences: the time axis first, the features last
+    np.save(tmp_path / "short.npy", np.zeros((2, 7, 4), dtype=np.float32))
+    np.save(tmp_path / "wide.npy", np.zeros((2, 7, 5), dtype=np.float32))
+    assert [t.shape for _, t in Inputs([tmp_path / "short.npy"], meta, dynamic_dims=(0, 1))] == [(7, 4)] * 2
+    with pytest.raises(UserError, match=r"has shape \(2, 7, 5\); the model takes \(N, any, 4\)"):
+        list(Inputs([tmp_path / "wide.npy"], meta, dynamic_dims=(0, 1)))
+    with pytest.raises(UserError, match=r"the model takes \(N, 12, 4\)"):  # the batch axis alone is dynamic
+        list(Inputs([tmp_path / "short.npy"], meta))
+
+
 def test_csv_rows_of_a_model_without_feature_names_are_its_flat_inputs(tmp_path) -> None:
     (tmp_path / "rows.csv").write_text("a,b,c\n1,2,3\n4,5.5,6\n")
     rows = dict(Inputs.read(str(tmp_path / "rows.csv"), {"input_shape": [3], "num_outputs": 1}))
